@@ -1,0 +1,2 @@
+//! mesh-host binary
+fn main() {}
