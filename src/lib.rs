@@ -1,1 +1,13 @@
-//! mesh-host core
+//! The mesh-host core: declarations, the store, the apply loop, adoption of what is found, the
+//! briefing and the command line. The firewall and genesis crates are driven from here.
+
+pub mod accounts;
+pub mod apply;
+pub mod briefing;
+pub mod cli;
+pub mod declaration;
+pub mod failpoint;
+pub mod runner;
+pub mod store;
+
+pub use cli::{run, Cli};

@@ -1,0 +1,248 @@
+//! The file applier: a declared file's content, mode and ownership, and keeping a found one.
+
+use super::{Cx, Done, Outcome};
+use crate::declaration::{validate::parse_mode, FileSpec, Shape};
+use crate::store::{self, Held, Owned};
+use std::fs;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::Path;
+
+/// What is at a file's path now.
+struct Current {
+    bytes: Vec<u8>,
+    mode: u32,
+    uid: u32,
+    gid: u32,
+}
+
+/// What the declaration asks for.
+pub(super) struct Want {
+    pub mode: u32,
+    pub uid: Option<u32>,
+    pub gid: Option<u32>,
+}
+
+impl Want {
+    pub fn of(
+        mode: Option<&str>,
+        default: u32,
+        owner: Option<&str>,
+        group: Option<&str>,
+    ) -> Result<Want, String> {
+        Ok(Want {
+            mode: mode.map(parse_mode).transpose()?.unwrap_or(default),
+            uid: owner.map(crate::accounts::uid).transpose()?,
+            gid: group.map(crate::accounts::gid).transpose()?,
+        })
+    }
+
+    pub fn matches(&self, mode: u32, uid: u32, gid: u32) -> bool {
+        mode == self.mode && self.uid.is_none_or(|u| u == uid) && self.gid.is_none_or(|g| g == gid)
+    }
+
+    /// Sets mode and ownership on a path.
+    pub fn set(&self, path: &Path) -> Result<(), String> {
+        fs::set_permissions(path, fs::Permissions::from_mode(self.mode))
+            .map_err(|e| format!("setting mode {:o} on {}: {e}", self.mode, path.display()))?;
+        if self.uid.is_some() || self.gid.is_some() {
+            std::os::unix::fs::chown(path, self.uid, self.gid)
+                .map_err(|e| format!("setting owner of {}: {e}", path.display()))?;
+        }
+        Ok(())
+    }
+}
+
+fn read(path: &Path) -> Result<Option<Current>, String> {
+    let meta = match fs::metadata(path) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(format!("reading {}: {e}", path.display())),
+    };
+    if !meta.is_file() {
+        return Err(format!(
+            "{} exists and is not a regular file; the host will not replace it",
+            path.display()
+        ));
+    }
+    let bytes = fs::read(path).map_err(|e| format!("reading {}: {e}", path.display()))?;
+    Ok(Some(Current {
+        bytes,
+        mode: meta.mode() & 0o7777,
+        uid: meta.uid(),
+        gid: meta.gid(),
+    }))
+}
+
+/// Writes the file atomically next to its final path, then renames it into place.
+fn write(path: &Path, bytes: &[u8], want: &Want) -> Result<(), String> {
+    let dir = path
+        .parent()
+        .ok_or_else(|| format!("{} has no parent directory", path.display()))?;
+    fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
+    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("file");
+    let tmp = dir.join(format!(".{name}.mesh-host.tmp"));
+    store::write_synced(&tmp, bytes).map_err(|e| format!("writing {}: {e}", tmp.display()))?;
+    want.set(&tmp)?;
+    fs::rename(&tmp, path).map_err(|e| format!("renaming into {}: {e}", path.display()))?;
+    store::sync_dir(dir).map_err(|e| format!("syncing {}: {e}", dir.display()))
+}
+
+fn matches(cur: &Current, bytes: &[u8], want: &Want) -> bool {
+    cur.bytes == bytes && want.matches(cur.mode, cur.uid, cur.gid)
+}
+
+pub(super) fn apply(cx: &mut Cx<'_>, spec: &FileSpec) -> Result<Done, String> {
+    let id = spec.id.as_str();
+    let key = spec.path.as_str();
+    let path = cx.machine(key);
+    let bytes = spec.bytes();
+    let want = Want::of(
+        spec.mode.as_deref(),
+        0o644,
+        spec.owner.as_deref(),
+        spec.group.as_deref(),
+    )?;
+    let cur = read(&path)?;
+    let owned = cx.store.state.owned_by_key(Shape::File, key).cloned();
+    let held = cx.store.state.held(id).cloned();
+    let keep = cx.keeps_found(spec.module.as_deref()) || spec.create_once;
+    let record = |found: bool| Owned {
+        id: id.to_string(),
+        module: spec.module.clone(),
+        shape: Shape::File,
+        key: key.to_string(),
+        digest: Some(store::digest(&bytes)),
+        found,
+    };
+
+    match (owned, cur) {
+        (Some(rec), Some(cur)) => {
+            if spec.create_once || matches(&cur, &bytes, &want) {
+                let mut same = rec.clone();
+                same.id = id.to_string();
+                same.module = spec.module.clone();
+                if same != rec {
+                    cx.record_owned(same)?;
+                }
+                return Ok(Done::new(Outcome::Unchanged, "matches the declaration"));
+            }
+            let rec = Owned {
+                found: rec.found,
+                ..record(rec.found)
+            };
+            write_and_record(cx, &path, &bytes, &want, rec)?;
+            Ok(Done::new(
+                Outcome::Changed,
+                "differed from the declaration; written again",
+            ))
+        }
+        (Some(rec), None) => {
+            let rec = Owned {
+                found: rec.found,
+                ..record(rec.found)
+            };
+            write_and_record(cx, &path, &bytes, &want, rec)?;
+            Ok(Done::new(Outcome::Created, "was missing; written again"))
+        }
+        (None, None) => {
+            if held.is_some() && keep {
+                return Ok(Done::new(
+                    Outcome::ChangedBySomethingElse,
+                    "held file was removed by something else; not recreated",
+                ));
+            }
+            write_and_record(cx, &path, &bytes, &want, record(false))?;
+            Ok(Done::new(Outcome::Created, "written"))
+        }
+        (None, Some(cur)) => {
+            // Found: present with no record. Its original is saved before anything else.
+            let saved = cx.keep_original(id, key, &cur.bytes)?;
+            let now = store::digest(&cur.bytes);
+            if keep {
+                return match held {
+                    Some(h) if h.digest.as_deref() != Some(now.as_str()) => Ok(Done::new(
+                        Outcome::ChangedBySomethingElse,
+                        format!(
+                            "held file was rewritten by something else (now {now}); not reverted"
+                        ),
+                    )),
+                    Some(_) => Ok(Done::new(
+                        Outcome::Held,
+                        format!("found; kept as it is; original saved at {saved}"),
+                    )),
+                    None => {
+                        cx.record_held(Held {
+                            id: id.to_string(),
+                            module: spec.module.clone(),
+                            shape: Shape::File,
+                            key: key.to_string(),
+                            digest: Some(now),
+                        })?;
+                        Ok(Done::new(
+                            Outcome::Held,
+                            format!("found; kept as it is; original saved at {saved}"),
+                        ))
+                    }
+                };
+            }
+            if matches(&cur, &bytes, &want) {
+                cx.record_owned(record(true))?;
+                return Ok(Done::new(
+                    Outcome::Unchanged,
+                    format!("found file already matches; taken over; original saved at {saved}"),
+                ));
+            }
+            write_and_record(cx, &path, &bytes, &want, record(true))?;
+            Ok(Done::new(
+                Outcome::Changed,
+                format!("found file replaced; original saved at {saved}"),
+            ))
+        }
+    }
+}
+
+fn write_and_record(
+    cx: &mut Cx<'_>,
+    path: &Path,
+    bytes: &[u8],
+    want: &Want,
+    rec: Owned,
+) -> Result<(), String> {
+    cx.intend(&rec)?;
+    write(path, bytes, want)?;
+    cx.changed(&rec.id);
+    let back = read(path)?
+        .ok_or_else(|| format!("{} is missing right after it was written", path.display()))?;
+    if !matches(&back, bytes, want) {
+        return Err(format!("{} does not read back as written", path.display()));
+    }
+    cx.record_owned(rec)
+}
+
+/// Removes an undeclared file the host created; one it took over is forgotten, never removed.
+pub(super) fn remove(cx: &mut Cx<'_>, rec: &Owned) -> Result<Done, String> {
+    if rec.found {
+        let original = cx
+            .store
+            .state
+            .original(&rec.key)
+            .map(|o| format!("; its original stays saved at {}", o.saved))
+            .unwrap_or_default();
+        return Ok(Done::new(
+            Outcome::Forgotten,
+            format!("the host took this file over rather than creating it, so it is left in place{original}"),
+        ));
+    }
+    let path = cx.machine(&rec.key);
+    match fs::remove_file(&path) {
+        Ok(()) => {
+            cx.changed(&rec.id);
+            Ok(Done::new(Outcome::Removed, "no longer declared"))
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Done::new(
+            Outcome::Removed,
+            "no longer declared; already gone",
+        )),
+        Err(e) => Err(format!("removing {}: {e}", path.display())),
+    }
+}

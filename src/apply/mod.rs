@@ -1,0 +1,392 @@
+//! The apply loop: for each resource in the declaration's order, read what is there, change it if
+//! it differs, read it back, record it; then remove what is no longer declared, by the asymmetry.
+//!
+//! The first failure stops the apply; what was done before it stays done and recorded. On an
+//! adopted node, what is found (present with no record) is kept and reported held until its
+//! module is taken. The appliers for each shape live in their own files; shapes without an
+//! applier in this build fail with a message naming the resource and never report success.
+
+mod action;
+mod directory;
+mod file;
+mod report;
+
+pub use report::{Entry, Outcome, Report};
+
+use crate::briefing::{self, Briefing, Line, Mark};
+use crate::declaration::{Declaration, Mode, Problems, Resource, Shape, Source};
+use crate::failpoint;
+use crate::runner::Runner;
+use crate::store::{self, Held, Original, Owned, Pending, Store, StoreError};
+use std::path::{Path, PathBuf};
+
+/// Why an apply did not run at all (as opposed to failing part-way, which is a [`Report`]).
+#[derive(Debug, thiserror::Error)]
+pub enum ApplyError {
+    /// The declaration was refused; nothing changed.
+    #[error("{0}")]
+    Refused(Problems),
+    /// A safety rule refused the act; nothing changed.
+    #[error("{0}")]
+    Safety(String),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// One apply's inputs besides the declaration.
+pub struct Host<'a> {
+    /// Every machine path in a declaration resolves under this root (`/` in production).
+    pub root: &'a Path,
+    pub runner: &'a dyn Runner,
+}
+
+/// What an applier did to one resource.
+pub(crate) struct Done {
+    pub outcome: Outcome,
+    pub detail: String,
+}
+
+impl Done {
+    pub fn new(outcome: Outcome, detail: impl Into<String>) -> Self {
+        Done {
+            outcome,
+            detail: detail.into(),
+        }
+    }
+}
+
+/// Everything an applier needs: the machine, the store, and whether found things are kept.
+pub(crate) struct Cx<'a> {
+    pub root: &'a Path,
+    pub runner: &'a dyn Runner,
+    pub store: &'a mut Store,
+    pub decl: &'a Declaration,
+}
+
+impl Cx<'_> {
+    /// The machine path of a declared path, under the root.
+    pub fn machine(&self, path: &str) -> PathBuf {
+        self.root.join(path.trim_start_matches('/'))
+    }
+
+    /// Whether a found resource of this module is kept as it is (adopted, module not taken).
+    pub fn keeps_found(&self, module: Option<&str>) -> bool {
+        self.decl.mode == Mode::Adopted && !self.decl.is_taken(module)
+    }
+
+    fn save(&mut self) -> Result<(), String> {
+        self.store.save().map_err(|e| e.to_string())
+    }
+
+    /// Records, before a change, what the host is about to write.
+    pub fn intend(&mut self, record: &Owned) -> Result<(), String> {
+        self.store.state.pending = Some(Pending {
+            record: record.clone(),
+        });
+        self.save()
+    }
+
+    /// Marks the machine changed for `id` (a failpoint boundary).
+    pub fn changed(&self, id: &str) {
+        failpoint::hit("after-change", id);
+    }
+
+    /// Records an owned resource after it worked and was read back.
+    pub fn record_owned(&mut self, rec: Owned) -> Result<(), String> {
+        let id = rec.id.clone();
+        self.store.state.pending = None;
+        self.store.state.record_owned(rec);
+        self.save()?;
+        failpoint::hit("after-record", &id);
+        Ok(())
+    }
+
+    pub fn record_held(&mut self, rec: Held) -> Result<(), String> {
+        let id = rec.id.clone();
+        self.store.state.record_held(rec);
+        self.save()?;
+        failpoint::hit("after-record", &id);
+        Ok(())
+    }
+
+    /// Saves the original bytes of a found file before anything else happens to it, once per
+    /// path; returns where they are kept.
+    pub fn keep_original(&mut self, id: &str, key: &str, bytes: &[u8]) -> Result<String, String> {
+        if let Some(o) = self.store.state.original(key) {
+            return Ok(o.saved.clone());
+        }
+        let dir = self.store.originals_dir();
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| format!("originals directory {}: {e}", dir.display()))?;
+        let base = Path::new(key)
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or("file");
+        let tag = &store::digest(key.as_bytes())[7..23];
+        let saved = dir.join(format!("{tag}-{base}"));
+        // An original saved by a host that died before recording it is the first one; keep it.
+        if !saved.exists() {
+            let tmp = dir.join(format!(".{tag}.tmp"));
+            store::write_synced(&tmp, bytes)
+                .map_err(|e| format!("saving original of {key}: {e}"))?;
+            std::fs::rename(&tmp, &saved).map_err(|e| format!("saving original of {key}: {e}"))?;
+            store::sync_dir(&dir).map_err(|e| format!("saving original of {key}: {e}"))?;
+        }
+        self.changed(id);
+        // Recorded as a machine path, so the store reads the same under any root.
+        let saved_str = format!("/var/lib/mesh-host/originals/{tag}-{base}");
+        self.store.state.originals.push(Original {
+            key: key.to_string(),
+            saved: saved_str.clone(),
+            digest: store::digest(bytes),
+        });
+        self.save()?;
+        failpoint::hit("after-record", id);
+        Ok(saved_str)
+    }
+}
+
+/// Applies a validated declaration: the whole loop, the removals and the briefing.
+pub fn apply(host: &Host<'_>, decl: &Declaration, source: Source) -> Result<Report, ApplyError> {
+    let mut store = Store::open(host.root)?;
+    check_safety(&store, decl)?;
+
+    let state = &mut store.state;
+    state.node = Some(decl.node.clone());
+    state.mode = Some(decl.mode);
+    state.taken = decl.taken.clone();
+    if let Some(s) = &decl.settings {
+        state.settings = Some(s.clone());
+    }
+    state.declaration = Some(decl.clone());
+    state.source = Some(source);
+    settle_pending(host.root, &mut store.state);
+    store.save()?;
+
+    let mut report = Report::new(decl, source);
+    {
+        let mut cx = Cx {
+            root: host.root,
+            runner: host.runner,
+            store: &mut store,
+            decl,
+        };
+        for res in &decl.resources {
+            let result = match res {
+                Resource::File(f) => file::apply(&mut cx, f),
+                Resource::Directory(d) => directory::apply(&mut cx, d),
+                Resource::Action(a) => action::apply(&mut cx, a),
+                other => Err(format!(
+                    "no {} applier in this build yet; {} resources land with their own applier",
+                    other.shape(),
+                    other.shape()
+                )),
+            };
+            let stop = result.is_err();
+            report.push(res.id(), res.shape(), res.key(), result);
+            if stop {
+                break;
+            }
+        }
+        if report.failed().is_none() {
+            remove_undeclared(&mut cx, &mut report);
+        }
+    }
+    store.state.briefing = Some(brief(&store, decl, &report));
+    store.save()?;
+    Ok(report)
+}
+
+fn check_safety(store: &Store, decl: &Declaration) -> Result<(), ApplyError> {
+    let state = &store.state;
+    if let Some(node) = &state.node {
+        if *node != decl.node {
+            return Err(ApplyError::Safety(format!(
+                "this store belongs to node {node:?}; a declaration for node {:?} is refused",
+                decl.node
+            )));
+        }
+    }
+    if state.mode == Some(Mode::Adopted) && decl.mode == Mode::Converged {
+        return Err(ApplyError::Safety(format!(
+            "node {:?} is adopted; converging it is its own previewed act, never a side effect of \
+             a declaration, and this build has no converge yet",
+            decl.node
+        )));
+    }
+    Ok(())
+}
+
+/// Resolves an intent left by a host that died mid-write: if the machine holds exactly what it
+/// was about to write, that write was the host's and becomes a record; otherwise it never
+/// happened. Either way the intent is settled.
+fn settle_pending(root: &Path, state: &mut store::State) {
+    let Some(p) = state.pending.take() else {
+        return;
+    };
+    let rec = p.record;
+    let path = root.join(rec.key.trim_start_matches('/'));
+    let written = match rec.shape {
+        Shape::File => std::fs::read(&path).ok().map(|b| store::digest(&b)) == rec.digest,
+        Shape::Directory => path.is_dir(),
+        _ => false,
+    };
+    if written {
+        state.record_owned(rec);
+    }
+}
+
+fn remove_undeclared(cx: &mut Cx<'_>, report: &mut Report) {
+    let declared: Vec<&str> = cx.decl.resources.iter().map(Resource::id).collect();
+    let released: Vec<Held> = cx
+        .store
+        .state
+        .held
+        .iter()
+        .filter(|h| !declared.contains(&h.id.as_str()))
+        .cloned()
+        .collect();
+    for h in released {
+        cx.store.state.held.retain(|x| x.id != h.id);
+        let result = cx.save().map(|_| {
+            Done::new(
+                Outcome::Forgotten,
+                format!(
+                    "held {} {} released: left exactly as it was found",
+                    h.shape, h.key
+                ),
+            )
+        });
+        let stop = result.is_err();
+        report.push(&h.id, h.shape, h.key.clone(), result);
+        if stop {
+            return;
+        }
+    }
+    let gone: Vec<Owned> = cx
+        .store
+        .state
+        .owned
+        .iter()
+        .rev()
+        .filter(|o| !declared.contains(&o.id.as_str()))
+        .cloned()
+        .collect();
+    for rec in gone {
+        let result = match rec.shape {
+            Shape::File => file::remove(cx, &rec),
+            Shape::Directory => directory::remove(cx, &rec),
+            Shape::Action => Ok(Done::new(
+                Outcome::Forgotten,
+                "an action leaves nothing the host owns",
+            )),
+            other => Err(format!("no {other} applier in this build yet to remove it")),
+        };
+        let result = result.and_then(|done| {
+            cx.store.state.owned.retain(|o| o.id != rec.id);
+            cx.save()?;
+            failpoint::hit("after-record", &rec.id);
+            Ok(done)
+        });
+        let stop = result.is_err();
+        report.push(&rec.id, rec.shape, rec.key.clone(), result);
+        if stop {
+            return;
+        }
+    }
+}
+
+/// The briefing for the node as the store now stands, with this apply's conflicts and failure.
+fn brief(store: &Store, decl: &Declaration, report: &Report) -> Briefing {
+    let state = &store.state;
+    let mut lines = Vec::new();
+    let mut look_at = Vec::new();
+    lines.push(Line {
+        mark: Mark::Ok,
+        subject: "mode".into(),
+        detail: match decl.mode {
+            Mode::Adopted => format!(
+                "adopted: what is found is kept until its module is taken (taken: {})",
+                if decl.taken.is_empty() {
+                    "none".to_string()
+                } else {
+                    decl.taken.join(", ")
+                }
+            ),
+            Mode::Converged => "converged: every declared resource converges".into(),
+        },
+    });
+    lines.push(Line {
+        mark: Mark::Ok,
+        subject: "resources".into(),
+        detail: format!(
+            "{} owned, {} held, {} originals saved",
+            state.owned.len(),
+            state.held.len(),
+            state.originals.len()
+        ),
+    });
+    for h in &state.held {
+        let changed = report
+            .entries
+            .iter()
+            .find(|e| e.id == h.id && e.outcome == Outcome::ChangedBySomethingElse);
+        let original = state
+            .original(&h.key)
+            .map(|o| format!("; original saved at {}", o.saved));
+        let module = h.module.as_deref().unwrap_or("no module");
+        match changed {
+            Some(e) => {
+                lines.push(Line {
+                    mark: Mark::Kept,
+                    subject: h.id.clone(),
+                    detail: format!(
+                        "{}: changed by something else while held, not reverted",
+                        h.key
+                    ),
+                });
+                look_at.push(format!(
+                    "{} ({}) changed while held: {}. Something still writes it — the predecessor's \
+                     control, if it was not stopped. Stop it before taking module {module}.",
+                    h.key, h.id, e.detail
+                ));
+            }
+            None => lines.push(Line {
+                mark: Mark::Kept,
+                subject: h.id.clone(),
+                detail: format!(
+                    "found {} {} held as it is until module {module} is taken{}",
+                    h.shape,
+                    h.key,
+                    original.unwrap_or_default()
+                ),
+            }),
+        }
+    }
+    if let Some(e) = report.failed() {
+        lines.push(Line {
+            mark: Mark::Failed,
+            subject: e.id.clone(),
+            detail: e.detail.clone(),
+        });
+        look_at.push(format!(
+            "{} failed and the apply stopped there: {}. What came before it is done and \
+             recorded. Fix the cause and run `mesh-host reconcile`.",
+            e.id, e.detail
+        ));
+    }
+    if look_at.is_empty() && !state.held.is_empty() {
+        look_at.push(
+            "Held resources are the machine's, kept as found; nothing is broken. Each is replaced \
+             when its module is taken."
+                .into(),
+        );
+    }
+    Briefing {
+        node: decl.node.clone(),
+        mode: decl.mode.as_str().into(),
+        at: briefing::now_rfc3339(),
+        lines,
+        look_at,
+    }
+}

@@ -1,0 +1,144 @@
+//! The report of one apply: each resource with exactly one outcome, for people and as JSON.
+
+use crate::declaration::{Declaration, Shape, Source};
+use serde::Serialize;
+use std::fmt::Write as _;
+
+use super::Done;
+
+/// What happened to one resource.
+#[derive(Serialize, Debug, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum Outcome {
+    Unchanged,
+    Created,
+    Changed,
+    Removed,
+    /// Found on an adopted node and kept as it is.
+    Held,
+    /// Held, and changed since it was first held by something that is not the host.
+    ChangedBySomethingElse,
+    /// No longer declared, and left in place by the asymmetry (packages, actions, what the host
+    /// took over rather than created, held resources released).
+    Forgotten,
+    Failed,
+}
+
+impl Outcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Unchanged => "unchanged",
+            Outcome::Created => "created",
+            Outcome::Changed => "changed",
+            Outcome::Removed => "removed",
+            Outcome::Held => "held",
+            Outcome::ChangedBySomethingElse => "changed-by-something-else",
+            Outcome::Forgotten => "forgotten",
+            Outcome::Failed => "failed",
+        }
+    }
+}
+
+#[derive(Serialize, Debug, Clone)]
+pub struct Entry {
+    pub id: String,
+    pub shape: Shape,
+    pub key: String,
+    pub outcome: Outcome,
+    pub detail: String,
+}
+
+#[derive(Serialize, Debug, Clone)]
+pub struct Report {
+    pub node: String,
+    pub mode: &'static str,
+    pub source: Source,
+    pub entries: Vec<Entry>,
+}
+
+impl Report {
+    pub fn new(decl: &Declaration, source: Source) -> Self {
+        Report {
+            node: decl.node.clone(),
+            mode: decl.mode.as_str(),
+            source,
+            entries: Vec::new(),
+        }
+    }
+
+    pub(crate) fn push(
+        &mut self,
+        id: &str,
+        shape: Shape,
+        key: String,
+        result: Result<Done, String>,
+    ) {
+        let (outcome, detail) = match result {
+            Ok(d) => (d.outcome, d.detail),
+            Err(reason) => (Outcome::Failed, reason),
+        };
+        self.entries.push(Entry {
+            id: id.to_string(),
+            shape,
+            key,
+            outcome,
+            detail,
+        });
+    }
+
+    /// The resource that stopped the apply, if one did.
+    pub fn failed(&self) -> Option<&Entry> {
+        self.entries.iter().find(|e| e.outcome == Outcome::Failed)
+    }
+
+    pub fn count(&self, outcome: Outcome) -> usize {
+        self.entries.iter().filter(|e| e.outcome == outcome).count()
+    }
+
+    /// The report as a person reads it: one line per resource, then a summary.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        for e in &self.entries {
+            let _ = writeln!(
+                out,
+                "{:<26} {:<24} {} {}: {}",
+                e.outcome.as_str(),
+                e.id,
+                e.shape,
+                e.key,
+                e.detail
+            );
+        }
+        let counts: Vec<String> = [
+            Outcome::Created,
+            Outcome::Changed,
+            Outcome::Unchanged,
+            Outcome::Removed,
+            Outcome::Held,
+            Outcome::ChangedBySomethingElse,
+            Outcome::Forgotten,
+            Outcome::Failed,
+        ]
+        .iter()
+        .filter(|o| self.count(**o) > 0)
+        .map(|o| format!("{} {}", self.count(*o), o.as_str()))
+        .collect();
+        let summary = if counts.is_empty() {
+            "nothing declared".to_string()
+        } else {
+            counts.join(", ")
+        };
+        let _ = writeln!(
+            out,
+            "node {} ({}, from {}): {}",
+            self.node,
+            self.mode,
+            self.source.as_str(),
+            summary
+        );
+        if let Some(f) = self.failed() {
+            let _ = writeln!(out, "the apply stopped at {}: {}", f.id, f.detail);
+        }
+        out
+    }
+}

@@ -1,0 +1,408 @@
+//! The declaration: the ordered list of resources a node is told to hold, its mode and settings.
+//!
+//! The types here are what a validated document deserializes into. Validation itself (every
+//! problem named at once, each with its JSON path) lives in [`validate`], which runs over the raw
+//! JSON before these types are ever built, so a document that reaches them is already known good.
+
+pub mod validate;
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+pub use validate::{parse, validate_value, Problem, Problems};
+
+/// The only declaration format version this host speaks.
+pub const FORMAT_VERSION: u32 = 1;
+
+/// Whether a node keeps what it finds (adopted) or converges everything it is told (converged).
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    Adopted,
+    Converged,
+}
+
+impl Mode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Adopted => "adopted",
+            Mode::Converged => "converged",
+        }
+    }
+}
+
+/// Where a declaration came from. Actions are accepted from the first two only.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum Source {
+    /// Carried with the binary (genesis).
+    Bundle,
+    /// A person at the machine (rescue).
+    Local,
+    /// The controller, over the link.
+    Link,
+}
+
+impl Source {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Source::Bundle => "bundle",
+            Source::Local => "local",
+            Source::Link => "link",
+        }
+    }
+}
+
+/// One document as the controller (or a person, or the bundle) sends it.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Declaration {
+    pub version: u32,
+    pub node: String,
+    pub mode: Mode,
+    #[serde(default)]
+    pub taken: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub settings: Option<Settings>,
+    pub resources: Vec<Resource>,
+}
+
+impl Declaration {
+    /// Whether a resource of this module converges on an adopted node. A resource with no
+    /// module belongs to no module that could ever be taken, so what it finds stays held.
+    pub fn is_taken(&self, module: Option<&str>) -> bool {
+        match module {
+            Some(m) => self.taken.iter().any(|t| t == m),
+            None => false,
+        }
+    }
+}
+
+/// The node's settings: the foundation's ports and the private network.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct Settings {
+    pub ports: Ports,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub private_network: Option<PrivateNetwork>,
+}
+
+/// The ports the foundation binds on this node. The catalogue's numbers are only defaults.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct Ports {
+    pub store: u16,
+    pub bus: u16,
+    pub broker_management: u16,
+    pub registry: u16,
+    pub hub: u16,
+}
+
+impl Default for Ports {
+    fn default() -> Self {
+        Ports {
+            store: 5432,
+            bus: 5672,
+            broker_management: 15672,
+            registry: 5000,
+            hub: 51820,
+        }
+    }
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct PrivateNetwork {
+    pub interface: String,
+    pub range: String,
+}
+
+/// One resource. Every variant carries its stable `id` and optional `module`.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+#[serde(tag = "type", rename_all = "lowercase")]
+pub enum Resource {
+    File(FileSpec),
+    Directory(DirectorySpec),
+    Service(ServiceSpec),
+    Package(PackageSpec),
+    Container(ContainerSpec),
+    Action(ActionSpec),
+    Opening(OpeningSpec),
+}
+
+/// The shape of a resource, as named in declarations, the store and reports.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[serde(rename_all = "lowercase")]
+pub enum Shape {
+    File,
+    Directory,
+    Service,
+    Package,
+    Container,
+    Action,
+    Opening,
+}
+
+impl Shape {
+    pub const ALL: [Shape; 7] = [
+        Shape::File,
+        Shape::Directory,
+        Shape::Service,
+        Shape::Package,
+        Shape::Container,
+        Shape::Action,
+        Shape::Opening,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Shape::File => "file",
+            Shape::Directory => "directory",
+            Shape::Service => "service",
+            Shape::Package => "package",
+            Shape::Container => "container",
+            Shape::Action => "action",
+            Shape::Opening => "opening",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<Shape> {
+        Shape::ALL.into_iter().find(|s| s.as_str() == name)
+    }
+}
+
+impl std::fmt::Display for Shape {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl Resource {
+    pub fn id(&self) -> &str {
+        match self {
+            Resource::File(r) => &r.id,
+            Resource::Directory(r) => &r.id,
+            Resource::Service(r) => &r.id,
+            Resource::Package(r) => &r.id,
+            Resource::Container(r) => &r.id,
+            Resource::Action(r) => &r.id,
+            Resource::Opening(r) => &r.id,
+        }
+    }
+
+    pub fn module(&self) -> Option<&str> {
+        match self {
+            Resource::File(r) => r.module.as_deref(),
+            Resource::Directory(r) => r.module.as_deref(),
+            Resource::Service(r) => r.module.as_deref(),
+            Resource::Package(r) => r.module.as_deref(),
+            Resource::Container(r) => r.module.as_deref(),
+            Resource::Action(r) => r.module.as_deref(),
+            Resource::Opening(r) => r.module.as_deref(),
+        }
+    }
+
+    pub fn shape(&self) -> Shape {
+        match self {
+            Resource::File(_) => Shape::File,
+            Resource::Directory(_) => Shape::Directory,
+            Resource::Service(_) => Shape::Service,
+            Resource::Package(_) => Shape::Package,
+            Resource::Container(_) => Shape::Container,
+            Resource::Action(_) => Shape::Action,
+            Resource::Opening(_) => Shape::Opening,
+        }
+    }
+
+    /// What the resource is on the machine, unique per shape: a path, a name, or the id for
+    /// shapes that have no machine key of their own.
+    pub fn key(&self) -> String {
+        match self {
+            Resource::File(r) => r.path.clone(),
+            Resource::Directory(r) => r.path.clone(),
+            Resource::Service(r) => r.name.clone(),
+            Resource::Package(r) => r.name.clone(),
+            Resource::Container(r) => r.name.clone(),
+            Resource::Action(r) => r.id.clone(),
+            Resource::Opening(r) => r.id.clone(),
+        }
+    }
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct FileSpec {
+    pub id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub module: Option<String>,
+    pub path: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content_base64: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<String>,
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub create_once: bool,
+}
+
+impl FileSpec {
+    /// The bytes the file should hold. Validation has already checked the base64.
+    pub fn bytes(&self) -> Vec<u8> {
+        use base64::Engine;
+        match (&self.content, &self.content_base64) {
+            (Some(text), _) => text.as_bytes().to_vec(),
+            (None, Some(b64)) => base64::engine::general_purpose::STANDARD
+                .decode(b64)
+                .unwrap_or_default(),
+            (None, None) => Vec::new(),
+        }
+    }
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct DirectorySpec {
+    pub id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub module: Option<String>,
+    pub path: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<String>,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum ServiceState {
+    Running,
+    Stopped,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct ServiceSpec {
+    pub id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub module: Option<String>,
+    pub name: String,
+    pub state: ServiceState,
+    pub enabled: bool,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct PackageSpec {
+    pub id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub module: Option<String>,
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[serde(rename_all = "lowercase")]
+pub enum Proto {
+    Tcp,
+    Udp,
+}
+
+impl Proto {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Proto::Tcp => "tcp",
+            Proto::Udp => "udp",
+        }
+    }
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct PublishedPort {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_address: Option<String>,
+    pub host_port: u16,
+    pub container_port: u16,
+    pub proto: Proto,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct ContainerSpec {
+    pub id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub module: Option<String>,
+    pub name: String,
+    pub image: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub command: Vec<String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ports: Vec<PublishedPort>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restart: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub networks: Vec<String>,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct ActionSpec {
+    pub id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub module: Option<String>,
+    /// The command that does the work, as an argv array.
+    pub run: Vec<String>,
+    /// The command that says whether the work is done (exit 0): the action's idempotency check.
+    pub verify: Vec<String>,
+}
+
+/// Where an opening admits traffic from.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+#[serde(untagged)]
+pub enum From {
+    /// `"anywhere"` or `"private"`.
+    Named(FromName),
+    /// Source networks, either family.
+    Cidrs(Vec<String>),
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum FromName {
+    Anywhere,
+    Private,
+}
+
+/// The path a packet takes to the port: received by the machine, or forwarded to a container.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum PathKind {
+    Incoming,
+    Forwarded,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct OpeningSpec {
+    pub id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub module: Option<String>,
+    pub port: u16,
+    pub proto: Proto,
+    pub from: From,
+    pub path: PathKind,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
+}

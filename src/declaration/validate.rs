@@ -1,0 +1,916 @@
+//! Validation of a declaration: every problem in the document named at once, with its JSON path.
+//!
+//! The host refuses the unknown, whole: a field it does not know is something the control plane
+//! believes it asked for. So validation walks the raw JSON (not a typed struct, which would stop
+//! at the first error), collects every problem, and only a document with none is turned into a
+//! [`Declaration`]. Values that will later reach a command line or a ruleset are checked here.
+
+use super::{Declaration, Source, FORMAT_VERSION};
+use base64::Engine;
+use serde_json::{Map, Value};
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::net::IpAddr;
+
+/// One problem in a declaration, at a JSON path such as `resources[3].path`.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Problem {
+    pub path: String,
+    pub message: String,
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.path.is_empty() {
+            write!(f, "{}", self.message)
+        } else {
+            write!(f, "{}: {}", self.path, self.message)
+        }
+    }
+}
+
+/// Every problem found in one document.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Problems(pub Vec<Problem>);
+
+impl fmt::Display for Problems {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, p) in self.0.iter().enumerate() {
+            if i > 0 {
+                writeln!(f)?;
+            }
+            write!(f, "{p}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for Problems {}
+
+/// Paths that belong to the host itself: its binary, its store, its unit. A declaration that
+/// names one is refused, because the installation owns the host and the host owns the rest.
+pub const OWN_PATHS: &[&str] = &[
+    "/usr/local/bin/mesh-host",
+    "/usr/local/sbin/mesh-host",
+    "/usr/bin/mesh-host",
+    "/usr/sbin/mesh-host",
+    "/usr/lib/mesh-host",
+    "/usr/libexec/mesh-host",
+    "/var/lib/mesh-host",
+    "/etc/mesh-host",
+    "/etc/systemd/system/mesh-host.service",
+    "/lib/systemd/system/mesh-host.service",
+    "/usr/lib/systemd/system/mesh-host.service",
+    "/etc/init.d/mesh-host",
+];
+
+/// Unit and package names that are the host's own.
+pub const OWN_NAMES: &[&str] = &["mesh-host", "mesh-host.service", "mesh-host-launcher"];
+
+/// Parses and validates a declaration for a given source.
+pub fn parse(text: &str, source: Source) -> Result<Declaration, Problems> {
+    let value: Value = serde_json::from_str(text).map_err(|e| {
+        Problems(vec![Problem {
+            path: String::new(),
+            message: format!("not valid JSON: {e}"),
+        }])
+    })?;
+    validate_value(&value, source)
+}
+
+/// Validates an already parsed JSON document, naming every problem.
+pub fn validate_value(value: &Value, source: Source) -> Result<Declaration, Problems> {
+    let mut v = Walker::default();
+    v.document(value, source);
+    if !v.problems.is_empty() {
+        return Err(Problems(v.problems));
+    }
+    serde_json::from_value(value.clone()).map_err(|e| {
+        // The walker and the types describe the same document; reaching here is a bug in one of
+        // them, and it still refuses rather than applying half a document.
+        Problems(vec![Problem {
+            path: String::new(),
+            message: format!("declaration does not match its types: {e}"),
+        }])
+    })
+}
+
+fn join(path: &str, key: &str) -> String {
+    if path.is_empty() {
+        key.to_string()
+    } else {
+        format!("{path}.{key}")
+    }
+}
+
+fn type_name(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+#[derive(Default)]
+struct Walker {
+    problems: Vec<Problem>,
+}
+
+const FILE_FIELDS: &[&str] = &[
+    "path",
+    "content",
+    "content_base64",
+    "mode",
+    "owner",
+    "group",
+    "create_once",
+];
+const DIRECTORY_FIELDS: &[&str] = &["path", "mode", "owner", "group"];
+const SERVICE_FIELDS: &[&str] = &["name", "state", "enabled"];
+const PACKAGE_FIELDS: &[&str] = &["name", "version"];
+const CONTAINER_FIELDS: &[&str] = &[
+    "name", "image", "command", "env", "ports", "restart", "networks",
+];
+const ACTION_FIELDS: &[&str] = &["run", "verify"];
+const OPENING_FIELDS: &[&str] = &["port", "proto", "from", "path"];
+
+impl Walker {
+    fn err(&mut self, path: impl Into<String>, message: impl Into<String>) {
+        self.problems.push(Problem {
+            path: path.into(),
+            message: message.into(),
+        });
+    }
+
+    /// Checks that `v` is an object with no unknown and no missing fields.
+    fn object<'a>(
+        &mut self,
+        v: &'a Value,
+        path: &str,
+        allowed: &[&str],
+        required: &[&str],
+    ) -> Option<&'a Map<String, Value>> {
+        let Some(map) = v.as_object() else {
+            self.err(path, format!("must be an object, found {}", type_name(v)));
+            return None;
+        };
+        for key in map.keys() {
+            if !allowed.contains(&key.as_str()) {
+                self.err(join(path, key), "unknown field");
+            }
+        }
+        for key in required {
+            if !map.contains_key(*key) {
+                self.err(join(path, key), "is required");
+            }
+        }
+        Some(map)
+    }
+
+    fn string<'a>(
+        &mut self,
+        map: &'a Map<String, Value>,
+        key: &str,
+        path: &str,
+    ) -> Option<&'a str> {
+        let v = map.get(key)?;
+        match v.as_str() {
+            Some(s) => Some(s),
+            None => {
+                self.err(
+                    join(path, key),
+                    format!("must be a string, found {}", type_name(v)),
+                );
+                None
+            }
+        }
+    }
+
+    fn boolean(&mut self, map: &Map<String, Value>, key: &str, path: &str) -> Option<bool> {
+        let v = map.get(key)?;
+        match v.as_bool() {
+            Some(b) => Some(b),
+            None => {
+                self.err(
+                    join(path, key),
+                    format!("must be a boolean, found {}", type_name(v)),
+                );
+                None
+            }
+        }
+    }
+
+    fn port(&mut self, map: &Map<String, Value>, key: &str, path: &str) -> Option<u16> {
+        let v = map.get(key)?;
+        match v.as_u64() {
+            Some(n) if (1..=65535).contains(&n) => Some(n as u16),
+            Some(n) => {
+                self.err(join(path, key), format!("port {n} is outside 1-65535"));
+                None
+            }
+            None if v.is_number() => {
+                self.err(join(path, key), format!("port {v} is outside 1-65535"));
+                None
+            }
+            None => {
+                self.err(
+                    join(path, key),
+                    format!("must be a port number, found {}", type_name(v)),
+                );
+                None
+            }
+        }
+    }
+
+    fn one_of(&mut self, map: &Map<String, Value>, key: &str, path: &str, options: &[&str]) {
+        if let Some(s) = self.string(map, key, path) {
+            if !options.contains(&s) {
+                self.err(
+                    join(path, key),
+                    format!("must be one of {}, found {s:?}", options.join(", ")),
+                );
+            }
+        }
+    }
+
+    /// An array of strings; each element checked by `check`.
+    fn strings(
+        &mut self,
+        map: &Map<String, Value>,
+        key: &str,
+        path: &str,
+        check: impl Fn(&str) -> Result<(), String>,
+    ) -> Option<Vec<String>> {
+        let v = map.get(key)?;
+        let p = join(path, key);
+        let Some(items) = v.as_array() else {
+            self.err(
+                p,
+                format!("must be an array of strings, found {}", type_name(v)),
+            );
+            return None;
+        };
+        let mut out = Vec::new();
+        for (i, item) in items.iter().enumerate() {
+            let ip = format!("{p}[{i}]");
+            match item.as_str() {
+                Some(s) => match check(s) {
+                    Ok(()) => out.push(s.to_string()),
+                    Err(m) => self.err(ip, m),
+                },
+                None => self.err(ip, format!("must be a string, found {}", type_name(item))),
+            }
+        }
+        Some(out)
+    }
+
+    fn checked(&mut self, path: String, result: Result<(), String>) {
+        if let Err(m) = result {
+            self.err(path, m);
+        }
+    }
+
+    fn document(&mut self, value: &Value, source: Source) {
+        let top = &["version", "node", "mode", "taken", "settings", "resources"];
+        let Some(map) = self.object(value, "", top, &["version", "node", "mode", "resources"])
+        else {
+            return;
+        };
+        if let Some(v) = map.get("version") {
+            if v.as_u64() != Some(FORMAT_VERSION as u64) {
+                self.err("version", format!("must be {FORMAT_VERSION}, found {v}"));
+            }
+        }
+        if let Some(node) = self.string(map, "node", "") {
+            self.checked("node".into(), check_node_name(node));
+        }
+        self.one_of(map, "mode", "", &["adopted", "converged"]);
+        if let Some(taken) = self.strings(map, "taken", "", check_module_name) {
+            let mut seen = BTreeSet::new();
+            for (i, m) in taken.iter().enumerate() {
+                if !seen.insert(m) {
+                    self.err(
+                        format!("taken[{i}]"),
+                        format!("module {m:?} is named twice"),
+                    );
+                }
+            }
+        }
+        let has_private = match map.get("settings") {
+            Some(s) => self.settings(s),
+            None => false,
+        };
+        if let Some(resources) = map.get("resources") {
+            match resources.as_array() {
+                Some(items) => self.resources(items, source, has_private),
+                None => self.err(
+                    "resources",
+                    format!("must be an array, found {}", type_name(resources)),
+                ),
+            }
+        }
+    }
+
+    /// Returns whether a private network is described, which `from: private` needs.
+    fn settings(&mut self, v: &Value) -> bool {
+        let Some(map) = self.object(v, "settings", &["ports", "private_network"], &["ports"])
+        else {
+            return false;
+        };
+        if let Some(ports) = map.get("ports") {
+            let names = ["store", "bus", "broker_management", "registry", "hub"];
+            if let Some(pm) = self.object(ports, "settings.ports", &names, &names) {
+                let mut by_port: BTreeMap<u16, &str> = BTreeMap::new();
+                for name in names {
+                    if let Some(p) = self.port(pm, name, "settings.ports") {
+                        if let Some(other) = by_port.insert(p, name) {
+                            self.err(
+                                format!("settings.ports.{name}"),
+                                format!("port {p} is already the {other} port"),
+                            );
+                        }
+                    }
+                }
+            }
+        }
+        let Some(pn) = map.get("private_network") else {
+            return false;
+        };
+        let path = "settings.private_network";
+        let Some(pm) = self.object(pn, path, &["interface", "range"], &["interface", "range"])
+        else {
+            return false;
+        };
+        if let Some(i) = self.string(pm, "interface", path) {
+            self.checked(join(path, "interface"), check_interface(i));
+        }
+        if let Some(r) = self.string(pm, "range", path) {
+            self.checked(join(path, "range"), parse_cidr(r, false).map(|_| ()));
+        }
+        true
+    }
+
+    fn resources(&mut self, items: &[Value], source: Source, has_private: bool) {
+        let mut ids: BTreeMap<String, usize> = BTreeMap::new();
+        let mut keys: BTreeMap<(String, String), usize> = BTreeMap::new();
+        for (i, item) in items.iter().enumerate() {
+            let path = format!("resources[{i}]");
+            let Some(map) = item.as_object() else {
+                self.err(
+                    path,
+                    format!("must be an object, found {}", type_name(item)),
+                );
+                continue;
+            };
+            let shape = match map.get("type") {
+                None => {
+                    self.err(join(&path, "type"), "is required");
+                    None
+                }
+                Some(Value::String(t)) => match super::Shape::from_name(t) {
+                    Some(s) => Some(s),
+                    None => {
+                        self.err(
+                            join(&path, "type"),
+                            format!(
+                                "unknown type {t:?}; this host knows file, directory, service, \
+                                 package, container, action, opening"
+                            ),
+                        );
+                        None
+                    }
+                },
+                Some(other) => {
+                    self.err(
+                        join(&path, "type"),
+                        format!("must be a string, found {}", type_name(other)),
+                    );
+                    None
+                }
+            };
+            if let Some(id) = self.string(map, "id", &path) {
+                match check_id(id) {
+                    Err(m) => self.err(join(&path, "id"), m),
+                    Ok(()) => {
+                        if let Some(first) = ids.insert(id.to_string(), i) {
+                            self.err(
+                                join(&path, "id"),
+                                format!("duplicate id {id:?}, first used by resources[{first}]"),
+                            );
+                        }
+                    }
+                }
+            } else if !map.contains_key("id") {
+                self.err(join(&path, "id"), "is required");
+            }
+            if let Some(m) = self.string(map, "module", &path) {
+                self.checked(join(&path, "module"), check_module_name(m));
+            }
+            let Some(shape) = shape else {
+                // Without a known type the other fields cannot be judged; the type's problem
+                // is already named.
+                continue;
+            };
+            use super::Shape::*;
+            let (own, required): (&[&str], &[&str]) = match shape {
+                File => (FILE_FIELDS, &["path"]),
+                Directory => (DIRECTORY_FIELDS, &["path"]),
+                Service => (SERVICE_FIELDS, &["name", "state", "enabled"]),
+                Package => (PACKAGE_FIELDS, &["name"]),
+                Container => (CONTAINER_FIELDS, &["name", "image"]),
+                Action => (ACTION_FIELDS, &["run", "verify"]),
+                Opening => (OPENING_FIELDS, &["port", "proto", "from", "path"]),
+            };
+            let mut allowed = vec!["id", "module", "type"];
+            allowed.extend_from_slice(own);
+            let mut req = vec!["id"];
+            req.extend_from_slice(required);
+            // Missing id was reported above; avoid naming it twice.
+            req.retain(|k| *k != "id");
+            self.object(item, &path, &allowed, &req);
+            let key = match shape {
+                File => self.file(map, &path),
+                Directory => self.directory(map, &path),
+                Service => self.service(map, &path),
+                Package => self.package(map, &path),
+                Container => self.container(map, &path),
+                Action => {
+                    self.action(map, &path, source);
+                    None
+                }
+                Opening => {
+                    self.opening(map, &path, has_private);
+                    None
+                }
+            };
+            if let Some(key) = key {
+                let class = match shape {
+                    File | Directory => "path".to_string(),
+                    other => other.as_str().to_string(),
+                };
+                if let Some(first) = keys.insert((class, key.clone()), i) {
+                    self.err(
+                        &path,
+                        format!("{key:?} is already declared by resources[{first}]"),
+                    );
+                }
+            }
+        }
+    }
+
+    fn machine_path(&mut self, map: &Map<String, Value>, path: &str) -> Option<String> {
+        let p = self.string(map, "path", path)?;
+        match check_path(p) {
+            Ok(()) => Some(p.to_string()),
+            Err(m) => {
+                self.err(join(path, "path"), m);
+                None
+            }
+        }
+    }
+
+    fn ownership(&mut self, map: &Map<String, Value>, path: &str) {
+        if let Some(m) = self.string(map, "mode", path) {
+            self.checked(join(path, "mode"), parse_mode(m).map(|_| ()));
+        }
+        for key in ["owner", "group"] {
+            if let Some(o) = self.string(map, key, path) {
+                self.checked(join(path, key), check_account(o));
+            }
+        }
+    }
+
+    fn file(&mut self, map: &Map<String, Value>, path: &str) -> Option<String> {
+        let key = self.machine_path(map, path);
+        self.ownership(map, path);
+        let text = self.string(map, "content", path);
+        let b64 = self.string(map, "content_base64", path);
+        match (text, b64) {
+            (Some(_), Some(_)) => self.err(
+                path,
+                "content and content_base64 are both given; give exactly one",
+            ),
+            (None, None) if !map.contains_key("content") && !map.contains_key("content_base64") => {
+                self.err(join(path, "content"), "is required (or content_base64)")
+            }
+            (None, Some(b)) if base64::engine::general_purpose::STANDARD.decode(b).is_err() => {
+                self.err(join(path, "content_base64"), "is not valid base64")
+            }
+            _ => {}
+        }
+        self.boolean(map, "create_once", path);
+        key
+    }
+
+    fn directory(&mut self, map: &Map<String, Value>, path: &str) -> Option<String> {
+        let key = self.machine_path(map, path);
+        self.ownership(map, path);
+        key
+    }
+
+    fn service(&mut self, map: &Map<String, Value>, path: &str) -> Option<String> {
+        self.one_of(map, "state", path, &["running", "stopped"]);
+        self.boolean(map, "enabled", path);
+        let name = self.string(map, "name", path)?;
+        match check_unit_name(name) {
+            Ok(()) => Some(name.to_string()),
+            Err(m) => {
+                self.err(join(path, "name"), m);
+                None
+            }
+        }
+    }
+
+    fn package(&mut self, map: &Map<String, Value>, path: &str) -> Option<String> {
+        if let Some(v) = self.string(map, "version", path) {
+            self.checked(join(path, "version"), check_package_version(v));
+        }
+        let name = self.string(map, "name", path)?;
+        match check_package_name(name) {
+            Ok(()) => Some(name.to_string()),
+            Err(m) => {
+                self.err(join(path, "name"), m);
+                None
+            }
+        }
+    }
+
+    fn container(&mut self, map: &Map<String, Value>, path: &str) -> Option<String> {
+        if let Some(image) = self.string(map, "image", path) {
+            self.checked(join(path, "image"), check_image(image));
+        }
+        self.strings(map, "command", path, check_arg);
+        self.strings(map, "networks", path, check_container_name);
+        self.one_of(
+            map,
+            "restart",
+            path,
+            &["no", "always", "unless-stopped", "on-failure"],
+        );
+        if let Some(env) = map.get("env") {
+            let ep = join(path, "env");
+            match env.as_object() {
+                Some(vars) => {
+                    for (k, v) in vars {
+                        self.checked(format!("{ep}.{k}"), check_env_name(k));
+                        match v.as_str() {
+                            Some(s) => self.checked(format!("{ep}.{k}"), check_arg(s)),
+                            None => self.err(
+                                format!("{ep}.{k}"),
+                                format!("must be a string, found {}", type_name(v)),
+                            ),
+                        }
+                    }
+                }
+                None => self.err(ep, format!("must be an object, found {}", type_name(env))),
+            }
+        }
+        if let Some(ports) = map.get("ports") {
+            let pp = join(path, "ports");
+            match ports.as_array() {
+                Some(items) => {
+                    let mut seen = BTreeMap::new();
+                    for (i, item) in items.iter().enumerate() {
+                        let ip = format!("{pp}[{i}]");
+                        let fields = ["host_address", "host_port", "container_port", "proto"];
+                        let Some(pm) = self.object(item, &ip, &fields, &fields[1..]) else {
+                            continue;
+                        };
+                        let addr = self.string(pm, "host_address", &ip).map(str::to_string);
+                        if let Some(a) = &addr {
+                            if a.parse::<IpAddr>().is_err() {
+                                self.err(
+                                    join(&ip, "host_address"),
+                                    format!("{a:?} is not an IP address"),
+                                );
+                            }
+                        }
+                        let host = self.port(pm, "host_port", &ip);
+                        self.port(pm, "container_port", &ip);
+                        self.one_of(pm, "proto", &ip, &["tcp", "udp"]);
+                        let proto = pm.get("proto").and_then(Value::as_str).unwrap_or("");
+                        if let Some(h) = host {
+                            if let Some(first) = seen.insert((addr, h, proto.to_string()), i) {
+                                self.err(
+                                    join(&ip, "host_port"),
+                                    format!(
+                                        "{proto} port {h} is already published by {pp}[{first}]"
+                                    ),
+                                );
+                            }
+                        }
+                    }
+                }
+                None => self.err(pp, format!("must be an array, found {}", type_name(ports))),
+            }
+        }
+        let name = self.string(map, "name", path)?;
+        match check_container_name(name) {
+            Ok(()) => Some(name.to_string()),
+            Err(m) => {
+                self.err(join(path, "name"), m);
+                None
+            }
+        }
+    }
+
+    fn action(&mut self, map: &Map<String, Value>, path: &str, source: Source) {
+        if source == Source::Link {
+            self.err(
+                join(path, "type"),
+                "an action is refused from the link: actions are accepted only from the bundle \
+                 and from a person at the machine",
+            );
+        }
+        for key in ["run", "verify"] {
+            if let Some(argv) = self.strings(map, key, path, check_arg) {
+                if argv.is_empty() || argv[0].is_empty() {
+                    self.err(
+                        join(path, key),
+                        "must name a program (a non-empty argv array)",
+                    );
+                }
+            }
+        }
+    }
+
+    fn opening(&mut self, map: &Map<String, Value>, path: &str, has_private: bool) {
+        self.port(map, "port", path);
+        self.one_of(map, "proto", path, &["tcp", "udp"]);
+        self.one_of(map, "path", path, &["incoming", "forwarded"]);
+        let Some(from) = map.get("from") else { return };
+        let fp = join(path, "from");
+        match from {
+            Value::String(s) if s == "anywhere" => {}
+            Value::String(s) if s == "private" => {
+                if !has_private {
+                    self.err(
+                        fp,
+                        "\"private\" needs settings.private_network, which this declaration lacks",
+                    );
+                }
+            }
+            Value::String(s) => self.err(
+                fp,
+                format!("must be \"anywhere\", \"private\" or a list of CIDRs, found {s:?}"),
+            ),
+            Value::Array(items) => {
+                if items.is_empty() {
+                    self.err(
+                        fp.clone(),
+                        "an empty list of CIDRs admits nothing; say which sources",
+                    );
+                }
+                for (i, item) in items.iter().enumerate() {
+                    match item.as_str() {
+                        Some(c) => {
+                            self.checked(format!("{fp}[{i}]"), parse_cidr(c, true).map(|_| ()))
+                        }
+                        None => self.err(
+                            format!("{fp}[{i}]"),
+                            format!("must be a CIDR string, found {}", type_name(item)),
+                        ),
+                    }
+                }
+            }
+            other => self.err(
+                fp,
+                format!(
+                    "must be \"anywhere\", \"private\" or a list of CIDRs, found {}",
+                    type_name(other)
+                ),
+            ),
+        }
+    }
+}
+
+fn no_control(s: &str) -> Result<(), String> {
+    if s.chars().any(|c| c.is_control()) {
+        Err("must not contain control characters".into())
+    } else {
+        Ok(())
+    }
+}
+
+fn charset(s: &str, what: &str, max: usize, ok: impl Fn(char) -> bool) -> Result<(), String> {
+    if s.is_empty() {
+        return Err(format!("{what} must not be empty"));
+    }
+    if s.len() > max {
+        return Err(format!("{what} is longer than {max} bytes"));
+    }
+    if let Some(c) = s.chars().find(|c| !ok(*c)) {
+        return Err(format!("{what} {s:?} contains {c:?}, which is not allowed"));
+    }
+    Ok(())
+}
+
+/// A resource id: stable, printable, and safe inside a firewall comment.
+pub fn check_id(s: &str) -> Result<(), String> {
+    charset(s, "id", 128, |c| {
+        c.is_ascii_alphanumeric() || "._-/@:".contains(c)
+    })
+}
+
+pub fn check_module_name(s: &str) -> Result<(), String> {
+    charset(s, "module name", 64, |c| {
+        c.is_ascii_alphanumeric() || "._-".contains(c)
+    })
+}
+
+fn check_node_name(s: &str) -> Result<(), String> {
+    charset(s, "node name", 63, |c| {
+        c.is_ascii_alphanumeric() || "._-".contains(c)
+    })
+}
+
+/// A Linux interface name: at most 15 bytes, no `/`, no whitespace, not `.` or `..`.
+pub fn check_interface(s: &str) -> Result<(), String> {
+    charset(s, "interface name", 15, |c| {
+        c.is_ascii_alphanumeric() || "._-".contains(c)
+    })?;
+    if s == "." || s == ".." {
+        return Err(format!("interface name {s:?} is not allowed"));
+    }
+    Ok(())
+}
+
+/// An absolute, normalised machine path that is not one of the host's own.
+pub fn check_path(p: &str) -> Result<(), String> {
+    if !p.starts_with('/') {
+        return Err(format!("must be absolute, found {p:?}"));
+    }
+    no_control(p)?;
+    if p == "/" {
+        return Err("must not be the root directory".into());
+    }
+    for part in p.split('/').skip(1) {
+        match part {
+            ".." => return Err(format!("must not contain '..', found {p:?}")),
+            "." | "" => {
+                return Err(format!(
+                    "must be normalised (no '.', '//' or trailing '/'), found {p:?}"
+                ))
+            }
+            _ => {}
+        }
+    }
+    for own in OWN_PATHS {
+        if p == *own || p.starts_with(&format!("{own}/")) {
+            return Err(format!(
+                "{p} is the host's own ({own}); the installation owns the host, so no declaration may name it"
+            ));
+        }
+    }
+    if let Ok(exe) = std::env::current_exe() {
+        if exe.to_str() == Some(p) {
+            return Err(format!(
+                "{p} is this host's own binary; no declaration may name it"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// An octal permission string such as `0644` or `755`.
+pub fn parse_mode(s: &str) -> Result<u32, String> {
+    if s.is_empty() || s.len() > 4 || !s.chars().all(|c| ('0'..='7').contains(&c)) {
+        return Err(format!(
+            "mode must be an octal string such as \"0644\", found {s:?}"
+        ));
+    }
+    u32::from_str_radix(s, 8).map_err(|e| format!("mode {s:?}: {e}"))
+}
+
+fn check_account(s: &str) -> Result<(), String> {
+    if !s.is_empty() && s.chars().all(|c| c.is_ascii_digit()) {
+        return Ok(());
+    }
+    charset(s, "account name", 32, |c| {
+        c.is_ascii_alphanumeric() || "_-.".contains(c)
+    })?;
+    if s.starts_with('-') {
+        return Err(format!("account name {s:?} must not start with '-'"));
+    }
+    Ok(())
+}
+
+fn check_unit_name(s: &str) -> Result<(), String> {
+    charset(s, "service name", 128, |c| {
+        c.is_ascii_alphanumeric() || "@._:-".contains(c)
+    })?;
+    if s.starts_with('-') {
+        return Err(format!("service name {s:?} must not start with '-'"));
+    }
+    if OWN_NAMES.contains(&s) {
+        return Err(format!(
+            "{s} is the host's own unit; the installation owns the host, and a host that manages \
+             its own unit can stop itself half way through an apply"
+        ));
+    }
+    Ok(())
+}
+
+fn check_package_name(s: &str) -> Result<(), String> {
+    charset(s, "package name", 128, |c| {
+        c.is_ascii_alphanumeric() || "+._-@".contains(c)
+    })?;
+    if s.starts_with('-') {
+        return Err(format!("package name {s:?} must not start with '-'"));
+    }
+    if OWN_NAMES.contains(&s) {
+        return Err(format!(
+            "{s} is the host's own package; no declaration may name it"
+        ));
+    }
+    Ok(())
+}
+
+fn check_package_version(s: &str) -> Result<(), String> {
+    charset(s, "package version", 128, |c| {
+        c.is_ascii_alphanumeric() || "+._-:~".contains(c)
+    })?;
+    if s.starts_with('-') {
+        return Err(format!("package version {s:?} must not start with '-'"));
+    }
+    Ok(())
+}
+
+fn check_container_name(s: &str) -> Result<(), String> {
+    charset(s, "container name", 128, |c| {
+        c.is_ascii_alphanumeric() || "_.-".contains(c)
+    })?;
+    if !s.starts_with(|c: char| c.is_ascii_alphanumeric()) {
+        return Err(format!(
+            "container name {s:?} must start with a letter or digit"
+        ));
+    }
+    Ok(())
+}
+
+fn check_image(s: &str) -> Result<(), String> {
+    charset(s, "image", 256, |c| {
+        c.is_ascii_alphanumeric() || "_.-/:@".contains(c)
+    })?;
+    if s.starts_with('-') {
+        return Err(format!("image {s:?} must not start with '-'"));
+    }
+    Ok(())
+}
+
+fn check_env_name(s: &str) -> Result<(), String> {
+    charset(s, "environment variable name", 128, |c| {
+        c.is_ascii_alphanumeric() || c == '_'
+    })?;
+    if s.starts_with(|c: char| c.is_ascii_digit()) {
+        return Err(format!(
+            "environment variable name {s:?} must not start with a digit"
+        ));
+    }
+    Ok(())
+}
+
+/// One argv element: any text but NUL, which no command line can carry.
+fn check_arg(s: &str) -> Result<(), String> {
+    if s.contains('\0') {
+        Err("must not contain a NUL byte".into())
+    } else {
+        Ok(())
+    }
+}
+
+/// Parses `ADDR/LEN` (or a bare address when `bare_ok`), refusing host bits beyond the prefix.
+pub fn parse_cidr(s: &str, bare_ok: bool) -> Result<(IpAddr, u8), String> {
+    let (addr, len) = match s.split_once('/') {
+        Some((a, l)) => (a, Some(l)),
+        None if bare_ok => (s, None),
+        None => return Err(format!("{s:?} is not a CIDR (ADDRESS/PREFIX)")),
+    };
+    let ip: IpAddr = addr
+        .parse()
+        .map_err(|_| format!("{s:?} is not a CIDR: {addr:?} is not an IP address"))?;
+    let max = if ip.is_ipv4() { 32 } else { 128 };
+    let len: u8 = match len {
+        None => max,
+        Some(l) => match l.parse::<u8>() {
+            Ok(n) if n <= max && !l.starts_with('+') => n,
+            _ => return Err(format!("{s:?} is not a CIDR: prefix {l:?} is not 0-{max}")),
+        },
+    };
+    let host_bits_set = match ip {
+        IpAddr::V4(a) => len < 32 && (u32::from(a) & (u32::MAX >> len)) != 0,
+        IpAddr::V6(a) => len < 128 && (u128::from(a) & (u128::MAX >> len)) != 0,
+    };
+    if host_bits_set {
+        return Err(format!(
+            "{s:?} is not a network: it has host bits set beyond /{len}"
+        ));
+    }
+    Ok((ip, len))
+}
+
+#[cfg(test)]
+mod tests;
