@@ -1,0 +1,413 @@
+//! The apply loop through the built binary: create, re-apply, change, removal by the asymmetry,
+//! adoption of found files, the briefing, and refusals that change nothing.
+
+use crate::util::Node;
+use serde_json::{json, Value};
+
+fn decl(mode: &str, taken: &[&str], resources: Value) -> Value {
+    json!({
+        "version": 1, "node": "workstation", "mode": mode, "taken": taken,
+        "settings": {
+            "ports": {"store": 5432, "bus": 5672, "broker_management": 15672, "registry": 5000, "hub": 51820},
+            "private_network": {"interface": "mesh0", "range": "10.77.0.0/24"}
+        },
+        "resources": resources
+    })
+}
+
+fn proxy_config(content: &str) -> Value {
+    json!({"id": "proxy/config", "module": "proxy", "type": "file", "path": "/etc/caddy/Caddyfile", "content": content, "mode": "0640"})
+}
+
+#[test]
+fn create_then_unchanged_then_changed_then_removed_by_the_asymmetry() {
+    let node = Node::new();
+    let resources = json!([
+        proxy_config("v1\n"),
+        {"id": "proxy/data", "module": "proxy", "type": "directory", "path": "/srv/caddy", "mode": "0750"},
+        {"id": "db/create", "type": "action", "run": ["touch", "db-made"], "verify": ["test", "-e", "db-made"]}
+    ]);
+    let r = node.apply(&decl("converged", &[], resources.clone()));
+    assert_eq!(r.outcome("proxy/config"), "created");
+    assert_eq!(r.outcome("proxy/data"), "created");
+    assert_eq!(r.outcome("db/create"), "changed");
+    assert_eq!(node.read("/etc/caddy/Caddyfile").as_deref(), Some("v1\n"));
+    use std::os::unix::fs::PermissionsExt;
+    let mode = |p: &str| {
+        std::fs::metadata(node.path(p))
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o7777
+    };
+    assert_eq!(mode("/etc/caddy/Caddyfile"), 0o640);
+    assert_eq!(mode("/srv/caddy"), 0o750);
+    assert!(node.path("db-made").exists());
+
+    let r = node.apply(&decl("converged", &[], resources.clone()));
+    for id in ["proxy/config", "proxy/data", "db/create"] {
+        assert_eq!(r.outcome(id), "unchanged", "{id}");
+    }
+
+    let mut changed = resources.clone();
+    changed[0] = proxy_config("v2\n");
+    let r = node.apply(&decl("converged", &[], changed));
+    assert_eq!(r.outcome("proxy/config"), "changed");
+    assert_eq!(node.read("/etc/caddy/Caddyfile").as_deref(), Some("v2\n"));
+
+    // Drift on an owned file is repaired by reconcile.
+    node.write("/etc/caddy/Caddyfile", "edited by hand\n");
+    let r = node.run(&["reconcile", "--json"]);
+    assert_eq!(r.code, Some(0), "{}", r.stderr);
+    assert_eq!(r.outcome("proxy/config"), "changed");
+    assert_eq!(node.read("/etc/caddy/Caddyfile").as_deref(), Some("v2\n"));
+
+    // Nothing declared: the file and directory the host made are removed, the action forgotten.
+    let r = node.apply(&decl("converged", &[], json!([])));
+    assert_eq!(r.outcome("proxy/config"), "removed");
+    assert_eq!(r.outcome("proxy/data"), "removed");
+    assert_eq!(r.outcome("db/create"), "forgotten");
+    assert!(!node.path("/etc/caddy/Caddyfile").exists());
+    assert!(!node.path("/srv/caddy").exists());
+    assert!(
+        node.path("db-made").exists(),
+        "an action's work is never undone"
+    );
+    assert_eq!(node.state()["owned"], json!([]));
+}
+
+#[test]
+fn a_directory_holding_other_files_is_left_when_undeclared() {
+    let node = Node::new();
+    node.apply(&decl(
+        "converged",
+        &[],
+        json!([{"id": "d", "type": "directory", "path": "/srv/data"}]),
+    ));
+    node.write("/srv/data/customer.db", "precious");
+    let r = node.apply(&decl("converged", &[], json!([])));
+    assert_eq!(r.outcome("d"), "forgotten");
+    assert_eq!(
+        node.read("/srv/data/customer.db").as_deref(),
+        Some("precious")
+    );
+}
+
+#[test]
+fn found_file_on_an_adopted_node_is_held_untouched_and_its_original_saved() {
+    let node = Node::new();
+    node.write("/etc/caddy/Caddyfile", "the predecessor's\n");
+    let r = node.apply(&decl("adopted", &[], json!([proxy_config("the mesh's\n")])));
+    assert_eq!(r.outcome("proxy/config"), "held");
+    assert_eq!(
+        node.read("/etc/caddy/Caddyfile").as_deref(),
+        Some("the predecessor's\n")
+    );
+    let state = node.state();
+    let saved = state["originals"][0]["saved"].as_str().unwrap().to_string();
+    assert_eq!(state["originals"][0]["key"], "/etc/caddy/Caddyfile");
+    assert_eq!(node.read(&saved).as_deref(), Some("the predecessor's\n"));
+    assert_eq!(state["held"][0]["id"], "proxy/config");
+    assert_eq!(state["owned"], json!([]));
+
+    // Held on every reconcile, and never removed, even when its module is no longer assigned.
+    let r = node.run(&["reconcile", "--json"]);
+    assert_eq!(r.outcome("proxy/config"), "held");
+    let r = node.apply(&decl("adopted", &[], json!([])));
+    assert_eq!(r.outcome("proxy/config"), "forgotten");
+    assert_eq!(
+        node.read("/etc/caddy/Caddyfile").as_deref(),
+        Some("the predecessor's\n")
+    );
+    assert_eq!(node.read(&saved).as_deref(), Some("the predecessor's\n"));
+    let owned = node.run(&["owned", "--json"]).json();
+    assert_eq!(owned["held"], json!([]));
+    assert_eq!(owned["originals"][0]["key"], "/etc/caddy/Caddyfile");
+}
+
+#[test]
+fn what_is_not_found_is_created_on_an_adopted_node() {
+    let node = Node::new();
+    let r = node.apply(&decl("adopted", &[], json!([proxy_config("new\n")])));
+    assert_eq!(r.outcome("proxy/config"), "created");
+    // A file the host wrote in an earlier life is not found: its record says so.
+    let r = node.apply(&decl("adopted", &[], json!([proxy_config("new\n")])));
+    assert_eq!(r.outcome("proxy/config"), "unchanged");
+}
+
+#[test]
+fn a_held_file_that_changes_is_reported_and_not_reverted() {
+    let node = Node::new();
+    node.write("/etc/caddy/Caddyfile", "v1 by the predecessor\n");
+    node.apply(&decl("adopted", &[], json!([proxy_config("the mesh's\n")])));
+    // The predecessor's control, still running, writes the file again.
+    node.write("/etc/caddy/Caddyfile", "v2 by the predecessor\n");
+    let r = node.run(&["reconcile", "--json"]);
+    assert_eq!(r.code, Some(0), "{}", r.stderr);
+    assert_eq!(r.outcome("proxy/config"), "changed-by-something-else");
+    assert_eq!(
+        node.read("/etc/caddy/Caddyfile").as_deref(),
+        Some("v2 by the predecessor\n")
+    );
+    let b = node.run(&["briefing", "--json"]).json();
+    assert_eq!(b["outcome"], "kept");
+    let line = b["lines"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["subject"] == "proxy/config")
+        .unwrap();
+    assert_eq!(line["mark"], "kept");
+    assert!(line["detail"]
+        .as_str()
+        .unwrap()
+        .contains("changed by something else"));
+    assert!(b["look_at"][0]
+        .as_str()
+        .unwrap()
+        .contains("Stop it before taking module proxy"));
+    // The original saved is the first one, not the rewrite.
+    let saved = node.state()["originals"][0]["saved"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(
+        node.read(&saved).as_deref(),
+        Some("v1 by the predecessor\n")
+    );
+}
+
+#[test]
+fn taking_a_module_replaces_what_it_held() {
+    let node = Node::new();
+    node.write("/etc/caddy/Caddyfile", "the predecessor's\n");
+    node.apply(&decl("adopted", &[], json!([proxy_config("the mesh's\n")])));
+    let r = node.apply(&decl(
+        "adopted",
+        &["proxy"],
+        json!([proxy_config("the mesh's\n")]),
+    ));
+    assert_eq!(r.outcome("proxy/config"), "changed");
+    assert_eq!(
+        node.read("/etc/caddy/Caddyfile").as_deref(),
+        Some("the mesh's\n")
+    );
+    let state = node.state();
+    assert_eq!(state["held"], json!([]));
+    assert_eq!(state["owned"][0]["found"], true);
+    let saved = state["originals"][0]["saved"].as_str().unwrap().to_string();
+    assert_eq!(node.read(&saved).as_deref(), Some("the predecessor's\n"));
+    // It converges like any other now: drift is repaired.
+    node.write("/etc/caddy/Caddyfile", "drift\n");
+    let r = node.run(&["reconcile", "--json"]);
+    assert_eq!(r.outcome("proxy/config"), "changed");
+    assert_eq!(
+        node.read("/etc/caddy/Caddyfile").as_deref(),
+        Some("the mesh's\n")
+    );
+    // Undeclared, a file the host took over is forgotten, not removed.
+    let r = node.apply(&decl("adopted", &["proxy"], json!([])));
+    assert_eq!(r.outcome("proxy/config"), "forgotten");
+    assert!(node.path("/etc/caddy/Caddyfile").exists());
+}
+
+#[test]
+fn a_converged_node_saves_the_original_before_replacing_a_found_file() {
+    let node = Node::new();
+    node.write("/etc/caddy/Caddyfile", "found\n");
+    let r = node.apply(&decl("converged", &[], json!([proxy_config("declared\n")])));
+    assert_eq!(r.outcome("proxy/config"), "changed");
+    assert_eq!(
+        node.read("/etc/caddy/Caddyfile").as_deref(),
+        Some("declared\n")
+    );
+    let saved = node.state()["originals"][0]["saved"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(node.read(&saved).as_deref(), Some("found\n"));
+}
+
+#[test]
+fn create_once_never_overwrites() {
+    let node = Node::new();
+    let f = json!({"id": "seed", "type": "file", "path": "/etc/seed", "content": "first\n", "create_once": true});
+    assert_eq!(
+        node.apply(&decl("converged", &[], json!([f.clone()])))
+            .outcome("seed"),
+        "created"
+    );
+    node.write("/etc/seed", "edited\n");
+    assert_eq!(
+        node.apply(&decl("converged", &[], json!([f])))
+            .outcome("seed"),
+        "unchanged"
+    );
+    assert_eq!(node.read("/etc/seed").as_deref(), Some("edited\n"));
+}
+
+#[test]
+fn a_failure_stops_the_apply_and_the_briefing_reads_failed() {
+    let node = Node::new();
+    let resources = json!([
+        proxy_config("v1\n"),
+        {"id": "db/create", "type": "action", "run": ["false"], "verify": ["test", "-e", "never"]},
+        {"id": "after", "type": "file", "path": "/etc/after", "content": "x"}
+    ]);
+    let r = node.apply_env(&decl("converged", &[], resources), &[], &[]);
+    assert_eq!(r.code, Some(1), "{}", r.stderr);
+    assert_eq!(r.outcome("proxy/config"), "created");
+    assert_eq!(r.outcome("db/create"), "failed");
+    let entries = r.json()["entries"].as_array().unwrap().len();
+    assert_eq!(entries, 2, "nothing after the failure runs");
+    assert!(!node.path("/etc/after").exists());
+    // What came before the failure stays done and recorded.
+    assert_eq!(node.state()["owned"][0]["id"], "proxy/config");
+    let b = node.run(&["briefing", "--json"]).json();
+    assert_eq!(b["outcome"], "failed");
+    assert!(
+        b.get("outcome").is_some() && node.state()["briefing"].get("outcome").is_none(),
+        "the outcome is computed, never stored"
+    );
+    let text = node.run(&["briefing"]).stdout;
+    assert!(text.starts_with("outcome    failed"), "{text}");
+}
+
+#[test]
+fn shapes_without_an_applier_fail_naming_the_resource() {
+    let node = Node::new();
+    let r = node.apply_env(
+        &decl("converged", &[], json!([{"id": "web/svc", "type": "service", "name": "nginx", "state": "running", "enabled": true}])),
+        &[],
+        &[],
+    );
+    assert_eq!(r.code, Some(1));
+    assert_eq!(r.outcome("web/svc"), "failed");
+    let human = node.apply_env(&decl("converged", &[], json!([{"id": "web/svc", "type": "service", "name": "nginx", "state": "running", "enabled": true}])), &[], &[]);
+    assert!(
+        human
+            .stdout
+            .contains("no service applier in this build yet"),
+        "{}",
+        human.stdout
+    );
+}
+
+#[test]
+fn an_action_from_the_link_is_refused_and_nothing_changes() {
+    let node = Node::new();
+    let resources = json!([proxy_config("x"), {"id": "a", "type": "action", "run": ["touch", "x"], "verify": ["false"]}]);
+    let r = node.apply_env(
+        &decl("converged", &[], resources),
+        &["--source", "link"],
+        &[],
+    );
+    assert_eq!(r.code, Some(2));
+    assert!(
+        r.stderr
+            .contains("error: resources[1].type: an action is refused from the link"),
+        "{}",
+        r.stderr
+    );
+    assert_eq!(
+        std::fs::read_dir(node.root()).unwrap().count(),
+        0,
+        "the machine and store are untouched"
+    );
+}
+
+#[test]
+fn a_refused_declaration_names_every_problem_and_changes_nothing() {
+    let node = Node::new();
+    node.apply(&decl("converged", &[], json!([proxy_config("v1\n")])));
+    let before = node.snapshot();
+    let bad = json!({
+        "version": 1, "node": "workstation", "mode": "converged", "colour": "blue",
+        "resources": [
+            {"id": "a", "type": "file", "path": "etc/x", "content": "x"},
+            {"id": "b", "type": "opening", "port": 0, "proto": "tcp", "from": "anywhere", "path": "incoming"},
+            {"id": "c", "type": "directory", "path": "/var/lib/mesh-host/x"}
+        ]
+    });
+    let r = node.apply_env(&bad, &[], &[]);
+    assert_eq!(r.code, Some(2));
+    for want in [
+        "error: colour: unknown field",
+        "error: resources[0].path: must be absolute",
+        "error: resources[1].port: port 0 is outside 1-65535",
+        "error: resources[2].path: /var/lib/mesh-host/x is the host's own",
+    ] {
+        assert!(r.stderr.contains(want), "missing {want:?} in\n{}", r.stderr);
+    }
+    assert_eq!(node.snapshot(), before);
+}
+
+#[test]
+fn safety_rules_refuse_with_exit_3_and_change_nothing() {
+    let node = Node::new();
+    node.apply(&decl("adopted", &[], json!([proxy_config("v1\n")])));
+    let before = node.snapshot();
+    let r = node.apply_env(
+        &decl("converged", &[], json!([proxy_config("v1\n")])),
+        &[],
+        &[],
+    );
+    assert_eq!(r.code, Some(3), "{}", r.stderr);
+    assert!(
+        r.stderr
+            .contains("is adopted; converging it is its own previewed act"),
+        "{}",
+        r.stderr
+    );
+    let mut other = decl("adopted", &[], json!([]));
+    other["node"] = json!("laptop");
+    let r = node.apply_env(&other, &[], &[]);
+    assert_eq!(r.code, Some(3));
+    assert!(
+        r.stderr
+            .contains("this store belongs to node \"workstation\""),
+        "{}",
+        r.stderr
+    );
+    assert_eq!(node.snapshot(), before);
+}
+
+#[test]
+fn version_owned_and_help_say_what_they_should() {
+    let node = Node::new();
+    let v = node.run(&["version"]);
+    assert_eq!(
+        v.stdout.trim(),
+        format!("mesh-host {}", env!("CARGO_PKG_VERSION"))
+    );
+    let help = node.run(&["--help"]).stdout;
+    assert!(help.contains("3  a safety rule refused the act"), "{help}");
+    node.write("/etc/app.conf", "found");
+    node.apply(&decl("adopted", &[], json!([proxy_config("x"), {"id": "app/conf", "module": "app", "type": "file", "path": "/etc/app.conf", "content": "y"}])));
+    let owned = node.run(&["owned"]).stdout;
+    assert!(
+        owned.contains("owned                proxy/config"),
+        "{owned}"
+    );
+    assert!(owned.contains("held                 app/conf"), "{owned}");
+    let r = node.run(&["reconcile"]);
+    assert_eq!(r.code, Some(0));
+    assert!(
+        r.stdout
+            .contains("node workstation (adopted, from local): 1 unchanged, 1 held"),
+        "{}",
+        r.stdout
+    );
+}
+
+#[test]
+fn reconcile_with_nothing_applied_is_refused() {
+    let node = Node::new();
+    let r = node.run(&["reconcile"]);
+    assert_eq!(r.code, Some(2));
+    assert!(
+        r.stderr.contains("no declaration has been applied"),
+        "{}",
+        r.stderr
+    );
+}

@@ -1,0 +1,152 @@
+//! Test helpers: a temporary node root and a wrapper that runs the built binary against it.
+
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// What one run of the binary left.
+#[derive(Debug)]
+pub struct Run {
+    pub code: Option<i32>,
+    pub signal: Option<i32>,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Run {
+    /// The JSON the command printed.
+    pub fn json(&self) -> Value {
+        serde_json::from_str(&self.stdout)
+            .unwrap_or_else(|e| panic!("not JSON ({e}):\n{}\n{}", self.stdout, self.stderr))
+    }
+
+    /// The outcome the report gives a resource.
+    pub fn outcome(&self, id: &str) -> String {
+        let report = self.json();
+        let entry = report["entries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["id"] == id)
+            .unwrap_or_else(|| panic!("no entry for {id} in {report:#}"));
+        entry["outcome"].as_str().unwrap().to_string()
+    }
+}
+
+/// A node: a temporary directory used as `--root`.
+pub struct Node {
+    pub dir: tempfile::TempDir,
+}
+
+impl Node {
+    pub fn new() -> Node {
+        Node {
+            dir: tempfile::tempdir().expect("temporary root"),
+        }
+    }
+
+    pub fn root(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// The machine path under the root.
+    pub fn path(&self, p: &str) -> PathBuf {
+        self.root().join(p.trim_start_matches('/'))
+    }
+
+    pub fn write(&self, p: &str, content: &str) {
+        let path = self.path(p);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, content).unwrap();
+    }
+
+    pub fn read(&self, p: &str) -> Option<String> {
+        std::fs::read_to_string(self.path(p)).ok()
+    }
+
+    /// Runs `mesh-host --root ROOT ARGS…` with extra environment.
+    pub fn run_env(&self, args: &[&str], env: &[(&str, &str)]) -> Run {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_mesh-host"));
+        cmd.arg("--root")
+            .arg(self.root())
+            .args(args)
+            .env_remove("MESH_HOST_FAILPOINT");
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let out = cmd.output().expect("running mesh-host");
+        Run {
+            code: out.status.code(),
+            signal: out.status.signal(),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
+    }
+
+    pub fn run(&self, args: &[&str]) -> Run {
+        self.run_env(args, &[])
+    }
+
+    /// Applies a declaration with `--json` and extra arguments.
+    pub fn apply_env(&self, decl: &Value, args: &[&str], env: &[(&str, &str)]) -> Run {
+        let file = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(file.path(), serde_json::to_vec(decl).unwrap()).unwrap();
+        let mut all = vec!["apply", file.path().to_str().unwrap(), "--json"];
+        all.extend_from_slice(args);
+        self.run_env(&all, env)
+    }
+
+    pub fn apply(&self, decl: &Value) -> Run {
+        let r = self.apply_env(decl, &[], &[]);
+        assert_eq!(r.code, Some(0), "apply failed:\n{}\n{}", r.stdout, r.stderr);
+        r
+    }
+
+    pub fn state(&self) -> Value {
+        let text = std::fs::read_to_string(self.path("/var/lib/mesh-host/state.json"))
+            .expect("store exists");
+        serde_json::from_str(&text).unwrap()
+    }
+
+    /// Everything under the root: each path with its kind, mode and content, the store's
+    /// timestamps blanked, so two roots can be compared for "the same machine and store".
+    pub fn snapshot(&self) -> BTreeMap<String, String> {
+        let mut out = BTreeMap::new();
+        walk(self.root(), self.root(), &mut out);
+        out
+    }
+}
+
+fn walk(root: &Path, dir: &Path, out: &mut BTreeMap<String, String>) {
+    let mut entries: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    entries.sort();
+    for path in entries {
+        let rel = path.strip_prefix(root).unwrap().display().to_string();
+        let meta = std::fs::symlink_metadata(&path).unwrap();
+        let mode = meta.permissions().mode() & 0o7777;
+        if meta.is_dir() {
+            out.insert(rel, format!("dir {mode:o}"));
+            walk(root, &path, out);
+        } else if rel.ends_with("state.json") {
+            let mut v: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+            if let Some(b) = v.get_mut("briefing") {
+                b["at"] = Value::Null;
+            }
+            out.insert(rel, format!("file {mode:o} {v:#}"));
+        } else {
+            out.insert(
+                rel,
+                format!(
+                    "file {mode:o} {}",
+                    String::from_utf8_lossy(&std::fs::read(&path).unwrap())
+                ),
+            );
+        }
+    }
+}
