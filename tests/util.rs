@@ -69,8 +69,12 @@ impl Node {
 
     /// Runs `mesh-host --root ROOT ARGS…` with extra environment.
     pub fn run_env(&self, args: &[&str], env: &[(&str, &str)]) -> Run {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_mesh-host"));
-        cmd.arg("--root")
+        // Each run gets a fresh network namespace of its own: an adopted node's apply loads the
+        // guard into nf_tables, and a test never touches the machine's own firewall.
+        let mut cmd = Command::new("unshare");
+        cmd.args(["--net", "--"])
+            .arg(env!("CARGO_BIN_EXE_mesh-host"))
+            .arg("--root")
             .arg(self.root())
             .args(args)
             .env_remove("MESH_HOST_FAILPOINT");

@@ -1,1 +1,22 @@
 //! The firewall engine: detects the found firewall, converges marked openings through it and keeps the guard.
+
+pub mod detect;
+pub mod engine;
+pub mod error;
+pub mod exec;
+pub mod guard;
+pub mod netlink;
+pub mod opening;
+pub mod rules;
+
+pub use detect::{Backend, Found, Layer, MESH_TABLE};
+pub use engine::{Converged, Firewall, Presence, Scope};
+pub use error::{Errno, Error, Result};
+pub use exec::{Exec, Output, RecordingExec, SystemExec};
+pub use guard::{GuardReport, GuardSpec, GuardStatus};
+pub use netlink::{
+    BaseChain, Batch, Chain, ChainHook, ChainType, Claim, CmpOp, CtDirection, CtKey, CtState,
+    Event, Expr, Family, Generation, Hook, ImmediateData, L4Proto, MetaKey, NfMonitor, NfSocket,
+    PayloadBase, Policy, Position, Rule, RuleBody, Ruleset, Set, Table, TableFlags, Verdict,
+};
+pub use opening::{Network, Opening, Path, Proto};

@@ -9,6 +9,7 @@
 mod action;
 mod directory;
 mod file;
+pub mod opening;
 mod report;
 
 pub use report::{Entry, Outcome, Report};
@@ -61,6 +62,8 @@ pub(crate) struct Cx<'a> {
     pub runner: &'a dyn Runner,
     pub store: &'a mut Store,
     pub decl: &'a Declaration,
+    /// The found firewall, opened on first use.
+    pub fw: Option<firewall::Firewall<'static>>,
 }
 
 impl Cx<'_> {
@@ -170,12 +173,29 @@ pub fn apply(host: &Host<'_>, decl: &Declaration, source: Source) -> Result<Repo
             runner: host.runner,
             store: &mut store,
             decl,
+            fw: None,
         };
-        for res in &decl.resources {
+        // On an adopted node the guard comes first: the store must never be reachable from
+        // outside, whatever else this apply does.
+        if decl.mode == Mode::Adopted {
+            if let Some(settings) = cx.store.state.settings.clone() {
+                let result = opening::ensure_guard(&mut cx, &settings);
+                report.guard = Some(match &result {
+                    Ok(line) => line.clone(),
+                    Err(e) => format!("failed: {e}"),
+                });
+                if let Err(e) = result {
+                    report.push("guard", Shape::Opening, "guard".into(), Err(e));
+                }
+            }
+        }
+        let guard_failed = report.failed().is_some();
+        for res in decl.resources.iter().filter(|_| !guard_failed) {
             let result = match res {
                 Resource::File(f) => file::apply(&mut cx, f),
                 Resource::Directory(d) => directory::apply(&mut cx, d),
                 Resource::Action(a) => action::apply(&mut cx, a),
+                Resource::Opening(o) => opening::apply(&mut cx, o),
                 other => Err(format!(
                     "no {} applier in this build yet; {} resources land with their own applier",
                     other.shape(),
@@ -190,6 +210,9 @@ pub fn apply(host: &Host<'_>, decl: &Declaration, source: Source) -> Result<Repo
         }
         if report.failed().is_none() {
             remove_undeclared(&mut cx, &mut report);
+        }
+        if report.failed().is_none() && cx.fw.is_some() {
+            sweep_stale_marks(&mut cx, &mut report);
         }
     }
     store.state.briefing = Some(brief(&store, decl, &report));
@@ -280,6 +303,7 @@ fn remove_undeclared(cx: &mut Cx<'_>, report: &mut Report) {
                 Outcome::Forgotten,
                 "an action leaves nothing the host owns",
             )),
+            Shape::Opening => declared_openings(cx).and_then(|d| opening::remove(cx, &rec.id, &d)),
             other => Err(format!("no {other} applier in this build yet to remove it")),
         };
         let result = result.and_then(|done| {
@@ -294,6 +318,45 @@ fn remove_undeclared(cx: &mut Cx<'_>, report: &mut Report) {
             return;
         }
     }
+}
+
+/// Removes marked rules of openings that are not declared, whether or not the store remembers
+/// them (a lost store leaves marks the host can still recognise as its own).
+fn sweep_stale_marks(cx: &mut Cx<'_>, report: &mut Report) {
+    let result = declared_openings(cx).and_then(|declared| {
+        let fw = opening::firewall(&mut cx.fw)?;
+        fw.converge(&declared, firewall::Scope::All)
+            .map_err(|e| format!("removing stale openings: {e}"))
+    });
+    match result {
+        Ok(done) => {
+            for (mark, layer) in done.removed {
+                let id = firewall::rules::id_of(&mark).unwrap_or(&mark).to_string();
+                report.push(
+                    &id,
+                    Shape::Opening,
+                    id.clone(),
+                    Ok(Done::new(
+                        Outcome::Removed,
+                        format!("stale marked rule {mark} removed from {layer}"),
+                    )),
+                );
+            }
+        }
+        Err(e) => report.push("openings", Shape::Opening, "stale marks".into(), Err(e)),
+    }
+}
+
+/// The openings of the declaration, in the firewall crate's terms.
+fn declared_openings(cx: &Cx<'_>) -> Result<Vec<firewall::Opening>, String> {
+    cx.decl
+        .resources
+        .iter()
+        .filter_map(|r| match r {
+            Resource::Opening(o) => Some(opening::to_opening(o, cx.store.state.settings.as_ref())),
+            _ => None,
+        })
+        .collect()
 }
 
 /// The briefing for the node as the store now stands, with this apply's conflicts and failure.
@@ -362,6 +425,17 @@ fn brief(store: &Store, decl: &Declaration, report: &Report) -> Briefing {
                 ),
             }),
         }
+    }
+    if let Some(g) = &report.guard {
+        lines.push(Line {
+            mark: if g.starts_with("failed") {
+                Mark::Failed
+            } else {
+                Mark::Ok
+            },
+            subject: "guard".into(),
+            detail: g.clone(),
+        });
     }
     if let Some(e) = report.failed() {
         lines.push(Line {

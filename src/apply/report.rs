@@ -53,12 +53,16 @@ pub struct Report {
     pub node: String,
     pub mode: &'static str,
     pub source: Source,
+    /// How the guard stands, on an adopted node.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub guard: Option<String>,
     pub entries: Vec<Entry>,
 }
 
 impl Report {
     pub fn new(decl: &Declaration, source: Source) -> Self {
         Report {
+            guard: None,
             node: decl.node.clone(),
             mode: decl.mode.as_str(),
             source,
@@ -136,6 +140,9 @@ impl Report {
             self.source.as_str(),
             summary
         );
+        if let Some(g) = &self.guard {
+            let _ = writeln!(out, "guard: {g}");
+        }
         if let Some(f) = self.failed() {
             let _ = writeln!(out, "the apply stopped at {}: {}", f.id, f.detail);
         }

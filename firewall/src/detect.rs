@@ -1,0 +1,427 @@
+//! Detecting the found firewall: every filtering layer that can drop a packet on the incoming or
+//! the forwarded path, with who wrote it and the evidence.
+//!
+//! A base chain at a hook runs in priority order with every other base chain at that hook; an
+//! accept ends only its own chain and a drop in any is final, whether the other chains are
+//! nftables or legacy iptables. So the found firewall is not "a kind" but a set of layers, and an
+//! opening must be admitted by every layer on its path that could drop it. Detection only reads:
+//! it never creates a table or chain it looks for (legacy tables are read only when
+//! `/proc/net/ip_tables_names` says they exist, since listing one makes the kernel create it).
+
+use crate::error::Result;
+use crate::exec::Exec;
+use crate::netlink::{ChainType, Expr, Family, Hook, NfSocket, Policy, Ruleset, Verdict};
+use crate::opening::Path;
+use std::fmt;
+use std::path::Path as FsPath;
+
+/// The mesh's own table (the guard, and later the derived filter); never a found layer.
+pub const MESH_TABLE: &str = "mesh_host";
+
+/// Who wrote a layer, and so in whose terms an opening is written into it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Backend {
+    /// Written with `nft` (a hand-written ruleset): openings are written natively.
+    Nftables,
+    /// Written through `iptables` on the nf_tables backend (the operator, Docker, Podman):
+    /// openings are written with `iptables-nft`, so the tables stay readable by iptables.
+    IptablesNft,
+    /// The legacy x_tables: openings are written with `iptables-legacy`.
+    IptablesLegacy,
+    /// firewalld's own table; its driver has not landed, so adoption is refused.
+    Firewalld,
+    /// ufw's chains; its driver has not landed, so adoption is refused.
+    Ufw,
+}
+
+impl Backend {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Backend::Nftables => "nftables",
+            Backend::IptablesNft => "iptables-nft",
+            Backend::IptablesLegacy => "iptables-legacy",
+            Backend::Firewalld => "firewalld",
+            Backend::Ufw => "ufw",
+        }
+    }
+}
+
+impl fmt::Display for Backend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One base chain (or legacy built-in chain) on a path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Layer {
+    pub backend: Backend,
+    pub path: Path,
+    /// `ip`, `ip6` or `inet`; a legacy layer is `ip` (iptables) or `ip6` (ip6tables).
+    pub family: Family,
+    pub table: String,
+    pub chain: String,
+    pub priority: i32,
+    pub policy: Policy,
+    pub rules: usize,
+    /// Whether anything in it can drop a packet: a drop policy, or a rule that drops, rejects,
+    /// jumps elsewhere or does something this host cannot read.
+    pub can_drop: bool,
+    /// Why the host thinks `backend` wrote it.
+    pub evidence: String,
+}
+
+impl Layer {
+    /// `ip filter INPUT (iptables-nft)`, for reports.
+    pub fn describe(&self) -> String {
+        format!(
+            "{} {} {} ({})",
+            self.family, self.table, self.chain, self.backend
+        )
+    }
+}
+
+/// The found firewall.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Found {
+    pub layers: Vec<Layer>,
+    /// Why openings cannot be converged through it, if they cannot.
+    pub refusal: Option<String>,
+    /// What could not be read, if anything (reported, never guessed at).
+    pub notes: Vec<String>,
+}
+
+impl Found {
+    /// The layers that can drop a packet on a path: an opening must be admitted by each.
+    pub fn droppers(&self, path: Path) -> impl Iterator<Item = &Layer> {
+        self.layers
+            .iter()
+            .filter(move |l| l.path == path && l.can_drop)
+    }
+
+    /// `none`, one backend's name, or several joined with `+` (e.g. `iptables-legacy+nftables`).
+    pub fn kind(&self) -> String {
+        let mut kinds: Vec<Backend> = self
+            .layers
+            .iter()
+            .filter(|l| l.can_drop)
+            .map(|l| l.backend)
+            .collect();
+        kinds.sort();
+        kinds.dedup();
+        if kinds.is_empty() {
+            "none".into()
+        } else {
+            kinds
+                .iter()
+                .map(|b| b.as_str())
+                .collect::<Vec<_>>()
+                .join("+")
+        }
+    }
+}
+
+/// Reads the found firewall from nf_tables (through `nf`, when the kernel has it) and from the
+/// legacy x_tables named under `proc` (normally `/proc`).
+pub fn detect(nf: Option<&mut NfSocket>, exec: &dyn Exec, proc: &FsPath) -> Result<Found> {
+    let mut found = Found::default();
+    match nf {
+        Some(sock) => {
+            let ruleset = sock.ruleset(None)?;
+            nft_layers(&ruleset, &mut found);
+        }
+        None => found
+            .notes
+            .push("nf_tables is not available; only legacy tables were read".into()),
+    }
+    legacy_layers(exec, proc, &mut found)?;
+    refuse_what_no_driver_speaks(exec, &mut found);
+    Ok(found)
+}
+
+fn path_of(hook: Hook) -> Option<Path> {
+    match hook {
+        Hook::Input => Some(Path::Incoming),
+        Hook::Forward => Some(Path::Forwarded),
+        _ => None,
+    }
+}
+
+/// Names of the built-in chains iptables creates.
+const XT_BUILTIN: &[&str] = &["INPUT", "FORWARD", "OUTPUT", "PREROUTING", "POSTROUTING"];
+
+fn has_xt(ruleset: &Ruleset, family: Family, table: &str) -> bool {
+    ruleset.rules.iter().any(|r| {
+        r.family == family
+            && r.table == table
+            && r.exprs
+                .iter()
+                .any(|e| matches!(e, Expr::Raw { name, .. } if name == "match" || name == "target"))
+    })
+}
+
+/// Who wrote the table a base chain lives in, with the evidence.
+fn writer(ruleset: &Ruleset, family: Family, table: &str, chain: &str) -> (Backend, String) {
+    let chains_here = || {
+        ruleset
+            .chains
+            .iter()
+            .filter(move |c| c.family == family && c.table == table)
+    };
+    if table == "firewalld" {
+        return (Backend::Firewalld, format!("table {family} firewalld"));
+    }
+    if chains_here().any(|c| c.name.starts_with("ufw-") || c.name.starts_with("ufw6-")) {
+        return (
+            Backend::Ufw,
+            format!("ufw chains in table {family} {table}"),
+        );
+    }
+    let xt_family = matches!(family, Family::Ipv4 | Family::Ipv6);
+    if xt_family
+        && XT_BUILTIN.contains(&chain)
+        && ["filter", "nat", "mangle", "raw", "security"].contains(&table)
+    {
+        let docker = chains_here().any(|c| c.name.starts_with("DOCKER"));
+        let rules: Vec<_> = ruleset
+            .rules
+            .iter()
+            .filter(|r| r.family == family && r.table == table)
+            .collect();
+        // iptables-nft writes x_tables compat expressions for most matches and a counter on
+        // every rule; a hand-written `table ip filter` has neither.
+        let counted = !rules.is_empty()
+            && rules
+                .iter()
+                .all(|r| r.exprs.iter().any(|e| matches!(e, Expr::Counter { .. })));
+        if has_xt(ruleset, family, table) || counted || rules.is_empty() {
+            let who = if docker {
+                "Docker and the operator, through iptables-nft"
+            } else {
+                "iptables-nft"
+            };
+            let why = if has_xt(ruleset, family, table) {
+                "x_tables compat expressions"
+            } else if counted {
+                "a counter on every rule, as iptables-nft writes"
+            } else {
+                "iptables' table and built-in chain names"
+            };
+            return (
+                Backend::IptablesNft,
+                format!("{who}: {why} in table {family} {table}"),
+            );
+        }
+    }
+    (
+        Backend::Nftables,
+        format!("table {family} {table}, written with nft"),
+    )
+}
+
+fn nft_layers(ruleset: &Ruleset, found: &mut Found) {
+    for c in &ruleset.chains {
+        let Some(hook) = &c.hook else { continue };
+        let Some(path) = path_of(hook.hook) else {
+            continue;
+        };
+        if !matches!(c.family, Family::Ipv4 | Family::Ipv6 | Family::Inet) {
+            continue;
+        }
+        if c.table == MESH_TABLE && c.family == Family::Inet {
+            continue;
+        }
+        if c.chain_type
+            .as_ref()
+            .is_some_and(|t| *t != ChainType::Filter)
+        {
+            continue;
+        }
+        let rules: Vec<_> = ruleset.rules_of(c.family, &c.table, &c.name).collect();
+        let policy = c.policy.unwrap_or(Policy::Accept);
+        let can_drop = policy != Policy::Accept
+            || rules.iter().any(|r| {
+                r.exprs.iter().any(|e| match e.as_verdict() {
+                    Some(v) => !matches!(v, Verdict::Accept | Verdict::Continue | Verdict::Return),
+                    None => matches!(e, Expr::Raw { name, .. } if name == "reject" || name == "target" || name == "queue"),
+                })
+            });
+        let (backend, evidence) = writer(ruleset, c.family, &c.table, &c.name);
+        found.layers.push(Layer {
+            backend,
+            path,
+            family: c.family,
+            table: c.table.clone(),
+            chain: c.name.clone(),
+            priority: hook.priority,
+            policy,
+            rules: rules.len(),
+            can_drop,
+            evidence,
+        });
+    }
+}
+
+/// One legacy table as `iptables-legacy-save` prints it: built-in chain policies and rules.
+pub(crate) struct LegacyTable {
+    pub policies: Vec<(String, String)>,
+    pub rules: Vec<(String, String)>,
+}
+
+/// Parses `iptables-save` output for one table.
+pub(crate) fn parse_save(text: &str) -> LegacyTable {
+    let mut t = LegacyTable {
+        policies: Vec::new(),
+        rules: Vec::new(),
+    };
+    for line in text.lines() {
+        if let Some(rest) = line.strip_prefix(':') {
+            let mut parts = rest.split_whitespace();
+            if let (Some(chain), Some(policy)) = (parts.next(), parts.next()) {
+                t.policies.push((chain.to_string(), policy.to_string()));
+            }
+        } else if let Some(rest) = line.strip_prefix("-A ") {
+            let (chain, spec) = rest.split_once(' ').unwrap_or((rest, ""));
+            t.rules.push((chain.to_string(), spec.to_string()));
+        }
+    }
+    t
+}
+
+fn legacy_layers(exec: &dyn Exec, proc: &FsPath, found: &mut Found) -> Result<()> {
+    for (names, program, family) in [
+        ("net/ip_tables_names", "iptables-legacy-save", Family::Ipv4),
+        (
+            "net/ip6_tables_names",
+            "ip6tables-legacy-save",
+            Family::Ipv6,
+        ),
+    ] {
+        let listed = std::fs::read_to_string(proc.join(names)).unwrap_or_default();
+        if !listed.lines().any(|l| l.trim() == "filter") {
+            continue;
+        }
+        if !exec.exists(program) {
+            found.refusal.get_or_insert(format!(
+                "legacy {family} filter table is in force but {program} is not installed to read it"
+            ));
+            continue;
+        }
+        let out = exec.run_ok(program, &["-t".into(), "filter".into()], None)?;
+        let table = parse_save(&out.stdout);
+        for (chain, path) in [("INPUT", Path::Incoming), ("FORWARD", Path::Forwarded)] {
+            let Some((_, policy)) = table.policies.iter().find(|(c, _)| c == chain) else {
+                continue;
+            };
+            let rules: Vec<_> = table.rules.iter().filter(|(c, _)| c == chain).collect();
+            let can_drop = policy != "ACCEPT"
+                || rules.iter().any(|(_, spec)| {
+                    let target = spec
+                        .split(" -j ")
+                        .nth(1)
+                        .or_else(|| spec.split(" -g ").nth(1));
+                    !matches!(
+                        target.map(|t| t.split_whitespace().next().unwrap_or("")),
+                        Some("ACCEPT") | Some("RETURN")
+                    )
+                });
+            let ufw = table.policies.iter().any(|(c, _)| c.starts_with("ufw"));
+            let backend = if ufw {
+                Backend::Ufw
+            } else {
+                Backend::IptablesLegacy
+            };
+            found.layers.push(Layer {
+                backend,
+                path,
+                family,
+                table: "filter".into(),
+                chain: chain.into(),
+                priority: 0,
+                policy: if policy == "ACCEPT" {
+                    Policy::Accept
+                } else {
+                    Policy::Drop
+                },
+                rules: rules.len(),
+                can_drop,
+                evidence: format!(
+                    "{}/{names} lists filter; read with {program}",
+                    proc.display()
+                ),
+            });
+        }
+    }
+    Ok(())
+}
+
+fn refuse_what_no_driver_speaks(exec: &dyn Exec, found: &mut Found) {
+    for l in &found.layers {
+        let reason = match l.backend {
+            Backend::Firewalld => Some(format!(
+                "firewalld runs this machine's firewall ({}); mesh-host does not speak firewalld yet, so it will not guess",
+                l.evidence
+            )),
+            Backend::Ufw => Some(format!(
+                "ufw runs this machine's firewall ({}); mesh-host does not speak ufw yet, so it will not guess",
+                l.evidence
+            )),
+            Backend::IptablesNft if l.can_drop => {
+                let program = if l.family == Family::Ipv6 { "ip6tables-nft" } else { "iptables-nft" };
+                (!exec.exists(program)).then(|| {
+                    format!("{} was written by iptables-nft, and {program} is not installed to write openings in its terms", l.describe())
+                })
+            }
+            Backend::IptablesLegacy if l.can_drop => {
+                let program = if l.family == Family::Ipv6 { "ip6tables-legacy" } else { "iptables-legacy" };
+                (!exec.exists(program)).then(|| format!("{} is in force, and {program} is not installed", l.describe()))
+            }
+            _ => None,
+        };
+        if let Some(r) = reason {
+            found.refusal.get_or_insert(r);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_iptables_save() {
+        let t = parse_save(
+            "# Generated\n*filter\n:INPUT DROP [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n\
+             -A INPUT -p tcp -m tcp --dport 22 -j ACCEPT\n-A INPUT -i lo -j ACCEPT\nCOMMIT\n",
+        );
+        assert_eq!(t.policies[0], ("INPUT".into(), "DROP".into()));
+        assert_eq!(t.rules.len(), 2);
+        assert_eq!(
+            t.rules[0],
+            ("INPUT".into(), "-p tcp -m tcp --dport 22 -j ACCEPT".into())
+        );
+    }
+
+    #[test]
+    fn kind_joins_the_backends_that_can_drop() {
+        let layer = |backend, can_drop| Layer {
+            backend,
+            path: Path::Incoming,
+            family: Family::Inet,
+            table: "t".into(),
+            chain: "c".into(),
+            priority: 0,
+            policy: Policy::Accept,
+            rules: 0,
+            can_drop,
+            evidence: String::new(),
+        };
+        let mut f = Found::default();
+        assert_eq!(f.kind(), "none");
+        f.layers.push(layer(Backend::Nftables, false));
+        assert_eq!(f.kind(), "none");
+        f.layers.push(layer(Backend::IptablesLegacy, true));
+        f.layers.push(layer(Backend::Nftables, true));
+        assert_eq!(f.kind(), "nftables+iptables-legacy");
+    }
+}

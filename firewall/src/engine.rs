@@ -1,0 +1,284 @@
+//! The engine: converges openings through every layer of the found firewall that could drop them,
+//! in each layer's own terms, and removes only rules the host marked.
+//!
+//! nf_tables changes (native rules, and deleting marked rules from iptables-nft tables by handle)
+//! go in one atomic batch on the host's own socket; iptables-nft and iptables-legacy insertions
+//! go through those programs with argv, so tables they wrote stay readable by them.
+
+use crate::detect::{self, Backend, Found, Layer};
+use crate::error::{Error, Result};
+use crate::exec::Exec;
+use crate::netlink::{Batch, Family, NfSocket, Position, Ruleset};
+use crate::opening::Opening;
+use crate::rules;
+use std::collections::BTreeMap;
+use std::path::Path as FsPath;
+
+/// Which marked rules a convergence may remove.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope {
+    /// Only rules of the openings given (their older versions): applying one opening.
+    Given,
+    /// Every marked rule not of the openings given: a whole declaration's openings.
+    All,
+}
+
+/// What a convergence changed, per layer.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Converged {
+    /// (opening id, layer) for each rule added.
+    pub added: Vec<(String, String)>,
+    /// (mark, layer) for each marked rule removed.
+    pub removed: Vec<(String, String)>,
+}
+
+/// Whether an opening is in force in one layer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Presence {
+    pub layer: String,
+    pub present: bool,
+}
+
+/// A marked rule as found in a layer: its mark, and how to remove it.
+#[derive(Debug, Clone)]
+struct Marked {
+    mark: String,
+    /// The nf_tables handle, or the legacy rule number.
+    handle: u64,
+}
+
+/// The firewall as this host sees it: the nf_tables socket it keeps and the found layers.
+pub struct Firewall<'a> {
+    nf: Option<NfSocket>,
+    exec: &'a dyn Exec,
+    found: Found,
+}
+
+impl<'a> Firewall<'a> {
+    /// Opens a socket (when the kernel has nf_tables) and detects the found firewall.
+    pub fn open(exec: &'a dyn Exec) -> Result<Firewall<'a>> {
+        Self::open_at(exec, FsPath::new("/proc"))
+    }
+
+    pub fn open_at(exec: &'a dyn Exec, proc: &FsPath) -> Result<Firewall<'a>> {
+        let mut nf = NfSocket::open().ok();
+        let found = detect::detect(nf.as_mut(), exec, proc)?;
+        Ok(Firewall { nf, exec, found })
+    }
+
+    pub fn found(&self) -> &Found {
+        &self.found
+    }
+
+    /// The socket, for the guard.
+    pub fn socket(&mut self) -> Option<&mut NfSocket> {
+        self.nf.as_mut()
+    }
+
+    fn ruleset(&mut self) -> Result<Ruleset> {
+        match self.nf.as_mut() {
+            Some(s) => s.ruleset(None),
+            None => Ok(Ruleset::default()),
+        }
+    }
+
+    fn marked(&self, layer: &Layer, ruleset: &Ruleset) -> Result<Vec<Marked>> {
+        match layer.backend {
+            Backend::Nftables | Backend::IptablesNft => Ok(ruleset
+                .rules_of(layer.family, &layer.table, &layer.chain)
+                .filter_map(|r| {
+                    let mark = rules::listed_mark(r)?;
+                    rules::id_of(&mark)?;
+                    Some(Marked {
+                        mark,
+                        handle: r.handle,
+                    })
+                })
+                .collect()),
+            Backend::IptablesLegacy => {
+                let program = legacy(layer.family, "-save");
+                let out = self
+                    .exec
+                    .run_ok(&program, &["-t".into(), layer.table.clone()], None)?;
+                Ok(detect::parse_save(&out.stdout)
+                    .rules
+                    .iter()
+                    .filter(|(c, _)| *c == layer.chain)
+                    .enumerate()
+                    .filter_map(|(i, (_, spec))| {
+                        Some(Marked {
+                            mark: rules::spec_mark(spec)?,
+                            handle: i as u64 + 1,
+                        })
+                    })
+                    .collect())
+            }
+            Backend::Firewalld | Backend::Ufw => Ok(Vec::new()),
+        }
+    }
+
+    /// Whether each opening is in force in each layer on its path that could drop it.
+    pub fn presence(&mut self, openings: &[Opening]) -> Result<BTreeMap<String, Vec<Presence>>> {
+        let ruleset = self.ruleset()?;
+        let mut out: BTreeMap<String, Vec<Presence>> = BTreeMap::new();
+        let layers: Vec<Layer> = self.found.layers.clone();
+        for layer in &layers {
+            if !layer.can_drop {
+                continue;
+            }
+            let marked = self.marked(layer, &ruleset)?;
+            for o in openings.iter().filter(|o| o.path == layer.path) {
+                let want = rules::mark(o);
+                let need = expected(layer, o);
+                let have = marked.iter().filter(|m| m.mark == want).count();
+                out.entry(o.id.clone()).or_default().push(Presence {
+                    layer: layer.describe(),
+                    present: need == 0 || have == need,
+                });
+            }
+        }
+        Ok(out)
+    }
+
+    /// Converges the given openings through every layer on their paths: missing rules are put
+    /// at the head of each chain that could drop them, old versions and (with [`Scope::All`])
+    /// marked rules of other openings are removed. Nothing unmarked is touched.
+    pub fn converge(&mut self, openings: &[Opening], scope: Scope) -> Result<Converged> {
+        for o in openings {
+            o.validate()?;
+        }
+        if let Some(reason) = &self.found.refusal {
+            if !openings.is_empty() {
+                return Err(Error::Unsupported {
+                    reason: reason.clone(),
+                });
+            }
+        }
+        let ruleset = self.ruleset()?;
+        let mut batch = Batch::new();
+        let mut done = Converged::default();
+        // Work queued for programs: (program, args) in order.
+        let mut commands: Vec<(String, Vec<String>)> = Vec::new();
+        let layers: Vec<Layer> = self.found.layers.clone();
+        for layer in &layers {
+            let here: Vec<&Opening> = openings.iter().filter(|o| o.path == layer.path).collect();
+            let marked = self.marked(layer, &ruleset)?;
+            let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
+            for m in &marked {
+                *counts.entry(m.mark.as_str()).or_default() += 1;
+            }
+            let wanted: BTreeMap<String, (&Opening, usize)> = here
+                .iter()
+                .filter(|_| layer.can_drop)
+                .map(|o| (rules::mark(o), (*o, expected(layer, o))))
+                .collect();
+            let given: Vec<&str> = openings.iter().map(|o| o.id.as_str()).collect();
+            // Remove: marks not wanted here (in scope), or wanted but present the wrong number
+            // of times (re-written whole).
+            let mut remove: Vec<&Marked> = marked
+                .iter()
+                .filter(|m| match wanted.get(&m.mark) {
+                    Some((_, n)) => counts[m.mark.as_str()] != *n,
+                    None => {
+                        scope == Scope::All
+                            || rules::id_of(&m.mark).is_some_and(|id| given.contains(&id))
+                    }
+                })
+                .collect();
+            let add: Vec<&Opening> = wanted
+                .iter()
+                .filter(|(mark, (_, n))| {
+                    *n > 0 && counts.get(mark.as_str()).copied().unwrap_or(0) != *n
+                })
+                .map(|(_, (o, _))| *o)
+                .collect();
+            match layer.backend {
+                Backend::Nftables | Backend::IptablesNft => {
+                    for m in &remove {
+                        batch.del_rule(layer.family, &layer.table, &layer.chain, m.handle)?;
+                    }
+                }
+                Backend::IptablesLegacy => {
+                    // Highest number first, so the numbers of the rest hold.
+                    remove.sort_by_key(|m| std::cmp::Reverse(m.handle));
+                    for m in &remove {
+                        commands.push((
+                            legacy(layer.family, ""),
+                            vec!["-D".into(), layer.chain.clone(), m.handle.to_string()],
+                        ));
+                    }
+                }
+                Backend::Firewalld | Backend::Ufw => continue,
+            }
+            for m in &remove {
+                done.removed.push((m.mark.clone(), layer.describe()));
+            }
+            for o in add {
+                match layer.backend {
+                    Backend::Nftables => {
+                        for body in rules::nft_bodies(o, layer.family) {
+                            batch.add_rule(
+                                layer.family,
+                                &layer.table,
+                                &layer.chain,
+                                &body,
+                                Position::Prepend,
+                            )?;
+                        }
+                    }
+                    Backend::IptablesNft | Backend::IptablesLegacy => {
+                        let program = if layer.backend == Backend::IptablesNft {
+                            xt(layer.family, "nft")
+                        } else {
+                            legacy(layer.family, "")
+                        };
+                        for spec in rules::xt_specs(o, layer.family) {
+                            let mut args = vec![
+                                "-t".into(),
+                                layer.table.clone(),
+                                "-I".into(),
+                                layer.chain.clone(),
+                                "1".into(),
+                            ];
+                            args.extend(spec);
+                            commands.push((program.clone(), args));
+                        }
+                    }
+                    Backend::Firewalld | Backend::Ufw => {}
+                }
+                done.added.push((o.id.clone(), layer.describe()));
+            }
+        }
+        if !batch.is_empty() {
+            let sock = self.nf.as_mut().ok_or_else(|| Error::Unsupported {
+                reason: "nf_tables layers were found but no nf_tables socket is open".into(),
+            })?;
+            sock.send(&batch)?;
+        }
+        for (program, args) in commands {
+            self.exec.run_ok(&program, &args, None)?;
+        }
+        Ok(done)
+    }
+}
+
+/// How many rules an opening needs in a layer (one per source that applies to its family).
+fn expected(layer: &Layer, o: &Opening) -> usize {
+    match layer.backend {
+        Backend::Nftables => rules::nft_bodies(o, layer.family).len(),
+        _ => rules::xt_specs(o, layer.family).len(),
+    }
+}
+
+fn xt(family: Family, backend: &str) -> String {
+    let base = if family == Family::Ipv6 {
+        "ip6tables"
+    } else {
+        "iptables"
+    };
+    format!("{base}-{backend}")
+}
+
+fn legacy(family: Family, suffix: &str) -> String {
+    format!("{}{suffix}", xt(family, "legacy"))
+}

@@ -1,0 +1,191 @@
+//! The firewall crate's one error type, naming the resource and the kernel's errno.
+
+use std::fmt;
+
+use crate::netlink::Family;
+
+/// An errno value, shown by its symbolic name so a report says `EPERM`, not `1`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Errno(pub i32);
+
+impl Errno {
+    /// The errno of the last failed libc call on this thread.
+    pub fn last() -> Errno {
+        Errno(std::io::Error::last_os_error().raw_os_error().unwrap_or(0))
+    }
+
+    /// The symbolic name, e.g. `EPERM`, or `errno N` for values this crate does not name.
+    pub fn name(self) -> Option<&'static str> {
+        Some(match self.0 {
+            libc::EPERM => "EPERM",
+            libc::ENOENT => "ENOENT",
+            libc::EINTR => "EINTR",
+            libc::EIO => "EIO",
+            libc::E2BIG => "E2BIG",
+            libc::EBADF => "EBADF",
+            libc::EAGAIN => "EAGAIN",
+            libc::ENOMEM => "ENOMEM",
+            libc::EACCES => "EACCES",
+            libc::EFAULT => "EFAULT",
+            libc::EBUSY => "EBUSY",
+            libc::EEXIST => "EEXIST",
+            libc::ENODEV => "ENODEV",
+            libc::ENOTDIR => "ENOTDIR",
+            libc::EINVAL => "EINVAL",
+            libc::ENFILE => "ENFILE",
+            libc::EMFILE => "EMFILE",
+            libc::ENOSPC => "ENOSPC",
+            libc::ERANGE => "ERANGE",
+            libc::ENAMETOOLONG => "ENAMETOOLONG",
+            libc::ENOTEMPTY => "ENOTEMPTY",
+            libc::ELOOP => "ELOOP",
+            libc::EPROTONOSUPPORT => "EPROTONOSUPPORT",
+            libc::EOPNOTSUPP => "EOPNOTSUPP",
+            libc::EAFNOSUPPORT => "EAFNOSUPPORT",
+            libc::EMSGSIZE => "EMSGSIZE",
+            libc::ENOBUFS => "ENOBUFS",
+            libc::ETIMEDOUT => "ETIMEDOUT",
+            libc::ECONNREFUSED => "ECONNREFUSED",
+            libc::EOVERFLOW => "EOVERFLOW",
+            _ => return None,
+        })
+    }
+}
+
+impl fmt::Display for Errno {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let text = std::io::Error::from_raw_os_error(self.0).to_string();
+        // The io::Error text ends in "(os error N)"; the symbolic name says the same more usefully.
+        let text = text.split(" (os error").next().unwrap_or("").to_lowercase();
+        match self.name() {
+            Some(name) => write!(f, "{name} ({text})"),
+            None => write!(f, "errno {} ({text})", self.0),
+        }
+    }
+}
+
+/// Everything that can go wrong in the firewall crate.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A socket system call failed.
+    #[error("netlink socket {op} failed: {errno}")]
+    Socket { op: &'static str, errno: Errno },
+
+    /// The kernel refused one message of a batch; the whole batch was rolled back.
+    #[error("kernel refused {what} (batch message seq {seq}): {errno}{}", detail_suffix(.detail))]
+    Refused {
+        what: String,
+        seq: u32,
+        errno: Errno,
+        detail: Option<String>,
+    },
+
+    /// A dump or query was answered with an error.
+    #[error("kernel refused to list {what}: {errno}{}", detail_suffix(.detail))]
+    ListRefused {
+        what: String,
+        errno: Errno,
+        detail: Option<String>,
+    },
+
+    /// The kernel did not acknowledge every message of a batch, so its outcome is unknown.
+    #[error("kernel acknowledged {got} of {expected} messages of a batch (first unacknowledged: {first_missing})")]
+    AcksMissing {
+        expected: usize,
+        got: usize,
+        first_missing: String,
+    },
+
+    /// A message from the kernel could not be framed; listing tolerates odd contents, not broken
+    /// framing.
+    #[error("malformed netlink message while reading {what}: {reason}")]
+    Malformed { what: String, reason: String },
+
+    /// A listing kept being interrupted by concurrent changes to the ruleset.
+    #[error("listing {what} was interrupted by concurrent ruleset changes {tries} times")]
+    Interrupted { what: String, tries: u32 },
+
+    /// A table is owned by another live netlink socket, so this one cannot claim it.
+    #[error("table {family} {table} is owned by netlink port {owner}")]
+    TableOwned {
+        family: Family,
+        table: String,
+        owner: u32,
+    },
+
+    /// A name the kernel would refuse, caught before sending.
+    #[error("{what} name {name:?} is invalid: {reason}")]
+    InvalidName {
+        what: &'static str,
+        name: String,
+        reason: &'static str,
+    },
+
+    /// A child program (iptables and its kin) failed; names the program, its arguments, its exit
+    /// status and what it printed on stderr.
+    #[error("{program} {args:?} {status}: {stderr}")]
+    Command {
+        program: String,
+        args: Vec<String>,
+        status: String,
+        stderr: String,
+    },
+
+    /// A child program could not be started at all.
+    #[error("cannot start {program}: {source}")]
+    Spawn {
+        program: String,
+        #[source]
+        source: std::io::Error,
+    },
+
+    /// The found firewall is of a kind openings cannot be converged through (yet, or at all).
+    #[error("the found firewall cannot carry openings: {reason}")]
+    Unsupported { reason: String },
+
+    /// A value of an opening that would reach a ruleset or a command line is invalid.
+    #[error("opening {id}: {reason}")]
+    InvalidOpening { id: String, reason: String },
+
+    /// Nothing arrived within the time given.
+    #[error("no netlink message arrived within {millis} ms while {what}")]
+    Timeout { what: &'static str, millis: u128 },
+}
+
+fn detail_suffix(detail: &Option<String>) -> String {
+    match detail {
+        Some(d) if !d.is_empty() => format!(" ({d})"),
+        _ => String::new(),
+    }
+}
+
+/// The crate's result type.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errno_shows_its_symbolic_name() {
+        assert_eq!(
+            Errno(libc::EPERM).to_string(),
+            "EPERM (operation not permitted)"
+        );
+        assert!(Errno(4000).to_string().starts_with("errno 4000"));
+    }
+
+    #[test]
+    fn a_refusal_names_the_message_and_errno() {
+        let e = Error::Refused {
+            what: "add table inet meshguard".into(),
+            seq: 7,
+            errno: Errno(libc::EPERM),
+            detail: None,
+        };
+        assert_eq!(
+            e.to_string(),
+            "kernel refused add table inet meshguard (batch message seq 7): EPERM (operation not permitted)"
+        );
+    }
+}

@@ -1,0 +1,26 @@
+//! A small nf_tables codec over raw netlink sockets: atomic batches on a socket the caller keeps,
+//! tolerant listing per family, the expressions mesh-host writes, table ownership, and events.
+//!
+//! It needs no `nft`, no libnftnl and no kernel headers: constants are defined in [`consts`].
+
+mod attr;
+mod batch;
+pub mod consts;
+mod expr;
+mod keys;
+mod list;
+mod monitor;
+mod msg;
+mod rule;
+mod socket;
+mod types;
+
+pub use batch::{BaseChain, Batch, Position};
+pub use expr::{CmpOp, CtDirection, CtKey, Expr, ImmediateData, MetaKey, PayloadBase};
+pub use list::{Chain, ChainHook, Rule, Ruleset, Set, Table};
+pub use monitor::{Event, Generation, NfMonitor};
+pub use rule::{
+    decode_comment_udata, encode_comment_udata, CtState, L4Proto, RuleBody, MAX_COMMENT_LEN,
+};
+pub use socket::{Claim, NfSocket};
+pub use types::{ChainType, Family, Hook, Policy, TableFlags, Verdict};

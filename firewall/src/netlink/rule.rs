@@ -1,0 +1,463 @@
+//! A small rule builder for exactly the matches mesh-host writes, and the nftnl user-data TLV
+//! that carries a rule's comment.
+
+use std::net::{Ipv4Addr, Ipv6Addr};
+use std::ops::BitOr;
+
+use super::consts::*;
+use super::expr::{CmpOp, CtDirection, CtKey, Expr, MetaKey, PayloadBase};
+use super::types::{Family, Verdict};
+
+/// The longest comment whose TLV still fits the kernel's 256-byte user-data limit.
+pub const MAX_COMMENT_LEN: usize = 253;
+
+/// Conntrack states as the `ct state` bitmask (host-endian in the register).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct CtState(pub u32);
+
+impl CtState {
+    pub const INVALID: CtState = CtState(1);
+    pub const ESTABLISHED: CtState = CtState(2);
+    pub const RELATED: CtState = CtState(4);
+    pub const NEW: CtState = CtState(8);
+    pub const UNTRACKED: CtState = CtState(64);
+}
+
+impl BitOr for CtState {
+    type Output = CtState;
+    fn bitor(self, rhs: CtState) -> CtState {
+        CtState(self.0 | rhs.0)
+    }
+}
+
+/// A layer-4 protocol for `meta l4proto`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum L4Proto {
+    Tcp,
+    Udp,
+    Other(u8),
+}
+
+impl L4Proto {
+    pub fn number(self) -> u8 {
+        match self {
+            L4Proto::Tcp => 6,
+            L4Proto::Udp => 17,
+            L4Proto::Other(n) => n,
+        }
+    }
+}
+
+/// The body of a rule to write: its expressions and its comment.
+///
+/// Builder methods never fail; an invalid argument (an interface name too long, a comment too
+/// long) is remembered and reported when the rule is added to a batch.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RuleBody {
+    pub exprs: Vec<Expr>,
+    pub comment: Option<String>,
+    pub(crate) invalid: Option<(&'static str, String, &'static str)>,
+}
+
+impl RuleBody {
+    pub fn new() -> RuleBody {
+        RuleBody::default()
+    }
+
+    /// A body from expressions already at hand, e.g. a listed rule being written again.
+    pub fn from_exprs(exprs: Vec<Expr>, comment: Option<String>) -> RuleBody {
+        let body = RuleBody {
+            exprs,
+            comment: None,
+            invalid: None,
+        };
+        match comment {
+            Some(c) => body.comment(&c),
+            None => body,
+        }
+    }
+
+    /// Appends any expression as is.
+    pub fn expr(mut self, e: Expr) -> RuleBody {
+        self.exprs.push(e);
+        self
+    }
+
+    fn meta(self, key: MetaKey) -> RuleBody {
+        self.expr(Expr::Meta {
+            key,
+            dreg: NFT_REG_1,
+        })
+    }
+
+    fn cmp(self, op: CmpOp, data: Vec<u8>) -> RuleBody {
+        self.expr(Expr::Cmp {
+            sreg: NFT_REG_1,
+            op,
+            data,
+        })
+    }
+
+    /// `iifname "NAME"` or `iifname != "NAME"`; a trailing `*` makes it a prefix match, as in nft
+    /// (`br-*` compares the three bytes `br-` without a NUL).
+    pub fn iifname(self, op: CmpOp, pattern: &str) -> RuleBody {
+        let (bytes, prefix) = match pattern.strip_suffix('*') {
+            Some(p) => (p.as_bytes(), true),
+            None => (pattern.as_bytes(), false),
+        };
+        if bytes.len() >= IFNAMSIZ || bytes.contains(&0) || (bytes.is_empty() && !prefix) {
+            let mut me = self;
+            me.invalid.get_or_insert((
+                "interface",
+                pattern.to_string(),
+                "must be 1 to 15 bytes without NUL",
+            ));
+            return me;
+        }
+        let data = if prefix {
+            bytes.to_vec()
+        } else {
+            // An exact name is compared over the whole 16-byte register, NUL padded.
+            let mut d = bytes.to_vec();
+            d.resize(IFNAMSIZ, 0);
+            d
+        };
+        self.meta(MetaKey::IifName).cmp(op, data)
+    }
+
+    /// `iifname "NAME"`.
+    pub fn iifname_eq(self, pattern: &str) -> RuleBody {
+        self.iifname(CmpOp::Eq, pattern)
+    }
+
+    /// `iifname != "NAME"`.
+    pub fn iifname_ne(self, pattern: &str) -> RuleBody {
+        self.iifname(CmpOp::Neq, pattern)
+    }
+
+    /// `meta l4proto PROTO`.
+    pub fn l4proto(self, proto: L4Proto) -> RuleBody {
+        self.meta(MetaKey::L4Proto)
+            .cmp(CmpOp::Eq, vec![proto.number()])
+    }
+
+    /// `meta nfproto ipv4|ipv6` (for an inet table).
+    pub fn nfproto(self, family: Family) -> RuleBody {
+        self.meta(MetaKey::NfProto)
+            .cmp(CmpOp::Eq, vec![family.to_raw()])
+    }
+
+    /// `th dport PORT`: the transport header's destination port, whatever the protocol.
+    pub fn th_dport(self, port: u16) -> RuleBody {
+        self.expr(Expr::Payload {
+            base: PayloadBase::Transport,
+            offset: 2,
+            len: 2,
+            dreg: NFT_REG_1,
+        })
+        .cmp(CmpOp::Eq, port.to_be_bytes().to_vec())
+    }
+
+    /// `tcp dport PORT` (nft's own encoding: `meta l4proto tcp` then `th dport`).
+    pub fn tcp_dport(self, port: u16) -> RuleBody {
+        self.l4proto(L4Proto::Tcp).th_dport(port)
+    }
+
+    /// `udp dport PORT`.
+    pub fn udp_dport(self, port: u16) -> RuleBody {
+        self.l4proto(L4Proto::Udp).th_dport(port)
+    }
+
+    fn network_prefix(self, offset: u32, addr: &[u8], prefix_len: u8) -> RuleBody {
+        let len = addr.len();
+        let bits = (prefix_len as usize).min(len * 8);
+        let mask: Vec<u8> = (0..len)
+            .map(|i| {
+                let take = bits.saturating_sub(i * 8).min(8);
+                if take == 0 {
+                    0
+                } else {
+                    0xffu8 << (8 - take)
+                }
+            })
+            .collect();
+        let masked: Vec<u8> = addr.iter().zip(&mask).map(|(a, m)| a & m).collect();
+        let mut me = self.expr(Expr::Payload {
+            base: PayloadBase::Network,
+            offset,
+            len: len as u32,
+            dreg: NFT_REG_1,
+        });
+        if bits < len * 8 {
+            me = me.expr(Expr::Bitwise {
+                sreg: NFT_REG_1,
+                dreg: NFT_REG_1,
+                len: len as u32,
+                mask,
+                xor: vec![0; len],
+            });
+        }
+        me.cmp(CmpOp::Eq, masked)
+    }
+
+    /// `ip saddr ADDR/LEN`, with the `meta nfproto ipv4` dependency an inet table needs.
+    pub fn ip_saddr(self, addr: Ipv4Addr, prefix_len: u8) -> RuleBody {
+        self.nfproto(Family::Ipv4)
+            .network_prefix(12, &addr.octets(), prefix_len)
+    }
+
+    /// `ip daddr ADDR/LEN`.
+    pub fn ip_daddr(self, addr: Ipv4Addr, prefix_len: u8) -> RuleBody {
+        self.nfproto(Family::Ipv4)
+            .network_prefix(16, &addr.octets(), prefix_len)
+    }
+
+    /// `ip6 saddr ADDR/LEN`, with the `meta nfproto ipv6` dependency.
+    pub fn ip6_saddr(self, addr: Ipv6Addr, prefix_len: u8) -> RuleBody {
+        self.nfproto(Family::Ipv6)
+            .network_prefix(8, &addr.octets(), prefix_len)
+    }
+
+    /// `ip6 daddr ADDR/LEN`.
+    pub fn ip6_daddr(self, addr: Ipv6Addr, prefix_len: u8) -> RuleBody {
+        self.nfproto(Family::Ipv6)
+            .network_prefix(24, &addr.octets(), prefix_len)
+    }
+
+    /// `ct state S1,S2`: any of the given states.
+    pub fn ct_state(self, states: CtState) -> RuleBody {
+        self.expr(Expr::Ct {
+            key: CtKey::State,
+            dreg: NFT_REG_1,
+            direction: None,
+        })
+        .expr(Expr::Bitwise {
+            sreg: NFT_REG_1,
+            dreg: NFT_REG_1,
+            len: 4,
+            mask: states.0.to_ne_bytes().to_vec(),
+            xor: vec![0; 4],
+        })
+        .cmp(CmpOp::Neq, vec![0; 4])
+    }
+
+    /// `meta l4proto PROTO ct original proto-dst PORT`: the port a connection was first sent
+    /// to, before any DNAT (how a published container port is matched in the forward path).
+    /// The protocol comes first because a port means nothing without it: nft prints a bare
+    /// `ct original proto-dst` as `0x1f90 [invalid type]`.
+    pub fn ct_original_proto_dst(self, proto: L4Proto, port: u16) -> RuleBody {
+        self.l4proto(proto).ct_original_proto_dst_only(port)
+    }
+
+    /// `ct original proto-dst PORT` without the protocol dependency.
+    pub fn ct_original_proto_dst_only(self, port: u16) -> RuleBody {
+        self.expr(Expr::Ct {
+            key: CtKey::ProtoDst,
+            dreg: NFT_REG_1,
+            direction: Some(CtDirection::Original),
+        })
+        .cmp(CmpOp::Eq, port.to_be_bytes().to_vec())
+    }
+
+    /// `counter`.
+    pub fn counter(self) -> RuleBody {
+        self.expr(Expr::Counter {
+            bytes: 0,
+            packets: 0,
+        })
+    }
+
+    /// Ends the rule with a verdict.
+    pub fn verdict(self, v: Verdict) -> RuleBody {
+        self.expr(Expr::verdict(v))
+    }
+
+    pub fn accept(self) -> RuleBody {
+        self.verdict(Verdict::Accept)
+    }
+
+    pub fn drop(self) -> RuleBody {
+        self.verdict(Verdict::Drop)
+    }
+
+    /// `return` (named so because `return` is a keyword).
+    pub fn ret(self) -> RuleBody {
+        self.verdict(Verdict::Return)
+    }
+
+    pub fn jump(self, chain: &str) -> RuleBody {
+        self.verdict(Verdict::Jump(chain.to_string()))
+    }
+
+    /// `comment "TEXT"`, stored as the rule's user data.
+    pub fn comment(mut self, text: &str) -> RuleBody {
+        if text.len() > MAX_COMMENT_LEN || text.contains('\0') {
+            self.invalid.get_or_insert((
+                "comment",
+                text.to_string(),
+                "must be at most 253 bytes without NUL",
+            ));
+        }
+        self.comment = Some(text.to_string());
+        self
+    }
+}
+
+/// Encodes a comment as nftnl user data: `[type 0, len, bytes…, NUL]`, len counting the NUL.
+pub fn encode_comment_udata(comment: &str) -> Vec<u8> {
+    let mut out = Vec::with_capacity(comment.len() + 3);
+    out.push(NFTNL_UDATA_RULE_COMMENT);
+    out.push((comment.len() + 1) as u8);
+    out.extend_from_slice(comment.as_bytes());
+    out.push(0);
+    out
+}
+
+/// Finds the comment (TLV type 0) in nftnl user data; other TLVs and broken tails are ignored.
+pub fn decode_comment_udata(mut udata: &[u8]) -> Option<String> {
+    while udata.len() >= 2 {
+        let (ty, len) = (udata[0], udata[1] as usize);
+        let value = udata.get(2..2 + len)?;
+        if ty == NFTNL_UDATA_RULE_COMMENT {
+            let end = value.iter().position(|&b| b == 0).unwrap_or(value.len());
+            return Some(String::from_utf8_lossy(&value[..end]).into_owned());
+        }
+        udata = &udata[2 + len..];
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::netlink::expr::ImmediateData;
+
+    #[test]
+    fn comment_tlv_counts_the_nul() {
+        let u = encode_comment_udata("mesh: guard store");
+        assert_eq!(u[0], 0);
+        assert_eq!(u[1], 18);
+        assert_eq!(&u[2..19], b"mesh: guard store");
+        assert_eq!(u[19], 0);
+        assert_eq!(u.len(), 20);
+        assert_eq!(
+            decode_comment_udata(&u).as_deref(),
+            Some("mesh: guard store")
+        );
+    }
+
+    #[test]
+    fn comment_is_found_after_other_tlvs_and_broken_data_is_ignored() {
+        let mut u = vec![1, 4, 0, 0, 0, 1];
+        u.extend(encode_comment_udata("x"));
+        assert_eq!(decode_comment_udata(&u).as_deref(), Some("x"));
+        assert_eq!(decode_comment_udata(&[0, 10, b'a']), None);
+        assert_eq!(decode_comment_udata(&[]), None);
+    }
+
+    #[test]
+    fn iifname_exact_is_padded_and_prefix_is_not() {
+        let r = RuleBody::new().iifname_ne("lo").iifname_eq("br-*");
+        let mut lo = b"lo".to_vec();
+        lo.resize(16, 0);
+        assert_eq!(
+            r.exprs[1],
+            Expr::Cmp {
+                sreg: 1,
+                op: CmpOp::Neq,
+                data: lo
+            }
+        );
+        assert_eq!(
+            r.exprs[3],
+            Expr::Cmp {
+                sreg: 1,
+                op: CmpOp::Eq,
+                data: b"br-".to_vec()
+            }
+        );
+        assert!(r.invalid.is_none());
+        assert!(RuleBody::new()
+            .iifname_eq("a-very-long-interface")
+            .invalid
+            .is_some());
+    }
+
+    #[test]
+    fn prefixes_mask_and_compare_the_masked_address() {
+        let r = RuleBody::new().ip_saddr(Ipv4Addr::new(10, 1, 3, 7), 23);
+        assert_eq!(
+            r.exprs[2],
+            Expr::Payload {
+                base: PayloadBase::Network,
+                offset: 12,
+                len: 4,
+                dreg: 1
+            }
+        );
+        assert_eq!(
+            r.exprs[3],
+            Expr::Bitwise {
+                sreg: 1,
+                dreg: 1,
+                len: 4,
+                mask: vec![255, 255, 254, 0],
+                xor: vec![0; 4]
+            }
+        );
+        assert_eq!(
+            r.exprs[4],
+            Expr::Cmp {
+                sreg: 1,
+                op: CmpOp::Eq,
+                data: vec![10, 1, 2, 0]
+            }
+        );
+        // A full-length prefix needs no mask.
+        let r = RuleBody::new().ip6_saddr("fd00::1".parse().unwrap(), 128);
+        assert_eq!(r.exprs.len(), 4);
+    }
+
+    #[test]
+    fn tcp_dport_has_the_l4proto_dependency() {
+        let r = RuleBody::new().tcp_dport(5432).drop();
+        assert_eq!(
+            r.exprs[1],
+            Expr::Cmp {
+                sreg: 1,
+                op: CmpOp::Eq,
+                data: vec![6]
+            }
+        );
+        assert_eq!(
+            r.exprs[3],
+            Expr::Cmp {
+                sreg: 1,
+                op: CmpOp::Eq,
+                data: vec![0x15, 0x38]
+            }
+        );
+        assert_eq!(
+            r.exprs[4],
+            Expr::Immediate {
+                dreg: 0,
+                data: ImmediateData::Verdict(Verdict::Drop)
+            }
+        );
+    }
+
+    #[test]
+    fn ct_state_masks_in_host_order() {
+        let r = RuleBody::new().ct_state(CtState::ESTABLISHED | CtState::RELATED);
+        match &r.exprs[1] {
+            Expr::Bitwise { mask, .. } => assert_eq!(mask, &6u32.to_ne_bytes().to_vec()),
+            other => panic!("expected bitwise, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn over_long_comments_are_remembered_as_invalid() {
+        assert!(RuleBody::new().comment(&"x".repeat(254)).invalid.is_some());
+        assert!(RuleBody::new().comment(&"x".repeat(253)).invalid.is_none());
+    }
+}

@@ -1,0 +1,664 @@
+//! The netlink socket: `NfSocket` is kept by its caller, so tables it owns live as long as it does;
+//! it sends whole batches in one datagram and reads every acknowledgement itself.
+
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::time::Duration;
+
+use super::attr;
+use super::batch::Batch;
+use super::consts::*;
+use super::list::{self, Chain, Rule, Ruleset, Set, Table};
+use super::msg::{self, NlMsg};
+use super::types::{Family, TableFlags};
+use crate::error::{Errno, Error, Result};
+
+/// The buffer sizes asked for at open: big enough for a few thousand rules and their ACKs.
+const INITIAL_SNDBUF: usize = 4 << 20;
+const INITIAL_RCVBUF: usize = 4 << 20;
+/// Room per acknowledgement in the receive buffer; each is its own skb, counted by truesize.
+const RCVBUF_PER_ACK: usize = 1024;
+/// One datagram from the kernel: dumps send at most ~32 KiB, events and ACKs far less.
+const RECV_BUF: usize = 256 << 10;
+/// How long to wait for a kernel answer that should already be queued.
+const ANSWER_TIMEOUT: Duration = Duration::from_secs(5);
+/// How often a listing is retried when the ruleset changes under it.
+const DUMP_TRIES: u32 = 10;
+
+/// How long a receive may wait.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Wait {
+    No,
+    For(Duration),
+}
+
+/// A raw NETLINK_NETFILTER socket with its receive buffer.
+#[derive(Debug)]
+pub(crate) struct NlFd {
+    fd: OwnedFd,
+    portid: u32,
+    sndbuf: usize,
+    rcvbuf: usize,
+    buf: Vec<u8>,
+}
+
+fn setsockopt_int(fd: RawFd, level: i32, opt: i32, value: i32) -> std::result::Result<(), Errno> {
+    // SAFETY: `value` lives across the call and its exact size is passed.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd,
+            level,
+            opt,
+            (&value as *const i32).cast(),
+            std::mem::size_of::<i32>() as libc::socklen_t,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(Errno::last())
+    }
+}
+
+fn kernel_addr() -> libc::sockaddr_nl {
+    // SAFETY: sockaddr_nl is plain data; all-zero is a valid value (pid 0 = the kernel).
+    let mut addr: libc::sockaddr_nl = unsafe { std::mem::zeroed() };
+    addr.nl_family = libc::AF_NETLINK as libc::sa_family_t;
+    addr
+}
+
+impl NlFd {
+    /// Opens, binds (the kernel picks the port id) and sets the acknowledgement options.
+    pub(crate) fn open() -> Result<NlFd> {
+        // SAFETY: a plain socket(2) call; the result is checked before use.
+        let raw = unsafe {
+            libc::socket(
+                libc::AF_NETLINK,
+                libc::SOCK_RAW | libc::SOCK_CLOEXEC,
+                NETLINK_NETFILTER,
+            )
+        };
+        if raw < 0 {
+            return Err(Error::Socket {
+                op: "open",
+                errno: Errno::last(),
+            });
+        }
+        // SAFETY: `raw` is a fresh descriptor that nothing else owns.
+        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        let addr = kernel_addr();
+        // SAFETY: `addr` is a valid sockaddr_nl and its size is passed.
+        let rc = unsafe {
+            libc::bind(
+                fd.as_raw_fd(),
+                (&addr as *const libc::sockaddr_nl).cast(),
+                std::mem::size_of::<libc::sockaddr_nl>() as libc::socklen_t,
+            )
+        };
+        if rc < 0 {
+            return Err(Error::Socket {
+                op: "bind",
+                errno: Errno::last(),
+            });
+        }
+        let mut bound = kernel_addr();
+        let mut len = std::mem::size_of::<libc::sockaddr_nl>() as libc::socklen_t;
+        // SAFETY: `bound` and `len` are valid for writing and describe the same object.
+        let rc = unsafe {
+            libc::getsockname(
+                fd.as_raw_fd(),
+                (&mut bound as *mut libc::sockaddr_nl).cast(),
+                &mut len,
+            )
+        };
+        if rc < 0 {
+            return Err(Error::Socket {
+                op: "getsockname",
+                errno: Errno::last(),
+            });
+        }
+        // CAP_ACK keeps each ACK to 36 bytes instead of echoing the request; EXT_ACK brings the
+        // kernel's reason text along with an error.
+        for (opt, name) in [
+            (NETLINK_CAP_ACK, "set NETLINK_CAP_ACK"),
+            (NETLINK_EXT_ACK, "set NETLINK_EXT_ACK"),
+        ] {
+            setsockopt_int(fd.as_raw_fd(), SOL_NETLINK, opt, 1)
+                .map_err(|errno| Error::Socket { op: name, errno })?;
+        }
+        let mut nl = NlFd {
+            fd,
+            portid: bound.nl_pid,
+            sndbuf: 0,
+            rcvbuf: 0,
+            buf: vec![0; RECV_BUF],
+        };
+        nl.ensure_buffers(INITIAL_SNDBUF, INITIAL_RCVBUF)?;
+        Ok(nl)
+    }
+
+    pub(crate) fn portid(&self) -> u32 {
+        self.portid
+    }
+
+    /// Grows the socket buffers to at least these sizes; the FORCE options pass the system
+    /// limits (root), the plain ones are the fallback when not permitted.
+    pub(crate) fn ensure_buffers(&mut self, snd: usize, rcv: usize) -> Result<()> {
+        let fd = self.fd.as_raw_fd();
+        for (want, have, force, plain, op) in [
+            (
+                snd,
+                &mut self.sndbuf,
+                libc::SO_SNDBUFFORCE,
+                libc::SO_SNDBUF,
+                "set send buffer size",
+            ),
+            (
+                rcv,
+                &mut self.rcvbuf,
+                libc::SO_RCVBUFFORCE,
+                libc::SO_RCVBUF,
+                "set receive buffer size",
+            ),
+        ] {
+            if want <= *have {
+                continue;
+            }
+            let value = want.min(i32::MAX as usize / 2) as i32;
+            setsockopt_int(fd, libc::SOL_SOCKET, force, value)
+                .or_else(|_| setsockopt_int(fd, libc::SOL_SOCKET, plain, value))
+                .map_err(|errno| Error::Socket { op, errno })?;
+            *have = want;
+        }
+        Ok(())
+    }
+
+    pub(crate) fn join_group(&self, group: u32) -> Result<()> {
+        setsockopt_int(
+            self.fd.as_raw_fd(),
+            SOL_NETLINK,
+            NETLINK_ADD_MEMBERSHIP,
+            group as i32,
+        )
+        .map_err(|errno| Error::Socket {
+            op: "join multicast group",
+            errno,
+        })
+    }
+
+    /// Sends one datagram to the kernel.
+    pub(crate) fn send(&self, bytes: &[u8]) -> Result<()> {
+        let addr = kernel_addr();
+        loop {
+            // SAFETY: `bytes` and `addr` are valid for the given lengths during the call.
+            let rc = unsafe {
+                libc::sendto(
+                    self.fd.as_raw_fd(),
+                    bytes.as_ptr().cast(),
+                    bytes.len(),
+                    0,
+                    (&addr as *const libc::sockaddr_nl).cast(),
+                    std::mem::size_of::<libc::sockaddr_nl>() as libc::socklen_t,
+                )
+            };
+            if rc >= 0 {
+                return Ok(());
+            }
+            let errno = Errno::last();
+            if errno.0 != libc::EINTR {
+                return Err(Error::Socket { op: "send", errno });
+            }
+        }
+    }
+
+    /// Receives one datagram into the internal buffer and returns it, or `None` when nothing
+    /// arrived in time.
+    pub(crate) fn recv(&mut self, wait: Wait) -> Result<Option<&[u8]>> {
+        if let Wait::For(d) = wait {
+            let mut pfd = libc::pollfd {
+                fd: self.fd.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            let ms = d.as_millis().min(i32::MAX as u128) as i32;
+            loop {
+                // SAFETY: one valid pollfd is passed with count 1.
+                let rc = unsafe { libc::poll(&mut pfd, 1, ms) };
+                if rc > 0 {
+                    break;
+                }
+                if rc == 0 {
+                    return Ok(None);
+                }
+                let errno = Errno::last();
+                if errno.0 != libc::EINTR {
+                    return Err(Error::Socket { op: "poll", errno });
+                }
+            }
+        }
+        loop {
+            // SAFETY: the buffer is valid for writing `len` bytes; MSG_TRUNC makes the return
+            // value the datagram's real length so truncation is detected.
+            let rc = unsafe {
+                libc::recv(
+                    self.fd.as_raw_fd(),
+                    self.buf.as_mut_ptr().cast(),
+                    self.buf.len(),
+                    libc::MSG_DONTWAIT | libc::MSG_TRUNC,
+                )
+            };
+            if rc >= 0 {
+                let n = rc as usize;
+                if n > self.buf.len() {
+                    return Err(Error::Malformed {
+                        what: "a netlink datagram".into(),
+                        reason: format!("{n} bytes do not fit the {} byte buffer", self.buf.len()),
+                    });
+                }
+                return Ok(Some(&self.buf[..n]));
+            }
+            let errno = Errno::last();
+            match errno.0 {
+                libc::EINTR => continue,
+                libc::EAGAIN => return Ok(None),
+                _ => {
+                    return Err(Error::Socket {
+                        op: "receive",
+                        errno,
+                    })
+                }
+            }
+        }
+    }
+}
+
+impl AsRawFd for NlFd {
+    fn as_raw_fd(&self) -> RawFd {
+        self.fd.as_raw_fd()
+    }
+}
+
+/// What [`NfSocket::claim_table`] found and did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Claim {
+    /// No such table existed; it was created owned by this socket.
+    Created,
+    /// The table was an orphan (persist, no owner); this socket owns it now.
+    Reclaimed,
+    /// This socket already owned it; nothing was sent.
+    AlreadyOwned,
+}
+
+/// A NETLINK_NETFILTER socket for nf_tables, kept open by its caller.
+///
+/// Tables created with [`TableFlags::OWNER`] through it belong to it: other processes cannot
+/// change them, `nft flush ruleset` skips them, and they go (or with PERSIST, become orphans)
+/// when it is dropped.
+#[derive(Debug)]
+pub struct NfSocket {
+    nl: NlFd,
+    seq: u32,
+}
+
+impl NfSocket {
+    /// Opens a socket in the calling thread's network namespace.
+    pub fn open() -> Result<NfSocket> {
+        let nl = NlFd::open()?;
+        // Start sequence numbers away from zero and from other sockets' so a stray answer is
+        // never taken for ours.
+        let seq = (std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs() as u32)
+            .unwrap_or(1))
+        .wrapping_mul(7919)
+            | 1;
+        Ok(NfSocket { nl, seq })
+    }
+
+    /// The netlink port id the kernel gave this socket; owned tables report it as their owner.
+    pub fn portid(&self) -> u32 {
+        self.nl.portid()
+    }
+
+    fn take_seq(&mut self, n: usize) -> u32 {
+        let first = self.seq;
+        self.seq = self.seq.wrapping_add(n as u32).max(1);
+        first
+    }
+
+    /// Sends the batch as one atomic transaction and waits for every acknowledgement; the first
+    /// refusal is returned, naming the message it belonged to (the kernel then applied nothing).
+    pub fn send(&mut self, batch: &Batch) -> Result<()> {
+        let n = batch.len();
+        if n == 0 {
+            return Ok(());
+        }
+        let first = self.take_seq(n + 2);
+        let bytes = batch.encode(first);
+        self.nl
+            .ensure_buffers(bytes.len() + (64 << 10), n * RCVBUF_PER_ACK + (256 << 10))?;
+        self.nl.send(&bytes)?;
+
+        let mut acked = vec![false; n];
+        let mut got = 0usize;
+        let mut refusal: Option<Error> = None;
+        while got < n {
+            // The kernel processes the batch inside sendmsg, so the answers are already queued;
+            // the wait is only a guard against a lost one.
+            let data = match self.nl.recv(Wait::No)? {
+                Some(d) => d,
+                None if refusal.is_some() => break,
+                None => match self.nl.recv(Wait::For(ANSWER_TIMEOUT))? {
+                    Some(d) => d,
+                    None => break,
+                },
+            };
+            let msgs = msg::split(data).map_err(|reason| Error::Malformed {
+                what: "batch acknowledgements".into(),
+                reason,
+            })?;
+            for m in msgs.iter().filter(|m| m.ty == NLMSG_ERROR) {
+                let ack = msg::parse_ack(m).map_err(|reason| Error::Malformed {
+                    what: "batch acknowledgements".into(),
+                    reason,
+                })?;
+                let idx = ack.seq.wrapping_sub(first) as usize;
+                if idx == 0 || idx == n + 1 {
+                    // An error against a batch marker refuses the whole batch.
+                    if ack.errno != 0 && refusal.is_none() {
+                        refusal = Some(Error::Refused {
+                            what: format!("a batch of {n} messages"),
+                            seq: ack.seq,
+                            errno: Errno(ack.errno),
+                            detail: ack.message,
+                        });
+                    }
+                    continue;
+                }
+                if idx > n {
+                    continue; // an answer to some earlier request
+                }
+                if !acked[idx - 1] {
+                    acked[idx - 1] = true;
+                    got += 1;
+                }
+                if ack.errno != 0 && refusal.is_none() {
+                    refusal = Some(Error::Refused {
+                        what: batch.describe(idx - 1).unwrap_or("?").to_string(),
+                        seq: ack.seq,
+                        errno: Errno(ack.errno),
+                        detail: ack.message,
+                    });
+                }
+            }
+        }
+        if let Some(e) = refusal {
+            return Err(e);
+        }
+        if got < n {
+            let missing = acked.iter().position(|a| !a).unwrap_or(0);
+            return Err(Error::AcksMissing {
+                expected: n,
+                got,
+                first_missing: batch.describe(missing).unwrap_or("?").to_string(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Dumps one kind of object, retrying when the kernel flags the dump as interrupted.
+    fn dump<T>(
+        &mut self,
+        get: u8,
+        family: Option<Family>,
+        filter: &dyn Fn(&mut Vec<u8>),
+        what: &str,
+        decode: fn(&NlMsg<'_>) -> T,
+    ) -> Result<Vec<T>> {
+        let reply = get - 1; // GETx is answered with NEWx
+        for _ in 0..DUMP_TRIES {
+            let seq = self.take_seq(1);
+            let mut req = Vec::with_capacity(64);
+            let fam = family.map(Family::to_raw).unwrap_or(0);
+            let start = msg::begin(
+                &mut req,
+                msg::nft_type(get),
+                NLM_F_REQUEST | NLM_F_DUMP,
+                seq,
+                fam,
+                0,
+            );
+            filter(&mut req);
+            msg::end(&mut req, start);
+            self.nl.send(&req)?;
+
+            let mut out = Vec::new();
+            let mut interrupted = false;
+            'read: loop {
+                let data = self
+                    .nl
+                    .recv(Wait::For(ANSWER_TIMEOUT))?
+                    .ok_or(Error::Timeout {
+                        what: "listing",
+                        millis: ANSWER_TIMEOUT.as_millis(),
+                    })?;
+                let msgs = msg::split(data).map_err(|reason| Error::Malformed {
+                    what: what.to_string(),
+                    reason,
+                })?;
+                for m in msgs.iter().filter(|m| m.seq == seq) {
+                    if m.flags & NLM_F_DUMP_INTR != 0 {
+                        interrupted = true;
+                    }
+                    match m.ty {
+                        NLMSG_DONE => {
+                            let err = m
+                                .payload
+                                .get(..4)
+                                .map(|b| i32::from_ne_bytes(b.try_into().unwrap()))
+                                .unwrap_or(0);
+                            if err < 0 {
+                                return Err(Error::ListRefused {
+                                    what: what.to_string(),
+                                    errno: Errno(-err),
+                                    detail: None,
+                                });
+                            }
+                            break 'read;
+                        }
+                        NLMSG_ERROR => {
+                            let ack = msg::parse_ack(m).map_err(|reason| Error::Malformed {
+                                what: what.to_string(),
+                                reason,
+                            })?;
+                            if ack.errno != 0 {
+                                return Err(Error::ListRefused {
+                                    what: what.to_string(),
+                                    errno: Errno(ack.errno),
+                                    detail: ack.message,
+                                });
+                            }
+                            break 'read;
+                        }
+                        _ if m.nft_msg() == Some(reply) => out.push(decode(m)),
+                        _ => {}
+                    }
+                }
+            }
+            if !interrupted {
+                return Ok(out);
+            }
+        }
+        Err(Error::Interrupted {
+            what: what.to_string(),
+            tries: DUMP_TRIES,
+        })
+    }
+
+    fn what(kind: &str, family: Option<Family>) -> String {
+        match family {
+            Some(f) => format!("{kind} of family {f}"),
+            None => format!("{kind} of all families"),
+        }
+    }
+
+    /// Lists tables of one family, or of all when `None`; each carries its own family.
+    pub fn tables(&mut self, family: Option<Family>) -> Result<Vec<Table>> {
+        let what = Self::what("tables", family);
+        self.dump(NFT_MSG_GETTABLE, family, &|_| {}, &what, list::decode_table)
+    }
+
+    /// Lists chains of one family, or of all when `None`.
+    pub fn chains(&mut self, family: Option<Family>) -> Result<Vec<Chain>> {
+        let what = Self::what("chains", family);
+        self.dump(NFT_MSG_GETCHAIN, family, &|_| {}, &what, list::decode_chain)
+    }
+
+    /// Lists rules of one family, or of all when `None`.
+    pub fn rules(&mut self, family: Option<Family>) -> Result<Vec<Rule>> {
+        let what = Self::what("rules", family);
+        self.dump(NFT_MSG_GETRULE, family, &|_| {}, &what, list::decode_rule)
+    }
+
+    /// Lists the rules of one table, or of one chain in it, in the kernel's order.
+    pub fn rules_of(
+        &mut self,
+        family: Family,
+        table: &str,
+        chain: Option<&str>,
+    ) -> Result<Vec<Rule>> {
+        let what = match chain {
+            Some(c) => format!("rules of chain {family} {table} {c}"),
+            None => format!("rules of table {family} {table}"),
+        };
+        let filter = |b: &mut Vec<u8>| {
+            attr::put_str(b, NFTA_RULE_TABLE, table);
+            if let Some(c) = chain {
+                attr::put_str(b, NFTA_RULE_CHAIN, c);
+            }
+        };
+        self.dump(
+            NFT_MSG_GETRULE,
+            Some(family),
+            &filter,
+            &what,
+            list::decode_rule,
+        )
+    }
+
+    /// Lists sets (without elements) of one family, or of all when `None`.
+    pub fn sets(&mut self, family: Option<Family>) -> Result<Vec<Set>> {
+        let what = Self::what("sets", family);
+        self.dump(NFT_MSG_GETSET, family, &|_| {}, &what, list::decode_set)
+    }
+
+    /// The current ruleset generation; it changes with every committed batch.
+    pub fn generation(&mut self) -> Result<u32> {
+        let seq = self.take_seq(1);
+        let req = msg::request(NFT_MSG_GETGEN, NLM_F_ACK, seq, None);
+        self.nl.send(&req)?;
+        let mut gen = None;
+        loop {
+            let data = self
+                .nl
+                .recv(Wait::For(ANSWER_TIMEOUT))?
+                .ok_or(Error::Timeout {
+                    what: "reading the ruleset generation",
+                    millis: ANSWER_TIMEOUT.as_millis(),
+                })?;
+            let msgs = msg::split(data).map_err(|reason| Error::Malformed {
+                what: "the ruleset generation".into(),
+                reason,
+            })?;
+            for m in msgs.iter().filter(|m| m.seq == seq) {
+                if m.ty == NLMSG_ERROR {
+                    let ack = msg::parse_ack(m).map_err(|reason| Error::Malformed {
+                        what: "the ruleset generation".into(),
+                        reason,
+                    })?;
+                    if ack.errno != 0 {
+                        return Err(Error::ListRefused {
+                            what: "the ruleset generation".into(),
+                            errno: Errno(ack.errno),
+                            detail: ack.message,
+                        });
+                    }
+                    return gen.ok_or_else(|| Error::Malformed {
+                        what: "the ruleset generation".into(),
+                        reason: "acknowledged without a generation".into(),
+                    });
+                }
+                if m.nft_msg() == Some(NFT_MSG_NEWGEN) {
+                    gen = m
+                        .attrs()
+                        .find(|a| a.ty == NFTA_GEN_ID)
+                        .and_then(|a| a.be32());
+                }
+            }
+        }
+    }
+
+    /// Lists tables, chains, sets and rules within one generation, retrying if the ruleset
+    /// changed in between, so the parts agree with each other.
+    pub fn ruleset(&mut self, family: Option<Family>) -> Result<Ruleset> {
+        for _ in 0..DUMP_TRIES {
+            let generation = self.generation()?;
+            let tables = self.tables(family)?;
+            let chains = self.chains(family)?;
+            let sets = self.sets(family)?;
+            let rules = self.rules(family)?;
+            if self.generation()? == generation {
+                return Ok(Ruleset {
+                    generation,
+                    tables,
+                    chains,
+                    rules,
+                    sets,
+                });
+            }
+        }
+        Err(Error::Interrupted {
+            what: Self::what("the ruleset", family),
+            tries: DUMP_TRIES,
+        })
+    }
+
+    /// Makes this socket the owner of a persistent table: creates it, reclaims it if it is an
+    /// orphan, or leaves it if already ours. A table owned by another live socket is refused,
+    /// and a plain (never persistent) table cannot be claimed (the kernel says EOPNOTSUPP).
+    pub fn claim_table(&mut self, family: Family, name: &str) -> Result<Claim> {
+        let existing = self
+            .tables(Some(family))?
+            .into_iter()
+            .find(|t| t.name == name);
+        let outcome = match existing {
+            None => Claim::Created,
+            Some(t) if t.is_owned() && t.owner == Some(self.portid()) => {
+                return Ok(Claim::AlreadyOwned)
+            }
+            Some(t) if t.is_owned() => {
+                return Err(Error::TableOwned {
+                    family,
+                    table: name.to_string(),
+                    owner: t.owner.unwrap_or(0),
+                })
+            }
+            Some(_) => Claim::Reclaimed,
+        };
+        let mut batch = Batch::new();
+        batch.add_table(family, name, TableFlags::OWNER | TableFlags::PERSIST)?;
+        self.send(&batch)?;
+        Ok(outcome)
+    }
+}
+
+impl AsRawFd for NfSocket {
+    fn as_raw_fd(&self) -> RawFd {
+        self.nl.as_raw_fd()
+    }
+}
+
+impl AsFd for NfSocket {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.nl.fd.as_fd()
+    }
+}

@@ -1,0 +1,230 @@
+//! An opening's rules in each backend's own terms: native nf_tables rule bodies for hand-written
+//! nftables layers, and iptables argv for iptables-nft and iptables-legacy layers.
+//!
+//! The mark on each rule is `mesh-host:<id>#<fingerprint>`: the id says whose rule it is, the
+//! fingerprint (of port, protocol, source and path) says which version, so a changed opening is
+//! replaced and an unchanged one is left exactly as it is.
+
+use crate::netlink::{Family, L4Proto, Rule, RuleBody};
+use crate::opening::{From, Network, Opening, Path, Proto, MARK_PREFIX};
+use std::net::IpAddr;
+
+/// The full mark of an opening: its id and the fingerprint of what it admits.
+pub fn mark(o: &Opening) -> String {
+    let mut h: u32 = 0x811c_9dc5;
+    let text = format!(
+        "{}|{}|{:?}|{}",
+        o.port,
+        o.proto.as_str(),
+        o.from,
+        o.path.as_str()
+    );
+    for b in text.bytes() {
+        h ^= b as u32;
+        h = h.wrapping_mul(0x0100_0193);
+    }
+    format!("{}#{h:08x}", o.mark())
+}
+
+/// The id carried by a mark, whatever its fingerprint.
+pub fn id_of(mark: &str) -> Option<&str> {
+    let rest = mark.strip_prefix(MARK_PREFIX)?;
+    Some(rest.split_once('#').map(|(id, _)| id).unwrap_or(rest))
+}
+
+/// Where a rule's traffic comes from, once split per family.
+enum Src<'a> {
+    Any,
+    Iface(&'a str),
+    Net(&'a Network),
+}
+
+/// The sources of an opening that apply to a chain of `family`; empty when none do (an opening
+/// from IPv6 networks only has nothing to admit in an `ip` table).
+fn sources(o: &Opening, family: Family) -> Vec<Src<'_>> {
+    match &o.from {
+        From::Anywhere => vec![Src::Any],
+        From::Interface(i) => vec![Src::Iface(i)],
+        From::Networks(nets) => nets
+            .iter()
+            .filter(|n| match family {
+                Family::Ipv4 => n.addr.is_ipv4(),
+                Family::Ipv6 => n.addr.is_ipv6(),
+                _ => true,
+            })
+            .map(Src::Net)
+            .collect(),
+    }
+}
+
+fn l4(p: Proto) -> L4Proto {
+    match p {
+        Proto::Tcp => L4Proto::Tcp,
+        Proto::Udp => L4Proto::Udp,
+    }
+}
+
+/// The native rules of an opening in a chain of `family`.
+pub fn nft_bodies(o: &Opening, family: Family) -> Vec<RuleBody> {
+    let m = mark(o);
+    sources(o, family)
+        .into_iter()
+        .map(|src| {
+            let mut b = RuleBody::new();
+            b = match src {
+                Src::Any => b,
+                Src::Iface(i) => b.iifname_eq(i),
+                Src::Net(n) => match n.addr {
+                    IpAddr::V4(a) => b.ip_saddr(a, n.len),
+                    IpAddr::V6(a) => b.ip6_saddr(a, n.len),
+                },
+            };
+            b = match o.path {
+                Path::Incoming => match o.proto {
+                    Proto::Tcp => b.tcp_dport(o.port),
+                    Proto::Udp => b.udp_dport(o.port),
+                },
+                Path::Forwarded => b.ct_original_proto_dst(l4(o.proto), o.port),
+            };
+            b.accept().comment(&m)
+        })
+        .collect()
+}
+
+/// The iptables argv (after `-I CHAIN 1`) of an opening in a chain of `family`.
+pub fn xt_specs(o: &Opening, family: Family) -> Vec<Vec<String>> {
+    let m = mark(o);
+    sources(o, family)
+        .into_iter()
+        .map(|src| {
+            let mut a: Vec<String> = vec!["-p".into(), o.proto.as_str().into()];
+            match src {
+                Src::Any => {}
+                Src::Iface(i) => a.extend(["-i".into(), i.to_string()]),
+                Src::Net(n) => a.extend(["-s".into(), n.to_string()]),
+            }
+            match o.path {
+                Path::Incoming => a.extend([
+                    "-m".into(),
+                    o.proto.as_str().into(),
+                    "--dport".into(),
+                    o.port.to_string(),
+                ]),
+                Path::Forwarded => a.extend([
+                    "-m".into(),
+                    "conntrack".into(),
+                    "--ctstate".into(),
+                    "DNAT".into(),
+                    "--ctorigdstport".into(),
+                    o.port.to_string(),
+                ]),
+            }
+            a.extend([
+                "-m".into(),
+                "comment".into(),
+                "--comment".into(),
+                m.clone(),
+                "-j".into(),
+                "ACCEPT".into(),
+            ]);
+            a
+        })
+        .collect()
+}
+
+/// The mark of a listed nf_tables rule: its comment, from the user data nft writes or from the
+/// x_tables `comment` match iptables-nft writes.
+pub fn listed_mark(rule: &Rule) -> Option<String> {
+    if let Some(c) = &rule.comment {
+        return Some(c.clone());
+    }
+    rule.exprs.iter().find_map(|e| e.xt_comment())
+}
+
+/// The mark in an `iptables-save` rule spec, if it has one.
+pub fn spec_mark(spec: &str) -> Option<String> {
+    let at = spec.find("--comment ")? + "--comment ".len();
+    let rest = &spec[at..];
+    let text = match rest.strip_prefix('"') {
+        Some(q) => q.split('"').next()?,
+        None => rest.split_whitespace().next()?,
+    };
+    text.starts_with(MARK_PREFIX).then(|| text.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn o(from: From, path: Path) -> Opening {
+        Opening {
+            id: "web/https".into(),
+            port: 443,
+            proto: Proto::Tcp,
+            from,
+            path,
+        }
+    }
+
+    #[test]
+    fn the_mark_changes_with_what_the_opening_admits() {
+        let a = o(From::Anywhere, Path::Incoming);
+        let mut b = a.clone();
+        assert_eq!(mark(&a), mark(&b));
+        b.port = 8443;
+        assert_ne!(mark(&a), mark(&b));
+        assert_eq!(id_of(&mark(&a)), Some("web/https"));
+        assert!(mark(&a).starts_with("mesh-host:web/https#"));
+    }
+
+    #[test]
+    fn networks_split_by_family() {
+        let nets = vec![
+            Network {
+                addr: "10.0.0.0".parse().unwrap(),
+                len: 8,
+            },
+            Network {
+                addr: "fd77::".parse().unwrap(),
+                len: 64,
+            },
+        ];
+        let op = o(From::Networks(nets), Path::Incoming);
+        assert_eq!(nft_bodies(&op, Family::Ipv4).len(), 1);
+        assert_eq!(nft_bodies(&op, Family::Ipv6).len(), 1);
+        assert_eq!(nft_bodies(&op, Family::Inet).len(), 2);
+        let v6 = &xt_specs(&op, Family::Ipv6)[0];
+        assert_eq!(v6[..4], ["-p", "tcp", "-s", "fd77::/64"]);
+    }
+
+    #[test]
+    fn forwarded_specs_match_the_original_port() {
+        let spec = xt_specs(
+            &o(From::Interface("mesh0".into()), Path::Forwarded),
+            Family::Ipv4,
+        )
+        .remove(0);
+        let line = spec.join(" ");
+        assert!(line.starts_with("-p tcp -i mesh0 -m conntrack --ctstate DNAT --ctorigdstport 443 -m comment --comment mesh-host:web/https#"), "{line}");
+        assert!(line.ends_with("-j ACCEPT"));
+    }
+
+    #[test]
+    fn marks_are_read_from_save_output() {
+        assert_eq!(
+            spec_mark(
+                "-p tcp -m tcp --dport 22 -m comment --comment \"mesh-host:x#0011aabb\" -j ACCEPT"
+            )
+            .as_deref(),
+            Some("mesh-host:x#0011aabb")
+        );
+        assert_eq!(
+            spec_mark("-p tcp -m comment --comment mesh-host:y -j ACCEPT").as_deref(),
+            Some("mesh-host:y")
+        );
+        assert_eq!(
+            spec_mark("-p tcp -m comment --comment \"ssh+http\" -j ACCEPT"),
+            None
+        );
+    }
+}

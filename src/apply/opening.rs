@@ -1,0 +1,170 @@
+//! The opening applier: a declared opening converged through the found firewall, in its own
+//! terms, on every layer of its path that could drop it; and the guard on an adopted node.
+
+use super::{Cx, Done, Outcome};
+use crate::declaration::{self, FromName, OpeningSpec, PathKind, Settings, Shape};
+use crate::store::Owned;
+use firewall::{Firewall, GuardSpec, Network, Opening, Scope, SystemExec};
+
+static EXEC: SystemExec = SystemExec;
+
+/// Opens the firewall once per apply: detection reads every layer, so it is not repeated per
+/// opening.
+pub(super) fn firewall<'c>(
+    fw: &'c mut Option<Firewall<'static>>,
+) -> Result<&'c mut Firewall<'static>, String> {
+    if fw.is_none() {
+        *fw = Some(Firewall::open(&EXEC).map_err(|e| format!("reading the found firewall: {e}"))?);
+    }
+    Ok(fw.as_mut().expect("just opened"))
+}
+
+/// The firewall crate's opening for a declared one; `private` becomes the private network's
+/// interface from the node's settings.
+pub fn to_opening(spec: &OpeningSpec, settings: Option<&Settings>) -> Result<Opening, String> {
+    let from = match &spec.from {
+        declaration::From::Named(FromName::Anywhere) => firewall::opening::From::Anywhere,
+        declaration::From::Named(FromName::Private) => {
+            let iface = settings
+                .and_then(|s| s.private_network.as_ref())
+                .map(|p| p.interface.clone())
+                .ok_or_else(|| format!("opening {} is from the private network, but the node has no private network in its settings", spec.id))?;
+            firewall::opening::From::Interface(iface)
+        }
+        declaration::From::Cidrs(list) => {
+            let mut nets = Vec::new();
+            for c in list {
+                let (addr, len) = declaration::validate::parse_cidr(c, true)
+                    .map_err(|e| format!("opening {}: {e}", spec.id))?;
+                nets.push(Network { addr, len });
+            }
+            firewall::opening::From::Networks(nets)
+        }
+    };
+    Ok(Opening {
+        id: spec.id.clone(),
+        port: spec.port,
+        proto: match spec.proto {
+            declaration::Proto::Tcp => firewall::Proto::Tcp,
+            declaration::Proto::Udp => firewall::Proto::Udp,
+        },
+        from,
+        path: match spec.path {
+            PathKind::Incoming => firewall::Path::Incoming,
+            PathKind::Forwarded => firewall::Path::Forwarded,
+        },
+    })
+}
+
+pub(super) fn apply(cx: &mut Cx<'_>, spec: &OpeningSpec) -> Result<Done, String> {
+    let opening = to_opening(spec, cx.store.state.settings.as_ref())?;
+    let fw = firewall(&mut cx.fw)?;
+    let kind = fw.found().kind();
+    let done = fw
+        .converge(std::slice::from_ref(&opening), Scope::Given)
+        .map_err(|e| {
+            format!(
+                "opening {} through the found firewall ({kind}): {e}",
+                spec.id
+            )
+        })?;
+    let layers: Vec<String> = fw
+        .found()
+        .droppers(opening.path)
+        .map(|l| l.describe())
+        .collect();
+    if !done.added.is_empty() || !done.removed.is_empty() {
+        cx.changed(&spec.id);
+    }
+    let rec = Owned {
+        id: spec.id.clone(),
+        module: spec.module.clone(),
+        shape: Shape::Opening,
+        key: spec.id.clone(),
+        digest: Some(firewall::rules::mark(&opening)),
+        found: false,
+    };
+    if cx.store.state.owned(&spec.id) != Some(&rec) {
+        cx.record_owned(rec)?;
+    }
+    let where_ = if layers.is_empty() {
+        format!(
+            "nothing on the {} path drops it (found firewall: {kind}); no rule needed",
+            opening.path.as_str()
+        )
+    } else {
+        layers.join(", ")
+    };
+    Ok(match (done.added.is_empty(), done.removed.is_empty()) {
+        (true, true) => Done::new(Outcome::Unchanged, format!("in force in {where_}")),
+        (false, true) => Done::new(Outcome::Created, format!("opened in {where_}")),
+        _ => Done::new(Outcome::Changed, format!("rewritten in {where_}")),
+    })
+}
+
+/// Removes every marked rule of an opening that is no longer declared.
+pub(super) fn remove(cx: &mut Cx<'_>, id: &str, declared: &[Opening]) -> Result<Done, String> {
+    let fw = firewall(&mut cx.fw)?;
+    let done = fw
+        .converge(declared, Scope::All)
+        .map_err(|e| format!("removing opening {id}: {e}"))?;
+    let mine: Vec<&(String, String)> = done
+        .removed
+        .iter()
+        .filter(|(mark, _)| firewall::rules::id_of(mark) == Some(id))
+        .collect();
+    cx.changed(id);
+    Ok(Done::new(
+        Outcome::Removed,
+        if mine.is_empty() {
+            "no longer declared; no marked rule of it was in force".to_string()
+        } else {
+            format!(
+                "no longer declared; its marked rules removed from {}",
+                mine.iter()
+                    .map(|(_, l)| l.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        },
+    ))
+}
+
+/// The guard an adopted node's settings call for.
+pub fn guard_spec(settings: &Settings) -> GuardSpec {
+    GuardSpec::for_node(
+        settings.ports.store,
+        settings.ports.broker_management,
+        settings
+            .private_network
+            .as_ref()
+            .map(|p| p.interface.as_str()),
+    )
+}
+
+/// Ensures the guard; returns a line for the briefing.
+pub(super) fn ensure_guard(cx: &mut Cx<'_>, settings: &Settings) -> Result<String, String> {
+    let spec = guard_spec(settings);
+    let fw = firewall(&mut cx.fw)?;
+    let sock = fw
+        .socket()
+        .ok_or("the kernel has no nf_tables, so the guard cannot be loaded")?;
+    let report =
+        firewall::guard::ensure(sock, &spec).map_err(|e| format!("loading the guard: {e}"))?;
+    let held = match report.claim {
+        Some(c) => format!("{c:?}").to_lowercase(),
+        None => "plain table: this kernel has no persist flag".into(),
+    };
+    Ok(format!(
+        "refusing store {} and broker-management {} except on {} ({}; {})",
+        settings.ports.store,
+        settings.ports.broker_management,
+        spec.allowed.join(", "),
+        held,
+        if report.changed {
+            "written"
+        } else {
+            "unchanged"
+        }
+    ))
+}
