@@ -58,6 +58,20 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// The found firewall, the declared openings and the guard.
+    Firewall {
+        #[command(subcommand)]
+        command: FirewallCommand,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum FirewallCommand {
+    /// The kind, every layer with its evidence, every declared opening per layer, the guard.
+    Status {
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug)]
@@ -125,6 +139,18 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
                 println!("{}", serde_json::to_string_pretty(&v)?);
             } else {
                 print!("{}", render_owned(&state));
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Firewall {
+            command: FirewallCommand::Status { json },
+        } => {
+            let state = store::peek(&cli.root)?;
+            let v = crate::status::firewall_status(state.as_ref())?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&v)?);
+            } else {
+                print!("{}", crate::status::render(&v));
             }
             Ok(ExitCode::SUCCESS)
         }

@@ -8,6 +8,7 @@ pub mod cli;
 pub mod declaration;
 pub mod failpoint;
 pub mod runner;
+pub mod status;
 pub mod store;
 
 pub use cli::{run, Cli};

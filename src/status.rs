@@ -1,0 +1,135 @@
+//! `mesh-host firewall status`: the found firewall's kind and layers with their evidence, every
+//! declared opening with present or missing per layer, and the guard's state.
+
+use crate::apply::opening::to_opening;
+use crate::declaration::Resource;
+use crate::store::State;
+use anyhow::{Context, Result};
+use firewall::{Firewall, SystemExec};
+use serde_json::{json, Value};
+use std::fmt::Write as _;
+
+/// Reads the firewall as it is now, against the stored declaration's openings.
+pub fn firewall_status(state: Option<&State>) -> Result<Value> {
+    static EXEC: SystemExec = SystemExec;
+    let mut fw = Firewall::open(&EXEC).context("reading the found firewall")?;
+    let found = fw.found().clone();
+    let settings = state.and_then(|s| s.settings.as_ref());
+    let mut openings = Vec::new();
+    if let Some(decl) = state.and_then(|s| s.declaration.as_ref()) {
+        for r in &decl.resources {
+            if let Resource::Opening(o) = r {
+                openings.push(to_opening(o, settings).map_err(anyhow::Error::msg)?);
+            }
+        }
+    }
+    let presence = fw.presence(&openings).context("checking the openings")?;
+    let guard = match fw.socket() {
+        Some(sock) => {
+            let g = firewall::guard::status(sock).context("reading the guard")?;
+            json!({"present": g.present, "owned": g.owned, "orphan": g.orphan, "owner": g.owner, "rules": g.rules})
+        }
+        None => json!({"present": false, "note": "the kernel has no nf_tables"}),
+    };
+    Ok(json!({
+        "kind": found.kind(),
+        "refusal": found.refusal,
+        "notes": found.notes,
+        "layers": found.layers.iter().map(|l| json!({
+            "layer": l.describe(),
+            "backend": l.backend.as_str(),
+            "path": l.path.as_str(),
+            "family": l.family.to_string(),
+            "table": l.table,
+            "chain": l.chain,
+            "priority": l.priority,
+            "policy": format!("{:?}", l.policy).to_lowercase(),
+            "rules": l.rules,
+            "can_drop": l.can_drop,
+            "evidence": l.evidence,
+        })).collect::<Vec<_>>(),
+        "openings": openings.iter().map(|o| json!({
+            "id": o.id,
+            "port": o.port,
+            "proto": o.proto.as_str(),
+            "path": o.path.as_str(),
+            "layers": presence.get(&o.id).map(|ps| ps.iter().map(|p| json!({
+                "layer": p.layer, "present": p.present
+            })).collect::<Vec<_>>()).unwrap_or_default(),
+        })).collect::<Vec<_>>(),
+        "guard": guard,
+    }))
+}
+
+/// The same, as a person reads it.
+pub fn render(v: &Value) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "found firewall  {}", v["kind"].as_str().unwrap_or("?"));
+    if let Some(r) = v["refusal"].as_str() {
+        let _ = writeln!(out, "refused         {r}");
+    }
+    for n in v["notes"].as_array().into_iter().flatten() {
+        let _ = writeln!(out, "note            {}", n.as_str().unwrap_or(""));
+    }
+    let _ = writeln!(out, "\nlayers");
+    for l in v["layers"].as_array().into_iter().flatten() {
+        let _ = writeln!(
+            out,
+            "  {:<9} {:<40} priority {:<5} policy {:<6} {:>3} rules  {}  [{}]",
+            l["path"].as_str().unwrap_or(""),
+            l["layer"].as_str().unwrap_or(""),
+            l["priority"],
+            l["policy"].as_str().unwrap_or(""),
+            l["rules"],
+            if l["can_drop"] == true {
+                "can drop"
+            } else {
+                "passes  "
+            },
+            l["evidence"].as_str().unwrap_or("")
+        );
+    }
+    let _ = writeln!(out, "\nopenings");
+    for o in v["openings"].as_array().into_iter().flatten() {
+        let _ = write!(
+            out,
+            "  {:<24} {}/{} {:<9}",
+            o["id"].as_str().unwrap_or(""),
+            o["proto"].as_str().unwrap_or(""),
+            o["port"],
+            o["path"].as_str().unwrap_or("")
+        );
+        let layers = o["layers"].as_array().cloned().unwrap_or_default();
+        if layers.is_empty() {
+            let _ = write!(out, " no layer on its path drops it");
+        }
+        for l in layers {
+            let _ = write!(
+                out,
+                "  {}: {}",
+                l["layer"].as_str().unwrap_or(""),
+                if l["present"] == true {
+                    "present"
+                } else {
+                    "MISSING"
+                }
+            );
+        }
+        let _ = writeln!(out);
+    }
+    let g = &v["guard"];
+    let state = if g["present"] != true {
+        "absent".to_string()
+    } else if g["owned"] == true {
+        format!("present, held by netlink port {}", g["owner"])
+    } else if g["orphan"] == true {
+        "present, orphaned (persists; reclaimed by the next host)".into()
+    } else {
+        "present, unowned".into()
+    };
+    let _ = writeln!(out, "\nguard           {state}");
+    for r in g["rules"].as_array().into_iter().flatten() {
+        let _ = writeln!(out, "  {}", r.as_str().unwrap_or(""));
+    }
+    out
+}
