@@ -411,3 +411,29 @@ fn reconcile_with_nothing_applied_is_refused() {
         r.stderr
     );
 }
+
+#[test]
+fn the_foundations_ports_are_never_moved_back_by_a_declaration() {
+    let node = Node::new();
+    let mut custom = decl("adopted", &[], json!([]));
+    custom["settings"]["ports"]["registry"] = json!(5001);
+    let r = node.apply(&custom);
+    assert!(
+        r.json()["guard"]
+            .as_str()
+            .unwrap()
+            .starts_with("refusing store 5432 and broker-management 15672 except on lo, mesh0"),
+        "{}",
+        r.stdout
+    );
+    let before = node.snapshot();
+    let r = node.apply_env(&decl("adopted", &[], json!([])), &[], &[]);
+    assert_eq!(r.code, Some(3), "{}", r.stderr);
+    assert!(r.stderr.contains("fixed at genesis"), "{}", r.stderr);
+    assert_eq!(node.snapshot(), before);
+    // Without settings, a declaration keeps the node's.
+    let mut bare = decl("adopted", &[], json!([]));
+    bare.as_object_mut().unwrap().remove("settings");
+    node.apply(&bare);
+    assert_eq!(node.state()["settings"]["ports"]["registry"], 5001);
+}

@@ -1,5 +1,6 @@
 //! The firewall engine: detects the found firewall, converges marked openings through it and keeps the guard.
 
+pub mod derive;
 pub mod detect;
 pub mod engine;
 pub mod error;
@@ -9,6 +10,7 @@ pub mod netlink;
 pub mod opening;
 pub mod rules;
 
+pub use derive::{derive, FoundationPorts, Inputs, Listen};
 pub use detect::{Backend, Found, Layer, MESH_TABLE};
 pub use engine::{Converged, Firewall, Presence, Scope};
 pub use error::{Errno, Error, Result};

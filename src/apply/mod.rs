@@ -230,6 +230,15 @@ fn check_safety(store: &Store, decl: &Declaration) -> Result<(), ApplyError> {
             )));
         }
     }
+    if let (Some(have), Some(want)) = (&state.settings, &decl.settings) {
+        if have.ports != want.ports {
+            return Err(ApplyError::Safety(format!(
+                "the foundation's ports are this node's settings, fixed at genesis ({:?}); a \
+                 declaration with other ports ({:?}) would move them back, and is refused",
+                have.ports, want.ports
+            )));
+        }
+    }
     if state.mode == Some(Mode::Adopted) && decl.mode == Mode::Converged {
         return Err(ApplyError::Safety(format!(
             "node {:?} is adopted; converging it is its own previewed act, never a side effect of \

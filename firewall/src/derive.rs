@@ -1,0 +1,145 @@
+//! The openings engine: the one function that derives what must be reachable on a node from the
+//! node's settings and the listens of the modules assigned there, each from where the filter
+//! would admit it. Genesis uses it for the foundation; the derived filter uses the same function,
+//! so the two can never disagree.
+
+use crate::opening::{From, Opening, Path, Proto};
+
+/// The foundation's ports on a node, as its settings give them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FoundationPorts {
+    pub store: u16,
+    pub bus: u16,
+    pub broker_management: u16,
+    pub registry: u16,
+    pub hub: u16,
+}
+
+/// One thing a module listens on, as the module declares it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Listen {
+    /// The id its opening gets (a module's own naming, e.g. `proxy/https`).
+    pub id: String,
+    pub port: u16,
+    pub proto: Proto,
+    pub from: From,
+    pub path: Path,
+}
+
+/// Everything the openings are derived from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Inputs<'a> {
+    pub ports: FoundationPorts,
+    /// The private network's interface; the store and the broker's management port are
+    /// admitted only from it.
+    pub private_interface: &'a str,
+    pub listens: &'a [Listen],
+}
+
+/// The openings a node needs, in a stable order: the foundation's, then each listen as declared.
+///
+/// - the private network's hub port (UDP, received by the machine) from anywhere: a node reaches
+///   the hub before it has a private-network address;
+/// - the bus and the registry (published container ports, so forwarded) from anywhere: a node
+///   enrols over the bus and pulls from the registry before it has a private-network address;
+/// - the store's port and the broker's management port (forwarded) from the private network only.
+pub fn derive(inputs: &Inputs<'_>) -> Vec<Opening> {
+    let p = inputs.ports;
+    let private = || From::Interface(inputs.private_interface.to_string());
+    let mut out = vec![
+        Opening {
+            id: "foundation/hub".into(),
+            port: p.hub,
+            proto: Proto::Udp,
+            from: From::Anywhere,
+            path: Path::Incoming,
+        },
+        Opening {
+            id: "foundation/bus".into(),
+            port: p.bus,
+            proto: Proto::Tcp,
+            from: From::Anywhere,
+            path: Path::Forwarded,
+        },
+        Opening {
+            id: "foundation/registry".into(),
+            port: p.registry,
+            proto: Proto::Tcp,
+            from: From::Anywhere,
+            path: Path::Forwarded,
+        },
+        Opening {
+            id: "foundation/store".into(),
+            port: p.store,
+            proto: Proto::Tcp,
+            from: private(),
+            path: Path::Forwarded,
+        },
+        Opening {
+            id: "foundation/broker-management".into(),
+            port: p.broker_management,
+            proto: Proto::Tcp,
+            from: private(),
+            path: Path::Forwarded,
+        },
+    ];
+    out.extend(inputs.listens.iter().map(|l| Opening {
+        id: l.id.clone(),
+        port: l.port,
+        proto: l.proto,
+        from: l.from.clone(),
+        path: l.path,
+    }));
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_foundation_and_each_listen_are_derived_from_the_settings() {
+        let ports = FoundationPorts {
+            store: 15432,
+            bus: 5672,
+            broker_management: 15672,
+            registry: 5001,
+            hub: 51820,
+        };
+        let listens = [Listen {
+            id: "proxy/https".into(),
+            port: 443,
+            proto: Proto::Tcp,
+            from: From::Anywhere,
+            path: Path::Forwarded,
+        }];
+        let got = derive(&Inputs {
+            ports,
+            private_interface: "mesh0",
+            listens: &listens,
+        });
+        let by_id = |id: &str| got.iter().find(|o| o.id == id).unwrap().clone();
+        assert_eq!(
+            by_id("foundation/store").port,
+            15432,
+            "the store's port is the node's setting"
+        );
+        assert_eq!(
+            by_id("foundation/store").from,
+            From::Interface("mesh0".into())
+        );
+        assert_eq!(
+            by_id("foundation/broker-management").from,
+            From::Interface("mesh0".into())
+        );
+        assert_eq!(by_id("foundation/registry").port, 5001);
+        assert_eq!(by_id("foundation/registry").from, From::Anywhere);
+        assert_eq!(by_id("foundation/bus").from, From::Anywhere);
+        assert_eq!(by_id("foundation/hub").proto, Proto::Udp);
+        assert_eq!(by_id("proxy/https").port, 443);
+        assert_eq!(got.len(), 6);
+        for o in &got {
+            o.validate().unwrap();
+        }
+    }
+}

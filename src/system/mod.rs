@@ -1,0 +1,467 @@
+//! The machine's own systems, each behind one small seam: its container runtime, its service
+//! manager and its package manager, and the backends this build speaks.
+//!
+//! The host is built per operating system: `systemd` and `apt` are the Debian host's
+//! implementation, not abstractions the mesh grows. A machine has its package manager and init
+//! *because* of the system it is, so one cargo feature per system (`debian`, `arch`, `alpine`)
+//! selects both, and a build carries no other. The container runtime is the exception: Docker and
+//! Podman run on every system, so it is detected at run time (see [`container_runtime`]).
+//!
+//! Every child process goes through the [`Runner`] seam with an argv array. Each trait's verbs say
+//! whether they are idempotent; none of them is trusted on its exit status alone — the appliers
+//! read back what they changed.
+
+mod cli_runtime;
+pub mod docker;
+pub mod podman;
+pub mod profile;
+
+#[cfg(any(feature = "debian", feature = "arch", test))]
+pub mod systemd;
+
+#[cfg(any(feature = "alpine", test))]
+pub mod openrc;
+
+#[cfg(any(feature = "debian", test))]
+pub mod apt;
+
+#[cfg(any(feature = "arch", test))]
+pub mod pacman;
+
+#[cfg(any(feature = "alpine", test))]
+pub mod apk;
+
+#[cfg(test)]
+pub mod fake;
+
+pub use cli_runtime::{normalize_image, CliRuntime, Flavour};
+
+use crate::declaration::{PublishedPort, Shape};
+use crate::runner::{describe, RunOutput, Runner};
+use std::collections::BTreeMap;
+use std::path::Path;
+
+#[cfg(any(
+    all(feature = "debian", feature = "arch"),
+    all(feature = "debian", feature = "alpine"),
+    all(feature = "arch", feature = "alpine"),
+))]
+compile_error!(
+    "mesh-host is built for one system: enable exactly one of the features debian, arch, alpine \
+     (for example `--no-default-features --features arch`)"
+);
+
+/// Why a system command did not give the host what it needed.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The program could not be started at all (not on PATH, not executable).
+    #[error("starting {program}: {source}")]
+    Spawn {
+        program: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The program ran and failed: its arguments, status and the tail of its stderr.
+    #[error("{0}")]
+    Failed(String),
+    /// The program's answer could not be read.
+    #[error("{program} gave an answer the host cannot read: {detail}")]
+    Unreadable { program: String, detail: String },
+}
+
+/// Runs `argv` through the runner in `/` (system commands act on the machine, never on `--root`).
+pub(crate) fn run(
+    runner: &dyn Runner,
+    argv: &[String],
+    env: &[(&str, &str)],
+) -> Result<RunOutput, Error> {
+    runner
+        .run(argv, Path::new("/"), env)
+        .map_err(|source| Error::Spawn {
+            program: argv.first().cloned().unwrap_or_default(),
+            source,
+        })
+}
+
+/// Runs `argv` and fails unless it exits 0.
+pub(crate) fn run_ok(
+    runner: &dyn Runner,
+    argv: &[String],
+    env: &[(&str, &str)],
+) -> Result<RunOutput, Error> {
+    let out = run(runner, argv, env)?;
+    if out.success() {
+        Ok(out)
+    } else {
+        Err(Error::Failed(describe(argv, &out)))
+    }
+}
+
+/// An argv array from string slices.
+pub(crate) fn argv(parts: &[&str]) -> Vec<String> {
+    parts.iter().map(|s| s.to_string()).collect()
+}
+
+// ---------------------------------------------------------------------------------------------
+// Containers
+
+/// Which container runtime a machine has.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RuntimeKind {
+    Docker,
+    Podman,
+}
+
+impl RuntimeKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RuntimeKind::Docker => "docker",
+            RuntimeKind::Podman => "podman",
+        }
+    }
+
+    /// The environment variable the runtime's own CLI reads to find its engine.
+    pub fn host_var(self) -> &'static str {
+        match self {
+            RuntimeKind::Docker => "DOCKER_HOST",
+            RuntimeKind::Podman => "CONTAINER_HOST",
+        }
+    }
+}
+
+/// A container as the runtime reports it when inspected.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Container {
+    pub id: String,
+    pub name: String,
+    /// The image reference it was created from, as the runtime records it.
+    pub image: String,
+    /// The id of the image it runs.
+    pub image_id: String,
+    pub command: Vec<String>,
+    pub env: BTreeMap<String, String>,
+    /// Its published ports, sorted.
+    pub ports: Vec<PublishedPort>,
+    /// The restart policy's name (`no`, `always`, …; empty when the runtime leaves it unset).
+    pub restart: String,
+    /// The networks it is attached to, sorted.
+    pub networks: Vec<String>,
+    pub labels: BTreeMap<String, String>,
+    pub running: bool,
+    /// The runtime's word for its state (`running`, `exited`, `created`, …).
+    pub status: String,
+    pub exit_code: i64,
+}
+
+/// A container the host asks a runtime to create and start.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewContainer {
+    pub name: String,
+    pub image: String,
+    pub command: Vec<String>,
+    pub env: BTreeMap<String, String>,
+    pub ports: Vec<PublishedPort>,
+    pub restart: Option<String>,
+    pub networks: Vec<String>,
+    pub labels: BTreeMap<String, String>,
+}
+
+/// The machine's container runtime.
+pub trait ContainerRuntime {
+    fn kind(&self) -> RuntimeKind;
+
+    /// The engine's version (the server's, when the runtime has one).
+    fn version(&self) -> Result<String, Error>;
+
+    /// The container with this name, read back by inspecting it; `None` when there is none.
+    fn inspect(&self, name: &str) -> Result<Option<Container>, Error>;
+
+    /// Creates the container, attaches it to its networks and starts it. Not idempotent: a
+    /// container with that name must not exist.
+    fn run(&self, new: &NewContainer) -> Result<(), Error>;
+
+    /// Starts an existing container; idempotent.
+    fn start(&self, name: &str) -> Result<(), Error>;
+
+    /// Removes a container, running or not; idempotent (an absent one is not an error).
+    fn remove(&self, name: &str) -> Result<(), Error>;
+}
+
+/// Which runtime to drive, from the environment and the programs on PATH, the way an operator's
+/// own shell would pick: `CONTAINER_HOST` is Podman's variable and `DOCKER_HOST` Docker's, so a set
+/// one names its runtime; otherwise Docker if its CLI is installed, then Podman.
+pub fn detect_runtime(
+    var: impl Fn(&str) -> Option<String>,
+    on_path: impl Fn(&str) -> bool,
+) -> Option<RuntimeKind> {
+    let set = |name: &str| var(name).is_some_and(|v| !v.is_empty());
+    if set("CONTAINER_HOST") && on_path("podman") {
+        return Some(RuntimeKind::Podman);
+    }
+    if set("DOCKER_HOST") && on_path("docker") {
+        return Some(RuntimeKind::Docker);
+    }
+    [RuntimeKind::Docker, RuntimeKind::Podman]
+        .into_iter()
+        .find(|k| on_path(k.as_str()))
+}
+
+/// Whether an executable with this name is on PATH.
+pub fn on_path(program: &str) -> bool {
+    find_on_path(program).is_some()
+}
+
+/// The first executable with this name on PATH.
+pub fn find_on_path(program: &str) -> Option<std::path::PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|dir| dir.join(program))
+        .find(|p| {
+            std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        })
+}
+
+/// The runtime on this machine, detected now; the CLI it drives reads `DOCKER_HOST` or
+/// `CONTAINER_HOST` from the host's own environment, which the runner passes through.
+pub fn container_runtime<'r>(
+    runner: &'r dyn Runner,
+) -> Result<Box<dyn ContainerRuntime + 'r>, String> {
+    if let Some(why) = BUILD.refusal(Shape::Container) {
+        return Err(why);
+    }
+    match detect_runtime(|k| std::env::var(k).ok(), on_path) {
+        Some(RuntimeKind::Docker) => Ok(Box::new(docker::new(runner))),
+        Some(RuntimeKind::Podman) => Ok(Box::new(podman::new(runner))),
+        None => Err(
+            "no container runtime on this machine: neither docker nor podman is on PATH".into(),
+        ),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Services
+
+/// How a service stands.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServiceStatus {
+    /// False when the service manager does not know the name: *not installed*, which is never
+    /// success, whatever state was asked for.
+    pub installed: bool,
+    pub running: bool,
+    /// Started at boot.
+    pub enabled: bool,
+    /// The manager's own words, for messages (e.g. `LoadState=loaded ActiveState=failed …`).
+    pub detail: String,
+}
+
+/// The machine's service manager. Every verb is idempotent.
+pub trait ServiceManager {
+    /// Its name (`systemd`, `openrc`).
+    fn name(&self) -> &'static str;
+    fn status(&self, name: &str) -> Result<ServiceStatus, Error>;
+    fn start(&self, name: &str) -> Result<(), Error>;
+    fn stop(&self, name: &str) -> Result<(), Error>;
+    fn enable(&self, name: &str) -> Result<(), Error>;
+    fn disable(&self, name: &str) -> Result<(), Error>;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Packages
+
+/// The machine's package manager.
+pub trait PackageManager {
+    /// Its name (`apt`, `pacman`, `apk`).
+    fn name(&self) -> &'static str;
+    /// The installed version of a package; `None` when it is not installed.
+    fn installed(&self, name: &str) -> Result<Option<String>, Error>;
+    /// Installs a package, at `version` when given; idempotent. Its exit status is no proof:
+    /// callers read the installed version back.
+    fn install(&self, name: &str, version: Option<&str>) -> Result<(), Error>;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The build
+
+/// What this binary was built for: its system and the service and package managers that come
+/// with it. A build without one refuses the shape that needs it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct Build {
+    /// The system's name (`debian`, `arch`, `alpine`), or `none` for a partial host.
+    pub system: &'static str,
+    /// The service manager (`systemd`, `openrc`) and the program the host drives.
+    pub service_manager: Option<(&'static str, &'static str)>,
+    /// The package manager (`apt`, `pacman`, `apk`) and the program the host drives.
+    pub package_manager: Option<(&'static str, &'static str)>,
+    /// Whether it drives a container runtime (detected at run time: Docker or Podman).
+    pub containers: bool,
+}
+
+#[cfg(feature = "debian")]
+pub const BUILD: Build = Build {
+    system: "debian",
+    service_manager: Some(("systemd", "systemctl")),
+    package_manager: Some(("apt", "apt-get")),
+    containers: true,
+};
+
+#[cfg(feature = "arch")]
+pub const BUILD: Build = Build {
+    system: "arch",
+    service_manager: Some(("systemd", "systemctl")),
+    package_manager: Some(("pacman", "pacman")),
+    containers: true,
+};
+
+#[cfg(feature = "alpine")]
+pub const BUILD: Build = Build {
+    system: "alpine",
+    service_manager: Some(("openrc", "rc-service")),
+    package_manager: Some(("apk", "apk")),
+    containers: true,
+};
+
+#[cfg(not(any(feature = "debian", feature = "arch", feature = "alpine")))]
+pub const BUILD: Build = Build {
+    system: "none",
+    service_manager: None,
+    package_manager: None,
+    containers: false,
+};
+
+impl Build {
+    /// Why this build refuses a shape, if it does: it has no way to implement it. The refusal is
+    /// the one an unknown type gets, with this reason.
+    pub fn refusal(&self, shape: Shape) -> Option<String> {
+        let (missing, what) = match shape {
+            Shape::Service if self.service_manager.is_none() => ("service manager", "service"),
+            Shape::Package if self.package_manager.is_none() => ("package manager", "package"),
+            Shape::Container if !self.containers => ("container runtime", "container"),
+            _ => return None,
+        };
+        Some(format!(
+            "this mesh-host is built for system {:?}, which has no {missing} it may drive, so it \
+             cannot apply a {what}; a host that cannot implement a shape refuses it",
+            self.system
+        ))
+    }
+}
+
+/// This build's service manager.
+pub fn service_manager<'r>(runner: &'r dyn Runner) -> Result<Box<dyn ServiceManager + 'r>, String> {
+    build_service_manager(runner).ok_or_else(|| {
+        BUILD
+            .refusal(Shape::Service)
+            .unwrap_or_else(|| "no service manager in this build".into())
+    })
+}
+
+/// This build's package manager.
+pub fn package_manager<'r>(runner: &'r dyn Runner) -> Result<Box<dyn PackageManager + 'r>, String> {
+    build_package_manager(runner).ok_or_else(|| {
+        BUILD
+            .refusal(Shape::Package)
+            .unwrap_or_else(|| "no package manager in this build".into())
+    })
+}
+
+#[cfg(any(feature = "debian", feature = "arch"))]
+fn build_service_manager<'r>(runner: &'r dyn Runner) -> Option<Box<dyn ServiceManager + 'r>> {
+    Some(Box::new(systemd::Systemd::new(runner)))
+}
+
+#[cfg(feature = "alpine")]
+fn build_service_manager<'r>(runner: &'r dyn Runner) -> Option<Box<dyn ServiceManager + 'r>> {
+    Some(Box::new(openrc::OpenRc::new(runner)))
+}
+
+#[cfg(not(any(feature = "debian", feature = "arch", feature = "alpine")))]
+fn build_service_manager<'r>(_runner: &'r dyn Runner) -> Option<Box<dyn ServiceManager + 'r>> {
+    None
+}
+
+#[cfg(feature = "debian")]
+fn build_package_manager<'r>(runner: &'r dyn Runner) -> Option<Box<dyn PackageManager + 'r>> {
+    Some(Box::new(apt::Apt::new(runner)))
+}
+
+#[cfg(feature = "arch")]
+fn build_package_manager<'r>(runner: &'r dyn Runner) -> Option<Box<dyn PackageManager + 'r>> {
+    Some(Box::new(pacman::Pacman::new(runner)))
+}
+
+#[cfg(feature = "alpine")]
+fn build_package_manager<'r>(runner: &'r dyn Runner) -> Option<Box<dyn PackageManager + 'r>> {
+    Some(Box::new(apk::Apk::new(runner)))
+}
+
+#[cfg(not(any(feature = "debian", feature = "arch", feature = "alpine")))]
+fn build_package_manager<'r>(_runner: &'r dyn Runner) -> Option<Box<dyn PackageManager + 'r>> {
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_set_host_variable_names_its_runtime_and_otherwise_docker_comes_first() {
+        let both = |p: &str| p == "docker" || p == "podman";
+        let vars = |set: &'static [(&'static str, &'static str)]| {
+            move |k: &str| {
+                set.iter()
+                    .find(|(n, _)| *n == k)
+                    .map(|(_, v)| v.to_string())
+            }
+        };
+        assert_eq!(detect_runtime(vars(&[]), both), Some(RuntimeKind::Docker));
+        assert_eq!(
+            detect_runtime(vars(&[("CONTAINER_HOST", "unix:///p.sock")]), both),
+            Some(RuntimeKind::Podman)
+        );
+        assert_eq!(
+            detect_runtime(vars(&[("DOCKER_HOST", "unix:///d.sock")]), both),
+            Some(RuntimeKind::Docker)
+        );
+        // A variable for a runtime that is not installed names nothing.
+        assert_eq!(
+            detect_runtime(vars(&[("CONTAINER_HOST", "unix:///p.sock")]), |p| p
+                == "docker"),
+            Some(RuntimeKind::Docker)
+        );
+        assert_eq!(
+            detect_runtime(vars(&[]), |p| p == "podman"),
+            Some(RuntimeKind::Podman)
+        );
+        assert_eq!(detect_runtime(vars(&[]), |_| false), None);
+        // An empty variable is unset, as the runtimes' own CLIs treat it.
+        assert_eq!(
+            detect_runtime(vars(&[("CONTAINER_HOST", "")]), both),
+            Some(RuntimeKind::Docker)
+        );
+    }
+
+    #[test]
+    fn a_build_without_a_manager_refuses_its_shape_with_the_reason() {
+        let partial = Build {
+            system: "none",
+            service_manager: None,
+            package_manager: None,
+            containers: false,
+        };
+        let why = partial.refusal(Shape::Service).unwrap();
+        assert!(why.contains("no service manager"), "{why}");
+        assert!(partial.refusal(Shape::Package).unwrap().contains("package"));
+        assert!(partial.refusal(Shape::Container).unwrap().contains("container runtime"));
+        // The portable floor: what makes a partial host a real thing rather than a broken one.
+        for shape in [Shape::File, Shape::Directory, Shape::Action] {
+            assert_eq!(partial.refusal(shape), None, "{shape}");
+        }
+        // The build under test implements every shape it is asked about here.
+        #[cfg(feature = "debian")]
+        for shape in Shape::ALL {
+            assert_eq!(BUILD.refusal(shape), None, "{shape}");
+        }
+    }
+}
