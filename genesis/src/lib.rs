@@ -1,1 +1,6 @@
 //! Genesis: the in-use and port checks, the node's port settings and the bundle.
+
+pub mod bundle;
+pub mod ports;
+
+pub use ports::{FoundationPorts, Proto};
