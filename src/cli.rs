@@ -58,10 +58,31 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// The openings engine.
+    Openings {
+        #[command(subcommand)]
+        command: OpeningsCommand,
+    },
     /// The found firewall, the declared openings and the guard.
     Firewall {
         #[command(subcommand)]
         command: FirewallCommand,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum OpeningsCommand {
+    /// The openings this node needs: the foundation's, from the node's settings, and the listens
+    /// its modules declare, as declaration resources.
+    Derive {
+        /// Override the node's foundation ports: store=5432,bus=5672,broker-management=15672,registry=5000,hub=51820.
+        #[arg(long, value_name = "NAME=PORT,…")]
+        ports: Option<String>,
+        /// The private network's interface (default: the node's setting, else mesh0).
+        #[arg(long, value_name = "NAME")]
+        private_interface: Option<String>,
+        #[arg(long)]
+        json: bool,
     },
 }
 
@@ -142,6 +163,14 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
+        Command::Openings {
+            command:
+                OpeningsCommand::Derive {
+                    ports,
+                    private_interface,
+                    json,
+                },
+        } => derive_openings(&cli.root, ports.as_deref(), private_interface, json),
         Command::Firewall {
             command: FirewallCommand::Status { json },
         } => {
@@ -252,4 +281,89 @@ fn render_owned(state: &store::State) -> String {
         );
     }
     out
+}
+
+fn derive_openings(
+    root: &std::path::Path,
+    ports: Option<&str>,
+    iface: Option<String>,
+    json: bool,
+) -> Result<ExitCode> {
+    use crate::declaration::{validate::check_interface, PrivateNetwork, Resource, Settings};
+    let state = store::peek(root)?.unwrap_or_default();
+    let mut settings = state.settings.clone().unwrap_or(Settings {
+        ports: Default::default(),
+        private_network: None,
+    });
+    let mut problems = Vec::new();
+    if let Some(spec) = ports {
+        match crate::genesis::foundation_ports(settings.ports).with_overrides(spec) {
+            Ok(g) => settings.ports = crate::genesis::settings_ports(g),
+            Err(e) => problems.extend(e),
+        }
+    }
+    if let Some(i) = iface {
+        if let Err(e) = check_interface(&i) {
+            problems.push(format!("--private-interface: {e}"));
+        }
+        let range = settings
+            .private_network
+            .as_ref()
+            .map(|p| p.range.clone())
+            .unwrap_or_else(|| genesis::ports::DEFAULT_PRIVATE_RANGE.into());
+        settings.private_network = Some(PrivateNetwork {
+            interface: i,
+            range,
+        });
+    }
+    if !problems.is_empty() {
+        for p in &problems {
+            eprintln!("error: {p}");
+        }
+        return Ok(ExitCode::from(2));
+    }
+    if settings.private_network.is_none() {
+        settings.private_network = Some(PrivateNetwork {
+            interface: genesis::ports::DEFAULT_PRIVATE_INTERFACE.into(),
+            range: genesis::ports::DEFAULT_PRIVATE_RANGE.into(),
+        });
+    }
+    let declared: Vec<_> = state
+        .declaration
+        .iter()
+        .flat_map(|d| d.resources.iter())
+        .filter_map(|r| match r {
+            Resource::Opening(o) => Some(o.clone()),
+            _ => None,
+        })
+        .collect();
+    let openings =
+        crate::apply::opening::derive_for(&settings, &declared).map_err(anyhow::Error::msg)?;
+    if json {
+        let v: Vec<_> = openings
+            .iter()
+            .map(crate::apply::opening::to_resource)
+            .collect();
+        println!("{}", serde_json::to_string_pretty(&v)?);
+    } else {
+        for o in &openings {
+            let from = match &o.from {
+                firewall::opening::From::Anywhere => "anywhere".to_string(),
+                firewall::opening::From::Interface(i) => format!("the private network ({i})"),
+                firewall::opening::From::Networks(n) => n
+                    .iter()
+                    .map(|n| n.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            };
+            println!(
+                "{:<22} {}/{:<6} {:<9} from {from}",
+                o.id,
+                o.proto.as_str(),
+                o.port,
+                o.path.as_str()
+            );
+        }
+    }
+    Ok(ExitCode::SUCCESS)
 }

@@ -7,6 +7,7 @@ pub mod briefing;
 pub mod cli;
 pub mod declaration;
 pub mod failpoint;
+pub mod genesis;
 pub mod runner;
 pub mod status;
 pub mod store;

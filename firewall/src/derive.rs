@@ -48,35 +48,35 @@ pub fn derive(inputs: &Inputs<'_>) -> Vec<Opening> {
     let private = || From::Interface(inputs.private_interface.to_string());
     let mut out = vec![
         Opening {
-            id: "foundation/hub".into(),
+            id: "hub/port".into(),
             port: p.hub,
             proto: Proto::Udp,
             from: From::Anywhere,
             path: Path::Incoming,
         },
         Opening {
-            id: "foundation/bus".into(),
+            id: "broker/bus".into(),
             port: p.bus,
             proto: Proto::Tcp,
             from: From::Anywhere,
             path: Path::Forwarded,
         },
         Opening {
-            id: "foundation/registry".into(),
+            id: "registry/port".into(),
             port: p.registry,
             proto: Proto::Tcp,
             from: From::Anywhere,
             path: Path::Forwarded,
         },
         Opening {
-            id: "foundation/store".into(),
+            id: "store/port".into(),
             port: p.store,
             proto: Proto::Tcp,
             from: private(),
             path: Path::Forwarded,
         },
         Opening {
-            id: "foundation/broker-management".into(),
+            id: "broker/management".into(),
             port: p.broker_management,
             proto: Proto::Tcp,
             from: private(),
@@ -120,22 +120,19 @@ mod tests {
         });
         let by_id = |id: &str| got.iter().find(|o| o.id == id).unwrap().clone();
         assert_eq!(
-            by_id("foundation/store").port,
+            by_id("store/port").port,
             15432,
             "the store's port is the node's setting"
         );
+        assert_eq!(by_id("store/port").from, From::Interface("mesh0".into()));
         assert_eq!(
-            by_id("foundation/store").from,
+            by_id("broker/management").from,
             From::Interface("mesh0".into())
         );
-        assert_eq!(
-            by_id("foundation/broker-management").from,
-            From::Interface("mesh0".into())
-        );
-        assert_eq!(by_id("foundation/registry").port, 5001);
-        assert_eq!(by_id("foundation/registry").from, From::Anywhere);
-        assert_eq!(by_id("foundation/bus").from, From::Anywhere);
-        assert_eq!(by_id("foundation/hub").proto, Proto::Udp);
+        assert_eq!(by_id("registry/port").port, 5001);
+        assert_eq!(by_id("registry/port").from, From::Anywhere);
+        assert_eq!(by_id("broker/bus").from, From::Anywhere);
+        assert_eq!(by_id("hub/port").proto, Proto::Udp);
         assert_eq!(by_id("proxy/https").port, 443);
         assert_eq!(got.len(), 6);
         for o in &got {

@@ -2,6 +2,12 @@
 
 use std::fmt;
 
+/// The private network's interface when genesis is not told another.
+pub const DEFAULT_PRIVATE_INTERFACE: &str = "mesh0";
+
+/// The private network's range when genesis is not told another.
+pub const DEFAULT_PRIVATE_RANGE: &str = "10.77.0.0/24";
+
 /// A transport protocol, as the foundation binds a port.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Proto {

@@ -168,3 +168,61 @@ pub(super) fn ensure_guard(cx: &mut Cx<'_>, settings: &Settings) -> Result<Strin
         }
     ))
 }
+
+/// An opening of the firewall crate as a declaration's resource, its module the part of its id
+/// before the first `/`.
+pub fn to_resource(o: &Opening) -> serde_json::Value {
+    let from = match &o.from {
+        firewall::opening::From::Anywhere => serde_json::json!("anywhere"),
+        // The only interface an opening can name is the private network's.
+        firewall::opening::From::Interface(_) => serde_json::json!("private"),
+        firewall::opening::From::Networks(n) => {
+            serde_json::json!(n.iter().map(|n| n.to_string()).collect::<Vec<_>>())
+        }
+    };
+    let mut v = serde_json::json!({
+        "id": o.id,
+        "type": "opening",
+        "port": o.port,
+        "proto": o.proto.as_str(),
+        "from": from,
+        "path": o.path.as_str(),
+    });
+    if let Some((module, _)) = o.id.split_once('/') {
+        v["module"] = serde_json::json!(module);
+    }
+    v
+}
+
+/// The openings a node needs: the foundation's from its settings, then the listens its modules
+/// declare (the declaration's own openings), through the one function that derives them.
+pub fn derive_for(settings: &Settings, declared: &[OpeningSpec]) -> Result<Vec<Opening>, String> {
+    let private = settings
+        .private_network
+        .as_ref()
+        .map(|p| p.interface.clone())
+        .ok_or("the node has no private network in its settings, so the store's opening has nowhere to come from")?;
+    let mut listens = Vec::new();
+    for spec in declared {
+        let o = to_opening(spec, Some(settings))?;
+        listens.push(firewall::Listen {
+            id: o.id,
+            port: o.port,
+            proto: o.proto,
+            from: o.from,
+            path: o.path,
+        });
+    }
+    let p = settings.ports;
+    Ok(firewall::derive(&firewall::Inputs {
+        ports: firewall::FoundationPorts {
+            store: p.store,
+            bus: p.bus,
+            broker_management: p.broker_management,
+            registry: p.registry,
+            hub: p.hub,
+        },
+        private_interface: &private,
+        listens: &listens,
+    }))
+}
