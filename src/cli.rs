@@ -58,6 +58,42 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// What this machine can do: system, architecture, init, service and package manager,
+    /// container runtime and its version.
+    Profile {
+        #[arg(long)]
+        json: bool,
+    },
+    /// What runs on this machine: listeners, containers, interfaces, routes.
+    Inventory {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Raise the first node: check everything, make the given ports the node's settings, and
+    /// apply the foundation from the bundle. Refuses a machine in use unless raised adopted.
+    #[command(after_help = EXIT_CODES)]
+    Genesis {
+        /// Raise the node adopted: what is found stays in force; the guard, not a filter.
+        #[arg(long)]
+        adopted: bool,
+        /// The node's name (default: the hostname).
+        #[arg(long, value_name = "NAME")]
+        node: Option<String>,
+        /// The foundation's ports: store=5432,bus=5672,broker-management=15672,registry=5000,hub=51820.
+        #[arg(long, value_name = "NAME=PORT,…")]
+        ports: Option<String>,
+        /// The private network's range (default 10.77.0.0/24).
+        #[arg(long, value_name = "CIDR")]
+        private_range: Option<String>,
+        /// The private network's interface (default mesh0).
+        #[arg(long, value_name = "NAME")]
+        private_interface: Option<String>,
+        /// Another bundle than the one carried in the binary.
+        #[arg(long, value_name = "FILE")]
+        bundle: Option<PathBuf>,
+        #[arg(long)]
+        json: bool,
+    },
     /// The openings engine.
     Openings {
         #[command(subcommand)]
@@ -163,6 +199,63 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
+        Command::Inventory { json } => {
+            let view = crate::inventory::read(host(&cli.root).runner)?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&view.to_json())?);
+            } else {
+                print!("{}", view.render());
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Genesis {
+            adopted,
+            node,
+            ports,
+            private_range,
+            private_interface,
+            bundle,
+            json,
+        } => {
+            let req = crate::genesis::Request {
+                adopted,
+                node,
+                ports,
+                private_range,
+                private_interface,
+                bundle,
+            };
+            let h = host(&cli.root);
+            let read = || {
+                crate::inventory::read(h.runner)
+                    .map(|v| v.machine())
+                    .map_err(|e| format!("{e:#}"))
+            };
+            match crate::genesis::run(&cli.root, &h, &req, &read) {
+                Ok(crate::genesis::Outcome::Refused(p)) => {
+                    for x in &p {
+                        eprintln!("error: {x}");
+                    }
+                    eprintln!("genesis was refused; nothing was changed");
+                    Ok(ExitCode::from(2))
+                }
+                Ok(crate::genesis::Outcome::Unsafe(p)) => {
+                    if json {
+                        println!(
+                            "{}",
+                            serde_json::to_string_pretty(&serde_json::json!({"refused": p}))?
+                        );
+                    }
+                    for x in &p {
+                        eprintln!("error: {x}");
+                    }
+                    eprintln!("genesis was refused; nothing was changed");
+                    Ok(ExitCode::from(3))
+                }
+                Ok(crate::genesis::Outcome::Applied(r)) => finish(Ok(*r), json),
+                Err(e) => finish(Err(e), json),
+            }
+        }
         Command::Openings {
             command:
                 OpeningsCommand::Derive {
@@ -193,6 +286,15 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
                 return Ok(ExitCode::from(2));
             };
             print_briefing(&b, json)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Profile { json } => {
+            let profile = crate::system::profile::Profile::gather(&cli.root, &SystemRunner);
+            if json {
+                println!("{}", serde_json::to_string_pretty(&profile)?);
+            } else {
+                print!("{}", profile.render());
+            }
             Ok(ExitCode::SUCCESS)
         }
     }

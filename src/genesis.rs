@@ -23,3 +23,197 @@ pub fn settings_ports(g: genesis::FoundationPorts) -> Ports {
         hub: g.hub,
     }
 }
+
+use crate::apply::{self, ApplyError, Host, Report};
+use crate::declaration::{validate, Mode, PrivateNetwork, Settings, Source};
+use crate::store;
+use genesis::checks::{self, Finding};
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+
+/// What the operator asked genesis for.
+#[derive(Debug, Clone)]
+pub struct Request {
+    pub adopted: bool,
+    pub node: Option<String>,
+    pub ports: Option<String>,
+    pub private_range: Option<String>,
+    pub private_interface: Option<String>,
+    pub bundle: Option<PathBuf>,
+}
+
+/// How genesis ended.
+#[derive(Debug)]
+pub enum Outcome {
+    /// The input was refused (exit 2): every problem named.
+    Refused(Vec<String>),
+    /// A check or a safety rule refused the act (exit 3): every finding named.
+    Unsafe(Vec<String>),
+    /// The foundation was applied; the report says how it went.
+    Applied(Box<Report>),
+}
+
+/// The request, checked: every problem named at once.
+struct Checked {
+    mode: Mode,
+    node: String,
+    ports: genesis::FoundationPorts,
+    range: (IpAddr, u8),
+    range_text: String,
+    interface: String,
+    bundle: String,
+}
+
+fn check(req: &Request) -> Result<Checked, Vec<String>> {
+    let mut problems = Vec::new();
+    let ports = match &req.ports {
+        Some(spec) => genesis::FoundationPorts::default()
+            .with_overrides(spec)
+            .unwrap_or_else(|e| {
+                problems.extend(e);
+                genesis::FoundationPorts::default()
+            }),
+        None => genesis::FoundationPorts::default(),
+    };
+    let range_text = req
+        .private_range
+        .clone()
+        .unwrap_or_else(|| genesis::ports::DEFAULT_PRIVATE_RANGE.into());
+    let range = validate::parse_cidr(&range_text, false).unwrap_or_else(|e| {
+        problems.push(format!("--private-range: {e}"));
+        ("0.0.0.0".parse().expect("an address"), 0)
+    });
+    let interface = req
+        .private_interface
+        .clone()
+        .unwrap_or_else(|| genesis::ports::DEFAULT_PRIVATE_INTERFACE.into());
+    if let Err(e) = validate::check_interface(&interface) {
+        problems.push(format!("--private-interface: {e}"));
+    }
+    let node = req.node.clone().unwrap_or_else(|| {
+        std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .map(|h| h.trim().to_string())
+            .unwrap_or_default()
+    });
+    let bundle = match &req.bundle {
+        Some(path) => std::fs::read_to_string(path).unwrap_or_else(|e| {
+            problems.push(format!("--bundle {}: {e}", path.display()));
+            String::new()
+        }),
+        None => genesis::bundle::EMBEDDED.to_string(),
+    };
+    if problems.is_empty() {
+        Ok(Checked {
+            mode: if req.adopted {
+                Mode::Adopted
+            } else {
+                Mode::Converged
+            },
+            node,
+            ports,
+            range,
+            range_text,
+            interface,
+            bundle,
+        })
+    } else {
+        Err(problems)
+    }
+}
+
+/// Raises the first node: checks everything before changing anything, makes the given ports the
+/// node's settings, and applies the bundle (with the openings derived from those settings)
+/// through the core, source `bundle`.
+pub fn run(
+    root: &Path,
+    host: &Host<'_>,
+    req: &Request,
+    machine: &dyn Fn() -> Result<checks::Machine, String>,
+) -> Result<Outcome, ApplyError> {
+    let c = match check(req) {
+        Ok(c) => c,
+        Err(p) => return Ok(Outcome::Refused(p)),
+    };
+    if let Some(state) = store::peek(root)? {
+        if let Some(node) = state.node {
+            return Ok(Outcome::Unsafe(vec![format!(
+                "genesis has already raised this machine as node {node:?} ({}); it runs once",
+                state.mode.map(|m| m.as_str()).unwrap_or("?")
+            )]));
+        }
+    }
+    let m = machine().map_err(ApplyError::Safety)?;
+    let findings: Vec<Finding> = checks::preflight(
+        &m,
+        c.mode == Mode::Converged,
+        &c.ports,
+        c.range,
+        &c.interface,
+    );
+    if !findings.is_empty() {
+        let mut why: Vec<String> = findings.iter().map(|f| f.to_string()).collect();
+        if c.mode == Mode::Converged
+            && findings
+                .iter()
+                .any(|f| matches!(f, Finding::ContainerRunning { .. } | Finding::Listening(_)))
+        {
+            why.push(
+                "this machine is in use: a converged genesis would load a filter that closes it. \
+                 Raise it adopted (--adopted) to keep what serves."
+                    .into(),
+            );
+        }
+        return Ok(Outcome::Unsafe(why));
+    }
+    if c.mode == Mode::Converged {
+        return Ok(Outcome::Unsafe(vec![
+            "a converged genesis loads the mesh's derived filter, which this build does not have yet; \
+             raise the node adopted (--adopted), or wait for converge"
+                .into(),
+        ]));
+    }
+    let values = genesis::bundle::Values {
+        node: &c.node,
+        mode: c.mode.as_str(),
+        ports: c.ports,
+        private_interface: &c.interface,
+        private_range: &c.range_text,
+    };
+    let mut doc = match genesis::bundle::resolve(&c.bundle, &values) {
+        Ok(v) => v,
+        Err(p) => return Ok(Outcome::Refused(p)),
+    };
+    let settings = Settings {
+        ports: settings_ports(c.ports),
+        private_network: Some(PrivateNetwork {
+            interface: c.interface.clone(),
+            range: c.range_text.clone(),
+        }),
+    };
+    let derived = apply::opening::derive_for(&settings, &[]).map_err(ApplyError::Safety)?;
+    if let Some(resources) = doc.get_mut("resources").and_then(|r| r.as_array_mut()) {
+        let have: Vec<String> = resources
+            .iter()
+            .filter_map(|r| r["id"].as_str().map(str::to_string))
+            .collect();
+        for o in &derived {
+            if !have.contains(&o.id) {
+                resources.push(apply::opening::to_resource(o));
+            }
+        }
+    }
+    let decl = match crate::declaration::validate_value(&doc, Source::Bundle) {
+        Ok(d) => d,
+        Err(p) => {
+            return Ok(Outcome::Refused(
+                p.0.iter().map(|p| format!("bundle: {p}")).collect(),
+            ))
+        }
+    };
+    if decl.settings.as_ref() != Some(&settings) {
+        return Ok(Outcome::Refused(vec![
+            "bundle: its settings must be the node's settings (write them as {\"$setting\": …} references)".into(),
+        ]));
+    }
+    apply::apply(host, &decl, Source::Bundle).map(|r| Outcome::Applied(Box::new(r)))
+}

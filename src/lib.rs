@@ -8,8 +8,10 @@ pub mod cli;
 pub mod declaration;
 pub mod failpoint;
 pub mod genesis;
+pub mod inventory;
 pub mod runner;
 pub mod status;
 pub mod store;
+pub mod system;
 
 pub use cli::{run, Cli};
