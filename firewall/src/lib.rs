@@ -8,6 +8,7 @@ pub mod exec;
 pub mod guard;
 pub mod netlink;
 pub mod opening;
+pub mod probe;
 pub mod rules;
 
 pub use derive::{derive, FoundationPorts, Inputs, Listen};
