@@ -10,7 +10,8 @@
 
 use crate::error::Result;
 use crate::exec::Exec;
-use crate::netlink::{ChainType, Expr, Family, Hook, NfSocket, Policy, Ruleset, Verdict};
+use crate::netlink::consts::IFNAMSIZ;
+use crate::netlink::{ChainType, Expr, Family, Hook, MetaKey, NfSocket, Policy, Ruleset, Verdict};
 use crate::opening::Path;
 use std::fmt;
 use std::path::Path as FsPath;
@@ -160,6 +161,82 @@ fn has_xt(ruleset: &Ruleset, family: Family, table: &str) -> bool {
     })
 }
 
+/// The priority iptables-nft gives the built-in chain `chain` of its table `table`, if it is one.
+fn xt_priority(table: &str, chain: &str) -> Option<i32> {
+    if !XT_BUILTIN.contains(&chain) {
+        return None;
+    }
+    Some(match (table, chain) {
+        ("filter", _) => 0,
+        ("mangle", _) => -150,
+        ("raw", _) => -300,
+        ("security", _) => 50,
+        ("nat", "PREROUTING" | "OUTPUT") => -100,
+        ("nat", "INPUT" | "POSTROUTING") => 100,
+        _ => return None,
+    })
+}
+
+/// Why a table with iptables' names must have been written with nft: something iptables-nft
+/// never writes. iptables-nft puts a counter in every rule, never uses sets or maps, compares an
+/// interface name with its terminating NUL only (nft compares all 16 bytes), and makes only its
+/// built-in chains base chains, at its own priorities.
+fn nft_sign(ruleset: &Ruleset, family: Family, table: &str) -> Option<String> {
+    for c in ruleset
+        .chains
+        .iter()
+        .filter(|c| c.family == family && c.table == table)
+    {
+        if let Some(h) = &c.hook {
+            if xt_priority(table, &c.name) != Some(h.priority) {
+                return Some(format!(
+                    "base chain {} at priority {}, which iptables never makes",
+                    c.name, h.priority
+                ));
+            }
+        }
+    }
+    if ruleset
+        .sets
+        .iter()
+        .any(|s| s.family == family && s.table == table)
+    {
+        return Some("sets, which iptables never makes".into());
+    }
+    for r in ruleset
+        .rules
+        .iter()
+        .filter(|r| r.family == family && r.table == table)
+    {
+        if !r.exprs.iter().any(|e| matches!(e, Expr::Counter { .. })) {
+            return Some(format!(
+                "a rule in {} without a counter (iptables counts every rule)",
+                r.chain
+            ));
+        }
+        if r.exprs.iter().any(|e| matches!(e, Expr::Lookup { .. })) {
+            return Some(format!("a set or map lookup in {}", r.chain));
+        }
+        // A 15-byte name and its NUL fill 16 bytes either way, so only a shorter name padded
+        // with more than one NUL tells nft's encoding apart.
+        let ifname_16 = r.exprs.windows(2).any(|w| {
+            matches!(
+                (&w[0], &w[1]),
+                (Expr::Meta { key: MetaKey::IifName | MetaKey::OifName, .. }, Expr::Cmp { data, .. })
+                    if data.len() == IFNAMSIZ
+                        && data.iter().position(|b| *b == 0).is_some_and(|n| n < IFNAMSIZ - 1)
+            )
+        });
+        if ifname_16 {
+            return Some(format!(
+                "an interface name in {} compared as nft does (all 16 bytes)",
+                r.chain
+            ));
+        }
+    }
+    None
+}
+
 /// Who wrote the table a base chain lives in, with the evidence.
 fn writer(ruleset: &Ruleset, family: Family, table: &str, chain: &str) -> (Backend, String) {
     let chains_here = || {
@@ -178,39 +255,37 @@ fn writer(ruleset: &Ruleset, family: Family, table: &str, chain: &str) -> (Backe
         );
     }
     let xt_family = matches!(family, Family::Ipv4 | Family::Ipv6);
-    if xt_family
-        && XT_BUILTIN.contains(&chain)
-        && ["filter", "nat", "mangle", "raw", "security"].contains(&table)
-    {
+    if xt_family && xt_priority(table, chain).is_some() {
         let docker = chains_here().any(|c| c.name.starts_with("DOCKER"));
-        let rules: Vec<_> = ruleset
-            .rules
-            .iter()
-            .filter(|r| r.family == family && r.table == table)
-            .collect();
-        // iptables-nft writes x_tables compat expressions for most matches and a counter on
-        // every rule; a hand-written `table ip filter` has neither.
-        let counted = !rules.is_empty()
-            && rules
-                .iter()
-                .all(|r| r.exprs.iter().any(|e| matches!(e, Expr::Counter { .. })));
-        if has_xt(ruleset, family, table) || counted || rules.is_empty() {
-            let who = if docker {
-                "Docker and the operator, through iptables-nft"
-            } else {
-                "iptables-nft"
-            };
-            let why = if has_xt(ruleset, family, table) {
-                "x_tables compat expressions"
-            } else if counted {
-                "a counter on every rule, as iptables-nft writes"
-            } else {
-                "iptables' table and built-in chain names"
-            };
+        let who = if docker {
+            "Docker and the operator, through iptables-nft"
+        } else {
+            "iptables-nft"
+        };
+        // nft itself calls a table iptables-nft's when it holds x_tables compat expressions.
+        if has_xt(ruleset, family, table) {
             return (
                 Backend::IptablesNft,
-                format!("{who}: {why} in table {family} {table}"),
+                format!("{who}: x_tables compat expressions in table {family} {table}"),
             );
+        }
+        match nft_sign(ruleset, family, table) {
+            Some(sign) => {
+                return (
+                    Backend::Nftables,
+                    format!("table {family} {table} has iptables' names but was written with nft: {sign}"),
+                )
+            }
+            // Nothing tells the two apart; writing through iptables-nft keeps the table readable
+            // by both iptables and nft.
+            None => {
+                return (
+                    Backend::IptablesNft,
+                    format!(
+                        "{who}: iptables' table and chain names, a counter on every rule and nothing iptables never writes in table {family} {table}"
+                    ),
+                )
+            }
         }
     }
     (
@@ -387,6 +462,7 @@ fn refuse_what_no_driver_speaks(exec: &dyn Exec, found: &mut Found) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::netlink::{Chain, ChainHook, CmpOp, Rule, RuleBody};
 
     #[test]
     fn parses_iptables_save() {
@@ -399,6 +475,133 @@ mod tests {
         assert_eq!(
             t.rules[0],
             ("INPUT".into(), "-p tcp -m tcp --dport 22 -j ACCEPT".into())
+        );
+    }
+
+    fn chain(family: Family, table: &str, name: &str, priority: Option<i32>) -> Chain {
+        Chain {
+            family,
+            table: table.into(),
+            name: name.into(),
+            handle: 1,
+            hook: priority.map(|priority| ChainHook {
+                hook: Hook::Input,
+                hook_num: 1,
+                priority,
+                device: None,
+            }),
+            policy: priority.map(|_| Policy::Drop),
+            chain_type: priority.map(|_| ChainType::Filter),
+            flags: 0,
+            use_count: 0,
+            userdata: None,
+            comment: None,
+        }
+    }
+
+    fn rule(family: Family, table: &str, chain: &str, body: RuleBody) -> Rule {
+        Rule {
+            family,
+            table: table.into(),
+            chain: chain.into(),
+            handle: 2,
+            position: None,
+            exprs: body.exprs,
+            userdata: None,
+            comment: None,
+        }
+    }
+
+    /// `ip filter INPUT` with policy drop and the given rules.
+    fn ip_filter(rules: Vec<RuleBody>) -> Ruleset {
+        Ruleset {
+            chains: vec![chain(Family::Ipv4, "filter", "INPUT", Some(0))],
+            rules: rules
+                .into_iter()
+                .map(|b| rule(Family::Ipv4, "filter", "INPUT", b))
+                .collect(),
+            ..Ruleset::default()
+        }
+    }
+
+    fn backend_of(rs: &Ruleset) -> Backend {
+        writer(rs, Family::Ipv4, "filter", "INPUT").0
+    }
+
+    /// `-i lo`, as iptables-nft encodes it: the name and its NUL only.
+    fn xt_iifname(name: &str) -> RuleBody {
+        let mut data = name.as_bytes().to_vec();
+        data.push(0);
+        RuleBody::new()
+            .expr(Expr::Meta {
+                key: MetaKey::IifName,
+                dreg: 1,
+            })
+            .expr(Expr::Cmp {
+                sreg: 1,
+                op: CmpOp::Eq,
+                data,
+            })
+    }
+
+    #[test]
+    fn iptables_names_with_counted_rules_are_iptables_nft() {
+        let rs = ip_filter(vec![
+            xt_iifname("lo").counter().accept(),
+            RuleBody::new().tcp_dport(22).counter().accept(),
+        ]);
+        assert_eq!(backend_of(&rs), Backend::IptablesNft);
+        // A 15-byte name fills the register with its one NUL in iptables' encoding too.
+        let rs = ip_filter(vec![xt_iifname("br-0123456789ab").counter().accept()]);
+        assert_eq!(backend_of(&rs), Backend::IptablesNft);
+        // An empty table of iptables' shape cannot be told apart; iptables-nft keeps it readable
+        // by both.
+        assert_eq!(backend_of(&ip_filter(vec![])), Backend::IptablesNft);
+    }
+
+    #[test]
+    fn a_hand_written_table_with_iptables_names_is_nftables() {
+        // Counted rules, but an interface compared over 16 bytes as nft does.
+        let rs = ip_filter(vec![
+            RuleBody::new().iifname_eq("lo").counter().accept(),
+            RuleBody::new().tcp_dport(22).counter().accept(),
+        ]);
+        let (backend, evidence) = writer(&rs, Family::Ipv4, "filter", "INPUT");
+        assert_eq!(backend, Backend::Nftables, "{evidence}");
+        assert!(evidence.contains("16 bytes"), "{evidence}");
+        // A rule without a counter.
+        let rs = ip_filter(vec![RuleBody::new().tcp_dport(22).accept()]);
+        assert_eq!(backend_of(&rs), Backend::Nftables);
+        // A set lookup (`tcp dport { 22, 80 }`).
+        let lookup = RuleBody::new()
+            .expr(Expr::Lookup {
+                set: "__set0".into(),
+                sreg: 1,
+                dreg: None,
+                set_id: None,
+                flags: 0,
+            })
+            .counter()
+            .accept();
+        assert_eq!(
+            backend_of(&ip_filter(vec![lookup.clone()])),
+            Backend::Nftables
+        );
+        // A base chain at a priority iptables never uses.
+        let mut rs = ip_filter(vec![]);
+        rs.chains[0].hook.as_mut().unwrap().priority = 10;
+        assert_eq!(backend_of(&rs), Backend::Nftables);
+        // But x_tables compat expressions make it iptables-nft's whatever else is there.
+        let xt = RuleBody::new()
+            .expr(Expr::Raw {
+                name: "match".into(),
+                data: vec![],
+            })
+            .counter()
+            .accept();
+        assert_eq!(
+            backend_of(&ip_filter(vec![lookup, xt])),
+            Backend::IptablesNft
         );
     }
 

@@ -43,8 +43,18 @@ pub struct Presence {
 #[derive(Debug, Clone)]
 struct Marked {
     mark: String,
-    /// The nf_tables handle, or the legacy rule number.
-    handle: u64,
+    how: Removal,
+}
+
+/// How a marked rule is removed.
+#[derive(Debug, Clone)]
+enum Removal {
+    /// By its nf_tables handle, which names this rule and no other.
+    Handle(u64),
+    /// A legacy rule by its own specification, as `iptables-legacy-save` printed it: `-D CHAIN
+    /// SPEC` deletes a rule that matches it in full, mark included, so a rule inserted or removed
+    /// by someone else since the listing can never be deleted in its place (a rule number could).
+    Spec(Vec<String>),
 }
 
 /// The firewall as this host sees it: the nf_tables socket it keeps and the found layers.
@@ -91,7 +101,7 @@ impl<'a> Firewall<'a> {
                     rules::id_of(&mark)?;
                     Some(Marked {
                         mark,
-                        handle: r.handle,
+                        how: Removal::Handle(r.handle),
                     })
                 })
                 .collect()),
@@ -104,11 +114,10 @@ impl<'a> Firewall<'a> {
                     .rules
                     .iter()
                     .filter(|(c, _)| *c == layer.chain)
-                    .enumerate()
-                    .filter_map(|(i, (_, spec))| {
+                    .filter_map(|(_, spec)| {
                         Some(Marked {
                             mark: rules::spec_mark(spec)?,
-                            handle: i as u64 + 1,
+                            how: Removal::Spec(rules::split_spec(spec)?),
                         })
                     })
                     .collect())
@@ -175,7 +184,7 @@ impl<'a> Firewall<'a> {
             let given: Vec<&str> = openings.iter().map(|o| o.id.as_str()).collect();
             // Remove: marks not wanted here (in scope), or wanted but present the wrong number
             // of times (re-written whole).
-            let mut remove: Vec<&Marked> = marked
+            let remove: Vec<&Marked> = marked
                 .iter()
                 .filter(|m| match wanted.get(&m.mark) {
                     Some((_, n)) => counts[m.mark.as_str()] != *n,
@@ -192,23 +201,20 @@ impl<'a> Firewall<'a> {
                 })
                 .map(|(_, (o, _))| *o)
                 .collect();
-            match layer.backend {
-                Backend::Nftables | Backend::IptablesNft => {
-                    for m in &remove {
-                        batch.del_rule(layer.family, &layer.table, &layer.chain, m.handle)?;
+            if matches!(layer.backend, Backend::Firewalld | Backend::Ufw) {
+                continue;
+            }
+            for m in &remove {
+                match &m.how {
+                    Removal::Handle(handle) => {
+                        batch.del_rule(layer.family, &layer.table, &layer.chain, *handle)?;
+                    }
+                    Removal::Spec(spec) => {
+                        let mut args = xt_args(&layer.table, "-D", &layer.chain);
+                        args.extend(spec.iter().cloned());
+                        commands.push((legacy(layer.family, ""), args));
                     }
                 }
-                Backend::IptablesLegacy => {
-                    // Highest number first, so the numbers of the rest hold.
-                    remove.sort_by_key(|m| std::cmp::Reverse(m.handle));
-                    for m in &remove {
-                        commands.push((
-                            legacy(layer.family, ""),
-                            vec!["-D".into(), layer.chain.clone(), m.handle.to_string()],
-                        ));
-                    }
-                }
-                Backend::Firewalld | Backend::Ufw => continue,
             }
             for m in &remove {
                 done.removed.push((m.mark.clone(), layer.describe()));
@@ -233,13 +239,8 @@ impl<'a> Firewall<'a> {
                             legacy(layer.family, "")
                         };
                         for spec in rules::xt_specs(o, layer.family) {
-                            let mut args = vec![
-                                "-t".into(),
-                                layer.table.clone(),
-                                "-I".into(),
-                                layer.chain.clone(),
-                                "1".into(),
-                            ];
+                            let mut args = xt_args(&layer.table, "-I", &layer.chain);
+                            args.push("1".into());
                             args.extend(spec);
                             commands.push((program.clone(), args));
                         }
@@ -268,6 +269,19 @@ fn expected(layer: &Layer, o: &Opening) -> usize {
         Backend::Nftables => rules::nft_bodies(o, layer.family).len(),
         _ => rules::xt_specs(o, layer.family).len(),
     }
+}
+
+/// `-w -t TABLE OP CHAIN`: `-w` waits for the xtables lock instead of failing at once when
+/// another program (Docker, the operator, a second test) holds it; iptables-nft accepts and
+/// ignores it.
+fn xt_args(table: &str, op: &str, chain: &str) -> Vec<String> {
+    vec![
+        "-w".into(),
+        "-t".into(),
+        table.into(),
+        op.into(),
+        chain.into(),
+    ]
 }
 
 fn xt(family: Family, backend: &str) -> String {

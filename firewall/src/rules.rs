@@ -152,6 +152,43 @@ pub fn spec_mark(spec: &str) -> Option<String> {
     text.starts_with(MARK_PREFIX).then(|| text.to_string())
 }
 
+/// Splits an `iptables-save` rule spec into arguments again: words separated by spaces, with
+/// double quotes grouping (iptables-save quotes comments, escaping `"` and `\` with a backslash).
+/// `None` for an unterminated quote, which is no spec iptables-save prints.
+pub fn split_spec(spec: &str) -> Option<Vec<String>> {
+    let mut args = Vec::new();
+    let mut word = String::new();
+    let mut in_word = false;
+    let mut quoted = false;
+    let mut chars = spec.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '"' => {
+                quoted = !quoted;
+                in_word = true;
+            }
+            '\\' if quoted => word.push(chars.next()?),
+            c if c.is_whitespace() && !quoted => {
+                if in_word {
+                    args.push(std::mem::take(&mut word));
+                    in_word = false;
+                }
+            }
+            c => {
+                word.push(c);
+                in_word = true;
+            }
+        }
+    }
+    if quoted {
+        return None;
+    }
+    if in_word {
+        args.push(word);
+    }
+    Some(args)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -207,6 +244,48 @@ mod tests {
         let line = spec.join(" ");
         assert!(line.starts_with("-p tcp -i mesh0 -m conntrack --ctstate DNAT --ctorigdstport 443 -m comment --comment mesh-host:web/https#"), "{line}");
         assert!(line.ends_with("-j ACCEPT"));
+    }
+
+    #[test]
+    fn save_specs_split_back_into_arguments() {
+        let spec = "-p tcp -m tcp --dport 9000 -m comment --comment \"mesh-host:web/api#0011aabb\" -j ACCEPT";
+        assert_eq!(
+            split_spec(spec).unwrap(),
+            [
+                "-p",
+                "tcp",
+                "-m",
+                "tcp",
+                "--dport",
+                "9000",
+                "-m",
+                "comment",
+                "--comment",
+                "mesh-host:web/api#0011aabb",
+                "-j",
+                "ACCEPT"
+            ]
+        );
+        assert_eq!(
+            split_spec(r#"-m comment --comment "a \"b\" c\\" -j ACCEPT"#).unwrap(),
+            ["-m", "comment", "--comment", r#"a "b" c\"#, "-j", "ACCEPT"]
+        );
+        assert_eq!(split_spec(r#"--comment """#).unwrap(), ["--comment", ""]);
+        assert_eq!(split_spec("--comment \"open"), None);
+        // The specs the host writes survive the round trip through iptables-save's quoting.
+        let o = o(From::Interface("mesh0".into()), Path::Forwarded);
+        let spec = xt_specs(&o, Family::Ipv4).remove(0);
+        let saved: Vec<String> = spec
+            .iter()
+            .map(|a| {
+                if a.starts_with("mesh-host:") {
+                    format!("\"{a}\"")
+                } else {
+                    a.clone()
+                }
+            })
+            .collect();
+        assert_eq!(split_spec(&saved.join(" ")).unwrap(), spec);
     }
 
     #[test]

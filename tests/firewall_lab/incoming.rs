@@ -1,0 +1,266 @@
+//! Found rulesets on the incoming path: an opening goes through every layer that could drop it,
+//! in each layer's own terms, and removing it restores each ruleset exactly.
+
+use super::*;
+
+/// A found firewall on the incoming path, and how to check it.
+struct FoundRuleset {
+    /// Loads it into the node.
+    load: fn(&Machine, &Path),
+    /// The kind `firewall status` must report.
+    kind: &'static str,
+    /// The layers the opening must be present in.
+    layers: &'static [&'static str],
+    /// Each view with how many marked lines the opening adds to it; `None` where the view cannot
+    /// show the mark (nft does not print an iptables comment), so only its restoration is
+    /// compared there.
+    views: &'static [(View, Option<usize>)],
+}
+
+fn load_inet_drop(m: &Machine, dir: &Path) {
+    load_nft(m, dir, "found.nft", INET_INPUT_DROP);
+}
+
+fn load_iptables_nft(m: &Machine, _: &Path) {
+    run_all(m, &xt_input_drop("iptables-nft"));
+    run_all(m, &xt_input_drop("ip6tables-nft"));
+}
+
+fn load_iptables_legacy(m: &Machine, _: &Path) {
+    run_all(m, &xt_input_drop("iptables-legacy"));
+    run_all(m, &xt_input_drop("ip6tables-legacy"));
+}
+
+fn load_legacy_and_nftables(m: &Machine, dir: &Path) {
+    load_iptables_legacy(m, dir);
+    // A native table beside the legacy one, written by someone else and dropping by default
+    // too: a packet must pass both, so the opening must be in both.
+    load_nft(
+        m,
+        dir,
+        "native.nft",
+        "table inet host {
+	chain input {
+		type filter hook input priority 10; policy drop;
+		ct state established,related accept
+		iif \"lo\" accept
+		tcp dport { 22, 8080 } accept
+		meta l4proto ipv6-icmp accept
+	}
+}
+",
+    );
+}
+
+/// A hand-written ruleset that uses iptables' table and chain names and counts every rule, as
+/// people who learned iptables write it; it is nft's, so openings go in natively with a mark nft
+/// can show.
+fn load_handwritten_ip_filter(m: &Machine, dir: &Path) {
+    let mut text = String::from("flush ruleset\n");
+    for family in ["ip", "ip6"] {
+        let _ = write!(
+            text,
+            "table {family} filter {{
+	chain INPUT {{
+		type filter hook input priority 0; policy drop;
+		ct state established,related counter accept
+		iifname \"lo\" counter accept
+		tcp dport 22 counter accept
+		tcp dport 8080 counter accept
+		meta l4proto ipv6-icmp counter accept
+	}}
+}}
+"
+        );
+    }
+    load_nft(m, dir, "iptables-style.nft", &text);
+}
+
+/// The whole check of one found ruleset on the incoming path: before, with the opening, and
+/// after it is removed again.
+fn incoming_opening_through(found: &FoundRuleset) {
+    let lab = new_lab();
+    let net = adoption(&lab);
+    let node = &net.node;
+    let _listeners: Vec<_> = [SSH, SERVED, OPENED, CLOSED]
+        .iter()
+        .map(|p| node.listen_tcp(*p).expect("listener on the node"))
+        .collect();
+    (found.load)(node, lab.dir());
+    let before: Vec<String> = found.views.iter().map(|(v, _)| v.read(node)).collect();
+
+    // The found firewall does what it says before the host touches it.
+    let public = node_public();
+    expect(&net.outside, &public, SSH, Probe::Reached, "ssh, before");
+    expect(
+        &net.outside,
+        &public,
+        SERVED,
+        Probe::Reached,
+        "served, before",
+    );
+    expect(
+        &net.outside,
+        &public,
+        OPENED,
+        Probe::TimedOut,
+        "not yet opened",
+    );
+
+    let host = Host::new(node);
+    let report = host.apply(&declaration(&[opening("web/api", OPENED, "incoming")]));
+    assert_eq!(outcome(&report, "web/api"), "created", "{report:#}");
+
+    expect(&net.outside, &public, OPENED, Probe::Reached, "the opening");
+    expect(&net.outside, &public, SSH, Probe::Reached, "ssh stays");
+    expect(
+        &net.outside,
+        &public,
+        SERVED,
+        Probe::Reached,
+        "served stays",
+    );
+    expect(
+        &net.outside,
+        &public,
+        CLOSED,
+        Probe::TimedOut,
+        "nothing else opened",
+    );
+
+    for ((view, marks), before) in found.views.iter().zip(&before) {
+        let now = view.read(node);
+        if let Some(n) = marks {
+            assert_eq!(
+                marked_lines(&now).len(),
+                *n,
+                "{view:?}: marked rules of the opening\n{now}"
+            );
+            assert!(
+                marked_lines(&now)
+                    .iter()
+                    .all(|l| l.contains("mesh-host:web/api#")),
+                "{view:?}: every marked rule is the opening's\n{now}"
+            );
+            assert_eq!(
+                &without_marked(&now),
+                before,
+                "{view:?}: the found ruleset differs by more than the mesh's marked rules"
+            );
+        }
+    }
+
+    let status = host.status();
+    assert_eq!(status["kind"], found.kind, "{status:#}");
+    assert!(status["refusal"].is_null(), "{status:#}");
+    let mut want: Vec<String> = found
+        .layers
+        .iter()
+        .map(|l| format!("{l}=present"))
+        .collect();
+    want.sort();
+    assert_eq!(presence(&status, "web/api"), want, "{status:#}");
+    assert_eq!(status["guard"]["present"], true, "{status:#}");
+
+    // Applying the same again changes nothing.
+    let again = host.apply(&declaration(&[opening("web/api", OPENED, "incoming")]));
+    assert_eq!(outcome(&again, "web/api"), "unchanged", "{again:#}");
+
+    let removed = host.apply(&declaration(&[]));
+    assert_eq!(outcome(&removed, "web/api"), "removed", "{removed:#}");
+    expect(
+        &net.outside,
+        &public,
+        OPENED,
+        Probe::TimedOut,
+        "opening removed",
+    );
+    expect(&net.outside, &public, SSH, Probe::Reached, "ssh after");
+    expect(
+        &net.outside,
+        &public,
+        SERVED,
+        Probe::Reached,
+        "served after",
+    );
+    for ((view, _), before) in found.views.iter().zip(&before) {
+        assert_eq!(
+            &view.read(node),
+            before,
+            "{view:?}: removing the opening must restore the found ruleset exactly"
+        );
+    }
+}
+
+#[test]
+fn an_opening_goes_through_a_hand_written_nftables_input_chain() {
+    incoming_opening_through(&FoundRuleset {
+        load: load_inet_drop,
+        kind: "nftables",
+        layers: &["inet filter input (nftables)"],
+        views: &[(View::Nft, Some(1))],
+    });
+}
+
+#[test]
+fn an_opening_goes_through_iptables_nft_in_its_own_terms() {
+    incoming_opening_through(&FoundRuleset {
+        load: load_iptables_nft,
+        kind: "iptables-nft",
+        layers: &[
+            "ip filter INPUT (iptables-nft)",
+            "ip6 filter INPUT (iptables-nft)",
+        ],
+        views: &[
+            (View::Save("iptables-nft-save"), Some(1)),
+            (View::Save("ip6tables-nft-save"), Some(1)),
+            // nft shows iptables' comment match as nothing, so only restoration is compared.
+            (View::Nft, None),
+        ],
+    });
+}
+
+#[test]
+fn an_opening_goes_through_iptables_legacy() {
+    incoming_opening_through(&FoundRuleset {
+        load: load_iptables_legacy,
+        kind: "iptables-legacy",
+        layers: &[
+            "ip filter INPUT (iptables-legacy)",
+            "ip6 filter INPUT (iptables-legacy)",
+        ],
+        views: &[
+            (View::Save("iptables-legacy-save"), Some(1)),
+            (View::Save("ip6tables-legacy-save"), Some(1)),
+            (View::Nft, Some(0)),
+        ],
+    });
+}
+
+#[test]
+fn an_opening_goes_through_iptables_legacy_and_a_native_table_together() {
+    incoming_opening_through(&FoundRuleset {
+        load: load_legacy_and_nftables,
+        kind: "nftables+iptables-legacy",
+        layers: &[
+            "inet host input (nftables)",
+            "ip filter INPUT (iptables-legacy)",
+            "ip6 filter INPUT (iptables-legacy)",
+        ],
+        views: &[
+            (View::Save("iptables-legacy-save"), Some(1)),
+            (View::Save("ip6tables-legacy-save"), Some(1)),
+            (View::Nft, Some(1)),
+        ],
+    });
+}
+
+#[test]
+fn a_hand_written_ip_filter_table_is_nftables_not_iptables_nft() {
+    incoming_opening_through(&FoundRuleset {
+        load: load_handwritten_ip_filter,
+        kind: "nftables",
+        layers: &["ip filter INPUT (nftables)", "ip6 filter INPUT (nftables)"],
+        views: &[(View::Nft, Some(2))],
+    });
+}

@@ -1,0 +1,415 @@
+//! Lab tests of the firewall engine through the built binary, run inside a lab node's network
+//! namespace as an operator would: found rulesets of every kind, openings probed from another
+//! machine, published container ports behind a found forward chain, the guard, reloads of the
+//! found firewall, and listings of real rulesets. Every test builds its own namespaces; nothing
+//! touches the machine's own firewall. A missing prerequisite fails the test, never skips it.
+
+use std::fmt::Write as _;
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use firewall::{GuardSpec, NfSocket};
+use lab::addr::*;
+use lab::{Adoption, Lab, Machine, Probe};
+use serde_json::{json, Value};
+
+mod docker;
+mod guard;
+mod incoming;
+mod listing;
+mod reload;
+
+const MESH: &str = env!("CARGO_BIN_EXE_mesh-host");
+
+/// Long enough for a real answer on a loaded two-core machine.
+const ANSWER: Duration = Duration::from_secs(3);
+/// How long a probe that must go unanswered waits; a lab veth answers in well under a millisecond.
+const SILENCE: Duration = Duration::from_millis(1200);
+
+/// The foundation's ports in the node's settings; the guard refuses these two.
+const STORE: u16 = 5432;
+const BROKER_MANAGEMENT: u16 = 15672;
+
+/// The port the found firewall serves, ssh's, the port an opening declares, and one nothing opens.
+const SERVED: u16 = 8080;
+const SSH: u16 = 22;
+const OPENED: u16 = 9000;
+const CLOSED: u16 = 9001;
+
+fn new_lab() -> Lab {
+    Lab::new().expect("the lab needs root, iproute2 and nsenter; it never skips")
+}
+
+fn adoption(lab: &Lab) -> Adoption {
+    Adoption::build(lab).expect("building the adoption topology")
+}
+
+fn node_public() -> [IpAddr; 2] {
+    [NODE_PUBLIC_V4.into(), NODE_PUBLIC_V6.into()]
+}
+
+fn node_private() -> [IpAddr; 2] {
+    [NODE_PRIVATE_V4.into(), NODE_PRIVATE_V6.into()]
+}
+
+/// Probes `port` on each address from `from` and insists on `want`. A probe that must go
+/// unanswered waits [`SILENCE`]; one that must be answered waits [`ANSWER`].
+fn expect(from: &Machine, addrs: &[IpAddr], port: u16, want: Probe, why: &str) {
+    let wait = if want == Probe::TimedOut {
+        SILENCE
+    } else {
+        ANSWER
+    };
+    for addr in addrs {
+        let got = from
+            .probe_tcp(*addr, port, wait)
+            .unwrap_or_else(|e| panic!("probe {} -> [{addr}]:{port}: {e}", from.name()));
+        assert_eq!(
+            got,
+            want,
+            "{why}: {} -> [{addr}]:{port} was {got}, expected {want}",
+            from.name()
+        );
+    }
+}
+
+fn run_ok(m: &Machine, argv: &[&str]) -> String {
+    m.run_ok(argv)
+        .unwrap_or_else(|e| panic!("in {}: {e}", m.name()))
+        .stdout
+}
+
+fn load_nft(m: &Machine, dir: &Path, name: &str, text: &str) -> PathBuf {
+    let path = dir.join(name);
+    std::fs::write(&path, text).unwrap();
+    run_ok(m, &["nft", "-f", path.to_str().unwrap()]);
+    path
+}
+
+fn run_all(m: &Machine, commands: &[Vec<&str>]) {
+    for argv in commands {
+        run_ok(m, argv);
+    }
+}
+
+/// The iptables commands of a found input chain with policy drop that serves ssh and the served
+/// port, for `program` (`iptables-nft`, `ip6tables-legacy`, ...).
+fn xt_input_drop(program: &str) -> Vec<Vec<&str>> {
+    let mut rules = vec![
+        vec![program, "-P", "INPUT", "DROP"],
+        vec![
+            program,
+            "-A",
+            "INPUT",
+            "-m",
+            "conntrack",
+            "--ctstate",
+            "RELATED,ESTABLISHED",
+            "-j",
+            "ACCEPT",
+        ],
+        vec![program, "-A", "INPUT", "-i", "lo", "-j", "ACCEPT"],
+        vec![
+            program, "-A", "INPUT", "-p", "tcp", "-m", "tcp", "--dport", "22", "-j", "ACCEPT",
+        ],
+        vec![
+            program, "-A", "INPUT", "-p", "tcp", "-m", "tcp", "--dport", "8080", "-j", "ACCEPT",
+        ],
+    ];
+    if program.starts_with("ip6") {
+        // Neighbour discovery, without which no IPv6 packet arrives at all.
+        rules.push(vec![
+            program,
+            "-A",
+            "INPUT",
+            "-p",
+            "ipv6-icmp",
+            "-j",
+            "ACCEPT",
+        ]);
+    }
+    rules
+}
+
+/// A hand-written `/etc/nftables.conf`: an inet input chain with policy drop serving ssh and the
+/// served port. `flush ruleset` at its top, as such files have, so loading it again is a reload.
+const INET_INPUT_DROP: &str = "flush ruleset
+table inet filter {
+	chain input {
+		type filter hook input priority filter; policy drop;
+		ct state established,related accept
+		iifname \"lo\" accept
+		tcp dport { 22, 8080 } accept
+		meta l4proto ipv6-icmp accept
+	}
+	chain output {
+		type filter hook output priority filter; policy accept;
+	}
+}
+";
+
+// ---------------------------------------------------------------------------------------------
+// The host, run inside the node's namespace.
+
+/// mesh-host on the lab node: the built binary run through `nsenter --net` with its own `--root`.
+struct Host {
+    node: Machine,
+    dir: tempfile::TempDir,
+}
+
+impl Host {
+    fn new(node: &Machine) -> Host {
+        let dir = tempfile::tempdir().expect("temporary directory");
+        std::fs::create_dir(dir.path().join("root")).unwrap();
+        Host {
+            node: node.clone(),
+            dir,
+        }
+    }
+
+    fn root(&self) -> PathBuf {
+        self.dir.path().join("root")
+    }
+
+    fn run(&self, args: &[&str]) -> lab::Output {
+        let root = self.root();
+        let mut argv = vec![MESH, "--root", root.to_str().unwrap()];
+        argv.extend_from_slice(args);
+        self.node
+            .run(&argv)
+            .unwrap_or_else(|e| panic!("running mesh-host in {}: {e}", self.node.name()))
+    }
+
+    fn json(&self, args: &[&str]) -> Value {
+        let out = self.run(args);
+        assert!(
+            out.success(),
+            "mesh-host {args:?} failed ({}):\n{}\n{}",
+            out.status,
+            out.stdout,
+            out.stderr
+        );
+        serde_json::from_str(&out.stdout)
+            .unwrap_or_else(|e| panic!("mesh-host {args:?} printed no JSON ({e}):\n{}", out.stdout))
+    }
+
+    /// Applies a declaration and returns the report; the apply must succeed with nothing failed.
+    fn apply(&self, decl: &Value) -> Value {
+        let file = self.dir.path().join("declaration.json");
+        std::fs::write(&file, serde_json::to_vec_pretty(decl).unwrap()).unwrap();
+        let report = self.json(&["apply", file.to_str().unwrap(), "--json"]);
+        assert_nothing_failed(&report);
+        report
+    }
+
+    fn reconcile(&self) -> Value {
+        let report = self.json(&["reconcile", "--json"]);
+        assert_nothing_failed(&report);
+        report
+    }
+
+    fn status(&self) -> Value {
+        self.json(&["firewall", "status", "--json"])
+    }
+}
+
+fn assert_nothing_failed(report: &Value) {
+    let entries = report["entries"].as_array().expect("a report has entries");
+    assert!(
+        entries.iter().all(|e| e["outcome"] != "failed"),
+        "{report:#}"
+    );
+}
+
+fn outcome(report: &Value, id: &str) -> String {
+    report["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["id"] == id)
+        .unwrap_or_else(|| panic!("no entry for {id} in {report:#}"))["outcome"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+/// An adopted declaration with the node's settings (so the guard is ensured) and `resources`.
+fn declaration(resources: &[Value]) -> Value {
+    json!({
+        "version": 1,
+        "node": "lab-node",
+        "mode": "adopted",
+        "taken": [],
+        "settings": {
+            "ports": {
+                "store": STORE,
+                "bus": 5672,
+                "broker_management": BROKER_MANAGEMENT,
+                "registry": 5000,
+                "hub": 51820
+            },
+            "private_network": {
+                "interface": PRIVATE_IF,
+                "range": format!("{PRIVATE_V4_NET}/{PRIVATE_V4_PREFIX}")
+            }
+        },
+        "resources": resources,
+    })
+}
+
+fn opening(id: &str, port: u16, path: &str) -> Value {
+    json!({"id": id, "type": "opening", "port": port, "proto": "tcp", "from": "anywhere", "path": path})
+}
+
+/// The layers of a status with their backend, path and whether they can drop, sorted.
+fn layers(status: &Value) -> Vec<String> {
+    let mut out: Vec<String> = status["layers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| {
+            format!(
+                "{} {} {}",
+                l["layer"].as_str().unwrap(),
+                l["path"].as_str().unwrap(),
+                if l["can_drop"] == true {
+                    "can-drop"
+                } else {
+                    "passes"
+                }
+            )
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+/// Where the status says an opening is present: its layers, each `layer=present|missing`.
+fn presence(status: &Value, id: &str) -> Vec<String> {
+    let o = status["openings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|o| o["id"] == id)
+        .unwrap_or_else(|| panic!("no opening {id} in {status:#}"));
+    let mut out: Vec<String> = o["layers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| {
+            format!(
+                "{}={}",
+                l["layer"].as_str().unwrap(),
+                if l["present"] == true {
+                    "present"
+                } else {
+                    "missing"
+                }
+            )
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reading rulesets back as text.
+
+/// One way of reading the found firewall back as text.
+#[derive(Debug, Clone, Copy)]
+enum View {
+    /// `nft list ruleset`, counters and the mesh's own table left out.
+    Nft,
+    /// `nft list table FAMILY NAME`, likewise: one table where others hold rules nft cannot show
+    /// the mark of.
+    NftTable(&'static str, &'static str),
+    /// An `*-save` program (`iptables-legacy-save`, `ip6tables-nft-save`, ...), comments and
+    /// counters left out. It must succeed and never say a table is incompatible.
+    Save(&'static str),
+}
+
+impl View {
+    fn read(self, m: &Machine) -> String {
+        match self {
+            View::Nft => nft_text(&run_ok(m, &["nft", "list", "ruleset"])),
+            View::NftTable(family, name) => {
+                nft_text(&run_ok(m, &["nft", "list", "table", family, name]))
+            }
+            View::Save(program) => {
+                let out = m.run(&[program]).unwrap();
+                assert!(
+                    out.success()
+                        && !out.stderr.contains("incompatible")
+                        && !out.stdout.contains("incompatible"),
+                    "{program} in {} must list every table: {}\n{}\n{}",
+                    m.name(),
+                    out.status,
+                    out.stdout,
+                    out.stderr
+                );
+                save_text(&out.stdout)
+            }
+        }
+    }
+}
+
+/// `nft list ruleset` without counters' values and without the mesh's own table (the guard),
+/// whitespace within a line normalised.
+fn nft_text(listing: &str) -> String {
+    let mut out = String::new();
+    let mut in_mesh_table = false;
+    for line in listing.lines() {
+        if line.starts_with("table inet mesh_host {") {
+            in_mesh_table = true;
+            continue;
+        }
+        if in_mesh_table {
+            in_mesh_table = line != "}";
+            continue;
+        }
+        let mut words = line.split_whitespace().peekable();
+        let mut kept: Vec<&str> = Vec::new();
+        while let Some(w) = words.next() {
+            kept.push(w);
+            if w == "counter" && words.peek() == Some(&"packets") {
+                // "counter packets N bytes M" -> "counter"
+                for _ in 0..4 {
+                    words.next();
+                }
+            }
+        }
+        if !kept.is_empty() {
+            let _ = writeln!(out, "{}", kept.join(" "));
+        }
+    }
+    out
+}
+
+/// `iptables-save` output without comment lines and without the `[packets:bytes]` counters.
+fn save_text(listing: &str) -> String {
+    let mut out = String::new();
+    for line in listing.lines().filter(|l| !l.starts_with('#')) {
+        let kept: Vec<&str> = line
+            .split_whitespace()
+            .filter(|w| !(w.starts_with('[') && w.ends_with(']') && w.contains(':')))
+            .collect();
+        let _ = writeln!(out, "{}", kept.join(" "));
+    }
+    out
+}
+
+fn is_marked(line: &str) -> bool {
+    line.contains("mesh-host:")
+}
+
+fn without_marked(text: &str) -> String {
+    text.lines()
+        .filter(|l| !is_marked(l))
+        .map(|l| format!("{l}\n"))
+        .collect()
+}
+
+fn marked_lines(text: &str) -> Vec<&str> {
+    text.lines().filter(|l| is_marked(l)).collect()
+}
