@@ -274,22 +274,29 @@ fn a_failure_stops_the_apply_and_the_briefing_reads_failed() {
 }
 
 #[test]
-fn shapes_without_an_applier_fail_naming_the_resource() {
+fn a_resource_whose_system_tool_cannot_be_run_fails_naming_the_resource() {
+    // PATH holds `unshare` (which runs the binary) and nothing else, so the service manager's
+    // program cannot be found: the service fails, naming itself and the program, never succeeds.
     let node = Node::new();
+    let bin = tempfile::tempdir().unwrap();
+    let unshare = ["/usr/bin/unshare", "/bin/unshare"]
+        .into_iter()
+        .find(|p| std::path::Path::new(p).exists())
+        .expect("unshare (util-linux)");
+    std::os::unix::fs::symlink(unshare, bin.path().join("unshare")).unwrap();
+    let path = bin.path().display().to_string();
     let r = node.apply_env(
         &decl("converged", &[], json!([{"id": "web/svc", "type": "service", "name": "nginx", "state": "running", "enabled": true}])),
         &[],
-        &[],
+        &[("PATH", &path)],
     );
-    assert_eq!(r.code, Some(1));
+    assert_eq!(r.code, Some(1), "{}", r.stderr);
     assert_eq!(r.outcome("web/svc"), "failed");
-    let human = node.apply_env(&decl("converged", &[], json!([{"id": "web/svc", "type": "service", "name": "nginx", "state": "running", "enabled": true}])), &[], &[]);
     assert!(
-        human
-            .stdout
-            .contains("no service applier in this build yet"),
+        r.stdout
+            .contains("reading service nginx through systemd: starting systemctl"),
         "{}",
-        human.stdout
+        r.stdout
     );
 }
 

@@ -87,6 +87,9 @@ pub struct GuardReport {
     /// Whether the table was created, reclaimed from an orphan, or already held by this socket;
     /// `None` when the kernel has no persist flag and the table is a plain one.
     pub claim: Option<Claim>,
+    /// The netlink port of another live holder (a resident host), when the table is held by it
+    /// and already says what `spec` says; the guard is then in force and left to its holder.
+    pub held_by: Option<u32>,
     /// Whether its rules had to be written.
     pub changed: bool,
 }
@@ -117,36 +120,44 @@ pub fn ensure(sock: &mut NfSocket, spec: &GuardSpec) -> Result<GuardReport> {
             sock.send(&b)?;
             None
         }
+        // Another live process holds the guard (a resident host): it cannot be changed from
+        // here, but it can be read. If it already refuses what it should, it is in force.
+        Err(Error::TableOwned { owner, .. }) => {
+            return if in_force(sock, &bodies)? {
+                Ok(GuardReport {
+                    claim: None,
+                    held_by: Some(owner),
+                    changed: false,
+                })
+            } else {
+                Err(Error::Unsupported {
+                    reason: format!(
+                        "the guard table inet {MESH_TABLE} is held by netlink port {owner} and does not \
+                         refuse what this node's settings say; its holder must change it"
+                    ),
+                })
+            };
+        }
         Err(e) => return Err(e),
     };
+    if in_force(sock, &bodies)? {
+        return Ok(GuardReport {
+            claim,
+            held_by: None,
+            changed: false,
+        });
+    }
+    let base = BaseChain::filter(Hook::Prerouting, GUARD_PRIORITY);
     let chain = sock
         .chains(Some(Family::Inet))?
         .into_iter()
         .find(|c| c.table == MESH_TABLE && c.name == GUARD_CHAIN);
-    let base = BaseChain::filter(Hook::Prerouting, GUARD_PRIORITY);
     let chain_ok = chain.as_ref().is_some_and(|c| {
         c.hook
             .as_ref()
             .is_some_and(|h| h.hook == Hook::Prerouting && h.priority == GUARD_PRIORITY)
             && c.policy == Some(base.policy)
     });
-    let current = if chain.is_some() {
-        sock.rules_of(Family::Inet, MESH_TABLE, Some(GUARD_CHAIN))?
-    } else {
-        Vec::new()
-    };
-    let same = chain_ok
-        && current.len() == bodies.len()
-        && current
-            .iter()
-            .zip(&bodies)
-            .all(|(r, b)| r.comment == b.comment && r.exprs == b.exprs);
-    if same {
-        return Ok(GuardReport {
-            claim,
-            changed: false,
-        });
-    }
     // One transaction: the chain, emptied, then its refusals; there is no moment without them.
     let mut batch = Batch::new();
     if chain.is_some() && !chain_ok {
@@ -161,8 +172,30 @@ pub fn ensure(sock: &mut NfSocket, spec: &GuardSpec) -> Result<GuardReport> {
     sock.send(&batch)?;
     Ok(GuardReport {
         claim,
+        held_by: None,
         changed: true,
     })
+}
+
+/// Whether the guard chain is there, at its hook and priority, with exactly these rules.
+fn in_force(sock: &mut NfSocket, bodies: &[RuleBody]) -> Result<bool> {
+    let chain = sock
+        .chains(Some(Family::Inet))?
+        .into_iter()
+        .find(|c| c.table == MESH_TABLE && c.name == GUARD_CHAIN);
+    let Some(chain) = chain else { return Ok(false) };
+    let hooked = chain
+        .hook
+        .as_ref()
+        .is_some_and(|h| h.hook == Hook::Prerouting && h.priority == GUARD_PRIORITY)
+        && chain.policy == Some(crate::netlink::Policy::Accept);
+    let rules = sock.rules_of(Family::Inet, MESH_TABLE, Some(GUARD_CHAIN))?;
+    Ok(hooked
+        && rules.len() == bodies.len()
+        && rules
+            .iter()
+            .zip(bodies)
+            .all(|(r, b)| r.comment == b.comment && r.exprs == b.exprs))
 }
 
 /// Reads the guard's state without changing anything.

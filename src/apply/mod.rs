@@ -3,14 +3,17 @@
 //!
 //! The first failure stops the apply; what was done before it stays done and recorded. On an
 //! adopted node, what is found (present with no record) is kept and reported held until its
-//! module is taken. The appliers for each shape live in their own files; shapes without an
-//! applier in this build fail with a message naming the resource and never report success.
+//! module is taken. The appliers for each shape live in their own files; a shape this build
+//! cannot implement (no service or package manager, see `system`) is refused at validation.
 
 mod action;
+mod container;
 mod directory;
 mod file;
 pub mod opening;
+mod package;
 mod report;
+mod service;
 
 pub use report::{Entry, Outcome, Report};
 
@@ -163,7 +166,7 @@ pub fn apply(host: &Host<'_>, decl: &Declaration, source: Source) -> Result<Repo
     }
     state.declaration = Some(decl.clone());
     state.source = Some(source);
-    settle_pending(host.root, &mut store.state);
+    settle_pending(host.root, host.runner, &mut store.state);
     store.save()?;
 
     let mut report = Report::new(decl, source);
@@ -196,11 +199,9 @@ pub fn apply(host: &Host<'_>, decl: &Declaration, source: Source) -> Result<Repo
                 Resource::Directory(d) => directory::apply(&mut cx, d),
                 Resource::Action(a) => action::apply(&mut cx, a),
                 Resource::Opening(o) => opening::apply(&mut cx, o),
-                other => Err(format!(
-                    "no {} applier in this build yet; {} resources land with their own applier",
-                    other.shape(),
-                    other.shape()
-                )),
+                Resource::Container(c) => container::apply(&mut cx, c),
+                Resource::Service(s) => service::apply(&mut cx, s),
+                Resource::Package(p) => package::apply(&mut cx, p),
             };
             let stop = result.is_err();
             report.push(res.id(), res.shape(), res.key(), result);
@@ -252,7 +253,7 @@ fn check_safety(store: &Store, decl: &Declaration) -> Result<(), ApplyError> {
 /// Resolves an intent left by a host that died mid-write: if the machine holds exactly what it
 /// was about to write, that write was the host's and becomes a record; otherwise it never
 /// happened. Either way the intent is settled.
-fn settle_pending(root: &Path, state: &mut store::State) {
+fn settle_pending(root: &Path, runner: &dyn Runner, state: &mut store::State) {
     let Some(p) = state.pending.take() else {
         return;
     };
@@ -261,6 +262,9 @@ fn settle_pending(root: &Path, state: &mut store::State) {
     let written = match rec.shape {
         Shape::File => std::fs::read(&path).ok().map(|b| store::digest(&b)) == rec.digest,
         Shape::Directory => path.is_dir(),
+        Shape::Container => container::settled(runner, &rec),
+        Shape::Service => service::settled(runner, &rec),
+        Shape::Package => package::settled(runner, &rec),
         _ => false,
     };
     if written {
@@ -313,7 +317,9 @@ fn remove_undeclared(cx: &mut Cx<'_>, report: &mut Report) {
                 "an action leaves nothing the host owns",
             )),
             Shape::Opening => declared_openings(cx).and_then(|d| opening::remove(cx, &rec.id, &d)),
-            other => Err(format!("no {other} applier in this build yet to remove it")),
+            Shape::Container => container::remove(cx, &rec),
+            Shape::Service => service::remove(cx, &rec),
+            Shape::Package => package::remove(cx, &rec),
         };
         let result = result.and_then(|done| {
             cx.store.state.owned.retain(|o| o.id != rec.id);

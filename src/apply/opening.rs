@@ -151,9 +151,10 @@ pub(super) fn ensure_guard(cx: &mut Cx<'_>, settings: &Settings) -> Result<Strin
         .ok_or("the kernel has no nf_tables, so the guard cannot be loaded")?;
     let report =
         firewall::guard::ensure(sock, &spec).map_err(|e| format!("loading the guard: {e}"))?;
-    let held = match report.claim {
-        Some(c) => format!("{c:?}").to_lowercase(),
-        None => "plain table: this kernel has no persist flag".into(),
+    let held = match (report.claim, report.held_by) {
+        (_, Some(port)) => format!("held by another process, netlink port {port}, and in force"),
+        (Some(c), None) => format!("{c:?}").to_lowercase(),
+        (None, None) => "plain table: this kernel has no persist flag".into(),
     };
     Ok(format!(
         "refusing store {} and broker-management {} except on {} ({}; {})",

@@ -414,6 +414,11 @@ impl Walker {
                 // is already named.
                 continue;
             };
+            // A host built for a system without the means to implement a shape refuses it,
+            // as it refuses an unknown type, with the reason.
+            if let Some(why) = crate::system::BUILD.refusal(shape) {
+                self.err(join(&path, "type"), why);
+            }
             use super::Shape::*;
             let (own, required): (&[&str], &[&str]) = match shape {
                 File => (FILE_FIELDS, &["path"]),

@@ -117,6 +117,9 @@ mod tests {
         let a = install_argv("sl", Some("5.02-1+b1"));
         assert_eq!(a.first().map(String::as_str), Some("apt-get"));
         assert_eq!(a.last().map(String::as_str), Some("sl=5.02-1+b1"));
-        assert_eq!(install_argv("sl", None).last().map(String::as_str), Some("sl"));
+        assert_eq!(
+            install_argv("sl", None).last().map(String::as_str),
+            Some("sl")
+        );
     }
 }

@@ -89,7 +89,11 @@ impl ContainerRuntime for CliRuntime<'_> {
     }
 
     fn remove(&self, name: &str) -> Result<(), Error> {
-        // `rm -f` of an absent container exits 0 in both runtimes (Docker says so on stderr).
+        // Stopped first, so what runs in it gets its stop signal and the container's stop timeout
+        // rather than the SIGKILL of `rm -f`. A stop that fails (the container is absent, or
+        // already stopped in a way the runtime refuses) is left to `rm -f`, whose answer counts:
+        // it exits 0 for an absent container in both runtimes.
+        let _ = run(self.runner, &self.argv(&["stop", name]), &[]);
         run_ok(self.runner, &self.argv(&["rm", "-f", name]), &[]).map(|_| ())
     }
 }
@@ -180,7 +184,11 @@ pub fn parse_inspect(stdout: &[u8]) -> Result<Container, String> {
     let text = |v: &Value| v.as_str().unwrap_or_default().to_string();
     let strings = |v: &Value| -> Vec<String> {
         match v {
-            Value::Array(items) => items.iter().filter_map(|i| i.as_str()).map(String::from).collect(),
+            Value::Array(items) => items
+                .iter()
+                .filter_map(|i| i.as_str())
+                .map(String::from)
+                .collect(),
             _ => Vec::new(),
         }
     };
@@ -322,7 +330,11 @@ mod tests {
         let ports: Vec<String> = c.ports.iter().map(publish_arg).collect();
         assert_eq!(
             ports,
-            ["18080:80/tcp", "127.0.0.1:18081:81/tcp", "[::1]:18082:82/udp"]
+            [
+                "18080:80/tcp",
+                "127.0.0.1:18081:81/tcp",
+                "[::1]:18082:82/udp"
+            ]
         );
     }
 
@@ -341,7 +353,10 @@ mod tests {
     #[test]
     fn image_references_compare_across_runtimes() {
         assert_eq!(normalize_image("busybox"), "busybox:latest");
-        assert_eq!(normalize_image("docker.io/library/busybox"), "busybox:latest");
+        assert_eq!(
+            normalize_image("docker.io/library/busybox"),
+            "busybox:latest"
+        );
         assert_eq!(normalize_image("localhost/lab/busybox:1"), "lab/busybox:1");
         assert_eq!(
             normalize_image("registry:5000/app/web"),
@@ -371,9 +386,23 @@ mod tests {
         assert_eq!(
             create_argv("docker", &new),
             [
-                "docker", "create", "--name", "web", "--label", "mesh-host.id=web/c", "--restart",
-                "always", "--network", "front", "--env", "A=x y; z", "--publish",
-                "[fd00::1]:8080:80/tcp", "lab/busybox:1", "/bin/sh", "-c",
+                "docker",
+                "create",
+                "--name",
+                "web",
+                "--label",
+                "mesh-host.id=web/c",
+                "--restart",
+                "always",
+                "--network",
+                "front",
+                "--env",
+                "A=x y; z",
+                "--publish",
+                "[fd00::1]:8080:80/tcp",
+                "lab/busybox:1",
+                "/bin/sh",
+                "-c",
                 "echo $HOME; rm -rf /"
             ]
         );

@@ -34,7 +34,7 @@ pub mod apk;
 #[cfg(test)]
 pub mod fake;
 
-pub use cli_runtime::{normalize_image, CliRuntime, Flavour};
+pub use cli_runtime::{normalize_image, parse_inspect, sort_ports, CliRuntime, Flavour};
 
 use crate::declaration::{PublishedPort, Shape};
 use crate::runner::{describe, RunOutput, Runner};
@@ -184,7 +184,8 @@ pub trait ContainerRuntime {
     /// Starts an existing container; idempotent.
     fn start(&self, name: &str) -> Result<(), Error>;
 
-    /// Removes a container, running or not; idempotent (an absent one is not an error).
+    /// Stops a container gracefully (its stop signal, then the runtime's stop timeout) and removes
+    /// it; idempotent (an absent one is not an error).
     fn remove(&self, name: &str) -> Result<(), Error>;
 }
 
@@ -234,9 +235,9 @@ pub fn container_runtime<'r>(
     match detect_runtime(|k| std::env::var(k).ok(), on_path) {
         Some(RuntimeKind::Docker) => Ok(Box::new(docker::new(runner))),
         Some(RuntimeKind::Podman) => Ok(Box::new(podman::new(runner))),
-        None => Err(
-            "no container runtime on this machine: neither docker nor podman is on PATH".into(),
-        ),
+        None => {
+            Err("no container runtime on this machine: neither docker nor podman is on PATH".into())
+        }
     }
 }
 
@@ -306,7 +307,9 @@ pub const BUILD: Build = Build {
     containers: true,
 };
 
-#[cfg(feature = "arch")]
+// Each definition below yields to the ones before it, so that a build with two systems enabled
+// stops at the compile_error above and at nothing else.
+#[cfg(all(feature = "arch", not(feature = "debian")))]
 pub const BUILD: Build = Build {
     system: "arch",
     service_manager: Some(("systemd", "systemctl")),
@@ -314,7 +317,7 @@ pub const BUILD: Build = Build {
     containers: true,
 };
 
-#[cfg(feature = "alpine")]
+#[cfg(all(feature = "alpine", not(any(feature = "debian", feature = "arch"))))]
 pub const BUILD: Build = Build {
     system: "alpine",
     service_manager: Some(("openrc", "rc-service")),
@@ -371,7 +374,7 @@ fn build_service_manager<'r>(runner: &'r dyn Runner) -> Option<Box<dyn ServiceMa
     Some(Box::new(systemd::Systemd::new(runner)))
 }
 
-#[cfg(feature = "alpine")]
+#[cfg(all(feature = "alpine", not(any(feature = "debian", feature = "arch"))))]
 fn build_service_manager<'r>(runner: &'r dyn Runner) -> Option<Box<dyn ServiceManager + 'r>> {
     Some(Box::new(openrc::OpenRc::new(runner)))
 }
@@ -386,12 +389,12 @@ fn build_package_manager<'r>(runner: &'r dyn Runner) -> Option<Box<dyn PackageMa
     Some(Box::new(apt::Apt::new(runner)))
 }
 
-#[cfg(feature = "arch")]
+#[cfg(all(feature = "arch", not(feature = "debian")))]
 fn build_package_manager<'r>(runner: &'r dyn Runner) -> Option<Box<dyn PackageManager + 'r>> {
     Some(Box::new(pacman::Pacman::new(runner)))
 }
 
-#[cfg(feature = "alpine")]
+#[cfg(all(feature = "alpine", not(any(feature = "debian", feature = "arch"))))]
 fn build_package_manager<'r>(runner: &'r dyn Runner) -> Option<Box<dyn PackageManager + 'r>> {
     Some(Box::new(apk::Apk::new(runner)))
 }
@@ -453,7 +456,10 @@ mod tests {
         let why = partial.refusal(Shape::Service).unwrap();
         assert!(why.contains("no service manager"), "{why}");
         assert!(partial.refusal(Shape::Package).unwrap().contains("package"));
-        assert!(partial.refusal(Shape::Container).unwrap().contains("container runtime"));
+        assert!(partial
+            .refusal(Shape::Container)
+            .unwrap()
+            .contains("container runtime"));
         // The portable floor: what makes a partial host a real thing rather than a broken one.
         for shape in [Shape::File, Shape::Directory, Shape::Action] {
             assert_eq!(partial.refusal(shape), None, "{shape}");

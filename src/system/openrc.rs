@@ -77,7 +77,12 @@ impl ServiceManager for OpenRc<'_> {
     }
 
     fn enable(&self, name: &str) -> Result<(), Error> {
-        run_ok(self.runner, &argv(&["rc-update", "add", name, "default"]), &[]).map(|_| ())
+        run_ok(
+            self.runner,
+            &argv(&["rc-update", "add", name, "default"]),
+            &[],
+        )
+        .map(|_| ())
     }
 
     /// Removes the service from every runlevel it is in, so it starts at no boot.
@@ -111,7 +116,10 @@ mod tests {
         let s = OpenRc::new(&runner).status("nginx").unwrap();
         assert!(!s.installed);
         assert_eq!(runner.calls.borrow().len(), 1);
-        assert_eq!(runner.calls.borrow()[0], ["rc-service", "--exists", "nginx"]);
+        assert_eq!(
+            runner.calls.borrow()[0],
+            ["rc-service", "--exists", "nginx"]
+        );
     }
 
     #[test]

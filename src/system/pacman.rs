@@ -82,7 +82,10 @@ mod tests {
         let p = Pacman::new(&runner);
         assert_eq!(p.installed("nginx").unwrap().as_deref(), Some("1.26.1-1"));
         assert_eq!(p.installed("nginx").unwrap(), None);
-        assert!(p.installed("nginx").is_err(), "a locked database is not absence");
+        assert!(
+            p.installed("nginx").is_err(),
+            "a locked database is not absence"
+        );
         p.install("nginx", None).unwrap_err();
         assert_eq!(
             runner.calls.borrow()[3],

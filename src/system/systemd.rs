@@ -95,10 +95,11 @@ mod tests {
         let s = parse_show("LoadState=not-found\nActiveState=inactive\nUnitFileState=\n").unwrap();
         assert!(!s.installed);
         assert!(!s.running);
-        let s = parse_show("LoadState=loaded\nActiveState=inactive\nUnitFileState=disabled\n")
-            .unwrap();
+        let s =
+            parse_show("LoadState=loaded\nActiveState=inactive\nUnitFileState=disabled\n").unwrap();
         assert!(s.installed && !s.running && !s.enabled);
-        let s = parse_show("ActiveState=active\nLoadState=loaded\nUnitFileState=enabled\n").unwrap();
+        let s =
+            parse_show("ActiveState=active\nLoadState=loaded\nUnitFileState=enabled\n").unwrap();
         assert!(s.installed && s.running && s.enabled);
         // A unit without an [Install] section is not enabled, whatever enable said.
         let s = parse_show("LoadState=loaded\nActiveState=active\nUnitFileState=static\n").unwrap();
@@ -134,10 +135,17 @@ mod tests {
         runner.answers.borrow_mut().push_back(RunOutput {
             code: Some(1),
             stdout: vec![],
-            stderr: b"System has not been booted with systemd as init system (PID 1). Can't operate.\n"
-                .to_vec(),
+            stderr:
+                b"System has not been booted with systemd as init system (PID 1). Can't operate.\n"
+                    .to_vec(),
         });
-        let e = Systemd::new(&runner).status("nginx").unwrap_err().to_string();
-        assert!(e.contains("systemctl") && e.contains("not been booted"), "{e}");
+        let e = Systemd::new(&runner)
+            .status("nginx")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("systemctl") && e.contains("not been booted"),
+            "{e}"
+        );
     }
 }

@@ -1,0 +1,424 @@
+//! The package applier: a declared package installed, at a declared version when one is given,
+//! through this build's package manager.
+//!
+//! The installed version is read back after every install, so an install that "succeeded"
+//! without installing (a virtual name, a held package, a repository without that version) is a
+//! failure. A package is never uninstalled: uninstalling, say, the container runtime because a
+//! declaration changed would stop everything that runs on it, so an undeclared package is
+//! forgotten. On an adopted node a package found installed with no record is held until its
+//! module is taken, and a held package upgraded or removed by something else is reported.
+
+use super::{Cx, Done, Outcome};
+use crate::declaration::{PackageSpec, Shape};
+use crate::runner::Runner;
+use crate::store::{self, Held, Owned};
+use crate::system::{self, PackageManager};
+
+fn fingerprint(version: &str) -> String {
+    format!("package {version}")
+}
+
+/// The record's digest: the declared version, or none when any version will do.
+fn wanted_digest(version: Option<&str>) -> Option<String> {
+    version.map(|v| store::digest(fingerprint(v).as_bytes()))
+}
+
+fn installed(pm: &dyn PackageManager, name: &str) -> Result<Option<String>, String> {
+    pm.installed(name)
+        .map_err(|e| format!("reading package {name} through {}: {e}", pm.name()))
+}
+
+pub(super) fn apply(cx: &mut Cx<'_>, spec: &PackageSpec) -> Result<Done, String> {
+    let pm = system::package_manager(cx.runner)?;
+    apply_with(cx, pm.as_ref(), spec)
+}
+
+pub(super) fn apply_with(
+    cx: &mut Cx<'_>,
+    pm: &dyn PackageManager,
+    spec: &PackageSpec,
+) -> Result<Done, String> {
+    let id = spec.id.as_str();
+    let name = spec.name.as_str();
+    let want = spec.version.as_deref();
+    let cur = installed(pm, name)?;
+    let owned = cx.store.state.owned_by_key(Shape::Package, name).cloned();
+    let held = cx.store.state.held(id).cloned();
+    let keep = cx.keeps_found(spec.module.as_deref());
+    let record = |found: bool| Owned {
+        id: id.to_string(),
+        module: spec.module.clone(),
+        shape: Shape::Package,
+        key: name.to_string(),
+        digest: wanted_digest(want),
+        found,
+    };
+    let fits = |v: &str| want.is_none_or(|w| w == v);
+
+    match (owned, cur) {
+        (Some(rec), Some(v)) => {
+            if fits(&v) {
+                let same = record(rec.found);
+                if same != rec {
+                    cx.record_owned(same)?;
+                }
+                return Ok(Done::new(
+                    Outcome::Unchanged,
+                    format!("{v} is installed, as declared"),
+                ));
+            }
+            let got = install(cx, pm, spec, record(rec.found))?;
+            Ok(Done::new(
+                Outcome::Changed,
+                format!("was {v}; {got} installed"),
+            ))
+        }
+        (Some(rec), None) => {
+            let got = install(cx, pm, spec, record(rec.found))?;
+            Ok(Done::new(
+                Outcome::Created,
+                format!("was missing; {got} installed again"),
+            ))
+        }
+        (None, None) => {
+            if held.is_some() && keep {
+                return Ok(Done::new(
+                    Outcome::ChangedBySomethingElse,
+                    "held package was removed by something else; not reinstalled",
+                ));
+            }
+            let got = install(cx, pm, spec, record(false))?;
+            Ok(Done::new(Outcome::Created, format!("{got} installed")))
+        }
+        (None, Some(v)) => {
+            // Found: installed with no record of the host installing it.
+            let print = fingerprint(&v);
+            if keep {
+                return match held {
+                    Some(h) if h.digest.as_deref() != Some(print.as_str()) => Ok(Done::new(
+                        Outcome::ChangedBySomethingElse,
+                        format!(
+                            "held package was at {} and is at {v} now, changed by something \
+                             else; not reverted",
+                            h.digest
+                                .as_deref()
+                                .and_then(|d| d.strip_prefix("package "))
+                                .unwrap_or("?")
+                        ),
+                    )),
+                    Some(_) => Ok(Done::new(
+                        Outcome::Held,
+                        format!("found {v} installed; kept as it is"),
+                    )),
+                    None => {
+                        cx.record_held(Held {
+                            id: id.to_string(),
+                            module: spec.module.clone(),
+                            shape: Shape::Package,
+                            key: name.to_string(),
+                            digest: Some(print),
+                        })?;
+                        Ok(Done::new(
+                            Outcome::Held,
+                            format!("found {v} installed; kept as it is"),
+                        ))
+                    }
+                };
+            }
+            if fits(&v) {
+                cx.record_owned(record(true))?;
+                return Ok(Done::new(
+                    Outcome::Unchanged,
+                    format!("found {v} installed, as declared; taken over"),
+                ));
+            }
+            let got = install(cx, pm, spec, record(true))?;
+            Ok(Done::new(
+                Outcome::Changed,
+                format!("found {v} installed; {got} installed"),
+            ))
+        }
+    }
+}
+
+/// Installs, reads the version back and records; returns the version now installed.
+fn install(
+    cx: &mut Cx<'_>,
+    pm: &dyn PackageManager,
+    spec: &PackageSpec,
+    record: Owned,
+) -> Result<String, String> {
+    let name = spec.name.as_str();
+    let want = spec.version.as_deref();
+    cx.intend(&record)?;
+    pm.install(name, want)
+        .map_err(|e| format!("installing package {name} through {}: {e}", pm.name()))?;
+    cx.changed(&spec.id);
+    match installed(pm, name)? {
+        None => Err(format!(
+            "package {name}: {} said it installed it, but it is not installed",
+            pm.name()
+        )),
+        Some(v) if want.is_some_and(|w| w != v) => Err(format!(
+            "package {name}: {v} is installed, not the declared {}",
+            want.unwrap_or_default()
+        )),
+        Some(v) => {
+            cx.record_owned(record)?;
+            Ok(v)
+        }
+    }
+}
+
+/// A package is never uninstalled; an undeclared one is forgotten and stays installed.
+pub(super) fn remove(_cx: &mut Cx<'_>, _rec: &Owned) -> Result<Done, String> {
+    Ok(Done::new(
+        Outcome::Forgotten,
+        "packages are never uninstalled; left installed",
+    ))
+}
+
+/// Whether an intent left by a host that died mid-apply was carried out: the package is installed
+/// (at the version the record names, when it names one).
+pub(super) fn settled(runner: &dyn Runner, rec: &Owned) -> bool {
+    let Ok(pm) = system::package_manager(runner) else {
+        return false;
+    };
+    match pm.installed(&rec.key) {
+        Ok(Some(v)) => rec.digest.is_none() || rec.digest == wanted_digest(Some(&v)),
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::declaration::{Declaration, Resource};
+    use crate::system::fake::{declaration, Bed, FakePackages};
+    use serde_json::{json, Value};
+
+    fn pkg(version: Option<&str>) -> Value {
+        let mut v = json!({"id": "app/sl", "module": "app", "type": "package", "name": "sl"});
+        if let Some(version) = version {
+            v["version"] = json!(version);
+        }
+        v
+    }
+
+    fn apply(bed: &mut Bed, pm: &dyn PackageManager, d: &Declaration) -> Result<Done, String> {
+        let Resource::Package(p) = &d.resources[0] else {
+            panic!("not a package")
+        };
+        apply_with(&mut bed.cx(d), pm, p)
+    }
+
+    fn outcome(r: Result<Done, String>) -> (Outcome, String) {
+        let d = r.unwrap_or_else(|e| panic!("failed: {e}"));
+        (d.outcome, d.detail)
+    }
+
+    fn repo() -> FakePackages {
+        let pm = FakePackages::default();
+        pm.offer("sl", &["5.02-1", "5.02-1+b1"]);
+        pm
+    }
+
+    #[test]
+    fn installed_and_read_back_then_unchanged_then_pinned_then_forgotten() {
+        let (mut bed, pm) = (Bed::new(), repo());
+        let d = declaration("converged", &[], json!([pkg(None)]));
+        assert_eq!(
+            outcome(apply(&mut bed, &pm, &d)),
+            (Outcome::Created, "5.02-1+b1 installed".into())
+        );
+        assert_eq!(outcome(apply(&mut bed, &pm, &d)).0, Outcome::Unchanged);
+        assert_eq!(*pm.calls.borrow(), ["install sl"]);
+
+        let pinned = declaration("converged", &[], json!([pkg(Some("5.02-1"))]));
+        assert_eq!(
+            outcome(apply(&mut bed, &pm, &pinned)),
+            (Outcome::Changed, "was 5.02-1+b1; 5.02-1 installed".into())
+        );
+        let absent = declaration("converged", &[], json!([pkg(Some("9.9"))]));
+        let e = apply(&mut bed, &pm, &absent)
+            .err()
+            .expect("no such version");
+        assert!(
+            e.contains("installing package sl") && e.contains("9.9"),
+            "{e}"
+        );
+
+        let rec = bed.store.state.owned("app/sl").cloned().unwrap();
+        let empty = declaration("converged", &[], json!([]));
+        let (o, _) = outcome(remove(&mut bed.cx(&empty), &rec));
+        assert_eq!(o, Outcome::Forgotten);
+        assert!(
+            pm.installed.borrow().contains_key("sl"),
+            "never uninstalled"
+        );
+    }
+
+    #[test]
+    fn an_install_that_installs_nothing_is_a_failure() {
+        let (mut bed, pm) = (Bed::new(), repo());
+        pm.inert.set(true);
+        let d = declaration("converged", &[], json!([pkg(None)]));
+        let e = apply(&mut bed, &pm, &d).err().expect("fails");
+        assert_eq!(
+            e,
+            "package sl: fake said it installed it, but it is not installed"
+        );
+        assert!(bed.store.state.owned("app/sl").is_none());
+    }
+
+    #[test]
+    fn found_on_an_adopted_node_is_held_and_an_upgrade_by_something_else_is_reported() {
+        let (mut bed, pm) = (Bed::new(), repo());
+        pm.installed
+            .borrow_mut()
+            .insert("sl".into(), "5.02-1".into());
+        let d = declaration("adopted", &[], json!([pkg(Some("5.02-1+b1"))]));
+        assert_eq!(
+            outcome(apply(&mut bed, &pm, &d)),
+            (
+                Outcome::Held,
+                "found 5.02-1 installed; kept as it is".into()
+            )
+        );
+        assert!(
+            pm.calls.borrow().is_empty(),
+            "a held package is not upgraded"
+        );
+
+        pm.installed
+            .borrow_mut()
+            .insert("sl".into(), "5.02-1+b1".into());
+        let (o, detail) = outcome(apply(&mut bed, &pm, &d));
+        assert_eq!(o, Outcome::ChangedBySomethingElse);
+        assert!(
+            detail.contains("was at 5.02-1 and is at 5.02-1+b1"),
+            "{detail}"
+        );
+
+        pm.installed.borrow_mut().remove("sl");
+        let (o, _) = outcome(apply(&mut bed, &pm, &d));
+        assert_eq!(o, Outcome::ChangedBySomethingElse);
+        assert!(pm.calls.borrow().is_empty(), "not reinstalled while held");
+    }
+
+    /// Stands in for pacman: `$STUB/installed/NAME` holds an installed package's version,
+    /// `$STUB/repo/NAME` the version the sync database offers (the only one `-S` can install).
+    const PACMAN: &str = r#"#!/bin/bash
+set -eu
+echo "pacman $*" >> "$STUB/calls"
+name=${@: -1}
+case "$1" in
+  -Q) if [ -f "$STUB/installed/$name" ]; then echo "$name $(cat "$STUB/installed/$name")"; exit 0; fi
+      echo "error: package '$name' was not found" >&2; exit 1 ;;
+  -S) [ -f "$STUB/repo/$name" ] || { echo "error: target not found: $name" >&2; exit 1; }
+      mkdir -p "$STUB/installed"; cp "$STUB/repo/$name" "$STUB/installed/$name" ;;
+esac
+"#;
+
+    /// Stands in for apk: `$STUB/installed/NAME` holds an installed version, `$STUB/repo/NAME`
+    /// the versions offered, one a line; `add NAME=VERSION` installs that one if offered.
+    const APK: &str = r#"#!/bin/bash
+set -eu
+echo "apk $*" >> "$STUB/calls"
+target=${@: -1}
+case "$1" in
+  list) if [ -f "$STUB/installed/$target" ]; then
+          echo "$target-$(cat "$STUB/installed/$target") x86_64 {$target} (MIT) [installed]"
+        fi ;;
+  add) name=${target%%=*}; want=""; [ "$name" != "$target" ] && want=${target#*=}
+       [ -f "$STUB/repo/$name" ] || { echo "ERROR: unable to select packages: $name" >&2; exit 1; }
+       pick=$(tail -n1 "$STUB/repo/$name")
+       if [ -n "$want" ]; then
+         grep -qx "$want" "$STUB/repo/$name" || { echo "ERROR: unable to select packages: $target" >&2; exit 1; }
+         pick=$want
+       fi
+       mkdir -p "$STUB/installed"; echo "$pick" > "$STUB/installed/$name" ;;
+esac
+"#;
+
+    #[test]
+    fn pacman_through_a_stub_installs_the_repositorys_version_and_checks_a_declared_one() {
+        use crate::system::fake::StubRunner;
+        use crate::system::pacman::Pacman;
+        let stub = StubRunner::new();
+        stub.program("pacman", PACMAN);
+        stub.file("repo/sl", "5.02-3\n");
+        let pm = Pacman::new(&stub);
+        let mut bed = Bed::new();
+        let d = declaration("converged", &[], json!([pkg(None)]));
+        assert_eq!(
+            outcome(apply(&mut bed, &pm, &d)),
+            (Outcome::Created, "5.02-3 installed".into())
+        );
+        assert_eq!(
+            stub.calls(),
+            [
+                "pacman -Q sl",
+                "pacman -S --noconfirm --needed sl",
+                "pacman -Q sl"
+            ]
+        );
+        assert_eq!(outcome(apply(&mut bed, &pm, &d)).0, Outcome::Unchanged);
+
+        // pacman cannot choose a version: the repository's is installed and the declared one is
+        // then found missing, so the resource fails instead of passing.
+        let mut other = Bed::new();
+        std::fs::remove_file(stub.dir.path().join("installed/sl")).unwrap();
+        let pinned = declaration("converged", &[], json!([pkg(Some("5.01-1"))]));
+        let e = apply(&mut other, &pm, &pinned).err().expect("fails");
+        assert_eq!(
+            e,
+            "package sl: 5.02-3 is installed, not the declared 5.01-1"
+        );
+        assert!(other.store.state.owned("app/sl").is_none());
+    }
+
+    #[test]
+    fn apk_through_a_stub_installs_a_pinned_version_and_reads_it_back() {
+        use crate::system::apk::Apk;
+        use crate::system::fake::StubRunner;
+        let stub = StubRunner::new();
+        stub.program("apk", APK);
+        stub.file("repo/sl", "5.02-r0\n5.02-r1\n");
+        let pm = Apk::new(&stub);
+        let mut bed = Bed::new();
+        let d = declaration("converged", &[], json!([pkg(Some("5.02-r0"))]));
+        assert_eq!(
+            outcome(apply(&mut bed, &pm, &d)),
+            (Outcome::Created, "5.02-r0 installed".into())
+        );
+        assert_eq!(
+            stub.calls(),
+            [
+                "apk list --installed sl",
+                "apk add --no-progress sl=5.02-r0",
+                "apk list --installed sl"
+            ]
+        );
+        let newest = declaration("converged", &[], json!([pkg(Some("5.02-r1"))]));
+        assert_eq!(
+            outcome(apply(&mut bed, &pm, &newest)),
+            (Outcome::Changed, "was 5.02-r0; 5.02-r1 installed".into())
+        );
+        let absent = declaration("converged", &[], json!([pkg(Some("9-r0"))]));
+        let e = apply(&mut bed, &pm, &absent).err().expect("fails");
+        assert!(e.contains("unable to select packages: sl=9-r0"), "{e}");
+    }
+
+    #[test]
+    fn found_on_a_converged_node_is_taken_over_when_it_fits() {
+        let (mut bed, pm) = (Bed::new(), repo());
+        pm.installed
+            .borrow_mut()
+            .insert("sl".into(), "5.02-1".into());
+        let d = declaration("converged", &[], json!([pkg(None)]));
+        assert_eq!(outcome(apply(&mut bed, &pm, &d)).0, Outcome::Unchanged);
+        assert!(bed.store.state.owned("app/sl").unwrap().found);
+        assert!(pm.calls.borrow().is_empty());
+    }
+}

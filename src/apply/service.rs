@@ -1,0 +1,417 @@
+//! The service applier: a declared service running or stopped, enabled at boot or not, through
+//! this build's service manager.
+//!
+//! A service the manager does not know is *not installed*, and that is a failure whatever state
+//! was declared: absence is never reported as success. The host never installs or deletes a unit
+//! file (packages do), so an undeclared service is stopped and left installed. On an adopted node
+//! a service found running with no record serves something, so until its module is taken it is
+//! kept as it is and reported held, like a found file.
+
+use super::{Cx, Done, Outcome};
+use crate::declaration::{ServiceSpec, ServiceState, Shape};
+use crate::runner::Runner;
+use crate::store::{self, Held, Owned};
+use crate::system::{self, ServiceManager, ServiceStatus};
+
+/// How a service stands, as compared and stored: `service running enabled`.
+fn fingerprint(running: bool, enabled: bool) -> String {
+    format!(
+        "service {} {}",
+        if running { "running" } else { "stopped" },
+        if enabled { "enabled" } else { "disabled" }
+    )
+}
+
+fn now(st: &ServiceStatus) -> String {
+    fingerprint(st.running, st.enabled)
+}
+
+fn words(print: &str) -> &str {
+    print.strip_prefix("service ").unwrap_or(print)
+}
+
+fn status(sm: &dyn ServiceManager, name: &str) -> Result<ServiceStatus, String> {
+    sm.status(name)
+        .map_err(|e| format!("reading service {name} through {}: {e}", sm.name()))
+}
+
+pub(super) fn apply(cx: &mut Cx<'_>, spec: &ServiceSpec) -> Result<Done, String> {
+    let sm = system::service_manager(cx.runner)?;
+    apply_with(cx, sm.as_ref(), spec)
+}
+
+pub(super) fn apply_with(
+    cx: &mut Cx<'_>,
+    sm: &dyn ServiceManager,
+    spec: &ServiceSpec,
+) -> Result<Done, String> {
+    let id = spec.id.as_str();
+    let name = spec.name.as_str();
+    let want_running = spec.state == ServiceState::Running;
+    let want = fingerprint(want_running, spec.enabled);
+    let st = status(sm, name)?;
+    if !st.installed {
+        return Err(format!(
+            "service {name} is not installed ({}); the host installs no unit files, and a \
+             missing service is never reported as {}",
+            st.detail,
+            words(&want)
+        ));
+    }
+    let cur = now(&st);
+    let owned = cx.store.state.owned_by_key(Shape::Service, name).cloned();
+    let held = cx.store.state.held(id).cloned();
+    let keep = cx.keeps_found(spec.module.as_deref());
+
+    if owned.is_none() && keep && (held.is_some() || st.running) {
+        return match held {
+            Some(h) if h.digest.as_deref() != Some(cur.as_str()) => Ok(Done::new(
+                Outcome::ChangedBySomethingElse,
+                format!(
+                    "held service was {} when found and is {} now, changed by something else; \
+                     not reverted",
+                    words(h.digest.as_deref().unwrap_or("")),
+                    words(&cur)
+                ),
+            )),
+            Some(_) => Ok(Done::new(
+                Outcome::Held,
+                format!("found {}; kept as it is", words(&cur)),
+            )),
+            None => {
+                cx.record_held(Held {
+                    id: id.to_string(),
+                    module: spec.module.clone(),
+                    shape: Shape::Service,
+                    key: name.to_string(),
+                    digest: Some(cur.clone()),
+                })?;
+                Ok(Done::new(
+                    Outcome::Held,
+                    format!("found {}; kept as it is", words(&cur)),
+                ))
+            }
+        };
+    }
+
+    let record = Owned {
+        id: id.to_string(),
+        module: spec.module.clone(),
+        shape: Shape::Service,
+        key: name.to_string(),
+        digest: Some(store::digest(want.as_bytes())),
+        // Taken over when it was already running at the host's first sight of it.
+        found: owned.as_ref().map_or(st.running, |o| o.found),
+    };
+    if cur == want {
+        if owned.as_ref() != Some(&record) {
+            cx.record_owned(record)?;
+        }
+        return Ok(Done::new(
+            Outcome::Unchanged,
+            format!("{}, as declared", words(&want)),
+        ));
+    }
+
+    cx.intend(&record)?;
+    let mut did = Vec::new();
+    let verb = |r: Result<(), system::Error>, what: &str| {
+        r.map_err(|e| format!("{what} service {name} through {}: {e}", sm.name()))
+    };
+    if want_running && !st.running {
+        verb(sm.start(name), "starting")?;
+        did.push("started");
+    }
+    if !want_running && st.running {
+        verb(sm.stop(name), "stopping")?;
+        did.push("stopped");
+    }
+    if spec.enabled && !st.enabled {
+        verb(sm.enable(name), "enabling")?;
+        did.push("enabled");
+    }
+    if !spec.enabled && st.enabled {
+        verb(sm.disable(name), "disabling")?;
+        did.push("disabled");
+    }
+    cx.changed(id);
+    let back = status(sm, name)?;
+    if now(&back) != want {
+        return Err(format!(
+            "service {name} was {} without an error, but reads back {} ({}), not {}",
+            did.join(" and "),
+            words(&now(&back)),
+            back.detail,
+            words(&want)
+        ));
+    }
+    cx.record_owned(record)?;
+    Ok(Done::new(
+        Outcome::Changed,
+        format!("was {}; {}", words(&cur), did.join(", ")),
+    ))
+}
+
+/// Stops an undeclared service and leaves it installed: its unit file is the package's, never the
+/// host's to delete.
+pub(super) fn remove(cx: &mut Cx<'_>, rec: &Owned) -> Result<Done, String> {
+    let sm = system::service_manager(cx.runner)?;
+    remove_with(cx, sm.as_ref(), rec)
+}
+
+pub(super) fn remove_with(
+    cx: &mut Cx<'_>,
+    sm: &dyn ServiceManager,
+    rec: &Owned,
+) -> Result<Done, String> {
+    let name = rec.key.as_str();
+    let st = status(sm, name)?;
+    if !st.installed {
+        return Ok(Done::new(
+            Outcome::Forgotten,
+            "no longer installed; nothing to stop",
+        ));
+    }
+    if !st.running {
+        return Ok(Done::new(
+            Outcome::Forgotten,
+            "already stopped; left installed: its unit file is not the host's to delete",
+        ));
+    }
+    sm.stop(name)
+        .map_err(|e| format!("stopping service {name} through {}: {e}", sm.name()))?;
+    cx.changed(&rec.id);
+    let back = status(sm, name)?;
+    if back.running {
+        return Err(format!(
+            "service {name} was stopped without an error, but is still running ({})",
+            back.detail
+        ));
+    }
+    Ok(Done::new(
+        Outcome::Forgotten,
+        "stopped; left installed: its unit file is not the host's to delete",
+    ))
+}
+
+/// Whether an intent left by a host that died mid-apply was carried out: the service stands as
+/// the record says the host was making it stand.
+pub(super) fn settled(runner: &dyn Runner, rec: &Owned) -> bool {
+    let Ok(sm) = system::service_manager(runner) else {
+        return false;
+    };
+    matches!(
+        sm.status(&rec.key),
+        Ok(st) if st.installed
+            && rec.digest.as_deref() == Some(store::digest(now(&st).as_bytes()).as_str())
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::declaration::{Declaration, Resource};
+    use crate::system::fake::{declaration, Bed, FakeServices};
+    use serde_json::{json, Value};
+
+    fn svc(state: &str, enabled: bool) -> Value {
+        json!({"id": "app/svc", "module": "app", "type": "service", "name": "nginx",
+               "state": state, "enabled": enabled})
+    }
+
+    fn apply(bed: &mut Bed, sm: &FakeServices, d: &Declaration) -> Result<Done, String> {
+        let Resource::Service(s) = &d.resources[0] else {
+            panic!("not a service")
+        };
+        apply_with(&mut bed.cx(d), sm, s)
+    }
+
+    fn outcome(r: Result<Done, String>) -> (Outcome, String) {
+        let d = r.unwrap_or_else(|e| panic!("failed: {e}"));
+        (d.outcome, d.detail)
+    }
+
+    #[test]
+    fn a_service_that_is_not_installed_fails_whatever_was_asked() {
+        let (mut bed, sm) = (Bed::new(), FakeServices::default());
+        for state in ["running", "stopped"] {
+            let d = declaration("converged", &[], json!([svc(state, false)]));
+            let e = apply(&mut bed, &sm, &d)
+                .err()
+                .expect("a missing service fails");
+            assert!(e.contains("nginx is not installed"), "{e}");
+        }
+        assert!(sm.calls.borrow().is_empty());
+        assert!(bed.store.state.owned.is_empty());
+    }
+
+    #[test]
+    fn started_and_enabled_then_unchanged_then_stopped_when_undeclared() {
+        let (mut bed, sm) = (Bed::new(), FakeServices::default());
+        sm.unit("nginx", false, false);
+        let d = declaration("converged", &[], json!([svc("running", true)]));
+        let (o, detail) = outcome(apply(&mut bed, &sm, &d));
+        assert_eq!(o, Outcome::Changed);
+        assert_eq!(detail, "was stopped disabled; started, enabled");
+        assert_eq!(*sm.calls.borrow(), ["start nginx", "enable nginx"]);
+        let rec = bed.store.state.owned("app/svc").cloned().unwrap();
+        assert!(!rec.found, "it was not running when the host first saw it");
+
+        sm.calls.borrow_mut().clear();
+        assert_eq!(outcome(apply(&mut bed, &sm, &d)).0, Outcome::Unchanged);
+        assert!(sm.calls.borrow().is_empty());
+
+        let empty = declaration("converged", &[], json!([]));
+        let (o, detail) = outcome(remove_with(&mut bed.cx(&empty), &sm, &rec));
+        assert_eq!(o, Outcome::Forgotten);
+        assert!(detail.starts_with("stopped; left installed"), "{detail}");
+        let now = sm.get("nginx").unwrap();
+        assert!(now.installed && !now.running, "stopped, never deleted");
+        assert_eq!(*sm.calls.borrow(), ["stop nginx"]);
+    }
+
+    #[test]
+    fn a_start_that_starts_nothing_is_a_failure() {
+        let (mut bed, sm) = (Bed::new(), FakeServices::default());
+        sm.unit("nginx", false, true);
+        sm.inert.set(true);
+        let d = declaration("converged", &[], json!([svc("running", true)]));
+        let e = apply(&mut bed, &sm, &d).err().expect("fails");
+        assert!(
+            e.contains("was started without an error, but reads back stopped enabled"),
+            "{e}"
+        );
+        assert!(bed.store.state.owned("app/svc").is_none());
+    }
+
+    #[test]
+    fn found_running_on_an_adopted_node_is_held_and_a_stop_is_reported_not_reverted() {
+        let (mut bed, sm) = (Bed::new(), FakeServices::default());
+        sm.unit("nginx", true, true);
+        // Declared stopped: converging would stop what serves, so it is held instead.
+        let d = declaration("adopted", &[], json!([svc("stopped", false)]));
+        let (o, detail) = outcome(apply(&mut bed, &sm, &d));
+        assert_eq!(o, Outcome::Held);
+        assert_eq!(detail, "found running enabled; kept as it is");
+        assert!(sm.calls.borrow().is_empty());
+
+        sm.units.borrow_mut().get_mut("nginx").unwrap().running = false;
+        let (o, detail) = outcome(apply(&mut bed, &sm, &d));
+        assert_eq!(o, Outcome::ChangedBySomethingElse);
+        assert!(detail.contains("running enabled when found"), "{detail}");
+        assert!(sm.calls.borrow().is_empty(), "nothing reverted");
+
+        // Taking the module converges it, and it is recorded as taken over.
+        let taken = declaration("adopted", &["app"], json!([svc("stopped", false)]));
+        let (o, _) = outcome(apply(&mut bed, &sm, &taken));
+        assert_eq!(o, Outcome::Changed);
+        assert_eq!(*sm.calls.borrow(), ["disable nginx"]);
+        assert!(bed.store.state.held("app/svc").is_none());
+        assert!(bed.store.state.owned("app/svc").is_some());
+    }
+
+    /// Stands in for OpenRC's `rc-service`: a service exists when `$STUB/init.d/NAME` does, is
+    /// started when `$STUB/started/NAME` does (`status` exits 0, else 3 as OpenRC's does).
+    const RC_SERVICE: &str = r#"#!/bin/bash
+set -eu
+echo "rc-service $*" >> "$STUB/calls"
+if [ "$1" = --exists ]; then [ -f "$STUB/init.d/$2" ]; exit $?; fi
+name=$1 verb=$2
+[ -f "$STUB/init.d/$name" ] || { echo " * rc-service: service '$name' does not exist" >&2; exit 1; }
+case "$verb" in
+  status) if [ -f "$STUB/started/$name" ]; then echo " * status: started"; exit 0; fi
+          echo " * status: stopped"; exit 3 ;;
+  start) mkdir -p "$STUB/started"; touch "$STUB/started/$name" ;;
+  stop) rm -f "$STUB/started/$name" ;;
+esac
+"#;
+
+    /// Stands in for OpenRC's `rc-update`: a service is in runlevel L when
+    /// `$STUB/runlevels/L/NAME` exists; `show` lists `NAME | L…` for every service in one.
+    const RC_UPDATE: &str = r#"#!/bin/bash
+set -eu
+echo "rc-update $*" >> "$STUB/calls"
+case "$1" in
+  show)
+    for svc in $(ls "$STUB/runlevels"/*/ 2>/dev/null | grep -v : | sort -u); do
+      levels=$(for d in "$STUB/runlevels"/*/; do [ -f "$d$svc" ] && basename "$d"; done | tr '\n' ' ')
+      printf '%20s | %s\n' "$svc" "$levels"
+    done ;;
+  add) mkdir -p "$STUB/runlevels/$3"; touch "$STUB/runlevels/$3/$2" ;;
+  del) rm "$STUB/runlevels/$3/$2" ;;
+esac
+"#;
+
+    #[test]
+    fn openrc_through_stub_programs_not_installed_started_enabled_and_stopped() {
+        use crate::system::fake::StubRunner;
+        use crate::system::openrc::OpenRc;
+        let stub = StubRunner::new();
+        stub.program("rc-service", RC_SERVICE);
+        stub.program("rc-update", RC_UPDATE);
+        let sm = OpenRc::new(&stub);
+        let mut bed = Bed::new();
+        let d = declaration("converged", &[], json!([svc("running", true)]));
+        let Resource::Service(spec) = &d.resources[0] else {
+            panic!()
+        };
+
+        let e = apply_with(&mut bed.cx(&d), &sm, spec)
+            .err()
+            .expect("no init script");
+        assert!(e.contains("nginx is not installed"), "{e}");
+        assert_eq!(stub.calls(), ["rc-service --exists nginx"]);
+
+        stub.file("init.d/nginx", "#!/sbin/openrc-run\n");
+        stub.file("runlevels/boot/sshd", "");
+        let (o, detail) = outcome(apply_with(&mut bed.cx(&d), &sm, spec));
+        assert_eq!(o, Outcome::Changed);
+        assert_eq!(detail, "was stopped disabled; started, enabled");
+        assert!(stub.exists("started/nginx") && stub.exists("runlevels/default/nginx"));
+        let calls = stub.calls();
+        assert!(
+            calls.contains(&"rc-service nginx start".to_string()),
+            "{calls:?}"
+        );
+        assert!(
+            calls.contains(&"rc-update add nginx default".to_string()),
+            "{calls:?}"
+        );
+        assert_eq!(
+            outcome(apply_with(&mut bed.cx(&d), &sm, spec)).0,
+            Outcome::Unchanged
+        );
+
+        let disabled = declaration("converged", &[], json!([svc("running", false)]));
+        let Resource::Service(spec) = &disabled.resources[0] else {
+            panic!()
+        };
+        assert_eq!(
+            outcome(apply_with(&mut bed.cx(&disabled), &sm, spec)).0,
+            Outcome::Changed
+        );
+        assert!(!stub.exists("runlevels/default/nginx"));
+        assert!(
+            stub.exists("runlevels/boot/sshd"),
+            "other services untouched"
+        );
+
+        let rec = bed.store.state.owned("app/svc").cloned().unwrap();
+        let empty = declaration("converged", &[], json!([]));
+        assert_eq!(
+            outcome(remove_with(&mut bed.cx(&empty), &sm, &rec)).0,
+            Outcome::Forgotten
+        );
+        assert!(!stub.exists("started/nginx"));
+        assert!(stub.exists("init.d/nginx"), "never deleted");
+    }
+
+    #[test]
+    fn a_stopped_service_on_an_adopted_node_is_not_found_and_converges() {
+        let (mut bed, sm) = (Bed::new(), FakeServices::default());
+        sm.unit("nginx", false, false);
+        let d = declaration("adopted", &[], json!([svc("running", true)]));
+        assert_eq!(outcome(apply(&mut bed, &sm, &d)).0, Outcome::Changed);
+        assert!(sm.get("nginx").unwrap().running);
+    }
+}
