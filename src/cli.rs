@@ -289,7 +289,23 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Profile { json } => {
-            let profile = crate::system::profile::Profile::gather(&cli.root, &SystemRunner);
+            let mut profile = crate::system::profile::Profile::gather(&cli.root, &SystemRunner);
+            // The firewall engine's part: what it finds, and what the kernel's tables can do.
+            static EXEC: firewall::SystemExec = firewall::SystemExec;
+            profile.found_firewall = Some(match firewall::Firewall::open(&EXEC) {
+                Ok(fw) => match &fw.found().refusal {
+                    Some(why) => format!("{} (refused for adoption: {why})", fw.found().kind()),
+                    None => fw.found().kind(),
+                },
+                Err(e) => format!("unreadable: {e}"),
+            });
+            profile.nftables_table_flags =
+                firewall::probe::table_flags()
+                    .ok()
+                    .map(|f| crate::system::profile::TableFlags {
+                        owner: f.owner,
+                        persist: f.persist,
+                    });
             if json {
                 println!("{}", serde_json::to_string_pretty(&profile)?);
             } else {

@@ -64,15 +64,12 @@ pub struct Profile {
     pub service_manager: Option<Manager>,
     pub package_manager: Option<Manager>,
     pub container_runtime: Option<Runtime>,
-    /// The kind of the firewall found on the machine.
-    ///
-    /// TODO(firewall): filled in by the firewall engine's detection once the profile is wired to
-    /// it; `null` until then, which reads as "not known", never as "none".
+    /// The kind of the firewall found on the machine, as the firewall engine detects it; `null`
+    /// when it was not read, which reads as "not known", never as "none".
     pub found_firewall: Option<String>,
-    /// The kernel's support for the nf_tables table flags `owner` and `persist`.
-    ///
-    /// TODO(firewall): filled in by the firewall engine, which probes them over its own netlink
-    /// codec; `null` until then, which reads as "not known", never as "unsupported".
+    /// The kernel's support for the nf_tables table flags `owner` and `persist`, probed by the
+    /// firewall engine in a namespace of its own; `null` when it could not be probed, which reads
+    /// as "not known", never as "unsupported".
     pub nftables_table_flags: Option<TableFlags>,
 }
 
@@ -248,13 +245,13 @@ impl Profile {
             "found firewall",
             self.found_firewall
                 .clone()
-                .unwrap_or_else(|| "not known yet (the firewall engine fills this in)".into()),
+                .unwrap_or_else(|| "not known".into()),
         );
         line(
             "nf_tables flags",
             match self.nftables_table_flags {
                 Some(f) => format!("owner {}, persist {}", f.owner, f.persist),
-                None => "not known yet (the firewall engine fills this in)".into(),
+                None => "not known".into(),
             },
         );
         out
@@ -299,6 +296,6 @@ mod tests {
             serde_json::Value::Null,
             "no os-release under the root"
         );
-        assert!(p.render().contains("not known yet"));
+        assert!(p.render().contains("not known"));
     }
 }
