@@ -2,5 +2,11 @@
 //! roots (and, for the firewall and lab tests, against real kernels in namespaces).
 
 mod apply;
+mod containers;
 mod crash;
+mod firewall_lab;
+mod genesis_lab;
+mod inventory_lab;
+mod packages;
+mod services;
 mod util;

@@ -170,6 +170,24 @@ pub fn held_ports(m: &Machine, ports: &FoundationPorts) -> Vec<Finding> {
     out
 }
 
+/// The network an address belongs to at a prefix length: `10.77.0.1/16` is in `10.77.0.0/16`.
+fn network_of(addr: IpAddr, len: u8) -> IpAddr {
+    match addr {
+        IpAddr::V4(a) => {
+            let mask = u32::MAX
+                .checked_shl(32 - u32::from(len.min(32)))
+                .unwrap_or(0);
+            IpAddr::V4((u32::from(a) & mask).into())
+        }
+        IpAddr::V6(a) => {
+            let mask = u128::MAX
+                .checked_shl(128 - u32::from(len.min(128)))
+                .unwrap_or(0);
+            IpAddr::V6((u128::from(a) & mask).into())
+        }
+    }
+}
+
 fn overlaps(a: IpAddr, alen: u8, b: IpAddr, blen: u8) -> bool {
     let len = alen.min(blen);
     match (a, b) {
@@ -195,7 +213,8 @@ fn overlaps(a: IpAddr, alen: u8, b: IpAddr, blen: u8) -> bool {
 
 /// Every network on an interface (other than the private network's own) that the private range
 /// overlaps: a predecessor's tunnel still running, a LAN on the same range. Default routes are
-/// not networks and are skipped.
+/// not networks and are skipped. An address is named by its network, so an interface's address
+/// and the route the kernel makes for it are one finding, not two.
 pub fn range_overlaps(m: &Machine, range: (IpAddr, u8), private_interface: &str) -> Vec<Finding> {
     let text = format!("{}/{}", range.0, range.1);
     let mut out: Vec<Finding> = Vec::new();
@@ -209,7 +228,7 @@ pub fn range_overlaps(m: &Machine, range: (IpAddr, u8), private_interface: &str)
         let f = Finding::RangeOverlaps {
             range: text.clone(),
             interface: n.interface.clone(),
-            network: format!("{}/{}", n.addr, n.len),
+            network: format!("{}/{}", network_of(n.addr, n.len), n.len),
         };
         if !out.contains(&f) {
             out.push(f);
@@ -326,6 +345,34 @@ mod tests {
         assert_eq!(f[0].to_string(), "private range: 10.77.0.0/24 overlaps 10.77.0.0/16 on interface wg0; give another with --private-range");
         assert!(range_overlaps(&machine(), ("10.78.0.0".parse().unwrap(), 24), "mesh0").is_empty());
         assert!(range_overlaps(&machine(), ("10.77.0.0".parse().unwrap(), 24), "wg0").is_empty());
+    }
+
+    #[test]
+    fn an_address_and_its_route_are_one_overlap_named_by_the_network() {
+        let tunnel = |addr: &str| Network {
+            interface: "wg-old".into(),
+            addr: addr.parse().unwrap(),
+            len: 16,
+        };
+        let m = Machine {
+            networks: vec![tunnel("10.77.0.1"), tunnel("10.77.0.0")],
+            ..Machine::default()
+        };
+        let f = range_overlaps(&m, ("10.77.0.0".parse().unwrap(), 24), "mesh0");
+        let text: Vec<String> = f.iter().map(|x| x.to_string()).collect();
+        assert_eq!(text, ["private range: 10.77.0.0/24 overlaps 10.77.0.0/16 on interface wg-old; give another with --private-range"]);
+        assert_eq!(
+            network_of("fd77::1".parse().unwrap(), 64),
+            "fd77::".parse::<IpAddr>().unwrap()
+        );
+        assert_eq!(
+            network_of("10.1.2.3".parse().unwrap(), 0),
+            "0.0.0.0".parse::<IpAddr>().unwrap()
+        );
+        assert_eq!(
+            network_of("10.1.2.3".parse().unwrap(), 32),
+            "10.1.2.3".parse::<IpAddr>().unwrap()
+        );
     }
 
     #[test]

@@ -144,7 +144,23 @@ pub fn guard_spec(settings: &Settings) -> GuardSpec {
 
 /// Ensures the guard; returns a line for the briefing.
 pub(super) fn ensure_guard(cx: &mut Cx<'_>, settings: &Settings) -> Result<String, String> {
-    let spec = guard_spec(settings);
+    let mut spec = guard_spec(settings);
+    // The runtime's own bridges are the machine's too; the default names are already patterns
+    // in the guard, a custom-named bridge is asked of the runtime. A runtime that does not answer
+    // leaves the defaults.
+    let bridges = crate::system::container_runtime(cx.runner)
+        .ok()
+        .and_then(|rt| rt.bridges().ok())
+        .unwrap_or_default();
+    for b in bridges {
+        let covered = spec
+            .allowed
+            .iter()
+            .any(|a| a == &b || a.strip_suffix('*').is_some_and(|p| b.starts_with(p)));
+        if !covered && firewall::opening::check_interface(&b).is_ok() {
+            spec.allowed.push(b);
+        }
+    }
     let fw = firewall(&mut cx.fw)?;
     let sock = fw
         .socket()

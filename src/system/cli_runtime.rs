@@ -52,6 +52,30 @@ impl ContainerRuntime for CliRuntime<'_> {
         })
     }
 
+    fn bridges(&self) -> Result<Vec<String>, Error> {
+        let out = run_ok(
+            self.runner,
+            &self.argv(&["network", "ls", "--format", "{{.Name}}"]),
+            &[],
+        )?;
+        let names: Vec<String> = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(str::trim)
+            .filter(|n| !n.is_empty())
+            .map(str::to_string)
+            .collect();
+        if names.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut args = vec!["network", "inspect"];
+        args.extend(names.iter().map(String::as_str));
+        let out = run_ok(self.runner, &self.argv(&args), &[])?;
+        parse_bridges(&out.stdout).map_err(|detail| Error::Unreadable {
+            program: self.flavour.program.into(),
+            detail: format!("inspecting networks: {detail}"),
+        })
+    }
+
     fn inspect(&self, name: &str) -> Result<Option<Container>, Error> {
         let argv = self.argv(&["container", "inspect", name]);
         let out = run(self.runner, &argv, &[])?;
@@ -446,5 +470,45 @@ mod tests {
         assert_eq!(parse_version(docker).unwrap(), "20.10.24+dfsg1");
         let podman_local = br#"{"Client":{"APIVersion":"4.3.1","Version":"4.3.1"}}"#;
         assert_eq!(parse_version(podman_local).unwrap(), "4.3.1");
+    }
+}
+
+/// The bridge interfaces named by `network inspect` JSON, Docker's or Podman's.
+fn parse_bridges(json: &[u8]) -> Result<Vec<String>, String> {
+    let v: Value = serde_json::from_slice(json).map_err(|e| e.to_string())?;
+    let mut out = Vec::new();
+    for n in v.as_array().ok_or("not an array")? {
+        // Podman names the interface itself.
+        if let Some(i) = n["network_interface"].as_str() {
+            out.push(i.to_string());
+            continue;
+        }
+        if n["Driver"].as_str() != Some("bridge") {
+            continue;
+        }
+        if let Some(i) = n["Options"]["com.docker.network.bridge.name"].as_str() {
+            out.push(i.to_string());
+        } else if let Some(id) = n["Id"].as_str() {
+            // Docker's default for a user network: br- and the first 12 characters of its id.
+            out.push(format!("br-{}", &id[..id.len().min(12)]));
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod bridge_tests {
+    #[test]
+    fn bridges_are_read_from_both_runtimes() {
+        let docker = br#"[{"Name":"bridge","Id":"aaa","Driver":"bridge","Options":{"com.docker.network.bridge.name":"docker0"}},
+                          {"Name":"mynet","Id":"0123456789abcdef","Driver":"bridge","Options":{}},
+                          {"Name":"host","Id":"h","Driver":"host","Options":{}},
+                          {"Name":"lan","Id":"l","Driver":"bridge","Options":{"com.docker.network.bridge.name":"lanbr"}}]"#;
+        assert_eq!(
+            super::parse_bridges(docker).unwrap(),
+            vec!["docker0", "br-0123456789ab", "lanbr"]
+        );
+        let podman = br#"[{"name":"podman","driver":"bridge","network_interface":"podman0"}]"#;
+        assert_eq!(super::parse_bridges(podman).unwrap(), vec!["podman0"]);
     }
 }

@@ -81,6 +81,10 @@ impl ContainerRuntime for FakeRuntime {
         Ok(self.get(name))
     }
 
+    fn bridges(&self) -> Result<Vec<String>, Error> {
+        Ok(vec!["docker0".into()])
+    }
+
     fn run(&self, new: &NewContainer) -> Result<(), Error> {
         self.call("run", &new.name);
         if self.containers.borrow().contains_key(&new.name) {

@@ -187,6 +187,11 @@ pub trait ContainerRuntime {
     /// Stops a container gracefully (its stop signal, then the runtime's stop timeout) and removes
     /// it; idempotent (an absent one is not an error).
     fn remove(&self, name: &str) -> Result<(), Error>;
+
+    /// The interface names of the runtime's bridge networks, whose traffic is the machine's own
+    /// (the guard lets it through): `docker0`, `br-<id>`, a custom `com.docker.network.bridge.name`,
+    /// Podman's `network_interface`.
+    fn bridges(&self) -> Result<Vec<String>, Error>;
 }
 
 /// Which runtime to drive, from the environment and the programs on PATH, the way an operator's
