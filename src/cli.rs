@@ -234,7 +234,10 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             match crate::genesis::run(&cli.root, &h, &req, &read) {
                 Ok(crate::genesis::Outcome::Refused(p)) => {
                     if json {
-                        println!("{}", serde_json::to_string_pretty(&serde_json::json!({"refused": p}))?);
+                        println!(
+                            "{}",
+                            serde_json::to_string_pretty(&serde_json::json!({"refused": p}))?
+                        );
                     }
                     for x in &p {
                         eprintln!("error: {x}");

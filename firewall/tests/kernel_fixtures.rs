@@ -3,18 +3,10 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
-
 use common::{in_fresh_netns, nft, nft_load, nft_rule_count, nft_try, sh};
 use firewall::netlink::*;
 
-/// The fixtures live in the shared folder; a copy next to the crate would do as well.
-fn fixture(name: &str) -> PathBuf {
-    let dir = std::env::var("MESH_FIXTURES").unwrap_or_else(|_| "/work/shared/fixtures".into());
-    let p = Path::new(&dir).join(name);
-    assert!(p.exists(), "fixture {} is missing", p.display());
-    p
-}
+use lab::fixture;
 
 fn raw_names(rules: &[Rule]) -> Vec<String> {
     let mut names: Vec<String> = rules

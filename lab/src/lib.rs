@@ -39,6 +39,7 @@
 mod docker;
 mod error;
 mod exec;
+mod fixtures;
 mod lab;
 mod machine;
 mod netns;
@@ -49,6 +50,7 @@ pub use crate::{
     docker::{Docker, BUSYBOX_IMAGE},
     error::{Error, Result},
     exec::{run, run_ok, Output, Process, DEFAULT_TIMEOUT},
+    fixtures::{fixture, fixtures_dir},
     lab::{Lab, SweepReport, Switch, LAB_ROOT, PREFIX_STEM},
     machine::Machine,
     netns::NETNS_DIR,

@@ -2,16 +2,7 @@
 
 use super::*;
 
-fn fixture(name: &str) -> PathBuf {
-    let dir = std::env::var("MESH_FIXTURES").unwrap_or_else(|_| "/work/shared/fixtures".into());
-    let p = Path::new(&dir).join(name);
-    assert!(
-        p.exists(),
-        "fixture {} is missing (set MESH_FIXTURES)",
-        p.display()
-    );
-    p
-}
+use lab::fixture;
 
 #[test]
 fn firewall_status_lists_every_fixture_ruleset() {
