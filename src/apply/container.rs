@@ -199,6 +199,73 @@ pub(super) fn apply_with(
     rt: &dyn ContainerRuntime,
     spec: &ContainerSpec,
 ) -> Result<Done, String> {
+    let freed = free_ports(cx, rt, spec)?;
+    let done = converge_resource(cx, rt, spec)?;
+    Ok(if freed.is_empty() {
+        done
+    } else {
+        Done::new(
+            done.outcome,
+            format!(
+                "{}; first removed {} (no longer declared), which published the same host port",
+                done.detail,
+                freed.join(", ")
+            ),
+        )
+    })
+}
+
+/// Removes the containers the host created that are no longer declared and publish a host port
+/// this one needs: a declaration that swaps one container for another on the same port would
+/// otherwise create the new one while the old still holds the port, fail, and never get as far
+/// as removing the old. Returns the names removed.
+fn free_ports(
+    cx: &mut Cx<'_>,
+    rt: &dyn ContainerRuntime,
+    spec: &ContainerSpec,
+) -> Result<Vec<String>, String> {
+    let declared: Vec<&str> = cx.decl.resources.iter().map(|r| r.id()).collect();
+    let stale: Vec<Owned> = cx
+        .store
+        .state
+        .owned
+        .iter()
+        .filter(|o| {
+            o.shape == Shape::Container
+                && !o.found
+                && !declared.contains(&o.id.as_str())
+                && o.key != spec.name
+        })
+        .cloned()
+        .collect();
+    let mut freed = Vec::new();
+    for rec in stale {
+        let Some(c) = inspect(rt, &rec.key)? else {
+            continue;
+        };
+        let clash = c.ports.iter().any(|p| {
+            spec.ports
+                .iter()
+                .any(|q| q.host_port == p.host_port && q.proto == p.proto)
+        });
+        if !clash {
+            continue;
+        }
+        let done = remove_with(cx, rt, &rec)?;
+        if done.outcome == Outcome::Removed {
+            cx.store.state.owned.retain(|o| o.id != rec.id);
+            cx.save()?;
+            freed.push(format!("container {} ({})", rec.key, rec.id));
+        }
+    }
+    Ok(freed)
+}
+
+fn converge_resource(
+    cx: &mut Cx<'_>,
+    rt: &dyn ContainerRuntime,
+    spec: &ContainerSpec,
+) -> Result<Done, String> {
     let id = spec.id.as_str();
     let name = spec.name.as_str();
     let digest = spec_digest(spec);
@@ -661,6 +728,28 @@ mod tests {
         assert!(detail.contains("not one the host created"), "{detail}");
         assert!(rt.get("web").is_some());
         assert!(rt.calls.borrow().iter().all(|c| !c.starts_with("remove")));
+    }
+
+    #[test]
+    fn a_container_swapped_for_another_on_the_same_port_frees_the_port_first() {
+        let mut bed = Bed::new();
+        let rt = FakeRuntime::default();
+        let d1 = declaration("converged", &[], json!([web("one")]));
+        assert_eq!(outcome(apply(&mut bed, &rt, &d1)).0, Outcome::Created);
+        let mut other = web("one");
+        other["id"] = json!("web/next");
+        other["name"] = json!("web-next");
+        let d2 = declaration("converged", &[], json!([other]));
+        let (o, detail) = outcome(apply(&mut bed, &rt, &d2));
+        assert_eq!(o, Outcome::Created, "{detail}");
+        assert!(detail.contains("first removed container web"), "{detail}");
+        assert!(rt.get("web").is_none(), "the old container is gone");
+        assert!(rt.get("web-next").is_some());
+        assert!(
+            bed.store.state.owned.iter().all(|o| o.id != "app/web"),
+            "{:?}",
+            bed.store.state.owned
+        );
     }
 
     #[test]
