@@ -232,32 +232,8 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
                     .map_err(|e| format!("{e:#}"))
             };
             match crate::genesis::run(&cli.root, &h, &req, &read) {
-                Ok(crate::genesis::Outcome::Refused(p)) => {
-                    if json {
-                        println!(
-                            "{}",
-                            serde_json::to_string_pretty(&serde_json::json!({"refused": p}))?
-                        );
-                    }
-                    for x in &p {
-                        eprintln!("error: {x}");
-                    }
-                    eprintln!("genesis was refused; nothing was changed");
-                    Ok(ExitCode::from(2))
-                }
-                Ok(crate::genesis::Outcome::Unsafe(p)) => {
-                    if json {
-                        println!(
-                            "{}",
-                            serde_json::to_string_pretty(&serde_json::json!({"refused": p}))?
-                        );
-                    }
-                    for x in &p {
-                        eprintln!("error: {x}");
-                    }
-                    eprintln!("genesis was refused; nothing was changed");
-                    Ok(ExitCode::from(3))
-                }
+                Ok(crate::genesis::Outcome::Refused(p)) => genesis_refused(&p, json, 2),
+                Ok(crate::genesis::Outcome::Unsafe(p)) => genesis_refused(&p, json, 3),
                 Ok(crate::genesis::Outcome::Applied(r)) => finish(Ok(*r), json),
                 Err(e) => finish(Err(e), json),
             }
@@ -328,6 +304,21 @@ fn host(root: &std::path::Path) -> Host<'_> {
         root,
         runner: &RUNNER,
     }
+}
+
+/// Genesis said no: every reason on stderr (and as JSON when asked), nothing changed.
+fn genesis_refused(reasons: &[String], json: bool, code: u8) -> Result<ExitCode> {
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&serde_json::json!({"refused": reasons}))?
+        );
+    }
+    for x in reasons {
+        eprintln!("error: {x}");
+    }
+    eprintln!("genesis was refused; nothing was changed");
+    Ok(ExitCode::from(code))
 }
 
 fn refused(problems: &declaration::Problems) -> ExitCode {
