@@ -113,6 +113,7 @@ fn every_builder_construct_reads_back_in_nft_and_in_the_codec() {
     in_fresh_netns();
     // The kernel's log is how a wrong attribute length shows; a check that cannot read it would
     // pass without checking, so it fails instead.
+    let _turn = DMESG.lock().unwrap_or_else(|e| e.into_inner());
     let log_before =
         dmesg_invalid_length_lines().expect("dmesg must be readable for the invalid-length check");
     let mut s = NfSocket::open().unwrap();
@@ -536,6 +537,7 @@ fn base_chains_of_every_family_read_back_in_nft() {
 #[test]
 fn a_four_byte_ct_direction_is_what_the_kernel_complains_about() {
     in_fresh_netns();
+    let _turn = DMESG.lock().unwrap_or_else(|e| e.into_inner());
     let before =
         dmesg_invalid_length_lines().expect("dmesg must be readable for the negative control");
     let attr = |ty: u16, data: &[u8]| {
