@@ -118,3 +118,46 @@ fn firewall_status_lists_every_fixture_ruleset() {
         "{status:#}"
     );
 }
+
+/// Detection only reads: on a machine with no firewall at all, neither `firewall status` nor an
+/// apply with openings creates a legacy table (listing one would make the kernel create it) or
+/// any nf_tables table but the mesh's own guard.
+#[test]
+fn detection_creates_no_table_it_looks_for() {
+    let lab = new_lab();
+    let node = lab.machine("ro").expect("a machine");
+    let host = Host::new(&node);
+    let tables = |m: &Machine| {
+        let legacy4 = run_ok(m, &["cat", "/proc/net/ip_tables_names"]);
+        let legacy6 = run_ok(m, &["cat", "/proc/net/ip6_tables_names"]);
+        let nft = run_ok(m, &["nft", "list", "tables"]);
+        (legacy4, legacy6, nft)
+    };
+    let before = tables(&node);
+    assert_eq!(
+        before,
+        (String::new(), String::new(), String::new()),
+        "a fresh namespace has no tables"
+    );
+
+    let status = host.status();
+    assert_eq!(status["kind"], "none", "{status:#}");
+    assert_eq!(tables(&node), before, "firewall status created a table");
+
+    let report = host.apply(&declaration(&[
+        opening("web/api", OPENED, "incoming"),
+        opening("web/fwd", 8443, "forwarded"),
+    ]));
+    assert_eq!(outcome(&report, "web/api"), "unchanged", "{report:#}");
+    let (legacy4, legacy6, nft) = tables(&node);
+    assert_eq!(
+        (legacy4.as_str(), legacy6.as_str()),
+        ("", ""),
+        "an apply created a legacy table"
+    );
+    assert_eq!(
+        nft.trim(),
+        "table inet mesh_host",
+        "only the guard's table may appear"
+    );
+}
