@@ -154,6 +154,7 @@ impl Cx<'_> {
 
 /// Applies a validated declaration: the whole loop, the removals and the briefing.
 pub fn apply(host: &Host<'_>, decl: &Declaration, source: Source) -> Result<Report, ApplyError> {
+    tracing::info!(node = %decl.node, mode = decl.mode.as_str(), source = source.as_str(), resources = decl.resources.len(), "applying");
     let mut store = Store::open(host.root)?;
     check_safety(&store, decl)?;
 

@@ -81,6 +81,15 @@ impl Report {
             Ok(d) => (d.outcome, d.detail),
             Err(reason) => (Outcome::Failed, reason),
         };
+        match outcome {
+            Outcome::Failed => tracing::error!(resource = id, %shape, key = %key, "{detail}"),
+            Outcome::ChangedBySomethingElse => {
+                tracing::warn!(resource = id, %shape, key = %key, outcome = outcome.as_str(), "{detail}")
+            }
+            _ => {
+                tracing::debug!(resource = id, %shape, key = %key, outcome = outcome.as_str(), "{detail}")
+            }
+        }
         self.entries.push(Entry {
             id: id.to_string(),
             shape,
