@@ -264,3 +264,72 @@ fn a_hand_written_ip_filter_table_is_nftables_not_iptables_nft() {
         views: &[(View::Nft, Some(2))],
     });
 }
+
+/// An iptables-legacy machine without `nft`: the host speaks nf_tables itself and iptables only
+/// through the legacy programs, so an opening works with nothing else on PATH.
+#[test]
+fn an_opening_works_on_a_legacy_machine_with_no_nft_installed() {
+    let lab = new_lab();
+    let a = adoption(&lab);
+    let node = &a.node;
+    load_iptables_legacy(node, lab.dir());
+    let mut listeners = Vec::new();
+    for port in [SSH, SERVED, OPENED] {
+        listeners.push(node.listen_tcp(port).expect("a listener"));
+    }
+    // A PATH holding only nsenter (to enter the node) and the legacy iptables programs.
+    let bin = lab.dir().join("legacy-only-bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    for program in [
+        "iptables-legacy",
+        "iptables-legacy-save",
+        "ip6tables-legacy",
+        "ip6tables-legacy-save",
+        "nsenter",
+    ] {
+        let real = ["/usr/sbin", "/usr/bin", "/sbin", "/bin"]
+            .iter()
+            .map(|d| Path::new(d).join(program))
+            .find(|p| p.exists())
+            .unwrap_or_else(|| panic!("{program} is not installed"));
+        std::os::unix::fs::symlink(real, bin.join(program)).unwrap();
+    }
+    let host = Host::new(node);
+    let decl = serde_json::to_vec(&declaration(&[opening("web/api", OPENED, "incoming")])).unwrap();
+    let file = lab.dir().join("legacy-only.json");
+    std::fs::write(&file, decl).unwrap();
+    let root = host.root();
+    let run = |args: &[&str]| {
+        let mut argv = vec![MESH, "--root", root.to_str().unwrap()];
+        argv.extend_from_slice(args);
+        let mut cmd = node.command(&argv);
+        cmd.env("PATH", &bin);
+        lab::run(&mut cmd).expect("mesh-host runs")
+    };
+    let out = run(&["apply", file.to_str().unwrap(), "--json"]);
+    assert!(out.success(), "{}\n{}", out.stdout, out.stderr);
+    let report: Value = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(outcome(&report, "web/api"), "created", "{report:#}");
+    expect(
+        &a.outside,
+        &node_public(),
+        OPENED,
+        Probe::Reached,
+        "the opening, written with no nft on PATH",
+    );
+    expect(
+        &a.outside,
+        &node_public(),
+        SERVED,
+        Probe::Reached,
+        "the served port",
+    );
+    let status = run(&["firewall", "status", "--json"]);
+    assert!(status.success(), "{}", status.stderr);
+    let status: Value = serde_json::from_str(&status.stdout).unwrap();
+    assert_eq!(status["kind"], "iptables-legacy", "{status:#}");
+    assert_eq!(
+        status["guard"]["present"], true,
+        "the guard is written over netlink, not with nft"
+    );
+}
