@@ -1,33 +1,61 @@
-//! Account lookups: user and group names to ids, through the C library's databases.
+//! Account lookups: user and group names to ids, read from the machine's own `/etc/passwd` and
+//! `/etc/group` (under the root).
+//!
+//! Not through the C library's name service: the host is one static binary, and a statically
+//! linked glibc can only answer `getpwnam` by loading the very shared libraries it was meant to do
+//! without. Accounts from a network directory (LDAP, SSSD) are therefore not names the host knows;
+//! a declaration gives their numeric ids.
 
-use std::ffi::CString;
+use std::path::Path;
 
-/// The uid of a user name or a numeric id.
-pub fn uid(name: &str) -> Result<u32, String> {
+/// The id in field `field` of the `name` line of a colon-separated database under `root`.
+fn lookup(root: &Path, db: &str, what: &str, name: &str, field: usize) -> Result<u32, String> {
     if let Ok(n) = name.parse::<u32>() {
         return Ok(n);
     }
-    let c = CString::new(name).map_err(|_| format!("user {name:?} contains a NUL byte"))?;
-    // SAFETY: getpwnam returns a pointer into static storage or null; we copy the id at once.
-    let pw = unsafe { libc::getpwnam(c.as_ptr()) };
-    if pw.is_null() {
-        return Err(format!("user {name:?} does not exist on this machine"));
-    }
-    // SAFETY: non-null pointer returned by getpwnam.
-    Ok(unsafe { (*pw).pw_uid })
+    let path = root.join(db.trim_start_matches('/'));
+    let text = std::fs::read_to_string(&path)
+        .map_err(|e| format!("{what} {name:?}: reading {}: {e}", path.display()))?;
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .map(|l| l.split(':').collect::<Vec<_>>())
+        .find(|f| f.first() == Some(&name))
+        .and_then(|f| f.get(field).and_then(|id| id.parse().ok()))
+        .ok_or_else(|| {
+            format!(
+                "{what} {name:?} does not exist on this machine ({} has no entry for it)",
+                path.display()
+            )
+        })
+}
+
+/// The uid of a user name or a numeric id.
+pub fn uid(root: &Path, name: &str) -> Result<u32, String> {
+    lookup(root, "/etc/passwd", "user", name, 2)
 }
 
 /// The gid of a group name or a numeric id.
-pub fn gid(name: &str) -> Result<u32, String> {
-    if let Ok(n) = name.parse::<u32>() {
-        return Ok(n);
+pub fn gid(root: &Path, name: &str) -> Result<u32, String> {
+    lookup(root, "/etc/group", "group", name, 2)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_read_from_the_machines_files() {
+        let root = tempfile::tempdir().unwrap();
+        std::fs::create_dir(root.path().join("etc")).unwrap();
+        std::fs::write(root.path().join("etc/passwd"), "root:x:0:0:root:/root:/bin/sh\n# comment\ncaddy:x:998:997::/var/lib/caddy:/usr/sbin/nologin\n").unwrap();
+        std::fs::write(root.path().join("etc/group"), "root:x:0:\ncaddy:x:997:\n").unwrap();
+        assert_eq!(uid(root.path(), "caddy"), Ok(998));
+        assert_eq!(gid(root.path(), "caddy"), Ok(997));
+        assert_eq!(uid(root.path(), "1234"), Ok(1234));
+        let e = uid(root.path(), "nobody").unwrap_err();
+        assert!(
+            e.starts_with("user \"nobody\" does not exist on this machine"),
+            "{e}"
+        );
     }
-    let c = CString::new(name).map_err(|_| format!("group {name:?} contains a NUL byte"))?;
-    // SAFETY: getgrnam returns a pointer into static storage or null; we copy the id at once.
-    let gr = unsafe { libc::getgrnam(c.as_ptr()) };
-    if gr.is_null() {
-        return Err(format!("group {name:?} does not exist on this machine"));
-    }
-    // SAFETY: non-null pointer returned by getgrnam.
-    Ok(unsafe { (*gr).gr_gid })
 }

@@ -444,3 +444,39 @@ fn the_foundations_ports_are_never_moved_back_by_a_declaration() {
     node.apply(&bare);
     assert_eq!(node.state()["settings"]["ports"]["registry"], 5001);
 }
+
+#[test]
+fn owners_are_the_machines_accounts_by_name() {
+    use std::os::unix::fs::MetadataExt;
+    let node = Node::new();
+    node.write(
+        "/etc/passwd",
+        "root:x:0:0:root:/root:/bin/sh\ncaddy:x:4242:4243::/var/lib/caddy:/usr/sbin/nologin\n",
+    );
+    node.write("/etc/group", "root:x:0:\ncaddy:x:4243:\n");
+    let f = json!({"id": "proxy/config", "type": "file", "path": "/etc/caddy/Caddyfile", "content": "x", "owner": "caddy", "group": "caddy", "mode": "0640"});
+    let r = node.apply(&decl("converged", &[], json!([f])));
+    assert_eq!(r.outcome("proxy/config"), "created");
+    let meta = std::fs::metadata(node.path("/etc/caddy/Caddyfile")).unwrap();
+    assert_eq!((meta.uid(), meta.gid()), (4242, 4243));
+    // Unchanged on a second apply; a chown by hand is drift, repaired.
+    assert_eq!(
+        node.apply(&decl("converged", &[], json!([f])))
+            .outcome("proxy/config"),
+        "unchanged"
+    );
+    std::os::unix::fs::chown(node.path("/etc/caddy/Caddyfile"), Some(0), Some(0)).unwrap();
+    assert_eq!(
+        node.run(&["reconcile", "--json"]).outcome("proxy/config"),
+        "changed"
+    );
+    let unknown = json!({"id": "x", "type": "file", "path": "/etc/x", "content": "x", "owner": "nobody-here"});
+    let r = node.apply_env(&decl("converged", &[], json!([unknown])), &[], &[]);
+    assert_eq!(r.code, Some(1));
+    assert!(
+        r.stdout
+            .contains("user \\\"nobody-here\\\" does not exist on this machine"),
+        "{}",
+        r.stdout
+    );
+}

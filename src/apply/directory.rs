@@ -30,6 +30,7 @@ pub(super) fn apply(cx: &mut Cx<'_>, spec: &DirectorySpec) -> Result<Done, Strin
     let key = spec.path.as_str();
     let path = cx.machine(key);
     let want = Want::of(
+        cx.root,
         spec.mode.as_deref(),
         0o755,
         spec.owner.as_deref(),

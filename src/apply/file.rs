@@ -24,6 +24,7 @@ pub(super) struct Want {
 
 impl Want {
     pub fn of(
+        root: &Path,
         mode: Option<&str>,
         default: u32,
         owner: Option<&str>,
@@ -31,8 +32,8 @@ impl Want {
     ) -> Result<Want, String> {
         Ok(Want {
             mode: mode.map(parse_mode).transpose()?.unwrap_or(default),
-            uid: owner.map(crate::accounts::uid).transpose()?,
-            gid: group.map(crate::accounts::gid).transpose()?,
+            uid: owner.map(|o| crate::accounts::uid(root, o)).transpose()?,
+            gid: group.map(|g| crate::accounts::gid(root, g)).transpose()?,
         })
     }
 
@@ -97,6 +98,7 @@ pub(super) fn apply(cx: &mut Cx<'_>, spec: &FileSpec) -> Result<Done, String> {
     let path = cx.machine(key);
     let bytes = spec.bytes();
     let want = Want::of(
+        cx.root,
         spec.mode.as_deref(),
         0o644,
         spec.owner.as_deref(),
