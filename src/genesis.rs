@@ -210,6 +210,16 @@ pub fn run(
             ))
         }
     };
+    if decl.mode != c.mode || decl.node != c.node {
+        return Ok(Outcome::Refused(vec![format!(
+            "bundle: it must raise the node genesis was asked for (node {:?}, {}), not node {:?}, {} \
+             (write them as \"${{node}}\" and \"${{mode}}\")",
+            c.node,
+            c.mode.as_str(),
+            decl.node,
+            decl.mode.as_str()
+        )]));
+    }
     if decl.settings.as_ref() != Some(&settings) {
         return Ok(Outcome::Refused(vec![
             "bundle: its settings must be the node's settings (write them as {\"$setting\": …} references)".into(),

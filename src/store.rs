@@ -132,6 +132,12 @@ impl State {
         self.held.iter().find(|h| h.id == id)
     }
 
+    /// What resource `id` holds at `key`: a held record of the same id at another path or name
+    /// is not this one (the resource moved), and says nothing about what is here.
+    pub fn held_at(&self, id: &str, key: &str) -> Option<&Held> {
+        self.held.iter().find(|h| h.id == id && h.key == key)
+    }
+
     pub fn original(&self, key: &str) -> Option<&Original> {
         self.originals.iter().find(|o| o.key == key)
     }
@@ -243,15 +249,31 @@ fn read_state(dir: &Path) -> Result<Option<State>, StoreError> {
     Ok(Some(state))
 }
 
-/// Writes a file and fsyncs it before returning.
-pub fn write_synced(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+/// Writes a new file and fsyncs it before returning it, still open. Whatever was at `path` (a
+/// stale temporary file, or a symlink someone planted at the predictable name) is removed first,
+/// and the new file is created exclusively without following links, so the bytes never land
+/// anywhere but in a fresh file of the host's own.
+pub fn create_synced(path: &Path, bytes: &[u8]) -> std::io::Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    match fs::remove_file(path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
+    }
     let mut f = OpenOptions::new()
-        .create(true)
         .write(true)
-        .truncate(true)
+        .create_new(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .mode(0o600)
         .open(path)?;
     f.write_all(bytes)?;
-    f.sync_all()
+    f.sync_all()?;
+    Ok(f)
+}
+
+/// Writes a new file (see [`create_synced`]) and closes it.
+pub fn write_synced(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    create_synced(path, bytes).map(drop)
 }
 
 /// Fsyncs a directory so a rename inside it survives a power cut.

@@ -480,3 +480,61 @@ fn owners_are_the_machines_accounts_by_name() {
         r.stdout
     );
 }
+
+#[test]
+fn a_symlink_planted_at_the_temporary_name_is_never_written_through() {
+    use std::os::unix::fs::PermissionsExt;
+    let node = Node::new();
+    node.write("/victim", "secret\n");
+    std::fs::set_permissions(node.path("/victim"), std::fs::Permissions::from_mode(0o600)).unwrap();
+    std::fs::create_dir_all(node.path("/etc")).unwrap();
+    std::os::unix::fs::symlink(
+        node.path("/victim"),
+        node.path("/etc/.app.conf.mesh-host.tmp"),
+    )
+    .unwrap();
+    let f =
+        json!({"id": "app/conf", "type": "file", "path": "/etc/app.conf", "content": "declared\n"});
+    assert_eq!(
+        node.apply(&decl("converged", &[], json!([f])))
+            .outcome("app/conf"),
+        "created"
+    );
+    assert_eq!(
+        node.read("/victim").as_deref(),
+        Some("secret\n"),
+        "the link's target was written"
+    );
+    let victim_mode = std::fs::metadata(node.path("/victim"))
+        .unwrap()
+        .permissions()
+        .mode()
+        & 0o777;
+    assert_eq!(victim_mode, 0o600, "the link's target was chmodded");
+    let meta = std::fs::symlink_metadata(node.path("/etc/app.conf")).unwrap();
+    assert!(
+        meta.file_type().is_file(),
+        "the declared path is a regular file, not the planted link"
+    );
+    assert_eq!(node.read("/etc/app.conf").as_deref(), Some("declared\n"));
+}
+
+#[test]
+fn a_held_resource_that_moves_is_created_at_its_new_path_not_reported_changed() {
+    let node = Node::new();
+    node.write("/etc/a.conf", "the predecessor's\n");
+    let at = |p: &str| json!([{"id": "app/conf", "module": "app", "type": "file", "path": p, "content": "mesh\n"}]);
+    assert_eq!(
+        node.apply(&decl("adopted", &[], at("/etc/a.conf")))
+            .outcome("app/conf"),
+        "held"
+    );
+    let r = node.apply(&decl("adopted", &[], at("/etc/b.conf")));
+    assert_eq!(r.outcome("app/conf"), "created", "{}", r.stdout);
+    assert_eq!(node.read("/etc/b.conf").as_deref(), Some("mesh\n"));
+    assert_eq!(
+        node.read("/etc/a.conf").as_deref(),
+        Some("the predecessor's\n"),
+        "what was held is never removed"
+    );
+}

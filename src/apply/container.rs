@@ -284,7 +284,7 @@ fn converge_resource(
     }
     let cur = inspect(rt, name)?;
     let owned = cx.store.state.owned_by_key(Shape::Container, name).cloned();
-    let held = cx.store.state.held(id).cloned();
+    let held = cx.store.state.held_at(id, name).cloned();
     let keep = cx.keeps_found(spec.module.as_deref());
     let record = Owned {
         id: id.to_string(),

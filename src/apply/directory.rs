@@ -38,7 +38,7 @@ pub(super) fn apply(cx: &mut Cx<'_>, spec: &DirectorySpec) -> Result<Done, Strin
     )?;
     let cur = read(&path)?;
     let owned = cx.store.state.owned_by_key(Shape::Directory, key).cloned();
-    let held = cx.store.state.held(id).cloned();
+    let held = cx.store.state.held_at(id, key).cloned();
     let keep = cx.keeps_found(spec.module.as_deref());
     let record = |found: bool| Owned {
         id: id.to_string(),

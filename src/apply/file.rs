@@ -41,6 +41,17 @@ impl Want {
         mode == self.mode && self.uid.is_none_or(|u| u == uid) && self.gid.is_none_or(|g| g == gid)
     }
 
+    /// Sets mode and ownership on an open file (`path` only names it in errors).
+    pub fn set_file(&self, file: &fs::File, path: &Path) -> Result<(), String> {
+        file.set_permissions(fs::Permissions::from_mode(self.mode))
+            .map_err(|e| format!("setting mode {:o} on {}: {e}", self.mode, path.display()))?;
+        if self.uid.is_some() || self.gid.is_some() {
+            std::os::unix::fs::fchown(file, self.uid, self.gid)
+                .map_err(|e| format!("setting owner of {}: {e}", path.display()))?;
+        }
+        Ok(())
+    }
+
     /// Sets mode and ownership on a path.
     pub fn set(&self, path: &Path) -> Result<(), String> {
         fs::set_permissions(path, fs::Permissions::from_mode(self.mode))
@@ -82,8 +93,11 @@ fn write(path: &Path, bytes: &[u8], want: &Want) -> Result<(), String> {
     fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
     let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("file");
     let tmp = dir.join(format!(".{name}.mesh-host.tmp"));
-    store::write_synced(&tmp, bytes).map_err(|e| format!("writing {}: {e}", tmp.display()))?;
-    want.set(&tmp)?;
+    let file =
+        store::create_synced(&tmp, bytes).map_err(|e| format!("writing {}: {e}", tmp.display()))?;
+    // Mode and owner are set on the open file, never through a path that could be swapped.
+    want.set_file(&file, &tmp)?;
+    drop(file);
     fs::rename(&tmp, path).map_err(|e| format!("renaming into {}: {e}", path.display()))?;
     store::sync_dir(dir).map_err(|e| format!("syncing {}: {e}", dir.display()))
 }
@@ -106,7 +120,7 @@ pub(super) fn apply(cx: &mut Cx<'_>, spec: &FileSpec) -> Result<Done, String> {
     )?;
     let cur = read(&path)?;
     let owned = cx.store.state.owned_by_key(Shape::File, key).cloned();
-    let held = cx.store.state.held(id).cloned();
+    let held = cx.store.state.held_at(id, key).cloned();
     let keep = cx.keeps_found(spec.module.as_deref()) || spec.create_once;
     let record = |found: bool| Owned {
         id: id.to_string(),

@@ -43,7 +43,7 @@ pub(super) fn apply_with(
     let want = spec.version.as_deref();
     let cur = installed(pm, name)?;
     let owned = cx.store.state.owned_by_key(Shape::Package, name).cloned();
-    let held = cx.store.state.held(id).cloned();
+    let held = cx.store.state.held_at(id, name).cloned();
     let keep = cx.keeps_found(spec.module.as_deref());
     let record = |found: bool| Owned {
         id: id.to_string(),

@@ -60,7 +60,7 @@ pub(super) fn apply_with(
     }
     let cur = now(&st);
     let owned = cx.store.state.owned_by_key(Shape::Service, name).cloned();
-    let held = cx.store.state.held(id).cloned();
+    let held = cx.store.state.held_at(id, name).cloned();
     let keep = cx.keeps_found(spec.module.as_deref());
 
     if owned.is_none() && keep && (held.is_some() || st.running) {
@@ -165,6 +165,14 @@ pub(super) fn remove_with(
     rec: &Owned,
 ) -> Result<Done, String> {
     let name = rec.key.as_str();
+    if rec.found {
+        // The host took this service over as it found it, running; it did not start it, so it
+        // does not stop it: what serves keeps serving.
+        return Ok(Done::new(
+            Outcome::Forgotten,
+            "found and taken over, not started by the host: left as it is",
+        ));
+    }
     let st = status(sm, name)?;
     if !st.installed {
         return Ok(Done::new(
@@ -268,6 +276,28 @@ mod tests {
         let now = sm.get("nginx").unwrap();
         assert!(now.installed && !now.running, "stopped, never deleted");
         assert_eq!(*sm.calls.borrow(), ["stop nginx"]);
+    }
+
+    #[test]
+    fn a_running_service_the_host_took_over_is_not_stopped_when_undeclared() {
+        let (mut bed, sm) = (Bed::new(), FakeServices::default());
+        sm.unit("nginx", true, true);
+        let d = declaration("converged", &[], json!([svc("running", true)]));
+        assert_eq!(outcome(apply(&mut bed, &sm, &d)).0, Outcome::Unchanged);
+        let rec = bed.store.state.owned("app/svc").cloned().unwrap();
+        assert!(rec.found, "it was running when the host first saw it");
+        let empty = declaration("converged", &[], json!([]));
+        let (o, detail) = outcome(remove_with(&mut bed.cx(&empty), &sm, &rec));
+        assert_eq!(o, Outcome::Forgotten, "{detail}");
+        assert!(
+            sm.get("nginx").unwrap().running,
+            "what serves keeps serving"
+        );
+        assert!(
+            !sm.calls.borrow().iter().any(|c| c.starts_with("stop")),
+            "{:?}",
+            sm.calls.borrow()
+        );
     }
 
     #[test]

@@ -44,6 +44,9 @@ pub fn install_argv(name: &str, version: Option<&str>) -> Vec<String> {
         "Dpkg::Options::=--force-confold",
         // A declared version older than the installed one is still the declared version.
         "--allow-downgrades",
+        // Never remove a package to make room: a conflicting package on the machine is one the
+        // host did not install, and removing it could stop what serves. apt refuses instead.
+        "--no-remove",
         &target,
     ])
 }
@@ -85,6 +88,14 @@ impl PackageManager for Apt<'_> {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn an_install_never_removes_another_package() {
+        let argv = super::install_argv("busybox", None);
+        assert!(argv.iter().any(|a| a == "--no-remove"), "{argv:?}");
+        assert_eq!(argv.last().map(String::as_str), Some("busybox"));
+    }
+
     use super::*;
     use crate::runner::{RecordingRunner, RunOutput};
 
