@@ -171,17 +171,17 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             };
             finish(apply::apply(&host(&cli.root), &decl, source), json)
         }
-        Command::Reconcile { json } => {
-            let state = store::peek(&cli.root)?;
-            let Some((decl, source)) = state.and_then(|s| Some((s.declaration?, s.source?))) else {
+        Command::Reconcile { json } => match apply::reconcile(&host(&cli.root)) {
+            Ok(None) => {
                 eprintln!(
                     "error: {}: no declaration has been applied on this node yet",
                     store::store_dir(&cli.root).display()
                 );
-                return Ok(ExitCode::from(2));
-            };
-            finish(apply::apply(&host(&cli.root), &decl, source), json)
-        }
+                Ok(ExitCode::from(2))
+            }
+            Ok(Some(report)) => finish(Ok(report), json),
+            Err(e) => finish(Err(e), json),
+        },
         Command::Owned { json } => {
             let state = store::peek(&cli.root)?.unwrap_or_default();
             if json {

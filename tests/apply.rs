@@ -417,6 +417,11 @@ fn reconcile_with_nothing_applied_is_refused() {
         "{}",
         r.stderr
     );
+    assert_eq!(
+        std::fs::read_dir(node.root()).unwrap().count(),
+        0,
+        "looking made no store"
+    );
 }
 
 #[test]
@@ -536,5 +541,71 @@ fn a_held_resource_that_moves_is_created_at_its_new_path_not_reported_changed() 
         node.read("/etc/a.conf").as_deref(),
         Some("the predecessor's\n"),
         "what was held is never removed"
+    );
+}
+
+#[test]
+fn an_owned_file_that_moves_is_removed_from_its_old_path() {
+    let node = Node::new();
+    let at = |p: &str| json!([{"id": "app/conf", "type": "file", "path": p, "content": "x\n"}]);
+    node.apply(&decl("converged", &[], at("/etc/app/old.conf")));
+    let r = node.apply(&decl("converged", &[], at("/etc/app/new.conf")));
+    let entries = r.json()["entries"].clone();
+    assert_eq!(entries[0]["key"], "/etc/app/old.conf", "{entries:#}");
+    assert_eq!(entries[0]["outcome"], "removed", "{entries:#}");
+    assert_eq!(entries[1]["outcome"], "created", "{entries:#}");
+    assert!(!node.path("/etc/app/old.conf").exists());
+    node.apply(&decl("converged", &[], json!([])));
+    assert!(
+        !node.path("/etc/app/new.conf").exists(),
+        "nothing the host made is left without a record"
+    );
+    assert_eq!(node.state()["owned"], json!([]));
+}
+
+#[test]
+fn a_symbolic_link_never_takes_a_declared_path_outside_the_root_or_onto_the_host() {
+    let node = Node::new();
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::write(outside.path().join("secret"), "host secret\n").unwrap();
+    std::os::unix::fs::symlink(outside.path(), node.path("/etc")).unwrap();
+    let f = json!({"id": "app/conf", "type": "file", "path": "/etc/app.conf", "content": "x"});
+    let r = node.apply_env(&decl("converged", &[], json!([f])), &[], &[]);
+    assert_eq!(r.code, Some(1), "{}", r.stdout);
+    assert!(
+        r.stdout.contains("outside the machine's root"),
+        "{}",
+        r.stdout
+    );
+    assert!(
+        !outside.path().join("app.conf").exists(),
+        "written outside the root"
+    );
+    // A link at the path itself, to a file outside the root, is not read as a found original.
+    std::fs::remove_file(node.path("/etc")).unwrap();
+    std::fs::create_dir(node.path("/etc")).unwrap();
+    std::os::unix::fs::symlink(outside.path().join("secret"), node.path("/etc/app.conf")).unwrap();
+    let r = node.apply_env(&decl("converged", &[], json!([f])), &[], &[]);
+    assert_eq!(r.code, Some(1), "{}", r.stdout);
+    assert_eq!(
+        std::fs::read_to_string(outside.path().join("secret")).unwrap(),
+        "host secret\n"
+    );
+    // A merged /usr: /bin is a link to /usr/bin, so /bin/mesh-host is the host's own binary.
+    std::fs::create_dir_all(node.path("/usr/bin")).unwrap();
+    std::os::unix::fs::symlink("usr/bin", node.path("/bin")).unwrap();
+    let own = json!({"id": "x", "type": "file", "path": "/bin/mesh-tool", "content": "x"});
+    assert_eq!(
+        node.apply_env(&decl("converged", &[], json!([own])), &[], &[])
+            .code,
+        Some(0)
+    );
+    let own = json!({"id": "x", "type": "file", "path": "/bin/mesh-host", "content": "x"});
+    let r = node.apply_env(&decl("converged", &[], json!([own])), &[], &[]);
+    assert_eq!(
+        r.code,
+        Some(2),
+        "validation refuses the spelling itself: {}",
+        r.stderr
     );
 }

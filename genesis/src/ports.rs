@@ -104,10 +104,12 @@ impl FoundationPorts {
             }
         }
         let each = self.each();
-        for (i, (a, pa, proto_a)) in each.iter().enumerate() {
-            for (b, pb, proto_b) in &each[i + 1..] {
-                if pa == pb && proto_a == proto_b {
-                    problems.push(format!("--ports: {a} and {b} are both {proto_a} port {pa}"));
+        // Every foundation port is distinct, whatever its protocol: the node's settings refuse
+        // two of one number, so `--ports` does too, naming itself rather than the bundle.
+        for (i, (a, pa, _)) in each.iter().enumerate() {
+            for (b, pb, _) in &each[i + 1..] {
+                if pa == pb {
+                    problems.push(format!("--ports: {a} and {b} are both port {pa}"));
                 }
             }
         }
@@ -134,6 +136,17 @@ mod tests {
     }
 
     #[test]
+    fn ports_are_distinct_across_protocols() {
+        let e = FoundationPorts::default()
+            .with_overrides("hub=5432")
+            .unwrap_err();
+        assert_eq!(
+            e,
+            vec!["--ports: store and hub are both port 5432".to_string()]
+        );
+    }
+
+    #[test]
     fn every_problem_is_named() {
         let e = FoundationPorts::default()
             .with_overrides("registry=0,nope=1,bus,store=5672")
@@ -142,6 +155,6 @@ mod tests {
         assert!(e[0].contains("registry=0"));
         assert!(e[1].contains("unknown port \"nope\""));
         assert!(e[2].contains("\"bus\" is not NAME=PORT"));
-        assert!(e[3].contains("store and bus are both tcp port 5672"));
+        assert!(e[3].contains("store and bus are both port 5672"));
     }
 }

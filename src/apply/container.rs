@@ -283,7 +283,20 @@ fn converge_resource(
         cx.save()?;
     }
     let cur = inspect(rt, name)?;
-    let owned = cx.store.state.owned_by_key(Shape::Container, name).cloned();
+    let mut owned = cx.store.state.owned_by_key(Shape::Container, name).cloned();
+    // The host's record says it made a container at this name, but the one there now does not
+    // carry the host's label: something else removed the host's and put its own in its place.
+    // That one is found, not drift: held on an adopted node, never replaced as if it were ours.
+    if let (Some(_), Some(c)) = (&owned, &cur) {
+        if c.labels.get(LABEL_ID).map(String::as_str) != Some(id) {
+            cx.store
+                .state
+                .owned
+                .retain(|o| !(o.shape == Shape::Container && o.key == name));
+            cx.save()?;
+            owned = None;
+        }
+    }
     let held = cx.store.state.held_at(id, name).cloned();
     let keep = cx.keeps_found(spec.module.as_deref());
     let record = Owned {
@@ -750,6 +763,35 @@ mod tests {
             "{:?}",
             bed.store.state.owned
         );
+    }
+
+    #[test]
+    fn a_container_put_in_place_of_the_hosts_own_is_found_not_replaced() {
+        let mut bed = Bed::new();
+        let rt = FakeRuntime::default();
+        let d = declaration("adopted", &[], json!([web("one")]));
+        assert_eq!(outcome(apply(&mut bed, &rt, &d)).0, Outcome::Created);
+        // Someone removes the host's container and runs their own under the same name.
+        rt.remove("web").unwrap();
+        rt.run(&crate::system::NewContainer {
+            name: "web".into(),
+            image: "theirs:1".into(),
+            command: vec![],
+            env: Default::default(),
+            ports: vec![],
+            restart: None,
+            networks: vec![],
+            labels: Default::default(),
+        })
+        .unwrap();
+        let (o, detail) = outcome(apply(&mut bed, &rt, &d));
+        assert_eq!(o, Outcome::Held, "{detail}");
+        assert_eq!(
+            rt.get("web").unwrap().image,
+            "theirs:1",
+            "theirs is left running"
+        );
+        assert!(bed.store.state.owned("app/web").is_none());
     }
 
     #[test]

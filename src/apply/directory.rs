@@ -28,7 +28,7 @@ fn fingerprint((mode, uid, gid): (u32, u32, u32)) -> String {
 pub(super) fn apply(cx: &mut Cx<'_>, spec: &DirectorySpec) -> Result<Done, String> {
     let id = spec.id.as_str();
     let key = spec.path.as_str();
-    let path = cx.machine(key);
+    let path = cx.machine(key)?;
     let want = Want::of(
         cx.root,
         spec.mode.as_deref(),
@@ -136,7 +136,7 @@ pub(super) fn remove(cx: &mut Cx<'_>, rec: &Owned) -> Result<Done, String> {
             "the host took this directory over rather than creating it, so it is left in place",
         ));
     }
-    let path = cx.machine(&rec.key);
+    let path = cx.machine(&rec.key)?;
     match fs::remove_dir(&path) {
         Ok(()) => {
             cx.changed(&rec.id);

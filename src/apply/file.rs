@@ -109,7 +109,7 @@ fn matches(cur: &Current, bytes: &[u8], want: &Want) -> bool {
 pub(super) fn apply(cx: &mut Cx<'_>, spec: &FileSpec) -> Result<Done, String> {
     let id = spec.id.as_str();
     let key = spec.path.as_str();
-    let path = cx.machine(key);
+    let path = cx.machine(key)?;
     let bytes = spec.bytes();
     let want = Want::of(
         cx.root,
@@ -249,7 +249,7 @@ pub(super) fn remove(cx: &mut Cx<'_>, rec: &Owned) -> Result<Done, String> {
             format!("the host took this file over rather than creating it, so it is left in place{original}"),
         ));
     }
-    let path = cx.machine(&rec.key);
+    let path = cx.machine(&rec.key)?;
     match fs::remove_file(&path) {
         Ok(()) => {
             cx.changed(&rec.id);

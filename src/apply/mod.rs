@@ -70,9 +70,55 @@ pub(crate) struct Cx<'a> {
 }
 
 impl Cx<'_> {
-    /// The machine path of a declared path, under the root.
-    pub fn machine(&self, path: &str) -> PathBuf {
-        self.root.join(path.trim_start_matches('/'))
+    /// The machine path of a declared path, under the root, refused if a symbolic link on the
+    /// way takes it out of the root or onto one of the host's own paths (validation saw only
+    /// the declared spelling; `/bin` may be a link to `/usr/bin`, `/etc` to somewhere else).
+    pub fn machine(&self, path: &str) -> Result<PathBuf, String> {
+        let p = self.root.join(path.trim_start_matches('/'));
+        // A link at the path itself is followed when it is read, so it is judged like its folders.
+        let is_link = std::fs::symlink_metadata(&p).is_ok_and(|m| m.file_type().is_symlink());
+        let mut existing = if is_link && p.exists() {
+            Some(p.as_path())
+        } else {
+            p.parent()
+        };
+        while let Some(a) = existing {
+            if a.exists() {
+                break;
+            }
+            existing = a.parent();
+        }
+        let Some(anchor) = existing else { return Ok(p) };
+        let resolved = anchor
+            .canonicalize()
+            .map_err(|e| format!("resolving {}: {e}", anchor.display()))?;
+        let root = self
+            .root
+            .canonicalize()
+            .map_err(|e| format!("resolving the root {}: {e}", self.root.display()))?;
+        let Ok(inside) = resolved.strip_prefix(&root) else {
+            return Err(format!(
+                "{path} resolves through a symbolic link to {}, outside the machine's root",
+                resolved.display()
+            ));
+        };
+        if is_link && !p.exists() {
+            return Err(format!(
+                "{path} is a symbolic link to nothing; the host will not write through it"
+            ));
+        }
+        let rest = p.strip_prefix(anchor).unwrap_or(Path::new(""));
+        let machine = Path::new("/").join(inside).join(rest);
+        if let Some(folder) = machine
+            .to_str()
+            .and_then(crate::declaration::validate::own_path)
+        {
+            return Err(format!(
+                "{path} resolves to {}, the host's own (named after it under {folder}); no declaration may name it",
+                machine.display()
+            ));
+        }
+        Ok(p)
     }
 
     /// Whether a found resource of this module is kept as it is (adopted, module not taken).
@@ -154,8 +200,32 @@ impl Cx<'_> {
 
 /// Applies a validated declaration: the whole loop, the removals and the briefing.
 pub fn apply(host: &Host<'_>, decl: &Declaration, source: Source) -> Result<Report, ApplyError> {
+    let store = Store::open(host.root)?;
+    apply_locked(host, store, decl, source)
+}
+
+/// Applies the stored declaration again, read under the store's lock, so a reconcile never
+/// applies a declaration that an apply finishing meanwhile has replaced. `None` when nothing has
+/// been applied on this node yet.
+pub fn reconcile(host: &Host<'_>) -> Result<Option<Report>, ApplyError> {
+    // A node where nothing was ever applied has no store, and looking must not make one.
+    if store::peek(host.root)?.is_none() {
+        return Ok(None);
+    }
+    let store = Store::open(host.root)?;
+    let (Some(decl), Some(source)) = (store.state.declaration.clone(), store.state.source) else {
+        return Ok(None);
+    };
+    apply_locked(host, store, &decl, source).map(Some)
+}
+
+fn apply_locked(
+    host: &Host<'_>,
+    mut store: Store,
+    decl: &Declaration,
+    source: Source,
+) -> Result<Report, ApplyError> {
     tracing::info!(node = %decl.node, mode = decl.mode.as_str(), source = source.as_str(), resources = decl.resources.len(), "applying");
-    let mut store = Store::open(host.root)?;
     check_safety(&store, decl)?;
 
     let state = &mut store.state;
@@ -195,6 +265,9 @@ pub fn apply(host: &Host<'_>, decl: &Declaration, source: Source) -> Result<Repo
         }
         let guard_failed = report.failed().is_some();
         for res in decl.resources.iter().filter(|_| !guard_failed) {
+            if !moved_away(&mut cx, res, &mut report) {
+                break;
+            }
             let result = match res {
                 Resource::File(f) => file::apply(&mut cx, f),
                 Resource::Directory(d) => directory::apply(&mut cx, d),
@@ -213,7 +286,9 @@ pub fn apply(host: &Host<'_>, decl: &Declaration, source: Source) -> Result<Repo
         if report.failed().is_none() {
             remove_undeclared(&mut cx, &mut report);
         }
-        if report.failed().is_none() && cx.fw.is_some() {
+        // Every apply sweeps: a marked rule of an opening no longer declared is removed even when
+        // the store has forgotten it and nothing in this declaration opened the firewall.
+        if report.failed().is_none() {
             sweep_stale_marks(&mut cx, &mut report);
         }
     }
@@ -310,30 +385,61 @@ fn remove_undeclared(cx: &mut Cx<'_>, report: &mut Report) {
         .cloned()
         .collect();
     for rec in gone {
-        let result = match rec.shape {
-            Shape::File => file::remove(cx, &rec),
-            Shape::Directory => directory::remove(cx, &rec),
-            Shape::Action => Ok(Done::new(
-                Outcome::Forgotten,
-                "an action leaves nothing the host owns",
-            )),
-            Shape::Opening => declared_openings(cx).and_then(|d| opening::remove(cx, &rec.id, &d)),
-            Shape::Container => container::remove(cx, &rec),
-            Shape::Service => service::remove(cx, &rec),
-            Shape::Package => package::remove(cx, &rec),
-        };
-        let result = result.and_then(|done| {
-            cx.store.state.owned.retain(|o| o.id != rec.id);
-            cx.save()?;
-            failpoint::hit("after-record", &rec.id);
-            Ok(done)
-        });
+        let result = remove_owned(cx, &rec);
         let stop = result.is_err();
         report.push(&rec.id, rec.shape, rec.key.clone(), result);
         if stop {
             return;
         }
     }
+}
+
+/// Removes (or forgets, by the asymmetry) what an owned record says the host made, then drops
+/// the record.
+fn remove_owned(cx: &mut Cx<'_>, rec: &Owned) -> Result<Done, String> {
+    let done = match rec.shape {
+        Shape::File => file::remove(cx, rec),
+        Shape::Directory => directory::remove(cx, rec),
+        Shape::Action => Ok(Done::new(
+            Outcome::Forgotten,
+            "an action leaves nothing the host owns",
+        )),
+        Shape::Opening => declared_openings(cx).and_then(|d| opening::remove(cx, &rec.id, &d)),
+        Shape::Container => container::remove(cx, rec),
+        Shape::Service => service::remove(cx, rec),
+        Shape::Package => package::remove(cx, rec),
+    }?;
+    cx.store
+        .state
+        .owned
+        .retain(|o| !(o.id == rec.id && o.key == rec.key && o.shape == rec.shape));
+    cx.save()?;
+    failpoint::hit("after-record", &rec.id);
+    Ok(done)
+}
+
+/// A resource whose path or name (or shape) changed under the same id: what the host made at the
+/// old key is removed by the asymmetry first, as if undeclared, or it would stay on the machine
+/// with no record once the new record replaces the old.
+fn moved_away(cx: &mut Cx<'_>, res: &Resource, report: &mut Report) -> bool {
+    let Some(old) = cx
+        .store
+        .state
+        .owned(res.id())
+        .filter(|o| o.key != res.key() || o.shape != res.shape())
+        .cloned()
+    else {
+        return true;
+    };
+    let result = remove_owned(cx, &old).map(|d| {
+        Done::new(
+            d.outcome,
+            format!("{} (moved to {} {})", d.detail, res.shape(), res.key()),
+        )
+    });
+    let ok = result.is_ok();
+    report.push(&old.id, old.shape, old.key.clone(), result);
+    ok
 }
 
 /// Removes marked rules of openings that are not declared, whether or not the store remembers

@@ -148,11 +148,23 @@ pub(super) fn ensure_guard(cx: &mut Cx<'_>, settings: &Settings) -> Result<Strin
     // The runtime's own bridges are the machine's too; the default names are already patterns
     // in the guard, a custom-named bridge is asked of the runtime. A runtime that does not answer
     // leaves the defaults.
-    let bridges = crate::system::container_runtime(cx.runner)
+    let reported = crate::system::container_runtime(cx.runner)
         .ok()
         .and_then(|rt| rt.bridges().ok())
         .unwrap_or_default();
-    for b in bridges {
+    // Only a name that is a bridge on this machine is let through: a runtime's answer naming
+    // the uplink (a macvlan's parent) must never open the guard to the outside. The inventory
+    // reads the links of this thread's namespace over rtnetlink (sysfs would show the namespace
+    // it was mounted in); if it cannot be read, no custom name is added.
+    let here: Vec<String> = ::genesis::inventory::interfaces()
+        .map(|ifs| {
+            ifs.into_iter()
+                .filter(|i| i.kind == ::genesis::inventory::InterfaceKind::Bridge)
+                .map(|i| i.name)
+                .collect()
+        })
+        .unwrap_or_default();
+    for b in real_bridges(reported, &here) {
         let covered = spec
             .allowed
             .iter()
@@ -184,6 +196,14 @@ pub(super) fn ensure_guard(cx: &mut Cx<'_>, settings: &Settings) -> Result<Strin
             "unchanged"
         }
     ))
+}
+
+/// The names a runtime reported that are bridges on this machine (`bridges`), in order.
+fn real_bridges(reported: Vec<String>, bridges: &[String]) -> Vec<String> {
+    reported
+        .into_iter()
+        .filter(|r| bridges.contains(r))
+        .collect()
 }
 
 /// An opening of the firewall crate as a declaration's resource, its module the part of its id
@@ -242,4 +262,15 @@ pub fn derive_for(settings: &Settings, declared: &[OpeningSpec]) -> Result<Vec<O
         private_interface: &private,
         listens: &listens,
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn only_bridges_of_this_machine_open_the_guard() {
+        let here = vec!["docker0".to_string(), "lanbr".to_string()];
+        let reported = vec!["lanbr".to_string(), "eth0".to_string(), "gone0".to_string()];
+        assert_eq!(super::real_bridges(reported, &here), ["lanbr"]);
+        assert!(super::real_bridges(vec!["eth0".into()], &[]).is_empty());
+    }
 }

@@ -47,25 +47,48 @@ impl fmt::Display for Problems {
 
 impl std::error::Error for Problems {}
 
-/// Paths that belong to the host itself: its binary, its store, its unit. A declaration that
-/// names one is refused, because the installation owns the host and the host owns the rest.
-pub const OWN_PATHS: &[&str] = &[
-    "/usr/local/bin/mesh-host",
-    "/usr/local/sbin/mesh-host",
-    "/usr/bin/mesh-host",
-    "/usr/sbin/mesh-host",
-    "/usr/lib/mesh-host",
-    "/usr/libexec/mesh-host",
-    "/var/lib/mesh-host",
-    "/etc/mesh-host",
-    "/etc/systemd/system/mesh-host.service",
-    "/lib/systemd/system/mesh-host.service",
-    "/usr/lib/systemd/system/mesh-host.service",
-    "/etc/init.d/mesh-host",
+/// Folders under which anything named after the host is the host's own: its binary, its store,
+/// its configuration, its unit and the unit's drop-ins, its init script and that script's
+/// settings, its launcher. A declaration that names one is refused, because the installation owns
+/// the host and the host owns the rest.
+pub const OWN_FOLDERS: &[&str] = &[
+    "/bin",
+    "/sbin",
+    "/usr/bin",
+    "/usr/sbin",
+    "/usr/local/bin",
+    "/usr/local/sbin",
+    "/usr/lib",
+    "/usr/libexec",
+    "/usr/local/lib",
+    "/lib/systemd",
+    "/usr/lib/systemd",
+    "/etc/systemd",
+    "/run/systemd",
+    "/etc/init.d",
+    "/etc/conf.d",
+    "/etc",
+    "/var/lib",
 ];
 
-/// Unit and package names that are the host's own.
-pub const OWN_NAMES: &[&str] = &["mesh-host", "mesh-host.service", "mesh-host-launcher"];
+/// Whether a name (a path component, a unit, a package) is the host's: `mesh-host` and anything
+/// it names with a suffix (`mesh-host.service`, `mesh-host-launcher`, `mesh-host@x`).
+pub fn is_own_name(name: &str) -> bool {
+    name == "mesh-host"
+        || ["mesh-host.", "mesh-host-", "mesh-host@"]
+            .iter()
+            .any(|p| name.starts_with(p))
+}
+
+/// The host's own thing a machine path names, if it names one: a component named after the host
+/// under one of [`OWN_FOLDERS`].
+pub fn own_path(p: &str) -> Option<&'static str> {
+    let parts: Vec<&str> = p.split('/').filter(|c| !c.is_empty()).collect();
+    OWN_FOLDERS.iter().copied().find(|folder| {
+        let depth = folder.split('/').filter(|c| !c.is_empty()).count();
+        p.starts_with(&format!("{folder}/")) && parts.iter().skip(depth).any(|c| is_own_name(c))
+    })
+}
 
 /// Parses and validates a declaration for a given source.
 pub fn parse(text: &str, source: Source) -> Result<Declaration, Problems> {
@@ -75,7 +98,102 @@ pub fn parse(text: &str, source: Source) -> Result<Declaration, Problems> {
             message: format!("not valid JSON: {e}"),
         }])
     })?;
-    validate_value(&value, source)
+    // JSON lets a key be given twice and a parser keep the last: a declaration that says two
+    // things at one path is refused rather than read as whichever came last.
+    let dups = duplicate_keys(text);
+    match validate_value(&value, source) {
+        Ok(d) if dups.is_empty() => Ok(d),
+        Ok(_) => Err(Problems(dups)),
+        Err(Problems(mut p)) => {
+            p.splice(0..0, dups);
+            Err(Problems(p))
+        }
+    }
+}
+
+/// Every key given twice in one object, with its JSON path.
+fn duplicate_keys(text: &str) -> Vec<Problem> {
+    use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+    use std::cell::RefCell;
+
+    struct Walk<'a> {
+        path: String,
+        found: &'a RefCell<Vec<Problem>>,
+    }
+
+    impl<'de> DeserializeSeed<'de> for Walk<'_> {
+        type Value = ();
+        fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+            d.deserialize_any(self)
+        }
+    }
+
+    impl<'de> Visitor<'de> for Walk<'_> {
+        type Value = ();
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("any JSON value")
+        }
+        fn visit_bool<E>(self, _: bool) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_i64<E>(self, _: i64) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_u64<E>(self, _: u64) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_f64<E>(self, _: f64) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_str<E>(self, _: &str) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_unit<E>(self) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+            let mut i = 0;
+            while seq
+                .next_element_seed(Walk {
+                    path: format!("{}[{i}]", self.path),
+                    found: self.found,
+                })?
+                .is_some()
+            {
+                i += 1;
+            }
+            Ok(())
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+            let mut seen = BTreeSet::new();
+            while let Some(key) = map.next_key::<String>()? {
+                let path = join(&self.path, &key);
+                if !seen.insert(key) {
+                    self.found.borrow_mut().push(Problem {
+                        path: path.clone(),
+                        message: "is given twice".into(),
+                    });
+                    map.next_value::<IgnoredAny>()?;
+                    continue;
+                }
+                map.next_value_seed(Walk {
+                    path,
+                    found: self.found,
+                })?;
+            }
+            Ok(())
+        }
+    }
+
+    let found = RefCell::new(Vec::new());
+    let mut de = serde_json::Deserializer::from_str(text);
+    // The text already parsed as JSON; a walk that fails here only means nothing more to add.
+    let _ = Walk {
+        path: String::new(),
+        found: &found,
+    }
+    .deserialize(&mut de);
+    found.into_inner()
 }
 
 /// Validates an already parsed JSON document, naming every problem.
@@ -521,7 +639,8 @@ impl Walker {
         self.boolean(map, "enabled", path);
         let name = self.string(map, "name", path)?;
         match check_unit_name(name) {
-            Ok(()) => Some(name.to_string()),
+            // `nginx` and `nginx.service` are one service: compared without the suffix.
+            Ok(()) => Some(name.strip_suffix(".service").unwrap_or(name).to_string()),
             Err(m) => {
                 self.err(join(path, "name"), m);
                 None
@@ -763,12 +882,10 @@ pub fn check_path(p: &str) -> Result<(), String> {
             _ => {}
         }
     }
-    for own in OWN_PATHS {
-        if p == *own || p.starts_with(&format!("{own}/")) {
-            return Err(format!(
-                "{p} is the host's own ({own}); the installation owns the host, so no declaration may name it"
-            ));
-        }
+    if let Some(folder) = own_path(p) {
+        return Err(format!(
+            "{p} is the host's own (named after it under {folder}); the installation owns the host, so no declaration may name it"
+        ));
     }
     if let Ok(exe) = std::env::current_exe() {
         if exe.to_str() == Some(p) {
@@ -810,7 +927,7 @@ fn check_unit_name(s: &str) -> Result<(), String> {
     if s.starts_with('-') {
         return Err(format!("service name {s:?} must not start with '-'"));
     }
-    if OWN_NAMES.contains(&s) {
+    if is_own_name(s) {
         return Err(format!(
             "{s} is the host's own unit; the installation owns the host, and a host that manages \
              its own unit can stop itself half way through an apply"
@@ -826,7 +943,7 @@ fn check_package_name(s: &str) -> Result<(), String> {
     if s.starts_with('-') {
         return Err(format!("package name {s:?} must not start with '-'"));
     }
-    if OWN_NAMES.contains(&s) {
+    if is_own_name(s) {
         return Err(format!(
             "{s} is the host's own package; no declaration may name it"
         ));

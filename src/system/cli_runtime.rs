@@ -89,12 +89,14 @@ impl ContainerRuntime for CliRuntime<'_> {
             }
             return Err(Error::Failed(describe(&argv, &out)));
         }
-        parse_inspect(&out.stdout)
-            .map(Some)
-            .map_err(|detail| Error::Unreadable {
-                program: self.flavour.program.into(),
-                detail: format!("inspecting container {name}: {detail}"),
-            })
+        let c = parse_inspect(&out.stdout).map_err(|detail| Error::Unreadable {
+            program: self.flavour.program.into(),
+            detail: format!("inspecting container {name}: {detail}"),
+        })?;
+        // Both runtimes also answer to the start of a container's id: `inspect db` finds a
+        // container whose id begins with "db" when none is named so. That is not the container
+        // at this name, and must never be held, replaced or removed as if it were.
+        Ok((c.name == name).then_some(c))
     }
 
     fn run(&self, new: &NewContainer) -> Result<(), Error> {
@@ -464,6 +466,21 @@ mod tests {
     }
 
     #[test]
+    fn a_container_found_by_id_prefix_is_not_the_one_at_that_name() {
+        let runner = RecordingRunner::default();
+        let victim = br#"[{"Id": "e8db792d46880000", "Name": "/victim", "Config": {"Image": "x", "Cmd": [], "Env": [], "Labels": {}},
+            "Image": "sha256:1", "State": {"Running": true, "Status": "running", "ExitCode": 0},
+            "HostConfig": {"PortBindings": {}, "RestartPolicy": {"Name": "no"}}, "NetworkSettings": {"Networks": {}}}]"#;
+        runner.answers.borrow_mut().push_back(RunOutput {
+            code: Some(0),
+            stdout: victim.to_vec(),
+            stderr: vec![],
+        });
+        let rt = CliRuntime::new(&runner, &crate::system::docker::DOCKER);
+        assert_eq!(rt.inspect("e8db79").unwrap(), None);
+    }
+
+    #[test]
     fn the_version_is_the_servers() {
         let docker = br#"{"Client":{"Version":"28.2.2"},"Server":{"Platform":{"Name":""},
             "Components":[{"Name":"Engine","Version":"20.10.24+dfsg1"}],"Version":"20.10.24+dfsg1"}}"#;
@@ -478,9 +495,12 @@ fn parse_bridges(json: &[u8]) -> Result<Vec<String>, String> {
     let v: Value = serde_json::from_slice(json).map_err(|e| e.to_string())?;
     let mut out = Vec::new();
     for n in v.as_array().ok_or("not an array")? {
-        // Podman names the interface itself.
+        // Podman names the interface itself; for a macvlan or ipvlan network that is the parent
+        // uplink (the machine's own outside interface), never a bridge of the runtime's.
         if let Some(i) = n["network_interface"].as_str() {
-            out.push(i.to_string());
+            if n["driver"].as_str() == Some("bridge") {
+                out.push(i.to_string());
+            }
             continue;
         }
         if n["Driver"].as_str() != Some("bridge") {
@@ -509,6 +529,17 @@ mod bridge_tests {
             vec!["docker0", "br-0123456789ab", "lanbr"]
         );
         let podman = br#"[{"name":"podman","driver":"bridge","network_interface":"podman0"}]"#;
+        assert_eq!(super::parse_bridges(podman).unwrap(), vec!["podman0"]);
+    }
+
+    #[test]
+    fn podman_macvlan_and_ipvlan_parents_are_not_bridges() {
+        // Podman names the parent uplink as a macvlan or ipvlan network's interface: were it
+        // taken for a bridge, the guard would let the outside through.
+        let podman = br#"[{"name":"podman","driver":"bridge","network_interface":"podman0"},
+                          {"name":"lan","driver":"macvlan","network_interface":"eth0"},
+                          {"name":"lan6","driver":"ipvlan","network_interface":"eth1"},
+                          {"name":"odd","network_interface":"eth2"}]"#;
         assert_eq!(super::parse_bridges(podman).unwrap(), vec!["podman0"]);
     }
 }

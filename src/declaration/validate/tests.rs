@@ -418,3 +418,66 @@ proptest! {
         prop_assert_eq!(p, want);
     }
 }
+
+#[test]
+fn everything_named_after_the_host_in_its_folders_is_refused() {
+    for p in [
+        "/bin/mesh-host",
+        "/usr/local/bin/mesh-host",
+        "/etc/systemd/system/mesh-host.service.d/override.conf",
+        "/etc/systemd/system/mesh-host-launcher.service",
+        "/etc/conf.d/mesh-host",
+        "/etc/init.d/mesh-host-launcher",
+        "/var/lib/mesh-host/state.json",
+        "/etc/mesh-host",
+    ] {
+        assert!(
+            check_path(p).unwrap_err().contains("is the host's own"),
+            "{p}"
+        );
+    }
+    for p in [
+        "/etc/caddy/Caddyfile",
+        "/var/lib/mesh/store",
+        "/srv/mesh-host/data",
+    ] {
+        assert!(check_path(p).is_ok(), "{p}");
+    }
+    for unit in [
+        "mesh-host",
+        "mesh-host.service",
+        "mesh-host-launcher.service",
+        "mesh-host@1.service",
+    ] {
+        assert!(check_unit_name(unit).is_err(), "{unit}");
+    }
+    assert!(check_unit_name("nginx.service").is_ok());
+}
+
+#[test]
+fn a_key_given_twice_is_refused_with_its_path() {
+    let text = r#"{"version": 1, "node": "n", "mode": "converged", "resources": [
+        {"id": "a", "type": "file", "path": "/etc/safe.conf", "path": "/etc/other.conf", "content": ""}]}"#;
+    let p = parse(text, Source::Local).unwrap_err();
+    assert_eq!(
+        p.0,
+        vec![Problem {
+            path: "resources[0].path".into(),
+            message: "is given twice".into()
+        }]
+    );
+}
+
+#[test]
+fn a_service_named_with_and_without_its_suffix_is_one_service() {
+    let mut v = base();
+    v["resources"] = json!([
+        {"id": "a", "type": "service", "name": "nginx", "state": "running", "enabled": true},
+        {"id": "b", "type": "service", "name": "nginx.service", "state": "stopped", "enabled": false}
+    ]);
+    let p = problems(v, Source::Local);
+    assert_eq!(
+        p,
+        vec!["resources[1]: \"nginx\" is already declared by resources[0]".to_string()]
+    );
+}
