@@ -10,7 +10,7 @@
 
 use crate::error::Result;
 use crate::exec::Exec;
-use crate::netlink::consts::IFNAMSIZ;
+use crate::netlink::consts::{IFNAMSIZ, NFT_REG_VERDICT};
 use crate::netlink::{ChainType, Expr, Family, Hook, MetaKey, NfSocket, Policy, Ruleset, Verdict};
 use crate::opening::Path;
 use std::fmt;
@@ -125,12 +125,18 @@ impl Found {
 /// Reads the found firewall from nf_tables (through `nf`, when the kernel has it) and from the
 /// legacy x_tables named under `proc` (normally `/proc`).
 pub fn detect(nf: Option<&mut NfSocket>, exec: &dyn Exec, proc: &FsPath) -> Result<Found> {
+    let ruleset = match nf {
+        Some(sock) => Some(sock.ruleset(None)?),
+        None => None,
+    };
+    detect_in(ruleset.as_ref(), exec, proc)
+}
+
+/// Like [`detect`], from a ruleset already listed (`None` when the kernel has no nf_tables).
+pub fn detect_in(ruleset: Option<&Ruleset>, exec: &dyn Exec, proc: &FsPath) -> Result<Found> {
     let mut found = Found::default();
-    match nf {
-        Some(sock) => {
-            let ruleset = sock.ruleset(None)?;
-            nft_layers(&ruleset, &mut found);
-        }
+    match ruleset {
+        Some(ruleset) => nft_layers(ruleset, &mut found),
         None => found
             .notes
             .push("nf_tables is not available; only legacy tables were read".into()),
@@ -294,6 +300,53 @@ fn writer(ruleset: &Ruleset, family: Family, table: &str, chain: &str) -> (Backe
     )
 }
 
+/// Expressions that never decide a packet's fate, when this crate keeps them raw: matches,
+/// loads, stores, logging and accounting. A raw expression of any other kind (reject, queue, an
+/// x_tables target, synproxy, fwd, an object reference, a lookup or immediate this crate could
+/// not read, or one it has never heard of) is taken as able to drop.
+const VERDICT_FREE: &[&str] = &[
+    "log",
+    "limit",
+    "quota",
+    "counter",
+    "notrack",
+    "match",
+    "range",
+    "byteorder",
+    "exthdr",
+    "rt",
+    "hash",
+    "numgen",
+    "socket",
+    "fib",
+    "osf",
+    "meta",
+    "ct",
+    "payload",
+    "cmp",
+    "bitwise",
+    "dynset",
+    "connlimit",
+    "dup",
+    "xfrm",
+    "last",
+];
+
+/// Whether one expression of a rule can end in a drop: a verdict other than accept, continue
+/// or return (a jump or goto leads to rules that may drop), a verdict map, or something this
+/// crate cannot tell is verdict-free.
+fn expr_can_drop(e: &Expr) -> bool {
+    if let Some(v) = e.as_verdict() {
+        return !matches!(v, Verdict::Accept | Verdict::Continue | Verdict::Return);
+    }
+    match e {
+        // A lookup into the verdict register is a verdict map (`vmap`).
+        Expr::Lookup { dreg, .. } => *dreg == Some(NFT_REG_VERDICT),
+        Expr::Raw { name, .. } => !VERDICT_FREE.contains(&name.as_str()),
+        _ => false,
+    }
+}
+
 fn nft_layers(ruleset: &Ruleset, found: &mut Found) {
     for c in &ruleset.chains {
         let Some(hook) = &c.hook else { continue };
@@ -314,13 +367,8 @@ fn nft_layers(ruleset: &Ruleset, found: &mut Found) {
         }
         let rules: Vec<_> = ruleset.rules_of(c.family, &c.table, &c.name).collect();
         let policy = c.policy.unwrap_or(Policy::Accept);
-        let can_drop = policy != Policy::Accept
-            || rules.iter().any(|r| {
-                r.exprs.iter().any(|e| match e.as_verdict() {
-                    Some(v) => !matches!(v, Verdict::Accept | Verdict::Continue | Verdict::Return),
-                    None => matches!(e, Expr::Raw { name, .. } if name == "reject" || name == "target" || name == "queue"),
-                })
-            });
+        let can_drop =
+            policy != Policy::Accept || rules.iter().any(|r| r.exprs.iter().any(expr_can_drop));
         let (backend, evidence) = writer(ruleset, c.family, &c.table, &c.name);
         found.layers.push(Layer {
             backend,
@@ -373,59 +421,82 @@ fn legacy_layers(exec: &dyn Exec, proc: &FsPath, found: &mut Found) -> Result<()
         ),
     ] {
         let listed = std::fs::read_to_string(proc.join(names)).unwrap_or_default();
-        if !listed.lines().any(|l| l.trim() == "filter") {
-            continue;
-        }
-        if !exec.exists(program) {
-            found.refusal.get_or_insert(format!(
-                "legacy {family} filter table is in force but {program} is not installed to read it"
-            ));
-            continue;
-        }
-        let out = exec.run_ok(program, &["-t".into(), "filter".into()], None)?;
-        let table = parse_save(&out.stdout);
-        for (chain, path) in [("INPUT", Path::Incoming), ("FORWARD", Path::Forwarded)] {
-            let Some((_, policy)) = table.policies.iter().find(|(c, _)| c == chain) else {
+        // Every legacy table with INPUT or FORWARD chains filters: a drop in mangle or security
+        // is as final as one in filter. Only a table /proc lists is read, since listing one
+        // makes the kernel create it.
+        for (name, priority) in LEGACY_TABLES {
+            if !listed.lines().any(|l| l.trim() == *name) {
                 continue;
-            };
-            let rules: Vec<_> = table.rules.iter().filter(|(c, _)| c == chain).collect();
-            let can_drop = policy != "ACCEPT"
-                || rules.iter().any(|(_, spec)| {
-                    let target = spec
-                        .split(" -j ")
-                        .nth(1)
-                        .or_else(|| spec.split(" -g ").nth(1));
-                    !matches!(
-                        target.map(|t| t.split_whitespace().next().unwrap_or("")),
-                        Some("ACCEPT") | Some("RETURN")
-                    )
-                });
-            let ufw = table.policies.iter().any(|(c, _)| c.starts_with("ufw"));
-            let backend = if ufw {
-                Backend::Ufw
-            } else {
-                Backend::IptablesLegacy
-            };
-            found.layers.push(Layer {
-                backend,
-                path,
-                family,
-                table: "filter".into(),
-                chain: chain.into(),
-                priority: 0,
-                policy: if policy == "ACCEPT" {
-                    Policy::Accept
-                } else {
-                    Policy::Drop
-                },
-                rules: rules.len(),
-                can_drop,
-                evidence: format!(
-                    "{}/{names} lists filter; read with {program}",
-                    proc.display()
-                ),
-            });
+            }
+            legacy_table(exec, proc, names, program, family, name, *priority, found)?;
         }
+    }
+    Ok(())
+}
+
+/// The legacy tables whose INPUT and FORWARD chains can drop, with their hook priorities.
+const LEGACY_TABLES: &[(&str, i32)] = &[("mangle", -150), ("filter", 0), ("security", 50)];
+
+#[allow(clippy::too_many_arguments)]
+fn legacy_table(
+    exec: &dyn Exec,
+    proc: &FsPath,
+    names: &str,
+    program: &str,
+    family: Family,
+    name: &str,
+    priority: i32,
+    found: &mut Found,
+) -> Result<()> {
+    if !exec.exists(program) {
+        found.refusal.get_or_insert(format!(
+            "legacy {family} {name} table is in force but {program} is not installed to read it"
+        ));
+        return Ok(());
+    }
+    let out = exec.run_ok(program, &["-t".into(), name.into()], None)?;
+    let table = parse_save(&out.stdout);
+    for (chain, path) in [("INPUT", Path::Incoming), ("FORWARD", Path::Forwarded)] {
+        let Some((_, policy)) = table.policies.iter().find(|(c, _)| c == chain) else {
+            continue;
+        };
+        let rules: Vec<_> = table.rules.iter().filter(|(c, _)| c == chain).collect();
+        let can_drop = policy != "ACCEPT"
+            || rules.iter().any(|(_, spec)| {
+                let target = spec
+                    .split(" -j ")
+                    .nth(1)
+                    .or_else(|| spec.split(" -g ").nth(1));
+                !matches!(
+                    target.map(|t| t.split_whitespace().next().unwrap_or("")),
+                    Some("ACCEPT") | Some("RETURN")
+                )
+            });
+        let ufw = table.policies.iter().any(|(c, _)| c.starts_with("ufw"));
+        let backend = if ufw {
+            Backend::Ufw
+        } else {
+            Backend::IptablesLegacy
+        };
+        found.layers.push(Layer {
+            backend,
+            path,
+            family,
+            table: name.into(),
+            chain: chain.into(),
+            priority,
+            policy: if policy == "ACCEPT" {
+                Policy::Accept
+            } else {
+                Policy::Drop
+            },
+            rules: rules.len(),
+            can_drop,
+            evidence: format!(
+                "{}/{names} lists {name}; read with {program} -t {name}",
+                proc.display()
+            ),
+        });
     }
     Ok(())
 }
@@ -602,6 +673,124 @@ mod tests {
         assert_eq!(
             backend_of(&ip_filter(vec![lookup, xt])),
             Backend::IptablesNft
+        );
+    }
+
+    #[test]
+    fn a_verdict_map_or_an_unknown_raw_expression_can_drop() {
+        let lookup = |dreg| Expr::Lookup {
+            set: "__map0".into(),
+            sreg: 1,
+            dreg,
+            set_id: None,
+            flags: 0,
+        };
+        let raw = |name: &str| Expr::Raw {
+            name: name.into(),
+            data: vec![],
+        };
+        // `iifname vmap { ... }`: the verdict comes from the map.
+        assert!(expr_can_drop(&lookup(Some(NFT_REG_VERDICT))));
+        // A set match, or a map into a data register, decides nothing.
+        assert!(!expr_can_drop(&lookup(None)));
+        assert!(!expr_can_drop(&lookup(Some(1))));
+        for name in [
+            "reject",
+            "queue",
+            "target",
+            "synproxy",
+            "fwd",
+            "objref",
+            "immediate",
+            "lookup",
+            "something-new",
+        ] {
+            assert!(expr_can_drop(&raw(name)), "{name}");
+        }
+        for name in ["log", "limit", "counter", "match", "fib", "meta", "ct"] {
+            assert!(!expr_can_drop(&raw(name)), "{name}");
+        }
+        // A chain with policy accept whose one rule is a vmap is a layer that can drop.
+        let mut rs = Ruleset {
+            chains: vec![chain(Family::Inet, "filter", "input", Some(0))],
+            rules: vec![rule(
+                Family::Inet,
+                "filter",
+                "input",
+                RuleBody::new()
+                    .expr(Expr::Meta {
+                        key: MetaKey::IifName,
+                        dreg: 1,
+                    })
+                    .expr(lookup(Some(NFT_REG_VERDICT))),
+            )],
+            ..Ruleset::default()
+        };
+        rs.chains[0].policy = Some(Policy::Accept);
+        let mut found = Found::default();
+        nft_layers(&rs, &mut found);
+        assert_eq!(found.layers.len(), 1);
+        assert!(found.layers[0].can_drop, "{:?}", found.layers[0]);
+    }
+
+    #[test]
+    fn legacy_mangle_and_security_are_layers_and_unlisted_tables_are_never_read() {
+        use crate::exec::{Output, RecordingExec};
+        let proc = std::env::temp_dir().join(format!("fw-detect-legacy-{}", std::process::id()));
+        std::fs::create_dir_all(proc.join("net")).unwrap();
+        // mangle and filter exist for IPv4, raw too (never a filtering layer); nothing for IPv6.
+        std::fs::write(proc.join("net/ip_tables_names"), "raw\nmangle\nfilter\n").unwrap();
+        let save = |input: &str| Output {
+            code: Some(0),
+            stdout: format!(
+                "*t\n:PREROUTING ACCEPT [0:0]\n:INPUT {input} [0:0]\n:FORWARD ACCEPT [0:0]\n\
+                 -A INPUT -p tcp -m tcp --dport 22 -j ACCEPT\nCOMMIT\n"
+            ),
+            stderr: String::new(),
+        };
+        let exec = RecordingExec {
+            answers: std::cell::RefCell::new([save("DROP"), save("ACCEPT")].into()),
+            programs: vec!["iptables-legacy-save".into(), "iptables-legacy".into()],
+            ..RecordingExec::default()
+        };
+        let mut found = Found::default();
+        legacy_layers(&exec, &proc, &mut found).unwrap();
+        std::fs::remove_dir_all(&proc).unwrap();
+        let asked: Vec<Vec<String>> = exec.calls.borrow().iter().map(|c| c.1.clone()).collect();
+        assert_eq!(asked, [["-t", "mangle"], ["-t", "filter"]]);
+        let layers: Vec<(String, &str, i32, bool)> = found
+            .layers
+            .iter()
+            .map(|l| (l.describe(), l.path.as_str(), l.priority, l.can_drop))
+            .collect();
+        assert_eq!(
+            layers,
+            [
+                (
+                    "ip mangle INPUT (iptables-legacy)".to_string(),
+                    "incoming",
+                    -150,
+                    true
+                ),
+                (
+                    "ip mangle FORWARD (iptables-legacy)".to_string(),
+                    "forwarded",
+                    -150,
+                    false
+                ),
+                (
+                    "ip filter INPUT (iptables-legacy)".to_string(),
+                    "incoming",
+                    0,
+                    false
+                ),
+                (
+                    "ip filter FORWARD (iptables-legacy)".to_string(),
+                    "forwarded",
+                    0,
+                    false
+                ),
+            ]
         );
     }
 

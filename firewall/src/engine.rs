@@ -12,7 +12,7 @@ use crate::netlink::{Batch, Family, NfSocket, Position, Ruleset};
 use crate::opening::Opening;
 use crate::rules;
 use std::collections::BTreeMap;
-use std::path::Path as FsPath;
+use std::path::{Path as FsPath, PathBuf};
 
 /// Which marked rules a convergence may remove.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -62,7 +62,15 @@ pub struct Firewall<'a> {
     nf: Option<NfSocket>,
     exec: &'a dyn Exec,
     found: Found,
+    /// Where the legacy table names are read (normally `/proc`).
+    proc: PathBuf,
+    /// The nf_tables generation `found` was detected in, when the kernel has nf_tables.
+    detected: Option<u32>,
 }
+
+/// How many times a convergence is computed again after the kernel refused its batch because
+/// the ruleset changed in between.
+pub const CONVERGE_TRIES: u32 = 5;
 
 impl<'a> Firewall<'a> {
     /// Opens a socket (when the kernel has nf_tables) and detects the found firewall.
@@ -72,8 +80,18 @@ impl<'a> Firewall<'a> {
 
     pub fn open_at(exec: &'a dyn Exec, proc: &FsPath) -> Result<Firewall<'a>> {
         let mut nf = NfSocket::open().ok();
-        let found = detect::detect(nf.as_mut(), exec, proc)?;
-        Ok(Firewall { nf, exec, found })
+        let ruleset = match nf.as_mut() {
+            Some(s) => Some(s.ruleset(None)?),
+            None => None,
+        };
+        let found = detect::detect_in(ruleset.as_ref(), exec, proc)?;
+        Ok(Firewall {
+            nf,
+            exec,
+            found,
+            proc: proc.to_path_buf(),
+            detected: ruleset.map(|r| r.generation),
+        })
     }
 
     pub fn found(&self) -> &Found {
@@ -152,9 +170,33 @@ impl<'a> Firewall<'a> {
     /// Converges the given openings through every layer on their paths: missing rules are put
     /// at the head of each chain that could drop them, old versions and (with [`Scope::All`])
     /// marked rules of other openings are removed. Nothing unmarked is touched.
+    ///
+    /// The nf_tables batch is conditional on the generation of the listing it was computed from:
+    /// if anyone changed the ruleset in between (a reload restarts handles, so a listed handle
+    /// could name someone else's rule), the kernel applies nothing and answers ERESTART, and the
+    /// convergence is computed again from a fresh listing, up to [`CONVERGE_TRIES`] times.
     pub fn converge(&mut self, openings: &[Opening], scope: Scope) -> Result<Converged> {
         for o in openings {
             o.validate()?;
+        }
+        for _ in 0..CONVERGE_TRIES {
+            match self.converge_once(openings, scope) {
+                Err(Error::Refused { errno, .. }) if errno.0 == libc::ERESTART => continue,
+                other => return other,
+            }
+        }
+        Err(Error::Raced {
+            tries: CONVERGE_TRIES,
+        })
+    }
+
+    /// One convergence from one listing; ERESTART from the kernel when the listing went stale.
+    fn converge_once(&mut self, openings: &[Opening], scope: Scope) -> Result<Converged> {
+        let ruleset = self.ruleset()?;
+        // The layers are read again when the ruleset is no longer the one they were read from.
+        if self.nf.is_some() && self.detected != Some(ruleset.generation) {
+            self.found = detect::detect_in(Some(&ruleset), self.exec, &self.proc)?;
+            self.detected = Some(ruleset.generation);
         }
         if let Some(reason) = &self.found.refusal {
             if !openings.is_empty() {
@@ -163,8 +205,8 @@ impl<'a> Firewall<'a> {
                 });
             }
         }
-        let ruleset = self.ruleset()?;
         let mut batch = Batch::new();
+        batch.set_generation(ruleset.generation);
         let mut done = Converged::default();
         // Work queued for programs: (program, args) in order.
         let mut commands: Vec<(String, Vec<String>)> = Vec::new();

@@ -47,6 +47,7 @@ impl Errno {
             libc::ETIMEDOUT => "ETIMEDOUT",
             libc::ECONNREFUSED => "ECONNREFUSED",
             libc::EOVERFLOW => "EOVERFLOW",
+            libc::ERESTART => "ERESTART",
             _ => return None,
         })
     }
@@ -104,6 +105,11 @@ pub enum Error {
     /// A listing kept being interrupted by concurrent changes to the ruleset.
     #[error("listing {what} was interrupted by concurrent ruleset changes {tries} times")]
     Interrupted { what: String, tries: u32 },
+
+    /// Every batch of a convergence was refused because the ruleset changed between the listing
+    /// it was computed from and its commit (ERESTART), so nothing was applied.
+    #[error("the ruleset changed under every one of {tries} attempts to converge the openings (the kernel refused each batch as computed from a stale listing: ERESTART); nothing was changed")]
+    Raced { tries: u32 },
 
     /// A table is owned by another live netlink socket, so this one cannot claim it.
     #[error("table {family} {table} is owned by netlink port {owner}")]

@@ -126,9 +126,10 @@ impl Opening {
         Ok(())
     }
 
-    /// The id an opening's mark carries, if `comment` is a mesh-host mark.
+    /// The id an opening's mark carries, if `comment` is a full mesh-host mark
+    /// (see [`crate::rules::parse_mark`]).
     pub fn id_of_mark(comment: &str) -> Option<&str> {
-        comment.strip_prefix(MARK_PREFIX)
+        crate::rules::id_of(comment)
     }
 }
 
@@ -179,9 +180,10 @@ mod tests {
         let o = opening(From::Anywhere);
         assert_eq!(o.mark(), "mesh-host:web/https");
         assert_eq!(
-            Opening::id_of_mark("mesh-host:web/https"),
+            Opening::id_of_mark("mesh-host:web/https#0011aabb"),
             Some("web/https")
         );
+        assert_eq!(Opening::id_of_mark("mesh-host:web/https"), None);
         assert_eq!(Opening::id_of_mark("ssh+http"), None);
     }
 

@@ -26,10 +26,24 @@ pub fn mark(o: &Opening) -> String {
     format!("{}#{h:08x}", o.mark())
 }
 
-/// The id carried by a mark, whatever its fingerprint.
+/// A mark in full, `mesh-host:<id>#<fingerprint>`: the id 1 to 128 of `[A-Za-z0-9._/@:-]` (what
+/// an opening's id may be), the fingerprint 8 lowercase hex digits. Anything else, an operator's
+/// `mesh-host: keep` included, is no mark: the host never removes a rule on a guess.
+/// Returns (id, fingerprint).
+pub fn parse_mark(text: &str) -> Option<(&str, &str)> {
+    let rest = text.strip_prefix(MARK_PREFIX)?;
+    let (id, fp) = rest.rsplit_once('#')?;
+    let id_ok = (1..=128).contains(&id.len())
+        && id
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "._/@:-".contains(c));
+    let fp_ok = fp.len() == 8 && fp.chars().all(|c| matches!(c, '0'..='9' | 'a'..='f'));
+    (id_ok && fp_ok).then_some((id, fp))
+}
+
+/// The id carried by a full mark, whatever its fingerprint.
 pub fn id_of(mark: &str) -> Option<&str> {
-    let rest = mark.strip_prefix(MARK_PREFIX)?;
-    Some(rest.split_once('#').map(|(id, _)| id).unwrap_or(rest))
+    parse_mark(mark).map(|(id, _)| id)
 }
 
 /// Where a rule's traffic comes from, once split per family.
@@ -84,7 +98,12 @@ pub fn nft_bodies(o: &Opening, family: Family) -> Vec<RuleBody> {
                     Proto::Tcp => b.tcp_dport(o.port),
                     Proto::Udp => b.udp_dport(o.port),
                 },
-                Path::Forwarded => b.ct_original_proto_dst(l4(o.proto), o.port),
+                // Only a translated connection: an untranslated packet forwarded to some
+                // address behind this machine on the same port is not the published port's.
+                Path::Forwarded => b
+                    .l4proto(l4(o.proto))
+                    .ct_status_dnat()
+                    .ct_original_proto_dst_only(o.port),
             };
             b.accept().comment(&m)
         })
@@ -134,31 +153,45 @@ pub fn xt_specs(o: &Opening, family: Family) -> Vec<Vec<String>> {
 
 /// The mark of a listed nf_tables rule: its comment, from the user data nft writes or from the
 /// x_tables `comment` match iptables-nft writes.
+/// Only a comment that is a full mark ([`parse_mark`]) counts.
 pub fn listed_mark(rule: &Rule) -> Option<String> {
-    if let Some(c) = &rule.comment {
-        return Some(c.clone());
-    }
-    rule.exprs.iter().find_map(|e| e.xt_comment())
+    rule.comment
+        .iter()
+        .cloned()
+        .chain(rule.exprs.iter().filter_map(|e| e.xt_comment()))
+        .find(|c| parse_mark(c).is_some())
 }
 
-/// The mark in an `iptables-save` rule spec, if it has one.
+/// The mark in an `iptables-save` rule spec, if it has one: the spec is split into arguments
+/// honouring quotes, and only the argument right after an unquoted `-m comment --comment` is
+/// read, so text inside another argument (a `--string` to match, a LOG prefix) is never taken
+/// for a mark.
 pub fn spec_mark(spec: &str) -> Option<String> {
-    let at = spec.find("--comment ")? + "--comment ".len();
-    let rest = &spec[at..];
-    let text = match rest.strip_prefix('"') {
-        Some(q) => q.split('"').next()?,
-        None => rest.split_whitespace().next()?,
-    };
-    text.starts_with(MARK_PREFIX).then(|| text.to_string())
+    let words = split_words(spec)?;
+    let at = words.windows(4).find_map(|w| match w {
+        [(m, false), (c, false), (o, false), (text, _)]
+            if m == "-m" && c == "comment" && o == "--comment" =>
+        {
+            Some(text)
+        }
+        _ => None,
+    })?;
+    parse_mark(at).map(|_| at.clone())
 }
 
 /// Splits an `iptables-save` rule spec into arguments again: words separated by spaces, with
 /// double quotes grouping (iptables-save quotes comments, escaping `"` and `\` with a backslash).
 /// `None` for an unterminated quote, which is no spec iptables-save prints.
 pub fn split_spec(spec: &str) -> Option<Vec<String>> {
+    Some(split_words(spec)?.into_iter().map(|(w, _)| w).collect())
+}
+
+/// The arguments of a spec, each with whether any of it was quoted.
+fn split_words(spec: &str) -> Option<Vec<(String, bool)>> {
     let mut args = Vec::new();
     let mut word = String::new();
     let mut in_word = false;
+    let mut was_quoted = false;
     let mut quoted = false;
     let mut chars = spec.chars();
     while let Some(c) = chars.next() {
@@ -166,12 +199,14 @@ pub fn split_spec(spec: &str) -> Option<Vec<String>> {
             '"' => {
                 quoted = !quoted;
                 in_word = true;
+                was_quoted = true;
             }
             '\\' if quoted => word.push(chars.next()?),
             c if c.is_whitespace() && !quoted => {
                 if in_word {
-                    args.push(std::mem::take(&mut word));
+                    args.push((std::mem::take(&mut word), was_quoted));
                     in_word = false;
+                    was_quoted = false;
                 }
             }
             c => {
@@ -184,7 +219,7 @@ pub fn split_spec(spec: &str) -> Option<Vec<String>> {
         return None;
     }
     if in_word {
-        args.push(word);
+        args.push((word, was_quoted));
     }
     Some(args)
 }
@@ -298,12 +333,90 @@ mod tests {
             Some("mesh-host:x#0011aabb")
         );
         assert_eq!(
-            spec_mark("-p tcp -m comment --comment mesh-host:y -j ACCEPT").as_deref(),
-            Some("mesh-host:y")
+            spec_mark("-p tcp -m comment --comment mesh-host:y#0011aabb -j ACCEPT").as_deref(),
+            Some("mesh-host:y#0011aabb")
         );
         assert_eq!(
             spec_mark("-p tcp -m comment --comment \"ssh+http\" -j ACCEPT"),
             None
+        );
+    }
+
+    #[test]
+    fn only_a_full_mark_is_a_mark() {
+        assert_eq!(
+            parse_mark("mesh-host:web/api#0011aabb"),
+            Some(("web/api", "0011aabb"))
+        );
+        assert_eq!(
+            parse_mark("mesh-host:a.b_c-d/e@f:g#deadbeef"),
+            Some(("a.b_c-d/e@f:g", "deadbeef"))
+        );
+        for not_a_mark in [
+            "mesh-host: keep",
+            "mesh-host:keep",
+            "mesh-host:y",
+            "mesh-host:#0011aabb",
+            "mesh-host:x#0011AABB",
+            "mesh-host:x#0011aab",
+            "mesh-host:x#0011aabbc",
+            "mesh-host:x y#0011aabb",
+            "mesh-host:x\"#0011aabb",
+            "mesh-host:x#0011aabb ",
+            "Mesh-host:x#0011aabb",
+            "ssh+http",
+        ] {
+            assert_eq!(parse_mark(not_a_mark), None, "{not_a_mark}");
+            assert_eq!(id_of(not_a_mark), None, "{not_a_mark}");
+        }
+        let long = format!("mesh-host:{}#0011aabb", "a".repeat(129));
+        assert_eq!(parse_mark(&long), None);
+        let longest = format!("mesh-host:{}#0011aabb", "a".repeat(128));
+        assert!(parse_mark(&longest).is_some());
+        // Every mark the host writes is one.
+        let o = o(From::Anywhere, Path::Incoming);
+        assert_eq!(id_of(&mark(&o)), Some("web/https"));
+    }
+
+    #[test]
+    fn text_inside_another_argument_is_never_a_mark() {
+        for spoof in [
+            // A string to match that reads like a comment option.
+            "-p tcp -m string --string \"--comment mesh-host:y#0011aabb\" --algo bm -j ACCEPT",
+            // A LOG prefix.
+            "-p tcp -m tcp --dport 22 -j LOG --log-prefix \"-m comment --comment mesh-host:y#0011aabb \"",
+            // A whole fake comment match inside one quoted argument.
+            "-m string --string \"x -m comment --comment mesh-host:y#0011aabb\" --algo kmp -j DROP",
+            // An operator's comment that merely starts with the prefix.
+            "-p tcp -m tcp --dport 22 -m comment --comment \"mesh-host: keep\" -j ACCEPT",
+            "-p tcp -m comment --comment mesh-host:y -j ACCEPT",
+        ] {
+            assert_eq!(spec_mark(spoof), None, "{spoof}");
+        }
+        // The real comment is found after a spoof in an earlier argument.
+        assert_eq!(
+            spec_mark("-m string --string \"--comment mesh-host:z#00000000\" --algo bm -m comment --comment \"mesh-host:y#0011aabb\" -j ACCEPT").as_deref(),
+            Some("mesh-host:y#0011aabb")
+        );
+    }
+
+    #[test]
+    fn a_listed_rule_is_marked_only_by_a_full_mark() {
+        let rule = |comment: &str| Rule {
+            family: Family::Inet,
+            table: "t".into(),
+            chain: "c".into(),
+            handle: 3,
+            position: None,
+            exprs: Vec::new(),
+            userdata: None,
+            comment: Some(comment.into()),
+        };
+        assert_eq!(listed_mark(&rule("mesh-host: keep")), None);
+        assert_eq!(listed_mark(&rule("mesh-host:keep")), None);
+        assert_eq!(
+            listed_mark(&rule("mesh-host:web/api#0011aabb")).as_deref(),
+            Some("mesh-host:web/api#0011aabb")
         );
     }
 }

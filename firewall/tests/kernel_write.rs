@@ -95,6 +95,16 @@ fn constructs() -> Vec<(RuleBody, &'static str)> {
             RuleBody::new().ct_original_proto_dst(L4Proto::Tcp, 8080).accept(),
             "meta l4proto tcp ct original proto-dst 8080 accept",
         ),
+        (RuleBody::new().ct_status_dnat().accept(), "ct status dnat accept"),
+        (
+            // A forwarded opening's rule, as iptables-nft stores `--ctstate DNAT --ctorigdstport`.
+            RuleBody::new()
+                .l4proto(L4Proto::Tcp)
+                .ct_status_dnat()
+                .ct_original_proto_dst_only(443)
+                .accept(),
+            "meta l4proto tcp ct status dnat ct original proto-dst 443 accept",
+        ),
         (
             RuleBody::new().ct_original_proto_dst(L4Proto::Udp, 5353).counter().ret(),
             "meta l4proto udp ct original proto-dst 5353 counter packets 0 bytes 0 return",
@@ -573,5 +583,43 @@ fn a_four_byte_ct_direction_is_what_the_kernel_complains_about() {
     assert!(
         after.len() > before.len() || sent.is_err(),
         "no complaint for a four-byte NFTA_CT_DIRECTION"
+    );
+}
+
+/// A forwarded opening's native rule, as the engine writes it, reads back in nft as the
+/// translated-connection match iptables' `--ctstate DNAT --ctorigdstport` is.
+#[test]
+fn a_forwarded_opening_reads_back_in_nft_as_a_translated_connection_match() {
+    in_fresh_netns();
+    let o = firewall::Opening {
+        id: "web/https".into(),
+        port: 443,
+        proto: firewall::Proto::Tcp,
+        from: firewall::opening::From::Anywhere,
+        path: firewall::Path::Forwarded,
+    };
+    let bodies = firewall::rules::nft_bodies(&o, Family::Inet);
+    assert_eq!(bodies.len(), 1);
+    let mut s = NfSocket::open().unwrap();
+    let mut b = Batch::new();
+    b.add_table(Family::Inet, "t", TableFlags::NONE).unwrap();
+    b.add_chain(
+        Family::Inet,
+        "t",
+        "forward",
+        Some(&BaseChain::filter(Hook::Forward, 0)),
+    )
+    .unwrap();
+    b.add_rule(Family::Inet, "t", "forward", &bodies[0], Position::Prepend)
+        .unwrap();
+    s.send(&b).unwrap();
+    let listed = nft(&["list", "chain", "inet", "t", "forward"]);
+    let want = format!(
+        "meta l4proto tcp ct status dnat ct original proto-dst 443 accept comment \"{}\"",
+        firewall::rules::mark(&o)
+    );
+    assert!(
+        listed.lines().any(|l| l.trim() == want),
+        "nft printed:\n{listed}\nwanted: {want}"
     );
 }

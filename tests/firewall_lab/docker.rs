@@ -154,6 +154,7 @@ fn docker_published_port_behind_a_found_forward_chain_and_the_guard_from_contain
         node,
         &[
             "iptables-nft",
+            "-w",
             "-I",
             "DOCKER-USER",
             "-i",

@@ -31,6 +31,13 @@ fn load_iptables_legacy(m: &Machine, _: &Path) {
     run_all(m, &xt_input_drop("ip6tables-legacy"));
 }
 
+/// Legacy iptables dropping in the mangle table's INPUT chain, the filter table untouched: a
+/// drop there is as final as one in filter.
+fn load_legacy_mangle(m: &Machine, _: &Path) {
+    run_all(m, &xt_input_drop_in("iptables-legacy", "mangle"));
+    run_all(m, &xt_input_drop_in("ip6tables-legacy", "mangle"));
+}
+
 fn load_legacy_and_nftables(m: &Machine, dir: &Path) {
     load_iptables_legacy(m, dir);
     // A native table beside the legacy one, written by someone else and dropping by default
@@ -74,6 +81,29 @@ fn load_handwritten_ip_filter(m: &Machine, dir: &Path) {
         );
     }
     load_nft(m, dir, "iptables-style.nft", &text);
+}
+
+/// A hand-written ruleset whose input chain accepts by policy and drops through a verdict map:
+/// the public interface jumps to a chain that serves ssh and the served port and drops the rest.
+fn load_vmap_drop(m: &Machine, dir: &Path) {
+    let text = format!(
+        "flush ruleset
+table inet filter {{
+	chain input {{
+		type filter hook input priority filter; policy accept;
+		iifname vmap {{ \"lo\" : accept, \"{PUBLIC_IF}\" : jump public }}
+	}}
+	chain public {{
+		ct state established,related accept
+		meta l4proto ipv6-icmp accept
+		tcp dport 22 accept
+		tcp dport 8080 accept
+		drop
+	}}
+}}
+"
+    );
+    load_nft(m, dir, "vmap.nft", &text);
 }
 
 /// The whole check of one found ruleset on the incoming path: before, with the opening, and
@@ -203,6 +233,16 @@ fn an_opening_goes_through_a_hand_written_nftables_input_chain() {
 }
 
 #[test]
+fn a_chain_that_drops_through_a_verdict_map_is_a_layer_that_can_drop() {
+    incoming_opening_through(&FoundRuleset {
+        load: load_vmap_drop,
+        kind: "nftables",
+        layers: &["inet filter input (nftables)"],
+        views: &[(View::Nft, Some(1))],
+    });
+}
+
+#[test]
 fn an_opening_goes_through_iptables_nft_in_its_own_terms() {
     incoming_opening_through(&FoundRuleset {
         load: load_iptables_nft,
@@ -228,6 +268,23 @@ fn an_opening_goes_through_iptables_legacy() {
         layers: &[
             "ip filter INPUT (iptables-legacy)",
             "ip6 filter INPUT (iptables-legacy)",
+        ],
+        views: &[
+            (View::Save("iptables-legacy-save"), Some(1)),
+            (View::Save("ip6tables-legacy-save"), Some(1)),
+            (View::Nft, Some(0)),
+        ],
+    });
+}
+
+#[test]
+fn an_opening_goes_through_a_legacy_mangle_input_chain() {
+    incoming_opening_through(&FoundRuleset {
+        load: load_legacy_mangle,
+        kind: "iptables-legacy",
+        layers: &[
+            "ip mangle INPUT (iptables-legacy)",
+            "ip6 mangle INPUT (iptables-legacy)",
         ],
         views: &[
             (View::Save("iptables-legacy-save"), Some(1)),

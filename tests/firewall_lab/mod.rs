@@ -15,6 +15,7 @@ use lab::{Adoption, Lab, Machine, Probe};
 use serde_json::{json, Value};
 
 mod docker;
+mod forwarded;
 mod guard;
 mod incoming;
 mod listing;
@@ -94,12 +95,17 @@ fn run_all(m: &Machine, commands: &[Vec<&str>]) {
 }
 
 /// The iptables commands of a found input chain with policy drop that serves ssh and the served
-/// port, for `program` (`iptables-nft`, `ip6tables-legacy`, ...).
+/// port, for `program` (`iptables-nft`, `ip6tables-legacy`, ...), in its filter table.
 fn xt_input_drop(program: &str) -> Vec<Vec<&str>> {
-    let mut rules = vec![
-        vec![program, "-P", "INPUT", "DROP"],
+    xt_input_drop_in(program, "filter")
+}
+
+/// Likewise in `table` (`filter`, `mangle`, `security`). Every command waits for the xtables
+/// lock (`-w`), so tests running side by side never fail on it.
+fn xt_input_drop_in<'a>(program: &'a str, table: &'a str) -> Vec<Vec<&'a str>> {
+    let mut rules: Vec<Vec<&str>> = vec![
+        vec!["-P", "INPUT", "DROP"],
         vec![
-            program,
             "-A",
             "INPUT",
             "-m",
@@ -109,27 +115,26 @@ fn xt_input_drop(program: &str) -> Vec<Vec<&str>> {
             "-j",
             "ACCEPT",
         ],
-        vec![program, "-A", "INPUT", "-i", "lo", "-j", "ACCEPT"],
+        vec!["-A", "INPUT", "-i", "lo", "-j", "ACCEPT"],
         vec![
-            program, "-A", "INPUT", "-p", "tcp", "-m", "tcp", "--dport", "22", "-j", "ACCEPT",
+            "-A", "INPUT", "-p", "tcp", "-m", "tcp", "--dport", "22", "-j", "ACCEPT",
         ],
         vec![
-            program, "-A", "INPUT", "-p", "tcp", "-m", "tcp", "--dport", "8080", "-j", "ACCEPT",
+            "-A", "INPUT", "-p", "tcp", "-m", "tcp", "--dport", "8080", "-j", "ACCEPT",
         ],
     ];
     if program.starts_with("ip6") {
         // Neighbour discovery, without which no IPv6 packet arrives at all.
-        rules.push(vec![
-            program,
-            "-A",
-            "INPUT",
-            "-p",
-            "ipv6-icmp",
-            "-j",
-            "ACCEPT",
-        ]);
+        rules.push(vec!["-A", "INPUT", "-p", "ipv6-icmp", "-j", "ACCEPT"]);
     }
     rules
+        .into_iter()
+        .map(|rule| {
+            let mut argv = vec![program, "-w", "-t", table];
+            argv.extend(rule);
+            argv
+        })
+        .collect()
 }
 
 /// A hand-written `/etc/nftables.conf`: an inet input chain with policy drop serving ssh and the

@@ -57,6 +57,8 @@ struct Entry {
 pub struct Batch {
     buf: Vec<u8>,
     entries: Vec<Entry>,
+    /// The ruleset generation the batch was computed from, sent as `NFNL_BATCH_GENID`.
+    generation: Option<u32>,
 }
 
 fn check_name(what: &'static str, name: &str) -> Result<()> {
@@ -88,6 +90,19 @@ impl Batch {
 
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
+    }
+
+    /// Makes the batch conditional on the ruleset generation it was computed from (the
+    /// [`Ruleset::generation`](super::Ruleset) of a listing): BEGIN carries `NFNL_BATCH_GENID`,
+    /// and if the ruleset has changed since, the kernel applies nothing and answers `ERESTART`.
+    /// A handle read from that listing can then never name a rule that took its place.
+    pub fn set_generation(&mut self, generation: u32) {
+        self.generation = Some(generation);
+    }
+
+    /// The generation the batch is conditional on, if any.
+    pub fn generation(&self) -> Option<u32> {
+        self.generation
     }
 
     /// The description of the `index`th message, as used in errors.
@@ -296,6 +311,9 @@ impl Batch {
             0,
             NFNL_SUBSYS_NFTABLES,
         );
+        if let Some(g) = self.generation {
+            attr::put_be32(&mut out, NFNL_BATCH_GENID, g);
+        }
         msg::end(&mut out, begin);
         let base = out.len();
         out.extend_from_slice(&self.buf);
@@ -374,6 +392,31 @@ mod tests {
             b.describe(2),
             Some("insert rule to chain inet meshguard pre")
         );
+    }
+
+    #[test]
+    fn a_generation_is_carried_by_the_batch_begin() {
+        let mut b = Batch::new();
+        b.del_rule(Family::Ipv4, "filter", "INPUT", 7).unwrap();
+        // Without a generation, BEGIN is bare: the kernel applies the batch to whatever is there.
+        let bytes = b.encode(10);
+        let msgs = split(&bytes).unwrap();
+        assert_eq!(msgs[0].attrs().count(), 0);
+        b.set_generation(0x0102_0304);
+        assert_eq!(b.generation(), Some(0x0102_0304));
+        let bytes = b.encode(10);
+        let msgs = split(&bytes).unwrap();
+        assert_eq!(msgs[0].ty, NFNL_MSG_BATCH_BEGIN);
+        assert_eq!(msgs[0].payload[2..4], NFNL_SUBSYS_NFTABLES.to_be_bytes());
+        let genid: Vec<_> = msgs[0].attrs().collect();
+        assert_eq!(genid.len(), 1);
+        assert_eq!(genid[0].ty, NFNL_BATCH_GENID);
+        // Big-endian on the wire, as the kernel reads it (nla_get_be32).
+        assert_eq!(genid[0].data, [1, 2, 3, 4]);
+        // The rest of the batch is unchanged, still numbered after BEGIN.
+        assert_eq!(msgs.len(), 3);
+        assert_eq!(msgs[1].seq, 11);
+        assert_eq!(msgs[2].ty, NFNL_MSG_BATCH_END);
     }
 
     #[test]

@@ -43,6 +43,9 @@ pub const NETLINK_EXT_ACK: i32 = 11;
 pub const NFNL_SUBSYS_NFTABLES: u16 = 10;
 pub const NFNL_MSG_BATCH_BEGIN: u16 = NLMSG_MIN_TYPE;
 pub const NFNL_MSG_BATCH_END: u16 = NLMSG_MIN_TYPE + 1;
+/// The batch BEGIN attribute holding the ruleset generation the batch expects (enum
+/// nfnl_batch_attributes); the kernel refuses a batch with a stale one with ERESTART.
+pub const NFNL_BATCH_GENID: u16 = 1;
 pub const NFNETLINK_V0: u8 = 0;
 pub const NFNLGRP_NFTABLES: u32 = 7;
 pub const NFGENMSG_LEN: usize = 4;
@@ -169,6 +172,10 @@ pub const NFTA_XT_INFO: u16 = 3;
 
 /// The verdict register, and the first 16-byte data register that nft itself uses.
 pub const NFT_REG_VERDICT: u32 = 0;
+
+/// The conntrack status bit of a connection whose destination was translated
+/// (enum ip_conntrack_status, IPS_DST_NAT).
+pub const IPS_DST_NAT: u32 = 0x20;
 pub const NFT_REG_1: u32 = 1;
 
 // nftnl user-data TLV types (libnftnl udata.h): the rule comment is type 0.

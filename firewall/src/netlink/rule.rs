@@ -241,6 +241,25 @@ impl RuleBody {
         .cmp(CmpOp::Neq, vec![0; 4])
     }
 
+    /// `ct status dnat`: the connection's destination was translated (IPS_DST_NAT), as
+    /// iptables' `--ctstate DNAT` matches. The status bits are in host byte order, like
+    /// `ct state`'s.
+    pub fn ct_status_dnat(self) -> RuleBody {
+        self.expr(Expr::Ct {
+            key: CtKey::Status,
+            dreg: NFT_REG_1,
+            direction: None,
+        })
+        .expr(Expr::Bitwise {
+            sreg: NFT_REG_1,
+            dreg: NFT_REG_1,
+            len: 4,
+            mask: IPS_DST_NAT.to_ne_bytes().to_vec(),
+            xor: vec![0; 4],
+        })
+        .cmp(CmpOp::Neq, vec![0; 4])
+    }
+
     /// `meta l4proto PROTO ct original proto-dst PORT`: the port a connection was first sent
     /// to, before any DNAT (how a published container port is matched in the forward path).
     /// The protocol comes first because a port means nothing without it: nft prints a bare

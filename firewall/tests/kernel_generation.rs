@@ -1,0 +1,143 @@
+//! Batches conditional on the ruleset generation: a batch computed from a listing that went stale
+//! is refused whole with ERESTART, and the engine computes its convergence again rather than
+//! delete, by a handle a reload gave to someone else's rule, a rule that is not its own.
+
+mod common;
+
+use common::{in_fresh_netns, nft, nft_load};
+use firewall::exec::{Exec, Output};
+use firewall::netlink::*;
+use firewall::{Error, Firewall, Scope};
+use std::cell::Cell;
+
+const OPERATOR: &str = "table inet filter {\n\
+    chain input {\n\
+        type filter hook input priority 0; policy drop;\n\
+        tcp dport 8080 accept comment \"operator\"\n\
+    }\n\
+}\n";
+
+const MARKED: &str = "table inet filter {\n\
+    chain input {\n\
+        type filter hook input priority 0; policy drop;\n\
+        tcp dport 9000 accept comment \"mesh-host:old/api#0011aabb\"\n\
+    }\n\
+}\n";
+
+/// The handle of the only rule of `inet filter input`.
+fn only_handle(s: &mut NfSocket) -> (u32, u64) {
+    let rs = s.ruleset(None).unwrap();
+    let rules: Vec<_> = rs.rules_of(Family::Inet, "filter", "input").collect();
+    assert_eq!(rules.len(), 1, "{rules:?}");
+    (rs.generation, rules[0].handle)
+}
+
+#[test]
+fn a_batch_from_a_stale_generation_is_refused_with_erestart_and_applies_nothing() {
+    in_fresh_netns();
+    nft_load(MARKED);
+    let mut s = NfSocket::open().unwrap();
+    let (stale, handle) = only_handle(&mut s);
+    // A reload: handles restart, and the operator's rule now has the handle the marked one had.
+    nft(&["flush", "ruleset"]);
+    nft_load(OPERATOR);
+    let (now, operators) = only_handle(&mut s);
+    assert_eq!(
+        operators, handle,
+        "the reload gave the handle to the operator's rule"
+    );
+    assert_ne!(now, stale);
+
+    let mut b = Batch::new();
+    b.del_rule(Family::Inet, "filter", "input", handle).unwrap();
+    b.add_rule(
+        Family::Inet,
+        "filter",
+        "input",
+        &RuleBody::new().tcp_dport(1).accept(),
+        Position::Append,
+    )
+    .unwrap();
+    b.set_generation(stale);
+    match s.send(&b) {
+        Err(Error::Refused { errno, .. }) => assert_eq!(errno.0, libc::ERESTART, "{errno}"),
+        other => panic!("a stale batch must be refused with ERESTART, got {other:?}"),
+    }
+    let listed = nft(&["list", "ruleset"]);
+    assert!(
+        listed.contains("tcp dport 8080 accept comment \"operator\""),
+        "{listed}"
+    );
+    assert!(!listed.contains("dport 1 "), "{listed}");
+
+    // The same batch at the current generation goes in.
+    b.set_generation(now);
+    s.send(&b).unwrap();
+    let listed = nft(&["list", "ruleset"]);
+    assert!(!listed.contains("8080"), "{listed}");
+}
+
+/// Answers `iptables-legacy-save` with an empty filter table and, once armed, reloads the
+/// nf_tables ruleset the first time it is asked: the engine asks while it computes a convergence,
+/// after its listing and before its batch, which is exactly when a reload must not fool it.
+struct ReloadingExec {
+    armed: Cell<bool>,
+    asked: Cell<u32>,
+}
+
+impl Exec for ReloadingExec {
+    fn run(
+        &self,
+        program: &str,
+        _args: &[String],
+        _stdin: Option<&str>,
+    ) -> firewall::Result<Output> {
+        assert_eq!(program, "iptables-legacy-save");
+        self.asked.set(self.asked.get() + 1);
+        if self.armed.replace(false) {
+            nft(&["flush", "ruleset"]);
+            nft_load(OPERATOR);
+        }
+        Ok(Output {
+            code: Some(0),
+            stdout: "*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\nCOMMIT\n"
+                .into(),
+            stderr: String::new(),
+        })
+    }
+
+    fn exists(&self, program: &str) -> bool {
+        program == "iptables-legacy-save"
+    }
+}
+
+#[test]
+fn a_reload_between_listing_and_commit_never_costs_the_operator_a_rule() {
+    in_fresh_netns();
+    nft_load(MARKED);
+    // A /proc of the test's own saying that the legacy filter table exists.
+    let proc = std::env::temp_dir().join(format!("fw-generation-{}", std::process::id()));
+    std::fs::create_dir_all(proc.join("net")).unwrap();
+    std::fs::write(proc.join("net/ip_tables_names"), "filter\n").unwrap();
+    let exec = ReloadingExec {
+        armed: Cell::new(false),
+        asked: Cell::new(0),
+    };
+    let mut fw = Firewall::open_at(&exec, &proc).unwrap();
+    exec.armed.set(true);
+    // No opening is declared: the marked rule is to go. Its handle, listed before the reload,
+    // names the operator's rule after it.
+    let done = fw.converge(&[], Scope::All).unwrap();
+    assert!(
+        !exec.armed.get(),
+        "the reload happened during the convergence"
+    );
+    assert!(exec.asked.get() >= 3, "the convergence was computed again");
+    assert!(done.removed.is_empty(), "{done:?}");
+    let listed = nft(&["list", "ruleset"]);
+    assert!(
+        listed.contains("tcp dport 8080 accept comment \"operator\""),
+        "the operator's rule was deleted by a stale handle:\n{listed}"
+    );
+    std::fs::remove_dir_all(&proc).unwrap();
+}
