@@ -3,6 +3,11 @@
 //! port), except for packets arriving on loopback, the private network's interface or a
 //! container runtime's own networks — known by the interface, never by the source address alone.
 //!
+//! A guarded service that runs in a container is refused at its container's own port too: a
+//! packet from outside whose destination routes out through a runtime's network (`fib daddr
+//! oifname`), sent straight to a container's address rather than to the published host port, is
+//! dropped. Traffic the machine routes to other machines is never touched.
+//!
 //! It sits at prerouting ahead of the runtime's destination NAT, so it matches the port a packet
 //! was sent to, for both address families (an `inet` table). It is created with the owner and
 //! persist flags by the process that holds it, so `nft flush ruleset` by anyone else leaves it
@@ -12,7 +17,7 @@
 use crate::detect::MESH_TABLE;
 use crate::error::{Errno, Error, Result};
 use crate::netlink::{
-    BaseChain, Batch, Claim, Family, Hook, NfSocket, Position, RuleBody, TableFlags,
+    BaseChain, Batch, Claim, CmpOp, Family, Hook, NfSocket, Position, RuleBody, TableFlags,
 };
 use crate::opening::{check_interface, Proto};
 
@@ -25,19 +30,37 @@ pub const GUARD_PRIORITY: i32 = -150;
 /// Interfaces of the container runtimes, whose traffic is the machine's own.
 pub const RUNTIME_INTERFACES: &[&str] = &["docker0", "br-*", "podman*", "cni-*"];
 
+/// One guarded service: the port it is refused at on the machine's own addresses, and the port it
+/// listens on inside its container (the same port for a service that runs on the host).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GuardedPort {
+    /// What it is, for the rules' marks (`store`, `broker-management`).
+    pub what: String,
+    pub proto: Proto,
+    /// The port on the machine's own addresses (a container's published host port).
+    pub host_port: u16,
+    /// The port inside its container, refused for packets routed to a runtime's network.
+    pub container_port: u16,
+}
+
 /// What the guard refuses, and which interfaces it lets through.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GuardSpec {
-    /// The ports refused from outside: (port, protocol, what it is, for the rule's mark).
-    pub ports: Vec<(u16, Proto, String)>,
+    /// The services refused from outside.
+    pub ports: Vec<GuardedPort>,
     /// Interfaces whose packets are not refused: loopback, the private network's interface, the
     /// runtimes' networks.
     pub allowed: Vec<String>,
+    /// The runtimes' networks (names or `prefix*` patterns), also in `allowed`: a packet from
+    /// outside whose destination routes out through one of them is refused at the guarded
+    /// services' container ports.
+    pub runtimes: Vec<String>,
 }
 
 impl GuardSpec {
     /// The guard for a node: the store's and the broker's management ports, allowed from
-    /// loopback, the private network's interface and the runtimes' networks.
+    /// loopback, the private network's interface and the runtimes' networks. The services'
+    /// container ports are their host ports until [`GuardSpec::container_ports`] says otherwise.
     pub fn for_node(
         store: u16,
         broker_management: u16,
@@ -46,36 +69,91 @@ impl GuardSpec {
         let mut allowed = vec!["lo".to_string()];
         allowed.extend(private_interface.map(str::to_string));
         allowed.extend(RUNTIME_INTERFACES.iter().map(|s| s.to_string()));
+        let port = |what: &str, port: u16| GuardedPort {
+            what: what.into(),
+            proto: Proto::Tcp,
+            host_port: port,
+            container_port: port,
+        };
         GuardSpec {
             ports: vec![
-                (store, Proto::Tcp, "store".into()),
-                (broker_management, Proto::Tcp, "broker-management".into()),
+                port("store", store),
+                port("broker-management", broker_management),
             ],
             allowed,
+            runtimes: RUNTIME_INTERFACES.iter().map(|s| s.to_string()).collect(),
         }
+    }
+
+    /// The ports the store and the broker's management listen on inside their containers.
+    pub fn container_ports(mut self, store: u16, broker_management: u16) -> GuardSpec {
+        for p in &mut self.ports {
+            match p.what.as_str() {
+                "store" => p.container_port = store,
+                "broker-management" => p.container_port = broker_management,
+                _ => {}
+            }
+        }
+        self
+    }
+
+    /// Lets a runtime's custom-named bridge through, and refuses the container ports routed to
+    /// it from outside; a name already covered (exactly or by a pattern) changes nothing.
+    pub fn add_runtime_bridge(&mut self, name: &str) {
+        let covered = self
+            .allowed
+            .iter()
+            .any(|a| a == name || a.strip_suffix('*').is_some_and(|p| name.starts_with(p)));
+        if !covered {
+            self.allowed.push(name.to_string());
+            self.runtimes.push(name.to_string());
+        }
+    }
+
+    fn outside(&self) -> RuleBody {
+        let mut b = RuleBody::new();
+        for i in &self.allowed {
+            b = b.iifname_ne(i);
+        }
+        b
     }
 
     fn bodies(&self) -> Result<Vec<RuleBody>> {
         let mut out = Vec::new();
-        for i in &self.allowed {
+        for i in self.allowed.iter().chain(&self.runtimes) {
             check_interface(i).map_err(|reason| Error::InvalidOpening {
                 id: "guard".into(),
                 reason,
             })?;
         }
-        for (port, proto, what) in &self.ports {
-            let mut b = RuleBody::new();
-            for i in &self.allowed {
-                b = b.iifname_ne(i);
-            }
-            b = match proto {
-                Proto::Tcp => b.tcp_dport(*port),
-                Proto::Udp => b.udp_dport(*port),
-            };
+        let dport = |b: RuleBody, proto: Proto, port: u16| match proto {
+            Proto::Tcp => b.tcp_dport(port),
+            Proto::Udp => b.udp_dport(port),
+        };
+        for p in &self.ports {
+            let proto = p.proto.as_str();
+            let (what, port) = (&p.what, p.host_port);
             out.push(
-                b.drop()
-                    .comment(&format!("mesh-host:guard/{what}/{}/{port}", proto.as_str())),
+                dport(self.outside(), p.proto, port)
+                    .drop()
+                    .comment(&format!("mesh-host:guard/{what}/{proto}/{port}")),
             );
+            // Sent from outside straight to a container's address (the machine as the gateway),
+            // not to the published host port: refused at the port the service listens on inside.
+            let port = p.container_port;
+            for rt in &self.runtimes {
+                out.push(
+                    dport(
+                        self.outside().fib_daddr_oifname(CmpOp::Eq, rt),
+                        p.proto,
+                        port,
+                    )
+                    .drop()
+                    .comment(&format!(
+                        "mesh-host:guard/{what}/container/{proto}/{port}/{rt}"
+                    )),
+                );
+            }
         }
         Ok(out)
     }
@@ -220,4 +298,51 @@ pub fn status(sock: &mut NfSocket) -> Result<GuardStatus> {
         owner: table.owner,
         rules,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_port_is_refused_on_the_host_then_at_its_container_port_per_runtime() {
+        let mut spec = GuardSpec::for_node(15432, 15672, Some("wg0")).container_ports(5432, 15672);
+        spec.add_runtime_bridge("lanbr");
+        spec.add_runtime_bridge("br-x");
+        let marks: Vec<String> = spec
+            .bodies()
+            .unwrap()
+            .into_iter()
+            .map(|b| b.comment.unwrap())
+            .collect();
+        let mut want = vec!["mesh-host:guard/store/tcp/15432".to_string()];
+        for rt in ["docker0", "br-*", "podman*", "cni-*", "lanbr"] {
+            want.push(format!("mesh-host:guard/store/container/tcp/5432/{rt}"));
+        }
+        want.push("mesh-host:guard/broker-management/tcp/15672".into());
+        for rt in ["docker0", "br-*", "podman*", "cni-*", "lanbr"] {
+            want.push(format!(
+                "mesh-host:guard/broker-management/container/tcp/15672/{rt}"
+            ));
+        }
+        assert_eq!(marks, want);
+        assert_eq!(
+            spec.allowed,
+            ["lo", "wg0", "docker0", "br-*", "podman*", "cni-*", "lanbr"]
+        );
+        // The container refusal: every allowed interface, then the route's interface, then the port.
+        let body = &spec.bodies().unwrap()[1];
+        let want = RuleBody::new()
+            .iifname_ne("lo")
+            .iifname_ne("wg0")
+            .iifname_ne("docker0")
+            .iifname_ne("br-*")
+            .iifname_ne("podman*")
+            .iifname_ne("cni-*")
+            .iifname_ne("lanbr")
+            .fib_daddr_oifname(CmpOp::Eq, "docker0")
+            .tcp_dport(5432)
+            .drop();
+        assert_eq!(body.exprs, want.exprs);
+    }
 }

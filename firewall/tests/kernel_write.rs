@@ -112,6 +112,24 @@ fn constructs() -> Vec<(RuleBody, &'static str)> {
         (RuleBody::new().counter().drop(), "counter packets 0 bytes 0 drop"),
         (RuleBody::new().jump("x"), "jump x"),
         (
+            RuleBody::new().fib_daddr_oifname(CmpOp::Eq, "docker0").drop(),
+            "fib daddr oifname \"docker0\" drop",
+        ),
+        (
+            RuleBody::new().fib_daddr_oifname(CmpOp::Eq, "br-*").drop(),
+            "fib daddr oifname \"br-*\" drop",
+        ),
+        (
+            // The guard's refusal of a container's own port.
+            RuleBody::new()
+                .iifname_ne("lo")
+                .iifname_ne("wg0")
+                .fib_daddr_oifname(CmpOp::Eq, "docker0")
+                .tcp_dport(5432)
+                .drop(),
+            "iifname != \"lo\" iifname != \"wg0\" fib daddr oifname \"docker0\" tcp dport 5432 drop",
+        ),
+        (
             RuleBody::new().iifname_ne("lo").iifname_ne("wg0").iifname_ne("docker0").iifname_ne("br-*").tcp_dport(5432).drop(),
             "iifname != \"lo\" iifname != \"wg0\" iifname != \"docker0\" iifname != \"br-*\" tcp dport 5432 drop",
         ),

@@ -2,7 +2,7 @@
 //! terms, on every layer of its path that could drop it; and the guard on an adopted node.
 
 use super::{Cx, Done, Outcome};
-use crate::declaration::{self, FromName, OpeningSpec, PathKind, Settings, Shape};
+use crate::declaration::{self, FromName, OpeningSpec, PathKind, Resource, Settings, Shape};
 use crate::store::Owned;
 use firewall::{Firewall, GuardSpec, Network, Opening, Scope, SystemExec};
 
@@ -130,21 +130,41 @@ pub(super) fn remove(cx: &mut Cx<'_>, id: &str, declared: &[Opening]) -> Result<
     ))
 }
 
-/// The guard an adopted node's settings call for.
-pub fn guard_spec(settings: &Settings) -> GuardSpec {
+/// The guard an adopted node's settings call for. A guarded service's container port is the
+/// `container_port` of the declared container that publishes its host port (tcp); with no such
+/// container it runs on the host, and its container port is its host port.
+pub fn guard_spec(settings: &Settings, resources: &[Resource]) -> GuardSpec {
+    let (store, broker) = (settings.ports.store, settings.ports.broker_management);
     GuardSpec::for_node(
-        settings.ports.store,
-        settings.ports.broker_management,
+        store,
+        broker,
         settings
             .private_network
             .as_ref()
             .map(|p| p.interface.as_str()),
     )
+    .container_ports(
+        container_port(resources, store),
+        container_port(resources, broker),
+    )
+}
+
+/// The port inside the declared container that publishes `host_port` over tcp, or `host_port`.
+fn container_port(resources: &[Resource], host_port: u16) -> u16 {
+    resources
+        .iter()
+        .filter_map(|r| match r {
+            Resource::Container(c) => Some(c),
+            _ => None,
+        })
+        .flat_map(|c| &c.ports)
+        .find(|p| p.host_port == host_port && p.proto == declaration::Proto::Tcp)
+        .map_or(host_port, |p| p.container_port)
 }
 
 /// Ensures the guard; returns a line for the briefing.
 pub(super) fn ensure_guard(cx: &mut Cx<'_>, settings: &Settings) -> Result<String, String> {
-    let mut spec = guard_spec(settings);
+    let mut spec = guard_spec(settings, &cx.decl.resources);
     // The runtime's own bridges are the machine's too; the default names are already patterns
     // in the guard, a custom-named bridge is asked of the runtime. A runtime that does not answer
     // leaves the defaults.
@@ -165,12 +185,8 @@ pub(super) fn ensure_guard(cx: &mut Cx<'_>, settings: &Settings) -> Result<Strin
         })
         .unwrap_or_default();
     for b in real_bridges(reported, &here) {
-        let covered = spec
-            .allowed
-            .iter()
-            .any(|a| a == &b || a.strip_suffix('*').is_some_and(|p| b.starts_with(p)));
-        if !covered && firewall::opening::check_interface(&b).is_ok() {
-            spec.allowed.push(b);
+        if firewall::opening::check_interface(&b).is_ok() {
+            spec.add_runtime_bridge(&b);
         }
     }
     let fw = firewall(&mut cx.fw)?;
@@ -184,11 +200,25 @@ pub(super) fn ensure_guard(cx: &mut Cx<'_>, settings: &Settings) -> Result<Strin
         (Some(c), None) => format!("{c:?}").to_lowercase(),
         (None, None) => "plain table: this kernel has no persist flag".into(),
     };
+    let ports: Vec<String> = spec
+        .ports
+        .iter()
+        .map(|p| {
+            if p.container_port == p.host_port {
+                format!("{} {}", p.what, p.host_port)
+            } else {
+                format!(
+                    "{} {} (container port {})",
+                    p.what, p.host_port, p.container_port
+                )
+            }
+        })
+        .collect();
     Ok(format!(
-        "refusing store {} and broker-management {} except on {} ({}; {})",
-        settings.ports.store,
-        settings.ports.broker_management,
+        "refusing {} except on {}, and at the container ports routed to {} ({}; {})",
+        ports.join(" and "),
         spec.allowed.join(", "),
+        spec.runtimes.join(", "),
         held,
         if report.changed {
             "written"
@@ -266,6 +296,64 @@ pub fn derive_for(settings: &Settings, declared: &[OpeningSpec]) -> Result<Vec<O
 
 #[cfg(test)]
 mod tests {
+    use crate::declaration::{ContainerSpec, Proto, PublishedPort, Resource, Settings};
+
+    fn settings() -> Settings {
+        serde_json::from_value(serde_json::json!({
+            "ports": {"store": 15432, "bus": 5672, "broker_management": 15672,
+                      "registry": 5000, "hub": 51820},
+            "private_network": {"interface": "wg0", "range": "10.0.0.0/24"}
+        }))
+        .unwrap()
+    }
+
+    fn container(host_port: u16, container_port: u16, proto: Proto) -> Resource {
+        Resource::Container(ContainerSpec {
+            id: "store/db".into(),
+            module: Some("store".into()),
+            name: "db".into(),
+            image: "postgres".into(),
+            command: vec![],
+            env: Default::default(),
+            ports: vec![PublishedPort {
+                host_address: None,
+                host_port,
+                container_port,
+                proto,
+            }],
+            restart: None,
+            networks: vec![],
+        })
+    }
+
+    #[test]
+    fn the_guarded_container_port_is_the_one_the_declared_container_publishes() {
+        let ports = |resources: &[Resource]| -> Vec<(u16, u16)> {
+            super::guard_spec(&settings(), resources)
+                .ports
+                .iter()
+                .map(|p| (p.host_port, p.container_port))
+                .collect()
+        };
+        assert_eq!(
+            ports(&[container(15432, 5432, Proto::Tcp)]),
+            [(15432, 5432), (15672, 15672)]
+        );
+        // No container publishes it (a store on the host), or only over udp: the host port.
+        assert_eq!(ports(&[]), [(15432, 15432), (15672, 15672)]);
+        assert_eq!(
+            ports(&[container(15432, 5432, Proto::Udp)]),
+            [(15432, 15432), (15672, 15672)]
+        );
+        assert_eq!(
+            ports(&[
+                container(15672, 15672, Proto::Tcp),
+                container(15432, 5433, Proto::Tcp)
+            ]),
+            [(15432, 5433), (15672, 15672)]
+        );
+    }
+
     #[test]
     fn only_bridges_of_this_machine_open_the_guard() {
         let here = vec!["docker0".to_string(), "lanbr".to_string()];

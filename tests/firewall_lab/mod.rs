@@ -17,6 +17,7 @@ use serde_json::{json, Value};
 mod docker;
 mod forwarded;
 mod guard;
+mod guard_container;
 mod incoming;
 mod listing;
 mod reload;

@@ -165,6 +165,16 @@ pub const NFTA_LOOKUP_SREG: u16 = 2;
 pub const NFTA_LOOKUP_DREG: u16 = 3;
 pub const NFTA_LOOKUP_SET_ID: u16 = 4;
 pub const NFTA_LOOKUP_FLAGS: u16 = 5;
+pub const NFTA_FIB_DREG: u16 = 1;
+pub const NFTA_FIB_RESULT: u16 = 2;
+pub const NFTA_FIB_FLAGS: u16 = 3;
+/// `fib` flags (enum nft_fib_flags): which fields of the packet the route lookup uses.
+pub const NFTA_FIB_F_SADDR: u32 = 1 << 0;
+pub const NFTA_FIB_F_DADDR: u32 = 1 << 1;
+pub const NFTA_FIB_F_MARK: u32 = 1 << 2;
+pub const NFTA_FIB_F_IIF: u32 = 1 << 3;
+pub const NFTA_FIB_F_OIF: u32 = 1 << 4;
+pub const NFTA_FIB_F_PRESENT: u32 = 1 << 5;
 
 /// iptables-nft's xt `match`/`target` expressions: NFTA_MATCH_* and NFTA_TARGET_* agree.
 pub const NFTA_XT_NAME: u16 = 1;

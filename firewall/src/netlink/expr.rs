@@ -4,7 +4,7 @@
 
 use super::attr::{self, Attr, Attrs};
 use super::consts::*;
-pub use super::keys::{CmpOp, CtDirection, CtKey, MetaKey, PayloadBase};
+pub use super::keys::{CmpOp, CtDirection, CtKey, FibResult, MetaKey, PayloadBase};
 use super::types::Verdict;
 
 /// The data of an `immediate` expression.
@@ -54,6 +54,14 @@ pub enum Expr {
         set_id: Option<u32>,
         flags: u32,
     },
+    /// `fib FLAGS RESULT => reg DREG`: a route lookup, e.g. `fib daddr oifname` (the interface
+    /// the packet's destination routes out through) or `fib daddr type`. `flags` are the
+    /// NFTA_FIB_F_* bits, kept whole so any combination reads back as written.
+    Fib {
+        result: FibResult,
+        flags: u32,
+        dreg: u32,
+    },
     /// Any other expression, or a known one with something this crate does not model:
     /// kept by name with the bytes of its NFTA_EXPR_DATA, and written back verbatim.
     Raw { name: String, data: Vec<u8> },
@@ -71,6 +79,7 @@ impl Expr {
             Expr::Immediate { .. } => "immediate",
             Expr::Counter { .. } => "counter",
             Expr::Lookup { .. } => "lookup",
+            Expr::Fib { .. } => "fib",
             Expr::Raw { name, .. } => name,
         }
     }
@@ -207,6 +216,15 @@ impl Expr {
                     attr::put_be32(buf, NFTA_LOOKUP_FLAGS, *flags);
                 }
             }
+            Expr::Fib {
+                result,
+                flags,
+                dreg,
+            } => {
+                attr::put_be32(buf, NFTA_FIB_DREG, *dreg);
+                attr::put_be32(buf, NFTA_FIB_RESULT, result.to_raw());
+                attr::put_be32(buf, NFTA_FIB_FLAGS, *flags);
+            }
             Expr::Raw { data, .. } => buf.extend_from_slice(data),
         }
         attr::nest_end(buf, data);
@@ -235,6 +253,7 @@ impl Expr {
                 "immediate" => decode_immediate(data),
                 "counter" => decode_counter(data),
                 "lookup" => decode_lookup(data),
+                "fib" => decode_fib(data),
                 _ => None,
             }
         } else {
@@ -427,6 +446,24 @@ fn decode_lookup(data: &[u8]) -> Option<Expr> {
     })
 }
 
+fn decode_fib(data: &[u8]) -> Option<Expr> {
+    let (mut result, mut flags, mut dreg) = (None, None, None);
+    for a in Attrs::new(data) {
+        match a.ty {
+            NFTA_FIB_DREG => dreg = Some(a.be32()?),
+            // A result beyond the known ones keeps the expression raw.
+            NFTA_FIB_RESULT => result = Some(FibResult::from_raw(a.be32()?)?),
+            NFTA_FIB_FLAGS => flags = Some(a.be32()?),
+            _ => return None,
+        }
+    }
+    Some(Expr::Fib {
+        result: result?,
+        flags: flags?,
+        dreg: dreg?,
+    })
+}
+
 /// Encodes a whole expression list as the payload of NFTA_RULE_EXPRESSIONS.
 pub fn encode_list(exprs: &[Expr], buf: &mut Vec<u8>) {
     let nest = attr::nest_start(buf, NFTA_RULE_EXPRESSIONS);
@@ -499,6 +536,16 @@ mod tests {
                 dreg: None,
                 set_id: None,
                 flags: 1,
+            },
+            Expr::Fib {
+                result: FibResult::OifName,
+                flags: NFTA_FIB_F_DADDR,
+                dreg: 1,
+            },
+            Expr::Fib {
+                result: FibResult::AddrType,
+                flags: NFTA_FIB_F_DADDR,
+                dreg: 1,
             },
             Expr::Raw {
                 name: "fib".into(),
@@ -581,6 +628,16 @@ mod tests {
         attr::put_be32(&mut data, NFTA_CT_DIRECTION, 0);
         let mut elem = Vec::new();
         attr::put_str(&mut elem, NFTA_EXPR_NAME, "ct");
+        attr::put(&mut elem, NFTA_EXPR_DATA, &data);
+        assert!(matches!(Expr::decode(&elem), Expr::Raw { .. }));
+
+        // A fib result beyond the known ones.
+        let mut data = Vec::new();
+        attr::put_be32(&mut data, NFTA_FIB_DREG, 1);
+        attr::put_be32(&mut data, NFTA_FIB_RESULT, 99);
+        attr::put_be32(&mut data, NFTA_FIB_FLAGS, NFTA_FIB_F_DADDR);
+        let mut elem = Vec::new();
+        attr::put_str(&mut elem, NFTA_EXPR_NAME, "fib");
         attr::put(&mut elem, NFTA_EXPR_DATA, &data);
         assert!(matches!(Expr::decode(&elem), Expr::Raw { .. }));
 

@@ -119,6 +119,15 @@ keys!(
     }
 );
 
+keys!(
+    /// What a `fib` expression looks up (enum nft_fib_result).
+    FibResult {
+        Oif = 1, "oif";
+        OifName = 2, "oifname";
+        AddrType = 3, "type";
+    }
+);
+
 /// The conntrack direction of a `ct` expression; encoded as a single byte.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum CtDirection {

@@ -16,7 +16,7 @@ mod socket;
 mod types;
 
 pub use batch::{BaseChain, Batch, Position};
-pub use expr::{CmpOp, CtDirection, CtKey, Expr, ImmediateData, MetaKey, PayloadBase};
+pub use expr::{CmpOp, CtDirection, CtKey, Expr, FibResult, ImmediateData, MetaKey, PayloadBase};
 pub use list::{Chain, ChainHook, Rule, Ruleset, Set, Table};
 pub use monitor::{Event, Generation, NfMonitor};
 pub use rule::{

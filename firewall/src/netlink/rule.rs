@@ -5,7 +5,7 @@ use std::net::{Ipv4Addr, Ipv6Addr};
 use std::ops::BitOr;
 
 use super::consts::*;
-use super::expr::{CmpOp, CtDirection, CtKey, Expr, MetaKey, PayloadBase};
+use super::expr::{CmpOp, CtDirection, CtKey, Expr, FibResult, MetaKey, PayloadBase};
 use super::types::{Family, Verdict};
 
 /// The longest comment whose TLV still fits the kernel's 256-byte user-data limit.
@@ -98,31 +98,56 @@ impl RuleBody {
         })
     }
 
-    /// `iifname "NAME"` or `iifname != "NAME"`; a trailing `*` makes it a prefix match, as in nft
-    /// (`br-*` compares the three bytes `br-` without a NUL).
-    pub fn iifname(self, op: CmpOp, pattern: &str) -> RuleBody {
+    /// The register contents an interface-name pattern compares against: a trailing `*` makes
+    /// it a prefix (`br-*` is the three bytes `br-` without a NUL), an exact name is the whole
+    /// 16-byte register, NUL padded; `None` for a name that cannot be one.
+    fn ifname_data(pattern: &str) -> Option<Vec<u8>> {
         let (bytes, prefix) = match pattern.strip_suffix('*') {
             Some(p) => (p.as_bytes(), true),
             None => (pattern.as_bytes(), false),
         };
         if bytes.len() >= IFNAMSIZ || bytes.contains(&0) || (bytes.is_empty() && !prefix) {
-            let mut me = self;
-            me.invalid.get_or_insert((
-                "interface",
-                pattern.to_string(),
-                "must be 1 to 15 bytes without NUL",
-            ));
-            return me;
+            return None;
         }
-        let data = if prefix {
-            bytes.to_vec()
-        } else {
-            // An exact name is compared over the whole 16-byte register, NUL padded.
-            let mut d = bytes.to_vec();
+        let mut d = bytes.to_vec();
+        if !prefix {
             d.resize(IFNAMSIZ, 0);
-            d
-        };
-        self.meta(MetaKey::IifName).cmp(op, data)
+        }
+        Some(d)
+    }
+
+    fn invalid_interface(mut self, pattern: &str) -> RuleBody {
+        self.invalid.get_or_insert((
+            "interface",
+            pattern.to_string(),
+            "must be 1 to 15 bytes without NUL",
+        ));
+        self
+    }
+
+    /// `iifname "NAME"` or `iifname != "NAME"`; a trailing `*` makes it a prefix match, as in nft
+    /// (`br-*` compares the three bytes `br-` without a NUL).
+    pub fn iifname(self, op: CmpOp, pattern: &str) -> RuleBody {
+        match Self::ifname_data(pattern) {
+            Some(data) => self.meta(MetaKey::IifName).cmp(op, data),
+            None => self.invalid_interface(pattern),
+        }
+    }
+
+    /// `fib daddr oifname "NAME"` or `fib daddr oifname != "NAME"`: the interface the packet's
+    /// destination address routes out through, by the machine's routing table. A trailing `*`
+    /// makes it a prefix match, as for `iifname`.
+    pub fn fib_daddr_oifname(self, op: CmpOp, pattern: &str) -> RuleBody {
+        match Self::ifname_data(pattern) {
+            Some(data) => self
+                .expr(Expr::Fib {
+                    result: FibResult::OifName,
+                    flags: NFTA_FIB_F_DADDR,
+                    dreg: NFT_REG_1,
+                })
+                .cmp(op, data),
+            None => self.invalid_interface(pattern),
+        }
     }
 
     /// `iifname "NAME"`.
@@ -398,6 +423,41 @@ mod tests {
         assert!(r.invalid.is_none());
         assert!(RuleBody::new()
             .iifname_eq("a-very-long-interface")
+            .invalid
+            .is_some());
+    }
+
+    #[test]
+    fn fib_daddr_oifname_is_padded_like_iifname() {
+        let r = RuleBody::new()
+            .fib_daddr_oifname(CmpOp::Eq, "docker0")
+            .fib_daddr_oifname(CmpOp::Eq, "br-*");
+        let fib = Expr::Fib {
+            result: FibResult::OifName,
+            flags: NFTA_FIB_F_DADDR,
+            dreg: 1,
+        };
+        let mut docker0 = b"docker0".to_vec();
+        docker0.resize(16, 0);
+        assert_eq!(
+            r.exprs,
+            [
+                fib.clone(),
+                Expr::Cmp {
+                    sreg: 1,
+                    op: CmpOp::Eq,
+                    data: docker0
+                },
+                fib,
+                Expr::Cmp {
+                    sreg: 1,
+                    op: CmpOp::Eq,
+                    data: b"br-".to_vec()
+                },
+            ]
+        );
+        assert!(RuleBody::new()
+            .fib_daddr_oifname(CmpOp::Eq, "a-very-long-interface")
             .invalid
             .is_some());
     }
