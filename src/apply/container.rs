@@ -442,15 +442,7 @@ fn replace(
     record: Owned,
 ) -> Result<(), String> {
     cx.intend(&record)?;
-    rt.remove(&spec.name)
-        .map_err(|e| format!("removing container {} to replace it: {e}", spec.name))?;
-    cx.changed(&spec.id);
-    if inspect(rt, &spec.name)?.is_some() {
-        return Err(format!(
-            "container {} is still there after it was removed",
-            spec.name
-        ));
-    }
+    remove_and_check(cx, rt, &spec.name, &spec.id, " to replace it")?;
     run_and_record(cx, rt, spec, digest, record)
 }
 
@@ -519,15 +511,28 @@ pub(super) fn remove_with(
             ),
         ));
     }
+    remove_and_check(cx, rt, name, &rec.id, "")?;
+    Ok(Done::new(Outcome::Removed, "no longer declared; removed"))
+}
+
+/// Removes the container at `name` and reads back that it is gone (a runtime that answers
+/// "removed" while the container stays is a failure, never a removal).
+fn remove_and_check(
+    cx: &mut Cx<'_>,
+    rt: &dyn ContainerRuntime,
+    name: &str,
+    id: &str,
+    why: &str,
+) -> Result<(), String> {
     rt.remove(name)
-        .map_err(|e| format!("removing container {name}: {e}"))?;
-    cx.changed(&rec.id);
+        .map_err(|e| format!("removing container {name}{why}: {e}"))?;
+    cx.changed(id);
     if inspect(rt, name)?.is_some() {
         return Err(format!(
             "container {name} is still there after it was removed"
         ));
     }
-    Ok(Done::new(Outcome::Removed, "no longer declared; removed"))
+    Ok(())
 }
 
 /// Whether an intent left by a host that died mid-apply was carried out: a container at the
