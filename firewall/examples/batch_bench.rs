@@ -2,9 +2,11 @@
 //! inside a fresh network namespace (run as root):
 //! `cargo run --release -p firewall --example batch_bench`.
 
-use std::io::Write;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+mod common;
+use common::{nft, stats};
+
+use std::process::Command;
+use std::time::Instant;
 
 use firewall::netlink::*;
 
@@ -34,45 +36,12 @@ fn nft_script() -> String {
     s
 }
 
-fn nft(args: &[&str], stdin: Option<&str>) -> String {
-    let mut child = Command::new("nft")
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("nft must be installed");
-    if let Some(text) = stdin {
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(text.as_bytes())
-            .unwrap();
-    }
-    drop(child.stdin.take());
-    let out = child.wait_with_output().unwrap();
-    assert!(out.status.success(), "nft {args:?} failed");
-    String::from_utf8(out.stdout).unwrap()
-}
-
 fn clear(s: &mut NfSocket) {
     if s.tables(None).unwrap().iter().any(|t| t.name == "bench") {
         let mut b = Batch::new();
         b.del_table(Family::Inet, "bench").unwrap();
         s.send(&b).unwrap();
     }
-}
-
-fn stats(name: &str, mut d: Vec<Duration>) {
-    d.sort();
-    let ms = |x: Duration| x.as_secs_f64() * 1000.0;
-    let median = (ms(d[(d.len() - 1) / 2]) + ms(d[d.len() / 2])) / 2.0;
-    println!(
-        "{name:<44} min {:7.2} ms   median {:7.2} ms   ({} runs)",
-        ms(d[0]),
-        median,
-        d.len()
-    );
 }
 
 /// The codec as a whole process, like `nft -f`: open a socket, build, send, exit.

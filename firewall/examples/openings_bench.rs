@@ -7,9 +7,11 @@
 //! sending it with every acknowledgement read. `nft -f` gets the finished rules as a file. Both
 //! must leave the same ruleset, which is checked.
 
-use std::io::Write;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+mod common;
+use common::{nft, stats};
+
+use std::process::Command;
+use std::time::Instant;
 
 use firewall::opening::From;
 use firewall::{rules, Firewall, Opening, Path, Proto, Scope, SystemExec};
@@ -57,44 +59,8 @@ fn nft_script(openings: &[Opening]) -> String {
     s
 }
 
-fn nft(args: &[&str], stdin: Option<&str>) -> String {
-    let mut child = Command::new("nft")
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("nft must be installed (apt-get install nftables)");
-    if let Some(text) = stdin {
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(text.as_bytes())
-            .unwrap();
-    }
-    drop(child.stdin.take());
-    let out = child.wait_with_output().unwrap();
-    assert!(out.status.success(), "nft {args:?} failed");
-    String::from_utf8(out.stdout).unwrap()
-}
-
 fn reset() {
     nft(&["-f", "-"], Some(FOUND));
-}
-
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1000.0
-}
-
-fn stats(name: &str, mut d: Vec<Duration>) {
-    d.sort();
-    let median = (ms(d[(d.len() - 1) / 2]) + ms(d[d.len() / 2])) / 2.0;
-    println!(
-        "{name:<58} min {:8.2} ms   median {:8.2} ms   ({} runs)",
-        ms(d[0]),
-        median,
-        d.len()
-    );
 }
 
 /// The engine as a whole process, like `nft -f`: open, detect, converge, exit.

@@ -16,25 +16,7 @@ fn table(s: &mut NfSocket, name: &str) -> Option<Table> {
 
 fn guard(s: &mut NfSocket) {
     let mut b = Batch::new();
-    b.add_chain(
-        Family::Inet,
-        "meshguard",
-        "pre",
-        Some(&BaseChain::filter(Hook::Prerouting, -150)),
-    )
-    .unwrap();
-    b.add_rule(
-        Family::Inet,
-        "meshguard",
-        "pre",
-        &RuleBody::new()
-            .iifname_ne("lo")
-            .tcp_dport(5432)
-            .drop()
-            .comment("mesh: guard store"),
-        Position::Append,
-    )
-    .unwrap();
+    common::add_guard_chain(&mut b);
     s.send(&b).unwrap();
 }
 

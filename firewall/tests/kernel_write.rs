@@ -14,25 +14,7 @@ static DMESG: std::sync::Mutex<()> = std::sync::Mutex::new(());
 fn guard_batch(flags: TableFlags) -> Batch {
     let mut b = Batch::new();
     b.add_table(Family::Inet, "meshguard", flags).unwrap();
-    b.add_chain(
-        Family::Inet,
-        "meshguard",
-        "pre",
-        Some(&BaseChain::filter(Hook::Prerouting, -150)),
-    )
-    .unwrap();
-    b.add_rule(
-        Family::Inet,
-        "meshguard",
-        "pre",
-        &RuleBody::new()
-            .iifname_ne("lo")
-            .tcp_dport(5432)
-            .drop()
-            .comment("mesh: guard store"),
-        Position::Append,
-    )
-    .unwrap();
+    common::add_guard_chain(&mut b);
     b
 }
 

@@ -2,8 +2,33 @@
 //! and runs `nft` (the oracle) from that thread so it sees the same namespace.
 #![allow(dead_code)]
 
+use firewall::netlink::{BaseChain, Batch, Family, Hook, Position, RuleBody};
 use std::io::Write;
 use std::process::{Command, Stdio};
+
+/// Adds a guard-shaped chain to table `inet meshguard` (which the batch or the kernel already
+/// has): prerouting at -150, one refusal of the store's port from anywhere but loopback.
+pub fn add_guard_chain(b: &mut Batch) {
+    b.add_chain(
+        Family::Inet,
+        "meshguard",
+        "pre",
+        Some(&BaseChain::filter(Hook::Prerouting, -150)),
+    )
+    .unwrap();
+    b.add_rule(
+        Family::Inet,
+        "meshguard",
+        "pre",
+        &RuleBody::new()
+            .iifname_ne("lo")
+            .tcp_dport(5432)
+            .drop()
+            .comment("mesh: guard store"),
+        Position::Append,
+    )
+    .unwrap();
+}
 
 /// Moves the calling test thread into a new, empty network namespace. Panics (never skips) when
 /// that is impossible, so no test ever touches the machine's own firewall.
