@@ -38,7 +38,10 @@ pub fn firewall_status(state: Option<&State>) -> Result<Value> {
         "layers": found.layers.iter().map(|l| json!({
             "layer": l.describe(),
             "backend": l.backend.as_str(),
-            "path": l.path.as_str(),
+            "hook": l.hook_name(),
+            "path": l.paths(),
+            "device": l.device,
+            "unwritable": l.unwritable,
             "family": l.family.to_string(),
             "table": l.table,
             "chain": l.chain,
@@ -54,11 +57,27 @@ pub fn firewall_status(state: Option<&State>) -> Result<Value> {
             "proto": o.proto.as_str(),
             "path": o.path.as_str(),
             "layers": presence.get(&o.id).map(|ps| ps.iter().map(|p| json!({
-                "layer": p.layer, "present": p.present
+                "layer": p.layer,
+                "chain": p.chain,
+                "present": p.present(),
+                "state": state_name(&p.state),
+                "detail": p.state.describe(),
             })).collect::<Vec<_>>()).unwrap_or_default(),
         })).collect::<Vec<_>>(),
         "guard": guard,
     }))
+}
+
+/// One word for a state, for scripts.
+fn state_name(s: &firewall::State) -> &'static str {
+    match s {
+        firewall::State::NotNeeded(_) => "not-needed",
+        firewall::State::Present => "present",
+        firewall::State::Missing => "missing",
+        firewall::State::Refused(_) => "refused",
+        firewall::State::Unwritable(_) => "unwritable",
+        firewall::State::Doubtful(_) => "doubtful",
+    }
 }
 
 /// The same, as a person reads it.
@@ -75,8 +94,8 @@ pub fn render(v: &Value) -> String {
     for l in v["layers"].as_array().into_iter().flatten() {
         let _ = writeln!(
             out,
-            "  {:<9} {:<40} priority {:<5} policy {:<6} {:>3} rules  {}  [{}]",
-            l["path"].as_str().unwrap_or(""),
+            "  {:<10} {:<40} priority {:<5} policy {:<6} {:>3} rules  {}  [{}]",
+            l["hook"].as_str().unwrap_or(""),
             l["layer"].as_str().unwrap_or(""),
             l["priority"],
             l["policy"].as_str().unwrap_or(""),
@@ -103,19 +122,20 @@ pub fn render(v: &Value) -> String {
         if layers.is_empty() {
             let _ = write!(out, " no layer on its path drops it");
         }
+        let _ = writeln!(out);
         for l in layers {
-            let _ = write!(
+            let state = l["state"].as_str().unwrap_or("");
+            let shown = match state {
+                "present" => "present".to_string(),
+                "not-needed" => l["detail"].as_str().unwrap_or("").to_string(),
+                _ => format!("NOT ADMITTED: {}", l["detail"].as_str().unwrap_or("")),
+            };
+            let _ = writeln!(
                 out,
-                "  {}: {}",
-                l["layer"].as_str().unwrap_or(""),
-                if l["present"] == true {
-                    "present"
-                } else {
-                    "MISSING"
-                }
+                "      {:<40} {shown}",
+                l["layer"].as_str().unwrap_or("")
             );
         }
-        let _ = writeln!(out);
     }
     let g = &v["guard"];
     let state = if g["present"] != true {

@@ -12,7 +12,8 @@ use crate::error::Result;
 use crate::exec::Exec;
 use crate::netlink::consts::{IFNAMSIZ, NFT_REG_VERDICT};
 use crate::netlink::{ChainType, Expr, Family, Hook, MetaKey, NfSocket, Policy, Ruleset, Verdict};
-use crate::opening::Path;
+use crate::opening::{Opening, Path};
+use crate::rules::Site;
 use std::fmt;
 use std::path::Path as FsPath;
 
@@ -53,12 +54,14 @@ impl fmt::Display for Backend {
     }
 }
 
-/// One base chain (or legacy built-in chain) on a path.
+/// One base chain (or legacy built-in chain) at a hook a packet crosses on its way to a
+/// service: ingress, prerouting and input on the incoming path; ingress, prerouting and forward
+/// on the forwarded path.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Layer {
     pub backend: Backend,
-    pub path: Path,
-    /// `ip`, `ip6` or `inet`; a legacy layer is `ip` (iptables) or `ip6` (ip6tables).
+    pub hook: Hook,
+    /// `ip`, `ip6`, `inet` or `netdev`; a legacy layer is `ip` (iptables) or `ip6` (ip6tables).
     pub family: Family,
     pub table: String,
     pub chain: String,
@@ -70,9 +73,70 @@ pub struct Layer {
     pub can_drop: bool,
     /// Why the host thinks `backend` wrote it.
     pub evidence: String,
+    /// The device of an ingress chain: only packets arriving on it cross it.
+    pub device: Option<String>,
+    /// Why the host cannot write in this layer, when it cannot (a table only its owner may
+    /// change): an opening it would refuse is reported missing there, naming the layer.
+    pub unwritable: Option<String>,
 }
 
 impl Layer {
+    /// Whether packets on `path` cross this layer.
+    pub fn on(&self, path: Path) -> bool {
+        match self.hook {
+            Hook::Ingress | Hook::Prerouting => true,
+            Hook::Input => path == Path::Incoming,
+            Hook::Forward => path == Path::Forwarded,
+            _ => false,
+        }
+    }
+
+    /// Whether the packets an opening admits cross this layer: on its path, and for an ingress
+    /// chain of one device, arriving on that device (an opening from an interface arrives only
+    /// there).
+    pub fn crossed_by(&self, o: &Opening) -> bool {
+        self.on(o.path)
+            && match (&self.device, &o.from) {
+                (Some(d), crate::opening::From::Interface(i)) => d == i,
+                _ => true,
+            }
+    }
+
+    /// Whether the chain runs before destination NAT (-100): a published port is still on the
+    /// packet there.
+    pub fn before_dnat(&self) -> bool {
+        self.hook == Hook::Ingress || (self.hook == Hook::Prerouting && self.priority < -100)
+    }
+
+    /// Where the chain runs, for an opening's rule.
+    pub fn site(&self) -> Site {
+        Site {
+            family: self.family,
+            before_dnat: self.before_dnat(),
+        }
+    }
+
+    /// The hook's name, as nft prints it.
+    pub fn hook_name(&self) -> &'static str {
+        match self.hook {
+            Hook::Ingress => "ingress",
+            Hook::Prerouting => "prerouting",
+            Hook::Input => "input",
+            Hook::Forward => "forward",
+            _ => "other",
+        }
+    }
+
+    /// The paths that cross it, for reports: `incoming`, `forwarded` or `both`.
+    pub fn paths(&self) -> &'static str {
+        match (self.on(Path::Incoming), self.on(Path::Forwarded)) {
+            (true, true) => "both",
+            (true, false) => "incoming",
+            (false, true) => "forwarded",
+            _ => "none",
+        }
+    }
+
     /// `ip filter INPUT (iptables-nft)`, for reports.
     pub fn describe(&self) -> String {
         format!(
@@ -95,9 +159,7 @@ pub struct Found {
 impl Found {
     /// The layers that can drop a packet on a path: an opening must be admitted by each.
     pub fn droppers(&self, path: Path) -> impl Iterator<Item = &Layer> {
-        self.layers
-            .iter()
-            .filter(move |l| l.path == path && l.can_drop)
+        self.layers.iter().filter(move |l| l.on(path) && l.can_drop)
     }
 
     /// `none`, one backend's name, or several joined with `+` (e.g. `iptables-legacy+nftables`).
@@ -146,11 +208,18 @@ pub fn detect_in(ruleset: Option<&Ruleset>, exec: &dyn Exec, proc: &FsPath) -> R
     Ok(found)
 }
 
-fn path_of(hook: Hook) -> Option<Path> {
-    match hook {
-        Hook::Input => Some(Path::Incoming),
-        Hook::Forward => Some(Path::Forwarded),
-        _ => None,
+/// The hooks a packet crosses on its way to a service, in the families that filter there.
+fn filters_on_the_way(family: Family, hook: Hook) -> bool {
+    match family {
+        Family::Netdev => hook == Hook::Ingress,
+        Family::Ipv4 | Family::Ipv6 => {
+            matches!(hook, Hook::Prerouting | Hook::Input | Hook::Forward)
+        }
+        Family::Inet => matches!(
+            hook,
+            Hook::Ingress | Hook::Prerouting | Hook::Input | Hook::Forward
+        ),
+        _ => false,
     }
 }
 
@@ -350,10 +419,7 @@ fn expr_can_drop(e: &Expr) -> bool {
 fn nft_layers(ruleset: &Ruleset, found: &mut Found) {
     for c in &ruleset.chains {
         let Some(hook) = &c.hook else { continue };
-        let Some(path) = path_of(hook.hook) else {
-            continue;
-        };
-        if !matches!(c.family, Family::Ipv4 | Family::Ipv6 | Family::Inet) {
+        if !filters_on_the_way(c.family, hook.hook) {
             continue;
         }
         if c.table == MESH_TABLE && c.family == Family::Inet {
@@ -370,9 +436,18 @@ fn nft_layers(ruleset: &Ruleset, found: &mut Found) {
         let can_drop =
             policy != Policy::Accept || rules.iter().any(|r| r.exprs.iter().any(expr_can_drop));
         let (backend, evidence) = writer(ruleset, c.family, &c.table, &c.name);
+        let unwritable = ruleset
+            .table(c.family, &c.table)
+            .and_then(|t| t.owner)
+            .map(|port| {
+                format!(
+                    "table {} {} is owned by another process (netlink port {port}): only its owner can change its rules",
+                    c.family, c.table
+                )
+            });
         found.layers.push(Layer {
             backend,
-            path,
+            hook: hook.hook,
             family: c.family,
             table: c.table.clone(),
             chain: c.name.clone(),
@@ -381,6 +456,8 @@ fn nft_layers(ruleset: &Ruleset, found: &mut Found) {
             rules: rules.len(),
             can_drop,
             evidence,
+            device: hook.device.clone(),
+            unwritable,
         });
     }
 }
@@ -421,9 +498,9 @@ fn legacy_layers(exec: &dyn Exec, proc: &FsPath, found: &mut Found) -> Result<()
         ),
     ] {
         let listed = std::fs::read_to_string(proc.join(names)).unwrap_or_default();
-        // Every legacy table with INPUT or FORWARD chains filters: a drop in mangle or security
-        // is as final as one in filter. Only a table /proc lists is read, since listing one
-        // makes the kernel create it.
+        // Every legacy table with a PREROUTING, INPUT or FORWARD chain filters: a drop in raw,
+        // mangle or security is as final as one in filter. Only a table /proc lists is read,
+        // since listing one makes the kernel create it.
         for (name, priority) in LEGACY_TABLES {
             if !listed.lines().any(|l| l.trim() == *name) {
                 continue;
@@ -434,8 +511,14 @@ fn legacy_layers(exec: &dyn Exec, proc: &FsPath, found: &mut Found) -> Result<()
     Ok(())
 }
 
-/// The legacy tables whose INPUT and FORWARD chains can drop, with their hook priorities.
-const LEGACY_TABLES: &[(&str, i32)] = &[("mangle", -150), ("filter", 0), ("security", 50)];
+/// The legacy tables whose PREROUTING, INPUT and FORWARD chains can drop, with their hook
+/// priorities.
+const LEGACY_TABLES: &[(&str, i32)] = &[
+    ("raw", -300),
+    ("mangle", -150),
+    ("filter", 0),
+    ("security", 50),
+];
 
 #[allow(clippy::too_many_arguments)]
 fn legacy_table(
@@ -456,7 +539,11 @@ fn legacy_table(
     }
     let out = exec.run_ok(program, &["-t".into(), name.into()], None)?;
     let table = parse_save(&out.stdout);
-    for (chain, path) in [("INPUT", Path::Incoming), ("FORWARD", Path::Forwarded)] {
+    for (chain, hook) in [
+        ("PREROUTING", Hook::Prerouting),
+        ("INPUT", Hook::Input),
+        ("FORWARD", Hook::Forward),
+    ] {
         let Some((_, policy)) = table.policies.iter().find(|(c, _)| c == chain) else {
             continue;
         };
@@ -480,7 +567,7 @@ fn legacy_table(
         };
         found.layers.push(Layer {
             backend,
-            path,
+            hook,
             family,
             table: name.into(),
             chain: chain.into(),
@@ -496,6 +583,8 @@ fn legacy_table(
                 "{}/{names} lists {name}; read with {program} -t {name}",
                 proc.display()
             ),
+            device: None,
+            unwritable: None,
         });
     }
     Ok(())
@@ -512,15 +601,22 @@ fn refuse_what_no_driver_speaks(exec: &dyn Exec, found: &mut Found) {
                 "ufw runs this machine's firewall ({}); mesh-host does not speak ufw yet, so it will not guess",
                 l.evidence
             )),
-            Backend::IptablesNft if l.can_drop => {
-                let program = if l.family == Family::Ipv6 { "ip6tables-nft" } else { "iptables-nft" };
-                (!exec.exists(program)).then(|| {
-                    format!("{} was written by iptables-nft, and {program} is not installed to write openings in its terms", l.describe())
+            Backend::IptablesNft | Backend::IptablesLegacy if l.can_drop => {
+                let variant = if l.backend == Backend::IptablesNft { "nft" } else { "legacy" };
+                let base = if l.family == Family::Ipv6 { "ip6tables" } else { "iptables" };
+                let missing: Vec<String> = ["-save", "-restore"]
+                    .iter()
+                    .map(|s| format!("{base}-{variant}{s}"))
+                    .filter(|p| !exec.exists(p))
+                    .collect();
+                (!missing.is_empty()).then(|| {
+                    format!(
+                        "{} is in force, and {} {} not installed to write openings in its terms",
+                        l.describe(),
+                        missing.join(" and "),
+                        if missing.len() == 1 { "is" } else { "are" }
+                    )
                 })
-            }
-            Backend::IptablesLegacy if l.can_drop => {
-                let program = if l.family == Family::Ipv6 { "ip6tables-legacy" } else { "iptables-legacy" };
-                (!exec.exists(program)).then(|| format!("{} is in force, and {program} is not installed", l.describe()))
             }
             _ => None,
         };
@@ -734,22 +830,24 @@ mod tests {
     }
 
     #[test]
-    fn legacy_mangle_and_security_are_layers_and_unlisted_tables_are_never_read() {
+    fn legacy_raw_mangle_and_filter_are_layers_and_unlisted_tables_are_never_read() {
         use crate::exec::{Output, RecordingExec};
         let proc = std::env::temp_dir().join(format!("fw-detect-legacy-{}", std::process::id()));
         std::fs::create_dir_all(proc.join("net")).unwrap();
-        // mangle and filter exist for IPv4, raw too (never a filtering layer); nothing for IPv6.
+        // raw, mangle and filter exist for IPv4; nothing for IPv6 (so ip6tables is never asked).
         std::fs::write(proc.join("net/ip_tables_names"), "raw\nmangle\nfilter\n").unwrap();
-        let save = |input: &str| Output {
+        let save = |text: &str| Output {
             code: Some(0),
-            stdout: format!(
-                "*t\n:PREROUTING ACCEPT [0:0]\n:INPUT {input} [0:0]\n:FORWARD ACCEPT [0:0]\n\
-                 -A INPUT -p tcp -m tcp --dport 22 -j ACCEPT\nCOMMIT\n"
-            ),
+            stdout: text.to_string(),
             stderr: String::new(),
         };
+        let raw = save("*raw\n:PREROUTING ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n-A PREROUTING -s 203.0.113.0/24 -j DROP\nCOMMIT\n");
+        let mangle = save("*mangle\n:PREROUTING ACCEPT [0:0]\n:INPUT DROP [0:0]\n:FORWARD ACCEPT [0:0]\n-A INPUT -p tcp -m tcp --dport 22 -j ACCEPT\nCOMMIT\n");
+        let filter = save(
+            "*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\nCOMMIT\n",
+        );
         let exec = RecordingExec {
-            answers: std::cell::RefCell::new([save("DROP"), save("ACCEPT")].into()),
+            answers: std::cell::RefCell::new([raw, mangle, filter].into()),
             programs: vec!["iptables-legacy-save".into(), "iptables-legacy".into()],
             ..RecordingExec::default()
         };
@@ -757,39 +855,32 @@ mod tests {
         legacy_layers(&exec, &proc, &mut found).unwrap();
         std::fs::remove_dir_all(&proc).unwrap();
         let asked: Vec<Vec<String>> = exec.calls.borrow().iter().map(|c| c.1.clone()).collect();
-        assert_eq!(asked, [["-t", "mangle"], ["-t", "filter"]]);
+        assert_eq!(asked, [["-t", "raw"], ["-t", "mangle"], ["-t", "filter"]]);
         let layers: Vec<(String, &str, i32, bool)> = found
             .layers
             .iter()
-            .map(|l| (l.describe(), l.path.as_str(), l.priority, l.can_drop))
+            .map(|l| (l.describe(), l.paths(), l.priority, l.can_drop))
             .collect();
+        let l = |d: &str, p, prio, c| (d.to_string(), p, prio, c);
         assert_eq!(
             layers,
             [
-                (
-                    "ip mangle INPUT (iptables-legacy)".to_string(),
-                    "incoming",
+                l("ip raw PREROUTING (iptables-legacy)", "both", -300, true),
+                l(
+                    "ip mangle PREROUTING (iptables-legacy)",
+                    "both",
                     -150,
-                    true
+                    false
                 ),
-                (
-                    "ip mangle FORWARD (iptables-legacy)".to_string(),
+                l("ip mangle INPUT (iptables-legacy)", "incoming", -150, true),
+                l(
+                    "ip mangle FORWARD (iptables-legacy)",
                     "forwarded",
                     -150,
                     false
                 ),
-                (
-                    "ip filter INPUT (iptables-legacy)".to_string(),
-                    "incoming",
-                    0,
-                    false
-                ),
-                (
-                    "ip filter FORWARD (iptables-legacy)".to_string(),
-                    "forwarded",
-                    0,
-                    false
-                ),
+                l("ip filter INPUT (iptables-legacy)", "incoming", 0, false),
+                l("ip filter FORWARD (iptables-legacy)", "forwarded", 0, false),
             ]
         );
     }
@@ -798,7 +889,9 @@ mod tests {
     fn kind_joins_the_backends_that_can_drop() {
         let layer = |backend, can_drop| Layer {
             backend,
-            path: Path::Incoming,
+            hook: Hook::Input,
+            device: None,
+            unwritable: None,
             family: Family::Inet,
             table: "t".into(),
             chain: "c".into(),

@@ -1,60 +1,95 @@
-//! The engine: converges openings through every layer of the found firewall that could drop them,
-//! in each layer's own terms, and removes only rules the host marked.
+//! The engine: converges openings through every layer of the found firewall that a packet of
+//! theirs crosses (ingress, prerouting, input or forward), each in its own driver's terms, with
+//! the operator's refusals kept first (see [`crate::place`]), and removes only rules the host
+//! marked.
 //!
-//! nf_tables changes (native rules, and deleting marked rules from iptables-nft tables by handle)
-//! go in one atomic batch on the host's own socket; iptables-nft and iptables-legacy insertions
-//! go through those programs with argv, so tables they wrote stay readable by them.
+//! One convergence is one plan from one listing: every native change goes in one nf_tables batch
+//! stamped with that listing's generation (a ruleset reloaded in between makes the kernel refuse
+//! it, and the plan is made again), and every iptables table's changes go in one restore.
 
-use crate::detect::{self, Backend, Found, Layer};
+use crate::backend::{self, Change, Cx, Driver, TableKey, TableView};
+use crate::detect::{self, Backend, Found, Layer, MESH_TABLE};
 use crate::error::{Error, Result};
 use crate::exec::Exec;
-use crate::netlink::{Batch, Family, NfSocket, Position, Ruleset};
-use crate::opening::Opening;
+use crate::netlink::{Batch, Family, NfSocket, Policy, Ruleset, TableFlags};
+use crate::opening::{Opening, Proto};
+use crate::place::{self, Place, Want};
 use crate::rules;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path as FsPath, PathBuf};
 
 /// Which marked rules a convergence may remove.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Scope {
-    /// Only rules of the openings given (their older versions): applying one opening.
+    /// Only rules of the openings given (their older versions, or where they no longer belong).
     Given,
     /// Every marked rule not of the openings given: a whole declaration's openings.
     All,
 }
 
-/// What a convergence changed, per layer.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Converged {
-    /// (opening id, layer) for each rule added.
-    pub added: Vec<(String, String)>,
-    /// (mark, layer) for each marked rule removed.
-    pub removed: Vec<(String, String)>,
+/// How an opening stands in one layer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum State {
+    /// The layer refuses nothing of it by default, or already accepts it: no rule is needed.
+    NotNeeded(String),
+    /// Its marked rules are in place.
+    Present,
+    /// Its rules are not (yet) in place.
+    Missing,
+    /// The operator's rule refuses exactly its port there; the host does not write ahead of it.
+    Refused(String),
+    /// The layer would refuse it and the host cannot write there.
+    Unwritable(String),
+    /// A rule on its way decides by something the host cannot follow (a verdict map, a
+    /// queue): whether the layer admits it cannot be told, so it is not said to.
+    Doubtful(String),
+}
+
+impl State {
+    /// Whether the layer admits the opening.
+    pub fn admits(&self) -> bool {
+        matches!(self, State::NotNeeded(_) | State::Present)
+    }
+
+    /// How a person reads it.
+    pub fn describe(&self) -> String {
+        match self {
+            State::NotNeeded(why) => format!("no rule needed: {why}"),
+            State::Present => "present".into(),
+            State::Missing => "missing".into(),
+            State::Refused(rule) => format!("refused by the operator's rule {rule}"),
+            State::Unwritable(why) => format!("missing: {why}"),
+            State::Doubtful(rule) => format!(
+                "cannot be told: a rule on its way decides by something the host does not follow ({rule})"
+            ),
+        }
+    }
 }
 
 /// Whether an opening is in force in one layer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Presence {
     pub layer: String,
-    pub present: bool,
+    /// The chain its rule goes in, when it needs one (a chain the layer jumps to, or its own).
+    pub chain: Option<String>,
+    pub state: State,
 }
 
-/// A marked rule as found in a layer: its mark, and how to remove it.
-#[derive(Debug, Clone)]
-struct Marked {
-    mark: String,
-    how: Removal,
+impl Presence {
+    pub fn present(&self) -> bool {
+        self.state.admits()
+    }
 }
 
-/// How a marked rule is removed.
-#[derive(Debug, Clone)]
-enum Removal {
-    /// By its nf_tables handle, which names this rule and no other.
-    Handle(u64),
-    /// A legacy rule by its own specification, as `iptables-legacy-save` printed it: `-D CHAIN
-    /// SPEC` deletes a rule that matches it in full, mark included, so a rule inserted or removed
-    /// by someone else since the listing can never be deleted in its place (a rule number could).
-    Spec(Vec<String>),
+/// What a convergence changed, per layer, and where each opening stands after it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Converged {
+    /// (opening id, table) for each opening written into a table.
+    pub added: Vec<(String, String)>,
+    /// (mark, table) for each marked rule removed.
+    pub removed: Vec<(String, String)>,
+    /// Opening id → how it stands in each layer its packets cross.
+    pub states: BTreeMap<String, Vec<Presence>>,
 }
 
 /// The firewall as this host sees it: the nf_tables socket it keeps and the found layers.
@@ -66,11 +101,35 @@ pub struct Firewall<'a> {
     proc: PathBuf,
     /// The nf_tables generation `found` was detected in, when the kernel has nf_tables.
     detected: Option<u32>,
+    /// The node whose marks this host writes, recorded in the mesh's table on first write.
+    node: Option<String>,
 }
 
 /// How many times a convergence is computed again after the kernel refused its batch because
 /// the ruleset changed in between.
 pub const CONVERGE_TRIES: u32 = 5;
+
+/// The chain in the mesh's table whose comment names the node whose marks are in force here.
+pub const CLAIM_CHAIN: &str = "claim";
+
+/// One table's plan: its view, its driver and its changes.
+struct TablePlan {
+    key: TableKey,
+    view: TableView,
+    driver: &'static dyn Driver,
+    changes: Vec<Change>,
+}
+
+/// One convergence computed from one listing.
+struct Plan {
+    ruleset: Ruleset,
+    generation: Option<u32>,
+    tables: Vec<TablePlan>,
+    done: Converged,
+    /// The claim to record, when the mesh's table does not carry one yet.
+    claim: Option<String>,
+    mesh_table: bool,
+}
 
 impl<'a> Firewall<'a> {
     /// Opens a socket (when the kernel has nf_tables) and detects the found firewall.
@@ -91,6 +150,7 @@ impl<'a> Firewall<'a> {
             found,
             proc: proc.to_path_buf(),
             detected: ruleset.map(|r| r.generation),
+            node: None,
         })
     }
 
@@ -103,6 +163,26 @@ impl<'a> Firewall<'a> {
         self.nf.as_mut()
     }
 
+    /// Says which node this host writes for: its first write records it in the mesh's table,
+    /// and a firewall that already carries another node's marks is refused.
+    pub fn for_node(&mut self, node: &str) {
+        self.node = Some(node.to_string());
+    }
+
+    /// The node whose marks are in force on this machine, as the mesh's table records it.
+    pub fn claimed_by(&mut self) -> Result<Option<String>> {
+        let Some(sock) = self.nf.as_mut() else {
+            return Ok(None);
+        };
+        let chains = sock.chains(Some(Family::Inet))?;
+        Ok(claim_of(
+            chains
+                .iter()
+                .find(|c| c.table == MESH_TABLE && c.name == CLAIM_CHAIN)
+                .and_then(|c| c.comment.as_deref()),
+        ))
+    }
+
     fn ruleset(&mut self) -> Result<Ruleset> {
         match self.nf.as_mut() {
             Some(s) => s.ruleset(None),
@@ -110,66 +190,16 @@ impl<'a> Firewall<'a> {
         }
     }
 
-    fn marked(&self, layer: &Layer, ruleset: &Ruleset) -> Result<Vec<Marked>> {
-        match layer.backend {
-            Backend::Nftables | Backend::IptablesNft => Ok(ruleset
-                .rules_of(layer.family, &layer.table, &layer.chain)
-                .filter_map(|r| {
-                    let mark = rules::listed_mark(r)?;
-                    rules::id_of(&mark)?;
-                    Some(Marked {
-                        mark,
-                        how: Removal::Handle(r.handle),
-                    })
-                })
-                .collect()),
-            Backend::IptablesLegacy => {
-                let program = legacy(layer.family, "-save");
-                let out = self
-                    .exec
-                    .run_ok(&program, &["-t".into(), layer.table.clone()], None)?;
-                Ok(detect::parse_save(&out.stdout)
-                    .rules
-                    .iter()
-                    .filter(|(c, _)| *c == layer.chain)
-                    .filter_map(|(_, spec)| {
-                        Some(Marked {
-                            mark: rules::spec_mark(spec)?,
-                            how: Removal::Spec(rules::split_spec(spec)?),
-                        })
-                    })
-                    .collect())
-            }
-            Backend::Firewalld | Backend::Ufw => Ok(Vec::new()),
-        }
-    }
-
-    /// Whether each opening is in force in each layer on its path that could drop it.
+    /// How each opening stands in each layer its packets cross, read without changing anything.
     pub fn presence(&mut self, openings: &[Opening]) -> Result<BTreeMap<String, Vec<Presence>>> {
-        let ruleset = self.ruleset()?;
-        let mut out: BTreeMap<String, Vec<Presence>> = BTreeMap::new();
-        let layers: Vec<Layer> = self.found.layers.clone();
-        for layer in &layers {
-            if !layer.can_drop {
-                continue;
-            }
-            let marked = self.marked(layer, &ruleset)?;
-            for o in openings.iter().filter(|o| o.path == layer.path) {
-                let want = rules::mark(o);
-                let need = expected(layer, o);
-                let have = marked.iter().filter(|m| m.mark == want).count();
-                out.entry(o.id.clone()).or_default().push(Presence {
-                    layer: layer.describe(),
-                    present: need == 0 || have == need,
-                });
-            }
-        }
-        Ok(out)
+        let plan = self.plan(openings, Scope::Given)?;
+        Ok(plan.done.states)
     }
 
-    /// Converges the given openings through every layer on their paths: missing rules are put
-    /// at the head of each chain that could drop them, old versions and (with [`Scope::All`])
-    /// marked rules of other openings are removed. Nothing unmarked is touched.
+    /// Converges the given openings through every layer their packets cross: missing rules are
+    /// put where [`place`] says (after the operator's refusals, before the catch-all), misplaced
+    /// and old versions and (with [`Scope::All`]) marked rules of other openings are removed.
+    /// Nothing unmarked is touched.
     ///
     /// The nf_tables batch is conditional on the generation of the listing it was computed from:
     /// if anyone changed the ruleset in between (a reload restarts handles, so a listed handle
@@ -190,8 +220,70 @@ impl<'a> Firewall<'a> {
         })
     }
 
-    /// One convergence from one listing; ERESTART from the kernel when the listing went stale.
     fn converge_once(&mut self, openings: &[Opening], scope: Scope) -> Result<Converged> {
+        let plan = self.plan(openings, scope)?;
+        let changes = plan.tables.iter().any(|t| !t.changes.is_empty());
+        let mut batch = Batch::new();
+        if let Some(g) = plan.generation {
+            batch.set_generation(g);
+        }
+        // The first write on this machine records whose marks these are.
+        if let (Some(node), true, true) = (&plan.claim, changes, self.nf.is_some()) {
+            if !plan.mesh_table {
+                batch.add_table(Family::Inet, MESH_TABLE, TableFlags::NONE)?;
+            }
+            batch.add_chain_commented(
+                Family::Inet,
+                MESH_TABLE,
+                CLAIM_CHAIN,
+                &format!("{CLAIM_PREFIX}{node}"),
+            )?;
+        }
+        let listed = &plan.ruleset;
+        let mut cx = Cx {
+            ruleset: listed,
+            batch: &mut batch,
+            exec: self.exec,
+        };
+        for t in plan
+            .tables
+            .iter()
+            .filter(|t| t.key.backend == Backend::Nftables)
+        {
+            t.driver.write(&t.key, &t.view, &t.changes, &mut cx)?;
+        }
+        if !batch.is_empty() {
+            let sock = self.nf.as_mut().ok_or_else(|| Error::Unsupported {
+                reason: "nf_tables layers were found but no nf_tables socket is open".into(),
+            })?;
+            sock.send(&batch)?;
+        }
+        let mut batch = Batch::new();
+        let mut cx = Cx {
+            ruleset: listed,
+            batch: &mut batch,
+            exec: self.exec,
+        };
+        for t in plan
+            .tables
+            .iter()
+            .filter(|t| t.key.backend != Backend::Nftables && !t.changes.is_empty())
+        {
+            t.driver.write(&t.key, &t.view, &t.changes, &mut cx)?;
+        }
+        let mut done = plan.done;
+        for states in done.states.values_mut() {
+            for p in states.iter_mut() {
+                if p.state == State::Missing {
+                    p.state = State::Present;
+                }
+            }
+        }
+        Ok(done)
+    }
+
+    /// The plan for `openings` from a fresh listing.
+    fn plan(&mut self, openings: &[Opening], scope: Scope) -> Result<Plan> {
         let ruleset = self.ruleset()?;
         // The layers are read again when the ruleset is no longer the one they were read from.
         if self.nf.is_some() && self.detected != Some(ruleset.generation) {
@@ -205,136 +297,278 @@ impl<'a> Firewall<'a> {
                 });
             }
         }
+        let mesh = ruleset
+            .chains
+            .iter()
+            .find(|c| c.family == Family::Inet && c.table == MESH_TABLE && c.name == CLAIM_CHAIN);
+        let claimed = claim_of(mesh.and_then(|c| c.comment.as_deref()));
+        if let (Some(node), Some(other)) = (&self.node, &claimed) {
+            if node != other {
+                return Err(Error::Claimed {
+                    node: other.clone(),
+                    ours: node.clone(),
+                });
+            }
+        }
+        // A mesh table held by another live process (a resident host) is its holder's to write.
+        let mesh_table = ruleset.table(Family::Inet, MESH_TABLE);
+        let held = mesh_table.is_some_and(|t| t.owner.is_some());
+        let mut plan = Plan {
+            ruleset: Ruleset::default(),
+            generation: self.nf.as_ref().map(|_| ruleset.generation),
+            tables: Vec::new(),
+            done: Converged::default(),
+            claim: if claimed.is_none() && !held {
+                self.node.clone()
+            } else {
+                None
+            },
+            mesh_table: mesh_table.is_some(),
+        };
+        let mut by_table: BTreeMap<TableKey, Vec<Layer>> = BTreeMap::new();
+        for l in &self.found.layers {
+            by_table
+                .entry(TableKey {
+                    backend: l.backend,
+                    family: l.family,
+                    table: l.table.clone(),
+                })
+                .or_default()
+                .push(l.clone());
+        }
+        let given: BTreeSet<&str> = openings.iter().map(|o| o.id.as_str()).collect();
         let mut batch = Batch::new();
-        batch.set_generation(ruleset.generation);
-        let mut done = Converged::default();
-        // Work queued for programs: (program, args) in order.
-        let mut commands: Vec<(String, Vec<String>)> = Vec::new();
-        let layers: Vec<Layer> = self.found.layers.clone();
-        for layer in &layers {
-            let here: Vec<&Opening> = openings.iter().filter(|o| o.path == layer.path).collect();
-            let marked = self.marked(layer, &ruleset)?;
-            let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
-            for m in &marked {
-                *counts.entry(m.mark.as_str()).or_default() += 1;
-            }
-            let wanted: BTreeMap<String, (&Opening, usize)> = here
-                .iter()
-                .filter(|_| layer.can_drop)
-                .map(|o| (rules::mark(o), (*o, expected(layer, o))))
-                .collect();
-            let given: Vec<&str> = openings.iter().map(|o| o.id.as_str()).collect();
-            // Remove: marks not wanted here (in scope), or wanted but present the wrong number
-            // of times (re-written whole).
-            let remove: Vec<&Marked> = marked
-                .iter()
-                .filter(|m| match wanted.get(&m.mark) {
-                    Some((_, n)) => counts[m.mark.as_str()] != *n,
-                    None => {
-                        scope == Scope::All
-                            || rules::id_of(&m.mark).is_some_and(|id| given.contains(&id))
-                    }
-                })
-                .collect();
-            let add: Vec<&Opening> = wanted
-                .iter()
-                .filter(|(mark, (_, n))| {
-                    *n > 0 && counts.get(mark.as_str()).copied().unwrap_or(0) != *n
-                })
-                .map(|(_, (o, _))| *o)
-                .collect();
-            if matches!(layer.backend, Backend::Firewalld | Backend::Ufw) {
+        for (key, layers) in by_table {
+            let Some(driver) = backend::driver(key.backend) else {
                 continue;
-            }
-            for m in &remove {
-                match &m.how {
-                    Removal::Handle(handle) => {
-                        batch.del_rule(layer.family, &layer.table, &layer.chain, *handle)?;
-                    }
-                    Removal::Spec(spec) => {
-                        let mut args = xt_args(&layer.table, "-D", &layer.chain);
-                        args.extend(spec.iter().cloned());
-                        commands.push((legacy(layer.family, ""), args));
-                    }
-                }
-            }
-            for m in &remove {
-                done.removed.push((m.mark.clone(), layer.describe()));
-            }
-            for o in add {
-                match layer.backend {
-                    Backend::Nftables => {
-                        for body in rules::nft_bodies(o, layer.family) {
-                            batch.add_rule(
-                                layer.family,
-                                &layer.table,
-                                &layer.chain,
-                                &body,
-                                Position::Prepend,
-                            )?;
+            };
+            let mut cx = Cx {
+                ruleset: &ruleset,
+                batch: &mut batch,
+                exec: self.exec,
+            };
+            let view = match driver.read(&key, &mut cx) {
+                Ok(v) => v,
+                Err(e) => {
+                    // A table the host cannot read: every opening its layers would refuse is
+                    // reported missing there, naming why.
+                    for l in layers.iter().filter(|l| l.can_drop) {
+                        for o in openings.iter().filter(|o| l.crossed_by(o)) {
+                            plan.done
+                                .states
+                                .entry(o.id.clone())
+                                .or_default()
+                                .push(Presence {
+                                    layer: l.describe(),
+                                    chain: None,
+                                    state: State::Unwritable(e.to_string()),
+                                });
                         }
                     }
-                    Backend::IptablesNft | Backend::IptablesLegacy => {
-                        let program = if layer.backend == Backend::IptablesNft {
-                            xt(layer.family, "nft")
-                        } else {
-                            legacy(layer.family, "")
-                        };
-                        for spec in rules::xt_specs(o, layer.family) {
-                            let mut args = xt_args(&layer.table, "-I", &layer.chain);
-                            args.push("1".into());
-                            args.extend(spec);
-                            commands.push((program.clone(), args));
-                        }
-                    }
-                    Backend::Firewalld | Backend::Ufw => {}
+                    continue;
                 }
-                done.added.push((o.id.clone(), layer.describe()));
-            }
+            };
+            let changes = table_plan(
+                &key,
+                &view,
+                &layers,
+                openings,
+                &given,
+                scope,
+                driver,
+                &mut plan.done,
+            );
+            plan.tables.push(TablePlan {
+                key,
+                view,
+                driver,
+                changes,
+            });
         }
-        if !batch.is_empty() {
-            let sock = self.nf.as_mut().ok_or_else(|| Error::Unsupported {
-                reason: "nf_tables layers were found but no nf_tables socket is open".into(),
-            })?;
-            sock.send(&batch)?;
-        }
-        for (program, args) in commands {
-            self.exec.run_ok(&program, &args, None)?;
-        }
-        Ok(done)
+        plan.ruleset = ruleset;
+        Ok(plan)
     }
 }
 
-/// How many rules an opening needs in a layer (one per source that applies to its family).
-fn expected(layer: &Layer, o: &Opening) -> usize {
-    match layer.backend {
-        Backend::Nftables => rules::nft_bodies(o, layer.family).len(),
-        _ => rules::xt_specs(o, layer.family).len(),
+/// The prefix of the claim chain's comment, before the node's name.
+pub const CLAIM_PREFIX: &str = "mesh-host node ";
+
+fn claim_of(comment: Option<&str>) -> Option<String> {
+    comment
+        .and_then(|c| c.strip_prefix(CLAIM_PREFIX))
+        .map(str::to_string)
+}
+
+fn proto_number(p: Proto) -> u8 {
+    match p {
+        Proto::Tcp => 6,
+        Proto::Udp => 17,
     }
 }
 
-/// `-w -t TABLE OP CHAIN`: `-w` waits for the xtables lock instead of failing at once when
-/// another program (Docker, the operator, a second test) holds it; iptables-nft accepts and
-/// ignores it.
-fn xt_args(table: &str, op: &str, chain: &str) -> Vec<String> {
-    vec![
-        "-w".into(),
-        "-t".into(),
-        table.into(),
-        op.into(),
-        chain.into(),
-    ]
-}
-
-fn xt(family: Family, backend: &str) -> String {
-    let base = if family == Family::Ipv6 {
-        "ip6tables"
-    } else {
-        "iptables"
-    };
-    format!("{base}-{backend}")
-}
-
-fn legacy(family: Family, suffix: &str) -> String {
-    format!("{}{suffix}", xt(family, "legacy"))
+/// One table's changes: where each opening's rules belong in it, which marked rules go, and
+/// which rules are added; records each opening's state per layer into `done`.
+#[allow(clippy::too_many_arguments)]
+fn table_plan(
+    key: &TableKey,
+    view: &TableView,
+    layers: &[Layer],
+    openings: &[Opening],
+    given: &BTreeSet<&str>,
+    scope: Scope,
+    driver: &dyn Driver,
+    done: &mut Converged,
+) -> Vec<Change> {
+    // (chain, mark) → (opening, how many rules, before which rule, site, well placed so far).
+    struct Wanted<'o> {
+        opening: &'o Opening,
+        count: usize,
+        before: Option<usize>,
+        site: crate::rules::Site,
+        want: Want,
+    }
+    let mut wanted: BTreeMap<(String, String), Wanted<'_>> = BTreeMap::new();
+    // Where each opening's state will be recorded once the marks are counted.
+    let mut pending: Vec<(String, String, Option<(String, String)>, State)> = Vec::new();
+    // (opening, layer) whose way passes a rule the host cannot follow.
+    let mut doubts: BTreeMap<(String, String), String> = BTreeMap::new();
+    for l in layers {
+        for o in openings.iter().filter(|o| l.crossed_by(o)) {
+            let want = Want {
+                proto: proto_number(o.proto),
+                port: o.port,
+                forwarded: o.path == crate::opening::Path::Forwarded,
+                before_dnat: l.before_dnat(),
+            };
+            let place = if l.can_drop {
+                place::place(view, &l.chain, l.policy == Policy::Drop, &want)
+            } else {
+                Place::NotNeeded(format!("nothing in {} can drop", l.chain))
+            };
+            let (place, doubt) = match place {
+                Place::Doubtful { rule, then } => (*then, Some(rule)),
+                p => (p, None),
+            };
+            if let Some(rule) = &doubt {
+                doubts.insert((o.id.clone(), l.describe()), rule.clone());
+            }
+            match place {
+                Place::NotNeeded(why) => {
+                    pending.push((o.id.clone(), l.describe(), None, State::NotNeeded(why)))
+                }
+                Place::Refused { chain, rule } => pending.push((
+                    o.id.clone(),
+                    l.describe(),
+                    None,
+                    State::Refused(format!("in chain {chain}: {rule}")),
+                )),
+                Place::Doubtful { .. } => unreachable!("unwrapped above"),
+                Place::At { .. } if l.unwritable.is_some() => pending.push((
+                    o.id.clone(),
+                    l.describe(),
+                    None,
+                    State::Unwritable(l.unwritable.clone().unwrap_or_default()),
+                )),
+                Place::At { chain, before } => {
+                    let site = l.site();
+                    let mark = rules::mark(o);
+                    let count = driver.rules_for(o, site);
+                    if count == 0 {
+                        pending.push((
+                            o.id.clone(),
+                            l.describe(),
+                            None,
+                            State::NotNeeded(format!(
+                                "its sources have no address of family {}",
+                                l.family
+                            )),
+                        ));
+                        continue;
+                    }
+                    pending.push((
+                        o.id.clone(),
+                        l.describe(),
+                        Some((chain.clone(), mark.clone())),
+                        State::Missing,
+                    ));
+                    wanted.entry((chain, mark)).or_insert(Wanted {
+                        opening: o,
+                        count,
+                        before,
+                        site,
+                        want,
+                    });
+                }
+            }
+        }
+    }
+    // The marked rules now in the table, by chain and mark: (index, how).
+    let mut marked: BTreeMap<(String, String), Vec<usize>> = BTreeMap::new();
+    for (chain, rules) in &view.seen {
+        for (i, r) in rules.iter().enumerate() {
+            if let Some(m) = &r.mark {
+                marked
+                    .entry((chain.clone(), m.clone()))
+                    .or_default()
+                    .push(i);
+            }
+        }
+    }
+    let mut changes = Vec::new();
+    let mut satisfied: BTreeSet<(String, String)> = BTreeSet::new();
+    for ((chain, mark), at) in &marked {
+        let remove = match wanted.get(&(chain.clone(), mark.clone())) {
+            Some(w) => {
+                let ok = at.len() == w.count
+                    && at
+                        .iter()
+                        .all(|i| place::well_placed(&view.seen[chain], *i, w.before, &w.want));
+                if ok {
+                    satisfied.insert((chain.clone(), mark.clone()));
+                }
+                !ok
+            }
+            None => scope == Scope::All || rules::id_of(mark).is_some_and(|id| given.contains(id)),
+        };
+        if remove {
+            for i in at {
+                changes.push(Change::Remove {
+                    chain: chain.clone(),
+                    index: *i,
+                    how: view.how[chain][*i].clone(),
+                });
+                done.removed.push((mark.clone(), key.to_string()));
+            }
+        }
+    }
+    for ((chain, mark), w) in &wanted {
+        if satisfied.contains(&(chain.clone(), mark.clone())) {
+            continue;
+        }
+        changes.push(Change::Add {
+            chain: chain.clone(),
+            before: w.before,
+            opening: w.opening.clone(),
+            site: w.site,
+        });
+        done.added.push((w.opening.id.clone(), key.to_string()));
+    }
+    for (id, layer, at, state) in pending {
+        let state = match (&at, state) {
+            (Some(k), State::Missing) if satisfied.contains(k) => State::Present,
+            (_, s) => s,
+        };
+        let state = match (doubts.remove(&(id.clone(), layer.clone())), state) {
+            (Some(rule), State::Present | State::Missing | State::NotNeeded(_)) => {
+                State::Doubtful(rule)
+            }
+            (_, s) => s,
+        };
+        done.states.entry(id).or_default().push(Presence {
+            layer,
+            chain: at.map(|(c, _)| c),
+            state,
+        });
+    }
+    changes
 }

@@ -68,6 +68,11 @@ impl fmt::Display for Errno {
 /// Everything that can go wrong in the firewall crate.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
+    /// The machine's firewall carries another node's marks: a second store (a mistaken
+    /// `--root`) must not converge over them.
+    #[error("the firewall here carries the marked rules of node {node:?}, recorded in table inet mesh_host chain claim; this store is node {ours:?}, so it will not touch them (if node {node:?} is gone from this machine, delete that chain with `nft delete chain inet mesh_host claim`)")]
+    Claimed { node: String, ours: String },
+
     /// A socket system call failed.
     #[error("netlink socket {op} failed: {errno}")]
     Socket { op: &'static str, errno: Errno },

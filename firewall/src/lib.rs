@@ -1,5 +1,6 @@
 //! The firewall engine: detects the found firewall, converges marked openings through it and keeps the guard.
 
+pub mod backend;
 pub mod derive;
 pub mod detect;
 pub mod engine;
@@ -8,12 +9,13 @@ pub mod exec;
 pub mod guard;
 pub mod netlink;
 pub mod opening;
+pub mod place;
 pub mod probe;
 pub mod rules;
 
 pub use derive::{derive, FoundationPorts, Inputs, Listen};
 pub use detect::{Backend, Found, Layer, MESH_TABLE};
-pub use engine::{Converged, Firewall, Presence, Scope};
+pub use engine::{Converged, Firewall, Presence, Scope, State};
 pub use error::{Errno, Error, Result};
 pub use exec::{Exec, Output, RecordingExec, SystemExec};
 pub use guard::{GuardReport, GuardSpec, GuardStatus, GuardedPort};

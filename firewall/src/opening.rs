@@ -10,6 +10,10 @@ use std::net::IpAddr;
 /// The host removes only rules that carry it.
 pub const MARK_PREFIX: &str = "mesh-host:";
 
+/// The longest opening id: its mark, `mesh-host:<id>#<8 hex>`, then fits the 128 bytes nft
+/// allows a rule's comment (so a saved ruleset loads again) and iptables' 256.
+pub const MAX_ID_LEN: usize = 128 - MARK_PREFIX.len() - 1 - 8;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Proto {
     Tcp,
@@ -92,13 +96,13 @@ impl Opening {
             })
         };
         if self.id.is_empty()
-            || self.id.len() > 128
+            || self.id.len() > MAX_ID_LEN
             || !self
                 .id
                 .chars()
                 .all(|c| c.is_ascii_alphanumeric() || "._-/@:".contains(c))
         {
-            return bad("id must be 1 to 128 of [A-Za-z0-9._-/@:]".into());
+            return bad(format!("id must be 1 to {MAX_ID_LEN} of [A-Za-z0-9._-/@:]"));
         }
         if self.port == 0 {
             return bad("port 0 is not a port".into());

@@ -11,29 +11,49 @@ use std::net::IpAddr;
 
 /// The full mark of an opening: its id and the fingerprint of what it admits.
 pub fn mark(o: &Opening) -> String {
-    let mut h: u32 = 0x811c_9dc5;
+    format!("{}#{}", o.mark(), fingerprint(o))
+}
+
+/// The fingerprint in a mark: FNV-1a (32 bits, lowercase hex) of the opening's canonical
+/// encoding, so the same opening gives the same mark with every build of the host. The encoding
+/// is written down in docs/operator.md and pinned by a test:
+/// `v1|<port>|<tcp|udp>|<from>|<incoming|forwarded>`, where `<from>` is `anywhere`,
+/// `interface=<name>`, or `networks=<net>,<net>…` with each network as `addr/len` (IPv6 in
+/// its shortest form) in the order given.
+pub fn fingerprint(o: &Opening) -> String {
+    let from = match &o.from {
+        From::Anywhere => "anywhere".to_string(),
+        From::Interface(i) => format!("interface={i}"),
+        From::Networks(nets) => format!(
+            "networks={}",
+            nets.iter()
+                .map(|n| n.to_string())
+                .collect::<Vec<_>>()
+                .join(",")
+        ),
+    };
     let text = format!(
-        "{}|{}|{:?}|{}",
+        "v1|{}|{}|{from}|{}",
         o.port,
         o.proto.as_str(),
-        o.from,
         o.path.as_str()
     );
+    let mut h: u32 = 0x811c_9dc5;
     for b in text.bytes() {
         h ^= b as u32;
         h = h.wrapping_mul(0x0100_0193);
     }
-    format!("{}#{h:08x}", o.mark())
+    format!("{h:08x}")
 }
 
-/// A mark in full, `mesh-host:<id>#<fingerprint>`: the id 1 to 128 of `[A-Za-z0-9._/@:-]` (what
+/// A mark in full, `mesh-host:<id>#<fingerprint>`: the id 1 to 109 of `[A-Za-z0-9._/@:-]` (what
 /// an opening's id may be), the fingerprint 8 lowercase hex digits. Anything else, an operator's
 /// `mesh-host: keep` included, is no mark: the host never removes a rule on a guess.
 /// Returns (id, fingerprint).
 pub fn parse_mark(text: &str) -> Option<(&str, &str)> {
     let rest = text.strip_prefix(MARK_PREFIX)?;
     let (id, fp) = rest.rsplit_once('#')?;
-    let id_ok = (1..=128).contains(&id.len())
+    let id_ok = (1..=crate::opening::MAX_ID_LEN).contains(&id.len())
         && id
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || "._/@:-".contains(c));
@@ -78,29 +98,52 @@ fn l4(p: Proto) -> L4Proto {
     }
 }
 
-/// The native rules of an opening in a chain of `family`.
-pub fn nft_bodies(o: &Opening, family: Family) -> Vec<RuleBody> {
+/// Where in the kernel's path a layer's chain runs, as an opening's rule needs to know it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Site {
+    /// The chain's family: `ip`, `ip6`, `inet`, or `netdev` (where an address's family is told
+    /// by the ethertype, not `meta nfproto`).
+    pub family: Family,
+    /// The chain runs before destination NAT (ingress, prerouting below -100): a forwarded
+    /// opening's packet still carries the published port, and conntrack may not have seen it.
+    pub before_dnat: bool,
+}
+
+impl Site {
+    /// A chain at the input or forward hook of `family`.
+    pub fn late(family: Family) -> Site {
+        Site {
+            family,
+            before_dnat: false,
+        }
+    }
+}
+
+/// The native rules of an opening in a chain at `site`.
+pub fn nft_bodies(o: &Opening, site: Site) -> Vec<RuleBody> {
     let m = mark(o);
-    sources(o, family)
+    sources(o, site.family)
         .into_iter()
         .map(|src| {
             let mut b = RuleBody::new();
             b = match src {
                 Src::Any => b,
                 Src::Iface(i) => b.iifname_eq(i),
+                Src::Net(n) if site.family == Family::Netdev => b.saddr_by_ethertype(n.addr, n.len),
                 Src::Net(n) => match n.addr {
                     IpAddr::V4(a) => b.ip_saddr(a, n.len),
                     IpAddr::V6(a) => b.ip6_saddr(a, n.len),
                 },
             };
-            b = match o.path {
-                Path::Incoming => match o.proto {
+            b = match (o.path, site.before_dnat) {
+                // Before DNAT a published port is still on the packet.
+                (Path::Incoming, _) | (Path::Forwarded, true) => match o.proto {
                     Proto::Tcp => b.tcp_dport(o.port),
                     Proto::Udp => b.udp_dport(o.port),
                 },
                 // Only a translated connection: an untranslated packet forwarded to some
                 // address behind this machine on the same port is not the published port's.
-                Path::Forwarded => b
+                (Path::Forwarded, false) => b
                     .l4proto(l4(o.proto))
                     .ct_status_dnat()
                     .ct_original_proto_dst_only(o.port),
@@ -110,8 +153,9 @@ pub fn nft_bodies(o: &Opening, family: Family) -> Vec<RuleBody> {
         .collect()
 }
 
-/// The iptables argv (after `-I CHAIN 1`) of an opening in a chain of `family`.
-pub fn xt_specs(o: &Opening, family: Family) -> Vec<Vec<String>> {
+/// The iptables rule specs (what follows `-A CHAIN`) of an opening in a chain of `family`
+/// (`ip` or `ip6`); `before_dnat` for the raw and mangle PREROUTING chains.
+pub fn xt_specs(o: &Opening, family: Family, before_dnat: bool) -> Vec<Vec<String>> {
     let m = mark(o);
     sources(o, family)
         .into_iter()
@@ -122,14 +166,14 @@ pub fn xt_specs(o: &Opening, family: Family) -> Vec<Vec<String>> {
                 Src::Iface(i) => a.extend(["-i".into(), i.to_string()]),
                 Src::Net(n) => a.extend(["-s".into(), n.to_string()]),
             }
-            match o.path {
-                Path::Incoming => a.extend([
+            match (o.path, before_dnat) {
+                (Path::Incoming, _) | (Path::Forwarded, true) => a.extend([
                     "-m".into(),
                     o.proto.as_str().into(),
                     "--dport".into(),
                     o.port.to_string(),
                 ]),
-                Path::Forwarded => a.extend([
+                (Path::Forwarded, false) => a.extend([
                     "-m".into(),
                     "conntrack".into(),
                     "--ctstate".into(),
@@ -250,6 +294,30 @@ mod tests {
     }
 
     #[test]
+    fn the_fingerprint_is_pinned_to_its_canonical_encoding() {
+        // A change here changes every mark on every node: each opening is then rewritten once.
+        assert_eq!(fingerprint(&o(From::Anywhere, Path::Incoming)), "daba6bf1");
+        let nets = vec![
+            Network {
+                addr: "10.0.0.0".parse().unwrap(),
+                len: 8,
+            },
+            Network {
+                addr: "fd77::".parse().unwrap(),
+                len: 64,
+            },
+        ];
+        assert_eq!(
+            fingerprint(&o(From::Networks(nets), Path::Forwarded)),
+            "fcc2376f"
+        );
+        assert_eq!(
+            fingerprint(&o(From::Interface("mesh0".into()), Path::Incoming)),
+            "2aa088b5"
+        );
+    }
+
+    #[test]
     fn networks_split_by_family() {
         let nets = vec![
             Network {
@@ -262,10 +330,10 @@ mod tests {
             },
         ];
         let op = o(From::Networks(nets), Path::Incoming);
-        assert_eq!(nft_bodies(&op, Family::Ipv4).len(), 1);
-        assert_eq!(nft_bodies(&op, Family::Ipv6).len(), 1);
-        assert_eq!(nft_bodies(&op, Family::Inet).len(), 2);
-        let v6 = &xt_specs(&op, Family::Ipv6)[0];
+        assert_eq!(nft_bodies(&op, Site::late(Family::Ipv4)).len(), 1);
+        assert_eq!(nft_bodies(&op, Site::late(Family::Ipv6)).len(), 1);
+        assert_eq!(nft_bodies(&op, Site::late(Family::Inet)).len(), 2);
+        let v6 = &xt_specs(&op, Family::Ipv6, false)[0];
         assert_eq!(v6[..4], ["-p", "tcp", "-s", "fd77::/64"]);
     }
 
@@ -274,6 +342,7 @@ mod tests {
         let spec = xt_specs(
             &o(From::Interface("mesh0".into()), Path::Forwarded),
             Family::Ipv4,
+            false,
         )
         .remove(0);
         let line = spec.join(" ");
@@ -309,7 +378,7 @@ mod tests {
         assert_eq!(split_spec("--comment \"open"), None);
         // The specs the host writes survive the round trip through iptables-save's quoting.
         let o = o(From::Interface("mesh0".into()), Path::Forwarded);
-        let spec = xt_specs(&o, Family::Ipv4).remove(0);
+        let spec = xt_specs(&o, Family::Ipv4, false).remove(0);
         let saved: Vec<String> = spec
             .iter()
             .map(|a| {
@@ -369,10 +438,12 @@ mod tests {
             assert_eq!(parse_mark(not_a_mark), None, "{not_a_mark}");
             assert_eq!(id_of(not_a_mark), None, "{not_a_mark}");
         }
-        let long = format!("mesh-host:{}#0011aabb", "a".repeat(129));
+        let long = format!("mesh-host:{}#0011aabb", "a".repeat(110));
         assert_eq!(parse_mark(&long), None);
-        let longest = format!("mesh-host:{}#0011aabb", "a".repeat(128));
+        let longest = format!("mesh-host:{}#0011aabb", "a".repeat(109));
         assert!(parse_mark(&longest).is_some());
+        // The longest mark fits nft's 128-byte comment (and iptables' 256).
+        assert_eq!(longest.len(), 128);
         // Every mark the host writes is one.
         let o = o(From::Anywhere, Path::Incoming);
         assert_eq!(id_of(&mark(&o)), Some("web/https"));

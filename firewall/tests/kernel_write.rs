@@ -598,7 +598,7 @@ fn a_forwarded_opening_reads_back_in_nft_as_a_translated_connection_match() {
         from: firewall::opening::From::Anywhere,
         path: firewall::Path::Forwarded,
     };
-    let bodies = firewall::rules::nft_bodies(&o, Family::Inet);
+    let bodies = firewall::rules::nft_bodies(&o, firewall::rules::Site::late(Family::Inet));
     assert_eq!(bodies.len(), 1);
     let mut s = NfSocket::open().unwrap();
     let mut b = Batch::new();

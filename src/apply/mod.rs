@@ -15,7 +15,7 @@ mod package;
 mod report;
 mod service;
 
-pub use report::{Entry, Outcome, Report};
+pub use report::{Entry, NotAdmitted, Outcome, Report};
 
 use crate::briefing::{self, Briefing, Line, Mark};
 use crate::declaration::{Declaration, Mode, Problems, Resource, Shape, Source};
@@ -67,6 +67,10 @@ pub(crate) struct Cx<'a> {
     pub decl: &'a Declaration,
     /// The found firewall, opened on first use.
     pub fw: Option<firewall::Firewall<'static>>,
+    /// Every declared opening converged at once, at the first opening of the apply.
+    pub openings: Option<Result<firewall::Converged, String>>,
+    /// Openings a layer still refuses, for the report and the briefing.
+    pub not_admitted: Vec<NotAdmitted>,
 }
 
 impl Cx<'_> {
@@ -227,6 +231,7 @@ fn apply_locked(
 ) -> Result<Report, ApplyError> {
     tracing::info!(node = %decl.node, mode = decl.mode.as_str(), source = source.as_str(), resources = decl.resources.len(), "applying");
     check_safety(&store, decl)?;
+    let fw = check_claim(decl)?;
 
     let state = &mut store.state;
     state.node = Some(decl.node.clone());
@@ -247,7 +252,9 @@ fn apply_locked(
             runner: host.runner,
             store: &mut store,
             decl,
-            fw: None,
+            fw,
+            openings: None,
+            not_admitted: Vec::new(),
         };
         // On an adopted node the guard comes first: the store must never be reachable from
         // outside, whatever else this apply does.
@@ -283,6 +290,7 @@ fn apply_locked(
                 break;
             }
         }
+        report.not_admitted = std::mem::take(&mut cx.not_admitted);
         if report.failed().is_none() {
             remove_undeclared(&mut cx, &mut report);
         }
@@ -324,6 +332,38 @@ fn check_safety(store: &Store, decl: &Declaration) -> Result<(), ApplyError> {
         )));
     }
     Ok(())
+}
+
+/// The machine's firewall, opened when the declaration touches it (openings, or the guard of an
+/// adopted node), after checking that no other node's marks are in force here: one store per
+/// firewall, so a second store (a mistaken `--root`) is refused before anything changes.
+fn check_claim(decl: &Declaration) -> Result<Option<firewall::Firewall<'static>>, ApplyError> {
+    let touches = decl
+        .resources
+        .iter()
+        .any(|r| matches!(r, Resource::Opening(_)))
+        || (decl.mode == Mode::Adopted && decl.settings.is_some());
+    if !touches {
+        return Ok(None);
+    }
+    let mut fw = None;
+    // A firewall that cannot be read fails the resources that need it, with the reason.
+    let Ok(opened) = opening::firewall(&mut fw, &decl.node) else {
+        return Ok(None);
+    };
+    if let Ok(Some(other)) = opened.claimed_by() {
+        if other != decl.node {
+            return Err(ApplyError::Safety(format!(
+                "the firewall on this machine carries the marked rules of node {other:?} (table inet \
+                 mesh_host, chain claim), and this store is node {:?}: a second store must not \
+                 converge over another node's rules, so nothing was changed. If this is the wrong \
+                 --root, use the right one; if node {other:?} is gone from this machine, run `nft \
+                 delete chain inet mesh_host claim` and apply again",
+                decl.node
+            )));
+        }
+    }
+    Ok(fw)
 }
 
 /// Resolves an intent left by a host that died mid-write: if the machine holds exactly what it
@@ -446,7 +486,7 @@ fn moved_away(cx: &mut Cx<'_>, res: &Resource, report: &mut Report) -> bool {
 /// them (a lost store leaves marks the host can still recognise as its own).
 fn sweep_stale_marks(cx: &mut Cx<'_>, report: &mut Report) {
     let result = declared_openings(cx).and_then(|declared| {
-        let fw = opening::firewall(&mut cx.fw)?;
+        let fw = opening::firewall(&mut cx.fw, &cx.decl.node)?;
         fw.converge(&declared, firewall::Scope::All)
             .map_err(|e| format!("removing stale openings: {e}"))
     });
@@ -470,7 +510,7 @@ fn sweep_stale_marks(cx: &mut Cx<'_>, report: &mut Report) {
 }
 
 /// The openings of the declaration, in the firewall crate's terms.
-fn declared_openings(cx: &Cx<'_>) -> Result<Vec<firewall::Opening>, String> {
+pub(crate) fn declared_openings(cx: &Cx<'_>) -> Result<Vec<firewall::Opening>, String> {
     cx.decl
         .resources
         .iter()
@@ -558,6 +598,19 @@ fn brief(store: &Store, decl: &Declaration, report: &Report) -> Briefing {
             subject: "guard".into(),
             detail: g.clone(),
         });
+    }
+    for n in &report.not_admitted {
+        lines.push(Line {
+            mark: Mark::Failed,
+            subject: n.id.clone(),
+            detail: format!("not admitted by {}: {}", n.layer, n.why),
+        });
+        look_at.push(format!(
+            "Opening {} is declared but {} still refuses it ({}). The host keeps the operator's \
+             refusals first and writes only where it may; lift that refusal, or change the \
+             declaration, and run `mesh-host reconcile`.",
+            n.id, n.layer, n.why
+        ));
     }
     if let Some(e) = report.failed() {
         lines.push(Line {

@@ -1,20 +1,25 @@
 //! The opening applier: a declared opening converged through the found firewall, in its own
 //! terms, on every layer of its path that could drop it; and the guard on an adopted node.
 
-use super::{Cx, Done, Outcome};
+use super::{Cx, Done, NotAdmitted, Outcome};
 use crate::declaration::{self, FromName, OpeningSpec, PathKind, Resource, Settings, Shape};
 use crate::store::Owned;
-use firewall::{Firewall, GuardSpec, Network, Opening, Scope, SystemExec};
+use firewall::{Firewall, GuardSpec, Network, Opening, Scope, State, SystemExec};
 
 static EXEC: SystemExec = SystemExec;
 
 /// Opens the firewall once per apply: detection reads every layer, so it is not repeated per
-/// opening.
+/// opening. Every write is made for `node`, whose name the mesh's table records, so a second
+/// store on this machine (a mistaken `--root`) never converges over this node's marks.
 pub(super) fn firewall<'c>(
     fw: &'c mut Option<Firewall<'static>>,
+    node: &str,
 ) -> Result<&'c mut Firewall<'static>, String> {
     if fw.is_none() {
-        *fw = Some(Firewall::open(&EXEC).map_err(|e| format!("reading the found firewall: {e}"))?);
+        let mut opened =
+            Firewall::open(&EXEC).map_err(|e| format!("reading the found firewall: {e}"))?;
+        opened.for_node(node);
+        *fw = Some(opened);
     }
     Ok(fw.as_mut().expect("just opened"))
 }
@@ -56,24 +61,40 @@ pub fn to_opening(spec: &OpeningSpec, settings: Option<&Settings>) -> Result<Ope
     })
 }
 
+/// Converges one declared opening. The first opening of an apply converges every declared
+/// opening at once (one listing, one nf_tables batch, one restore per iptables table); each
+/// opening is then recorded and reported on its own line from that one convergence.
 pub(super) fn apply(cx: &mut Cx<'_>, spec: &OpeningSpec) -> Result<Done, String> {
     let opening = to_opening(spec, cx.store.state.settings.as_ref())?;
-    let fw = firewall(&mut cx.fw)?;
-    let kind = fw.found().kind();
-    let done = fw
-        .converge(std::slice::from_ref(&opening), Scope::Given)
-        .map_err(|e| {
-            format!(
-                "opening {} through the found firewall ({kind}): {e}",
-                spec.id
-            )
-        })?;
-    let layers: Vec<String> = fw
-        .found()
-        .droppers(opening.path)
-        .map(|l| l.describe())
-        .collect();
-    if !done.added.is_empty() || !done.removed.is_empty() {
+    if cx.openings.is_none() {
+        // An opening that cannot be translated fails on its own line, not the others'.
+        let declared: Vec<Opening> = cx
+            .decl
+            .resources
+            .iter()
+            .filter_map(|r| match r {
+                Resource::Opening(o) => to_opening(o, cx.store.state.settings.as_ref()).ok(),
+                _ => None,
+            })
+            .collect();
+        let fw = firewall(&mut cx.fw, &cx.decl.node)?;
+        let kind = fw.found().kind();
+        cx.openings = Some(
+            fw.converge(&declared, Scope::Given)
+                .map_err(|e| format!("openings through the found firewall ({kind}): {e}")),
+        );
+    }
+    let done = match cx.openings.as_ref().expect("converged above") {
+        Ok(done) => done.clone(),
+        Err(e) => return Err(format!("opening {}: {e}", spec.id)),
+    };
+    let kind = cx.fw.as_ref().map(|f| f.found().kind()).unwrap_or_default();
+    let added = done.added.iter().any(|(id, _)| *id == spec.id);
+    let removed = done
+        .removed
+        .iter()
+        .any(|(mark, _)| firewall::rules::id_of(mark) == Some(spec.id.as_str()));
+    if added || removed {
         cx.changed(&spec.id);
     }
     let rec = Owned {
@@ -87,24 +108,56 @@ pub(super) fn apply(cx: &mut Cx<'_>, spec: &OpeningSpec) -> Result<Done, String>
     if cx.store.state.owned(&spec.id) != Some(&rec) {
         cx.record_owned(rec)?;
     }
-    let where_ = if layers.is_empty() {
+    let states = done.states.get(&spec.id).cloned().unwrap_or_default();
+    let mut in_force = Vec::new();
+    let mut not_needed = 0;
+    for p in &states {
+        match &p.state {
+            State::Present => in_force.push(match &p.chain {
+                Some(c) if !p.layer.contains(&format!(" {c} ")) => {
+                    format!("{} (in chain {c})", p.layer)
+                }
+                _ => p.layer.clone(),
+            }),
+            State::NotNeeded(_) => not_needed += 1,
+            State::Missing | State::Refused(_) | State::Unwritable(_) | State::Doubtful(_) => {
+                cx.not_admitted.push(NotAdmitted {
+                    id: spec.id.clone(),
+                    layer: p.layer.clone(),
+                    why: p.state.describe(),
+                })
+            }
+        }
+    }
+    let refused: Vec<String> = states
+        .iter()
+        .filter(|p| !p.present())
+        .map(|p| format!("{}: {}", p.layer, p.state.describe()))
+        .collect();
+    let mut where_ = if in_force.is_empty() {
         format!(
-            "nothing on the {} path drops it (found firewall: {kind}); no rule needed",
+            "nothing on the {} path refuses it by default (found firewall: {kind}); no rule needed",
             opening.path.as_str()
         )
     } else {
-        layers.join(", ")
+        in_force.join(", ")
     };
-    Ok(match (done.added.is_empty(), done.removed.is_empty()) {
-        (true, true) => Done::new(Outcome::Unchanged, format!("in force in {where_}")),
-        (false, true) => Done::new(Outcome::Created, format!("opened in {where_}")),
+    if !in_force.is_empty() && not_needed > 0 {
+        where_.push_str(&format!("; {not_needed} other layer(s) need no rule"));
+    }
+    if !refused.is_empty() {
+        where_.push_str(&format!("; NOT admitted by {}", refused.join("; ")));
+    }
+    Ok(match (added, removed) {
+        (false, false) => Done::new(Outcome::Unchanged, format!("in force in {where_}")),
+        (true, false) => Done::new(Outcome::Created, format!("opened in {where_}")),
         _ => Done::new(Outcome::Changed, format!("rewritten in {where_}")),
     })
 }
 
 /// Removes every marked rule of an opening that is no longer declared.
 pub(super) fn remove(cx: &mut Cx<'_>, id: &str, declared: &[Opening]) -> Result<Done, String> {
-    let fw = firewall(&mut cx.fw)?;
+    let fw = firewall(&mut cx.fw, &cx.decl.node)?;
     let done = fw
         .converge(declared, Scope::All)
         .map_err(|e| format!("removing opening {id}: {e}"))?;
@@ -189,7 +242,7 @@ pub(super) fn ensure_guard(cx: &mut Cx<'_>, settings: &Settings) -> Result<Strin
             spec.add_runtime_bridge(&b);
         }
     }
-    let fw = firewall(&mut cx.fw)?;
+    let fw = firewall(&mut cx.fw, &cx.decl.node)?;
     let sock = fw
         .socket()
         .ok_or("the kernel has no nf_tables, so the guard cannot be loaded")?;

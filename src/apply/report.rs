@@ -56,13 +56,26 @@ pub struct Report {
     /// How the guard stands, on an adopted node.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub guard: Option<String>,
+    /// Openings a layer of the found firewall still refuses, each with the layer and why: the
+    /// operator's own refusal of the port, or a table the host cannot write.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub not_admitted: Vec<NotAdmitted>,
     pub entries: Vec<Entry>,
+}
+
+/// An opening that a layer of the found firewall still refuses.
+#[derive(Serialize, Debug, Clone, PartialEq, Eq)]
+pub struct NotAdmitted {
+    pub id: String,
+    pub layer: String,
+    pub why: String,
 }
 
 impl Report {
     pub fn new(decl: &Declaration, source: Source) -> Self {
         Report {
             guard: None,
+            not_admitted: Vec::new(),
             node: decl.node.clone(),
             mode: decl.mode.as_str(),
             source,

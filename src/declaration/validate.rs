@@ -834,7 +834,7 @@ fn charset(s: &str, what: &str, max: usize, ok: impl Fn(char) -> bool) -> Result
 
 /// A resource id: stable, printable, and safe inside a firewall comment.
 pub fn check_id(s: &str) -> Result<(), String> {
-    charset(s, "id", 128, |c| {
+    charset(s, "id", firewall::opening::MAX_ID_LEN, |c| {
         c.is_ascii_alphanumeric() || "._-/@:".contains(c)
     })
 }

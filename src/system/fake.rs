@@ -313,6 +313,8 @@ impl Bed {
             store: &mut self.store,
             decl,
             fw: None,
+            openings: None,
+            not_admitted: Vec::new(),
         }
     }
 }

@@ -232,14 +232,54 @@ fn an_opening_goes_through_a_hand_written_nftables_input_chain() {
     });
 }
 
+/// A chain that decides through a verdict map: the host does not follow a map's jumps, so it
+/// cannot tell whether the opening is admitted, writes nothing ahead of what the map decides,
+/// and says so in the status, the report and the briefing rather than calling it open.
 #[test]
-fn a_chain_that_drops_through_a_verdict_map_is_a_layer_that_can_drop() {
-    incoming_opening_through(&FoundRuleset {
-        load: load_vmap_drop,
-        kind: "nftables",
-        layers: &["inet filter input (nftables)"],
-        views: &[(View::Nft, Some(1))],
-    });
+fn a_chain_that_drops_through_a_verdict_map_is_reported_doubtful_not_open() {
+    let lab = new_lab();
+    let net = adoption(&lab);
+    let node = &net.node;
+    let _listeners: Vec<_> = [SSH, SERVED, OPENED]
+        .iter()
+        .map(|p| node.listen_tcp(*p).expect("listener on the node"))
+        .collect();
+    load_vmap_drop(node, lab.dir());
+    let before = View::Nft.read(node);
+    let host = Host::new(node);
+    let report = host.apply(&declaration(&[opening("web/api", OPENED, "incoming")]));
+    let not = report["not_admitted"].as_array().expect("not admitted");
+    assert!(
+        not.iter().any(|n| n["id"] == "web/api"
+            && n["layer"] == "inet filter input (nftables)"
+            && n["why"].as_str().unwrap().contains("cannot be told")),
+        "{report:#}"
+    );
+    assert_eq!(
+        presence(&host.status(), "web/api"),
+        ["inet filter input (nftables)=doubtful"]
+    );
+    assert_eq!(
+        View::Nft.read(node),
+        before,
+        "nothing written ahead of the map"
+    );
+    expect(
+        &net.outside,
+        &node_public(),
+        OPENED,
+        Probe::TimedOut,
+        "not opened",
+    );
+    expect(
+        &net.outside,
+        &node_public(),
+        SERVED,
+        Probe::Reached,
+        "served stays",
+    );
+    let briefing = host.json(&["briefing", "--json"]);
+    assert_eq!(briefing["outcome"], "failed", "{briefing:#}");
 }
 
 #[test]
@@ -340,8 +380,10 @@ fn an_opening_works_on_a_legacy_machine_with_no_nft_installed() {
     for program in [
         "iptables-legacy",
         "iptables-legacy-save",
+        "iptables-legacy-restore",
         "ip6tables-legacy",
         "ip6tables-legacy-save",
+        "ip6tables-legacy-restore",
         "nsenter",
     ] {
         let real = ["/usr/sbin", "/usr/bin", "/sbin", "/bin"]

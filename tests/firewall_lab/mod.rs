@@ -19,6 +19,7 @@ mod forwarded;
 mod guard;
 mod guard_container;
 mod incoming;
+mod keeps_word;
 mod listing;
 mod reload;
 
@@ -291,7 +292,8 @@ fn layers(status: &Value) -> Vec<String> {
     out
 }
 
-/// Where the status says an opening is present: its layers, each `layer=present|missing`.
+/// Where the status says an opening needs a rule, each `layer=STATE` (`present`, `missing`,
+/// `refused`, `unwritable`, `doubtful`); layers that need no rule for it are left out.
 fn presence(status: &Value, id: &str) -> Vec<String> {
     let o = status["openings"]
         .as_array()
@@ -303,15 +305,12 @@ fn presence(status: &Value, id: &str) -> Vec<String> {
         .as_array()
         .unwrap()
         .iter()
+        .filter(|l| l["state"] != "not-needed")
         .map(|l| {
             format!(
                 "{}={}",
                 l["layer"].as_str().unwrap(),
-                if l["present"] == true {
-                    "present"
-                } else {
-                    "missing"
-                }
+                l["state"].as_str().unwrap()
             )
         })
         .collect();

@@ -196,6 +196,38 @@ impl Batch {
         Ok(())
     }
 
+    /// Adds a regular chain carrying a comment (its user data); an existing chain is left as it
+    /// is (its comment cannot be changed).
+    pub fn add_chain_commented(
+        &mut self,
+        family: Family,
+        table: &str,
+        name: &str,
+        comment: &str,
+    ) -> Result<()> {
+        check_name("table", table)?;
+        check_name("chain", name)?;
+        if comment.len() > super::rule::MAX_COMMENT_LEN || comment.contains('\0') {
+            return Err(Error::InvalidName {
+                what: "comment",
+                name: comment.to_string(),
+                reason: "must be at most 253 bytes without NUL",
+            });
+        }
+        let start = self.push(
+            NFT_MSG_NEWCHAIN,
+            NLM_F_CREATE,
+            family,
+            format!("add chain {family} {table} {name} comment {comment:?}"),
+        );
+        let b = &mut self.buf;
+        attr::put_str(b, NFTA_CHAIN_TABLE, table);
+        attr::put_str(b, NFTA_CHAIN_NAME, name);
+        attr::put(b, NFTA_CHAIN_USERDATA, &encode_comment_udata(comment));
+        msg::end(b, start);
+        Ok(())
+    }
+
     /// Deletes an empty chain that nothing jumps to.
     pub fn del_chain(&mut self, family: Family, table: &str, name: &str) -> Result<()> {
         check_name("table", table)?;

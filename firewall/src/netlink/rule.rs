@@ -249,6 +249,18 @@ impl RuleBody {
             .network_prefix(24, &addr.octets(), prefix_len)
     }
 
+    /// `ip saddr` or `ip6 saddr` in a netdev chain, where `meta nfproto` is the netdev family
+    /// itself: the address's family is told by the ethertype (`meta protocol ip|ip6`).
+    pub fn saddr_by_ethertype(self, addr: std::net::IpAddr, prefix_len: u8) -> RuleBody {
+        let (ethertype, offset, octets): (u16, u32, Vec<u8>) = match addr {
+            std::net::IpAddr::V4(a) => (0x0800, 12, a.octets().to_vec()),
+            std::net::IpAddr::V6(a) => (0x86dd, 8, a.octets().to_vec()),
+        };
+        self.meta(MetaKey::Protocol)
+            .cmp(CmpOp::Eq, ethertype.to_be_bytes().to_vec())
+            .network_prefix(offset, &octets, prefix_len)
+    }
+
     /// `ct state S1,S2`: any of the given states.
     pub fn ct_state(self, states: CtState) -> RuleBody {
         self.expr(Expr::Ct {

@@ -1,0 +1,241 @@
+//! iptables, on either backend: iptables-nft (the operator's, Docker's, Podman's rules on
+//! nf_tables) and iptables-legacy (the x_tables). A table is read with `PROGRAM-save -t TABLE`
+//! and its changes are written with one `PROGRAM-restore --noflush`, so removals and additions
+//! are one transaction, a failure leaves the table as it was, and the tables stay readable by
+//! iptables. The two differ only in their programs' names.
+
+use super::{Change, Cx, Driver, Removal, TableKey, TableView};
+use crate::error::{Error, Result};
+use crate::netlink::Family;
+use crate::opening::Opening;
+use crate::place::seen_xt;
+use crate::rules::{self, Site};
+
+/// The iptables driver for one variant: `nft` or `legacy`.
+pub struct Iptables {
+    pub variant: &'static str,
+}
+
+impl Driver for Iptables {
+    fn read(&self, key: &TableKey, cx: &mut Cx<'_>) -> Result<TableView> {
+        read(key, self.variant, cx)
+    }
+
+    fn write(
+        &self,
+        key: &TableKey,
+        _view: &TableView,
+        changes: &[Change],
+        cx: &mut Cx<'_>,
+    ) -> Result<()> {
+        write(key, self.variant, changes, cx)
+    }
+
+    fn rules_for(&self, o: &Opening, site: Site) -> usize {
+        rules::xt_specs(o, site.family, site.before_dnat).len()
+    }
+}
+
+/// `iptables-nft`, `ip6tables-legacy`, …: the program for a family and a variant.
+pub fn program(family: Family, variant: &str, suffix: &str) -> String {
+    let base = if family == Family::Ipv6 {
+        "ip6tables"
+    } else {
+        "iptables"
+    };
+    format!("{base}-{variant}{suffix}")
+}
+
+/// Reads one table with `PROGRAM-save -t TABLE`.
+pub fn read(key: &TableKey, variant: &str, cx: &Cx<'_>) -> Result<TableView> {
+    let save = program(key.family, variant, "-save");
+    let out = cx
+        .exec
+        .run_ok(&save, &["-t".into(), key.table.clone()], None)?;
+    if out.stdout.contains("incompatible") || out.stderr.contains("incompatible") {
+        return Err(Error::Unsupported {
+            reason: format!(
+                "{save} cannot list table {} (it holds rules iptables cannot show), so openings cannot be written there in iptables' terms",
+                key.table
+            ),
+        });
+    }
+    Ok(parse(&out.stdout))
+}
+
+/// One `iptables-save` table as a view: every chain (built-in and user), rules in order.
+pub fn parse(text: &str) -> TableView {
+    let chains: Vec<String> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix(':'))
+        .filter_map(|l| l.split_whitespace().next())
+        .map(str::to_string)
+        .collect();
+    let mut view = TableView::default();
+    for c in &chains {
+        view.seen.insert(c.clone(), Vec::new());
+        view.how.insert(c.clone(), Vec::new());
+    }
+    for line in text.lines() {
+        let Some(rest) = line.strip_prefix("-A ") else {
+            continue;
+        };
+        let (chain, spec) = rest.split_once(' ').unwrap_or((rest, ""));
+        let mark = rules::spec_mark(spec);
+        let how = match rules::split_spec(spec) {
+            Some(words) => Removal::Spec(words),
+            None => Removal::Spec(Vec::new()),
+        };
+        view.seen
+            .entry(chain.to_string())
+            .or_default()
+            .push(seen_xt(spec, &chains, mark));
+        view.how.entry(chain.to_string()).or_default().push(how);
+    }
+    view
+}
+
+/// One argument as `iptables-restore` reads it back: quoted when it holds a space, a quote or
+/// a backslash, or is empty.
+fn quoted(word: &str) -> String {
+    if !word.is_empty() && !word.contains([' ', '"', '\\', '\t']) {
+        return word.to_string();
+    }
+    let mut out = String::from('"');
+    for c in word.chars() {
+        if c == '"' || c == '\\' {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out.push('"');
+    out
+}
+
+/// The restore input for one table's changes: removals first, then additions, each addition at
+/// its place counted after the removals, additions further down the chain first so an earlier
+/// insertion never moves a later one's place.
+pub fn restore_input(key: &TableKey, changes: &[Change]) -> String {
+    let mut out = format!("*{}\n", key.table);
+    let mut removed: Vec<(&str, usize)> = Vec::new();
+    for c in changes {
+        if let Change::Remove {
+            chain,
+            index,
+            how: Removal::Spec(words),
+        } = c
+        {
+            let spec: Vec<String> = words.iter().map(|w| quoted(w)).collect();
+            out.push_str(&format!("-D {chain} {}\n", spec.join(" ")));
+            removed.push((chain, *index));
+        }
+    }
+    let mut adds: Vec<(&str, Option<usize>, Vec<Vec<String>>)> = changes
+        .iter()
+        .filter_map(|c| match c {
+            Change::Add {
+                chain,
+                before,
+                opening,
+                site,
+            } => Some((
+                chain.as_str(),
+                *before,
+                rules::xt_specs(opening, site.family, site.before_dnat),
+            )),
+            Change::Remove { .. } => None,
+        })
+        .collect();
+    // Appends keep their order; insertions go from the bottom of the chain up.
+    adds.sort_by_key(|(chain, before, _)| {
+        (*chain, std::cmp::Reverse(before.unwrap_or(usize::MAX)))
+    });
+    for (chain, before, specs) in adds {
+        for spec in specs {
+            let spec: Vec<String> = spec.iter().map(|w| quoted(w)).collect();
+            match before {
+                Some(i) => {
+                    let gone = removed
+                        .iter()
+                        .filter(|(c, at)| *c == chain && *at < i)
+                        .count();
+                    out.push_str(&format!("-I {chain} {} {}\n", i + 1 - gone, spec.join(" ")));
+                }
+                None => out.push_str(&format!("-A {chain} {}\n", spec.join(" "))),
+            }
+        }
+    }
+    out.push_str("COMMIT\n");
+    out
+}
+
+/// Writes one table's changes with `PROGRAM-restore --noflush`, one transaction.
+pub fn write(key: &TableKey, variant: &str, changes: &[Change], cx: &mut Cx<'_>) -> Result<()> {
+    if changes.is_empty() {
+        return Ok(());
+    }
+    let input = restore_input(key, changes);
+    let restore = program(key.family, variant, "-restore");
+    // `-w` waits for the xtables lock instead of failing when Docker or the operator holds it.
+    cx.exec.run_ok(
+        &restore,
+        &["-w".into(), "5".into(), "--noflush".into()],
+        Some(&input),
+    )?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::opening::{From, Path, Proto};
+
+    #[test]
+    fn one_restore_removes_then_inserts_before_the_catch_all() {
+        let save = "*filter\n:INPUT DROP [0:0]\n:FORWARD ACCEPT [0:0]\n\
+            -A INPUT -i lo -j ACCEPT\n\
+            -A INPUT -p tcp -m tcp --dport 9000 -m comment --comment \"mesh-host:old#0011aabb\" -j ACCEPT\n\
+            -A INPUT -s 203.0.113.0/24 -j DROP\n\
+            -A INPUT -j REJECT --reject-with icmp-port-unreachable\nCOMMIT\n";
+        let view = parse(save);
+        let key = TableKey {
+            backend: crate::detect::Backend::IptablesLegacy,
+            family: Family::Ipv4,
+            table: "filter".into(),
+        };
+        let o = Opening {
+            id: "web/api".into(),
+            port: 9000,
+            proto: Proto::Tcp,
+            from: From::Anywhere,
+            path: Path::Incoming,
+        };
+        let changes = vec![
+            Change::Remove {
+                chain: "INPUT".into(),
+                index: 1,
+                how: view.how["INPUT"][1].clone(),
+            },
+            Change::Add {
+                chain: "INPUT".into(),
+                before: Some(3),
+                opening: o.clone(),
+                site: Site::late(Family::Ipv4),
+            },
+        ];
+        let text = restore_input(&key, &changes);
+        let m = rules::mark(&o);
+        assert_eq!(
+            text,
+            format!(
+                "*filter\n\
+                 -D INPUT -p tcp -m tcp --dport 9000 -m comment --comment mesh-host:old#0011aabb -j ACCEPT\n\
+                 -I INPUT 3 -p tcp -m tcp --dport 9000 -m comment --comment {m} -j ACCEPT\n\
+                 COMMIT\n"
+            )
+        );
+        assert_eq!(quoted("a b"), "\"a b\"");
+        assert_eq!(quoted("say \"x\""), "\"say \\\"x\\\"\"");
+        assert_eq!(quoted(""), "\"\"");
+    }
+}

@@ -1,0 +1,113 @@
+//! One driver per kind of found firewall, behind one trait: each reads its layers' tables for
+//! placement and writes openings in its own terms. The engine picks the driver from a layer's
+//! [`Backend`] and knows nothing of how a backend writes: `nftables.rs` for hand-written
+//! rulesets, `iptables.rs` for both iptables variants; firewalld and ufw each add a file here.
+
+mod iptables;
+mod nftables;
+
+use crate::detect::Backend;
+use crate::error::Result;
+use crate::exec::Exec;
+use crate::netlink::{Batch, Family, Ruleset};
+use crate::opening::Opening;
+use crate::place::{Chains, Seen};
+use crate::rules::Site;
+use std::collections::BTreeMap;
+
+/// One table of one backend: where a layer's chains live.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct TableKey {
+    pub backend: Backend,
+    pub family: Family,
+    pub table: String,
+}
+
+impl std::fmt::Display for TableKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {} ({})", self.family, self.table, self.backend)
+    }
+}
+
+/// How a marked rule is removed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Removal {
+    /// By its nf_tables handle, which names this rule and no other.
+    Handle(u64),
+    /// By its own specification, as `iptables-save` printed it: `-D CHAIN SPEC` deletes a rule
+    /// that matches it in full, mark included, so a rule inserted or removed by someone else
+    /// since the listing is never deleted in its place (a rule number could be).
+    Spec(Vec<String>),
+}
+
+/// One table read for placement: every chain's rules in order, each reduced to what placement
+/// needs, with how to remove it.
+#[derive(Debug, Clone, Default)]
+pub struct TableView {
+    pub seen: BTreeMap<String, Vec<Seen>>,
+    pub how: BTreeMap<String, Vec<Removal>>,
+}
+
+impl Chains for TableView {
+    fn rules(&self, chain: &str) -> Option<&[Seen]> {
+        self.seen.get(chain).map(Vec::as_slice)
+    }
+}
+
+/// One change to a table.
+#[derive(Debug, Clone)]
+pub enum Change {
+    /// Remove the marked rule at `index` of `chain`.
+    Remove {
+        chain: String,
+        index: usize,
+        how: Removal,
+    },
+    /// Add an opening's rules to `chain`, before the rule at index `before` of the chain as
+    /// read (the catch-all), or at its end.
+    Add {
+        chain: String,
+        before: Option<usize>,
+        opening: Opening,
+        site: Site,
+    },
+}
+
+/// What a driver may use: the ruleset listed for this convergence, the nf_tables batch every
+/// native change joins (sent once, atomically, by the engine), and the child-process seam.
+pub struct Cx<'a> {
+    pub ruleset: &'a Ruleset,
+    pub batch: &'a mut Batch,
+    pub exec: &'a dyn Exec,
+}
+
+/// A kind of found firewall the host writes openings through. Both verbs are idempotent in
+/// effect: reading changes nothing, and writing the changes computed from a fresh read leaves
+/// the table as the plan says, whatever it held.
+pub trait Driver {
+    /// Reads one table: every chain, each rule reduced for placement, with how to remove it.
+    fn read(&self, key: &TableKey, cx: &mut Cx<'_>) -> Result<TableView>;
+
+    /// Writes one table's changes in this backend's own terms, as one transaction: a failure
+    /// leaves the table as it was.
+    fn write(
+        &self,
+        key: &TableKey,
+        view: &TableView,
+        changes: &[Change],
+        cx: &mut Cx<'_>,
+    ) -> Result<()>;
+
+    /// How many rules an opening needs in a chain at `site` (one per source of its family).
+    fn rules_for(&self, o: &Opening, site: Site) -> usize;
+}
+
+/// The driver for a backend; `None` for a kind no driver speaks yet (its adoption is refused).
+pub fn driver(backend: Backend) -> Option<&'static dyn Driver> {
+    match backend {
+        Backend::Nftables => Some(&nftables::Nftables),
+        Backend::IptablesNft => Some(&iptables::Iptables { variant: "nft" }),
+        Backend::IptablesLegacy => Some(&iptables::Iptables { variant: "legacy" }),
+        Backend::Firewalld | Backend::Ufw => None,
+    }
+}
