@@ -209,8 +209,18 @@ fn docker_published_port_behind_a_found_forward_chain_and_the_guard_from_contain
     assert_eq!(View::Save("iptables-nft-save").read(node), before);
 
     // 3. The guard: the store's port on the node is refused from outside and reachable from
-    //    containers, on Docker's default bridge (docker0) and on a network of its own (br-…).
+    //    containers, on Docker's default bridge (docker0) and on a network of its own (br-…),
+    //    each a bridge Docker reports when the host asks it on the apply.
     let _store = node.listen_tcp(STORE).expect("store listener on the node");
+    docker
+        .docker(&["network", "create", "labnet"])
+        .expect("a user-defined network");
+    let report = host.apply_with_docker(docker.docker_host(), &declaration(&[]));
+    let line = report["guard"].as_str().unwrap_or_default();
+    assert!(
+        line.contains(", docker0, br-") && !line.contains('*'),
+        "{report:#}"
+    );
     let public = node_public();
     expect(
         &net.outside,
@@ -219,9 +229,6 @@ fn docker_published_port_behind_a_found_forward_chain_and_the_guard_from_contain
         Probe::TimedOut,
         "store from outside",
     );
-    docker
-        .docker(&["network", "create", "labnet"])
-        .expect("a user-defined network");
     let bridges = run_ok(node, &["ip", "-o", "link", "show", "type", "bridge"]);
     assert!(
         bridges.contains(": docker0:") && bridges.contains(": br-"),
