@@ -27,7 +27,8 @@ pub fn firewall_status(state: Option<&State>) -> Result<Value> {
     let guard = match fw.socket() {
         Some(sock) => {
             let g = firewall::guard::status(sock).context("reading the guard")?;
-            json!({"present": g.present, "owned": g.owned, "orphan": g.orphan, "owner": g.owner, "rules": g.rules})
+            json!({"present": g.present, "plain": g.plain, "owned": g.owned, "orphan": g.orphan,
+                   "dormant": g.dormant, "owner": g.owner, "rules": g.rules})
         }
         None => json!({"present": false, "note": "the kernel has no nf_tables"}),
     };
@@ -138,18 +139,52 @@ pub fn render(v: &Value) -> String {
         }
     }
     let g = &v["guard"];
-    let state = if g["present"] != true {
-        "absent".to_string()
-    } else if g["owned"] == true {
-        format!("present, held by netlink port {}", g["owner"])
-    } else if g["orphan"] == true {
-        "present, orphaned (persists; reclaimed by the next host)".into()
-    } else {
-        "present, unowned".into()
-    };
+    let state = guard_state(g);
     let _ = writeln!(out, "\nguard           {state}");
     for r in g["rules"].as_array().into_iter().flatten() {
         let _ = writeln!(out, "  {}", r.as_str().unwrap_or(""));
     }
     out
+}
+
+/// The guard's table as a person reads it: what it is, and what a save, a reload and a flush do
+/// to it.
+fn guard_state(g: &Value) -> String {
+    if g["present"] != true {
+        "absent: nothing applied yet, or a flush of the ruleset removed it; the next apply or \
+         reconcile puts it back"
+            .into()
+    } else if g["owned"] == true {
+        format!(
+            "present, held by netlink port {} with the owner flag (an earlier version's holder): \
+             a ruleset saved now does not load again until it lets go",
+            g["owner"]
+        )
+    } else if g["orphan"] == true {
+        "present, an orphaned persist table of an earlier version: nft cannot load a ruleset \
+         saved with it; the next apply or reconcile replaces it with a plain table"
+            .into()
+    } else if g["dormant"] == true {
+        "present but dormant, so not in force; the next apply or reconcile replaces it".into()
+    } else {
+        "present, plain table: a saved ruleset carries it and restores it; a flush of the \
+         ruleset removes it until the next apply or reconcile"
+            .into()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    #[test]
+    fn the_guard_is_rendered_by_its_table() {
+        let render = |g: serde_json::Value| super::guard_state(&g);
+        assert!(render(json!({"present": false})).starts_with("absent"));
+        assert!(render(json!({"present": true, "plain": true})).starts_with("present, plain table"));
+        assert!(render(json!({"present": true, "owned": true, "owner": 7}))
+            .starts_with("present, held by netlink port 7"));
+        assert!(render(json!({"present": true, "orphan": true})).contains("orphaned"));
+        assert!(render(json!({"present": true, "dormant": true})).contains("dormant"));
+    }
 }

@@ -139,7 +139,14 @@ fn what_is_not_found_is_created_on_an_adopted_node() {
 fn a_held_file_that_changes_is_reported_and_not_reverted() {
     let node = Node::new();
     node.write("/etc/caddy/Caddyfile", "v1 by the predecessor\n");
-    node.apply(&decl("adopted", &[], json!([proxy_config("the mesh's\n")])));
+    // Each run's fresh namespace has no private interface, which the briefing would rightly
+    // mark failed; this node declares no private network, so the held line is the worst.
+    let mut d = decl("adopted", &[], json!([proxy_config("the mesh's\n")]));
+    d["settings"]
+        .as_object_mut()
+        .unwrap()
+        .remove("private_network");
+    node.apply(&d);
     // The predecessor's control, still running, writes the file again.
     node.write("/etc/caddy/Caddyfile", "v2 by the predecessor\n");
     let r = node.run(&["reconcile", "--json"]);
@@ -431,10 +438,17 @@ fn the_foundations_ports_are_never_moved_back_by_a_declaration() {
     custom["settings"]["ports"]["registry"] = json!(5001);
     let r = node.apply(&custom);
     assert!(
-        r.json()["guard"]
-            .as_str()
-            .unwrap()
-            .starts_with("refusing store 5432 and broker-management 15672 except on lo, mesh0"),
+        r.json()["guard"].as_str().unwrap().starts_with(
+            "refusing store 5432 and broker-management 15672 on this node's own addresses \
+                 except on lo, mesh0"
+        ),
+        "{}",
+        r.stdout
+    );
+    // The namespace the run had carries no mesh0: said, not ok.
+    assert_eq!(
+        r.json()["private_network"]["mark"],
+        "failed",
         "{}",
         r.stdout
     );

@@ -312,7 +312,8 @@ impl<'a> Firewall<'a> {
         }
         // A mesh table held by another live process (a resident host) is its holder's to write.
         let mesh_table = ruleset.table(Family::Inet, MESH_TABLE);
-        let held = mesh_table.is_some_and(|t| t.owner.is_some());
+        let ours = self.nf.as_ref().map(NfSocket::portid);
+        let held = mesh_table.is_some_and(|t| t.owner.is_some() && t.owner != ours);
         let mut plan = Plan {
             ruleset: Ruleset::default(),
             generation: self.nf.as_ref().map(|_| ruleset.generation),

@@ -1,23 +1,27 @@
 //! The guard: the mesh's own table that only refuses. It passes everything by default and holds
 //! nothing but refusals of the foundation's own ports (the store's and the broker's management
-//! port), except for packets arriving on loopback, the private network's interface or a
-//! container runtime's own networks — known by the interface, never by the source address alone.
+//! port) on the node's own addresses (`fib daddr type local`), except for packets arriving on
+//! loopback, the private network's interface or a bridge the container runtime reports — known
+//! by the interface, never by the source address alone, and never by a name pattern: an
+//! operator's bridge named `br-lan` is outside like any other interface.
 //!
 //! A guarded service that runs in a container is refused at its container's own port too: a
-//! packet from outside whose destination routes out through a runtime's network (`fib daddr
+//! packet from outside whose destination routes out through a runtime's bridge (`fib daddr
 //! oifname`), sent straight to a container's address rather than to the published host port, is
 //! dropped. Traffic the machine routes to other machines is never touched.
 //!
 //! It sits at prerouting ahead of the runtime's destination NAT, so it matches the port a packet
-//! was sent to, for both address families (an `inet` table). It is created with the owner and
-//! persist flags by the process that holds it, so `nft flush ruleset` by anyone else leaves it
-//! in place while the host runs, and it stays (an orphan) when the host exits, to be reclaimed by
-//! the next one.
+//! was sent to, for both address families (an `inet` table). It is a plain table, with neither the
+//! owner nor the persist flag: a ruleset saved with `nft list ruleset` carries it and loads again
+//! with `nft -f` (an owned table makes that load fail with EPERM, and nft 1.0.6 cannot parse the
+//! empty `flags` line it prints for an orphaned persist table), and a `flush ruleset` by another
+//! program removes it until the host's next apply or reconcile puts it back. An owned or orphaned
+//! table an earlier version left is replaced by the plain one in one transaction.
 
 use crate::detect::MESH_TABLE;
-use crate::error::{Errno, Error, Result};
+use crate::error::{Error, Result};
 use crate::netlink::{
-    BaseChain, Batch, Claim, CmpOp, Family, Hook, NfSocket, Position, RuleBody, TableFlags,
+    BaseChain, Batch, CmpOp, Family, Hook, NfSocket, Position, RuleBody, Table, TableFlags,
 };
 use crate::opening::{check_interface, Proto};
 
@@ -26,9 +30,6 @@ pub const GUARD_CHAIN: &str = "guard";
 
 /// Ahead of dstnat (-100), after conntrack (-200), so the packet's original port is matched.
 pub const GUARD_PRIORITY: i32 = -150;
-
-/// Interfaces of the container runtimes, whose traffic is the machine's own.
-pub const RUNTIME_INTERFACES: &[&str] = &["docker0", "br-*", "podman*", "cni-*"];
 
 /// One guarded service: the port it is refused at on the machine's own addresses, and the port it
 /// listens on inside its container (the same port for a service that runs on the host).
@@ -39,7 +40,7 @@ pub struct GuardedPort {
     pub proto: Proto,
     /// The port on the machine's own addresses (a container's published host port).
     pub host_port: u16,
-    /// The port inside its container, refused for packets routed to a runtime's network.
+    /// The port inside its container, refused for packets routed to a runtime's bridge.
     pub container_port: u16,
 }
 
@@ -48,19 +49,20 @@ pub struct GuardedPort {
 pub struct GuardSpec {
     /// The services refused from outside.
     pub ports: Vec<GuardedPort>,
-    /// Interfaces whose packets are not refused: loopback, the private network's interface, the
-    /// runtimes' networks.
+    /// Interfaces whose packets are not refused, by exact name: loopback, the private network's
+    /// interface, the runtime's bridges.
     pub allowed: Vec<String>,
-    /// The runtimes' networks (names or `prefix*` patterns), also in `allowed`: a packet from
-    /// outside whose destination routes out through one of them is refused at the guarded
-    /// services' container ports.
+    /// The bridges the container runtime reported, also in `allowed`: a packet from outside whose
+    /// destination routes out through one of them is refused at the guarded services' container
+    /// ports.
     pub runtimes: Vec<String>,
 }
 
 impl GuardSpec {
     /// The guard for a node: the store's and the broker's management ports, allowed from
-    /// loopback, the private network's interface and the runtimes' networks. The services'
-    /// container ports are their host ports until [`GuardSpec::container_ports`] says otherwise.
+    /// loopback and the private network's interface. The runtime's bridges are added with
+    /// [`GuardSpec::add_runtime_bridge`]; the services' container ports are their host ports
+    /// until [`GuardSpec::container_ports`] says otherwise.
     pub fn for_node(
         store: u16,
         broker_management: u16,
@@ -68,7 +70,6 @@ impl GuardSpec {
     ) -> GuardSpec {
         let mut allowed = vec!["lo".to_string()];
         allowed.extend(private_interface.map(str::to_string));
-        allowed.extend(RUNTIME_INTERFACES.iter().map(|s| s.to_string()));
         let port = |what: &str, port: u16| GuardedPort {
             what: what.into(),
             proto: Proto::Tcp,
@@ -81,7 +82,7 @@ impl GuardSpec {
                 port("broker-management", broker_management),
             ],
             allowed,
-            runtimes: RUNTIME_INTERFACES.iter().map(|s| s.to_string()).collect(),
+            runtimes: Vec::new(),
         }
     }
 
@@ -97,14 +98,10 @@ impl GuardSpec {
         self
     }
 
-    /// Lets a runtime's custom-named bridge through, and refuses the container ports routed to
-    /// it from outside; a name already covered (exactly or by a pattern) changes nothing.
+    /// Lets a bridge the runtime reported through, and refuses the container ports routed to it
+    /// from outside; a name already allowed changes nothing.
     pub fn add_runtime_bridge(&mut self, name: &str) {
-        let covered = self
-            .allowed
-            .iter()
-            .any(|a| a == name || a.strip_suffix('*').is_some_and(|p| name.starts_with(p)));
-        if !covered {
+        if !self.allowed.iter().any(|a| a == name) {
             self.allowed.push(name.to_string());
             self.runtimes.push(name.to_string());
         }
@@ -121,10 +118,22 @@ impl GuardSpec {
     fn bodies(&self) -> Result<Vec<RuleBody>> {
         let mut out = Vec::new();
         for i in self.allowed.iter().chain(&self.runtimes) {
-            check_interface(i).map_err(|reason| Error::InvalidOpening {
-                id: "guard".into(),
-                reason,
-            })?;
+            // Exact names only: a trailing `*` would be a prefix match, trusting every interface
+            // that merely looks like the runtime's.
+            check_interface(i)
+                .and_then(|()| {
+                    if i.ends_with('*') {
+                        Err(format!(
+                            "interface {i:?} is a pattern; the guard trusts no name pattern"
+                        ))
+                    } else {
+                        Ok(())
+                    }
+                })
+                .map_err(|reason| Error::InvalidOpening {
+                    id: "guard".into(),
+                    reason,
+                })?;
         }
         let dport = |b: RuleBody, proto: Proto, port: u16| match proto {
             Proto::Tcp => b.tcp_dport(port),
@@ -133,8 +142,10 @@ impl GuardSpec {
         for p in &self.ports {
             let proto = p.proto.as_str();
             let (what, port) = (&p.what, p.host_port);
+            // Only the node's own addresses: a packet the node routes to a machine behind it
+            // (a LAN's database on the same port) is not the node's traffic.
             out.push(
-                dport(self.outside(), p.proto, port)
+                dport(self.outside().fib_daddr_type_local(), p.proto, port)
                     .drop()
                     .comment(&format!("mesh-host:guard/{what}/{proto}/{port}")),
             );
@@ -159,16 +170,47 @@ impl GuardSpec {
     }
 }
 
+/// What [`ensure`] found of the guard's table and did with it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GuardTable {
+    /// There was none (never loaded, or removed by a flush of the ruleset); a plain one was
+    /// created.
+    Created,
+    /// A plain table was there already (left by an earlier apply, or restored from a saved
+    /// ruleset).
+    Present,
+    /// A table of an earlier version was there, orphaned (persist, no owner), owned by this
+    /// socket, or dormant; it was deleted and a plain one created in the same transaction.
+    Replaced(OldTable),
+    /// Another live process holds it with the owner flag (an earlier version's resident host):
+    /// it cannot be changed from here, it says what the settings say, and it is left to its
+    /// holder, whose netlink port this is.
+    HeldBy(u32),
+}
+
+/// The kind of old table [`GuardTable::Replaced`] replaced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OldTable {
+    Orphaned,
+    OwnedHere,
+    Dormant,
+}
+
+impl OldTable {
+    pub fn describe(self) -> &'static str {
+        match self {
+            OldTable::Orphaned => "an orphaned persist table of an earlier version",
+            OldTable::OwnedHere => "a table this process owned",
+            OldTable::Dormant => "a dormant table",
+        }
+    }
+}
+
 /// How the guard stands after [`ensure`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GuardReport {
-    /// Whether the table was created, reclaimed from an orphan, or already held by this socket;
-    /// `None` when the kernel has no persist flag and the table is a plain one.
-    pub claim: Option<Claim>,
-    /// The netlink port of another live holder (a resident host), when the table is held by it
-    /// and already says what `spec` says; the guard is then in force and left to its holder.
-    pub held_by: Option<u32>,
-    /// Whether its rules had to be written.
+    pub table: GuardTable,
+    /// Whether its table, chain or rules had to be written.
     pub changed: bool,
 }
 
@@ -176,35 +218,32 @@ pub struct GuardReport {
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct GuardStatus {
     pub present: bool,
+    /// A table with no flags: what this version loads.
+    pub plain: bool,
     pub owned: bool,
     pub orphan: bool,
+    pub dormant: bool,
     pub owner: Option<u32>,
     /// The marks of its rules, in order.
     pub rules: Vec<String>,
 }
 
-/// Puts the guard in place as `spec` says, holding its table on `sock`; idempotent.
+/// Puts the guard in place as `spec` says, in a plain table; idempotent.
 pub fn ensure(sock: &mut NfSocket, spec: &GuardSpec) -> Result<GuardReport> {
     let bodies = spec.bodies()?;
-    let claim = match sock.claim_table(Family::Inet, MESH_TABLE) {
-        Ok(c) => Some(c),
-        // A kernel before 6.9 has no persist flag: an owner-only table would vanish when this
-        // process exits, so the guard falls back to a plain table (reported as unowned).
-        Err(Error::Refused {
-            errno: Errno(e), ..
-        }) if e == libc::EOPNOTSUPP || e == libc::EINVAL => {
-            let mut b = Batch::new();
-            b.add_table(Family::Inet, MESH_TABLE, TableFlags::NONE)?;
-            sock.send(&b)?;
-            None
-        }
-        // Another live process holds the guard (a resident host): it cannot be changed from
-        // here, but it can be read. If it already refuses what it should, it is in force.
-        Err(Error::TableOwned { owner, .. }) => {
+    let existing: Option<Table> = sock
+        .tables(Some(Family::Inet))?
+        .into_iter()
+        .find(|t| t.name == MESH_TABLE);
+    let table = match &existing {
+        None => GuardTable::Created,
+        // Another live process holds the guard: it cannot be changed from here, but it can be
+        // read. If it already refuses what it should, it is in force.
+        Some(t) if t.is_owned() && t.owner != Some(sock.portid()) => {
+            let owner = t.owner.unwrap_or(0);
             return if in_force(sock, &bodies)? {
                 Ok(GuardReport {
-                    claim: None,
-                    held_by: Some(owner),
+                    table: GuardTable::HeldBy(owner),
                     changed: false,
                 })
             } else {
@@ -216,32 +255,42 @@ pub fn ensure(sock: &mut NfSocket, spec: &GuardSpec) -> Result<GuardReport> {
                 })
             };
         }
-        Err(e) => return Err(e),
+        Some(t) if t.is_owned() => GuardTable::Replaced(OldTable::OwnedHere),
+        Some(t) if t.is_orphan() => GuardTable::Replaced(OldTable::Orphaned),
+        Some(t) if t.flags != TableFlags::NONE => GuardTable::Replaced(OldTable::Dormant),
+        Some(_) => GuardTable::Present,
     };
-    if in_force(sock, &bodies)? {
+    if table == GuardTable::Present && in_force(sock, &bodies)? {
         return Ok(GuardReport {
-            claim,
-            held_by: None,
+            table,
             changed: false,
         });
     }
     let base = BaseChain::filter(Hook::Prerouting, GUARD_PRIORITY);
-    let chain = sock
-        .chains(Some(Family::Inet))?
-        .into_iter()
-        .find(|c| c.table == MESH_TABLE && c.name == GUARD_CHAIN);
-    let chain_ok = chain.as_ref().is_some_and(|c| {
-        c.hook
-            .as_ref()
-            .is_some_and(|h| h.hook == Hook::Prerouting && h.priority == GUARD_PRIORITY)
-            && c.policy == Some(base.policy)
-    });
-    // One transaction: the chain, emptied, then its refusals; there is no moment without them.
+    // One transaction: the old table (if any) deleted, the plain one with its chain emptied, then
+    // the refusals; there is no moment without them.
     let mut batch = Batch::new();
-    if chain.is_some() && !chain_ok {
-        batch.flush(Family::Inet, MESH_TABLE, Some(GUARD_CHAIN))?;
-        batch.del_chain(Family::Inet, MESH_TABLE, GUARD_CHAIN)?;
+    match table {
+        GuardTable::Replaced(_) => batch.del_table(Family::Inet, MESH_TABLE)?,
+        GuardTable::Present => {
+            let chain = sock
+                .chains(Some(Family::Inet))?
+                .into_iter()
+                .find(|c| c.table == MESH_TABLE && c.name == GUARD_CHAIN);
+            let chain_ok = chain.as_ref().is_some_and(|c| {
+                c.hook
+                    .as_ref()
+                    .is_some_and(|h| h.hook == Hook::Prerouting && h.priority == GUARD_PRIORITY)
+                    && c.policy == Some(base.policy)
+            });
+            if chain.is_some() && !chain_ok {
+                batch.flush(Family::Inet, MESH_TABLE, Some(GUARD_CHAIN))?;
+                batch.del_chain(Family::Inet, MESH_TABLE, GUARD_CHAIN)?;
+            }
+        }
+        GuardTable::Created | GuardTable::HeldBy(_) => {}
     }
+    batch.add_table(Family::Inet, MESH_TABLE, TableFlags::NONE)?;
     batch.add_chain(Family::Inet, MESH_TABLE, GUARD_CHAIN, Some(&base))?;
     batch.flush(Family::Inet, MESH_TABLE, Some(GUARD_CHAIN))?;
     for b in &bodies {
@@ -249,8 +298,7 @@ pub fn ensure(sock: &mut NfSocket, spec: &GuardSpec) -> Result<GuardReport> {
     }
     sock.send(&batch)?;
     Ok(GuardReport {
-        claim,
-        held_by: None,
+        table,
         changed: true,
     })
 }
@@ -293,8 +341,10 @@ pub fn status(sock: &mut NfSocket) -> Result<GuardStatus> {
         .collect();
     Ok(GuardStatus {
         present: true,
+        plain: table.flags == TableFlags::NONE,
         owned: table.is_owned(),
         orphan: table.is_orphan(),
+        dormant: table.flags.contains(TableFlags::DORMANT),
         owner: table.owner,
         rules,
     })
@@ -305,44 +355,76 @@ mod tests {
     use super::*;
 
     #[test]
-    fn each_port_is_refused_on_the_host_then_at_its_container_port_per_runtime() {
+    fn each_port_is_refused_on_the_nodes_own_addresses_then_at_its_container_port_per_bridge() {
         let mut spec = GuardSpec::for_node(15432, 15672, Some("wg0")).container_ports(5432, 15672);
+        spec.add_runtime_bridge("docker0");
         spec.add_runtime_bridge("lanbr");
-        spec.add_runtime_bridge("br-x");
+        spec.add_runtime_bridge("docker0");
         let marks: Vec<String> = spec
             .bodies()
             .unwrap()
             .into_iter()
             .map(|b| b.comment.unwrap())
             .collect();
-        let mut want = vec!["mesh-host:guard/store/tcp/15432".to_string()];
-        for rt in ["docker0", "br-*", "podman*", "cni-*", "lanbr"] {
-            want.push(format!("mesh-host:guard/store/container/tcp/5432/{rt}"));
-        }
-        want.push("mesh-host:guard/broker-management/tcp/15672".into());
-        for rt in ["docker0", "br-*", "podman*", "cni-*", "lanbr"] {
-            want.push(format!(
-                "mesh-host:guard/broker-management/container/tcp/15672/{rt}"
-            ));
-        }
-        assert_eq!(marks, want);
         assert_eq!(
-            spec.allowed,
-            ["lo", "wg0", "docker0", "br-*", "podman*", "cni-*", "lanbr"]
+            marks,
+            [
+                "mesh-host:guard/store/tcp/15432",
+                "mesh-host:guard/store/container/tcp/5432/docker0",
+                "mesh-host:guard/store/container/tcp/5432/lanbr",
+                "mesh-host:guard/broker-management/tcp/15672",
+                "mesh-host:guard/broker-management/container/tcp/15672/docker0",
+                "mesh-host:guard/broker-management/container/tcp/15672/lanbr",
+            ]
         );
-        // The container refusal: every allowed interface, then the route's interface, then the port.
-        let body = &spec.bodies().unwrap()[1];
-        let want = RuleBody::new()
-            .iifname_ne("lo")
-            .iifname_ne("wg0")
-            .iifname_ne("docker0")
-            .iifname_ne("br-*")
-            .iifname_ne("podman*")
-            .iifname_ne("cni-*")
-            .iifname_ne("lanbr")
+        assert_eq!(spec.allowed, ["lo", "wg0", "docker0", "lanbr"]);
+        let outside = || {
+            RuleBody::new()
+                .iifname_ne("lo")
+                .iifname_ne("wg0")
+                .iifname_ne("docker0")
+                .iifname_ne("lanbr")
+        };
+        let bodies = spec.bodies().unwrap();
+        // The host port: every allowed interface, then "the destination is this node", then the
+        // port.
+        let want = outside().fib_daddr_type_local().tcp_dport(15432).drop();
+        assert_eq!(bodies[0].exprs, want.exprs);
+        // The container refusal: every allowed interface, then the route's interface, then the
+        // port.
+        let want = outside()
             .fib_daddr_oifname(CmpOp::Eq, "docker0")
             .tcp_dport(5432)
             .drop();
-        assert_eq!(body.exprs, want.exprs);
+        assert_eq!(bodies[1].exprs, want.exprs);
+    }
+
+    #[test]
+    fn with_no_runtime_only_loopback_and_the_private_interface_pass() {
+        let spec = GuardSpec::for_node(5432, 15672, Some("mesh0"));
+        assert_eq!(spec.allowed, ["lo", "mesh0"]);
+        assert!(spec.runtimes.is_empty());
+        let marks: Vec<String> = spec
+            .bodies()
+            .unwrap()
+            .into_iter()
+            .map(|b| b.comment.unwrap())
+            .collect();
+        assert_eq!(
+            marks,
+            [
+                "mesh-host:guard/store/tcp/5432",
+                "mesh-host:guard/broker-management/tcp/15672"
+            ]
+        );
+        assert_eq!(GuardSpec::for_node(5432, 15672, None).allowed, ["lo"]);
+    }
+
+    #[test]
+    fn a_name_pattern_is_never_let_through() {
+        let mut spec = GuardSpec::for_node(5432, 15672, Some("mesh0"));
+        spec.add_runtime_bridge("br-*");
+        let err = spec.bodies().unwrap_err().to_string();
+        assert!(err.contains("br-*") && err.contains("pattern"), "{err}");
     }
 }

@@ -18,7 +18,7 @@ pub use detect::{Backend, Found, Layer, MESH_TABLE};
 pub use engine::{Converged, Firewall, Presence, Scope, State};
 pub use error::{Errno, Error, Result};
 pub use exec::{Exec, Output, RecordingExec, SystemExec};
-pub use guard::{GuardReport, GuardSpec, GuardStatus, GuardedPort};
+pub use guard::{GuardReport, GuardSpec, GuardStatus, GuardTable, GuardedPort, OldTable};
 pub use netlink::{
     BaseChain, Batch, Chain, ChainHook, ChainType, Claim, CmpOp, CtDirection, CtKey, CtState,
     Event, Expr, Family, Generation, Hook, ImmediateData, L4Proto, MetaKey, NfMonitor, NfSocket,

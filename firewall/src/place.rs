@@ -53,6 +53,10 @@ pub struct Seen {
     /// DOCKER-USER refuses everything from outside), while an accept or a jump by interface is
     /// particular.
     pub by_iface: bool,
+    /// It matches on the address family or ethertype (`meta nfproto`, `meta protocol`): a
+    /// refusal so narrowed is a catch-all for that family, an accept is particular (`meta
+    /// protocol arp accept` in a netdev chain accepts no opening's packet).
+    pub by_family: bool,
     /// It matches on anything else that narrows what it applies to: addresses, sets, marks,
     /// rates, or something this crate does not read.
     pub narrow: bool,
@@ -73,6 +77,7 @@ impl Seen {
             new_ok: true,
             dnat_only: false,
             by_iface: false,
+            by_family: false,
             narrow: false,
             mark: None,
             text: text.to_string(),
@@ -137,7 +142,7 @@ pub fn fit(r: &Seen, w: &Want) -> Fit {
     if r.dnat_only && !w.forwarded {
         return Fit::No;
     }
-    if r.narrow || (r.by_iface && r.does != Does::Refuse) {
+    if r.narrow || ((r.by_iface || r.by_family) && r.does != Does::Refuse) {
         Fit::Some
     } else if port {
         Fit::Port
@@ -438,7 +443,7 @@ fn cmp(s: &mut Seen, reg: Reg, op: CmpOp, data: &[u8]) {
         || (data.len() == 4).then(|| u32::from_ne_bytes([data[0], data[1], data[2], data[3]]));
     match (reg, op) {
         (Reg::L4Proto, CmpOp::Eq) if data.len() == 1 => s.proto = Some(data[0]),
-        (Reg::Family, _) => {}
+        (Reg::Family, _) => s.by_family = true,
         (Reg::Iface, CmpOp::Eq | CmpOp::Neq) => s.by_iface = true,
         (Reg::DPort, CmpOp::Eq) => match be16() {
             Some(p) => s.dports = Some(vec![p]),

@@ -112,6 +112,16 @@ fn constructs() -> Vec<(RuleBody, &'static str)> {
             "iifname != \"lo\" iifname != \"wg0\" fib daddr oifname \"docker0\" tcp dport 5432 drop",
         ),
         (
+            // The guard's refusal of a port on the node's own addresses.
+            RuleBody::new()
+                .iifname_ne("lo")
+                .iifname_ne("wg0")
+                .fib_daddr_type_local()
+                .tcp_dport(5432)
+                .drop(),
+            "iifname != \"lo\" iifname != \"wg0\" fib daddr type local tcp dport 5432 drop",
+        ),
+        (
             RuleBody::new().iifname_ne("lo").iifname_ne("wg0").iifname_ne("docker0").iifname_ne("br-*").tcp_dport(5432).drop(),
             "iifname != \"lo\" iifname != \"wg0\" iifname != \"docker0\" iifname != \"br-*\" tcp dport 5432 drop",
         ),

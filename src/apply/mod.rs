@@ -260,7 +260,11 @@ fn apply_locked(
         // outside, whatever else this apply does.
         if decl.mode == Mode::Adopted {
             if let Some(settings) = cx.store.state.settings.clone() {
-                let result = opening::ensure_guard(&mut cx, &settings);
+                let guarded = opening::ensure_guard(&mut cx, &settings);
+                report.private_network = guarded
+                    .private
+                    .map(|(mark, detail)| report::Said { mark, detail });
+                let result = guarded.line;
                 report.guard = Some(match &result {
                     Ok(line) => line.clone(),
                     Err(e) => format!("failed: {e}"),
@@ -611,6 +615,22 @@ fn brief(store: &Store, decl: &Declaration, report: &Report) -> Briefing {
              declaration, and run `mesh-host reconcile`.",
             n.id, n.layer, n.why
         ));
+    }
+    if let Some(p) = &report.private_network {
+        lines.push(Line {
+            mark: p.mark,
+            subject: "private network".into(),
+            detail: p.detail.clone(),
+        });
+        if p.mark != Mark::Ok {
+            look_at.push(format!(
+                "The private network is not where the settings say: {}. Correct \
+                 settings.private_network (or bring the interface up with its address) and run \
+                 `mesh-host reconcile`; until then the guard refuses the store and the broker's \
+                 management on every interface but loopback and the declared one.",
+                p.detail
+            ));
+        }
     }
     if let Some(e) = report.failed() {
         lines.push(Line {

@@ -2,9 +2,11 @@
 //! terms, on every layer of its path that could drop it; and the guard on an adopted node.
 
 use super::{Cx, Done, NotAdmitted, Outcome};
+use crate::briefing::Mark;
 use crate::declaration::{self, FromName, OpeningSpec, PathKind, Resource, Settings, Shape};
 use crate::store::Owned;
-use firewall::{Firewall, GuardSpec, Network, Opening, Scope, State, SystemExec};
+use firewall::{Firewall, GuardSpec, GuardTable, Network, Opening, Scope, State, SystemExec};
+use std::net::IpAddr;
 
 static EXEC: SystemExec = SystemExec;
 
@@ -215,30 +217,60 @@ fn container_port(resources: &[Resource], host_port: u16) -> u16 {
         .map_or(host_port, |p| p.container_port)
 }
 
-/// Ensures the guard; returns a line for the briefing.
-pub(super) fn ensure_guard(cx: &mut Cx<'_>, settings: &Settings) -> Result<String, String> {
+/// What ensuring the guard said: its own line, and how the declared private network's interface
+/// stands on this machine (when the settings have a private network).
+pub(super) struct Guarded {
+    pub line: Result<String, String>,
+    pub private: Option<(Mark, String)>,
+}
+
+/// Ensures the guard and checks the private network's interface it lets through.
+pub(super) fn ensure_guard(cx: &mut Cx<'_>, settings: &Settings) -> Guarded {
+    // The links of this thread's namespace, with their addresses, over rtnetlink (sysfs would
+    // show the namespace it was mounted in).
+    let interfaces = ::genesis::inventory::interfaces().map_err(|e| e.to_string());
+    let private = settings
+        .private_network
+        .as_ref()
+        .map(|p| match &interfaces {
+            Ok(ifs) => check_private(&p.interface, &p.range, ifs),
+            Err(e) => (
+                Mark::Unknown,
+                format!(
+                "could not read this node's interfaces to check the private network's interface {} \
+                 and range {}: {e}",
+                p.interface, p.range
+            ),
+            ),
+        });
+    Guarded {
+        line: load_guard(cx, settings, interfaces.as_deref().unwrap_or_default()),
+        private,
+    }
+}
+
+fn load_guard(
+    cx: &mut Cx<'_>,
+    settings: &Settings,
+    interfaces: &[::genesis::inventory::Interface],
+) -> Result<String, String> {
     let mut spec = guard_spec(settings, &cx.decl.resources);
-    // The runtime's own bridges are the machine's too; the default names are already patterns
-    // in the guard, a custom-named bridge is asked of the runtime. A runtime that does not answer
-    // leaves the defaults.
+    // The runtime's own bridges are the machine's too, asked of the runtime on every apply; no
+    // name is trusted for what it looks like. A runtime that does not answer adds none.
     let reported = crate::system::container_runtime(cx.runner)
         .ok()
         .and_then(|rt| rt.bridges().ok())
         .unwrap_or_default();
     // Only a name that is a bridge on this machine is let through: a runtime's answer naming
-    // the uplink (a macvlan's parent) must never open the guard to the outside. The inventory
-    // reads the links of this thread's namespace over rtnetlink (sysfs would show the namespace
-    // it was mounted in); if it cannot be read, no custom name is added.
-    let here: Vec<String> = ::genesis::inventory::interfaces()
-        .map(|ifs| {
-            ifs.into_iter()
-                .filter(|i| i.kind == ::genesis::inventory::InterfaceKind::Bridge)
-                .map(|i| i.name)
-                .collect()
-        })
-        .unwrap_or_default();
+    // the uplink (a macvlan's parent) must never open the guard to the outside. If the links
+    // cannot be read, no bridge is added.
+    let here: Vec<String> = interfaces
+        .iter()
+        .filter(|i| i.kind == ::genesis::inventory::InterfaceKind::Bridge)
+        .map(|i| i.name.clone())
+        .collect();
     for b in real_bridges(reported, &here) {
-        if firewall::opening::check_interface(&b).is_ok() {
+        if firewall::opening::check_interface(&b).is_ok() && !b.ends_with('*') {
             spec.add_runtime_bridge(&b);
         }
     }
@@ -248,10 +280,13 @@ pub(super) fn ensure_guard(cx: &mut Cx<'_>, settings: &Settings) -> Result<Strin
         .ok_or("the kernel has no nf_tables, so the guard cannot be loaded")?;
     let report =
         firewall::guard::ensure(sock, &spec).map_err(|e| format!("loading the guard: {e}"))?;
-    let held = match (report.claim, report.held_by) {
-        (_, Some(port)) => format!("held by another process, netlink port {port}, and in force"),
-        (Some(c), None) => format!("{c:?}").to_lowercase(),
-        (None, None) => "plain table: this kernel has no persist flag".into(),
+    let table = match report.table {
+        GuardTable::Created => "created".to_string(),
+        GuardTable::Present => "plain table".to_string(),
+        GuardTable::Replaced(old) => format!("replaced {} with a plain table", old.describe()),
+        GuardTable::HeldBy(port) => {
+            format!("held by another process, netlink port {port}, and in force")
+        }
     };
     let ports: Vec<String> = spec
         .ports
@@ -267,18 +302,92 @@ pub(super) fn ensure_guard(cx: &mut Cx<'_>, settings: &Settings) -> Result<Strin
             }
         })
         .collect();
+    let containers = if spec.runtimes.is_empty() {
+        "no runtime bridge reported".to_string()
+    } else {
+        format!(
+            "at the container ports routed to {}",
+            spec.runtimes.join(", ")
+        )
+    };
     Ok(format!(
-        "refusing {} except on {}, and at the container ports routed to {} ({}; {})",
+        "refusing {} on this node's own addresses except on {}, and {} ({}; {})",
         ports.join(" and "),
         spec.allowed.join(", "),
-        spec.runtimes.join(", "),
-        held,
+        containers,
+        table,
         if report.changed {
             "written"
         } else {
             "unchanged"
         }
     ))
+}
+
+/// How the declared private interface stands among this node's `interfaces`: it must exist and
+/// carry an address in the private range, or the guard lets the wrong interface through (and the
+/// peers, arriving elsewhere, are refused). Where the range does live is named.
+pub fn check_private(
+    iface: &str,
+    range: &str,
+    interfaces: &[::genesis::inventory::Interface],
+) -> (Mark, String) {
+    let Ok((net, len)) = declaration::validate::parse_cidr(range, false) else {
+        return (
+            Mark::Unknown,
+            format!("the private range {range:?} is not a network"),
+        );
+    };
+    let within = |a: &IpAddr| match (a, net) {
+        (IpAddr::V4(a), IpAddr::V4(n)) => {
+            len == 0 || u32::from(*a) >> (32 - len as u32) == u32::from(n) >> (32 - len as u32)
+        }
+        (IpAddr::V6(a), IpAddr::V6(n)) => {
+            len == 0 || u128::from(*a) >> (128 - len as u32) == u128::from(n) >> (128 - len as u32)
+        }
+        _ => false,
+    };
+    let carrying = |i: &::genesis::inventory::Interface| {
+        i.addresses
+            .iter()
+            .find(|a| within(&a.address))
+            .map(|a| a.to_string())
+    };
+    let elsewhere: Vec<String> = interfaces
+        .iter()
+        .filter(|i| i.name != iface)
+        .filter_map(|i| carrying(i).map(|a| format!("{} ({a})", i.name)))
+        .collect();
+    let lives = if elsewhere.is_empty() {
+        format!("no interface of this node carries {range}")
+    } else {
+        format!(
+            "{range} is on {}, which the guard does not let through: the store and the broker's \
+             management are refused there too",
+            elsewhere.join(", ")
+        )
+    };
+    match interfaces.iter().find(|i| i.name == iface) {
+        None => (
+            Mark::Failed,
+            format!("the private network's interface {iface} does not exist on this node; {lives}"),
+        ),
+        Some(i) => match carrying(i) {
+            Some(a) => (
+                Mark::Ok,
+                format!(
+                    "{iface} carries {a} in the private range {range}; the guard lets it through"
+                ),
+            ),
+            None => (
+                Mark::Failed,
+                format!(
+                    "the private network's interface {iface} carries no address in the private \
+                     range {range}; {lives}"
+                ),
+            ),
+        },
+    }
 }
 
 /// The names a runtime reported that are bridges on this machine (`bridges`), in order.
@@ -404,6 +513,68 @@ mod tests {
                 container(15432, 5433, Proto::Tcp)
             ]),
             [(15432, 5433), (15672, 15672)]
+        );
+    }
+
+    fn iface(name: &str, addrs: &[&str]) -> genesis::inventory::Interface {
+        genesis::inventory::Interface {
+            index: 1,
+            name: name.into(),
+            kind: genesis::inventory::InterfaceKind::Veth,
+            up: true,
+            mtu: 1500,
+            mac: None,
+            master: None,
+            addresses: addrs
+                .iter()
+                .map(|a| {
+                    let (ip, len) = a.split_once('/').unwrap();
+                    genesis::inventory::InterfaceAddress {
+                        address: ip.parse().unwrap(),
+                        prefix_len: len.parse().unwrap(),
+                    }
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn the_private_interface_must_exist_and_carry_the_range() {
+        use crate::briefing::Mark;
+        let ifs = [
+            iface("lo", &["127.0.0.1/8", "::1/128"]),
+            iface("eth0", &["192.0.2.10/24"]),
+            iface("mesh0", &["10.77.0.1/24", "fd77::1/64"]),
+        ];
+        let (mark, said) = super::check_private("mesh0", "10.77.0.0/24", &ifs);
+        assert_eq!(mark, Mark::Ok, "{said}");
+        assert!(said.contains("10.77.0.1/24"), "{said}");
+        let (mark, said) = super::check_private("mesh0", "fd77::/64", &ifs);
+        assert_eq!(mark, Mark::Ok, "{said}");
+
+        // Declared wg0, the range on mesh0: not ok, naming both and where the range is.
+        let (mark, said) = super::check_private("wg0", "10.77.0.0/24", &ifs);
+        assert_eq!(mark, Mark::Failed);
+        assert_eq!(
+            said,
+            "the private network's interface wg0 does not exist on this node; 10.77.0.0/24 is on \
+             mesh0 (10.77.0.1/24), which the guard does not let through: the store and the \
+             broker's management are refused there too"
+        );
+        // Declared eth0, which exists but carries another network.
+        let (mark, said) = super::check_private("eth0", "10.77.0.0/24", &ifs);
+        assert_eq!(mark, Mark::Failed);
+        assert!(
+            said.contains("eth0 carries no address in the private range 10.77.0.0/24")
+                && said.contains("is on mesh0"),
+            "{said}"
+        );
+        // A range no interface carries; a neighbouring network is not inside it.
+        let (mark, said) = super::check_private("mesh0", "10.77.1.0/24", &ifs);
+        assert_eq!(mark, Mark::Failed);
+        assert!(
+            said.ends_with("no interface of this node carries 10.77.1.0/24"),
+            "{said}"
         );
     }
 

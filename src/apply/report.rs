@@ -48,6 +48,13 @@ pub struct Entry {
     pub detail: String,
 }
 
+/// A line the apply says about the machine beside its resources, with its briefing mark.
+#[derive(Serialize, Debug, Clone)]
+pub struct Said {
+    pub mark: crate::briefing::Mark,
+    pub detail: String,
+}
+
 #[derive(Serialize, Debug, Clone)]
 pub struct Report {
     pub node: String,
@@ -60,6 +67,10 @@ pub struct Report {
     /// operator's own refusal of the port, or a table the host cannot write.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub not_admitted: Vec<NotAdmitted>,
+    /// How the declared private network's interface stands (the one the guard lets through), on
+    /// an adopted node with a private network.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub private_network: Option<Said>,
     pub entries: Vec<Entry>,
 }
 
@@ -76,6 +87,7 @@ impl Report {
         Report {
             guard: None,
             not_admitted: Vec::new(),
+            private_network: None,
             node: decl.node.clone(),
             mode: decl.mode.as_str(),
             source,
@@ -164,6 +176,9 @@ impl Report {
         );
         if let Some(g) = &self.guard {
             let _ = writeln!(out, "guard: {g}");
+        }
+        if let Some(p) = &self.private_network {
+            let _ = writeln!(out, "private network ({}): {}", p.mark.as_str(), p.detail);
         }
         if let Some(f) = self.failed() {
             let _ = writeln!(out, "the apply stopped at {}: {}", f.id, f.detail);

@@ -147,8 +147,10 @@ fn docker_published_port_behind_a_found_forward_chain_and_the_guard_from_contain
         assert_eq!(&view.read(node), before, "{view:?}: restored exactly");
     }
 
-    // 2. The operator drops forwarded traffic in DOCKER-USER instead, through iptables: the
-    //    opening goes in ahead of the jump there, in iptables' own terms.
+    // 2. The operator drops forwarded traffic from outside in DOCKER-USER instead, through
+    //    iptables (Docker's documented way): that drop is the catch-all for what arrives on the
+    //    outside interface, so the opening goes just before it in DOCKER-USER, in iptables' own
+    //    terms; FORWARD itself is not touched.
     run_ok(node, &["nft", "delete", "table", "inet", "filter"]);
     run_ok(
         node,
@@ -177,7 +179,7 @@ fn docker_published_port_behind_a_found_forward_chain_and_the_guard_from_contain
         &v4,
         PUBLISHED,
         Probe::Reached,
-        "opened ahead of DOCKER-USER",
+        "opened in DOCKER-USER, before its drop",
     );
     let status = host.status();
     assert_eq!(
@@ -189,7 +191,7 @@ fn docker_published_port_behind_a_found_forward_chain_and_the_guard_from_contain
     assert_eq!(
         marked_lines(&now),
         [format!(
-            "-A FORWARD -p tcp -m conntrack --ctstate DNAT --ctorigdstport {PUBLISHED} -m comment --comment \"{}\" -j ACCEPT",
+            "-A DOCKER-USER -p tcp -m conntrack --ctstate DNAT --ctorigdstport {PUBLISHED} -m comment --comment \"{}\" -j ACCEPT",
             marked_lines(&now)
                 .first()
                 .and_then(|l| l.split('"').nth(1))
@@ -198,6 +200,11 @@ fn docker_published_port_behind_a_found_forward_chain_and_the_guard_from_contain
         "{now}"
     );
     assert_eq!(without_marked(&now), before);
+    let user: Vec<&str> = now.lines().filter(|l| l.starts_with("-A DOCKER-USER")).collect();
+    assert!(
+        user.len() >= 2 && is_marked(user[0]) && user[1] == format!("-A DOCKER-USER -i {PUBLIC_IF} -j DROP"),
+        "the opening sits just before the operator's drop:\n{now}"
+    );
     host.apply(&declaration(&[]));
     expect(
         &net.outside,
@@ -209,8 +216,18 @@ fn docker_published_port_behind_a_found_forward_chain_and_the_guard_from_contain
     assert_eq!(View::Save("iptables-nft-save").read(node), before);
 
     // 3. The guard: the store's port on the node is refused from outside and reachable from
-    //    containers, on Docker's default bridge (docker0) and on a network of its own (br-…).
+    //    containers, on Docker's default bridge (docker0) and on a network of its own (br-…),
+    //    each a bridge Docker reports when the host asks it on the apply.
     let _store = node.listen_tcp(STORE).expect("store listener on the node");
+    docker
+        .docker(&["network", "create", "labnet"])
+        .expect("a user-defined network");
+    let report = host.apply_with_docker(docker.docker_host(), &declaration(&[]));
+    let line = report["guard"].as_str().unwrap_or_default();
+    assert!(
+        line.contains(", docker0, br-") && !line.contains('*'),
+        "{report:#}"
+    );
     let public = node_public();
     expect(
         &net.outside,
@@ -219,9 +236,6 @@ fn docker_published_port_behind_a_found_forward_chain_and_the_guard_from_contain
         Probe::TimedOut,
         "store from outside",
     );
-    docker
-        .docker(&["network", "create", "labnet"])
-        .expect("a user-defined network");
     let bridges = run_ok(node, &["ip", "-o", "link", "show", "type", "bridge"]);
     assert!(
         bridges.contains(": docker0:") && bridges.contains(": br-"),

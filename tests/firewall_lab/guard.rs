@@ -1,6 +1,7 @@
-//! The guard: the foundation's own ports refused from outside, whatever the source address says,
-//! and reachable over the private network, loopback and the runtimes' networks; held, orphaned and
-//! reclaimed.
+//! The guard: the foundation's own ports refused from outside, whatever the source address says
+//! or an interface is named, and reachable over the private network and loopback; a plain table
+//! that a saved ruleset carries and restores, that a flush removes and the next reconcile puts
+//! back, and that replaces an earlier version's orphaned table.
 
 use super::*;
 
@@ -110,17 +111,9 @@ fn the_guard_refuses_the_foundations_ports_except_from_the_private_network_and_t
         "the node to its own public address (over lo)",
     );
 
-    // Runtimes' networks are known by their interface names: Podman's (netavark's podman0…, and
-    // CNI's cni-…) pass, like Docker's (in the Docker test); an interface of any other name is
-    // outside, whatever addresses it carries.
-    for (n, (ifname, want)) in [
-        ("podman1", Probe::Reached),
-        ("cni-podman0", Probe::Reached),
-        ("veth-other", Probe::TimedOut),
-    ]
-    .into_iter()
-    .enumerate()
-    {
+    // No interface is trusted for its name: one named like Podman's (netavark's podman1, CNI's
+    // cni-podman0) is outside, since no runtime here reports it, like any other.
+    for (n, ifname) in ["podman1", "cni-podman0"].into_iter().enumerate() {
         let ctr = lab
             .machine(&format!("ctr{n}"))
             .expect("a container's namespace");
@@ -130,7 +123,7 @@ fn the_guard_refuses_the_foundations_ports_except_from_the_private_network_and_t
         let ctr_side: IpAddr = format!("10.88.{n}.2").parse().unwrap();
         node.add_address(ifname, node_side, 24).unwrap();
         ctr.add_address("eth0", ctr_side, 24).unwrap();
-        expect(&ctr, &[node_side], STORE, want, ifname);
+        expect(&ctr, &[node_side], STORE, Probe::TimedOut, ifname);
         expect(&ctr, &[node_side], SERVED, Probe::Reached, ifname);
     }
 
@@ -188,87 +181,21 @@ fn the_guard_refuses_the_foundations_ports_except_from_the_private_network_and_t
     );
     run_ok(node, &["nft", "delete", "table", "inet", "watch"]);
 
-    // The apply exited, so the guard is an orphan: persistent, owned by no one.
+    // The apply exited; the guard is a plain table, owned by no one and with no flags.
     let g = guard_state(&host);
     assert_eq!(
-        (&g["present"], &g["orphan"], &g["owned"]),
-        (&json!(true), &json!(true), &json!(false)),
+        (&g["present"], &g["plain"], &g["owned"], &g["orphan"]),
+        (&json!(true), &json!(true), &json!(false), &json!(false)),
         "{g:#}"
     );
-
-    // A holder: a socket opened in the node's namespace that keeps the table, as the resident
-    // host will. It reclaims the orphan without rewriting it.
-    let spec = GuardSpec::for_node(STORE, BROKER_MANAGEMENT, Some(PRIVATE_IF));
-    let mut holder = node
-        .in_namespace(NfSocket::open)
-        .expect("entering the node")
-        .expect("a netlink socket in the node");
-    let held = firewall::guard::ensure(&mut holder, &spec).expect("holding the guard");
-    assert_eq!(held.claim, Some(firewall::Claim::Reclaimed));
-    assert!(!held.changed, "the guard the apply left was already right");
-    let g = guard_state(&host);
-    assert_eq!(g["owned"], true, "{g:#}");
-    assert_eq!(g["owner"], holder.portid(), "{g:#}");
-
-    // Another process flushes the whole ruleset while the holder runs: the guard stays, and so
-    // does the refusal. It cannot delete the table either.
-    run_ok(node, &["nft", "flush", "ruleset"]);
-    assert_eq!(guard_state(&host)["present"], true);
-    expect(
-        &net.outside,
-        &public,
-        STORE,
-        Probe::TimedOut,
-        "after a flush while held",
-    );
-    let deleted = node
-        .run(&["nft", "delete", "table", "inet", "mesh_host"])
-        .unwrap();
-    assert!(!deleted.success(), "another process deleted a held guard");
-    expect(
-        &net.peer,
-        &private,
-        STORE,
-        Probe::Reached,
-        "private network while held",
-    );
-
-    // The holder exits: the guard persists as an orphan and still refuses.
-    drop(holder);
-    let g = guard_state(&host);
-    assert_eq!(
-        (&g["present"], &g["orphan"], &g["owned"]),
-        (&json!(true), &json!(true), &json!(false)),
-        "{g:#}"
-    );
-    expect(
-        &net.outside,
-        &public,
-        STORE,
-        Probe::TimedOut,
-        "orphaned guard",
-    );
-
-    // The next holder reclaims it.
-    let mut next = node.in_namespace(NfSocket::open).unwrap().unwrap();
-    let held = firewall::guard::ensure(&mut next, &spec).unwrap();
-    assert_eq!(held.claim, Some(firewall::Claim::Reclaimed));
-    assert_eq!(guard_state(&host)["owner"], next.portid());
-    drop(next);
-
-    // So does the next reconcile, which leaves it an orphan again when it exits.
-    let report = host.reconcile();
+    let listing = run_ok(node, &["nft", "list", "table", "inet", "mesh_host"]);
     assert!(
-        report["guard"]
-            .as_str()
-            .unwrap_or_default()
-            .contains("reclaimed"),
-        "{report:#}"
+        listing.starts_with("table inet mesh_host {\n\tchain guard {"),
+        "no flags line, no owner: {listing}"
     );
-    assert_eq!(guard_state(&host)["orphan"], true);
 
-    // With no holder, a flush deletes the orphan (the kernel's rule); the next reconcile puts the
-    // guard back.
+    // Another program flushes the whole ruleset: the plain guard goes with it, and the next
+    // reconcile puts it back.
     run_ok(node, &["nft", "flush", "ruleset"]);
     assert_eq!(guard_state(&host)["present"], false);
     expect(
@@ -276,14 +203,14 @@ fn the_guard_refuses_the_foundations_ports_except_from_the_private_network_and_t
         &public,
         STORE,
         Probe::Reached,
-        "guard flushed while orphaned",
+        "guard flushed by another program",
     );
     let report = host.reconcile();
     assert!(
         report["guard"]
             .as_str()
             .unwrap_or_default()
-            .contains("created"),
+            .contains("(created; written)"),
         "{report:#}"
     );
     expect(
@@ -299,5 +226,76 @@ fn the_guard_refuses_the_foundations_ports_except_from_the_private_network_and_t
         STORE,
         Probe::Reached,
         "private network after reconcile",
+    );
+}
+
+/// An earlier version's guard: a table created with the owner and persist flags, held by a live
+/// process or orphaned by one that exited.
+#[test]
+fn an_earlier_versions_owned_guard_is_reported_while_held_and_replaced_once_orphaned() {
+    let lab = new_lab();
+    let net = adoption(&lab);
+    let node = &net.node;
+    let _store = node.listen_tcp(STORE).expect("listener on the node");
+    let host = Host::new(node);
+    host.apply(&declaration(&[]));
+    run_ok(node, &["nft", "delete", "table", "inet", "mesh_host"]);
+
+    // A holder, as an earlier version's resident host: the table owned by its socket, empty.
+    let mut holder = node
+        .in_namespace(NfSocket::open)
+        .expect("entering the node")
+        .expect("a netlink socket in the node");
+    assert_eq!(
+        holder
+            .claim_table(firewall::Family::Inet, "mesh_host")
+            .unwrap(),
+        firewall::Claim::Created
+    );
+    let out = host.run(&["reconcile", "--json"]);
+    assert!(!out.success(), "{}\n{}", out.stdout, out.stderr);
+    let report: Value = serde_json::from_str(&out.stdout).expect("a JSON report");
+    let line = report["guard"].as_str().unwrap_or_default();
+    assert!(
+        line.contains(&format!("held by netlink port {}", holder.portid()))
+            && line.contains("its holder must change it"),
+        "reported, not fought: {report:#}"
+    );
+    let g = guard_state(&host);
+    assert_eq!(
+        (&g["owned"], &g["owner"]),
+        (&json!(true), &json!(holder.portid()))
+    );
+
+    // The holder exits: the table stays as an orphan, which a saved ruleset cannot carry. The
+    // next reconcile replaces it with the plain guard in one transaction.
+    drop(holder);
+    assert_eq!(guard_state(&host)["orphan"], true);
+    let report = host.reconcile();
+    let line = report["guard"].as_str().unwrap_or_default();
+    assert!(
+        line.contains("(replaced an orphaned persist table of an earlier version with a plain table; written)"),
+        "{report:#}"
+    );
+    let g = guard_state(&host);
+    assert_eq!(
+        (&g["plain"], &g["orphan"]),
+        (&json!(true), &json!(false)),
+        "{g:#}"
+    );
+    expect(
+        &net.outside,
+        &node_public(),
+        STORE,
+        Probe::TimedOut,
+        "the plain guard in place of the orphan",
+    );
+    let report = host.reconcile();
+    assert!(
+        report["guard"]
+            .as_str()
+            .unwrap_or_default()
+            .ends_with("(plain table; unchanged)"),
+        "{report:#}"
     );
 }

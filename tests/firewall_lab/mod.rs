@@ -9,7 +9,7 @@ use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use firewall::{GuardSpec, NfSocket};
+use firewall::NfSocket;
 use lab::addr::*;
 use lab::{Adoption, Lab, Machine, Probe};
 use serde_json::{json, Value};
@@ -18,6 +18,8 @@ mod docker;
 mod forwarded;
 mod guard;
 mod guard_container;
+mod guard_routes;
+mod guard_saved;
 mod incoming;
 mod keeps_word;
 mod listing;
@@ -206,6 +208,38 @@ impl Host {
         let file = self.dir.path().join("declaration.json");
         std::fs::write(&file, serde_json::to_vec_pretty(decl).unwrap()).unwrap();
         let report = self.json(&["apply", file.to_str().unwrap(), "--json"]);
+        assert_nothing_failed(&report);
+        report
+    }
+
+    /// Applies with the Docker engine at `docker_host`, as an operator's shell with `DOCKER_HOST`
+    /// set, so the host asks that engine for its bridges.
+    fn apply_with_docker(&self, docker_host: &str, decl: &Value) -> Value {
+        let file = self.dir.path().join("declaration.json");
+        std::fs::write(&file, serde_json::to_vec_pretty(decl).unwrap()).unwrap();
+        let root = self.root();
+        let env = format!("DOCKER_HOST={docker_host}");
+        let report = {
+            let argv = [
+                "env",
+                &env,
+                MESH,
+                "--root",
+                root.to_str().unwrap(),
+                "apply",
+                file.to_str().unwrap(),
+                "--json",
+            ];
+            let out = self.node.run(&argv).expect("running mesh-host");
+            assert!(
+                out.success(),
+                "apply failed ({}):\n{}\n{}",
+                out.status,
+                out.stdout,
+                out.stderr
+            );
+            serde_json::from_str::<Value>(&out.stdout).expect("a JSON report")
+        };
         assert_nothing_failed(&report);
         report
     }

@@ -175,6 +175,8 @@ pub const NFTA_FIB_F_MARK: u32 = 1 << 2;
 pub const NFTA_FIB_F_IIF: u32 = 1 << 3;
 pub const NFTA_FIB_F_OIF: u32 = 1 << 4;
 pub const NFTA_FIB_F_PRESENT: u32 = 1 << 5;
+/// `enum rtn_type`'s RTN_LOCAL: what `fib daddr type` yields for the machine's own addresses.
+pub const RTN_LOCAL: u32 = 2;
 
 /// iptables-nft's xt `match`/`target` expressions: NFTA_MATCH_* and NFTA_TARGET_* agree.
 pub const NFTA_XT_NAME: u16 = 1;

@@ -150,6 +150,19 @@ impl RuleBody {
         }
     }
 
+    /// `fib daddr type local`: the packet's destination is one of the machine's own addresses
+    /// (any interface's), as the routing table's local table says. What the machine merely
+    /// routes to another machine does not match. The address type is an `enum rtn_type` value
+    /// compared as a host-endian u32, as nft writes it.
+    pub fn fib_daddr_type_local(self) -> RuleBody {
+        self.expr(Expr::Fib {
+            result: FibResult::AddrType,
+            flags: NFTA_FIB_F_DADDR,
+            dreg: NFT_REG_1,
+        })
+        .cmp(CmpOp::Eq, RTN_LOCAL.to_ne_bytes().to_vec())
+    }
+
     /// `iifname "NAME"`.
     pub fn iifname_eq(self, pattern: &str) -> RuleBody {
         self.iifname(CmpOp::Eq, pattern)
@@ -472,6 +485,26 @@ mod tests {
             .fib_daddr_oifname(CmpOp::Eq, "a-very-long-interface")
             .invalid
             .is_some());
+    }
+
+    #[test]
+    fn fib_daddr_type_local_compares_rtn_local_in_host_order() {
+        let r = RuleBody::new().fib_daddr_type_local();
+        assert_eq!(
+            r.exprs,
+            [
+                Expr::Fib {
+                    result: FibResult::AddrType,
+                    flags: NFTA_FIB_F_DADDR,
+                    dreg: 1,
+                },
+                Expr::Cmp {
+                    sreg: 1,
+                    op: CmpOp::Eq,
+                    data: 2u32.to_ne_bytes().to_vec()
+                },
+            ]
+        );
     }
 
     #[test]
