@@ -412,8 +412,8 @@ fn derive_openings(
     });
     let mut problems = Vec::new();
     if let Some(spec) = ports {
-        match crate::genesis::foundation_ports(settings.ports).with_overrides(spec) {
-            Ok(g) => settings.ports = crate::genesis::settings_ports(g),
+        match genesis::ports::with_overrides(settings.ports, spec) {
+            Ok(g) => settings.ports = g,
             Err(e) => problems.extend(e),
         }
     }

@@ -1,28 +1,5 @@
-//! Genesis in the core: the node's settings from the foundation's ports, and back.
-
-use crate::declaration::Ports;
-
-/// The genesis crate's view of the node's ports.
-pub fn foundation_ports(p: Ports) -> genesis::FoundationPorts {
-    genesis::FoundationPorts {
-        store: p.store,
-        bus: p.bus,
-        broker_management: p.broker_management,
-        registry: p.registry,
-        hub: p.hub,
-    }
-}
-
-/// The node's settings' ports from the genesis crate's.
-pub fn settings_ports(g: genesis::FoundationPorts) -> Ports {
-    Ports {
-        store: g.store,
-        bus: g.bus,
-        broker_management: g.broker_management,
-        registry: g.registry,
-        hub: g.hub,
-    }
-}
+//! Genesis in the core: the request checked, the preflight, the node's settings from the
+//! foundation's ports, and the bundle applied through the core.
 
 use crate::apply::{self, ApplyError, Host, Report};
 use crate::declaration::{validate, Mode, PrivateNetwork, Settings, Source};
@@ -67,8 +44,7 @@ struct Checked {
 fn check(req: &Request) -> Result<Checked, Vec<String>> {
     let mut problems = Vec::new();
     let ports = match &req.ports {
-        Some(spec) => genesis::FoundationPorts::default()
-            .with_overrides(spec)
+        Some(spec) => genesis::ports::with_overrides(genesis::FoundationPorts::default(), spec)
             .unwrap_or_else(|e| {
                 problems.extend(e);
                 genesis::FoundationPorts::default()
@@ -184,7 +160,7 @@ pub fn run(
         Err(p) => return Ok(Outcome::Refused(p)),
     };
     let settings = Settings {
-        ports: settings_ports(c.ports),
+        ports: c.ports,
         private_network: Some(PrivateNetwork {
             interface: c.interface.clone(),
             range: c.range_text.clone(),

@@ -6,7 +6,7 @@ use crate::runner::Runner;
 use crate::system::{self, Container};
 use anyhow::{Context, Result};
 use genesis::checks;
-use genesis::inventory::{Inventory, Protocol};
+use genesis::inventory::Inventory;
 use serde_json::{json, Value};
 use std::fmt::Write as _;
 
@@ -135,13 +135,6 @@ pub fn read(runner: &dyn Runner) -> Result<View> {
     })
 }
 
-fn proto(p: Protocol) -> genesis::Proto {
-    match p {
-        Protocol::Tcp => genesis::Proto::Tcp,
-        Protocol::Udp => genesis::Proto::Udp,
-    }
-}
-
 impl View {
     /// What genesis's checks read.
     pub fn machine(&self) -> checks::Machine {
@@ -152,7 +145,7 @@ impl View {
             .map(|l| {
                 let owner = l.owners.first();
                 checks::Listener {
-                    proto: proto(l.protocol),
+                    proto: l.protocol,
                     addr: l.address,
                     port: l.port,
                     pid: owner.map(|o| o.pid),
@@ -172,10 +165,7 @@ impl View {
                     .map(|p| checks::Published {
                         addr: p.host_address.as_deref().and_then(|a| a.parse().ok()),
                         port: p.host_port,
-                        proto: match p.proto {
-                            crate::declaration::Proto::Tcp => genesis::Proto::Tcp,
-                            crate::declaration::Proto::Udp => genesis::Proto::Udp,
-                        },
+                        proto: p.proto,
                     })
                     .collect(),
             })

@@ -5,14 +5,58 @@
 
 use crate::opening::{From, Opening, Path, Proto};
 
-/// The foundation's ports on a node, as its settings give them.
+/// Every port the foundation binds on a node, as its settings give them: the inputs of genesis
+/// that outlive it. The catalogue's numbers are only the defaults. The one definition the core's
+/// settings, genesis and the openings engine share.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Serialize, serde::Deserialize),
+    serde(deny_unknown_fields)
+)]
 pub struct FoundationPorts {
     pub store: u16,
     pub bus: u16,
     pub broker_management: u16,
     pub registry: u16,
     pub hub: u16,
+}
+
+impl Default for FoundationPorts {
+    fn default() -> Self {
+        FoundationPorts {
+            store: 5432,
+            bus: 5672,
+            broker_management: 15672,
+            registry: 5000,
+            hub: 51820,
+        }
+    }
+}
+
+impl FoundationPorts {
+    /// Each port with its name (as `--ports` spells it) and the protocol the foundation binds.
+    pub fn each(&self) -> [(&'static str, u16, Proto); 5] {
+        [
+            ("store", self.store, Proto::Tcp),
+            ("bus", self.bus, Proto::Tcp),
+            ("broker-management", self.broker_management, Proto::Tcp),
+            ("registry", self.registry, Proto::Tcp),
+            ("hub", self.hub, Proto::Udp),
+        ]
+    }
+
+    /// The port named `name` (`broker-management` or `broker_management`), to set it.
+    pub fn slot(&mut self, name: &str) -> Option<&mut u16> {
+        Some(match name {
+            "store" => &mut self.store,
+            "bus" => &mut self.bus,
+            "broker-management" | "broker_management" => &mut self.broker_management,
+            "registry" => &mut self.registry,
+            "hub" => &mut self.hub,
+            _ => return None,
+        })
+    }
 }
 
 /// One thing a module listens on, as the module declares it.

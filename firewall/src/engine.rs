@@ -430,7 +430,9 @@ fn table_plan(
     }
     let mut wanted: BTreeMap<(String, String), Wanted<'_>> = BTreeMap::new();
     // Where each opening's state will be recorded once the marks are counted.
-    let mut pending: Vec<(String, String, Option<(String, String)>, State)> = Vec::new();
+    // (opening id, layer, the (chain, mark) its rules are counted by, state before counting).
+    type Pending = (String, String, Option<(String, String)>, State);
+    let mut pending: Vec<Pending> = Vec::new();
     // (opening, layer) whose way passes a rule the host cannot follow.
     let mut doubts: BTreeMap<(String, String), String> = BTreeMap::new();
     for l in layers {

@@ -14,7 +14,14 @@ pub const MARK_PREFIX: &str = "mesh-host:";
 /// allows a rule's comment (so a saved ruleset loads again) and iptables' 256.
 pub const MAX_ID_LEN: usize = 128 - MARK_PREFIX.len() - 1 - 8;
 
+/// A transport protocol: of an opening, a published port, a listener, a foundation port. The
+/// one definition every crate of the host uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Serialize, serde::Deserialize),
+    serde(rename_all = "lowercase")
+)]
 pub enum Proto {
     Tcp,
     Udp,
@@ -26,6 +33,12 @@ impl Proto {
             Proto::Tcp => "tcp",
             Proto::Udp => "udp",
         }
+    }
+}
+
+impl fmt::Display for Proto {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
     }
 }
 

@@ -9,7 +9,7 @@ use std::process::{Child, Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use genesis::inventory::{Interface, InterfaceKind, Inventory, Listener, Protocol, Route};
+use genesis::inventory::{Interface, InterfaceKind, Inventory, Listener, Proto, Route};
 
 /// Runs `f` on a thread that has just unshared a fresh network namespace with `lo` up. Child
 /// processes started from that thread inherit its namespace; the namespace goes with the thread.
@@ -77,7 +77,7 @@ fn comm(pid: u32) -> String {
         .to_owned()
 }
 
-fn shown(listener: &Listener) -> (Protocol, IpAddr, u16) {
+fn shown(listener: &Listener) -> (Proto, IpAddr, u16) {
     (listener.protocol, listener.address, listener.port)
 }
 
@@ -105,20 +105,20 @@ fn listeners_are_listed_with_their_process_id_and_name() {
                 .expect("starting busybox httpd (busybox-static)"),
         );
         let inventory = read_until("busybox httpd on port 7005", |inv| {
-            !inv.holding(Protocol::Tcp, 7005).is_empty()
+            !inv.holding(Proto::Tcp, 7005).is_empty()
         });
 
         let got: BTreeSet<_> = inventory.listeners.iter().map(shown).collect();
         let ip = |s: &str| s.parse::<IpAddr>().unwrap();
         let expected = BTreeSet::from([
-            (Protocol::Tcp, ip("127.0.0.1"), 7001),
-            (Protocol::Tcp, ip("::"), 7002),
-            (Protocol::Tcp, ip("::"), 7005),
-            (Protocol::Udp, ip("0.0.0.0"), 7003),
-            (Protocol::Udp, ip("::1"), 7004),
+            (Proto::Tcp, ip("127.0.0.1"), 7001),
+            (Proto::Tcp, ip("::"), 7002),
+            (Proto::Tcp, ip("::"), 7005),
+            (Proto::Udp, ip("0.0.0.0"), 7003),
+            (Proto::Udp, ip("::1"), 7004),
         ]);
         assert_eq!(got, expected, "{inventory:#?}");
-        assert!(inventory.holding(Protocol::Tcp, host_port).is_empty());
+        assert!(inventory.holding(Proto::Tcp, host_port).is_empty());
 
         let me = std::process::id();
         let my_name = comm(me);
@@ -135,7 +135,7 @@ fn listeners_are_listed_with_their_process_id_and_name() {
             );
             assert_ne!(listener.inode, 0);
         }
-        let held = inventory.holding(Protocol::Tcp, 7005);
+        let held = inventory.holding(Proto::Tcp, 7005);
         assert_eq!(held.len(), 1);
         assert_eq!(held[0].owners.len(), 1, "{:?}", held[0]);
         assert_eq!(held[0].owners[0].pid, httpd.0.id());

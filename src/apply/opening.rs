@@ -51,10 +51,7 @@ pub fn to_opening(spec: &OpeningSpec, settings: Option<&Settings>) -> Result<Ope
     Ok(Opening {
         id: spec.id.clone(),
         port: spec.port,
-        proto: match spec.proto {
-            declaration::Proto::Tcp => firewall::Proto::Tcp,
-            declaration::Proto::Udp => firewall::Proto::Udp,
-        },
+        proto: spec.proto,
         from,
         path: match spec.path {
             PathKind::Incoming => firewall::Path::Incoming,
@@ -444,13 +441,7 @@ pub fn derive_for(settings: &Settings, declared: &[OpeningSpec]) -> Result<Vec<O
     }
     let p = settings.ports;
     Ok(firewall::derive(&firewall::Inputs {
-        ports: firewall::FoundationPorts {
-            store: p.store,
-            bus: p.bus,
-            broker_management: p.broker_management,
-            registry: p.registry,
-            hub: p.hub,
-        },
+        ports: p,
         private_interface: &private,
         listens: &listens,
     }))

@@ -87,28 +87,9 @@ pub struct Settings {
     pub private_network: Option<PrivateNetwork>,
 }
 
-/// The ports the foundation binds on this node. The catalogue's numbers are only defaults.
-#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
-#[serde(deny_unknown_fields)]
-pub struct Ports {
-    pub store: u16,
-    pub bus: u16,
-    pub broker_management: u16,
-    pub registry: u16,
-    pub hub: u16,
-}
-
-impl Default for Ports {
-    fn default() -> Self {
-        Ports {
-            store: 5432,
-            bus: 5672,
-            broker_management: 15672,
-            registry: 5000,
-            hub: 51820,
-        }
-    }
-}
+/// The ports the foundation binds on this node (the catalogue's numbers are only defaults): the
+/// firewall crate's one definition, shared with genesis and the openings engine.
+pub type Ports = firewall::FoundationPorts;
 
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
@@ -308,21 +289,8 @@ pub struct PackageSpec {
     pub version: Option<String>,
 }
 
-#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-#[serde(rename_all = "lowercase")]
-pub enum Proto {
-    Tcp,
-    Udp,
-}
-
-impl Proto {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Proto::Tcp => "tcp",
-            Proto::Udp => "udp",
-        }
-    }
-}
+/// A transport protocol: the firewall crate's one definition.
+pub use firewall::Proto;
 
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]

@@ -200,9 +200,14 @@ fn docker_published_port_behind_a_found_forward_chain_and_the_guard_from_contain
         "{now}"
     );
     assert_eq!(without_marked(&now), before);
-    let user: Vec<&str> = now.lines().filter(|l| l.starts_with("-A DOCKER-USER")).collect();
+    let user: Vec<&str> = now
+        .lines()
+        .filter(|l| l.starts_with("-A DOCKER-USER"))
+        .collect();
     assert!(
-        user.len() >= 2 && is_marked(user[0]) && user[1] == format!("-A DOCKER-USER -i {PUBLIC_IF} -j DROP"),
+        user.len() >= 2
+            && is_marked(user[0])
+            && user[1] == format!("-A DOCKER-USER -i {PUBLIC_IF} -j DROP"),
         "the opening sits just before the operator's drop:\n{now}"
     );
     host.apply(&declaration(&[]));

@@ -12,11 +12,70 @@ const LAN_HOST_V4: Ipv4Addr = Ipv4Addr::new(198, 51, 100, 2);
 const LAN_NODE_V6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0x50, 0, 0, 0, 0, 1);
 const LAN_HOST_V6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0x50, 0, 0, 0, 0, 2);
 
+/// A found firewall on a router: its input chain drops by default but serves the store's port
+/// (so only the guard keeps it from outside), its forward chain passes what it routes.
+#[derive(Debug, Clone, Copy)]
+enum Router {
+    None,
+    Nftables,
+    Iptables(&'static str),
+}
+
+fn load_router(node: &Machine, dir: &Path, found: Router) {
+    match found {
+        Router::None => {}
+        Router::Nftables => {
+            load_nft(
+                node,
+                dir,
+                "router.nft",
+                &INET_INPUT_DROP.replace(
+                    "tcp dport { 22, 8080 } accept",
+                    "tcp dport { 22, 8080, 5432 } accept",
+                ),
+            );
+        }
+        Router::Iptables(variant) => {
+            for family in ["iptables", "ip6tables"] {
+                let program = format!("{family}-{variant}");
+                run_all(node, &xt_input_drop(&program));
+                run_ok(
+                    node,
+                    &[
+                        &program, "-w", "-A", "INPUT", "-p", "tcp", "--dport", "5432", "-j",
+                        "ACCEPT",
+                    ],
+                );
+            }
+        }
+    }
+}
+
 #[test]
 fn a_lan_the_node_routes_for_keeps_its_database_port_while_the_nodes_own_is_refused() {
+    a_routed_lan_keeps_working(Router::None);
+}
+
+#[test]
+fn behind_a_found_nftables_router_the_lan_keeps_its_database_port() {
+    a_routed_lan_keeps_working(Router::Nftables);
+}
+
+#[test]
+fn behind_a_found_iptables_nft_router_the_lan_keeps_its_database_port() {
+    a_routed_lan_keeps_working(Router::Iptables("nft"));
+}
+
+#[test]
+fn behind_a_found_iptables_legacy_router_the_lan_keeps_its_database_port() {
+    a_routed_lan_keeps_working(Router::Iptables("legacy"));
+}
+
+fn a_routed_lan_keeps_working(found: Router) {
     let lab = new_lab();
     let net = adoption(&lab);
     let node = &net.node;
+    load_router(node, lab.dir(), found);
     let lan = lab.machine("lan").expect("the LAN host's namespace");
     lab.veth(node, "lan0", &lan, "eth0").expect("the LAN link");
     node.add_address("lan0", LAN_NODE_V4.into(), 24).unwrap();
@@ -40,6 +99,14 @@ fn a_lan_the_node_routes_for_keeps_its_database_port_while_the_nodes_own_is_refu
     let _store = node.listen_tcp(STORE).expect("the node's store");
     let lan_host: [IpAddr; 2] = [LAN_HOST_V4.into(), LAN_HOST_V6.into()];
     let lan_side: [IpAddr; 2] = [LAN_NODE_V4.into(), LAN_NODE_V6.into()];
+    // The found firewall serves the node's own store port: only the guard will refuse it.
+    expect(
+        &net.outside,
+        &node_public(),
+        STORE,
+        Probe::Reached,
+        "the node's store, before",
+    );
 
     expect(
         &net.outside,

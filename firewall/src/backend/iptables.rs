@@ -130,7 +130,9 @@ pub fn restore_input(key: &TableKey, changes: &[Change]) -> String {
             removed.push((chain, *index));
         }
     }
-    let mut adds: Vec<(&str, Option<usize>, Vec<Vec<String>>)> = changes
+    // (chain, before which rule, the specs to insert).
+    type Insert<'c> = (&'c str, Option<usize>, Vec<Vec<String>>);
+    let mut adds: Vec<Insert<'_>> = changes
         .iter()
         .filter_map(|c| match c {
             Change::Add {

@@ -349,21 +349,34 @@ fn a_verdict_it_cannot_follow_makes_the_layer_doubtful() {
 fn a_family_or_ethertype_accept_admits_no_opening() {
     use crate::netlink::{Family, RuleBody};
     // `meta protocol arp accept` at the head of a netdev chain, and `meta nfproto ipv6 accept`.
-    let arp = RuleBody::new().expr(Expr::Meta { key: MetaKey::Protocol, dreg: 1 }).expr(Expr::Cmp {
-        sreg: 1,
-        op: CmpOp::Eq,
-        data: 0x0806u16.to_be_bytes().to_vec(),
-    });
+    let arp = RuleBody::new()
+        .expr(Expr::Meta {
+            key: MetaKey::Protocol,
+            dreg: 1,
+        })
+        .expr(Expr::Cmp {
+            sreg: 1,
+            op: CmpOp::Eq,
+            data: 0x0806u16.to_be_bytes().to_vec(),
+        });
     let mut t: BTreeMap<String, Vec<Seen>> = BTreeMap::new();
     t.insert(
         "in".into(),
         vec![
             seen_nft(&arp.accept().exprs, None, "arp".into()),
-            seen_nft(&RuleBody::new().nfproto(Family::Ipv6).accept().exprs, None, "v6".into()),
+            seen_nft(
+                &RuleBody::new().nfproto(Family::Ipv6).accept().exprs,
+                None,
+                "v6".into(),
+            ),
         ],
     );
     assert_eq!(place(&t, "in", true, &incoming(9000)), at("in", None));
     // Refusing a family is a catch-all for it: the rule goes before it.
-    t.get_mut("in").unwrap().push(seen_nft(&RuleBody::new().nfproto(Family::Ipv4).drop().exprs, None, "v4".into()));
+    t.get_mut("in").unwrap().push(seen_nft(
+        &RuleBody::new().nfproto(Family::Ipv4).drop().exprs,
+        None,
+        "v4".into(),
+    ));
     assert_eq!(place(&t, "in", true, &incoming(9000)), at("in", Some(2)));
 }

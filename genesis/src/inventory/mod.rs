@@ -20,7 +20,7 @@ use std::path::PathBuf;
 pub use self::interfaces::{interfaces, Interface, InterfaceAddress, InterfaceKind};
 pub use self::owners::Owner;
 pub use self::routes::{routes, Route};
-pub use self::sockets::{listeners, Listener, Protocol};
+pub use self::sockets::{listeners, Listener, Proto};
 
 use crate::error::Result;
 
@@ -47,7 +47,7 @@ impl Inventory {
     }
 
     /// The listeners holding `port` for `protocol`, on any address or family.
-    pub fn holding(&self, protocol: Protocol, port: u16) -> Vec<&Listener> {
+    pub fn holding(&self, protocol: Proto, port: u16) -> Vec<&Listener> {
         self.listeners
             .iter()
             .filter(|l| l.protocol == protocol && l.port == port)

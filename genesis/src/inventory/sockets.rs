@@ -3,6 +3,8 @@
 
 use std::collections::BTreeSet;
 use std::fmt;
+
+pub use crate::ports::Proto;
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::path::Path;
@@ -11,27 +13,11 @@ use super::net_table;
 use super::owners::{owners_of, Owner};
 use crate::error::{Error, Result};
 
-/// The transport protocol of a listener.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Protocol {
-    Tcp,
-    Udp,
-}
-
-impl fmt::Display for Protocol {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Protocol::Tcp => "tcp",
-            Protocol::Udp => "udp",
-        })
-    }
-}
-
 /// A socket waiting for others: a TCP socket in LISTEN, or a UDP socket bound to a port and not
 /// connected to a peer.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Listener {
-    pub protocol: Protocol,
+    pub protocol: Proto,
     /// The local address; `0.0.0.0` or `::` for every address. The family is that of the socket:
     /// an IPv6 socket on `::` also takes IPv4 unless it is IPv6-only.
     pub address: IpAddr,
@@ -71,10 +57,10 @@ const UDP_UNCONNECTED: u8 = 0x07;
 pub fn listeners() -> Result<Vec<Listener>> {
     let mut all = Vec::new();
     for (table, protocol) in [
-        ("tcp", Protocol::Tcp),
-        ("tcp6", Protocol::Tcp),
-        ("udp", Protocol::Udp),
-        ("udp6", Protocol::Udp),
+        ("tcp", Proto::Tcp),
+        ("tcp6", Proto::Tcp),
+        ("udp", Proto::Udp),
+        ("udp6", Proto::Udp),
     ] {
         let path = net_table(table);
         let text = match std::fs::read_to_string(&path) {
@@ -96,7 +82,7 @@ pub fn listeners() -> Result<Vec<Listener>> {
 }
 
 /// Parses one socket table, keeping only listeners (owners left empty).
-pub(crate) fn parse_table(text: &str, protocol: Protocol, path: &Path) -> Result<Vec<Listener>> {
+pub(crate) fn parse_table(text: &str, protocol: Proto, path: &Path) -> Result<Vec<Listener>> {
     let mut found = Vec::new();
     for (index, line) in text.lines().enumerate().skip(1) {
         if line.trim().is_empty() {
@@ -113,8 +99,8 @@ pub(crate) fn parse_table(text: &str, protocol: Protocol, path: &Path) -> Result
         }
         let state = u8::from_str_radix(fields[3], 16).map_err(|_| malformed("bad state"))?;
         let wanted = match protocol {
-            Protocol::Tcp => TCP_LISTEN,
-            Protocol::Udp => UDP_UNCONNECTED,
+            Proto::Tcp => TCP_LISTEN,
+            Proto::Udp => UDP_UNCONNECTED,
         };
         if state != wanted {
             continue;
@@ -181,7 +167,7 @@ mod tests {
   102: 00000000:0000 00000000:0000 07 00000000:00000000 00:00000000 00000000     0        0 6003 2 0000000000000000 0
 ";
 
-    fn check(text: &str, protocol: Protocol, expected: &[(&str, u16, u64)]) {
+    fn check(text: &str, protocol: Proto, expected: &[(&str, u16, u64)]) {
         let got = parse_table(text, protocol, Path::new("/proc/test")).unwrap();
         let got: Vec<(IpAddr, u16, u64)> = got
             .into_iter()
@@ -198,7 +184,7 @@ mod tests {
     fn tcp_keeps_only_listening_sockets() {
         check(
             TCP,
-            Protocol::Tcp,
+            Proto::Tcp,
             &[("127.0.0.1", 8080, 4242), ("0.0.0.0", 22, 4243)],
         );
     }
@@ -207,33 +193,33 @@ mod tests {
     fn tcp6_addresses_are_decoded_word_by_word() {
         check(
             TCP6,
-            Protocol::Tcp,
+            Proto::Tcp,
             &[("::1", 8081, 5001), ("2001:db8::10", 80, 5002)],
         );
     }
 
     #[test]
     fn udp_keeps_bound_unconnected_sockets_with_a_port() {
-        check(UDP, Protocol::Udp, &[("0.0.0.0", 5353, 6001)]);
+        check(UDP, Proto::Udp, &[("0.0.0.0", 5353, 6001)]);
     }
 
     #[test]
     fn a_malformed_line_is_reported_with_its_number() {
         let text = "header\n   0: 0100007F:1F90 00000000:0000 0A\n";
-        let err = parse_table(text, Protocol::Tcp, Path::new("/proc/x/tcp")).unwrap_err();
+        let err = parse_table(text, Proto::Tcp, Path::new("/proc/x/tcp")).unwrap_err();
         assert_eq!(
             err.to_string(),
             "line 2 of /proc/x/tcp is malformed: fewer than 10 columns"
         );
         let text = "header\n   0: 0100007F:GG90 00000000:0000 0A 0:0 0:0 0 0 0 1\n";
-        let err = parse_table(text, Protocol::Tcp, Path::new("/proc/x/tcp")).unwrap_err();
+        let err = parse_table(text, Proto::Tcp, Path::new("/proc/x/tcp")).unwrap_err();
         assert!(err.to_string().contains("bad local address"), "{err}");
     }
 
     #[test]
     fn listeners_print_with_their_owners() {
         let l = Listener {
-            protocol: Protocol::Tcp,
+            protocol: Proto::Tcp,
             address: "::".parse().unwrap(),
             port: 443,
             inode: 1,
