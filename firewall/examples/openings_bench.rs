@@ -43,15 +43,16 @@ fn openings() -> Vec<Opening> {
         .collect()
 }
 
-/// The same rules as an nft script. The engine puts each opening at the head of the chain in
-/// turn, in the order of their marks, so `insert` in that order gives the same final order.
+/// The same rules as an nft script. The chain drops by policy and has no catch-all rule, so the
+/// engine appends every opening at its end (after the operator's rules), in the order of their
+/// marks; `add` in that order gives the same final order.
 fn nft_script(openings: &[Opening]) -> String {
     let mut sorted: Vec<&Opening> = openings.iter().collect();
     sorted.sort_by_key(|o| rules::mark(o));
     let mut s = String::new();
     for o in sorted {
         s.push_str(&format!(
-            "insert rule inet filter input tcp dport {} accept comment \"{}\"\n",
+            "add rule inet filter input tcp dport {} accept comment \"{}\"\n",
             o.port,
             rules::mark(o)
         ));
