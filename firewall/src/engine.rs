@@ -525,7 +525,7 @@ fn table_plan(
                 let ok = at.len() == w.count
                     && at
                         .iter()
-                        .all(|i| place::well_placed(&view.seen[chain], *i, w.before, &w.want));
+                        .all(|i| place::well_placed(view, chain, *i, w.before, &w.want));
                 if ok {
                     satisfied.insert((chain.clone(), mark.clone()));
                 }

@@ -16,6 +16,7 @@
 
 use crate::netlink::consts::{IPS_DST_NAT, NFT_REG_VERDICT};
 use crate::netlink::{CmpOp, CtDirection, CtKey, CtState, Expr, MetaKey, PayloadBase, Verdict};
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 /// What a rule does when it matches.
@@ -153,7 +154,25 @@ pub fn fit(r: &Seen, w: &Want) -> Fit {
 
 /// The chains of one table, as placement reads them.
 pub trait Chains {
+    /// A chain's rules, in order.
     fn rules(&self, chain: &str) -> Option<&[Seen]>;
+
+    /// The indices of a chain's rules that are not the mesh's, in order: placement reads only
+    /// those, so its cost follows the operator's rules, not the openings already written.
+    fn unmarked(&self, chain: &str) -> Option<Cow<'_, [usize]>> {
+        let rules = self.rules(chain)?;
+        Some(Cow::Owned(unmarked_of(rules)))
+    }
+}
+
+/// The indices of the rules without a mesh mark.
+pub fn unmarked_of(rules: &[Seen]) -> Vec<usize> {
+    rules
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| r.mark.is_none())
+        .map(|(i, _)| i)
+        .collect()
 }
 
 impl Chains for BTreeMap<String, Vec<Seen>> {
@@ -216,14 +235,12 @@ pub fn place(chains: &dyn Chains, base: &str, policy_drop: bool, w: &Want) -> Pl
 }
 
 fn walk(chains: &dyn Chains, chain: &str, w: &Want, depth: u8, doubt: &mut Option<String>) -> Walk {
-    let Some(rules) = chains.rules(chain) else {
+    let (Some(rules), Some(unmarked)) = (chains.rules(chain), chains.unmarked(chain)) else {
         // A chain that cannot be read is no catch-all this host can place a rule before.
         return Walk::Back;
     };
-    for (i, r) in rules.iter().enumerate() {
-        if r.mark.is_some() {
-            continue;
-        }
+    for &i in unmarked.iter() {
+        let r = &rules[i];
         let f = fit(r, w);
         match (&r.does, f) {
             (_, Fit::No) => {}
@@ -267,14 +284,24 @@ fn walk(chains: &dyn Chains, chain: &str, w: &Want, depth: u8, doubt: &mut Optio
 }
 
 /// Whether a marked rule at index `at` of `chain` stands where [`place`] would put it: before
-/// the catch-all (`before`), with no rule between that could refuse the opening.
-pub fn well_placed(rules: &[Seen], at: usize, before: Option<usize>, w: &Want) -> bool {
+/// the catch-all (`before`), with no rule between that could refuse the opening. Only the
+/// unmarked rules between are read.
+pub fn well_placed(
+    chains: &dyn Chains,
+    chain: &str,
+    at: usize,
+    before: Option<usize>,
+    w: &Want,
+) -> bool {
+    let (Some(rules), Some(unmarked)) = (chains.rules(chain), chains.unmarked(chain)) else {
+        return false;
+    };
     let end = before.unwrap_or(rules.len());
+    let from = unmarked.partition_point(|&i| i <= at);
     at < end
-        && rules[at + 1..end].iter().all(|r| {
-            r.mark.is_some()
-                || fit(r, w) == Fit::No
-                || matches!(r.does, Does::Accept | Does::Continue)
+        && unmarked[from..].iter().take_while(|&&i| i < end).all(|&i| {
+            let r = &rules[i];
+            fit(r, w) == Fit::No || matches!(r.does, Does::Accept | Does::Continue)
         })
 }
 

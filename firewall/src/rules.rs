@@ -91,6 +91,11 @@ fn sources(o: &Opening, family: Family) -> Vec<Src<'_>> {
     }
 }
 
+/// How many rules an opening needs in a chain of `family`: one per source of that family.
+pub fn source_count(o: &Opening, family: Family) -> usize {
+    sources(o, family).len()
+}
+
 fn l4(p: Proto) -> L4Proto {
     match p {
         Proto::Tcp => L4Proto::Tcp,

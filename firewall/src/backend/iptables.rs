@@ -32,7 +32,7 @@ impl Driver for Iptables {
     }
 
     fn rules_for(&self, o: &Opening, site: Site) -> usize {
-        rules::xt_specs(o, site.family, site.before_dnat).len()
+        rules::source_count(o, site.family)
     }
 }
 
@@ -92,7 +92,7 @@ pub fn parse(text: &str) -> TableView {
             .push(seen_xt(spec, &chains, mark));
         view.how.entry(chain.to_string()).or_default().push(how);
     }
-    view
+    view.index()
 }
 
 /// One argument as `iptables-restore` reads it back: quoted when it holds a space, a quote or

@@ -46,11 +46,31 @@ pub enum Removal {
 pub struct TableView {
     pub seen: BTreeMap<String, Vec<Seen>>,
     pub how: BTreeMap<String, Vec<Removal>>,
+    /// Per chain, the indices of the rules that are not the mesh's (see [`TableView::index`]).
+    pub unmarked: BTreeMap<String, Vec<usize>>,
+}
+
+impl TableView {
+    /// Indexes the rules that are not the mesh's, once, after reading.
+    pub fn index(mut self) -> TableView {
+        self.unmarked = self
+            .seen
+            .iter()
+            .map(|(c, rules)| (c.clone(), crate::place::unmarked_of(rules)))
+            .collect();
+        self
+    }
 }
 
 impl Chains for TableView {
     fn rules(&self, chain: &str) -> Option<&[Seen]> {
         self.seen.get(chain).map(Vec::as_slice)
+    }
+
+    fn unmarked(&self, chain: &str) -> Option<std::borrow::Cow<'_, [usize]>> {
+        self.unmarked
+            .get(chain)
+            .map(|v| std::borrow::Cow::Borrowed(v.as_slice()))
     }
 }
 

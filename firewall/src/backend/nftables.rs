@@ -51,7 +51,7 @@ impl Driver for Nftables {
     }
 
     fn rules_for(&self, o: &Opening, site: Site) -> usize {
-        rules::nft_bodies(o, site).len()
+        rules::source_count(o, site.family)
     }
 }
 
@@ -82,5 +82,5 @@ fn read_nf(key: &TableKey, cx: &Cx<'_>) -> TableView {
         view.seen.insert(c.name.clone(), seen);
         view.how.insert(c.name.clone(), how);
     }
-    view
+    view.index()
 }

@@ -198,7 +198,7 @@ fn marked_rules_are_ignored_when_placing_and_checked_for_their_place() {
     let rules = &t["c"];
     assert!(rules[0].mark.is_some());
     // Ahead of the ban: misplaced.
-    assert!(!well_placed(rules, 0, Some(2), &w));
+    assert!(!well_placed(&t, "c", 0, Some(2), &w));
     let t = table(&[(
         "c",
         &[
@@ -208,10 +208,13 @@ fn marked_rules_are_ignored_when_placing_and_checked_for_their_place() {
             "-j REJECT",
         ],
     )]);
-    assert!(well_placed(&t["c"], 1, Some(3), &w));
+    assert!(well_placed(&t, "c", 1, Some(3), &w));
     // After the catch-all: never reached.
     let t = table(&[("c", &["-j REJECT", mark])]);
-    assert!(!well_placed(&t["c"], 1, Some(0), &w));
+    assert!(!well_placed(&t, "c", 1, Some(0), &w));
+    // At the end of a drop-policy chain, after every refusal.
+    let t = table(&[("c", &["-s 203.0.113.0/24 -j DROP", mark, mark])]);
+    assert!(well_placed(&t, "c", 1, None, &w) && well_placed(&t, "c", 2, None, &w));
 }
 
 #[test]
