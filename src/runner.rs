@@ -6,6 +6,7 @@ use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::path::Path;
 use std::process::Command;
+use std::time::{Duration, Instant};
 
 /// What a finished child left behind.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -26,6 +27,19 @@ impl RunOutput {
 pub trait Runner {
     /// Runs `argv` to completion in `cwd` with `env` added to the host's environment.
     fn run(&self, argv: &[String], cwd: &Path, env: &[(&str, &str)]) -> std::io::Result<RunOutput>;
+
+    /// Runs `argv` like [`Runner::run`], but kills it and fails with `TimedOut` when it has not
+    /// finished within `limit`. Fakes answer as they do for `run`.
+    fn run_within(
+        &self,
+        argv: &[String],
+        cwd: &Path,
+        env: &[(&str, &str)],
+        limit: Duration,
+    ) -> std::io::Result<RunOutput> {
+        let _ = limit;
+        self.run(argv, cwd, env)
+    }
 }
 
 /// The real runner: `std::process::Command` with an argv array.
@@ -48,6 +62,74 @@ impl Runner for SystemRunner {
             code: out.status.code(),
             stdout: out.stdout,
             stderr: out.stderr,
+        })
+    }
+
+    fn run_within(
+        &self,
+        argv: &[String],
+        cwd: &Path,
+        env: &[(&str, &str)],
+        limit: Duration,
+    ) -> std::io::Result<RunOutput> {
+        SystemRunner::run_limited(argv, cwd, env, limit)
+    }
+}
+
+impl SystemRunner {
+    /// [`Runner::run_within`] for real: the child's output is read on two threads while this one
+    /// waits for it, polling, and kills it at the deadline.
+    fn run_limited(
+        argv: &[String],
+        cwd: &Path,
+        env: &[(&str, &str)],
+        limit: Duration,
+    ) -> std::io::Result<RunOutput> {
+        use std::io::Read;
+        use std::process::Stdio;
+        let (program, args) = argv
+            .split_first()
+            .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidInput, "empty argv"))?;
+        let mut cmd = Command::new(program);
+        cmd.args(args)
+            .current_dir(cwd)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let mut child = cmd.spawn()?;
+        let drain = |pipe: Option<Box<dyn Read + Send>>| {
+            std::thread::spawn(move || {
+                let mut buf = Vec::new();
+                if let Some(mut p) = pipe {
+                    let _ = p.read_to_end(&mut buf);
+                }
+                buf
+            })
+        };
+        let out = drain(child.stdout.take().map(|p| Box::new(p) as _));
+        let err = drain(child.stderr.take().map(|p| Box::new(p) as _));
+        let deadline = Instant::now() + limit;
+        let status = loop {
+            if let Some(status) = child.try_wait()? {
+                break status;
+            }
+            if Instant::now() >= deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    format!("{program} did not finish within {}s", limit.as_secs()),
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        Ok(RunOutput {
+            code: status.code(),
+            stdout: out.join().unwrap_or_default(),
+            stderr: err.join().unwrap_or_default(),
         })
     }
 }

@@ -385,7 +385,11 @@ fn version_owned_and_help_say_what_they_should() {
     let v = node.run(&["version"]);
     assert_eq!(
         v.stdout.trim(),
-        format!("mesh-host {}", env!("CARGO_PKG_VERSION"))
+        format!(
+            "mesh-host {} ({})",
+            env!("CARGO_PKG_VERSION"),
+            mesh_host::system::BUILD.system
+        )
     );
     let help = node.run(&["--help"]).stdout;
     assert!(help.contains("3  a safety rule refused the act"), "{help}");

@@ -7,6 +7,7 @@ mod crash;
 mod firewall_lab;
 mod genesis_lab;
 mod inventory_lab;
+mod launcher;
 mod packages;
 mod services;
 mod util;
