@@ -192,3 +192,41 @@ pub fn describe(argv: &[String], out: &RunOutput) -> String {
         format!("{argv:?} {status}: {tail}")
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn argv(parts: &[&str]) -> Vec<String> {
+        parts.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn a_child_past_its_deadline_is_killed_and_one_within_it_answers() {
+        let r = SystemRunner;
+        let start = Instant::now();
+        let e = r
+            .run_within(
+                &argv(&["sleep", "30"]),
+                Path::new("/"),
+                &[],
+                Duration::from_millis(200),
+            )
+            .unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::TimedOut, "{e}");
+        // Killed at the deadline, not left to finish its thirty seconds.
+        assert!(start.elapsed() < Duration::from_secs(10));
+
+        let out = r
+            .run_within(
+                &argv(&["sh", "-c", "echo out; echo err >&2; exit 3"]),
+                Path::new("/"),
+                &[("X", "1")],
+                Duration::from_secs(30),
+            )
+            .unwrap();
+        assert_eq!(out.code, Some(3));
+        assert_eq!(out.stdout, b"out\n");
+        assert_eq!(out.stderr, b"err\n");
+    }
+}

@@ -10,4 +10,6 @@ mod inventory_lab;
 mod launcher;
 mod packages;
 mod services;
+mod tarball;
+mod upgrade;
 mod util;

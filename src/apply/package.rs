@@ -77,6 +77,17 @@ pub(super) fn apply_with(
         (Some(rec), Some(v)) => {
             if fits(&v) {
                 let same = record(rec.found);
+                if name == OWN_PACKAGE && same.digest != rec.digest {
+                    // The declared version of the host is installed but was never recorded: an
+                    // earlier apply installed it and found that its binary does not run, or
+                    // something else installed it. It is checked like a fresh install.
+                    let runs = check_new_host(cx.root, cx.runner)?;
+                    cx.record_owned(same)?;
+                    return Ok(Done::new(
+                        Outcome::Changed,
+                        format!("{v} is installed, as declared; {}", restarts(&runs)),
+                    ));
+                }
                 if same != rec {
                     cx.record_owned(same)?;
                 }
@@ -144,6 +155,9 @@ pub(super) fn apply_with(
                 };
             }
             if fits(&v) {
+                if name == OWN_PACKAGE {
+                    check_new_host(cx.root, cx.runner)?;
+                }
                 cx.record_owned(record(true))?;
                 return Ok(Done::new(
                     Outcome::Unchanged,
@@ -184,15 +198,17 @@ fn install(
         Some(v) if name == OWN_PACKAGE => {
             let runs = check_new_host(cx.root, cx.runner)?;
             cx.record_owned(record)?;
-            Ok(format!(
-                "{v}; its binary runs ({runs}), and the host starts it once this apply has finished"
-            ))
+            Ok(format!("{v}; {}", restarts(&runs)))
         }
         Some(v) => {
             cx.record_owned(record)?;
             Ok(v)
         }
     }
+}
+
+fn restarts(runs: &str) -> String {
+    format!("its binary runs ({runs}), and the host starts it once this apply has finished")
 }
 
 /// Runs the newly installed host's `version` once, with a deadline: its line when it runs and was
@@ -261,7 +277,13 @@ pub(super) fn remove(_cx: &mut Cx<'_>, _rec: &Owned) -> Result<Done, String> {
 
 /// Whether an intent left by a host that died mid-apply was carried out: the package is installed
 /// (at the version the record names, when it names one).
+///
+/// An intent for the host's own package is never taken as carried out: that record is written
+/// only after the new binary ran, so the next apply installs-or-finds it and runs it again.
 pub(super) fn settled(runner: &dyn Runner, rec: &Owned) -> bool {
+    if rec.key == OWN_PACKAGE {
+        return false;
+    }
     let Ok(pm) = system::package_manager(runner) else {
         return false;
     };
