@@ -46,9 +46,11 @@ case $step in
 esac
 "#;
 
-/// apt-get: logs its arguments; `install … mesh-host=V` installs V unless `$T/fail` exists.
+/// apt-get: logs its arguments; `install … mesh-host=V` installs V unless `$T/fail` exists; it
+/// takes a second when `$T/slow` exists.
 const APT: &str = r#"#!/bin/sh
 echo "apt-get $*" >> "$T/calls"
+[ -f "$T/slow" ] && { touch "$T/in-apt"; sleep 1; }
 [ -f "$T/fail" ] && { echo "E: Version not found" >&2; exit 100; }
 for a in "$@"; do case $a in mesh-host=*) echo "${a#mesh-host=}" > "$T/installed" ;; esac; done
 "#;
@@ -372,6 +374,28 @@ fn a_shutdown_between_starts_stops_the_launcher_without_starting_again() {
         assert_eq!(r.code, Some(0), "{shell:?}: {}", r.stderr);
         assert!(r.stderr.contains("stopped (TERM)"), "{}", r.stderr);
         assert_eq!(bed.lines("log"), ["start 0.2.0 attempts=1 exit1"]);
+    }
+}
+
+#[test]
+fn a_shutdown_during_the_rollback_starts_nothing_afterwards() {
+    for &shell in SHELLS {
+        let bed = Bed::new(shell, "0.2.0", &["exit1", "exit1", "serve"]);
+        bed.write("state/known-good", "0.1.0\n");
+        bed.write("slow", "");
+        let launcher = bed.start(&[]);
+        let start = Instant::now();
+        while !bed.path("in-apt").exists() {
+            assert!(start.elapsed() < DEADLINE, "{shell:?}: never rolled back");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        signal(&launcher, libc::SIGTERM);
+        let r = end(launcher, shell);
+        assert_eq!(r.code, Some(0), "{shell:?}: {}", r.stderr);
+        assert!(r.stderr.contains("stopped (TERM)"), "{}", r.stderr);
+        // The rollback finished (it is not interrupted half way), and nothing started after it.
+        assert_eq!(bed.read("installed").as_deref(), Some("0.1.0\n"));
+        assert_eq!(bed.lines("log").len(), 2, "{shell:?}");
     }
 }
 
