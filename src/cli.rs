@@ -336,7 +336,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
 /// Writes the completion script or the man page generated from the clap definition.
 fn generate(what: GenerateCommand) -> Result<()> {
     use clap::CommandFactory;
-    let mut cmd = Cli::command();
+    let cmd = Cli::command();
     let mut out = std::io::stdout().lock();
     match what {
         GenerateCommand::Completions { shell } => {
@@ -345,7 +345,14 @@ fn generate(what: GenerateCommand) -> Result<()> {
                 CompletionShell::Zsh => clap_complete::Shell::Zsh,
                 CompletionShell::Fish => clap_complete::Shell::Fish,
             };
-            clap_complete::generate(shell, &mut cmd, "mesh-host", &mut out);
+            // The generators offer hidden subcommands too; an operator is offered only the
+            // visible ones, so the command is rebuilt without `generate`.
+            let mut visible = clap::Command::new("mesh-host")
+                .version(env!("CARGO_PKG_VERSION"))
+                .about(cmd.get_about().cloned().unwrap_or_default())
+                .args(cmd.get_arguments().cloned())
+                .subcommands(cmd.get_subcommands().filter(|c| !c.is_hide_set()).cloned());
+            clap_complete::generate(shell, &mut visible, "mesh-host", &mut out);
         }
         GenerateCommand::Man => clap_mangen::Man::new(cmd)
             .render(&mut out)
