@@ -392,8 +392,8 @@ fn completions_and_the_man_page_are_generated_from_the_command_line() {
         assert!(!r.stdout.contains("generate"), "{shell} offers generate");
     }
     let bash = node.run(&["generate", "completions", "bash"]).stdout;
-    let check = std::process::Command::new("bash")
-        .args(["-n", "-c", &bash])
+    let check = std::process::Command::new("timeout")
+        .args(["60", "bash", "-n", "-c", &bash])
         .output()
         .unwrap();
     assert!(check.status.success(), "{check:?}");
