@@ -30,7 +30,7 @@ pub struct Cli {
 
 #[derive(Subcommand, Debug)]
 pub enum Command {
-    /// Print the version, one line.
+    /// Print the version of this running binary and the system it was built for, one line.
     Version,
     /// Apply a declaration from a file (`-` for standard input).
     #[command(after_help = EXIT_CODES)]
@@ -104,6 +104,31 @@ pub enum Command {
         #[command(subcommand)]
         command: FirewallCommand,
     },
+    /// Shell completions and the man page, generated from this command line for the packages.
+    #[command(hide = true)]
+    Generate {
+        #[command(subcommand)]
+        what: GenerateCommand,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum GenerateCommand {
+    /// The completion script for one shell, on standard output.
+    Completions {
+        #[arg(value_enum)]
+        shell: CompletionShell,
+    },
+    /// The man page (roff), on standard output.
+    Man,
+}
+
+/// The shells the packages ship completions for.
+#[derive(ValueEnum, Clone, Copy, Debug)]
+pub enum CompletionShell {
+    Bash,
+    Zsh,
+    Fish,
 }
 
 #[derive(Subcommand, Debug)]
@@ -153,7 +178,11 @@ impl From<SourceArg> for Source {
 pub fn run(cli: Cli) -> Result<ExitCode> {
     match cli.command {
         Command::Version => {
-            println!("mesh-host {}", env!("CARGO_PKG_VERSION"));
+            println!("{}", crate::launch::version_line());
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Generate { what } => {
+            generate(what)?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Apply { file, source, json } => {
@@ -172,6 +201,12 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             finish(apply::apply(&host(&cli.root), &decl, source), json)
         }
         Command::Reconcile { json } => match apply::reconcile(&host(&cli.root)) {
+            // A reconcile that did not fail proves this binary works on this machine: it is the
+            // version the launcher rolls back to, and its start attempts are no longer counted.
+            Ok(Some(report)) if report.failed().is_none() => {
+                crate::launch::reconciled(&store::store_dir(&cli.root))?;
+                finish(Ok(report), json)
+            }
             Ok(None) => {
                 eprintln!(
                     "error: {}: no declaration has been applied on this node yet",
@@ -298,6 +333,34 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
     }
 }
 
+/// Writes the completion script or the man page generated from the clap definition.
+fn generate(what: GenerateCommand) -> Result<()> {
+    use clap::CommandFactory;
+    let cmd = Cli::command();
+    let mut out = std::io::stdout().lock();
+    match what {
+        GenerateCommand::Completions { shell } => {
+            let shell = match shell {
+                CompletionShell::Bash => clap_complete::Shell::Bash,
+                CompletionShell::Zsh => clap_complete::Shell::Zsh,
+                CompletionShell::Fish => clap_complete::Shell::Fish,
+            };
+            // The generators offer hidden subcommands too; an operator is offered only the
+            // visible ones, so the command is rebuilt without `generate`.
+            let mut visible = clap::Command::new("mesh-host")
+                .version(env!("CARGO_PKG_VERSION"))
+                .about(cmd.get_about().cloned().unwrap_or_default())
+                .args(cmd.get_arguments().cloned())
+                .subcommands(cmd.get_subcommands().filter(|c| !c.is_hide_set()).cloned());
+            clap_complete::generate(shell, &mut visible, "mesh-host", &mut out);
+        }
+        GenerateCommand::Man => clap_mangen::Man::new(cmd)
+            .render(&mut out)
+            .context("writing the man page")?,
+    }
+    Ok(())
+}
+
 fn host(root: &std::path::Path) -> Host<'_> {
     static RUNNER: SystemRunner = SystemRunner;
     Host {
@@ -347,6 +410,12 @@ fn finish(result: Result<Report, ApplyError>, json: bool) -> Result<ExitCode> {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
         print!("{}", report.render());
+    }
+    if report.restarts_host() {
+        eprintln!(
+            "mesh-host's own package changed and its new binary runs; this host has finished, \
+             and the launcher starts the new binary when the host exits"
+        );
     }
     Ok(if report.failed().is_some() {
         ExitCode::from(1)

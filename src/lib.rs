@@ -9,6 +9,7 @@ pub mod declaration;
 pub mod failpoint;
 pub mod genesis;
 pub mod inventory;
+pub mod launch;
 pub mod runner;
 pub mod status;
 pub mod store;

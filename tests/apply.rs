@@ -387,12 +387,41 @@ fn safety_rules_refuse_with_exit_3_and_change_nothing() {
 }
 
 #[test]
+fn completions_and_the_man_page_are_generated_from_the_command_line() {
+    let node = Node::new();
+    for shell in ["bash", "zsh", "fish"] {
+        let r = node.run(&["generate", "completions", shell]);
+        assert_eq!(r.code, Some(0), "{shell}: {}", r.stderr);
+        for command in ["reconcile", "genesis", "adopted", "root"] {
+            assert!(r.stdout.contains(command), "{shell} lacks {command}");
+        }
+        // The hidden command that makes them is not offered to an operator.
+        assert!(!r.stdout.contains("generate"), "{shell} offers generate");
+    }
+    let bash = node.run(&["generate", "completions", "bash"]).stdout;
+    let check = std::process::Command::new("timeout")
+        .args(["60", "bash", "-n", "-c", &bash])
+        .output()
+        .unwrap();
+    assert!(check.status.success(), "{check:?}");
+    let man = node.run(&["generate", "man"]);
+    assert_eq!(man.code, Some(0));
+    assert!(man.stdout.contains(".TH mesh-host 1"), "{}", man.stdout);
+    assert!(man.stdout.contains("reconcile"), "{}", man.stdout);
+    assert!(node.run(&["--help"]).stdout.find("generate").is_none());
+}
+
+#[test]
 fn version_owned_and_help_say_what_they_should() {
     let node = Node::new();
     let v = node.run(&["version"]);
     assert_eq!(
         v.stdout.trim(),
-        format!("mesh-host {}", env!("CARGO_PKG_VERSION"))
+        format!(
+            "mesh-host {} ({})",
+            env!("CARGO_PKG_VERSION"),
+            mesh_host::system::BUILD.system
+        )
     );
     let help = node.run(&["--help"]).stdout;
     assert!(help.contains("3  a safety rule refused the act"), "{help}");

@@ -7,12 +7,30 @@
 //! declaration changed would stop everything that runs on it, so an undeclared package is
 //! forgotten. On an adopted node a package found installed with no record is held until its
 //! module is taken, and a held package upgraded or removed by something else is reported.
+//!
+//! The host's own package, `mesh-host`, is the upgrade path (seed 000, "The restart"): installing
+//! it leaves the running process untouched, so after the package manager installs it the new
+//! binary is run once, as `mesh-host version`, with a deadline. A binary that does not run here
+//! (another architecture, a C library this machine lacks, another system's build) fails the
+//! resource and says why, before anything is recorded; one that runs is recorded, the apply
+//! finishes and reports, and the resident host then exits 0 for the launcher to start the new
+//! binary ([`Report::restarts_host`](super::Report::restarts_host)). The host's own package is
+//! never held: the installation put it there, not a predecessor.
 
 use super::{Cx, Done, Outcome};
+use crate::declaration::validate::OWN_PACKAGE;
 use crate::declaration::{PackageSpec, Shape};
 use crate::runner::Runner;
 use crate::store::{self, Held, Owned};
 use crate::system::{self, PackageManager};
+use std::path::Path;
+use std::time::Duration;
+
+/// Where every package of the host installs its binary (`packaging/`), under the root.
+pub const INSTALLED_BINARY: &str = "usr/bin/mesh-host";
+
+/// How long the new binary has to answer `version`: it prints one line and exits.
+const VERSION_DEADLINE: Duration = Duration::from_secs(10);
 
 fn fingerprint(version: &str) -> String {
     format!("package {version}")
@@ -44,7 +62,7 @@ pub(super) fn apply_with(
     let cur = installed(pm, name)?;
     let owned = cx.store.state.owned_by_key(Shape::Package, name).cloned();
     let held = cx.store.state.held_at(id, name).cloned();
-    let keep = cx.keeps_found(spec.module.as_deref());
+    let keep = name != OWN_PACKAGE && cx.keeps_found(spec.module.as_deref());
     let record = |found: bool| Owned {
         id: id.to_string(),
         module: spec.module.clone(),
@@ -59,6 +77,17 @@ pub(super) fn apply_with(
         (Some(rec), Some(v)) => {
             if fits(&v) {
                 let same = record(rec.found);
+                if name == OWN_PACKAGE && same.digest != rec.digest {
+                    // The declared version of the host is installed but was never recorded: an
+                    // earlier apply installed it and found that its binary does not run, or
+                    // something else installed it. It is checked like a fresh install.
+                    let runs = check_new_host(cx.root, cx.runner)?;
+                    cx.record_owned(same)?;
+                    return Ok(Done::new(
+                        Outcome::Changed,
+                        format!("{v} is installed, as declared; {}", restarts(&runs)),
+                    ));
+                }
                 if same != rec {
                     cx.record_owned(same)?;
                 }
@@ -126,6 +155,9 @@ pub(super) fn apply_with(
                 };
             }
             if fits(&v) {
+                if name == OWN_PACKAGE {
+                    check_new_host(cx.root, cx.runner)?;
+                }
                 cx.record_owned(record(true))?;
                 return Ok(Done::new(
                     Outcome::Unchanged,
@@ -163,10 +195,75 @@ fn install(
             "package {name}: {v} is installed, not the declared {}",
             want.unwrap_or_default()
         )),
+        Some(v) if name == OWN_PACKAGE => {
+            let runs = check_new_host(cx.root, cx.runner)?;
+            cx.record_owned(record)?;
+            Ok(format!("{v}; {}", restarts(&runs)))
+        }
         Some(v) => {
             cx.record_owned(record)?;
             Ok(v)
         }
+    }
+}
+
+fn restarts(runs: &str) -> String {
+    format!("its binary runs ({runs}), and the host starts it once this apply has finished")
+}
+
+/// Runs the newly installed host's `version` once, with a deadline: its line when it runs and was
+/// built for this system, else why not, in words an operator can act on.
+fn check_new_host(root: &Path, runner: &dyn Runner) -> Result<String, String> {
+    let bin = root.join(INSTALLED_BINARY);
+    let shown = Path::new("/").join(INSTALLED_BINARY);
+    let shown = shown.display();
+    let fail = |why: String| {
+        Err(format!(
+            "package {OWN_PACKAGE}: the new binary {shown} does not run here: {why}; the running host \
+             stays as it is and does not restart"
+        ))
+    };
+    if !bin.is_file() {
+        return fail("the package installed no file there".into());
+    }
+    let argv = vec![bin.display().to_string(), "version".to_string()];
+    let out = match runner.run_within(&argv, Path::new("/"), &[], VERSION_DEADLINE) {
+        Ok(out) => out,
+        Err(e) => return fail(spawn_failure(&e)),
+    };
+    if !out.success() {
+        return fail(crate::runner::describe(&argv, &out));
+    }
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let line = stdout.lines().next().unwrap_or("").trim().to_string();
+    match crate::launch::parse_version_line(&line) {
+        Some((_, system)) if system == system::BUILD.system => Ok(line),
+        Some((_, system)) => fail(format!(
+            "it is built for system {system}, and this machine's host is built for {}",
+            system::BUILD.system
+        )),
+        None => fail(format!(
+            "`version` printed {line:?}, not a mesh-host version line"
+        )),
+    }
+}
+
+/// Why the kernel would not start a binary, as the operator should read it.
+fn spawn_failure(e: &std::io::Error) -> String {
+    match e.raw_os_error() {
+        Some(libc::ENOEXEC) => {
+            "exec format error: it is not a program for this machine (another architecture?)".into()
+        }
+        // The file is there (checked first), so "not found" is the program loader it names.
+        Some(libc::ENOENT) => "the program loader or C library it needs is not on this machine \
+                               (a dynamically linked build?)"
+            .into(),
+        Some(libc::EACCES) => "it is not executable".into(),
+        _ if e.kind() == std::io::ErrorKind::TimedOut => format!(
+            "`version` did not answer within {}s",
+            VERSION_DEADLINE.as_secs()
+        ),
+        _ => e.to_string(),
     }
 }
 
@@ -180,7 +277,13 @@ pub(super) fn remove(_cx: &mut Cx<'_>, _rec: &Owned) -> Result<Done, String> {
 
 /// Whether an intent left by a host that died mid-apply was carried out: the package is installed
 /// (at the version the record names, when it names one).
+///
+/// An intent for the host's own package is never taken as carried out: that record is written
+/// only after the new binary ran, so the next apply installs-or-finds it and runs it again.
 pub(super) fn settled(runner: &dyn Runner, rec: &Owned) -> bool {
+    if rec.key == OWN_PACKAGE {
+        return false;
+    }
     let Ok(pm) = system::package_manager(runner) else {
         return false;
     };
@@ -420,5 +523,135 @@ esac
         assert_eq!(outcome(apply(&mut bed, &pm, &d)).0, Outcome::Unchanged);
         assert!(bed.store.state.owned("app/sl").unwrap().found);
         assert!(pm.calls.borrow().is_empty());
+    }
+
+    fn host_pkg(version: &str) -> Value {
+        json!({"id": "host", "type": "package", "name": "mesh-host", "version": version})
+    }
+
+    /// The fake "installs" the new host's binary too, so the check finds a file to run; what
+    /// running it answers is the recording runner's.
+    fn new_host_on_disk(bed: &Bed) {
+        let bin = bed.dir.path().join(INSTALLED_BINARY);
+        std::fs::create_dir_all(bin.parent().unwrap()).unwrap();
+        std::fs::write(bin, "a new host").unwrap();
+    }
+
+    fn answers(bed: &Bed, code: i32, stdout: &str) {
+        bed.runner
+            .answers
+            .borrow_mut()
+            .push_back(crate::runner::RunOutput {
+                code: Some(code),
+                stdout: stdout.as_bytes().to_vec(),
+                stderr: vec![],
+            });
+    }
+
+    #[test]
+    fn the_hosts_own_package_is_recorded_only_once_its_new_binary_runs() {
+        let (mut bed, pm) = (Bed::new(), FakePackages::default());
+        pm.offer("mesh-host", &["0.1.0", "0.2.0"]);
+        pm.installed
+            .borrow_mut()
+            .insert("mesh-host".into(), "0.1.0".into());
+        new_host_on_disk(&bed);
+        answers(
+            &bed,
+            0,
+            &format!("mesh-host 0.2.0 ({})\n", system::BUILD.system),
+        );
+        // Adopted, module not taken: the host's own package is still not held, it is upgraded.
+        let d = declaration("adopted", &[], json!([host_pkg("0.2.0")]));
+        let (o, detail) = outcome(apply(&mut bed, &pm, &d));
+        assert_eq!(o, Outcome::Changed);
+        assert!(
+            detail.starts_with("found 0.1.0 installed; 0.2.0; its binary runs (mesh-host 0.2.0"),
+            "{detail}"
+        );
+        let bin = bed.dir.path().join(INSTALLED_BINARY);
+        assert_eq!(
+            *bed.runner.calls.borrow(),
+            [vec![bin.display().to_string(), "version".to_string()]]
+        );
+        assert!(bed.store.state.owned("host").is_some());
+
+        let mut report = crate::apply::Report::new(&d, crate::declaration::Source::Local);
+        report.push(
+            "host",
+            Shape::Package,
+            "mesh-host".into(),
+            Ok(Done::new(o, detail)),
+        );
+        assert!(report.restarts_host());
+        // Applied again, nothing changes and nothing restarts.
+        let (o, _) = outcome(apply(&mut bed, &pm, &d));
+        assert_eq!(o, Outcome::Unchanged);
+        let mut again = crate::apply::Report::new(&d, crate::declaration::Source::Local);
+        again.push(
+            "host",
+            Shape::Package,
+            "mesh-host".into(),
+            Ok(Done::new(o, "")),
+        );
+        assert!(!again.restarts_host());
+    }
+
+    #[test]
+    fn a_new_host_that_does_not_run_fails_the_resource_and_records_nothing() {
+        let other = if system::BUILD.system == "arch" {
+            "alpine"
+        } else {
+            "arch"
+        };
+        for (on_disk, code, stdout, why) in [
+            (
+                false,
+                0,
+                String::new(),
+                "the package installed no file there".to_string(),
+            ),
+            (true, 1, String::new(), "exited with status 1".to_string()),
+            (
+                true,
+                0,
+                format!("mesh-host 0.2.0 ({other})\n"),
+                format!("it is built for system {other}"),
+            ),
+            (
+                true,
+                0,
+                "hello\n".into(),
+                "not a mesh-host version line".into(),
+            ),
+        ] {
+            let (mut bed, pm) = (Bed::new(), FakePackages::default());
+            pm.offer("mesh-host", &["0.2.0"]);
+            if on_disk {
+                new_host_on_disk(&bed);
+            }
+            answers(&bed, code, &stdout);
+            let d = declaration("converged", &[], json!([host_pkg("0.2.0")]));
+            let e = apply(&mut bed, &pm, &d).err().expect("fails");
+            assert!(
+                e.starts_with(
+                    "package mesh-host: the new binary /usr/bin/mesh-host does not run here"
+                ) && e.contains(&why)
+                    && e.ends_with("the running host stays as it is and does not restart"),
+                "{e}"
+            );
+            assert!(bed.store.state.owned("host").is_none(), "{why}");
+        }
+    }
+
+    #[test]
+    fn why_a_binary_does_not_start_is_said_in_an_operators_words() {
+        use std::io::{Error, ErrorKind};
+        let enoexec = spawn_failure(&Error::from_raw_os_error(libc::ENOEXEC));
+        assert!(enoexec.contains("exec format error"), "{enoexec}");
+        let enoent = spawn_failure(&Error::from_raw_os_error(libc::ENOENT));
+        assert!(enoent.contains("C library"), "{enoent}");
+        let late = spawn_failure(&Error::new(ErrorKind::TimedOut, "x"));
+        assert!(late.contains("did not answer within 10s"), "{late}");
     }
 }

@@ -129,6 +129,18 @@ impl Report {
         self.entries.iter().find(|e| e.outcome == Outcome::Failed)
     }
 
+    /// Whether this apply installed a new mesh-host and found that its binary runs: the upgrade
+    /// path, on which the resident host exits 0 once it has reported, and the launcher starts the
+    /// new binary (seed 000, "The restart").
+    pub fn restarts_host(&self) -> bool {
+        self.failed().is_none()
+            && self.entries.iter().any(|e| {
+                e.shape == Shape::Package
+                    && e.key == crate::declaration::validate::OWN_PACKAGE
+                    && matches!(e.outcome, Outcome::Created | Outcome::Changed)
+            })
+    }
+
     pub fn count(&self, outcome: Outcome) -> usize {
         self.entries.iter().filter(|e| e.outcome == outcome).count()
     }

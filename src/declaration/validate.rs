@@ -71,6 +71,11 @@ pub const OWN_FOLDERS: &[&str] = &[
     "/var/lib",
 ];
 
+/// The host's own package: the one package name of the host's a declaration may name, at a
+/// version, because upgrading the host is an ordinary package resource (seed 000, "Upgrading the
+/// host"). The package applier checks that the binary it installs runs before it records it.
+pub const OWN_PACKAGE: &str = "mesh-host";
+
 /// Whether a name (a path component, a unit, a package) is the host's: `mesh-host` and anything
 /// it names with a suffix (`mesh-host.service`, `mesh-host-launcher`, `mesh-host@x`).
 pub fn is_own_name(name: &str) -> bool {
@@ -653,6 +658,14 @@ impl Walker {
             self.checked(join(path, "version"), check_package_version(v));
         }
         let name = self.string(map, "name", path)?;
+        if name == OWN_PACKAGE && !map.contains_key("version") {
+            // Upgrading the host names the version it upgrades to; "any version" of the host
+            // would make every release a restart nobody declared.
+            self.err(
+                join(path, "version"),
+                format!("the host's own package {OWN_PACKAGE} must name the version to run"),
+            );
+        }
         match check_package_name(name) {
             Ok(()) => Some(name.to_string()),
             Err(m) => {
@@ -943,9 +956,10 @@ fn check_package_name(s: &str) -> Result<(), String> {
     if s.starts_with('-') {
         return Err(format!("package name {s:?} must not start with '-'"));
     }
-    if is_own_name(s) {
+    if is_own_name(s) && s != OWN_PACKAGE {
         return Err(format!(
-            "{s} is the host's own package; no declaration may name it"
+            "{s} is named after the host; the only package of the host's a declaration may name \
+             is {OWN_PACKAGE}, to upgrade it"
         ));
     }
     Ok(())

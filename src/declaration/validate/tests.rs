@@ -481,3 +481,28 @@ fn a_service_named_with_and_without_its_suffix_is_one_service() {
         vec!["resources[1]: \"nginx\" is already declared by resources[0]".to_string()]
     );
 }
+
+#[test]
+fn the_hosts_own_package_may_be_named_at_a_version_to_upgrade_and_nothing_else_of_it() {
+    let mut v = base();
+    v["resources"] = json!([
+        {"id": "host", "type": "package", "name": "mesh-host", "version": "0.2.0"}
+    ]);
+    ok(v.clone());
+    v["resources"] = json!([
+        {"id": "host", "type": "package", "name": "mesh-host"},
+        {"id": "launcher", "type": "package", "name": "mesh-host-launcher", "version": "1"}
+    ]);
+    let p = problems(v, Source::Local);
+    assert_eq!(p.len(), 2, "{p:#?}");
+    assert!(
+        p[0].starts_with(
+            "resources[0].version: the host's own package mesh-host must name the version"
+        ),
+        "{p:#?}"
+    );
+    assert!(
+        p[1].starts_with("resources[1].name: mesh-host-launcher is named after the host"),
+        "{p:#?}"
+    );
+}
