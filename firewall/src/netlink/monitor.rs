@@ -131,6 +131,49 @@ impl NfMonitor {
         }
     }
 
+    /// Drains what the kernel has queued without waiting, keeping only the end of each
+    /// transaction (NEWGEN, with the writing process) and lost events: a reload of thousands of
+    /// rules costs one generation here, not thousands of decoded rules. Events already decoded by
+    /// [`NfMonitor::next_event`] and queued are drained too.
+    pub fn generations(&mut self) -> Result<Vec<Event>> {
+        let mut out: Vec<Event> = self
+            .queue
+            .drain(..)
+            .filter(|e| matches!(e, Event::NewGen(_) | Event::Lost))
+            .collect();
+        loop {
+            let data = match self.nl.recv(Wait::No) {
+                Ok(Some(d)) => d,
+                Ok(None) => return Ok(out),
+                Err(Error::Socket { errno, .. }) if errno.0 == libc::ENOBUFS => {
+                    out.push(Event::Lost);
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            let msgs = msg::split(data).map_err(|reason| Error::Malformed {
+                what: "nf_tables events".into(),
+                reason,
+            })?;
+            for m in msgs.iter().filter(|m| m.nft_msg() == Some(NFT_MSG_NEWGEN)) {
+                let mut g = Generation {
+                    id: 0,
+                    pid: None,
+                    process: None,
+                };
+                for a in m.attrs() {
+                    match a.ty {
+                        NFTA_GEN_ID => g.id = a.be32().unwrap_or(0),
+                        NFTA_GEN_PROC_PID => g.pid = a.be32(),
+                        NFTA_GEN_PROC_NAME => g.process = Some(a.string()),
+                        _ => {}
+                    }
+                }
+                out.push(Event::NewGen(g));
+            }
+        }
+    }
+
     /// Drains what is already queued without waiting.
     pub fn pending(&mut self) -> Result<Vec<Event>> {
         let mut out = Vec::new();
