@@ -42,6 +42,18 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// The resident host: reconcile on start, on a new declaration, on SIGHUP and every period,
+    /// and put the guard and the openings back within milliseconds of another program changing
+    /// the ruleset. Listens on no socket; SIGTERM or SIGINT end it after the apply under way.
+    Run {
+        /// Seconds between reconciles when nothing else asks for one (drift).
+        #[arg(long, value_name = "SECONDS", default_value_t = 600, value_parser = clap::value_parser!(u64).range(1..))]
+        period: u64,
+        /// Milliseconds between re-checks of legacy iptables layers, which send no events (0:
+        /// never).
+        #[arg(long, value_name = "MILLIS", default_value_t = 5000)]
+        legacy_period: u64,
+    },
     /// Apply the stored declaration again: repairs drift, puts back what is missing.
     #[command(after_help = EXIT_CODES)]
     Reconcile {
@@ -198,8 +210,24 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
                 Ok(d) => d,
                 Err(problems) => return Ok(refused(&problems)),
             };
-            finish(apply::apply(&host(&cli.root), &decl, source), json)
+            let result = apply::apply(&host(&cli.root), &decl, source);
+            // A resident host on this root reconciles the new declaration at once.
+            if result.is_ok() && crate::resident::tell_resident(&cli.root) {
+                tracing::info!("told the resident host that a new declaration is stored");
+            }
+            finish(result, json)
         }
+        Command::Run {
+            period,
+            legacy_period,
+        } => crate::resident::run(
+            &host(&cli.root),
+            &crate::resident::Options {
+                period: std::time::Duration::from_secs(period),
+                legacy_period: std::time::Duration::from_millis(legacy_period),
+                ..Default::default()
+            },
+        ),
         Command::Reconcile { json } => match apply::reconcile(&host(&cli.root)) {
             // A reconcile that did not fail proves this binary works on this machine: it is the
             // version the launcher rolls back to, and its start attempts are no longer counted.
@@ -404,7 +432,7 @@ fn finish(result: Result<Report, ApplyError>, json: bool) -> Result<ExitCode> {
             eprintln!("nothing was changed");
             return Ok(ExitCode::from(3));
         }
-        Err(e @ ApplyError::Store(_)) => return Err(e.into()),
+        Err(e @ (ApplyError::Store(_) | ApplyError::Unrecorded { .. })) => return Err(e.into()),
     };
     if json {
         println!("{}", serde_json::to_string_pretty(&report)?);

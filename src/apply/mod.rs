@@ -35,6 +35,34 @@ pub enum ApplyError {
     Safety(String),
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// The store could not be opened or written; the guard was ensured before it was touched.
+    #[error("{source}; the guard had been ensured first: {guard}")]
+    Unrecorded {
+        #[source]
+        source: StoreError,
+        guard: String,
+    },
+}
+
+/// What the resident host keeps from an apply, to put the firewall back at once when the
+/// ruleset changes under it: the guard written and the openings converged, for this declaration.
+#[derive(Debug, Clone)]
+pub struct FirewallMemo {
+    pub declaration: Declaration,
+    pub guard: Option<firewall::GuardSpec>,
+    pub openings: Vec<firewall::Opening>,
+}
+
+/// What a re-check of the firewall did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Rechecked {
+    /// The guard and every opening are in force; how many things had to be put back.
+    Done {
+        guard_written: bool,
+        openings: usize,
+    },
+    /// The stored declaration is no longer the one remembered: a whole reconcile is due.
+    Stale,
 }
 
 /// One apply's inputs besides the declaration.
@@ -202,25 +230,130 @@ impl Cx<'_> {
     }
 }
 
-/// Applies a validated declaration: the whole loop, the removals and the briefing.
+/// Applies a validated declaration: the whole loop, the removals and the briefing. On an adopted
+/// node the guard is ensured before the store is opened, so a store that cannot be read or
+/// written (a full disk, a corrupt file) never leaves the foundation's ports unguarded.
 pub fn apply(host: &Host<'_>, decl: &Declaration, source: Source) -> Result<Report, ApplyError> {
-    let store = Store::open(host.root)?;
-    apply_locked(host, store, decl, source)
+    // What the store says now, read without its lock, for the safety rules that must refuse
+    // before anything changes; read again under the lock below.
+    let peeked = store::peek(host.root);
+    if let Ok(Some(state)) = &peeked {
+        check_safety(state, decl)?;
+    }
+    let mut fw = check_claim(decl)?;
+    let settings = decl
+        .settings
+        .clone()
+        .or_else(|| peeked.ok().flatten().and_then(|s| s.settings));
+    let early = match (decl.mode, settings) {
+        (Mode::Adopted, Some(settings)) => {
+            Some(opening::ensure_guard(host.runner, &mut fw, decl, &settings))
+        }
+        _ => None,
+    };
+    let store = match Store::open(host.root) {
+        Ok(s) => s,
+        Err(source) => return Err(unrecorded(source, early.as_ref())),
+    };
+    apply_locked(host, store, decl, source, fw, early)
+}
+
+/// A store error after the guard was (or was not) ensured.
+fn unrecorded(source: StoreError, early: Option<&opening::Guarded>) -> ApplyError {
+    match early {
+        Some(g) => ApplyError::Unrecorded {
+            source,
+            guard: match &g.line {
+                Ok(line) => line.clone(),
+                Err(e) => format!("failed: {e}"),
+            },
+        },
+        None => ApplyError::Store(source),
+    }
 }
 
 /// Applies the stored declaration again, read under the store's lock, so a reconcile never
 /// applies a declaration that an apply finishing meanwhile has replaced. `None` when nothing has
 /// been applied on this node yet.
 pub fn reconcile(host: &Host<'_>) -> Result<Option<Report>, ApplyError> {
+    reconcile_with(host, None)
+}
+
+/// Like [`reconcile`], for the resident host: `memo`'s guard is put back first, before the store
+/// is read, so it is in force even when the store cannot be read.
+pub fn reconcile_with(
+    host: &Host<'_>,
+    memo: Option<&FirewallMemo>,
+) -> Result<Option<Report>, ApplyError> {
+    let mut fw = None;
+    let mut early = memo.and_then(|m| {
+        let spec = m.guard.as_ref()?;
+        let line = opening::write_guard(&mut fw, &m.declaration.node, spec);
+        Some(opening::Guarded {
+            line,
+            private: None,
+            spec: spec.clone(),
+        })
+    });
     // A node where nothing was ever applied has no store, and looking must not make one.
-    if store::peek(host.root)?.is_none() {
-        return Ok(None);
+    let peeked = match store::peek(host.root) {
+        Ok(None) => return Ok(None),
+        Ok(Some(state)) => state,
+        Err(e) => return Err(unrecorded(e, early.as_ref())),
+    };
+    // The remembered guard was the remembered declaration's: kept as written meanwhile, and
+    // ensured again below when the stored declaration is another.
+    if !memo.is_some_and(|m| peeked.declaration.as_ref() == Some(&m.declaration)) {
+        early = None;
     }
-    let store = Store::open(host.root)?;
+    // The stored declaration's guard before the store is opened for writing: a store that
+    // cannot be written never leaves the foundation's ports unguarded.
+    if let (None, Some(decl), Some(settings)) = (&early, &peeked.declaration, &peeked.settings) {
+        if decl.mode == Mode::Adopted {
+            early = Some(opening::ensure_guard(host.runner, &mut fw, decl, settings));
+        }
+    }
+    let store = match Store::open(host.root) {
+        Ok(s) => s,
+        Err(e) => return Err(unrecorded(e, early.as_ref())),
+    };
     let (Some(decl), Some(source)) = (store.state.declaration.clone(), store.state.source) else {
         return Ok(None);
     };
-    apply_locked(host, store, &decl, source).map(Some)
+    // The store changed between the look and the lock: its own declaration's guard is ensured.
+    let early = early.filter(|_| peeked.declaration.as_ref() == Some(&decl));
+    apply_locked(host, store, &decl, source, fw, early).map(Some)
+}
+
+/// Puts the guard and the openings of `memo` back, under the store's lock (so never in the
+/// middle of a person's apply), and nothing else: what the resident host does within
+/// milliseconds of another program changing the ruleset. [`Rechecked::Stale`] when the stored
+/// declaration is no longer `memo`'s.
+pub fn recheck_firewall(host: &Host<'_>, memo: &FirewallMemo) -> Result<Rechecked, ApplyError> {
+    let store = Store::open(host.root)?;
+    if store.state.declaration.as_ref() != Some(&memo.declaration) {
+        return Ok(Rechecked::Stale);
+    }
+    let mut fw = None;
+    let mut guard_written = false;
+    if let Some(spec) = &memo.guard {
+        let line = opening::write_guard(&mut fw, &memo.declaration.node, spec)
+            .map_err(ApplyError::Safety)?;
+        guard_written = line.ends_with("written)");
+    }
+    let mut openings = 0;
+    if !memo.openings.is_empty() {
+        let f = opening::firewall(&mut fw, &memo.declaration.node).map_err(ApplyError::Safety)?;
+        let done = f
+            .converge(&memo.openings, firewall::Scope::Given)
+            .map_err(|e| ApplyError::Safety(format!("re-checking the openings: {e}")))?;
+        openings = done.added.len() + done.removed.len();
+    }
+    drop(store);
+    Ok(Rechecked::Done {
+        guard_written,
+        openings,
+    })
 }
 
 fn apply_locked(
@@ -228,10 +361,15 @@ fn apply_locked(
     mut store: Store,
     decl: &Declaration,
     source: Source,
+    fw: Option<firewall::Firewall<'static>>,
+    early: Option<opening::Guarded>,
 ) -> Result<Report, ApplyError> {
     tracing::info!(node = %decl.node, mode = decl.mode.as_str(), source = source.as_str(), resources = decl.resources.len(), "applying");
-    check_safety(&store, decl)?;
-    let fw = check_claim(decl)?;
+    check_safety(&store.state, decl)?;
+    let fw = match fw {
+        Some(fw) => Some(fw),
+        None => check_claim(decl)?,
+    };
 
     let state = &mut store.state;
     state.node = Some(decl.node.clone());
@@ -257,10 +395,15 @@ fn apply_locked(
             not_admitted: Vec::new(),
         };
         // On an adopted node the guard comes first: the store must never be reachable from
-        // outside, whatever else this apply does.
+        // outside, whatever else this apply does (an apply ensured it before opening the store).
+        let mut guard_spec = None;
         if decl.mode == Mode::Adopted {
             if let Some(settings) = cx.store.state.settings.clone() {
-                let guarded = opening::ensure_guard(&mut cx, &settings);
+                let guarded = match early {
+                    Some(g) => g,
+                    None => opening::ensure_guard(cx.runner, &mut cx.fw, decl, &settings),
+                };
+                guard_spec = Some(guarded.spec.clone());
                 report.private_network = guarded
                     .private
                     .map(|(mark, detail)| report::Said { mark, detail });
@@ -303,14 +446,18 @@ fn apply_locked(
         if report.failed().is_none() {
             sweep_stale_marks(&mut cx, &mut report);
         }
+        report.memo = Some(FirewallMemo {
+            declaration: decl.clone(),
+            guard: guard_spec,
+            openings: declared_openings(&cx).unwrap_or_default(),
+        });
     }
     store.state.briefing = Some(brief(&store, decl, &report));
     store.save()?;
     Ok(report)
 }
 
-fn check_safety(store: &Store, decl: &Declaration) -> Result<(), ApplyError> {
-    let state = &store.state;
+fn check_safety(state: &store::State, decl: &Declaration) -> Result<(), ApplyError> {
     if let Some(node) = &state.node {
         if *node != decl.node {
             return Err(ApplyError::Safety(format!(

@@ -13,7 +13,7 @@ static EXEC: SystemExec = SystemExec;
 /// Opens the firewall once per apply: detection reads every layer, so it is not repeated per
 /// opening. Every write is made for `node`, whose name the mesh's table records, so a second
 /// store on this machine (a mistaken `--root`) never converges over this node's marks.
-pub(super) fn firewall<'c>(
+pub(crate) fn firewall<'c>(
     fw: &'c mut Option<Firewall<'static>>,
     node: &str,
 ) -> Result<&'c mut Firewall<'static>, String> {
@@ -214,15 +214,23 @@ fn container_port(resources: &[Resource], host_port: u16) -> u16 {
         .map_or(host_port, |p| p.container_port)
 }
 
-/// What ensuring the guard said: its own line, and how the declared private network's interface
-/// stands on this machine (when the settings have a private network).
-pub(super) struct Guarded {
+/// What ensuring the guard said: its own line, how the declared private network's interface
+/// stands on this machine (when the settings have a private network), and the guard written (for
+/// the resident host, which puts exactly that back when the ruleset changes under it).
+pub(crate) struct Guarded {
     pub line: Result<String, String>,
     pub private: Option<(Mark, String)>,
+    pub spec: GuardSpec,
 }
 
-/// Ensures the guard and checks the private network's interface it lets through.
-pub(super) fn ensure_guard(cx: &mut Cx<'_>, settings: &Settings) -> Guarded {
+/// Ensures the guard for `decl` and `settings` and checks the private network's interface it
+/// lets through. Needs no store: an apply ensures it before the store is read.
+pub(crate) fn ensure_guard(
+    runner: &dyn crate::runner::Runner,
+    fw: &mut Option<Firewall<'static>>,
+    decl: &declaration::Declaration,
+    settings: &Settings,
+) -> Guarded {
     // The links of this thread's namespace, with their addresses, over rtnetlink (sysfs would
     // show the namespace it was mounted in).
     let interfaces = ::genesis::inventory::interfaces().map_err(|e| e.to_string());
@@ -234,27 +242,36 @@ pub(super) fn ensure_guard(cx: &mut Cx<'_>, settings: &Settings) -> Guarded {
             Err(e) => (
                 Mark::Unknown,
                 format!(
-                "could not read this node's interfaces to check the private network's interface {} \
-                 and range {}: {e}",
-                p.interface, p.range
-            ),
+                    "could not read this node's interfaces to check the private network's \
+                     interface {} and range {}: {e}",
+                    p.interface, p.range
+                ),
             ),
         });
+    let spec = guard_for(
+        runner,
+        settings,
+        &decl.resources,
+        interfaces.as_deref().unwrap_or_default(),
+    );
     Guarded {
-        line: load_guard(cx, settings, interfaces.as_deref().unwrap_or_default()),
+        line: write_guard(fw, &decl.node, &spec),
         private,
+        spec,
     }
 }
 
-fn load_guard(
-    cx: &mut Cx<'_>,
+/// The guard `settings` call for, with the bridges the runtime reports that are bridges here.
+fn guard_for(
+    runner: &dyn crate::runner::Runner,
     settings: &Settings,
+    resources: &[Resource],
     interfaces: &[::genesis::inventory::Interface],
-) -> Result<String, String> {
-    let mut spec = guard_spec(settings, &cx.decl.resources);
+) -> GuardSpec {
+    let mut spec = guard_spec(settings, resources);
     // The runtime's own bridges are the machine's too, asked of the runtime on every apply; no
     // name is trusted for what it looks like. A runtime that does not answer adds none.
-    let reported = crate::system::container_runtime(cx.runner)
+    let reported = crate::system::container_runtime(runner)
         .ok()
         .and_then(|rt| rt.bridges().ok())
         .unwrap_or_default();
@@ -271,12 +288,21 @@ fn load_guard(
             spec.add_runtime_bridge(&b);
         }
     }
-    let fw = firewall(&mut cx.fw, &cx.decl.node)?;
+    spec
+}
+
+/// Puts `spec` in force; returns the guard's line for the report and the briefing.
+pub(crate) fn write_guard(
+    fw: &mut Option<Firewall<'static>>,
+    node: &str,
+    spec: &GuardSpec,
+) -> Result<String, String> {
+    let fw = firewall(fw, node)?;
     let sock = fw
         .socket()
         .ok_or("the kernel has no nf_tables, so the guard cannot be loaded")?;
     let report =
-        firewall::guard::ensure(sock, &spec).map_err(|e| format!("loading the guard: {e}"))?;
+        firewall::guard::ensure(sock, spec).map_err(|e| format!("loading the guard: {e}"))?;
     let table = match report.table {
         GuardTable::Created => "created".to_string(),
         GuardTable::Present => "plain table".to_string(),

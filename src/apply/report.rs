@@ -72,6 +72,9 @@ pub struct Report {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub private_network: Option<Said>,
     pub entries: Vec<Entry>,
+    /// The guard and openings this apply put in force, for the resident host.
+    #[serde(skip)]
+    pub memo: Option<super::FirewallMemo>,
 }
 
 /// An opening that a layer of the found firewall still refuses.
@@ -92,6 +95,7 @@ impl Report {
             mode: decl.mode.as_str(),
             source,
             entries: Vec::new(),
+            memo: None,
         }
     }
 

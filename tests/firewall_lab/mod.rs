@@ -24,6 +24,7 @@ mod incoming;
 mod keeps_word;
 mod listing;
 mod reload;
+mod resident;
 
 const MESH: &str = env!("CARGO_BIN_EXE_mesh-host");
 

@@ -1,0 +1,337 @@
+//! `mesh-host run`: the resident host. It reconciles on start, when a local `mesh-host apply`
+//! says a new declaration is stored, on SIGHUP (rouse), and every period (drift); and it hears
+//! the kernel: when another program changes the nf_tables ruleset (`nft -f` with `flush
+//! ruleset`, `iptables-restore`, a firewall service reloading) it puts the guard and every
+//! opening back within milliseconds, debounced so a reload of a thousand rules costs one
+//! re-check. iptables-legacy sends no events, so legacy layers are re-checked on a short period.
+//!
+//! It has no inbound control surface: it listens on no socket. A person's command and the
+//! resident host meet only through the store, its lock, a pid file beside the store and signals.
+//! SIGTERM and SIGINT end it after the apply under way (never half way), with exit 0.
+
+use crate::apply::{self, FirewallMemo, Host, Rechecked};
+use crate::store;
+use anyhow::{Context, Result};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+/// How the resident host paces itself.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Between reconciles when nothing else asks for one (drift).
+    pub period: Duration,
+    /// Between re-checks of legacy iptables layers, which send no events.
+    pub legacy_period: Duration,
+    /// How long the ruleset must be quiet after a change by someone else before the re-check.
+    pub quiet: Duration,
+    /// The longest a re-check waits for quiet after the first change.
+    pub patience: Duration,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            period: Duration::from_secs(600),
+            legacy_period: Duration::from_secs(5),
+            quiet: Duration::from_millis(3),
+            patience: Duration::from_millis(25),
+        }
+    }
+}
+
+/// The file beside the store that names the resident host's pid, for `mesh-host apply` to
+/// rouse it after storing a new declaration.
+pub fn pid_file(root: &Path) -> PathBuf {
+    store::store_dir(root).join("run.pid")
+}
+
+/// Tells a resident host on this root that a new declaration is stored (SIGUSR1), if one runs.
+/// Returns whether one was told.
+pub fn tell_resident(root: &Path) -> bool {
+    let Ok(text) = std::fs::read_to_string(pid_file(root)) else {
+        return false;
+    };
+    let Ok(pid) = text.trim().parse::<i32>() else {
+        return false;
+    };
+    if pid <= 1 || pid == std::process::id() as i32 {
+        return false;
+    }
+    // Only a process that is mesh-host, so a stale pid file never signals a stranger.
+    let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+    if comm.trim() != "mesh-host" {
+        return false;
+    }
+    // SAFETY: kill(2) with a plain pid and signal number.
+    unsafe { libc::kill(pid, libc::SIGUSR1) == 0 }
+}
+
+/// Signals, read from a signalfd: the resident host blocks them and reads them in its loop, so a
+/// signal never interrupts an apply half way.
+struct Signals {
+    fd: OwnedFd,
+}
+
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+struct Heard {
+    stop: bool,
+    rouse: bool,
+    new_declaration: bool,
+}
+
+impl Signals {
+    fn open() -> Result<Signals> {
+        // SAFETY: the sigset is initialised by sigemptyset before use; the mask is changed for
+        // this thread, before any other thread is started, so every thread inherits it (the
+        // standard library resets the mask in children it spawns).
+        unsafe {
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            for s in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP, libc::SIGUSR1] {
+                libc::sigaddset(&mut set, s);
+            }
+            if libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) != 0 {
+                anyhow::bail!("blocking signals: {}", std::io::Error::last_os_error());
+            }
+            let fd = libc::signalfd(-1, &set, libc::SFD_CLOEXEC | libc::SFD_NONBLOCK);
+            if fd < 0 {
+                anyhow::bail!("opening a signalfd: {}", std::io::Error::last_os_error());
+            }
+            Ok(Signals {
+                fd: OwnedFd::from_raw_fd(fd),
+            })
+        }
+    }
+
+    /// Everything queued: two rouses at once are one.
+    fn drain(&self) -> Heard {
+        let mut heard = Heard::default();
+        loop {
+            // SAFETY: reading one signalfd_siginfo into a buffer of exactly its size.
+            let mut info: libc::signalfd_siginfo = unsafe { std::mem::zeroed() };
+            let n = unsafe {
+                libc::read(
+                    self.fd.as_raw_fd(),
+                    (&mut info as *mut libc::signalfd_siginfo).cast(),
+                    std::mem::size_of::<libc::signalfd_siginfo>(),
+                )
+            };
+            if n != std::mem::size_of::<libc::signalfd_siginfo>() as isize {
+                return heard;
+            }
+            match info.ssi_signo as i32 {
+                libc::SIGTERM | libc::SIGINT => heard.stop = true,
+                libc::SIGHUP => heard.rouse = true,
+                libc::SIGUSR1 => heard.new_declaration = true,
+                _ => {}
+            }
+        }
+    }
+}
+
+/// Waits until one of `fds` is readable or `timeout` passes.
+fn wait(fds: &[i32], timeout: Duration) {
+    let mut pfds: Vec<libc::pollfd> = fds
+        .iter()
+        .map(|fd| libc::pollfd {
+            fd: *fd,
+            events: libc::POLLIN,
+            revents: 0,
+        })
+        .collect();
+    let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
+    // SAFETY: a valid array of pollfds with its length; EINTR is simply another wake-up.
+    unsafe {
+        libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, ms);
+    }
+}
+
+/// Whether legacy x_tables are in force, so they need polling (they send no events).
+fn legacy_in_force() -> bool {
+    ["/proc/net/ip_tables_names", "/proc/net/ip6_tables_names"]
+        .iter()
+        .any(|p| std::fs::read_to_string(p).is_ok_and(|t| !t.trim().is_empty()))
+}
+
+/// Runs the resident host until SIGTERM or SIGINT.
+pub fn run(host: &Host<'_>, opts: &Options) -> Result<ExitCode> {
+    let signals = Signals::open()?;
+    let dir = store::store_dir(host.root);
+    std::fs::create_dir_all(&dir).with_context(|| format!("store {}", dir.display()))?;
+    let pid_path = pid_file(host.root);
+    std::fs::write(&pid_path, format!("{}\n", std::process::id()))
+        .with_context(|| format!("writing {}", pid_path.display()))?;
+    let mut monitor = match firewall::NfMonitor::open() {
+        Ok(m) => Some(m),
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot hear nf_tables events; the firewall is re-checked on the legacy period only");
+            None
+        }
+    };
+    let me = std::process::id();
+    let mut memo: Option<FirewallMemo> = None;
+    let mut reconcile_due = true;
+    let mut why = "start";
+    let mut next_tick = Instant::now() + opts.period;
+    let mut next_legacy = Instant::now() + opts.legacy_period;
+    // (first change heard, last change heard, who made it)
+    let mut changed: Option<(Instant, Instant, String)> = None;
+    tracing::info!(
+        pid = me,
+        period_s = opts.period.as_secs(),
+        "resident host started"
+    );
+    loop {
+        if reconcile_due {
+            reconcile_due = false;
+            let started = Instant::now();
+            match apply::reconcile_with(host, memo.as_ref()) {
+                Ok(Some(report)) => {
+                    let failed = report.failed().map(|e| e.id.clone());
+                    tracing::info!(trigger = why, millis = started.elapsed().as_millis() as u64, failed = ?failed, "reconciled");
+                    if failed.is_none() {
+                        // The launcher's known-good: this binary works on this machine.
+                        if let Err(e) = crate::launch::reconciled(&store::store_dir(host.root)) {
+                            tracing::warn!(error = %e, "writing known-good for the launcher");
+                        }
+                    }
+                    if report.restarts_host() {
+                        tracing::info!("a new mesh-host binary is installed; exiting for the launcher to start it");
+                        let _ = std::fs::remove_file(&pid_path);
+                        return Ok(ExitCode::SUCCESS);
+                    }
+                    if report.memo.is_some() {
+                        memo = report.memo;
+                    }
+                }
+                Ok(None) => tracing::info!(trigger = why, "nothing is stored to reconcile yet"),
+                Err(e) => tracing::error!(trigger = why, error = %e, "reconcile failed"),
+            }
+            // A change heard during the reconcile is covered by it.
+            if let Some(m) = monitor.as_mut() {
+                let _ = m.generations();
+            }
+            changed = None;
+            next_tick = Instant::now() + opts.period;
+        }
+        let heard = signals.drain();
+        if heard.stop {
+            tracing::info!("stopping: asked to, and no apply is under way");
+            let _ = std::fs::remove_file(&pid_path);
+            return Ok(ExitCode::SUCCESS);
+        }
+        if heard.rouse || heard.new_declaration {
+            reconcile_due = true;
+            why = if heard.new_declaration {
+                "new declaration"
+            } else {
+                "rouse"
+            };
+            continue;
+        }
+        if let Some(m) = monitor.as_mut() {
+            match m.generations() {
+                Ok(events) => {
+                    for e in events {
+                        let who = match &e {
+                            firewall::Event::NewGen(g) if g.pid == Some(me) => continue,
+                            firewall::Event::NewGen(g) => format!(
+                                "{} (pid {})",
+                                g.process.as_deref().unwrap_or("?"),
+                                g.pid.map(|p| p.to_string()).unwrap_or_else(|| "?".into())
+                            ),
+                            _ => "events lost (buffer full)".to_string(),
+                        };
+                        let now = Instant::now();
+                        changed = Some(match changed.take() {
+                            Some((first, _, _)) => (first, now, who),
+                            None => (now, now, who),
+                        });
+                    }
+                }
+                Err(e) => tracing::warn!(error = %e, "reading nf_tables events"),
+            }
+        }
+        let now = Instant::now();
+        let recheck_at = changed
+            .as_ref()
+            .map(|(first, last, _)| (*last + opts.quiet).min(*first + opts.patience));
+        let legacy_due = opts.legacy_period > Duration::ZERO && now >= next_legacy;
+        if recheck_at.is_some_and(|at| now >= at) || legacy_due {
+            let (first, who) = match changed.take() {
+                Some((first, _, who)) => (Some(first), who),
+                None => (None, "the legacy period".to_string()),
+            };
+            if legacy_due {
+                next_legacy = now + opts.legacy_period;
+            }
+            if first.is_some() || legacy_in_force() {
+                recheck(host, &mut memo, &mut reconcile_due, &mut why, first, &who);
+            }
+            continue;
+        }
+        if now >= next_tick {
+            reconcile_due = true;
+            why = "period";
+            continue;
+        }
+        let mut until = next_tick.min(if opts.legacy_period > Duration::ZERO {
+            next_legacy
+        } else {
+            next_tick
+        });
+        if let Some(at) = recheck_at {
+            until = until.min(at);
+        }
+        let mut fds = vec![signals.fd.as_raw_fd()];
+        if let Some(m) = &monitor {
+            fds.push(m.as_raw_fd());
+        }
+        wait(&fds, until.saturating_duration_since(Instant::now()));
+    }
+}
+
+/// Puts the guard and the openings back after someone else changed the ruleset.
+fn recheck(
+    host: &Host<'_>,
+    memo: &mut Option<FirewallMemo>,
+    reconcile_due: &mut bool,
+    why: &mut &'static str,
+    first: Option<Instant>,
+    who: &str,
+) {
+    let Some(m) = memo.as_ref() else {
+        *reconcile_due = true;
+        *why = "ruleset changed";
+        return;
+    };
+    let started = Instant::now();
+    match apply::recheck_firewall(host, m) {
+        Ok(Rechecked::Done {
+            guard_written,
+            openings,
+        }) => {
+            let since = first.map(|f| f.elapsed().as_micros() as u64);
+            if guard_written || openings > 0 {
+                tracing::info!(by = who, guard_restored = guard_written, openings_restored = openings, micros_since_change = ?since, micros = started.elapsed().as_micros() as u64, "ruleset changed by another program; put back");
+            } else {
+                tracing::debug!(
+                    by = who,
+                    micros = started.elapsed().as_micros() as u64,
+                    "ruleset changed by another program; nothing of the mesh's was touched"
+                );
+            }
+        }
+        Ok(Rechecked::Stale) => {
+            *reconcile_due = true;
+            *why = "new declaration";
+        }
+        Err(e) => {
+            tracing::error!(by = who, error = %e, "re-checking the firewall failed; a reconcile is due");
+            *reconcile_due = true;
+            *why = "re-check failed";
+        }
+    }
+}
