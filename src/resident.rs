@@ -171,6 +171,9 @@ pub fn run(host: &Host<'_>, opts: &Options) -> Result<ExitCode> {
         }
     };
     let me = std::process::id();
+    // The socket the guard is put back on the moment another program's change is heard, kept
+    // for the host's whole life so that costs no socket setup.
+    let mut guard_sock = firewall::NfSocket::open().ok();
     let mut memo: Option<FirewallMemo> = None;
     let mut reconcile_due = true;
     let mut why = "start";
@@ -234,6 +237,27 @@ pub fn run(host: &Host<'_>, opts: &Options) -> Result<ExitCode> {
         if let Some(m) = monitor.as_mut() {
             match m.generations() {
                 Ok(events) => {
+                    let foreign = events
+                        .iter()
+                        .any(|e| !matches!(e, firewall::Event::NewGen(g) if g.pid == Some(me)));
+                    // The guard first and at once, before any quiet is waited for: the store's
+                    // port must be unguarded for as short a time as the kernel allows.
+                    if foreign {
+                        if let (Some(sock), Some(spec)) = (
+                            guard_sock.as_mut(),
+                            memo.as_ref().and_then(|m| m.guard.as_ref()),
+                        ) {
+                            let started = Instant::now();
+                            match firewall::guard::ensure(sock, spec) {
+                                Ok(r) if r.changed => tracing::info!(
+                                    micros = started.elapsed().as_micros() as u64,
+                                    "the guard was gone; put back"
+                                ),
+                                Ok(_) => {}
+                                Err(e) => tracing::error!(error = %e, "putting the guard back"),
+                            }
+                        }
+                    }
                     for e in events {
                         let who = match &e {
                             firewall::Event::NewGen(g) if g.pid == Some(me) => continue,
