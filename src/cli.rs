@@ -409,6 +409,7 @@ fn derive_openings(
     let mut settings = state.settings.clone().unwrap_or(Settings {
         ports: Default::default(),
         private_network: None,
+        deadlines: None,
     });
     let mut problems = Vec::new();
     if let Some(spec) = ports {

@@ -14,7 +14,11 @@ pub(super) fn apply(cx: &mut Cx<'_>, spec: &ActionSpec) -> Result<Done, String> 
     let run = |cx: &Cx<'_>, argv: &[String]| {
         cx.runner
             .run(argv, cx.root, &env)
-            .map_err(|e| format!("starting {:?}: {e}", argv[0]))
+            .map_err(|e| match e.kind() {
+                // The message names the command and its deadline already.
+                std::io::ErrorKind::TimedOut => e.to_string(),
+                _ => format!("starting {:?}: {e}", argv[0]),
+            })
     };
     let rec = Owned {
         id: spec.id.clone(),

@@ -20,7 +20,7 @@ pub use report::{Entry, NotAdmitted, Outcome, Report};
 use crate::briefing::{self, Briefing, Line, Mark};
 use crate::declaration::{Declaration, Mode, Problems, Resource, Shape, Source};
 use crate::failpoint;
-use crate::runner::Runner;
+use crate::runner::{Deadlined, Runner};
 use crate::store::{self, Held, Original, Owned, Pending, Store, StoreError};
 use std::path::{Path, PathBuf};
 
@@ -242,14 +242,21 @@ fn apply_locked(
     }
     state.declaration = Some(decl.clone());
     state.source = Some(source);
-    settle_pending(host.root, host.runner, &mut store.state);
+    // Every child this apply starts runs within the node's deadlines, so a runtime or service
+    // manager that never answers fails its resource and the lock is released.
+    let deadlines = state.settings.as_ref().and_then(|s| s.deadlines);
+    let runner = Deadlined {
+        runner: host.runner,
+        deadlines: deadlines.unwrap_or_default(),
+    };
+    settle_pending(host.root, &runner, &mut store.state);
     store.save()?;
 
     let mut report = Report::new(decl, source);
     {
         let mut cx = Cx {
             root: host.root,
-            runner: host.runner,
+            runner: &runner,
             store: &mut store,
             decl,
             fw,

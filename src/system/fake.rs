@@ -399,4 +399,18 @@ impl crate::runner::Runner for StubRunner {
         all.push(("STUB", &stub));
         crate::runner::SystemRunner.run(argv, cwd, &all)
     }
+
+    fn run_within(
+        &self,
+        argv: &[String],
+        cwd: &std::path::Path,
+        env: &[(&str, &str)],
+        deadline: std::time::Duration,
+    ) -> std::io::Result<crate::runner::RunOutput> {
+        let stub = self.dir.path().display().to_string();
+        let mut all = env.to_vec();
+        all.push(("PATH", &self.path));
+        all.push(("STUB", &stub));
+        crate::runner::SystemRunner.run_within(argv, cwd, &all, deadline)
+    }
 }
