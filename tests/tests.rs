@@ -4,6 +4,7 @@
 mod apply;
 mod containers;
 mod crash;
+mod deadlines;
 mod firewall_lab;
 mod genesis_lab;
 mod inventory_lab;
