@@ -357,8 +357,10 @@ impl Runner for RecordingRunner {
     }
 }
 
-/// Describes a finished child for an error message: program, arguments, status and stderr.
+/// Describes a finished child for an error message: the command as it would be typed, its status
+/// and the tail of its stderr.
 pub fn describe(argv: &[String], out: &RunOutput) -> String {
+    let command = command_line(argv);
     let status = match out.code {
         Some(c) => format!("exited with status {c}"),
         None => "was killed by a signal".to_string(),
@@ -366,7 +368,7 @@ pub fn describe(argv: &[String], out: &RunOutput) -> String {
     let stderr = String::from_utf8_lossy(&out.stderr);
     let stderr = stderr.trim();
     if stderr.is_empty() {
-        format!("{argv:?} {status}")
+        format!("{command} {status}")
     } else {
         let tail: String = stderr
             .lines()
@@ -377,7 +379,7 @@ pub fn describe(argv: &[String], out: &RunOutput) -> String {
             .rev()
             .collect::<Vec<_>>()
             .join(" / ");
-        format!("{argv:?} {status}: {tail}")
+        format!("{command} {status}: {tail}")
     }
 }
 

@@ -8,6 +8,7 @@ mod deadlines;
 mod firewall_lab;
 mod genesis_lab;
 mod inventory_lab;
+mod output;
 mod packages;
 mod services;
 mod util;

@@ -15,7 +15,7 @@ mod package;
 mod report;
 mod service;
 
-pub use report::{Entry, NotAdmitted, Outcome, Report};
+pub use report::{count, Entry, NotAdmitted, Outcome, Report};
 
 use crate::briefing::{self, Briefing, Line, Mark};
 use crate::declaration::{Declaration, Mode, Problems, Resource, Shape, Source};
@@ -329,9 +329,10 @@ fn check_safety(store: &Store, decl: &Declaration) -> Result<(), ApplyError> {
     if let (Some(have), Some(want)) = (&state.settings, &decl.settings) {
         if have.ports != want.ports {
             return Err(ApplyError::Safety(format!(
-                "the foundation's ports are this node's settings, fixed at genesis ({:?}); a \
-                 declaration with other ports ({:?}) would move them back, and is refused",
-                have.ports, want.ports
+                "the foundation's ports are this node's settings, fixed at genesis ({}); a \
+                 declaration with other ports ({}) would move them back, and is refused",
+                ports_text(&have.ports),
+                ports_text(&want.ports)
             )));
         }
     }
@@ -343,6 +344,14 @@ fn check_safety(store: &Store, decl: &Declaration) -> Result<(), ApplyError> {
         )));
     }
     Ok(())
+}
+
+/// The ports as the operator writes them in `settings.ports`, in that order.
+fn ports_text(p: &crate::declaration::Ports) -> String {
+    format!(
+        "store {}, bus {}, broker_management {}, registry {}, hub {}",
+        p.store, p.bus, p.broker_management, p.registry, p.hub
+    )
 }
 
 /// The machine's firewall, opened when the declaration touches it (openings, or the guard of an
@@ -556,10 +565,10 @@ fn brief(store: &Store, decl: &Declaration, report: &Report) -> Briefing {
         mark: Mark::Ok,
         subject: "resources".into(),
         detail: format!(
-            "{} owned, {} held, {} originals saved",
+            "{} owned, {} held, {} saved",
             state.owned.len(),
             state.held.len(),
-            state.originals.len()
+            report::count(state.originals.len(), "original", "originals")
         ),
     });
     for h in &state.held {
