@@ -198,12 +198,28 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Apply { file, source, json } => {
-            let text = if file.as_os_str() == "-" {
-                std::io::read_to_string(std::io::stdin())
-                    .context("reading the declaration from standard input")?
+            let (name, bytes) = if file.as_os_str() == "-" {
+                let mut bytes = Vec::new();
+                std::io::Read::read_to_end(&mut std::io::stdin(), &mut bytes)
+                    .context("reading the declaration from standard input")?;
+                ("standard input".to_string(), bytes)
             } else {
-                std::fs::read_to_string(&file)
-                    .with_context(|| format!("reading declaration {}", file.display()))?
+                let bytes = std::fs::read(&file)
+                    .with_context(|| format!("reading declaration {}", file.display()))?;
+                (file.display().to_string(), bytes)
+            };
+            // A declaration is JSON, which is UTF-8: anything else is refused input, not a
+            // failure of the host.
+            let text = match String::from_utf8(bytes) {
+                Ok(t) => t,
+                Err(e) => {
+                    eprintln!(
+                        "error: declaration {name} is not UTF-8 text (invalid byte at offset {})",
+                        e.utf8_error().valid_up_to()
+                    );
+                    eprintln!("the declaration was refused; nothing was changed");
+                    return Ok(ExitCode::from(2));
+                }
             };
             let source = Source::from(source);
             let decl = match declaration::parse(&text, source) {
@@ -292,7 +308,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             let read = || {
                 crate::inventory::read(h.runner)
                     .map(|v| v.machine())
-                    .map_err(|e| format!("{e:#}"))
+                    .map_err(|e| error_text(&e))
             };
             match crate::genesis::run(&cli.root, &h, &req, &read) {
                 Ok(crate::genesis::Outcome::Refused(p)) => genesis_refused(&p, json, 2),
@@ -389,6 +405,24 @@ fn generate(what: GenerateCommand) -> Result<()> {
     Ok(())
 }
 
+/// An error and its causes on one line, each cause said once: an error whose message already
+/// ends with its cause's text (`store X: permission denied`, whose source is `permission
+/// denied`) is not followed by that text again.
+pub fn error_text(e: &anyhow::Error) -> String {
+    let mut text = String::new();
+    for cause in e.chain() {
+        let said = cause.to_string();
+        if text.contains(&said) {
+            continue;
+        }
+        if !text.is_empty() {
+            text.push_str(": ");
+        }
+        text.push_str(&said);
+    }
+    text
+}
+
 fn host(root: &std::path::Path) -> Host<'_> {
     static RUNNER: SystemRunner = SystemRunner;
     Host {
@@ -417,8 +451,8 @@ fn refused(problems: &declaration::Problems) -> ExitCode {
         eprintln!("error: {p}");
     }
     eprintln!(
-        "the declaration was refused ({} problems); nothing was changed",
-        problems.0.len()
+        "the declaration was refused ({}); nothing was changed",
+        apply::count(problems.0.len(), "problem", "problems")
     );
     ExitCode::from(2)
 }
@@ -506,6 +540,7 @@ fn derive_openings(
     let mut settings = state.settings.clone().unwrap_or(Settings {
         ports: Default::default(),
         private_network: None,
+        deadlines: None,
     });
     let mut problems = Vec::new();
     if let Some(spec) = ports {

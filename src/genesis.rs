@@ -165,6 +165,7 @@ pub fn run(
             interface: c.interface.clone(),
             range: c.range_text.clone(),
         }),
+        deadlines: None,
     };
     let derived = apply::opening::derive_for(&settings, &[]).map_err(ApplyError::Safety)?;
     if let Some(resources) = doc.get_mut("resources").and_then(|r| r.as_array_mut()) {

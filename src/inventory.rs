@@ -35,6 +35,16 @@ pub fn running_containers(runner: &dyn Runner) -> Result<(Vec<Container>, Result
     running_with(runner, kind.as_str(), runtime.as_ref())
 }
 
+/// Why a runtime's command gave no answer: it could not start, or (the message naming the command
+/// and its deadline already) it did not finish in time.
+fn not_run(program: &str, e: std::io::Error) -> anyhow::Error {
+    if e.kind() == std::io::ErrorKind::TimedOut {
+        e.into()
+    } else {
+        anyhow::Error::new(e).context(format!("starting {program}"))
+    }
+}
+
 /// The running containers of the runtime whose CLI is `program`: one listing, then one
 /// `inspect` naming them all. A CLI call costs tens of milliseconds, so inspecting one container
 /// at a time made the preflight on a machine running 60 containers twenty times slower than
@@ -50,7 +60,7 @@ fn running_with(
         .collect();
     let out = runner
         .run(&argv, std::path::Path::new("/"), &[])
-        .with_context(|| format!("starting {program}"))?;
+        .map_err(|e| not_run(program, e))?;
     if !out.success() {
         let stderr = String::from_utf8_lossy(&out.stderr);
         // A Docker client whose engine is not running: no container runs without its engine
@@ -97,7 +107,7 @@ fn inspect_all(
     argv.extend(names.iter().cloned());
     let out = runner
         .run(&argv, std::path::Path::new("/"), &[])
-        .with_context(|| format!("starting {program}"))?;
+        .map_err(|e| not_run(program, e))?;
     if out.success() {
         let all: serde_json::Value = serde_json::from_slice(&out.stdout)
             .with_context(|| format!("{program} container inspect gave no JSON array"))?;

@@ -16,4 +16,4 @@ pub mod status;
 pub mod store;
 pub mod system;
 
-pub use cli::{run, Cli};
+pub use cli::{error_text, run, Cli};

@@ -4,10 +4,12 @@
 mod apply;
 mod containers;
 mod crash;
+mod deadlines;
 mod firewall_lab;
 mod genesis_lab;
 mod inventory_lab;
 mod launcher;
+mod output;
 mod packages;
 mod services;
 mod tarball;

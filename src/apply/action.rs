@@ -14,7 +14,11 @@ pub(super) fn apply(cx: &mut Cx<'_>, spec: &ActionSpec) -> Result<Done, String> 
     let run = |cx: &Cx<'_>, argv: &[String]| {
         cx.runner
             .run(argv, cx.root, &env)
-            .map_err(|e| format!("starting {:?}: {e}", argv[0]))
+            .map_err(|e| match e.kind() {
+                // The message names the command and its deadline already.
+                std::io::ErrorKind::TimedOut => e.to_string(),
+                _ => format!("starting {:?}: {e}", argv[0]),
+            })
     };
     let rec = Owned {
         id: spec.id.clone(),
@@ -53,4 +57,59 @@ pub(super) fn apply(cx: &mut Cx<'_>, spec: &ActionSpec) -> Result<Done, String> 
         Outcome::Changed,
         format!("ran {:?}; verify now passes", spec.run[0]),
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::apply::{apply, Host, Outcome};
+    use crate::declaration::{validate_value, Source};
+    use crate::runner::SystemRunner;
+    use serde_json::json;
+    use std::os::fd::AsRawFd;
+
+    /// Whether another holder could take the store's lock now, without waiting.
+    fn lock_is_free(root: &std::path::Path) -> bool {
+        let f = std::fs::File::open(root.join("var/lib/mesh-host/lock")).expect("lock file");
+        // SAFETY: flock on a descriptor owned by `f`, which closes it (and so lets go) on drop.
+        unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) == 0 }
+    }
+
+    #[test]
+    fn an_action_past_its_deadline_fails_and_lets_go_of_the_store() {
+        let root = tempfile::tempdir().unwrap();
+        let host = Host {
+            root: root.path(),
+            runner: &SystemRunner,
+        };
+        let decl = |verify: &str| {
+            let v = json!({
+                "version": 1, "node": "n1", "mode": "converged",
+                "settings": {
+                    "ports": {"store": 5432, "bus": 5672, "broker_management": 15672,
+                              "registry": 5000, "hub": 51820},
+                    "deadlines": {"action_s": 1}
+                },
+                "resources": [{"id": "db/migrate", "type": "action",
+                               "run": ["true"], "verify": ["sh", "-c", verify]}]
+            });
+            validate_value(&v, Source::Local).unwrap_or_else(|p| panic!("refused:\n{p}"))
+        };
+        // A resident host applies again in the same process: the lock must be free once an
+        // apply returns, even one whose child was killed.
+        let report = apply(&host, &decl("sleep 30 & sleep 30"), Source::Local).unwrap();
+        let failed = report.failed().expect("the action fails");
+        assert_eq!(failed.outcome, Outcome::Failed);
+        assert_eq!(
+            failed.detail,
+            "sh -c \"sleep 30 & sleep 30\" did not finish within 1 s and was killed"
+        );
+        assert!(
+            lock_is_free(root.path()),
+            "the apply still holds the store's lock"
+        );
+
+        let report = apply(&host, &decl("true"), Source::Local).unwrap();
+        assert!(report.failed().is_none(), "{}", report.render());
+        assert_eq!(report.entries[0].outcome, Outcome::Unchanged);
+    }
 }

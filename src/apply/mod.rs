@@ -15,12 +15,12 @@ mod package;
 mod report;
 mod service;
 
-pub use report::{Entry, NotAdmitted, Outcome, Report};
+pub use report::{count, Entry, NotAdmitted, Outcome, Report};
 
 use crate::briefing::{self, Briefing, Line, Mark};
 use crate::declaration::{Declaration, Mode, Problems, Resource, Shape, Source};
 use crate::failpoint;
-use crate::runner::Runner;
+use crate::runner::{Deadlined, Runner};
 use crate::store::{self, Held, Original, Owned, Pending, Store, StoreError};
 use std::path::{Path, PathBuf};
 
@@ -380,14 +380,21 @@ fn apply_locked(
     }
     state.declaration = Some(decl.clone());
     state.source = Some(source);
-    settle_pending(host.root, host.runner, &mut store.state);
+    // Every child this apply starts runs within the node's deadlines, so a runtime or service
+    // manager that never answers fails its resource and the lock is released.
+    let deadlines = state.settings.as_ref().and_then(|s| s.deadlines);
+    let runner = Deadlined {
+        runner: host.runner,
+        deadlines: deadlines.unwrap_or_default(),
+    };
+    settle_pending(host.root, &runner, &mut store.state);
     store.save()?;
 
     let mut report = Report::new(decl, source);
     {
         let mut cx = Cx {
             root: host.root,
-            runner: host.runner,
+            runner: &runner,
             store: &mut store,
             decl,
             fw,
@@ -469,9 +476,10 @@ fn check_safety(state: &store::State, decl: &Declaration) -> Result<(), ApplyErr
     if let (Some(have), Some(want)) = (&state.settings, &decl.settings) {
         if have.ports != want.ports {
             return Err(ApplyError::Safety(format!(
-                "the foundation's ports are this node's settings, fixed at genesis ({:?}); a \
-                 declaration with other ports ({:?}) would move them back, and is refused",
-                have.ports, want.ports
+                "the foundation's ports are this node's settings, fixed at genesis ({}); a \
+                 declaration with other ports ({}) would move them back, and is refused",
+                ports_text(&have.ports),
+                ports_text(&want.ports)
             )));
         }
     }
@@ -483,6 +491,14 @@ fn check_safety(state: &store::State, decl: &Declaration) -> Result<(), ApplyErr
         )));
     }
     Ok(())
+}
+
+/// The ports as the operator writes them in `settings.ports`, in that order.
+fn ports_text(p: &crate::declaration::Ports) -> String {
+    format!(
+        "store {}, bus {}, broker_management {}, registry {}, hub {}",
+        p.store, p.bus, p.broker_management, p.registry, p.hub
+    )
 }
 
 /// The machine's firewall, opened when the declaration touches it (openings, or the guard of an
@@ -696,10 +712,10 @@ fn brief(store: &Store, decl: &Declaration, report: &Report) -> Briefing {
         mark: Mark::Ok,
         subject: "resources".into(),
         detail: format!(
-            "{} owned, {} held, {} originals saved",
+            "{} owned, {} held, {} saved",
             state.owned.len(),
             state.held.len(),
-            state.originals.len()
+            report::count(state.originals.len(), "original", "originals")
         ),
     });
     for h in &state.held {

@@ -202,3 +202,12 @@ impl Report {
         out
     }
 }
+
+/// A count with its noun in the right number: "1 problem", "2 problems", "0 problems".
+pub fn count(n: usize, one: &str, many: &str) -> String {
+    if n == 1 {
+        format!("1 {one}")
+    } else {
+        format!("{n} {many}")
+    }
+}

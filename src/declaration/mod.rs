@@ -78,13 +78,16 @@ impl Declaration {
     }
 }
 
-/// The node's settings: the foundation's ports and the private network.
+/// The node's settings: the foundation's ports, the private network, and the deadlines of the
+/// host's child processes.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct Settings {
     pub ports: Ports,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub private_network: Option<PrivateNetwork>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deadlines: Option<crate::runner::Deadlines>,
 }
 
 /// The ports the foundation binds on this node (the catalogue's numbers are only defaults): the

@@ -439,10 +439,13 @@ impl Walker {
 
     /// Returns whether a private network is described, which `from: private` needs.
     fn settings(&mut self, v: &Value) -> bool {
-        let Some(map) = self.object(v, "settings", &["ports", "private_network"], &["ports"])
-        else {
+        let keys = ["ports", "private_network", "deadlines"];
+        let Some(map) = self.object(v, "settings", &keys, &["ports"]) else {
             return false;
         };
+        if let Some(d) = map.get("deadlines") {
+            self.deadlines(d);
+        }
         if let Some(ports) = map.get("ports") {
             let names = ["store", "bus", "broker_management", "registry", "hub"];
             if let Some(pm) = self.object(ports, "settings.ports", &names, &names) {
@@ -474,6 +477,35 @@ impl Walker {
             self.checked(join(path, "range"), parse_cidr(r, false).map(|_| ()));
         }
         true
+    }
+
+    /// `settings.deadlines`: whole seconds from one second to a day, per kind of call.
+    fn deadlines(&mut self, v: &Value) {
+        let path = "settings.deadlines";
+        let names = [
+            "query_s",
+            "container_s",
+            "service_s",
+            "package_s",
+            "action_s",
+        ];
+        let Some(map) = self.object(v, path, &names, &[]) else {
+            return;
+        };
+        for (name, v) in map.iter().filter(|(k, _)| names.contains(&k.as_str())) {
+            if v.as_u64().is_some_and(|n| (1..=86_400).contains(&n)) {
+                continue;
+            }
+            let found = if v.is_number() {
+                v.to_string()
+            } else {
+                type_name(v).to_string()
+            };
+            self.err(
+                join(path, name),
+                format!("must be a whole number of seconds from 1 to 86400, found {found}"),
+            );
+        }
     }
 
     fn resources(&mut self, items: &[Value], source: Source, has_private: bool) {

@@ -462,7 +462,10 @@ mod tests {
         assert_eq!(rt.inspect("web").unwrap(), None);
         let e = rt.inspect("web").unwrap_err().to_string();
         assert!(e.contains("Cannot connect"), "{e}");
-        assert!(e.contains("\"inspect\", \"web\""), "{e}");
+        assert!(
+            e.contains("docker container inspect web exited with status 1"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -405,12 +405,12 @@ impl crate::runner::Runner for StubRunner {
         argv: &[String],
         cwd: &std::path::Path,
         env: &[(&str, &str)],
-        limit: std::time::Duration,
+        deadline: std::time::Duration,
     ) -> std::io::Result<crate::runner::RunOutput> {
         let stub = self.dir.path().display().to_string();
         let mut all = env.to_vec();
         all.push(("PATH", &self.path));
         all.push(("STUB", &stub));
-        crate::runner::SystemRunner.run_within(argv, cwd, &all, limit)
+        crate::runner::SystemRunner.run_within(argv, cwd, &all, deadline)
     }
 }

@@ -77,9 +77,13 @@ pub(crate) fn run(
 ) -> Result<RunOutput, Error> {
     runner
         .run(argv, Path::new("/"), env)
-        .map_err(|source| Error::Spawn {
-            program: argv.first().cloned().unwrap_or_default(),
-            source,
+        .map_err(|source| match source.kind() {
+            // The message names the command and its deadline already.
+            std::io::ErrorKind::TimedOut => Error::Failed(source.to_string()),
+            _ => Error::Spawn {
+                program: argv.first().cloned().unwrap_or_default(),
+                source,
+            },
         })
 }
 

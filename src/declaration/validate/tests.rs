@@ -102,6 +102,39 @@ fn interface_names_and_ranges_are_checked() {
 }
 
 #[test]
+fn deadlines_are_whole_seconds_up_to_a_day_and_known_by_name() {
+    let mut v = base();
+    v["settings"]["deadlines"] = json!({"container_s": 1, "package_s": 86400});
+    let d = ok(v.clone());
+    let deadlines = d.settings.unwrap().deadlines.unwrap();
+    assert_eq!(deadlines.container_s, Some(1));
+    assert_eq!(deadlines.package_s, Some(86400));
+    assert_eq!(deadlines.service_s, None);
+
+    v["settings"]["deadlines"] = json!({
+        "container_s": 0, "package_s": 86401, "service_s": 1.5, "query_s": "60", "forever_s": 9
+    });
+    let mut got = problems(v.clone(), Source::Local);
+    got.sort();
+    let from = "must be a whole number of seconds from 1 to 86400, found";
+    assert_eq!(
+        got,
+        [
+            format!("settings.deadlines.container_s: {from} 0"),
+            "settings.deadlines.forever_s: unknown field".to_string(),
+            format!("settings.deadlines.package_s: {from} 86401"),
+            format!("settings.deadlines.query_s: {from} a string"),
+            format!("settings.deadlines.service_s: {from} 1.5"),
+        ]
+    );
+    v["settings"]["deadlines"] = json!([]);
+    assert_eq!(
+        problems(v, Source::Local),
+        ["settings.deadlines: must be an object, found an array"]
+    );
+}
+
+#[test]
 fn actions_are_refused_from_the_link_only() {
     assert!(validate_value(&base(), Source::Bundle).is_ok());
     assert!(validate_value(&base(), Source::Local).is_ok());
@@ -311,6 +344,10 @@ fn declaration() -> impl Strategy<Value = Declaration> {
                     private_network: Some(PrivateNetwork {
                         interface: "mesh0".into(),
                         range: "10.77.0.0/24".into(),
+                    }),
+                    deadlines: Some(crate::runner::Deadlines {
+                        package_s: Some(1200),
+                        ..Default::default()
                     }),
                 }),
                 resources,
