@@ -109,10 +109,13 @@ impl Node {
         r
     }
 
+    /// The store as the host reads it: the snapshot with its journal replayed (after a crash the
+    /// last records are in the journal, not yet in `state.json`).
     pub fn state(&self) -> Value {
-        let text = std::fs::read_to_string(self.path("/var/lib/mesh-host/state.json"))
+        let state = mesh_host::store::peek(self.root())
+            .expect("store reads")
             .expect("store exists");
-        serde_json::from_str(&text).unwrap()
+        serde_json::to_value(state).unwrap()
     }
 
     /// Everything under the root: each path with its kind, mode and content, the store's
