@@ -4,8 +4,8 @@
 //! `<root>/var/lib/mesh-host/state.json` is the snapshot, written atomically (a temporary file,
 //! fsync, rename, fsync of the directory); `state.journal` beside it holds the records made since,
 //! one JSON line each, appended and fsynced (see `journal`). A record therefore costs one short
-//! append however large the store is; the journal is folded into a new snapshot when it grows
-//! larger than the snapshot, and at the end of every apply. Opening the store replays the journal
+//! append however large the store is; the journal is folded into a new snapshot when it grows to
+//! twice the snapshot, and at the end of every apply. Opening the store replays the journal
 //! over the snapshot, and everything happens under an exclusive lock, so two processes never apply
 //! at once and a crash leaves a store that tells the truth: the snapshot, and every record whose
 //! append finished. A resource is recorded after it worked and was read back; the one thing
@@ -204,7 +204,7 @@ pub struct Store {
     snapshot: Option<Snapshot>,
     /// The journal, open for appending, once this process has begun one over `snapshot`.
     journal: Option<File>,
-    /// Bytes in the journal: when they exceed the snapshot's, the journal is folded.
+    /// Bytes in the journal: when they exceed twice the snapshot's, the journal is folded.
     journal_len: u64,
     /// Whether a journal file may exist on disk (the fold removes it).
     journal_on_disk: bool,
@@ -216,9 +216,9 @@ struct Snapshot {
     len: u64,
 }
 
-/// The journal is folded when it holds more bytes than the snapshot, and never before it holds
-/// this many: a small store is not rewritten every few records, and a fold still costs no more
-/// than the appends since the last one.
+/// The journal is folded when it holds more than twice the snapshot's bytes, and never before it
+/// holds this many: a small store is not rewritten every few records, and a fold costs no more
+/// than half of the appends since the last one.
 const FOLD_FLOOR: u64 = 64 * 1024;
 
 /// The directory of the store under a root.
@@ -327,9 +327,9 @@ impl Store {
 
     /// Records one change: applied to the state, then appended to the journal and fsynced, so
     /// it is durable when this returns. `id` names the resource the change is about (for the
-    /// failpoints). The journal is folded when it has grown larger than the snapshot (and than
-    /// [`FOLD_FLOOR`]): each fold then writes no more than the appends before it did, which keeps
-    /// the bytes written by N records proportional to N.
+    /// failpoints). The journal is folded when it has grown to twice the snapshot (and past
+    /// [`FOLD_FLOOR`]): each fold then writes no more than half of what the appends before it
+    /// did, which keeps the bytes written by N records proportional to N.
     pub fn record(&mut self, id: &str, op: Op) -> Result<(), StoreError> {
         let jpath = self.journal_path();
         self.state
@@ -342,7 +342,7 @@ impl Store {
             // Nothing on disk to journal over yet: the first snapshot is the record.
             return self.save();
         };
-        let fold_at = snapshot.len.max(FOLD_FLOOR);
+        let fold_at = (2 * snapshot.len).max(FOLD_FLOOR);
         let line = journal::line(&op);
         if failpoint::armed("append", id) {
             failpoint::kill();
@@ -599,15 +599,15 @@ mod tests {
                 appended += after - before;
             }
             assert!(
-                after <= snapshot_len().max(FOLD_FLOOR) + 300,
+                after <= (2 * snapshot_len()).max(FOLD_FLOOR) + 300,
                 "journal {after} bytes over a snapshot of {}",
                 snapshot_len()
             );
         }
-        // Each fold rewrote no more than what was appended since the one before it.
+        // The folds rewrote no more than was appended.
         assert!(folds >= 2, "{folds} folds");
         assert!(
-            folded <= appended * 2,
+            folded <= appended,
             "folds wrote {folded}, appends {appended}"
         );
         drop(s);

@@ -244,6 +244,15 @@ fn apply_locked(
     check_safety(&store, decl)?;
 
     let state = &mut store.state;
+    // A reconcile of the same declaration changes nothing here, and then the snapshot is not
+    // rewritten before the loop (the end of the apply folds it anyway).
+    let same = state.node.as_deref() == Some(decl.node.as_str())
+        && state.mode == Some(decl.mode)
+        && state.taken == decl.taken
+        && (decl.settings.is_none() || state.settings == decl.settings)
+        && state.source == Some(source)
+        && state.pending.is_none()
+        && state.declaration.as_ref() == Some(decl);
     state.node = Some(decl.node.clone());
     state.mode = Some(decl.mode);
     state.taken = decl.taken.clone();
@@ -253,7 +262,9 @@ fn apply_locked(
     state.declaration = Some(decl.clone());
     state.source = Some(source);
     settle_pending(host.root, host.runner, &mut store.state);
-    store.save()?;
+    if !same {
+        store.save()?;
+    }
 
     let mut report = Report::new(decl, source);
     {
