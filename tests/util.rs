@@ -105,7 +105,14 @@ impl Node {
 
     pub fn apply(&self, decl: &Value) -> Run {
         let r = self.apply_env(decl, &[], &[]);
-        assert_eq!(r.code, Some(0), "apply failed:\n{}\n{}", r.stdout, r.stderr);
+        assert_eq!(
+            r.code,
+            Some(0),
+            "apply failed (signal {:?}):\n{}\n{}",
+            r.signal,
+            r.stdout,
+            r.stderr
+        );
         r
     }
 
