@@ -3,8 +3,14 @@
 //! `MESH_HOST_FAILPOINT=after-change:ID` sends SIGKILL to the host right after resource `ID`
 //! changed the machine and before that was recorded; `after-record:ID` right after the record
 //! reached the store. A `#N` suffix picks the N-th such boundary of that resource (a found file
-//! that is replaced has two: its original saved, then its new content written). Nothing else
-//! reads this variable, and when it is unset every call here is a comparison and nothing more.
+//! that is replaced has two: its original saved, then its new content written).
+//!
+//! The store has boundaries of its own: `append:ID` kills the host before a journal line about
+//! resource `ID` is written, `torn-append:ID` after half of it was written (a line cut short),
+//! `fold-torn:store` after half of a new snapshot reached its temporary file, and
+//! `fold-renamed:store` after the new snapshot was renamed into place and before the journal it
+//! replaces was removed. Nothing else reads this variable, and when it is unset every call here
+//! is a comparison and nothing more.
 
 use std::sync::Mutex;
 
@@ -15,14 +21,24 @@ pub const VAR: &str = "MESH_HOST_FAILPOINT";
 
 /// Called at each boundary; kills the process if this boundary is the armed one.
 pub fn hit(kind: &str, id: &str) {
-    let Ok(spec) = std::env::var(VAR) else { return };
+    if armed(kind, id) {
+        kill();
+    }
+}
+
+/// Whether this boundary is the armed one (counting it), for a boundary that must do something
+/// of its own before the kill, such as leaving half a line in the store's journal.
+pub fn armed(kind: &str, id: &str) -> bool {
+    let Ok(spec) = std::env::var(VAR) else {
+        return false;
+    };
     let (point, nth) = match spec.rsplit_once('#') {
         Some((p, n)) => (p.to_string(), n.parse::<usize>().unwrap_or(1)),
         None => (spec.clone(), 1),
     };
     let here = format!("{kind}:{id}");
     if point != here {
-        return;
+        return false;
     }
     let count = {
         let mut seen = SEEN.lock().unwrap_or_else(|e| e.into_inner());
@@ -39,9 +55,15 @@ pub fn hit(kind: &str, id: &str) {
     };
     if count == nth {
         tracing::warn!(failpoint = %here, nth, "failpoint reached; killing the host");
-        // SAFETY: sending a signal to our own process.
-        unsafe {
-            libc::kill(libc::getpid(), libc::SIGKILL);
-        }
     }
+    count == nth
+}
+
+/// Kills the host at once, as a power cut or the OOM killer would.
+pub fn kill() -> ! {
+    // SAFETY: sending a signal to our own process.
+    unsafe {
+        libc::kill(libc::getpid(), libc::SIGKILL);
+    }
+    unreachable!("SIGKILL is not survived")
 }

@@ -1,22 +1,37 @@
-//! The store: what this host owns, what it holds, and what it was told, on disk as one JSON file.
+//! The store: what this host owns, what it holds, and what it was told, on disk as a snapshot and
+//! a journal beside it.
 //!
-//! `<root>/var/lib/mesh-host/state.json` is written atomically (a temporary file, fsync, rename,
-//! fsync of the directory) and only under an exclusive lock, so two processes never apply at
-//! once and a crash leaves either the old or the new store, never half of one. A resource is
-//! recorded after it worked and was read back; the one thing written before a change is the
-//! `pending` intent, which lets a host that died between changing the machine and recording it
-//! recognise its own write instead of mistaking it for something found.
+//! `<root>/var/lib/mesh-host/state.json` is the snapshot, written atomically (a temporary file,
+//! fsync, rename, fsync of the directory); `state.journal` beside it holds the records made since,
+//! one JSON line each, appended and fsynced (see `journal`). A record therefore costs one short
+//! append however large the store is; the journal is folded into a new snapshot when it grows to
+//! twice the snapshot, and at the end of every apply. Opening the store replays the journal
+//! over the snapshot, and everything happens under an exclusive lock, so two processes never apply
+//! at once and a crash leaves a store that tells the truth: the snapshot, and every record whose
+//! append finished. A resource is recorded after it worked and was read back; the one thing
+//! written before a change is the `pending` intent, which lets a host that died between changing
+//! the machine and recording it recognise its own write instead of mistaking it for something
+//! found.
+
+mod journal;
+mod records;
+
+pub use journal::Op;
+pub use records::List;
 
 use crate::briefing::Briefing;
 use crate::declaration::{Declaration, Mode, Settings, Shape, Source};
+use crate::failpoint;
 use serde::{Deserialize, Serialize};
 use std::fs::{self, File, OpenOptions};
 use std::io::Write;
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 
-/// The store's own format version.
-pub const STORE_VERSION: u32 = 1;
+/// The store's own format version. Version 2 may have a journal beside its snapshot; a host that
+/// reads only version 1 would not replay it, so it refuses the store rather than lose records.
+/// Version 1 (the snapshot alone) is read as it is, and written back as version 2.
+pub const STORE_VERSION: u32 = 2;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -32,8 +47,12 @@ pub enum StoreError {
         #[source]
         source: serde_json::Error,
     },
-    #[error("store {path} has format version {found}; this host reads version {STORE_VERSION}")]
+    #[error(
+        "store {path} has format version {found}; this host reads versions 1 and {STORE_VERSION}"
+    )]
     Version { path: PathBuf, found: u32 },
+    #[error("store journal {path}: {message}")]
+    Journal { path: PathBuf, message: String },
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> StoreError + '_ {
@@ -108,11 +127,11 @@ pub struct State {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source: Option<Source>,
     #[serde(default)]
-    pub owned: Vec<Owned>,
+    pub owned: List<Owned>,
     #[serde(default)]
-    pub held: Vec<Held>,
+    pub held: List<Held>,
     #[serde(default)]
-    pub originals: Vec<Original>,
+    pub originals: List<Original>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pending: Option<Pending>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -121,42 +140,56 @@ pub struct State {
 
 impl State {
     pub fn owned(&self, id: &str) -> Option<&Owned> {
-        self.owned.iter().find(|o| o.id == id)
+        self.owned.get(id)
     }
 
     pub fn owned_by_key(&self, shape: Shape, key: &str) -> Option<&Owned> {
-        self.owned.iter().find(|o| o.shape == shape && o.key == key)
+        self.owned.get_at(shape, key)
     }
 
     pub fn held(&self, id: &str) -> Option<&Held> {
-        self.held.iter().find(|h| h.id == id)
+        self.held.get(id)
     }
 
     /// What resource `id` holds at `key`: a held record of the same id at another path or name
     /// is not this one (the resource moved), and says nothing about what is here.
     pub fn held_at(&self, id: &str, key: &str) -> Option<&Held> {
-        self.held.iter().find(|h| h.id == id && h.key == key)
+        self.held(id).filter(|h| h.key == key)
     }
 
     pub fn original(&self, key: &str) -> Option<&Original> {
-        self.originals.iter().find(|o| o.key == key)
+        self.originals.get(key)
     }
 
     /// Records an owned resource, replacing any record with its id or its key (a resource that
     /// changed id keeps the record of what it wrote).
     pub fn record_owned(&mut self, rec: Owned) {
-        self.held.retain(|h| h.id != rec.id);
-        let same = |o: &Owned| o.id == rec.id || (o.shape == rec.shape && o.key == rec.key);
-        let pos = self.owned.iter().position(same);
-        self.owned.retain(|o| !same(o));
-        let pos = pos.unwrap_or(self.owned.len()).min(self.owned.len());
-        self.owned.insert(pos, rec);
+        self.held.remove(&rec.id);
+        self.owned.put(rec);
     }
 
     pub fn record_held(&mut self, rec: Held) {
-        match self.held.iter_mut().find(|h| h.id == rec.id) {
-            Some(h) => *h = rec,
-            None => self.held.push(rec),
+        self.held.put(rec);
+    }
+
+    /// Drops the owned record of `id` if it is the one at `shape` `key`.
+    pub fn forget_owned(&mut self, id: &str, shape: Shape, key: &str) {
+        if self
+            .owned(id)
+            .is_some_and(|o| o.shape == shape && o.key == key)
+        {
+            self.owned.remove(id);
+        }
+    }
+
+    pub fn release_held(&mut self, id: &str) {
+        self.held.remove(id);
+    }
+
+    /// Keeps the first original saved for a path; a later one never replaces it.
+    pub fn add_original(&mut self, o: Original) {
+        if self.original(&o.key).is_none() {
+            self.originals.put(o);
         }
     }
 }
@@ -166,7 +199,27 @@ pub struct Store {
     dir: PathBuf,
     _lock: File,
     pub state: State,
+    /// The snapshot on disk that the journal applies over, once this process has read or written
+    /// one.
+    snapshot: Option<Snapshot>,
+    /// The journal, open for appending, once this process has begun one over `snapshot`.
+    journal: Option<File>,
+    /// Bytes in the journal: when they exceed twice the snapshot's, the journal is folded.
+    journal_len: u64,
+    /// Whether a journal file may exist on disk (the fold removes it).
+    journal_on_disk: bool,
 }
+
+/// What identifies a snapshot on disk.
+struct Snapshot {
+    digest: String,
+    len: u64,
+}
+
+/// The journal is folded when it holds more than twice the snapshot's bytes, and never before it
+/// holds this many: a small store is not rewritten every few records, and a fold costs no more
+/// than half of the appends since the last one.
+const FOLD_FLOOR: u64 = 64 * 1024;
 
 /// The directory of the store under a root.
 pub fn store_dir(root: &Path) -> PathBuf {
@@ -175,6 +228,7 @@ pub fn store_dir(root: &Path) -> PathBuf {
 
 impl Store {
     /// Opens the store under `root`, creating its directory, and waits for the exclusive lock.
+    /// A journal left by a host that died is replayed and folded into the snapshot at once.
     pub fn open(root: &Path) -> Result<Store, StoreError> {
         let dir = store_dir(root);
         fs::create_dir_all(&dir).map_err(io(&dir))?;
@@ -193,15 +247,28 @@ impl Store {
                 source: std::io::Error::last_os_error(),
             });
         }
-        let state = read_state(&dir)?.unwrap_or(State {
-            version: STORE_VERSION,
-            ..State::default()
-        });
-        Ok(Store {
+        let loaded = load(&dir)?;
+        let mut store = Store {
             dir,
             _lock: lock,
-            state,
-        })
+            state: State {
+                version: STORE_VERSION,
+                ..State::default()
+            },
+            snapshot: None,
+            journal: None,
+            journal_len: 0,
+            journal_on_disk: false,
+        };
+        if let Some(l) = loaded {
+            store.state = l.state;
+            store.snapshot = l.snapshot;
+            store.journal_on_disk = l.journal_found;
+        }
+        if store.journal_on_disk {
+            store.save()?;
+        }
+        Ok(store)
     }
 
     pub fn dir(&self) -> &Path {
@@ -212,41 +279,202 @@ impl Store {
         self.dir.join("originals")
     }
 
-    /// Writes the state atomically: temp file, fsync, rename, fsync of the directory.
-    pub fn save(&self) -> Result<(), StoreError> {
+    fn journal_path(&self) -> PathBuf {
+        self.dir.join(journal::FILE)
+    }
+
+    /// Folds everything into a new snapshot, written atomically (temp file, fsync, rename, fsync
+    /// of the directory), then removes the journal, whose every line the snapshot now holds.
+    pub fn save(&mut self) -> Result<(), StoreError> {
         let path = self.dir.join("state.json");
         let tmp = self.dir.join("state.json.tmp");
+        self.state.version = STORE_VERSION;
         let mut bytes = serde_json::to_vec_pretty(&self.state).expect("state serializes");
         bytes.push(b'\n');
+        if failpoint::armed("fold-torn", "store") {
+            let _ = write_synced(&tmp, &bytes[..bytes.len() / 2]);
+            failpoint::kill();
+        }
         write_synced(&tmp, &bytes).map_err(io(&tmp))?;
         fs::rename(&tmp, &path).map_err(io(&path))?;
-        sync_dir(&self.dir).map_err(io(&self.dir))
+        sync_dir(&self.dir).map_err(io(&self.dir))?;
+        self.snapshot = Some(Snapshot {
+            digest: digest(&bytes),
+            len: bytes.len() as u64,
+        });
+        failpoint::hit("fold-renamed", "store");
+        // From here the journal is stale (it names the snapshot just replaced), so a host that
+        // dies before it is gone ignores it on the next start.
+        self.journal = None;
+        self.journal_len = 0;
+        if self.journal_on_disk {
+            let jpath = self.journal_path();
+            match fs::remove_file(&jpath) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => {
+                    return Err(StoreError::Io {
+                        path: jpath,
+                        source: e,
+                    })
+                }
+            }
+            sync_dir(&self.dir).map_err(io(&self.dir))?;
+            self.journal_on_disk = false;
+        }
+        Ok(())
+    }
+
+    /// Records one change: applied to the state, then appended to the journal and fsynced, so
+    /// it is durable when this returns. `id` names the resource the change is about (for the
+    /// failpoints). The journal is folded when it has grown to twice the snapshot (and past
+    /// [`FOLD_FLOOR`]): each fold then writes no more than half of what the appends before it
+    /// did, which keeps the bytes written by N records proportional to N.
+    pub fn record(&mut self, id: &str, op: Op) -> Result<(), StoreError> {
+        let jpath = self.journal_path();
+        self.state
+            .apply_op(&op)
+            .map_err(|message| StoreError::Journal {
+                path: jpath.clone(),
+                message,
+            })?;
+        let Some(snapshot) = &self.snapshot else {
+            // Nothing on disk to journal over yet: the first snapshot is the record.
+            return self.save();
+        };
+        let fold_at = (2 * snapshot.len).max(FOLD_FLOOR);
+        let line = journal::line(&op);
+        if failpoint::armed("append", id) {
+            failpoint::kill();
+        }
+        let created = self.journal.is_none();
+        if created {
+            let header = journal::line(&journal::Header {
+                journal: journal::JOURNAL_VERSION,
+                over: snapshot.digest.clone(),
+            });
+            let file = create_appending(&jpath).map_err(io(&jpath))?;
+            self.journal_on_disk = true;
+            self.journal = Some(file);
+            self.append(&header)?;
+        }
+        if failpoint::armed("torn-append", id) {
+            let _ = self.append(&line[..line.len() / 2]);
+            failpoint::kill();
+        }
+        self.append(&line)?;
+        if created {
+            // The journal's own name must survive a power cut, not only its bytes.
+            sync_dir(&self.dir).map_err(io(&self.dir))?;
+        }
+        if self.journal_len > fold_at {
+            self.save()?;
+        }
+        Ok(())
+    }
+
+    /// Appends bytes to the open journal and fsyncs them.
+    fn append(&mut self, bytes: &[u8]) -> Result<(), StoreError> {
+        let jpath = self.journal_path();
+        let file = self.journal.as_mut().expect("the journal is open");
+        file.write_all(bytes)
+            .and_then(|()| file.sync_data())
+            .map_err(io(&jpath))?;
+        self.journal_len += bytes.len() as u64;
+        Ok(())
     }
 }
 
-/// Reads the state without taking the lock, for commands that only look.
+/// Reads the state without taking the lock, for commands that only look: the snapshot with its
+/// journal replayed, changing nothing on disk. (An apply running meanwhile may fold between the
+/// two reads; the journal then names another snapshot and the view is that of the snapshot.)
 pub fn peek(root: &Path) -> Result<Option<State>, StoreError> {
-    read_state(&store_dir(root))
+    Ok(load(&store_dir(root))?.map(|l| l.state))
 }
 
-fn read_state(dir: &Path) -> Result<Option<State>, StoreError> {
+/// A store as read from disk.
+struct Loaded {
+    state: State,
+    snapshot: Option<Snapshot>,
+    /// Whether a journal file was there (replayed, stale or empty).
+    journal_found: bool,
+}
+
+fn load(dir: &Path) -> Result<Option<Loaded>, StoreError> {
     let path = dir.join("state.json");
     let bytes = match fs::read(&path) {
-        Ok(b) => b,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Ok(b) => Some(b),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
         Err(e) => return Err(StoreError::Io { path, source: e }),
     };
-    let state: State = serde_json::from_slice(&bytes).map_err(|source| StoreError::Corrupt {
-        path: path.clone(),
-        source,
-    })?;
-    if state.version != STORE_VERSION {
+    let jpath = dir.join(journal::FILE);
+    let jbytes = match fs::read(&jpath) {
+        Ok(b) => Some(b),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => {
+            return Err(StoreError::Io {
+                path: jpath,
+                source: e,
+            })
+        }
+    };
+    let Some(bytes) = bytes else {
+        // A journal is only ever begun over a snapshot; without one it holds nothing to keep.
+        return Ok(jbytes.map(|_| Loaded {
+            state: State {
+                version: STORE_VERSION,
+                ..State::default()
+            },
+            snapshot: None,
+            journal_found: true,
+        }));
+    };
+    let mut state: State =
+        serde_json::from_slice(&bytes).map_err(|source| StoreError::Corrupt {
+            path: path.clone(),
+            source,
+        })?;
+    if !(1..=STORE_VERSION).contains(&state.version) {
         return Err(StoreError::Version {
             path,
             found: state.version,
         });
     }
-    Ok(Some(state))
+    let snapshot = Snapshot {
+        digest: digest(&bytes),
+        len: bytes.len() as u64,
+    };
+    if let Some(j) = &jbytes {
+        let replayed = journal::replay(j, &snapshot.digest, &mut state).map_err(|message| {
+            StoreError::Journal {
+                path: jpath.clone(),
+                message,
+            }
+        })?;
+        tracing::debug!(?replayed, journal = %jpath.display(), "journal read");
+    }
+    Ok(Some(Loaded {
+        state,
+        snapshot: Some(snapshot),
+        journal_found: jbytes.is_some(),
+    }))
+}
+
+/// Creates the journal fresh (whatever was at its name is removed first, and no link is
+/// followed), open for appending.
+fn create_appending(path: &Path) -> std::io::Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    match fs::remove_file(path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
+    }
+    OpenOptions::new()
+        .append(true)
+        .create_new(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .mode(0o600)
+        .open(path)
 }
 
 /// Writes a new file and fsyncs it before returning it, still open. Whatever was at `path` (a
@@ -291,4 +519,202 @@ pub fn digest(bytes: &[u8]) -> String {
         out.push_str(&format!("{b:02x}"));
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn owned(id: &str) -> Owned {
+        Owned {
+            id: id.into(),
+            module: None,
+            shape: Shape::File,
+            key: format!("/etc/{id}"),
+            digest: Some(digest(id.as_bytes())),
+            found: false,
+        }
+    }
+
+    fn ids(state: &State) -> Vec<&str> {
+        state.owned.iter().map(|o| o.id.as_str()).collect()
+    }
+
+    fn journal_of(root: &Path) -> Option<Vec<u8>> {
+        fs::read(store_dir(root).join(journal::FILE)).ok()
+    }
+
+    #[test]
+    fn records_are_journaled_and_replayed_and_the_fold_empties_the_journal() {
+        let root = tempfile::tempdir().unwrap();
+        let mut s = Store::open(root.path()).unwrap();
+        s.state.node = Some("n1".into());
+        s.save().unwrap();
+        s.record("a", Op::Intend(owned("a"))).unwrap();
+        s.record("a", Op::Commit("a".into())).unwrap();
+        s.record("b", Op::Own(owned("b"))).unwrap();
+        // The snapshot still says nothing of them; the journal does.
+        let snap: State =
+            serde_json::from_slice(&fs::read(store_dir(root.path()).join("state.json")).unwrap())
+                .unwrap();
+        assert!(snap.owned.is_empty());
+        let j = String::from_utf8(journal_of(root.path()).unwrap()).unwrap();
+        assert_eq!(j.lines().count(), 4, "{j}");
+        assert!(j.lines().nth(2).unwrap() == r#"{"commit":"a"}"#, "{j}");
+        // Without the lock, a look replays it and writes nothing.
+        let seen = peek(root.path()).unwrap().unwrap();
+        assert_eq!(ids(&seen), ["a", "b"]);
+        assert!(journal_of(root.path()).is_some());
+        drop(s);
+        // Opening under the lock replays and folds.
+        let s = Store::open(root.path()).unwrap();
+        assert_eq!(ids(&s.state), ["a", "b"]);
+        assert_eq!(s.state.pending, None);
+        assert!(journal_of(root.path()).is_none());
+        let snap = peek(root.path()).unwrap().unwrap();
+        assert_eq!(snap, s.state);
+    }
+
+    #[test]
+    fn the_journal_is_folded_when_it_outgrows_the_snapshot() {
+        let root = tempfile::tempdir().unwrap();
+        let snapshot_len = || {
+            fs::metadata(store_dir(root.path()).join("state.json"))
+                .unwrap()
+                .len()
+        };
+        let mut s = Store::open(root.path()).unwrap();
+        s.save().unwrap();
+        let (mut appended, mut folded, mut folds) = (0u64, 0u64, 0);
+        for i in 0..3000 {
+            let before = journal_of(root.path()).map_or(0, |j| j.len() as u64);
+            let id = format!("r{i}");
+            s.record(&id, Op::Own(owned(&id))).unwrap();
+            let after = journal_of(root.path()).map_or(0, |j| j.len() as u64);
+            if after < before {
+                folds += 1;
+                folded += snapshot_len();
+                appended += journal::line(&Op::Own(owned(&id))).len() as u64;
+            } else {
+                appended += after - before;
+            }
+            assert!(
+                after <= (2 * snapshot_len()).max(FOLD_FLOOR) + 300,
+                "journal {after} bytes over a snapshot of {}",
+                snapshot_len()
+            );
+        }
+        // The folds rewrote no more than was appended.
+        assert!(folds >= 2, "{folds} folds");
+        assert!(
+            folded <= appended,
+            "folds wrote {folded}, appends {appended}"
+        );
+        drop(s);
+        let s = Store::open(root.path()).unwrap();
+        assert_eq!(s.state.owned.len(), 3000);
+        assert_eq!(s.state.owned[2999].id, "r2999");
+    }
+
+    #[test]
+    fn a_stale_journal_is_ignored_and_a_torn_line_is_left_out() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = store_dir(root.path());
+        let mut s = Store::open(root.path()).unwrap();
+        s.save().unwrap();
+        s.record("a", Op::Own(owned("a"))).unwrap();
+        let journal = journal_of(root.path()).unwrap();
+        // A fold that renamed its snapshot and died before removing the journal.
+        s.save().unwrap();
+        drop(s);
+        fs::write(dir.join(journal::FILE), &journal).unwrap();
+        let mut extra = journal.clone();
+        extra.extend(journal::line(&Op::Own(owned("ghost"))));
+        fs::write(dir.join(journal::FILE), &extra).unwrap();
+        let seen = peek(root.path()).unwrap().unwrap();
+        assert_eq!(ids(&seen), ["a"], "a stale journal invents nothing");
+        // A torn last line over the current snapshot.
+        let s = Store::open(root.path()).unwrap();
+        drop(s);
+        let mut s = Store::open(root.path()).unwrap();
+        s.record("b", Op::Own(owned("b"))).unwrap();
+        drop(s);
+        let mut torn = journal_of(root.path()).unwrap();
+        let line = journal::line(&Op::Own(owned("c")));
+        torn.extend(&line[..line.len() - 3]);
+        fs::write(dir.join(journal::FILE), &torn).unwrap();
+        assert_eq!(ids(&peek(root.path()).unwrap().unwrap()), ["a", "b"]);
+        let s = Store::open(root.path()).unwrap();
+        assert_eq!(ids(&s.state), ["a", "b"]);
+        assert!(journal_of(root.path()).is_none());
+    }
+
+    #[test]
+    fn a_store_of_the_first_format_opens_and_is_written_back_as_the_second() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = store_dir(root.path());
+        fs::create_dir_all(&dir).unwrap();
+        // As the host before the journal wrote it: state.json alone, version 1.
+        let v1 = r#"{
+  "version": 1,
+  "node": "n1",
+  "mode": "converged",
+  "taken": [],
+  "owned": [
+    {"id": "a", "shape": "file", "key": "/etc/a", "digest": "sha256:aa"},
+    {"id": "d", "shape": "directory", "key": "/srv/d"}
+  ],
+  "held": [{"id": "h", "shape": "file", "key": "/etc/h", "digest": "sha256:hh"}],
+  "originals": [{"key": "/etc/h", "saved": "/var/lib/mesh-host/originals/x-h", "digest": "sha256:hh"}],
+  "pending": {"record": {"id": "p", "shape": "file", "key": "/etc/p", "digest": "sha256:pp"}}
+}
+"#;
+        fs::write(dir.join("state.json"), v1).unwrap();
+        let seen = peek(root.path()).unwrap().unwrap();
+        assert_eq!(seen.version, 1);
+        assert_eq!(ids(&seen), ["a", "d"]);
+        let mut s = Store::open(root.path()).unwrap();
+        assert_eq!(
+            s.state.owned_by_key(Shape::Directory, "/srv/d").unwrap().id,
+            "d"
+        );
+        assert_eq!(
+            s.state.held_at("h", "/etc/h").unwrap().digest.as_deref(),
+            Some("sha256:hh")
+        );
+        assert_eq!(
+            s.state.original("/etc/h").unwrap().saved,
+            "/var/lib/mesh-host/originals/x-h"
+        );
+        assert_eq!(s.state.pending.as_ref().unwrap().record.id, "p");
+        s.record("p", Op::Commit("p".into())).unwrap();
+        drop(s);
+        let s = Store::open(root.path()).unwrap();
+        assert_eq!(ids(&s.state), ["a", "d", "p"]);
+        let mut s = s;
+        s.save().unwrap();
+        assert_eq!(peek(root.path()).unwrap().unwrap().version, STORE_VERSION);
+        // A store of a later format than this host reads is refused, naming it.
+        fs::write(dir.join("state.json"), r#"{"version": 9}"#).unwrap();
+        drop(s);
+        let e = peek(root.path()).unwrap_err().to_string();
+        assert!(e.contains("format version 9"), "{e}");
+    }
+
+    #[test]
+    fn a_store_naming_a_resource_twice_is_refused_with_its_path() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = store_dir(root.path());
+        fs::create_dir_all(&dir).unwrap();
+        fs::write(
+            dir.join("state.json"),
+            r#"{"version": 2, "owned": [{"id": "a", "shape": "file", "key": "/a"}, {"id": "a", "shape": "file", "key": "/b"}]}"#,
+        )
+        .unwrap();
+        let e = peek(root.path()).unwrap_err().to_string();
+        assert!(
+            e.contains("state.json") && e.contains("\"a\" is recorded twice"),
+            "{e}"
+        );
+    }
 }

@@ -105,14 +105,24 @@ impl Node {
 
     pub fn apply(&self, decl: &Value) -> Run {
         let r = self.apply_env(decl, &[], &[]);
-        assert_eq!(r.code, Some(0), "apply failed:\n{}\n{}", r.stdout, r.stderr);
+        assert_eq!(
+            r.code,
+            Some(0),
+            "apply failed (signal {:?}):\n{}\n{}",
+            r.signal,
+            r.stdout,
+            r.stderr
+        );
         r
     }
 
+    /// The store as the host reads it: the snapshot with its journal replayed (after a crash the
+    /// last records are in the journal, not yet in `state.json`).
     pub fn state(&self) -> Value {
-        let text = std::fs::read_to_string(self.path("/var/lib/mesh-host/state.json"))
+        let state = mesh_host::store::peek(self.root())
+            .expect("store reads")
             .expect("store exists");
-        serde_json::from_str(&text).unwrap()
+        serde_json::to_value(state).unwrap()
     }
 
     /// Everything under the root: each path with its kind, mode and content, the store's

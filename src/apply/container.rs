@@ -253,8 +253,7 @@ fn free_ports(
         }
         let done = remove_with(cx, rt, &rec)?;
         if done.outcome == Outcome::Removed {
-            cx.store.state.owned.retain(|o| o.id != rec.id);
-            cx.save()?;
+            cx.forget(&rec)?;
             freed.push(format!("container {} ({})", rec.key, rec.id));
         }
     }
@@ -279,21 +278,16 @@ fn converge_resource(
         .cloned();
     if let Some(old) = renamed {
         remove_with(cx, rt, &old)?;
-        cx.store.state.owned.retain(|o| o.id != id);
-        cx.save()?;
+        cx.forget(&old)?;
     }
     let cur = inspect(rt, name)?;
     let mut owned = cx.store.state.owned_by_key(Shape::Container, name).cloned();
     // The host's record says it made a container at this name, but the one there now does not
     // carry the host's label: something else removed the host's and put its own in its place.
     // That one is found, not drift: held on an adopted node, never replaced as if it were ours.
-    if let (Some(_), Some(c)) = (&owned, &cur) {
+    if let (Some(rec), Some(c)) = (&owned, &cur) {
         if c.labels.get(LABEL_ID).map(String::as_str) != Some(id) {
-            cx.store
-                .state
-                .owned
-                .retain(|o| !(o.shape == Shape::Container && o.key == name));
-            cx.save()?;
+            cx.forget(rec)?;
             owned = None;
         }
     }

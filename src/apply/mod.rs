@@ -21,7 +21,8 @@ use crate::briefing::{self, Briefing, Line, Mark};
 use crate::declaration::{Declaration, Mode, Problems, Resource, Shape, Source};
 use crate::failpoint;
 use crate::runner::{Deadlined, Runner};
-use crate::store::{self, Held, Original, Owned, Pending, Store, StoreError};
+use crate::store::{self, Held, Op, Original, Owned, Store, StoreError};
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
 /// Why an apply did not run at all (as opposed to failing part-way, which is a [`Report`]).
@@ -158,16 +159,14 @@ impl Cx<'_> {
         self.decl.mode == Mode::Adopted && !self.decl.is_taken(module)
     }
 
-    fn save(&mut self) -> Result<(), String> {
-        self.store.save().map_err(|e| e.to_string())
+    /// Records one change to the store, durable when this returns.
+    fn record(&mut self, id: &str, op: Op) -> Result<(), String> {
+        self.store.record(id, op).map_err(|e| e.to_string())
     }
 
     /// Records, before a change, what the host is about to write.
     pub fn intend(&mut self, record: &Owned) -> Result<(), String> {
-        self.store.state.pending = Some(Pending {
-            record: record.clone(),
-        });
-        self.save()
+        self.record(&record.id, Op::Intend(record.clone()))
     }
 
     /// Marks the machine changed for `id` (a failpoint boundary).
@@ -178,19 +177,33 @@ impl Cx<'_> {
     /// Records an owned resource after it worked and was read back.
     pub fn record_owned(&mut self, rec: Owned) -> Result<(), String> {
         let id = rec.id.clone();
-        self.store.state.pending = None;
-        self.store.state.record_owned(rec);
-        self.save()?;
+        // The record the intent already spelled out is journaled as one short line.
+        let op = match &self.store.state.pending {
+            Some(p) if p.record == rec => Op::Commit(id.clone()),
+            _ => Op::Own(rec),
+        };
+        self.record(&id, op)?;
         failpoint::hit("after-record", &id);
         Ok(())
     }
 
     pub fn record_held(&mut self, rec: Held) -> Result<(), String> {
         let id = rec.id.clone();
-        self.store.state.record_held(rec);
-        self.save()?;
+        self.record(&id, Op::Hold(rec))?;
         failpoint::hit("after-record", &id);
         Ok(())
+    }
+
+    /// Drops an owned record: what it names was removed, or is forgotten by the asymmetry.
+    pub fn forget(&mut self, rec: &Owned) -> Result<(), String> {
+        self.record(
+            &rec.id,
+            Op::Unown {
+                id: rec.id.clone(),
+                shape: rec.shape,
+                key: rec.key.clone(),
+            },
+        )
     }
 
     /// Saves the original bytes of a found file before anything else happens to it, once per
@@ -219,12 +232,14 @@ impl Cx<'_> {
         self.changed(id);
         // Recorded as a machine path, so the store reads the same under any root.
         let saved_str = format!("/var/lib/mesh-host/originals/{tag}-{base}");
-        self.store.state.originals.push(Original {
-            key: key.to_string(),
-            saved: saved_str.clone(),
-            digest: store::digest(bytes),
-        });
-        self.save()?;
+        self.record(
+            id,
+            Op::Original(Original {
+                key: key.to_string(),
+                saved: saved_str.clone(),
+                digest: store::digest(bytes),
+            }),
+        )?;
         failpoint::hit("after-record", id);
         Ok(saved_str)
     }
@@ -372,6 +387,15 @@ fn apply_locked(
     };
 
     let state = &mut store.state;
+    // A reconcile of the same declaration changes nothing here, and then the snapshot is not
+    // rewritten before the loop (the end of the apply folds it anyway).
+    let same = state.node.as_deref() == Some(decl.node.as_str())
+        && state.mode == Some(decl.mode)
+        && state.taken == decl.taken
+        && (decl.settings.is_none() || state.settings == decl.settings)
+        && state.source == Some(source)
+        && state.pending.is_none()
+        && state.declaration.as_ref() == Some(decl);
     state.node = Some(decl.node.clone());
     state.mode = Some(decl.mode);
     state.taken = decl.taken.clone();
@@ -388,7 +412,9 @@ fn apply_locked(
         deadlines: deadlines.unwrap_or_default(),
     };
     settle_pending(host.root, &runner, &mut store.state);
-    store.save()?;
+    if !same {
+        store.save()?;
+    }
 
     let mut report = Report::new(decl, source);
     {
@@ -556,7 +582,7 @@ fn settle_pending(root: &Path, runner: &dyn Runner, state: &mut store::State) {
 }
 
 fn remove_undeclared(cx: &mut Cx<'_>, report: &mut Report) {
-    let declared: Vec<&str> = cx.decl.resources.iter().map(Resource::id).collect();
+    let declared: HashSet<&str> = cx.decl.resources.iter().map(Resource::id).collect();
     let released: Vec<Held> = cx
         .store
         .state
@@ -566,8 +592,7 @@ fn remove_undeclared(cx: &mut Cx<'_>, report: &mut Report) {
         .cloned()
         .collect();
     for h in released {
-        cx.store.state.held.retain(|x| x.id != h.id);
-        let result = cx.save().map(|_| {
+        let result = cx.record(&h.id, Op::Release(h.id.clone())).map(|_| {
             Done::new(
                 Outcome::Forgotten,
                 format!(
@@ -616,11 +641,7 @@ fn remove_owned(cx: &mut Cx<'_>, rec: &Owned) -> Result<Done, String> {
         Shape::Service => service::remove(cx, rec),
         Shape::Package => package::remove(cx, rec),
     }?;
-    cx.store
-        .state
-        .owned
-        .retain(|o| !(o.id == rec.id && o.key == rec.key && o.shape == rec.shape));
-    cx.save()?;
+    cx.forget(rec)?;
     failpoint::hit("after-record", &rec.id);
     Ok(done)
 }
@@ -691,6 +712,13 @@ pub(crate) fn declared_openings(cx: &Cx<'_>) -> Result<Vec<firewall::Opening>, S
 /// The briefing for the node as the store now stands, with this apply's conflicts and failure.
 fn brief(store: &Store, decl: &Declaration, report: &Report) -> Briefing {
     let state = &store.state;
+    // Looked up once per held resource, so indexed rather than searched.
+    let changed_by_else: HashMap<&str, &report::Entry> = report
+        .entries
+        .iter()
+        .filter(|e| e.outcome == Outcome::ChangedBySomethingElse)
+        .map(|e| (e.id.as_str(), e))
+        .collect();
     let mut lines = Vec::new();
     let mut look_at = Vec::new();
     lines.push(Line {
@@ -719,10 +747,7 @@ fn brief(store: &Store, decl: &Declaration, report: &Report) -> Briefing {
         ),
     });
     for h in &state.held {
-        let changed = report
-            .entries
-            .iter()
-            .find(|e| e.id == h.id && e.outcome == Outcome::ChangedBySomethingElse);
+        let changed = changed_by_else.get(h.id.as_str());
         let original = state
             .original(&h.key)
             .map(|o| format!("; original saved at {}", o.saved));

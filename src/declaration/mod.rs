@@ -115,7 +115,7 @@ pub enum Resource {
 }
 
 /// The shape of a resource, as named in declarations, the store and reports.
-#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 #[serde(rename_all = "lowercase")]
 pub enum Shape {
     File,
