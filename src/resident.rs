@@ -148,13 +148,6 @@ fn wait(fds: &[i32], timeout: Duration) {
     }
 }
 
-/// Whether legacy x_tables are in force, so they need polling (they send no events).
-fn legacy_in_force() -> bool {
-    ["/proc/net/ip_tables_names", "/proc/net/ip6_tables_names"]
-        .iter()
-        .any(|p| std::fs::read_to_string(p).is_ok_and(|t| !t.trim().is_empty()))
-}
-
 /// Runs the resident host until SIGTERM or SIGINT.
 pub fn run(host: &Host<'_>, opts: &Options) -> Result<ExitCode> {
     let signals = Signals::open()?;
@@ -291,7 +284,7 @@ pub fn run(host: &Host<'_>, opts: &Options) -> Result<ExitCode> {
             if legacy_due {
                 next_legacy = now + opts.legacy_period;
             }
-            if first.is_some() || legacy_in_force() {
+            if first.is_some() || crate::apply::opening::legacy_in_force() {
                 recheck(host, &mut memo, &mut reconcile_due, &mut why, first, &who);
             }
             continue;

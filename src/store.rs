@@ -136,6 +136,14 @@ pub struct State {
     pub pending: Option<Pending>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub briefing: Option<Briefing>,
+    /// The nf_tables ruleset generation after the last apply whose guard and openings were all
+    /// in force: a reconcile of the same declaration that finds the kernel still at it has
+    /// nothing of the firewall to look at.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub firewall_generation: Option<u32>,
+    /// The guard that apply left in force (with the runtime's bridges it was told then).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub firewall_guard: Option<firewall::GuardSpec>,
 }
 
 impl State {

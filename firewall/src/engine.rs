@@ -183,6 +183,15 @@ impl<'a> Firewall<'a> {
         ))
     }
 
+    /// The kernel's ruleset generation now (one small request, nothing listed); `None` without
+    /// nf_tables.
+    pub fn generation(&mut self) -> Result<Option<u32>> {
+        match self.nf.as_mut() {
+            Some(s) => s.generation().map(Some),
+            None => Ok(None),
+        }
+    }
+
     fn ruleset(&mut self) -> Result<Ruleset> {
         match self.nf.as_mut() {
             Some(s) => s.ruleset(None),

@@ -34,6 +34,7 @@ pub const GUARD_PRIORITY: i32 = -150;
 /// One guarded service: the port it is refused at on the machine's own addresses, and the port it
 /// listens on inside its container (the same port for a service that runs on the host).
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct GuardedPort {
     /// What it is, for the rules' marks (`store`, `broker-management`).
     pub what: String,
@@ -46,6 +47,7 @@ pub struct GuardedPort {
 
 /// What the guard refuses, and which interfaces it lets through.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct GuardSpec {
     /// The services refused from outside.
     pub ports: Vec<GuardedPort>,

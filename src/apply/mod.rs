@@ -100,6 +100,9 @@ pub(crate) struct Cx<'a> {
     pub openings: Option<Result<firewall::Converged, String>>,
     /// Openings a layer still refuses, for the report and the briefing.
     pub not_admitted: Vec<NotAdmitted>,
+    /// The ruleset generation is the one recorded after the last apply of this declaration, so
+    /// the guard and every opening are as that apply left them: nothing is listed.
+    pub firewall_unchanged: Option<u32>,
 }
 
 impl Cx<'_> {
@@ -381,10 +384,24 @@ fn apply_locked(
 ) -> Result<Report, ApplyError> {
     tracing::info!(node = %decl.node, mode = decl.mode.as_str(), source = source.as_str(), resources = decl.resources.len(), "applying");
     check_safety(&store.state, decl)?;
-    let fw = match fw {
+    let mut fw = match fw {
         Some(fw) => Some(fw),
         None => check_claim(decl)?,
     };
+    // Nothing of the firewall to look at when the kernel's ruleset is still at the generation
+    // the last apply of this very declaration left it at. Legacy tables send no generation, so
+    // where they are in force the firewall is always read.
+    let firewall_unchanged = match (&store.state.firewall_generation, fw.as_mut()) {
+        (Some(recorded), Some(f))
+            if store.state.declaration.as_ref() == Some(decl)
+                && (decl.mode != Mode::Adopted || store.state.firewall_guard.is_some())
+                && !opening::legacy_in_force() =>
+        {
+            f.generation().ok().flatten().filter(|now| now == recorded)
+        }
+        _ => None,
+    };
+    store.state.firewall_generation = None;
 
     let state = &mut store.state;
     // A reconcile of the same declaration changes nothing here, and then the snapshot is not
@@ -426,15 +443,28 @@ fn apply_locked(
             fw,
             openings: None,
             not_admitted: Vec::new(),
+            firewall_unchanged,
         };
         // On an adopted node the guard comes first: the store must never be reachable from
         // outside, whatever else this apply does (an apply ensured it before opening the store).
         let mut guard_spec = None;
         if decl.mode == Mode::Adopted {
             if let Some(settings) = cx.store.state.settings.clone() {
-                let guarded = match early {
-                    Some(g) => g,
-                    None => opening::ensure_guard(cx.runner, &mut cx.fw, decl, &settings),
+                let guarded = match (early, cx.firewall_unchanged) {
+                    (Some(g), _) => g,
+                    (None, Some(generation)) => opening::Guarded {
+                        line: Ok(format!(
+                            "in force as the last apply left it (ruleset generation {generation} unchanged)"
+                        )),
+                        private: None,
+                        spec: cx
+                            .store
+                            .state
+                            .firewall_guard
+                            .clone()
+                            .unwrap_or_else(|| opening::guard_spec(&settings, &decl.resources)),
+                    },
+                    (None, None) => opening::ensure_guard(cx.runner, &mut cx.fw, decl, &settings),
                 };
                 guard_spec = Some(guarded.spec.clone());
                 report.private_network = guarded
@@ -476,7 +506,7 @@ fn apply_locked(
         }
         // Every apply sweeps: a marked rule of an opening no longer declared is removed even when
         // the store has forgotten it and nothing in this declaration opened the firewall.
-        if report.failed().is_none() {
+        if report.failed().is_none() && cx.firewall_unchanged.is_none() {
             sweep_stale_marks(&mut cx, &mut report);
         }
         report.memo = Some(FirewallMemo {
@@ -484,6 +514,17 @@ fn apply_locked(
             guard: guard_spec,
             openings: declared_openings(&cx).unwrap_or_default(),
         });
+        // Everything of the firewall in force: the generation it is now at is recorded, so the
+        // next reconcile of this declaration lists nothing if nobody changed the ruleset since.
+        if report.failed().is_none() && report.not_admitted.is_empty() {
+            let generation = match (cx.firewall_unchanged, cx.fw.as_mut()) {
+                (Some(g), _) => Some(g),
+                (None, Some(f)) => f.generation().ok().flatten(),
+                (None, None) => None,
+            };
+            cx.store.state.firewall_generation = generation;
+            cx.store.state.firewall_guard = report.memo.as_ref().and_then(|m| m.guard.clone());
+        }
     }
     store.state.briefing = Some(brief(&store, decl, &report));
     store.save()?;

@@ -65,6 +65,26 @@ pub fn to_opening(spec: &OpeningSpec, settings: Option<&Settings>) -> Result<Ope
 /// opening is then recorded and reported on its own line from that one convergence.
 pub(super) fn apply(cx: &mut Cx<'_>, spec: &OpeningSpec) -> Result<Done, String> {
     let opening = to_opening(spec, cx.store.state.settings.as_ref())?;
+    // The ruleset is at the generation the last apply of this declaration verified: nothing of
+    // it changed, so nothing is listed.
+    if let Some(generation) = cx.firewall_unchanged {
+        let rec = Owned {
+            id: spec.id.clone(),
+            module: spec.module.clone(),
+            shape: Shape::Opening,
+            key: spec.id.clone(),
+            digest: Some(firewall::rules::mark(&opening)),
+            found: false,
+        };
+        if cx.store.state.owned(&spec.id) == Some(&rec) {
+            return Ok(Done::new(
+                Outcome::Unchanged,
+                format!(
+                    "in force as the last apply left it (ruleset generation {generation} unchanged)"
+                ),
+            ));
+        }
+    }
     if cx.openings.is_none() {
         // An opening that cannot be translated fails on its own line, not the others'.
         let declared: Vec<Opening> = cx
@@ -471,6 +491,14 @@ pub fn derive_for(settings: &Settings, declared: &[OpeningSpec]) -> Result<Vec<O
         private_interface: &private,
         listens: &listens,
     }))
+}
+
+/// Whether legacy x_tables are in force in this namespace: they send no generation, so what they
+/// hold is never known unchanged without reading it.
+pub(crate) fn legacy_in_force() -> bool {
+    ["/proc/net/ip_tables_names", "/proc/net/ip6_tables_names"]
+        .iter()
+        .any(|p| std::fs::read_to_string(p).is_ok_and(|t| !t.trim().is_empty()))
 }
 
 #[cfg(test)]

@@ -315,6 +315,7 @@ impl Bed {
             fw: None,
             openings: None,
             not_admitted: Vec::new(),
+            firewall_unchanged: None,
         }
     }
 }

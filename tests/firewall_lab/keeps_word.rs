@@ -628,3 +628,46 @@ fn a_second_store_is_refused_and_leaves_the_first_nodes_marks() {
         "still open",
     );
 }
+
+#[test]
+fn a_reconcile_lists_nothing_while_the_ruleset_is_at_the_generation_it_verified() {
+    let bed = bed();
+    let node = &bed.net.node;
+    load_found(&bed, Kind::Nftables, "");
+    bed.host
+        .apply(&declaration(&[opening("web/api", OPENED, "incoming")]));
+    let detail = |report: &Value| -> String {
+        report["entries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["id"] == "web/api")
+            .unwrap()["detail"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    let quiet = bed.host.reconcile();
+    assert_eq!(outcome(&quiet, "web/api"), "unchanged");
+    assert!(detail(&quiet).contains("generation"), "{quiet:#}");
+    assert!(
+        quiet["guard"].as_str().unwrap().contains("unchanged"),
+        "{quiet:#}"
+    );
+    // Anyone's change moves the generation: the next reconcile reads the firewall again, and
+    // puts back what a reload took.
+    let file = bed.host.dir.path().join("nftables.conf");
+    run_ok(node, &["nft", "-f", file.to_str().unwrap()]);
+    let after = bed.host.reconcile();
+    assert_eq!(outcome(&after, "web/api"), "created", "{after:#}");
+    assert!(!detail(&after).contains("generation"), "{after:#}");
+    expect(
+        &bed.net.outside,
+        &node_public(),
+        OPENED,
+        Probe::Reached,
+        "put back",
+    );
+    let again = bed.host.reconcile();
+    assert!(detail(&again).contains("generation"), "{again:#}");
+}
