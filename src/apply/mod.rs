@@ -394,7 +394,9 @@ fn apply_locked(
     let firewall_unchanged = match (&store.state.firewall_generation, fw.as_mut()) {
         (Some(recorded), Some(f))
             if store.state.declaration.as_ref() == Some(decl)
-                && (decl.mode != Mode::Adopted || store.state.firewall_guard.is_some())
+                && (decl.mode != Mode::Adopted
+                    || store.state.settings.is_none()
+                    || store.state.firewall_guard.is_some())
                 && !opening::legacy_in_force() =>
         {
             f.generation().ok().flatten().filter(|now| now == recorded)
