@@ -354,9 +354,12 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             // The firewall engine's part: what it finds, and what the kernel's tables can do.
             static EXEC: firewall::SystemExec = firewall::SystemExec;
             profile.found_firewall = Some(match firewall::Firewall::open(&EXEC) {
-                Ok(fw) => match &fw.found().refusal {
-                    Some(why) => format!("{} (refused for adoption: {why})", fw.found().kind()),
-                    None => fw.found().kind(),
+                Ok(mut fw) => match fw.found() {
+                    Ok(f) => match &f.refusal {
+                        Some(why) => format!("{} (refused for adoption: {why})", f.kind()),
+                        None => f.kind(),
+                    },
+                    Err(e) => format!("unreadable: {e}"),
                 },
                 Err(e) => format!("unreadable: {e}"),
             });

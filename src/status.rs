@@ -13,7 +13,7 @@ use std::fmt::Write as _;
 pub fn firewall_status(state: Option<&State>) -> Result<Value> {
     static EXEC: SystemExec = SystemExec;
     let mut fw = Firewall::open(&EXEC).context("reading the found firewall")?;
-    let found = fw.found().clone();
+    let found = fw.found().context("reading the found firewall")?.clone();
     let settings = state.and_then(|s| s.settings.as_ref());
     let mut openings = Vec::new();
     if let Some(decl) = state.and_then(|s| s.declaration.as_ref()) {

@@ -381,6 +381,56 @@ impl Store {
         Ok(())
     }
 
+    /// Records several changes that happened together (the openings of one firewall
+    /// transaction) in one append and one fsync: each is one journal line, so a torn append keeps
+    /// every whole line before the tear, each of them true.
+    pub fn record_all(&mut self, ops: Vec<(String, Op)>) -> Result<(), StoreError> {
+        if ops.is_empty() {
+            return Ok(());
+        }
+        let jpath = self.journal_path();
+        for (_, op) in &ops {
+            self.state
+                .apply_op(op)
+                .map_err(|message| StoreError::Journal {
+                    path: jpath.clone(),
+                    message,
+                })?;
+        }
+        let Some(snapshot) = &self.snapshot else {
+            return self.save();
+        };
+        let fold_at = (2 * snapshot.len).max(FOLD_FLOOR);
+        let mut lines = Vec::new();
+        for (_, op) in &ops {
+            lines.extend(journal::line(op));
+        }
+        if let Some((id, _)) = ops.first() {
+            if failpoint::armed("append", id) {
+                failpoint::kill();
+            }
+        }
+        let created = self.journal.is_none();
+        if created {
+            let header = journal::line(&journal::Header {
+                journal: journal::JOURNAL_VERSION,
+                over: snapshot.digest.clone(),
+            });
+            let file = create_appending(&jpath).map_err(io(&jpath))?;
+            self.journal_on_disk = true;
+            self.journal = Some(file);
+            self.append(&header)?;
+        }
+        self.append(&lines)?;
+        if created {
+            sync_dir(&self.dir).map_err(io(&self.dir))?;
+        }
+        if self.journal_len > fold_at {
+            self.save()?;
+        }
+        Ok(())
+    }
+
     /// Appends bytes to the open journal and fsyncs them.
     fn append(&mut self, bytes: &[u8]) -> Result<(), StoreError> {
         let jpath = self.journal_path();

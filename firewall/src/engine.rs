@@ -90,13 +90,18 @@ pub struct Converged {
     pub removed: Vec<(String, String)>,
     /// Opening id → how it stands in each layer its packets cross.
     pub states: BTreeMap<String, Vec<Presence>>,
+    /// Marked rules of openings not given, left in place (scope `Given`): what a convergence of
+    /// every declared opening with scope `All` would remove. Zero means there is nothing to sweep.
+    pub stale: usize,
 }
 
 /// The firewall as this host sees it: the nf_tables socket it keeps and the found layers.
 pub struct Firewall<'a> {
     nf: Option<NfSocket>,
     exec: &'a dyn Exec,
-    found: Found,
+    /// The layers, read on first need: opening the firewall lists nothing, so a reconcile that
+    /// finds the ruleset at the generation it verified never reads it.
+    found: Option<Found>,
     /// Where the legacy table names are read (normally `/proc`).
     proc: PathBuf,
     /// The nf_tables generation `found` was detected in, when the kernel has nf_tables.
@@ -132,30 +137,34 @@ struct Plan {
 }
 
 impl<'a> Firewall<'a> {
-    /// Opens a socket (when the kernel has nf_tables) and detects the found firewall.
+    /// Opens a socket (when the kernel has nf_tables); the found firewall is read when first
+    /// needed.
     pub fn open(exec: &'a dyn Exec) -> Result<Firewall<'a>> {
         Self::open_at(exec, FsPath::new("/proc"))
     }
 
     pub fn open_at(exec: &'a dyn Exec, proc: &FsPath) -> Result<Firewall<'a>> {
-        let mut nf = NfSocket::open().ok();
-        let ruleset = match nf.as_mut() {
-            Some(s) => Some(s.ruleset(None)?),
-            None => None,
-        };
-        let found = detect::detect_in(ruleset.as_ref(), exec, proc)?;
         Ok(Firewall {
-            nf,
+            nf: NfSocket::open().ok(),
             exec,
-            found,
+            found: None,
             proc: proc.to_path_buf(),
-            detected: ruleset.map(|r| r.generation),
+            detected: None,
             node: None,
         })
     }
 
-    pub fn found(&self) -> &Found {
-        &self.found
+    /// The found firewall, read now if it has not been.
+    pub fn found(&mut self) -> Result<&Found> {
+        if self.found.is_none() {
+            let ruleset = match self.nf.as_mut() {
+                Some(s) => Some(s.ruleset(None)?),
+                None => None,
+            };
+            self.found = Some(detect::detect_in(ruleset.as_ref(), self.exec, &self.proc)?);
+            self.detected = ruleset.map(|r| r.generation);
+        }
+        Ok(self.found.as_ref().expect("read above"))
     }
 
     /// The socket, for the guard.
@@ -295,11 +304,13 @@ impl<'a> Firewall<'a> {
     fn plan(&mut self, openings: &[Opening], scope: Scope) -> Result<Plan> {
         let ruleset = self.ruleset()?;
         // The layers are read again when the ruleset is no longer the one they were read from.
-        if self.nf.is_some() && self.detected != Some(ruleset.generation) {
-            self.found = detect::detect_in(Some(&ruleset), self.exec, &self.proc)?;
-            self.detected = Some(ruleset.generation);
+        if self.found.is_none() || (self.nf.is_some() && self.detected != Some(ruleset.generation)) {
+            let listed = self.nf.is_some().then_some(&ruleset);
+            self.found = Some(detect::detect_in(listed, self.exec, &self.proc)?);
+            self.detected = self.nf.as_ref().map(|_| ruleset.generation);
         }
-        if let Some(reason) = &self.found.refusal {
+        let found = self.found.as_ref().expect("detected above");
+        if let Some(reason) = &found.refusal {
             if !openings.is_empty() {
                 return Err(Error::Unsupported {
                     reason: reason.clone(),
@@ -336,7 +347,7 @@ impl<'a> Firewall<'a> {
             mesh_table: mesh_table.is_some(),
         };
         let mut by_table: BTreeMap<TableKey, Vec<Layer>> = BTreeMap::new();
-        for l in &self.found.layers {
+        for l in &found.layers {
             by_table
                 .entry(TableKey {
                     backend: l.backend,

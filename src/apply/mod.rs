@@ -190,6 +190,18 @@ impl Cx<'_> {
         Ok(())
     }
 
+    /// Records owned resources that changed together (the openings of one firewall transaction)
+    /// in one durable append.
+    pub fn record_owned_all(&mut self, recs: Vec<Owned>) -> Result<(), String> {
+        let ids: Vec<String> = recs.iter().map(|r| r.id.clone()).collect();
+        let ops = recs.into_iter().map(|r| (r.id.clone(), Op::Own(r))).collect();
+        self.store.record_all(ops).map_err(|e| e.to_string())?;
+        for id in &ids {
+            failpoint::hit("after-record", id);
+        }
+        Ok(())
+    }
+
     pub fn record_held(&mut self, rec: Held) -> Result<(), String> {
         let id = rec.id.clone();
         self.record(&id, Op::Hold(rec))?;
@@ -508,7 +520,14 @@ fn apply_locked(
         }
         // Every apply sweeps: a marked rule of an opening no longer declared is removed even when
         // the store has forgotten it and nothing in this declaration opened the firewall.
-        if report.failed().is_none() && cx.firewall_unchanged.is_none() {
+        // Only when something may be stale: no opening converged this apply (none is declared),
+        // or the one convergence saw marked rules of openings it was not given.
+        let may_be_stale = match &cx.openings {
+            Some(Ok(done)) => done.stale > 0,
+            Some(Err(_)) => false,
+            None => true,
+        };
+        if report.failed().is_none() && cx.firewall_unchanged.is_none() && may_be_stale {
             sweep_stale_marks(&mut cx, &mut report);
         }
         report.memo = Some(FirewallMemo {

@@ -68,15 +68,7 @@ pub(super) fn apply(cx: &mut Cx<'_>, spec: &OpeningSpec) -> Result<Done, String>
     // The ruleset is at the generation the last apply of this declaration verified: nothing of
     // it changed, so nothing is listed.
     if let Some(generation) = cx.firewall_unchanged {
-        let rec = Owned {
-            id: spec.id.clone(),
-            module: spec.module.clone(),
-            shape: Shape::Opening,
-            key: spec.id.clone(),
-            digest: Some(firewall::rules::mark(&opening)),
-            found: false,
-        };
-        if cx.store.state.owned(&spec.id) == Some(&rec) {
+        if cx.store.state.owned(&spec.id) == Some(&record_of(spec, &opening)) {
             return Ok(Done::new(
                 Outcome::Unchanged,
                 format!(
@@ -97,17 +89,40 @@ pub(super) fn apply(cx: &mut Cx<'_>, spec: &OpeningSpec) -> Result<Done, String>
             })
             .collect();
         let fw = firewall(&mut cx.fw, &cx.decl.node)?;
-        let kind = fw.found().kind();
-        cx.openings = Some(
-            fw.converge(&declared, Scope::Given)
-                .map_err(|e| format!("openings through the found firewall ({kind}): {e}")),
-        );
+        let result = fw.converge(&declared, Scope::Given);
+        let kind = fw
+            .found()
+            .map(|f| f.kind())
+            .unwrap_or_else(|e| format!("unreadable: {e}"));
+        cx.openings =
+            Some(result.map_err(|e| format!("openings through the found firewall ({kind}): {e}")));
+        // One transaction put them all in force: their records go in one durable append.
+        if matches!(cx.openings, Some(Ok(_))) {
+            let recs: Vec<Owned> = cx
+                .decl
+                .resources
+                .iter()
+                .filter_map(|r| match r {
+                    Resource::Opening(o) => {
+                        let op = to_opening(o, cx.store.state.settings.as_ref()).ok()?;
+                        let rec = record_of(o, &op);
+                        (cx.store.state.owned(&o.id) != Some(&rec)).then_some(rec)
+                    }
+                    _ => None,
+                })
+                .collect();
+            cx.record_owned_all(recs)?;
+        }
     }
     let done = match cx.openings.as_ref().expect("converged above") {
         Ok(done) => done.clone(),
         Err(e) => return Err(format!("opening {}: {e}", spec.id)),
     };
-    let kind = cx.fw.as_ref().map(|f| f.found().kind()).unwrap_or_default();
+    let kind = cx
+        .fw
+        .as_mut()
+        .and_then(|f| f.found().ok().map(|f| f.kind()))
+        .unwrap_or_default();
     let added = done.added.iter().any(|(id, _)| *id == spec.id);
     let removed = done
         .removed
@@ -116,14 +131,7 @@ pub(super) fn apply(cx: &mut Cx<'_>, spec: &OpeningSpec) -> Result<Done, String>
     if added || removed {
         cx.changed(&spec.id);
     }
-    let rec = Owned {
-        id: spec.id.clone(),
-        module: spec.module.clone(),
-        shape: Shape::Opening,
-        key: spec.id.clone(),
-        digest: Some(firewall::rules::mark(&opening)),
-        found: false,
-    };
+    let rec = record_of(spec, &opening);
     if cx.store.state.owned(&spec.id) != Some(&rec) {
         cx.record_owned(rec)?;
     }
@@ -172,6 +180,18 @@ pub(super) fn apply(cx: &mut Cx<'_>, spec: &OpeningSpec) -> Result<Done, String>
         (true, false) => Done::new(Outcome::Created, format!("opened in {where_}")),
         _ => Done::new(Outcome::Changed, format!("rewritten in {where_}")),
     })
+}
+
+/// The store's record of a declared opening: its mark says which version is in force.
+fn record_of(spec: &OpeningSpec, opening: &Opening) -> Owned {
+    Owned {
+        id: spec.id.clone(),
+        module: spec.module.clone(),
+        shape: Shape::Opening,
+        key: spec.id.clone(),
+        digest: Some(firewall::rules::mark(opening)),
+        found: false,
+    }
 }
 
 /// Removes every marked rule of an opening that is no longer declared.
