@@ -31,6 +31,18 @@ pub fn running_containers(runner: &dyn Runner) -> Result<(Vec<Container>, Result
             Err("no container runtime on this machine".into()),
         ));
     };
+    // The engine's own API first: one request on its socket where the CLI is two processes.
+    // An engine that cannot be asked so (reached over tcp or ssh, a socket that does not answer)
+    // is asked through its CLI, as before.
+    if let Some(socket) = system::engine_api::socket(kind, |k| std::env::var(k).ok()) {
+        match system::engine_api::running(&socket) {
+            Ok(mut containers) => {
+                containers.retain(|c| c.running);
+                return Ok((containers, Ok(kind.as_str().to_string())));
+            }
+            Err(e) => tracing::debug!(error = %e, "asking the engine's CLI instead"),
+        }
+    }
     let runtime = system::container_runtime(runner).map_err(anyhow::Error::msg)?;
     running_with(runner, kind.as_str(), runtime.as_ref())
 }

@@ -154,6 +154,10 @@ pub struct Found {
     pub refusal: Option<String>,
     /// What could not be read, if anything (reported, never guessed at).
     pub notes: Vec<String>,
+    /// The legacy tables as `*-save` printed them while detecting, by family and table: the
+    /// iptables-legacy driver reads them from here within the same convergence instead of
+    /// running the program again.
+    pub legacy_saves: std::collections::BTreeMap<(Family, String), String>,
 }
 
 impl Found {
@@ -539,6 +543,9 @@ fn legacy_table(
     }
     let out = exec.run_ok(program, &["-t".into(), name.into()], None)?;
     let table = parse_save(&out.stdout);
+    found
+        .legacy_saves
+        .insert((family, name.to_string()), out.stdout.clone());
     for (chain, hook) in [
         ("PREROUTING", Hook::Prerouting),
         ("INPUT", Hook::Input),

@@ -128,6 +128,8 @@ struct TablePlan {
 /// One convergence computed from one listing.
 struct Plan {
     ruleset: Ruleset,
+    /// The legacy tables as this plan's detection read them.
+    legacy_saves: BTreeMap<(Family, String), String>,
     generation: Option<u32>,
     tables: Vec<TablePlan>,
     done: Converged,
@@ -258,8 +260,10 @@ impl<'a> Firewall<'a> {
             )?;
         }
         let listed = &plan.ruleset;
+        let saves = &plan.legacy_saves;
         let mut cx = Cx {
             ruleset: listed,
+            legacy_saves: saves,
             batch: &mut batch,
             exec: self.exec,
         };
@@ -279,6 +283,7 @@ impl<'a> Firewall<'a> {
         let mut batch = Batch::new();
         let mut cx = Cx {
             ruleset: listed,
+            legacy_saves: saves,
             batch: &mut batch,
             exec: self.exec,
         };
@@ -303,8 +308,16 @@ impl<'a> Firewall<'a> {
     /// The plan for `openings` from a fresh listing.
     fn plan(&mut self, openings: &[Opening], scope: Scope) -> Result<Plan> {
         let ruleset = self.ruleset()?;
-        // The layers are read again when the ruleset is no longer the one they were read from.
-        if self.found.is_none() || (self.nf.is_some() && self.detected != Some(ruleset.generation)) {
+        // The layers are read again when the ruleset is no longer the one they were read from,
+        // and always where legacy tables are in force (they change with no generation).
+        let legacy = !self
+            .found
+            .as_ref()
+            .is_none_or(|f| f.legacy_saves.is_empty());
+        if self.found.is_none()
+            || legacy
+            || (self.nf.is_some() && self.detected != Some(ruleset.generation))
+        {
             let listed = self.nf.is_some().then_some(&ruleset);
             self.found = Some(detect::detect_in(listed, self.exec, &self.proc)?);
             self.detected = self.nf.as_ref().map(|_| ruleset.generation);
@@ -336,6 +349,7 @@ impl<'a> Firewall<'a> {
         let held = mesh_table.is_some_and(|t| t.owner.is_some() && t.owner != ours);
         let mut plan = Plan {
             ruleset: Ruleset::default(),
+            legacy_saves: found.legacy_saves.clone(),
             generation: self.nf.as_ref().map(|_| ruleset.generation),
             tables: Vec::new(),
             done: Converged::default(),
@@ -365,6 +379,7 @@ impl<'a> Firewall<'a> {
             };
             let mut cx = Cx {
                 ruleset: &ruleset,
+                legacy_saves: &plan.legacy_saves,
                 batch: &mut batch,
                 exec: self.exec,
             };
@@ -558,6 +573,7 @@ fn table_plan(
                 changes.push(Change::Remove {
                     chain: chain.clone(),
                     index: *i,
+                    mark: mark.clone(),
                     how: view.how[chain][*i].clone(),
                 });
                 done.removed.push((mark.clone(), key.to_string()));

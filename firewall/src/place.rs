@@ -442,11 +442,18 @@ pub fn seen_nft(exprs: &[Expr], mark: Option<String>, text: String) -> Seen {
             Expr::Raw { name, .. } => match name.as_str() {
                 "log" | "counter" | "notrack" | "dynset" | "last" => {}
                 "reject" => s.does = Does::Refuse,
-                "match" => {
-                    if e.xt_name().as_deref() != Some("comment") {
-                        s.narrow = true;
+                "match" => match e.xt_name().as_deref() {
+                    Some("comment") => {}
+                    // `-m conntrack --ctstate S` and `-m state --state S`, which iptables-nft
+                    // keeps as x_tables matches: a condition on the connection's state only.
+                    Some(m @ ("conntrack" | "state")) => {
+                        match e.xt_info().and_then(|(rev, info)| xt_states(m, rev, &info)) {
+                            Some(states) => s.new_ok &= states & CtState::NEW.0 != 0,
+                            None => s.narrow = true,
+                        }
                     }
-                }
+                    _ => s.narrow = true,
+                },
                 "target" => {
                     let t = e.xt_name().unwrap_or_default();
                     s.does = if t == "REJECT" {
@@ -462,6 +469,28 @@ pub fn seen_nft(exprs: &[Expr], mark: Option<String>, text: String) -> Seen {
         }
     }
     s
+}
+
+/// The states an x_tables `conntrack` or `state` match admits, when that is all it matches on
+/// (the bits are `ct state`'s: `NEW` is 8). `None` for anything else it checks, or inverted.
+fn xt_states(name: &str, rev: u32, info: &[u8]) -> Option<u32> {
+    let u16_at = |at: usize| Some(u16::from_ne_bytes(info.get(at..at + 2)?.try_into().ok()?));
+    match (name, rev) {
+        // struct xt_state_info { unsigned int statemask; }
+        ("state", _) => Some(u32::from_ne_bytes(info.get(..4)?.try_into().ok()?)),
+        // struct xt_conntrack_mtinfo1: eight addresses (128 bytes), two u32 (136), l4proto and
+        // four ports as u16 (146), then u8 match_flags, invert_flags, state_mask.
+        ("conntrack", 1) => {
+            let (flags, invert, states) = (*info.get(146)?, *info.get(147)?, *info.get(148)?);
+            (flags == 1 && invert == 0).then_some(u32::from(states))
+        }
+        // xt_conntrack_mtinfo2 and 3: the same, with u16 flags and masks.
+        ("conntrack", 2 | 3) => {
+            let (flags, invert, states) = (u16_at(146)?, u16_at(148)?, u16_at(150)?);
+            (flags == 1 && invert == 0).then_some(u32::from(states))
+        }
+        _ => None,
+    }
 }
 
 fn cmp(s: &mut Seen, reg: Reg, op: CmpOp, data: &[u8]) {

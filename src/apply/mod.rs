@@ -97,7 +97,7 @@ pub(crate) struct Cx<'a> {
     /// The found firewall, opened on first use.
     pub fw: Option<firewall::Firewall<'static>>,
     /// Every declared opening converged at once, at the first opening of the apply.
-    pub openings: Option<Result<firewall::Converged, String>>,
+    pub openings: Option<Result<opening::OpeningsDone, String>>,
     /// Openings a layer still refuses, for the report and the briefing.
     pub not_admitted: Vec<NotAdmitted>,
     /// The ruleset generation is the one recorded after the last apply of this declaration, so
@@ -194,7 +194,10 @@ impl Cx<'_> {
     /// in one durable append.
     pub fn record_owned_all(&mut self, recs: Vec<Owned>) -> Result<(), String> {
         let ids: Vec<String> = recs.iter().map(|r| r.id.clone()).collect();
-        let ops = recs.into_iter().map(|r| (r.id.clone(), Op::Own(r))).collect();
+        let ops = recs
+            .into_iter()
+            .map(|r| (r.id.clone(), Op::Own(r)))
+            .collect();
         self.store.record_all(ops).map_err(|e| e.to_string())?;
         for id in &ids {
             failpoint::hit("after-record", id);

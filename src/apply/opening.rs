@@ -94,8 +94,11 @@ pub(super) fn apply(cx: &mut Cx<'_>, spec: &OpeningSpec) -> Result<Done, String>
             .found()
             .map(|f| f.kind())
             .unwrap_or_else(|e| format!("unreadable: {e}"));
-        cx.openings =
-            Some(result.map_err(|e| format!("openings through the found firewall ({kind}): {e}")));
+        cx.openings = Some(
+            result
+                .map(OpeningsDone::from)
+                .map_err(|e| format!("openings through the found firewall ({kind}): {e}")),
+        );
         // One transaction put them all in force: their records go in one durable append.
         if matches!(cx.openings, Some(Ok(_))) {
             let recs: Vec<Owned> = cx
@@ -114,8 +117,12 @@ pub(super) fn apply(cx: &mut Cx<'_>, spec: &OpeningSpec) -> Result<Done, String>
             cx.record_owned_all(recs)?;
         }
     }
-    let done = match cx.openings.as_ref().expect("converged above") {
-        Ok(done) => done.clone(),
+    let (added, removed, states) = match cx.openings.as_ref().expect("converged above") {
+        Ok(done) => (
+            done.added.contains(&spec.id),
+            done.removed.contains(&spec.id),
+            done.states.get(&spec.id).cloned().unwrap_or_default(),
+        ),
         Err(e) => return Err(format!("opening {}: {e}", spec.id)),
     };
     let kind = cx
@@ -123,11 +130,6 @@ pub(super) fn apply(cx: &mut Cx<'_>, spec: &OpeningSpec) -> Result<Done, String>
         .as_mut()
         .and_then(|f| f.found().ok().map(|f| f.kind()))
         .unwrap_or_default();
-    let added = done.added.iter().any(|(id, _)| *id == spec.id);
-    let removed = done
-        .removed
-        .iter()
-        .any(|(mark, _)| firewall::rules::id_of(mark) == Some(spec.id.as_str()));
     if added || removed {
         cx.changed(&spec.id);
     }
@@ -135,7 +137,6 @@ pub(super) fn apply(cx: &mut Cx<'_>, spec: &OpeningSpec) -> Result<Done, String>
     if cx.store.state.owned(&spec.id) != Some(&rec) {
         cx.record_owned(rec)?;
     }
-    let states = done.states.get(&spec.id).cloned().unwrap_or_default();
     let mut in_force = Vec::new();
     let mut not_needed = 0;
     for p in &states {
@@ -180,6 +181,33 @@ pub(super) fn apply(cx: &mut Cx<'_>, spec: &OpeningSpec) -> Result<Done, String>
         (true, false) => Done::new(Outcome::Created, format!("opened in {where_}")),
         _ => Done::new(Outcome::Changed, format!("rewritten in {where_}")),
     })
+}
+
+/// What the one convergence of an apply did, by opening id, for each opening's own line.
+#[derive(Debug, Default)]
+pub(crate) struct OpeningsDone {
+    /// Ids whose rules were added.
+    pub added: std::collections::HashSet<String>,
+    /// Ids some of whose marked rules were removed (old versions, misplaced).
+    pub removed: std::collections::HashSet<String>,
+    pub states: std::collections::HashMap<String, Vec<firewall::Presence>>,
+    /// Marked rules of openings not declared, left for the sweep.
+    pub stale: usize,
+}
+
+impl From<firewall::Converged> for OpeningsDone {
+    fn from(c: firewall::Converged) -> Self {
+        OpeningsDone {
+            added: c.added.into_iter().map(|(id, _)| id).collect(),
+            removed: c
+                .removed
+                .iter()
+                .filter_map(|(mark, _)| firewall::rules::id_of(mark).map(str::to_string))
+                .collect(),
+            states: c.states.into_iter().collect(),
+            stale: c.stale,
+        }
+    }
 }
 
 /// The store's record of a declared opening: its mark says which version is in force.

@@ -13,6 +13,7 @@
 
 mod cli_runtime;
 pub mod docker;
+pub mod engine_api;
 pub mod podman;
 pub mod profile;
 

@@ -17,7 +17,16 @@ pub struct Iptables {
 }
 
 impl Driver for Iptables {
+    /// iptables-nft's tables are nf_tables tables: read from the convergence's listing, in the
+    /// order iptables shows them, with no program run. Legacy tables come from what detection
+    /// read moments before, or from `iptables-legacy-save`.
     fn read(&self, key: &TableKey, cx: &mut Cx<'_>) -> Result<TableView> {
+        if self.variant == "nft" {
+            return Ok(super::nftables::read_nf(key, cx));
+        }
+        if let Some(text) = cx.legacy_saves.get(&(key.family, key.table.clone())) {
+            return Ok(parse(text));
+        }
         read(key, self.variant, cx)
     }
 
@@ -95,6 +104,61 @@ pub fn parse(text: &str) -> TableView {
     view.index()
 }
 
+/// The changes with every removal's spec, read with `*-save` only when a removal has none (a
+/// table read from the nf_tables listing): adding openings runs no save at all.
+fn with_specs(
+    key: &TableKey,
+    variant: &str,
+    changes: &[Change],
+    cx: &Cx<'_>,
+) -> Result<Vec<Change>> {
+    let needs = changes.iter().any(|c| {
+        matches!(
+            c,
+            Change::Remove {
+                how: Removal::Handle(_),
+                ..
+            }
+        )
+    });
+    if !needs {
+        return Ok(changes.to_vec());
+    }
+    let saved = read(key, variant, cx)?;
+    let mut out = Vec::new();
+    let mut done: Vec<(String, String)> = Vec::new();
+    for c in changes {
+        match c {
+            Change::Remove {
+                chain,
+                mark,
+                how: Removal::Handle(_),
+                ..
+            } => {
+                // Every rule of this mark in the chain: the plan removes a mark's rules together.
+                if done.contains(&(chain.clone(), mark.clone())) {
+                    continue;
+                }
+                done.push((chain.clone(), mark.clone()));
+                let seen = saved.seen.get(chain).map(Vec::as_slice).unwrap_or_default();
+                let how = saved.how.get(chain).map(Vec::as_slice).unwrap_or_default();
+                for (i, (s, h)) in seen.iter().zip(how).enumerate() {
+                    if s.mark.as_deref() == Some(mark.as_str()) {
+                        out.push(Change::Remove {
+                            chain: chain.clone(),
+                            index: i,
+                            mark: mark.clone(),
+                            how: h.clone(),
+                        });
+                    }
+                }
+            }
+            other => out.push(other.clone()),
+        }
+    }
+    Ok(out)
+}
+
 /// One argument as `iptables-restore` reads it back: quoted when it holds a space, a quote or
 /// a backslash, or is empty.
 fn quoted(word: &str) -> String {
@@ -123,6 +187,7 @@ pub fn restore_input(key: &TableKey, changes: &[Change]) -> String {
             chain,
             index,
             how: Removal::Spec(words),
+            ..
         } = c
         {
             let spec: Vec<String> = words.iter().map(|w| quoted(w)).collect();
@@ -176,7 +241,10 @@ pub fn write(key: &TableKey, variant: &str, changes: &[Change], cx: &mut Cx<'_>)
     if changes.is_empty() {
         return Ok(());
     }
-    let input = restore_input(key, changes);
+    // A rule read from the listing is removed by its own spec, as `*-save` prints it: the one
+    // `-D` that never deletes a rule inserted or removed by someone else since (a number could).
+    let changes = with_specs(key, variant, changes, cx)?;
+    let input = restore_input(key, &changes);
     let restore = program(key.family, variant, "-restore");
     // `-w` waits for the xtables lock instead of failing when Docker or the operator holds it.
     cx.exec.run_ok(
@@ -216,6 +284,7 @@ mod tests {
             Change::Remove {
                 chain: "INPUT".into(),
                 index: 1,
+                mark: "mesh-host:old#0011aabb".into(),
                 how: view.how["INPUT"][1].clone(),
             },
             Change::Add {

@@ -77,10 +77,11 @@ impl Chains for TableView {
 /// One change to a table.
 #[derive(Debug, Clone)]
 pub enum Change {
-    /// Remove the marked rule at `index` of `chain`.
+    /// Remove the marked rule at `index` of `chain`, which carries `mark`.
     Remove {
         chain: String,
         index: usize,
+        mark: String,
         how: Removal,
     },
     /// Add an opening's rules to `chain`, before the rule at index `before` of the chain as
@@ -93,10 +94,12 @@ pub enum Change {
     },
 }
 
-/// What a driver may use: the ruleset listed for this convergence, the nf_tables batch every
-/// native change joins (sent once, atomically, by the engine), and the child-process seam.
+/// What a driver may use: the ruleset listed for this convergence, the legacy tables as
+/// detection read them moments before, the nf_tables batch every native change joins (sent once,
+/// atomically, by the engine), and the child-process seam.
 pub struct Cx<'a> {
     pub ruleset: &'a Ruleset,
+    pub legacy_saves: &'a BTreeMap<(Family, String), String>,
     pub batch: &'a mut Batch,
     pub exec: &'a dyn Exec,
 }

@@ -56,8 +56,8 @@ impl Driver for Nftables {
 }
 
 /// Every chain of an nf_tables table from the listing, each rule reduced for placement and
-/// removable by its handle (also how iptables-nft's rules are read for its marks' sake).
-fn read_nf(key: &TableKey, cx: &Cx<'_>) -> TableView {
+/// removable by its handle (also how iptables-nft's tables are read: their order is iptables').
+pub(super) fn read_nf(key: &TableKey, cx: &Cx<'_>) -> TableView {
     let mut view = TableView::default();
     for c in cx
         .ruleset

@@ -180,6 +180,7 @@ pub const RTN_LOCAL: u32 = 2;
 
 /// iptables-nft's xt `match`/`target` expressions: NFTA_MATCH_* and NFTA_TARGET_* agree.
 pub const NFTA_XT_NAME: u16 = 1;
+pub const NFTA_XT_REV: u16 = 2;
 pub const NFTA_XT_INFO: u16 = 3;
 
 /// The verdict register, and the first 16-byte data register that nft itself uses.

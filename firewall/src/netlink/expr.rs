@@ -114,6 +114,23 @@ impl Expr {
         }
     }
 
+    /// An x_tables match or target's revision and info bytes (its kernel struct), as iptables-nft
+    /// wrote them.
+    pub fn xt_info(&self) -> Option<(u32, Vec<u8>)> {
+        let Expr::Raw { name, data } = self else {
+            return None;
+        };
+        if name != "match" && name != "target" {
+            return None;
+        }
+        let rev = Attrs::new(data)
+            .find(|a| a.ty == NFTA_XT_REV)
+            .and_then(|a| a.be32())
+            .unwrap_or(0);
+        let info = Attrs::new(data).find(|a| a.ty == NFTA_XT_INFO)?;
+        Some((rev, info.data.to_vec()))
+    }
+
     /// The text of an iptables `-m comment --comment` kept as an xt `comment` match.
     pub fn xt_comment(&self) -> Option<String> {
         if self.xt_name().as_deref() != Some("comment") {

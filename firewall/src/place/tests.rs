@@ -383,3 +383,25 @@ fn a_family_or_ethertype_accept_admits_no_opening() {
     ));
     assert_eq!(place(&t, "in", true, &incoming(9000)), at("in", Some(2)));
 }
+
+#[test]
+fn iptables_nft_conntrack_and_state_matches_are_read_for_their_states() {
+    // xt_conntrack_mtinfo3 with only the state flag, NEW (8) in the mask.
+    let mut info = vec![0u8; 168];
+    info[146..148].copy_from_slice(&1u16.to_ne_bytes());
+    info[150..152].copy_from_slice(&8u16.to_ne_bytes());
+    assert_eq!(xt_states("conntrack", 3, &info), Some(8));
+    // Inverted, or checking anything more than the state: not read.
+    info[148..150].copy_from_slice(&1u16.to_ne_bytes());
+    assert_eq!(xt_states("conntrack", 3, &info), None);
+    info[148..150].copy_from_slice(&0u16.to_ne_bytes());
+    info[146..148].copy_from_slice(&3u16.to_ne_bytes());
+    assert_eq!(xt_states("conntrack", 3, &info), None);
+    // Revision 1 keeps them as bytes; `-m state` as one int.
+    let mut v1 = vec![0u8; 152];
+    v1[146] = 1;
+    v1[148] = 6;
+    assert_eq!(xt_states("conntrack", 1, &v1), Some(6));
+    assert_eq!(xt_states("state", 0, &1u32.to_ne_bytes()), Some(1));
+    assert_eq!(xt_states("conntrack", 3, &[0u8; 4]), None);
+}
