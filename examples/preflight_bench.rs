@@ -203,6 +203,16 @@ fn main() {
     ] {
         let (min, median) = summary(t);
         println!("{what:<46} {min:>8.0} {median:>10.0}");
+        // The same, for bench/run's table: what, N, min, median, the row it is compared with.
+        let vs = if what.starts_with("mesh-host") {
+            "ss -ltnp + docker ps"
+        } else {
+            ""
+        };
+        println!(
+            "ROW\t{}\t{CONTAINERS}\t{min:.1}\t{median:.1}\t{vs}",
+            what.trim()
+        );
     }
     drop(listeners);
 }
