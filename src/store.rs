@@ -65,6 +65,7 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> StoreError + '_ {
 /// A resource the host made or took over: it converges, and it is removed (or forgotten, by the
 /// asymmetry) when no longer declared.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
 pub struct Owned {
     pub id: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -82,6 +83,7 @@ pub struct Owned {
 
 /// A resource found on an adopted node and kept as it is until its module is taken.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
 pub struct Held {
     pub id: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -96,6 +98,7 @@ pub struct Held {
 
 /// The saved original of a found file, kept for good.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
 pub struct Original {
     /// The machine path the file was found at.
     pub key: String,
@@ -106,11 +109,15 @@ pub struct Original {
 
 /// What the host was about to write, recorded before the write.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
 pub struct Pending {
     pub record: Owned,
 }
 
+/// A field this host does not know is refused, naming the file: a store of the wrong shape is
+/// never read as an empty one.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Default)]
+#[serde(deny_unknown_fields)]
 pub struct State {
     pub version: u32,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -216,6 +223,9 @@ pub struct Store {
     journal_len: u64,
     /// Whether a journal file may exist on disk (the fold removes it).
     journal_on_disk: bool,
+    /// The store was lost and is being rebuilt: no `state.json` (nor journal), beside files an
+    /// earlier store left (its lock, the launcher's state, saved originals).
+    pub rebuilt: bool,
 }
 
 /// What identifies a snapshot on disk.
@@ -239,6 +249,11 @@ impl Store {
     /// A journal left by a host that died is replayed and folded into the snapshot at once.
     pub fn open(root: &Path) -> Result<Store, StoreError> {
         let dir = store_dir(root);
+        // What an earlier store leaves beside its state: if these are here and the state is not,
+        // the state was lost.
+        let earlier = ["lock", "originals", "known-good"]
+            .iter()
+            .any(|f| dir.join(f).exists());
         fs::create_dir_all(&dir).map_err(io(&dir))?;
         let lock_path = dir.join("lock");
         let lock = OpenOptions::new()
@@ -267,6 +282,7 @@ impl Store {
             journal: None,
             journal_len: 0,
             journal_on_disk: false,
+            rebuilt: loaded.is_none() && earlier,
         };
         if let Some(l) = loaded {
             store.state = l.state;

@@ -652,3 +652,71 @@ fn a_symbolic_link_never_takes_a_declared_path_outside_the_root_or_onto_the_host
         r.stderr
     );
 }
+
+#[test]
+fn a_lost_store_is_rebuilt_without_taking_the_hosts_own_files_for_found_originals() {
+    let node = Node::new();
+    // Adopted, no private network (this run's namespace has none, so the guard's line is not
+    // the worst of the briefing).
+    let mut d = decl("adopted", &["proxy"], json!([proxy_config("mine\n")]));
+    d["settings"]
+        .as_object_mut()
+        .unwrap()
+        .remove("private_network");
+    d["mode"] = json!("converged");
+    let r = node.apply(&d);
+    assert_eq!(r.outcome("proxy/config"), "created");
+    // The store is lost: state.json (and any journal) gone, its folder and lock left.
+    let store = node.path("/var/lib/mesh-host");
+    std::fs::remove_file(store.join("state.json")).unwrap();
+    let _ = std::fs::remove_file(store.join("state.journal"));
+    d["mode"] = json!("adopted");
+    d["taken"] = json!([]);
+    let r = node.apply(&d);
+    assert_eq!(r.outcome("proxy/config"), "unchanged", "{}", r.stdout);
+    let state = node.state();
+    assert!(
+        state["originals"].as_array().is_none_or(|o| o.is_empty()),
+        "the host's own file was saved as a found original: {state:#}"
+    );
+    assert!(
+        state["held"].as_array().is_none_or(|h| h.is_empty()),
+        "{state:#}"
+    );
+    let owned = &state["owned"][0];
+    assert_eq!(
+        (owned["id"].as_str(), owned["found"].as_bool()),
+        (Some("proxy/config"), Some(true))
+    );
+    let briefing = node.run(&["briefing", "--json"]).json();
+    assert!(
+        briefing["lines"].as_array().unwrap().iter().any(
+            |l| l["subject"] == "store" && l["detail"].as_str().unwrap().starts_with("rebuilt")
+        ),
+        "{briefing:#}"
+    );
+    // The next apply reads the store it rebuilt: nothing is said about a rebuild any more.
+    node.apply(&d);
+    let briefing = node.run(&["briefing", "--json"]).json();
+    assert!(
+        !briefing["lines"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|l| l["subject"] == "store"),
+        "{briefing:#}"
+    );
+}
+
+#[test]
+fn a_store_of_the_wrong_shape_is_refused_naming_the_file() {
+    let node = Node::new();
+    node.write(
+        "/var/lib/mesh-host/state.json",
+        "{\"version\": 2, \"ownd\": []}\n",
+    );
+    let r = node.run(&["owned"]);
+    assert_eq!(r.code, Some(1), "{}", r.stderr);
+    assert!(r.stderr.contains("state.json"), "{}", r.stderr);
+    assert!(r.stderr.contains("unknown field `ownd`"), "{}", r.stderr);
+}

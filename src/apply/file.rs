@@ -171,6 +171,17 @@ pub(super) fn apply(cx: &mut Cx<'_>, spec: &FileSpec) -> Result<Done, String> {
             Ok(Done::new(Outcome::Created, "written"))
         }
         (None, Some(cur)) => {
+            // The store was lost: a file that is exactly what the declaration says is most likely
+            // the host's own write from before. It is taken over (never removed, as anything
+            // found) but not saved as a found original, which would be the host's own bytes.
+            if cx.store.rebuilt && held.is_none() && matches(&cur, &bytes, &want) {
+                cx.record_owned(record(true))?;
+                return Ok(Done::new(
+                    Outcome::Unchanged,
+                    "matches the declaration; the store was rebuilt, so it is taken as the \
+                     host's own write (not saved as a found original, never removed)",
+                ));
+            }
             // Found: present with no record. Its original is saved before anything else.
             let saved = cx.keep_original(id, key, &cur.bytes)?;
             let now = store::digest(&cur.bytes);

@@ -801,6 +801,22 @@ fn brief(store: &Store, decl: &Declaration, report: &Report) -> Briefing {
             Mode::Converged => "converged: every declared resource converges".into(),
         },
     });
+    if store.rebuilt {
+        lines.push(Line {
+            mark: Mark::Unknown,
+            subject: "store".into(),
+            detail: "rebuilt: state.json was missing beside an earlier store's files; what \
+                     matches the declaration was taken as the host's own (never removed), what \
+                     differs is held as found"
+                .into(),
+        });
+        look_at.push(
+            "The store was lost and rebuilt from the declaration. Resources applied under an \
+             older declaration whose records were lost are no longer the host's: it will not \
+             remove them. Check the machine for leftovers."
+                .into(),
+        );
+    }
     lines.push(Line {
         mark: Mark::Ok,
         subject: "resources".into(),
