@@ -355,55 +355,17 @@ impl Store {
     /// [`FOLD_FLOOR`]): each fold then writes no more than half of what the appends before it
     /// did, which keeps the bytes written by N records proportional to N.
     pub fn record(&mut self, id: &str, op: Op) -> Result<(), StoreError> {
-        let jpath = self.journal_path();
-        self.state
-            .apply_op(&op)
-            .map_err(|message| StoreError::Journal {
-                path: jpath.clone(),
-                message,
-            })?;
-        let Some(snapshot) = &self.snapshot else {
-            // Nothing on disk to journal over yet: the first snapshot is the record.
-            return self.save();
-        };
-        let fold_at = (2 * snapshot.len).max(FOLD_FLOOR);
-        let line = journal::line(&op);
-        if failpoint::armed("append", id) {
-            failpoint::kill();
-        }
-        let created = self.journal.is_none();
-        if created {
-            let header = journal::line(&journal::Header {
-                journal: journal::JOURNAL_VERSION,
-                over: snapshot.digest.clone(),
-            });
-            let file = create_appending(&jpath).map_err(io(&jpath))?;
-            self.journal_on_disk = true;
-            self.journal = Some(file);
-            self.append(&header)?;
-        }
-        if failpoint::armed("torn-append", id) {
-            let _ = self.append(&line[..line.len() / 2]);
-            failpoint::kill();
-        }
-        self.append(&line)?;
-        if created {
-            // The journal's own name must survive a power cut, not only its bytes.
-            sync_dir(&self.dir).map_err(io(&self.dir))?;
-        }
-        if self.journal_len > fold_at {
-            self.save()?;
-        }
-        Ok(())
+        self.record_all(vec![(id.to_string(), op)])
     }
 
     /// Records several changes that happened together (the openings of one firewall
     /// transaction) in one append and one fsync: each is one journal line, so a torn append keeps
     /// every whole line before the tear, each of them true.
     pub fn record_all(&mut self, ops: Vec<(String, Op)>) -> Result<(), StoreError> {
-        if ops.is_empty() {
+        let Some((first, _)) = ops.first() else {
             return Ok(());
-        }
+        };
+        let first = first.clone();
         let jpath = self.journal_path();
         for (_, op) in &ops {
             self.state
@@ -414,6 +376,7 @@ impl Store {
                 })?;
         }
         let Some(snapshot) = &self.snapshot else {
+            // Nothing on disk to journal over yet: the first snapshot is the record.
             return self.save();
         };
         let fold_at = (2 * snapshot.len).max(FOLD_FLOOR);
@@ -421,10 +384,8 @@ impl Store {
         for (_, op) in &ops {
             lines.extend(journal::line(op));
         }
-        if let Some((id, _)) = ops.first() {
-            if failpoint::armed("append", id) {
-                failpoint::kill();
-            }
+        if failpoint::armed("append", &first) {
+            failpoint::kill();
         }
         let created = self.journal.is_none();
         if created {
@@ -437,8 +398,13 @@ impl Store {
             self.journal = Some(file);
             self.append(&header)?;
         }
+        if failpoint::armed("torn-append", &first) {
+            let _ = self.append(&lines[..lines.len() / 2]);
+            failpoint::kill();
+        }
         self.append(&lines)?;
         if created {
+            // The journal's own name must survive a power cut, not only its bytes.
             sync_dir(&self.dir).map_err(io(&self.dir))?;
         }
         if self.journal_len > fold_at {

@@ -105,22 +105,7 @@ impl NfMonitor {
                     NFT_MSG_DELRULE => Event::DelRule(list::decode_rule(m)),
                     NFT_MSG_NEWSET => Event::NewSet(list::decode_set(m)),
                     NFT_MSG_DELSET => Event::DelSet(list::decode_set(m)),
-                    NFT_MSG_NEWGEN => {
-                        let mut g = Generation {
-                            id: 0,
-                            pid: None,
-                            process: None,
-                        };
-                        for a in m.attrs() {
-                            match a.ty {
-                                NFTA_GEN_ID => g.id = a.be32().unwrap_or(0),
-                                NFTA_GEN_PROC_PID => g.pid = a.be32(),
-                                NFTA_GEN_PROC_NAME => g.process = Some(a.string()),
-                                _ => {}
-                            }
-                        }
-                        Event::NewGen(g)
-                    }
+                    NFT_MSG_NEWGEN => Event::NewGen(generation(m)),
                     other => Event::Other {
                         msg_type: other,
                         family: m.family(),
@@ -156,20 +141,7 @@ impl NfMonitor {
                 reason,
             })?;
             for m in msgs.iter().filter(|m| m.nft_msg() == Some(NFT_MSG_NEWGEN)) {
-                let mut g = Generation {
-                    id: 0,
-                    pid: None,
-                    process: None,
-                };
-                for a in m.attrs() {
-                    match a.ty {
-                        NFTA_GEN_ID => g.id = a.be32().unwrap_or(0),
-                        NFTA_GEN_PROC_PID => g.pid = a.be32(),
-                        NFTA_GEN_PROC_NAME => g.process = Some(a.string()),
-                        _ => {}
-                    }
-                }
-                out.push(Event::NewGen(g));
+                out.push(Event::NewGen(generation(m)));
             }
         }
     }
@@ -182,6 +154,24 @@ impl NfMonitor {
         }
         Ok(out)
     }
+}
+
+/// A NEWGEN message: the generation and the process whose transaction made it.
+fn generation(m: &msg::NlMsg<'_>) -> Generation {
+    let mut g = Generation {
+        id: 0,
+        pid: None,
+        process: None,
+    };
+    for a in m.attrs() {
+        match a.ty {
+            NFTA_GEN_ID => g.id = a.be32().unwrap_or(0),
+            NFTA_GEN_PROC_PID => g.pid = a.be32(),
+            NFTA_GEN_PROC_NAME => g.process = Some(a.string()),
+            _ => {}
+        }
+    }
+    g
 }
 
 impl AsRawFd for NfMonitor {
