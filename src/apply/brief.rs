@@ -1,0 +1,165 @@
+//! The briefing of one apply: the node's mode, what it holds and owns, the guard, the private
+//! network, openings a layer still refuses, a rebuilt store and the apply's failure, each a line
+//! whose mark the outcome is derived from.
+
+use super::report::{self, Report};
+use super::Outcome;
+use crate::briefing::{self, Briefing, Line, Mark};
+use crate::declaration::{Declaration, Mode};
+use crate::store::Store;
+use std::collections::HashMap;
+
+/// The briefing for the node as the store now stands, with this apply's conflicts and failure.
+pub(super) fn brief(store: &Store, decl: &Declaration, report: &Report) -> Briefing {
+    let state = &store.state;
+    // Looked up once per held resource, so indexed rather than searched.
+    let changed_by_else: HashMap<&str, &report::Entry> = report
+        .entries
+        .iter()
+        .filter(|e| e.outcome == Outcome::ChangedBySomethingElse)
+        .map(|e| (e.id.as_str(), e))
+        .collect();
+    let mut lines = Vec::new();
+    let mut look_at = Vec::new();
+    lines.push(Line {
+        mark: Mark::Ok,
+        subject: "mode".into(),
+        detail: match decl.mode {
+            Mode::Adopted => format!(
+                "adopted: what is found is kept until its module is taken (taken: {})",
+                if decl.taken.is_empty() {
+                    "none".to_string()
+                } else {
+                    decl.taken.join(", ")
+                }
+            ),
+            Mode::Converged => "converged: every declared resource converges".into(),
+        },
+    });
+    if store.rebuilt {
+        lines.push(Line {
+            mark: Mark::Unknown,
+            subject: "store".into(),
+            detail: "rebuilt: state.json was missing beside an earlier store's files; what \
+                     matches the declaration was taken as the host's own (never removed), what \
+                     differs is held as found"
+                .into(),
+        });
+        look_at.push(
+            "The store was lost and rebuilt from the declaration. Resources applied under an \
+             older declaration whose records were lost are no longer the host's: it will not \
+             remove them. Check the machine for leftovers."
+                .into(),
+        );
+    }
+    lines.push(Line {
+        mark: Mark::Ok,
+        subject: "resources".into(),
+        detail: format!(
+            "{} owned, {} held, {} saved",
+            state.owned.len(),
+            state.held.len(),
+            report::count(state.originals.len(), "original", "originals")
+        ),
+    });
+    for h in &state.held {
+        let changed = changed_by_else.get(h.id.as_str());
+        let original = state
+            .original(&h.key)
+            .map(|o| format!("; original saved at {}", o.saved));
+        let module = h.module.as_deref().unwrap_or("no module");
+        match changed {
+            Some(e) => {
+                lines.push(Line {
+                    mark: Mark::Kept,
+                    subject: h.id.clone(),
+                    detail: format!(
+                        "{}: changed by something else while held, not reverted",
+                        h.key
+                    ),
+                });
+                look_at.push(format!(
+                    "{} ({}) changed while held: {}. Something still writes it — the predecessor's \
+                     control, if it was not stopped. Stop it before taking module {module}.",
+                    h.key, h.id, e.detail
+                ));
+            }
+            None => lines.push(Line {
+                mark: Mark::Kept,
+                subject: h.id.clone(),
+                detail: format!(
+                    "found {} {} held as it is until module {module} is taken{}",
+                    h.shape,
+                    h.key,
+                    original.unwrap_or_default()
+                ),
+            }),
+        }
+    }
+    if let Some(g) = &report.guard {
+        lines.push(Line {
+            mark: if g.starts_with("failed") {
+                Mark::Failed
+            } else {
+                Mark::Ok
+            },
+            subject: "guard".into(),
+            detail: g.clone(),
+        });
+    }
+    for n in &report.not_admitted {
+        lines.push(Line {
+            mark: Mark::Failed,
+            subject: n.id.clone(),
+            detail: format!("not admitted by {}: {}", n.layer, n.why),
+        });
+        look_at.push(format!(
+            "Opening {} is declared but {} still refuses it ({}). The host keeps the operator's \
+             refusals first and writes only where it may; lift that refusal, or change the \
+             declaration, and run `mesh-host reconcile`.",
+            n.id, n.layer, n.why
+        ));
+    }
+    if let Some(p) = &report.private_network {
+        lines.push(Line {
+            mark: p.mark,
+            subject: "private network".into(),
+            detail: p.detail.clone(),
+        });
+        if p.mark != Mark::Ok {
+            look_at.push(format!(
+                "The private network is not where the settings say: {}. Correct \
+                 settings.private_network (or bring the interface up with its address) and run \
+                 `mesh-host reconcile`; until then the guard refuses the store and the broker's \
+                 management on every interface but loopback and the declared one.",
+                p.detail
+            ));
+        }
+    }
+    if let Some(e) = report.failed() {
+        lines.push(Line {
+            mark: Mark::Failed,
+            subject: e.id.clone(),
+            detail: e.detail.clone(),
+        });
+        look_at.push(format!(
+            "{} failed and the apply stopped there: {}. What came before it is done and \
+             recorded. Fix the cause and run `mesh-host reconcile`.",
+            e.id, e.detail
+        ));
+    }
+    if look_at.is_empty() && !state.held.is_empty() {
+        look_at.push(
+            "Held resources are the machine's, kept as found; nothing is broken. Each is replaced \
+             when its module is taken."
+                .into(),
+        );
+    }
+    Briefing {
+        node: decl.node.clone(),
+        mode: decl.mode.as_str().into(),
+        at: briefing::now_rfc3339(),
+        lines,
+        look_at,
+    }
+}
