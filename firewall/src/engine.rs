@@ -259,40 +259,28 @@ impl<'a> Firewall<'a> {
                 &format!("{CLAIM_PREFIX}{node}"),
             )?;
         }
-        let listed = &plan.ruleset;
-        let saves = &plan.legacy_saves;
-        let mut cx = Cx {
-            ruleset: listed,
-            legacy_saves: saves,
-            batch: &mut batch,
-            exec: self.exec,
-        };
-        for t in plan
-            .tables
-            .iter()
-            .filter(|t| t.key.backend == Backend::Nftables)
-        {
-            t.driver.write(&t.key, &t.view, &t.changes, &mut cx)?;
-        }
-        if !batch.is_empty() {
-            let sock = self.nf.as_mut().ok_or_else(|| Error::Unsupported {
-                reason: "nf_tables layers were found but no nf_tables socket is open".into(),
-            })?;
-            sock.send(&batch)?;
-        }
-        let mut batch = Batch::new();
-        let mut cx = Cx {
-            ruleset: listed,
-            legacy_saves: saves,
-            batch: &mut batch,
-            exec: self.exec,
-        };
-        for t in plan
-            .tables
-            .iter()
-            .filter(|t| t.key.backend != Backend::Nftables && !t.changes.is_empty())
-        {
-            t.driver.write(&t.key, &t.view, &t.changes, &mut cx)?;
+        // Native changes first, in the one batch (sent here, conditional on the listing's
+        // generation), then each iptables table in its own restore.
+        for native in [true, false] {
+            let mut cx = Cx {
+                ruleset: &plan.ruleset,
+                legacy_saves: &plan.legacy_saves,
+                batch: &mut batch,
+                exec: self.exec,
+            };
+            for t in plan
+                .tables
+                .iter()
+                .filter(|t| (t.key.backend == Backend::Nftables) == native && !t.changes.is_empty())
+            {
+                t.driver.write(&t.key, &t.view, &t.changes, &mut cx)?;
+            }
+            if native && !batch.is_empty() {
+                let sock = self.nf.as_mut().ok_or_else(|| Error::Unsupported {
+                    reason: "nf_tables layers were found but no nf_tables socket is open".into(),
+                })?;
+                sock.send(&batch)?;
+            }
         }
         let mut done = plan.done;
         for states in done.states.values_mut() {
