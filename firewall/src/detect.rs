@@ -22,6 +22,11 @@ pub const MESH_TABLE: &str = "mesh_host";
 
 /// Who wrote a layer, and so in whose terms an opening is written into it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Serialize, serde::Deserialize),
+    serde(rename_all = "kebab-case")
+)]
 pub enum Backend {
     /// Written with `nft` (a hand-written ruleset): openings are written natively.
     Nftables,

@@ -11,6 +11,7 @@ pub mod netlink;
 pub mod opening;
 pub mod place;
 pub mod probe;
+pub mod retire;
 pub mod rules;
 
 pub use derive::{derive, FoundationPorts, Inputs, Listen};
@@ -25,3 +26,4 @@ pub use netlink::{
     PayloadBase, Policy, Position, Rule, RuleBody, Ruleset, Set, Table, TableFlags, Verdict,
 };
 pub use opening::{Network, Opening, Path, Proto};
+pub use retire::{Retired, Saved};

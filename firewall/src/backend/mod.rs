@@ -7,13 +7,15 @@ mod iptables;
 mod nftables;
 
 use crate::detect::Backend;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::exec::Exec;
 use crate::netlink::{Batch, Family, Ruleset};
 use crate::opening::Opening;
 use crate::place::{Chains, Seen};
+use crate::retire::Retired;
 use crate::rules::Site;
 use std::collections::BTreeMap;
+use std::path::Path as FsPath;
 
 /// One table of one backend: where a layer's chains live.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -123,6 +125,32 @@ pub trait Driver {
 
     /// How many rules an opening needs in a chain at `site` (one per source of its family).
     fn rules_for(&self, o: &Opening, site: Site) -> usize;
+
+    /// This kind's found firewall on this machine, as its own boot configuration under `root`
+    /// says and the running ruleset holds it, saved exactly enough for [`Driver::restore`] to
+    /// put it back; `None` when this kind has nothing configured here. Reads only.
+    fn survey(&self, root: &FsPath, cx: &mut Cx<'_>) -> Result<Option<Retired>> {
+        let _ = (root, cx);
+        Ok(None)
+    }
+
+    /// Takes what `saved` describes out of the running ruleset (native deletions join the
+    /// caller's batch, so they land in one transaction with the derived filter), never writing
+    /// its configuration. The caller has already kept `saved` somewhere durable.
+    fn retire(&self, saved: &Retired, cx: &mut Cx<'_>) -> Result<()> {
+        let _ = cx;
+        Err(Error::Unsupported {
+            reason: format!("{} cannot be retired by this build", saved.backend),
+        })
+    }
+
+    /// Puts back exactly what `saved` holds, as it was before [`Driver::retire`].
+    fn restore(&self, saved: &Retired, cx: &mut Cx<'_>) -> Result<()> {
+        let _ = cx;
+        Err(Error::Unsupported {
+            reason: format!("{} cannot be restored by this build", saved.backend),
+        })
+    }
 }
 
 /// The driver for a backend; `None` for a kind no driver speaks yet (its adoption is refused).

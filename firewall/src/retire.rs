@@ -1,0 +1,62 @@
+//! Retiring the found firewall on the flip, and putting it back on return: the seam every kind's
+//! driver answers in its own terms. Retiring is disabling, never flushing: what the found
+//! firewall loads from its own configuration is taken out of the running ruleset, its
+//! configuration files are never written, and tables other programs keep (the container
+//! runtime's, fail2ban's or crowdsec's) stay in force.
+//!
+//! The order is the caller's: [`survey`](crate::backend::Driver::survey) reads what would be
+//! retired (the preview shows it), the caller keeps the [`Retired`] it returned somewhere durable
+//! (the core's store), then [`retire`](crate::backend::Driver::retire) takes it out, and on return
+//! [`restore`](crate::backend::Driver::restore) puts back exactly what was saved. The firewall
+//! crate knows no service manager: the boot unit is named here and enabled or disabled by the
+//! core.
+
+use crate::detect::Backend;
+
+/// One kind's found firewall as it stood before the flip: what the flip takes out of the running
+/// ruleset, and what return puts back.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub struct Retired {
+    pub backend: Backend,
+    /// The unit that loads it at boot (`nftables.service`, `netfilter-persistent.service`, …),
+    /// which the core disables on the flip and enables on return; `None` when it has none here.
+    pub unit: Option<String>,
+    /// Its configuration files, as paths under the machine's root: never written by the flip or
+    /// the return.
+    pub config: Vec<String>,
+    /// What is taken out, each in the driver's own format (read back only by that driver).
+    pub saved: Vec<Saved>,
+}
+
+/// One part of a found firewall as it was saved: a table, one family's rules.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub struct Saved {
+    /// What it is, for a person: `table inet filter`, `iptables-nft ip filter: 6 rules`.
+    pub what: String,
+    /// The driver's own text for it (a table's listing, a save and the rules taken out).
+    pub text: String,
+}
+
+impl Retired {
+    /// One line for the preview and the briefing: which kind, which parts, which unit.
+    pub fn describe(&self) -> String {
+        let parts: Vec<&str> = self.saved.iter().map(|s| s.what.as_str()).collect();
+        format!(
+            "{}: {} (configuration {}; boot unit {})",
+            self.backend,
+            if parts.is_empty() {
+                "nothing loaded".to_string()
+            } else {
+                parts.join(", ")
+            },
+            if self.config.is_empty() {
+                "none".to_string()
+            } else {
+                self.config.join(", ")
+            },
+            self.unit.as_deref().unwrap_or("none")
+        )
+    }
+}
