@@ -36,6 +36,14 @@ pub(crate) struct EngineRecord {
     pub pid: i32,
 }
 
+/// How a lab engine is started, beyond what every lab engine gets.
+#[derive(Debug, Clone, Default)]
+pub struct EngineOptions {
+    /// A directory put first on dockerd's PATH: dockerd writes its rules with the `iptables` it
+    /// finds there (links to `iptables-legacy`, say, on a machine whose firewall is legacy).
+    pub path_first: Option<PathBuf>,
+}
+
 /// A Docker engine running inside a lab machine.
 ///
 /// dockerd is started through `nsenter --net` (not `ip netns exec`, which remounts /sys and makes
@@ -55,9 +63,11 @@ pub struct Docker {
     machine: Machine,
     record: EngineRecord,
     process: Option<Process>,
+    argv: Vec<std::ffi::OsString>,
+    env: Vec<(String, std::ffi::OsString)>,
 }
 
-pub(crate) fn start(machine: &Machine, dir: &Path) -> Result<Docker> {
+pub(crate) fn start(machine: &Machine, dir: &Path, options: &EngineOptions) -> Result<Docker> {
     exec::require("dockerd", "docker.io")?;
     exec::require("docker", "docker.io")?;
     exec::require("tar", "tar")?;
@@ -88,7 +98,16 @@ pub(crate) fn start(machine: &Machine, dir: &Path) -> Result<Docker> {
         "--default-ulimit=nofile=1024:1024".into(),
         "--default-ulimit=nproc=1024:1024".into(),
     ];
-    let process = machine.spawn(&argv)?;
+    let mut env = Vec::new();
+    if let Some(first) = &options.path_first {
+        let mut path = first.clone().into_os_string();
+        if let Some(rest) = std::env::var_os("PATH") {
+            path.push(":");
+            path.push(rest);
+        }
+        env.push(("PATH".to_owned(), path));
+    }
+    let process = machine.spawn_env(&argv, &env)?;
     let record = EngineRecord {
         dir: dir.clone(),
         host,
@@ -100,6 +119,8 @@ pub(crate) fn start(machine: &Machine, dir: &Path) -> Result<Docker> {
         machine: machine.clone(),
         record,
         process: Some(process),
+        argv,
+        env,
     };
     docker.wait_ready()?;
     docker.import_busybox()?;
@@ -169,6 +190,38 @@ impl Docker {
     pub fn remove_container(&self, name: &str) -> Result<()> {
         self.docker(&["rm", "-f", name])?;
         Ok(())
+    }
+
+    /// Stops dockerd the way a machine going down does (SIGTERM: it stops its containers and
+    /// exits) and starts it again on the same data, as the machine coming up does: containers
+    /// with a restart policy come back, and dockerd writes its rules again.
+    pub fn restart(&mut self) -> Result<()> {
+        self.stop_daemon()?;
+        self.start_daemon()
+    }
+
+    /// Stops dockerd as a machine going down does (SIGTERM: it stops its containers, keeping
+    /// them, and exits), leaving its data for [`Docker::start_daemon`].
+    pub fn stop_daemon(&mut self) -> Result<()> {
+        if let Some(mut p) = self.process.take() {
+            // dockerd stops each container with its own grace (ten seconds) before it exits.
+            p.terminate(Duration::from_secs(60));
+        }
+        Ok(())
+    }
+
+    /// Starts dockerd again on the same data, as the machine coming up does: containers with a
+    /// restart policy come back, and dockerd writes its rules again. Nothing if it runs.
+    pub fn start_daemon(&mut self) -> Result<()> {
+        if self.process.as_mut().is_some_and(Process::is_running) {
+            return Ok(());
+        }
+        let process = self.machine.spawn_env(&self.argv, &self.env)?;
+        self.record.pid = process.pid() as i32;
+        self.machine.shared().remove_engine(&self.record.dir);
+        self.machine.shared().add_engine(self.record.clone());
+        self.process = Some(process);
+        self.wait_ready()
     }
 
     /// Stops the engine now and reports the first problem met (dropping does the same silently).

@@ -102,6 +102,20 @@ pub enum Error {
     /// A unix socket path would exceed the kernel's limit of 107 bytes.
     #[error("path {path} is too long for a unix socket ({len} bytes, at most 107)")]
     SocketPathTooLong { path: PathBuf, len: usize },
+
+    /// A port the bed serves did not answer in time.
+    #[error("{from} never reached [{addr}]:{port} within {waited:?} (last probe: {got})")]
+    NotReached {
+        from: String,
+        addr: std::net::IpAddr,
+        port: u16,
+        got: String,
+        waited: Duration,
+    },
+
+    /// The bundle given to the bed cannot be read as one.
+    #[error("bundle: {0}")]
+    Bundle(String),
 }
 
 impl Error {

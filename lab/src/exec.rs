@@ -175,10 +175,15 @@ pub(crate) fn wait_bounded(child: &mut Child, timeout: Duration) -> Option<ExitS
 
 /// Whether a program is on PATH, so a missing package is named before anything runs.
 pub(crate) fn on_path(program: &str) -> bool {
-    let Some(path) = std::env::var_os("PATH") else {
-        return false;
-    };
-    std::env::split_paths(&path).any(|dir| is_executable(&dir.join(program)))
+    which(program).is_some()
+}
+
+/// Where a program is on PATH.
+pub(crate) fn which(program: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|dir| dir.join(program))
+        .find(|p| is_executable(p))
 }
 
 fn is_executable(path: &Path) -> bool {

@@ -36,10 +36,12 @@
 //! # Ok::<(), lab::Error>(())
 //! ```
 
+mod bed;
 mod docker;
 mod error;
 mod exec;
 mod fixtures;
+mod found;
 mod lab;
 mod machine;
 mod netns;
@@ -47,10 +49,15 @@ mod probe;
 mod topology;
 
 pub use crate::{
-    docker::{Docker, BUSYBOX_IMAGE},
+    bed::{
+        module_resources, ports, serve, stand_in_bundle, Bed, FILE_MODULE, FILE_MODULE_FILE, HELD_FILE,
+        OLD_REGISTRY, SERVICE_MODULE, UNDECLARED_CONTAINER,
+    },
+    docker::{Docker, EngineOptions, BUSYBOX_IMAGE},
     error::{Error, Result},
     exec::{run, run_ok, Output, Process, DEFAULT_TIMEOUT},
     fixtures::{fixture, fixtures_dir},
+    found::{FoundFirewall, FoundKind, Policy},
     lab::{Lab, SweepReport, Switch, LAB_ROOT, PREFIX_STEM},
     machine::Machine,
     netns::NETNS_DIR,

@@ -93,6 +93,19 @@ impl Machine {
         Process::spawn(self.command(argv), what, log, self.shared.registry.clone())
     }
 
+    /// Like [`Machine::spawn`] with these variables added to the program's environment.
+    pub fn spawn_env<S: AsRef<OsStr>>(
+        &self,
+        argv: &[S],
+        env: &[(String, std::ffi::OsString)],
+    ) -> Result<Process> {
+        let what = self.described(argv);
+        let log = self.shared.log_path(&self.name, &what.program);
+        let mut cmd = self.command(argv);
+        cmd.envs(env.iter().map(|(k, v)| (k, v)));
+        Process::spawn(cmd, what, log, self.shared.registry.clone())
+    }
+
     /// Runs `f` on a helper thread that has joined this machine's namespace (sockets it opens live
     /// there). A panic in `f` is propagated.
     pub fn in_namespace<T: Send>(&self, f: impl FnOnce() -> T + Send) -> Result<T> {
@@ -255,7 +268,12 @@ impl Machine {
     /// Starts a Docker engine inside this machine with every directory of its own under `dir`; see
     /// [`Docker`]. `dir` must be short enough for `dir/sock` to be a unix socket path.
     pub fn start_docker(&self, dir: &Path) -> Result<Docker> {
-        docker::start(self, dir)
+        docker::start(self, dir, &docker::EngineOptions::default())
+    }
+
+    /// Like [`Machine::start_docker`], with [`docker::EngineOptions`].
+    pub fn start_docker_with(&self, dir: &Path, options: &docker::EngineOptions) -> Result<Docker> {
+        docker::start(self, dir, options)
     }
 
     pub(crate) fn shared(&self) -> &Arc<Shared> {

@@ -1,0 +1,392 @@
+//! The adoption ADR's lab bed: a machine prepared the way the predecessor leaves one, with its
+//! firewall of a given kind, a served container whose name a module also uses, a file that module
+//! declares, a stand-in for the predecessor's control rewriting that file, and a container holding
+//! the registry's port; a second machine on the private network and one outside it.
+//!
+//! The bed knows the predecessor and the machines; it knows nothing of mesh-host but how an
+//! operator runs it (its binary, `--root`, `DOCKER_HOST`) and the declaration a module is.
+
+use std::ffi::OsStr;
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use crate::docker::{Docker, EngineOptions, BUSYBOX_IMAGE};
+use crate::error::{Error, Result};
+use crate::exec::{self, lock, Output, Process};
+use crate::found::{FoundKind, Policy};
+use crate::lab::Lab;
+use crate::topology::{addr, Adoption};
+
+/// The ports of the bed.
+pub mod ports {
+    /// ssh's port: a listener on it stands in for sshd.
+    pub const SSH: u16 = 22;
+    /// The port the predecessor's service container publishes, which its firewall admits and the
+    /// service module declares.
+    pub const SERVED: u16 = 8080;
+    /// A port a predecessor's container publishes that no firewall rule mentions and no module
+    /// declares: reachable while adopted (forwarded past a firewall that filters only incoming
+    /// traffic), closed by the flip.
+    pub const UNDECLARED: u16 = 9090;
+    /// The catalogue's registry port, which the predecessor's registry holds.
+    pub const REGISTRY: u16 = 5000;
+    /// The registry port given at genesis instead.
+    pub const REGISTRY_GIVEN: u16 = 5001;
+    /// The foundation's other ports, at the catalogue's defaults.
+    pub const STORE: u16 = 5432;
+    pub const BUS: u16 = 5672;
+    pub const BROKER_MANAGEMENT: u16 = 15672;
+    pub const HUB: u16 = 51820;
+}
+
+/// The service module: its name, which is also the predecessor's container's name.
+pub const SERVICE_MODULE: &str = "web";
+/// The file the service module declares, which the predecessor's control writes.
+pub const HELD_FILE: &str = "/etc/web/site.conf";
+/// A second module that holds only a file the predecessor wrote, so a flip has a module to take.
+pub const FILE_MODULE: &str = "site";
+pub const FILE_MODULE_FILE: &str = "/etc/site/motd";
+/// The predecessor's registry container and its container that publishes [`ports::UNDECLARED`].
+pub const OLD_REGISTRY: &str = "old-registry";
+pub const UNDECLARED_CONTAINER: &str = "extra";
+
+/// How long the stand-in waits between two writes of the held file.
+const STAND_IN_PERIOD_US: &str = "300000";
+/// How long a freshly started container may take before its port answers.
+const SETTLE: Duration = Duration::from_secs(30);
+
+/// A machine prepared as the predecessor leaves it, of one found-firewall kind.
+#[derive(Debug)]
+pub struct Bed {
+    pub kind: FoundKind,
+    pub net: Adoption,
+    pub docker: Docker,
+    root: PathBuf,
+    found_files: Vec<PathBuf>,
+    stand_in: Mutex<Option<Process>>,
+    _ssh: Process,
+}
+
+/// A container command serving `port` with busybox httpd that ends on SIGTERM (a bare busybox as
+/// PID 1 ignores it, and every stop would wait out the runtime's ten seconds).
+pub fn serve(ports: &[u16]) -> Vec<String> {
+    let mut script = String::from("trap 'exit 0' TERM;");
+    for p in ports {
+        script.push_str(&format!(" httpd -f -p {p} -h /www &"));
+    }
+    script.push_str(" wait");
+    vec!["/bin/sh".into(), "-c".into(), script]
+}
+
+impl Bed {
+    /// Prepares the bed in `lab`: the adoption topology, the found firewall written under the
+    /// bed's root and loaded as at boot, then the Docker engine (writing its rules with the same
+    /// iptables), the predecessor's containers, its files, ssh's listener and the stand-in for
+    /// its control, running.
+    pub fn prepare(lab: &Lab, kind: FoundKind) -> Result<Bed> {
+        kind.require()?;
+        for (program, package) in [("busybox", "busybox-static"), ("nft", "nftables")] {
+            exec::require(program, package)?;
+        }
+        let net = Adoption::build(lab)?;
+        let node = &net.node;
+        let root = lab.dir().join(format!("root-{}", kind.name()));
+        std::fs::create_dir_all(&root).map_err(|e| Error::io(&root, e))?;
+        let firewall = kind.firewall();
+        let found_files = firewall.write(
+            &root,
+            &Policy {
+                incoming_tcp: vec![ports::SSH, ports::SERVED],
+            },
+        )?;
+        firewall.load(node, &root)?;
+        let engine_dir = lab.dir().join(format!("d-{}", kind.name()));
+        let options = EngineOptions {
+            path_first: firewall.runtime_iptables(lab.dir())?,
+        };
+        let docker = node.start_docker_with(&engine_dir, &options)?;
+
+        let web = serve(&[80]);
+        let web: Vec<&str> = web.iter().map(String::as_str).collect();
+        let restart = ["--restart", "unless-stopped", "-p"];
+        let published = |host: u16, container: u16| format!("{host}:{container}");
+        let run = |name: &str, port: String, argv: &[&str]| {
+            let mut options = restart.to_vec();
+            options.push(&port);
+            docker.run_container(name, &options, argv)
+        };
+        run(SERVICE_MODULE, published(ports::SERVED, 80), &web)?;
+        run(UNDECLARED_CONTAINER, published(ports::UNDECLARED, 80), &web)?;
+        let registry = serve(&[ports::REGISTRY]);
+        let registry: Vec<&str> = registry.iter().map(String::as_str).collect();
+        run(
+            OLD_REGISTRY,
+            published(ports::REGISTRY, ports::REGISTRY),
+            &registry,
+        )?;
+
+        let bed = Bed {
+            kind,
+            net: net.clone(),
+            docker,
+            root,
+            found_files,
+            stand_in: Mutex::new(None),
+            _ssh: node.listen_tcp(ports::SSH)?,
+        };
+        bed.write(FILE_MODULE_FILE, b"welcome, from the predecessor\n")?;
+        bed.write(HELD_FILE, b"written by the predecessor's control\n")?;
+        bed.start_stand_in()?;
+        for port in [ports::SERVED, ports::UNDECLARED, ports::REGISTRY] {
+            bed.wait_reached(&net.outside, addr::NODE_PUBLIC_V4.into(), port)?;
+        }
+        Ok(bed)
+    }
+
+    /// The machine's `/` for mesh-host (`--root`): the found firewall's files and the module's
+    /// files live below it.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// A machine path (`/etc/web/site.conf`) below the root.
+    pub fn path(&self, machine_path: &str) -> PathBuf {
+        self.root.join(machine_path.trim_start_matches('/'))
+    }
+
+    /// The found firewall's configuration files, below the root.
+    pub fn found_files(&self) -> &[PathBuf] {
+        &self.found_files
+    }
+
+    /// The bytes of each found configuration file, to compare before and after.
+    pub fn found_file_bytes(&self) -> Result<Vec<Vec<u8>>> {
+        self.found_files
+            .iter()
+            .map(|p| std::fs::read(p).map_err(|e| Error::io(p, e)))
+            .collect()
+    }
+
+    fn write(&self, machine_path: &str, bytes: &[u8]) -> Result<()> {
+        let path = self.path(machine_path);
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+        }
+        std::fs::write(&path, bytes).map_err(|e| Error::io(&path, e))
+    }
+
+    /// The argv running `binary --root ROOT ARGS…` inside the node with the node's engine as
+    /// `DOCKER_HOST`, the way an operator's shell on that machine would.
+    fn mesh_argv<'a>(&'a self, binary: &'a Path, args: &[&'a str]) -> Vec<&'a OsStr> {
+        let mut argv: Vec<&OsStr> = vec![binary.as_os_str(), "--root".as_ref(), self.root.as_os_str()];
+        argv.extend(args.iter().map(|a| OsStr::new(*a)));
+        argv
+    }
+
+    /// Runs mesh-host (the built `binary`) inside the node, as an operator would.
+    pub fn mesh(&self, binary: &Path, args: &[&str]) -> Result<Output> {
+        let argv = self.mesh_argv(binary, args);
+        let mut cmd = self.net.node.command(&argv);
+        cmd.env("DOCKER_HOST", self.docker.docker_host())
+            .env_remove("CONTAINER_HOST")
+            .env_remove("DOCKER_CONTEXT");
+        exec::run(&mut cmd)
+    }
+
+    /// Starts mesh-host in the background inside the node (the resident host: `run`).
+    pub fn spawn_mesh(&self, binary: &Path, args: &[&str]) -> Result<Process> {
+        let argv = self.mesh_argv(binary, args);
+        let env = [(
+            "DOCKER_HOST".to_owned(),
+            self.docker.docker_host().into(),
+        )];
+        self.net.node.spawn_env(&argv, &env)
+    }
+
+    /// Starts the stand-in for the predecessor's control: a process in the node rewriting the
+    /// held file every 300 ms with a new line each time. Nothing if it runs already.
+    pub fn start_stand_in(&self) -> Result<()> {
+        let mut slot = lock(&self.stand_in);
+        if slot.as_mut().is_some_and(Process::is_running) {
+            return Ok(());
+        }
+        let path = self.path(HELD_FILE);
+        // The path is an argument of the script, never part of it.
+        let script = format!(
+            "n=0; while :; do n=$((n+1)); \
+             printf 'written by the predecessor'\"'\"'s control, pass %s\\n' \"$n\" > \"$1.new\" \
+             && mv \"$1.new\" \"$1\"; busybox usleep {STAND_IN_PERIOD_US}; done"
+        );
+        let argv = [
+            OsStr::new("busybox"),
+            OsStr::new("sh"),
+            OsStr::new("-c"),
+            OsStr::new(&script),
+            OsStr::new("stand-in"),
+            path.as_os_str(),
+        ];
+        *slot = Some(self.net.node.spawn(&argv)?);
+        Ok(())
+    }
+
+    /// Stops the stand-in, as the operator stops the predecessor's control before adopting.
+    pub fn stop_stand_in(&self) {
+        if let Some(mut p) = lock(&self.stand_in).take() {
+            p.kill();
+        }
+        // A write it had begun is finished or gone with it; its temporary file is its own.
+        let _ = std::fs::remove_file(self.path(&format!("{HELD_FILE}.new")));
+    }
+
+    /// Loads the found firewall from its files again, as its unit's reload does.
+    pub fn reload_found(&self) -> Result<()> {
+        self.kind.firewall().load(&self.net.node, &self.root)
+    }
+
+    /// Whether reloading the found firewall removes the container runtime's rules (native
+    /// nftables' `flush ruleset`), so an operator must restart the runtime after it.
+    pub fn reload_removes_runtime_nat(&self) -> bool {
+        self.kind.firewall().reload_removes_runtime_nat()
+    }
+
+    /// Restarts the container runtime, which writes its rules again.
+    pub fn restart_runtime(&mut self) -> Result<()> {
+        self.docker.restart()
+    }
+
+    /// The machine goes down and comes up, as far as a namespace can: the container runtime is
+    /// stopped (its containers with it), every table of the node's firewall is gone as in a
+    /// fresh kernel (nf_tables and legacy x_tables, forwarding off), then the boot order: the
+    /// found firewall loaded from its files, the runtime started (its containers come back by
+    /// their restart policy, its rules written again). The host is the caller's to stop before
+    /// and start after, as its unit is.
+    pub fn power_cycle(&mut self) -> Result<()> {
+        let node = self.net.node.clone();
+        self.docker.stop_daemon()?;
+        node.run_ok(&["nft", "flush", "ruleset"])?;
+        wipe_legacy(&node)?;
+        node.set_sysctl("net/ipv4/ip_forward", "0")?;
+        self.kind.firewall().load(&node, &self.root)?;
+        self.docker.start_daemon()
+    }
+
+    /// The found firewall's rules as the kernel holds them now (see
+    /// [`crate::FoundFirewall::rules`]).
+    pub fn found_rules(&self) -> Result<String> {
+        self.kind.firewall().rules(&self.net.node)
+    }
+
+    /// Whether a container on the node reaches `addr:port` (an HTTP fetch with busybox wget from a
+    /// throw-away container on the runtime's default network).
+    pub fn reached_from_container(&self, addr: IpAddr, port: u16) -> Result<bool> {
+        let host = match addr {
+            IpAddr::V4(a) => a.to_string(),
+            IpAddr::V6(a) => format!("[{a}]"),
+        };
+        let url = format!("http://{host}:{port}/");
+        let mut cmd = self.docker.command(&[
+            "run", "--rm", BUSYBOX_IMAGE, "wget", "-q", "-O", "-", "-T", "3", &url,
+        ]);
+        Ok(exec::run(&mut cmd)?.success())
+    }
+
+    /// Probes until the port answers or the settle time passes; an error names what never
+    /// answered.
+    pub fn wait_reached(&self, from: &crate::Machine, addr: IpAddr, port: u16) -> Result<()> {
+        let deadline = Instant::now() + SETTLE;
+        loop {
+            let got = from.probe_tcp(addr, port, Duration::from_secs(2))?;
+            if got == crate::Probe::Reached {
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                return Err(Error::NotReached {
+                    from: from.name().to_owned(),
+                    addr,
+                    port,
+                    got: got.to_string(),
+                    waited: SETTLE,
+                });
+            }
+            std::thread::sleep(Duration::from_millis(300));
+        }
+    }
+}
+
+/// Empties every legacy x_tables table of the node (flushed, its chains deleted, its built-in
+/// chains' policies accept), as a fresh kernel has them.
+fn wipe_legacy(node: &crate::Machine) -> Result<()> {
+    for (names, program) in [
+        ("ip_tables_names", "iptables-legacy"),
+        ("ip6_tables_names", "ip6tables-legacy"),
+    ] {
+        let file = PathBuf::from("/proc/thread-self/net").join(names);
+        let tables = node
+            .in_namespace(|| std::fs::read_to_string(&file))?
+            .unwrap_or_default();
+        for table in tables.split_whitespace() {
+            let save = format!("{program}-save");
+            let listing = node.run_ok(&[save.as_str(), "-t", table])?.stdout;
+            for line in listing.lines() {
+                let mut words = line.split_whitespace();
+                if let (Some(chain), Some(policy)) = (
+                    words.next().and_then(|w| w.strip_prefix(':')),
+                    words.next(),
+                ) {
+                    if policy != "-" {
+                        node.run_ok(&[program, "-w", "-t", table, "-P", chain, "ACCEPT"])?;
+                    }
+                }
+            }
+            node.run_ok(&[program, "-w", "-t", table, "-F"])?;
+            node.run_ok(&[program, "-w", "-t", table, "-X"])?;
+        }
+    }
+    Ok(())
+}
+
+/// The bundle `embedded` (mesh-host's, as JSON text) with every container's image replaced by
+/// the lab's busybox serving its container ports, since no registry is reachable here. Ids,
+/// names, modules and every `$setting` reference stay, so the bed raises what a node raises.
+pub fn stand_in_bundle(embedded: &str) -> Result<String> {
+    let bad = |why: &str| Error::Bundle(why.to_owned());
+    let mut v: Value = serde_json::from_str(embedded).map_err(|e| bad(&e.to_string()))?;
+    let resources = v["resources"]
+        .as_array_mut()
+        .ok_or_else(|| bad("no resources array"))?;
+    for r in resources.iter_mut().filter(|r| r["type"] == "container") {
+        let mut container_ports = Vec::new();
+        for p in r["ports"].as_array().into_iter().flatten() {
+            let port = p["container_port"]
+                .as_u64()
+                .and_then(|n| u16::try_from(n).ok())
+                .ok_or_else(|| bad("a container port that is not a literal port"))?;
+            container_ports.push(port);
+        }
+        r["image"] = json!(BUSYBOX_IMAGE);
+        r["command"] = json!(serve(&container_ports));
+    }
+    serde_json::to_string_pretty(&v).map_err(|e| bad(&e.to_string()))
+}
+
+/// The resources of the bed's two modules as a declaration lists them: the service module (its
+/// container on the served port under the predecessor's container's name, its file, its port's
+/// opening) and the module that holds only a file.
+pub fn module_resources() -> Vec<Value> {
+    vec![
+        json!({"id": "web/config", "module": SERVICE_MODULE, "type": "file", "path": HELD_FILE,
+               "content": "written by the mesh\n", "mode": "0644"}),
+        json!({"id": "web/container", "module": SERVICE_MODULE, "type": "container",
+               "name": SERVICE_MODULE, "image": BUSYBOX_IMAGE, "command": serve(&[80]),
+               "ports": [{"host_port": ports::SERVED, "container_port": 80, "proto": "tcp"}],
+               "restart": "unless-stopped"}),
+        json!({"id": "web/http", "module": SERVICE_MODULE, "type": "opening",
+               "port": ports::SERVED, "proto": "tcp", "from": "anywhere", "path": "forwarded"}),
+        json!({"id": "site/motd", "module": FILE_MODULE, "type": "file", "path": FILE_MODULE_FILE,
+               "content": "welcome, from the mesh\n", "mode": "0644"}),
+    ]
+}
