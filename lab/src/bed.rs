@@ -182,7 +182,8 @@ impl Bed {
     /// The argv running `binary --root ROOT ARGS…` inside the node with the node's engine as
     /// `DOCKER_HOST`, the way an operator's shell on that machine would.
     fn mesh_argv<'a>(&'a self, binary: &'a Path, args: &[&'a str]) -> Vec<&'a OsStr> {
-        let mut argv: Vec<&OsStr> = vec![binary.as_os_str(), "--root".as_ref(), self.root.as_os_str()];
+        let mut argv: Vec<&OsStr> =
+            vec![binary.as_os_str(), "--root".as_ref(), self.root.as_os_str()];
         argv.extend(args.iter().map(|a| OsStr::new(*a)));
         argv
     }
@@ -200,10 +201,7 @@ impl Bed {
     /// Starts mesh-host in the background inside the node (the resident host: `run`).
     pub fn spawn_mesh(&self, binary: &Path, args: &[&str]) -> Result<Process> {
         let argv = self.mesh_argv(binary, args);
-        let env = [(
-            "DOCKER_HOST".to_owned(),
-            self.docker.docker_host().into(),
-        )];
+        let env = [("DOCKER_HOST".to_owned(), self.docker.docker_host().into())];
         self.net.node.spawn_env(&argv, &env)
     }
 
@@ -289,7 +287,16 @@ impl Bed {
         };
         let url = format!("http://{host}:{port}/");
         let mut cmd = self.docker.command(&[
-            "run", "--rm", BUSYBOX_IMAGE, "wget", "-q", "-O", "-", "-T", "3", &url,
+            "run",
+            "--rm",
+            BUSYBOX_IMAGE,
+            "wget",
+            "-q",
+            "-O",
+            "-",
+            "-T",
+            "3",
+            &url,
         ]);
         Ok(exec::run(&mut cmd)?.success())
     }
@@ -333,10 +340,9 @@ fn wipe_legacy(node: &crate::Machine) -> Result<()> {
             let listing = node.run_ok(&[save.as_str(), "-t", table])?.stdout;
             for line in listing.lines() {
                 let mut words = line.split_whitespace();
-                if let (Some(chain), Some(policy)) = (
-                    words.next().and_then(|w| w.strip_prefix(':')),
-                    words.next(),
-                ) {
+                if let (Some(chain), Some(policy)) =
+                    (words.next().and_then(|w| w.strip_prefix(':')), words.next())
+                {
                     if policy != "-" {
                         node.run_ok(&[program, "-w", "-t", table, "-P", chain, "ACCEPT"])?;
                     }

@@ -158,7 +158,9 @@ mod tests {
 
     #[test]
     fn normalising_drops_counters_and_spacing() {
-        let got = normalise(":INPUT DROP [12:345]\n\n\t\ttcp dport 22  counter packets 3 bytes 180 accept\n");
+        let got = normalise(
+            ":INPUT DROP [12:345]\n\n\t\ttcp dport 22  counter packets 3 bytes 180 accept\n",
+        );
         assert_eq!(got, ":INPUT DROP\ntcp dport 22 counter accept\n");
     }
 }

@@ -50,8 +50,8 @@ mod topology;
 
 pub use crate::{
     bed::{
-        module_resources, ports, serve, stand_in_bundle, Bed, FILE_MODULE, FILE_MODULE_FILE, HELD_FILE,
-        OLD_REGISTRY, SERVICE_MODULE, UNDECLARED_CONTAINER,
+        module_resources, ports, serve, stand_in_bundle, Bed, FILE_MODULE, FILE_MODULE_FILE,
+        HELD_FILE, OLD_REGISTRY, SERVICE_MODULE, UNDECLARED_CONTAINER,
     },
     docker::{Docker, EngineOptions, BUSYBOX_IMAGE},
     error::{Error, Result},

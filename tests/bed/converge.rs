@@ -1,0 +1,342 @@
+//! Scenarios 7 and 8: a module assigned holds what it finds and taking it cuts over; converging
+//! is previewed, refused while a found container is held, then flips to the derived filter with
+//! the found firewall disabled, and returns. They drive issue 11's commands (`take`, `converge
+//! --preview`, `converge`, `adopt`).
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use super::*;
+
+/// The ids the store holds.
+fn held_ids(cx: &Ctx) -> Vec<String> {
+    cx.json(&["owned", "--json"])["held"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|h| h["id"].as_str().map(str::to_owned))
+        .collect()
+}
+
+/// The `mesh-host.id` label of a container, if it has one (the host's evidence it made it).
+fn host_label(cx: &Ctx, name: &str) -> Option<String> {
+    let out = cx
+        .bed
+        .docker
+        .docker(&[
+            "container",
+            "inspect",
+            "--format",
+            "{{index .Config.Labels \"mesh-host.id\"}}",
+            name,
+        ])
+        .unwrap_or_else(|e| panic!("inspecting {name}: {e}"));
+    let id = out.stdout.trim();
+    (!id.is_empty() && id != "<no value>").then(|| id.to_owned())
+}
+
+/// The first half of scenario 8, run while the service's module still holds its found container:
+/// the preview says the flip is refused, naming it, and the flip refuses and changes nothing.
+pub(super) fn refused_while_held(cx: &Ctx) {
+    assert!(
+        held_ids(cx).contains(&"web/container".to_owned()),
+        "the service's module does not hold its found container"
+    );
+    let tables = nft_tables(cx.node());
+    let found = cx.bed.found_rules().expect("the found firewall");
+    let preview = cx.mesh_converge(&["converge", "--preview", "--json"]);
+    assert_eq!(
+        preview.status.code(),
+        Some(3),
+        "the preview must say refused:\n{}",
+        shown(&preview)
+    );
+    let refusals = json_of(&preview)["refusals"].to_string();
+    assert!(
+        refusals.contains(lab::SERVICE_MODULE),
+        "the refusal does not name the module {}: {refusals}",
+        lab::SERVICE_MODULE
+    );
+    let flip = cx.mesh_converge(&["converge", "--json"]);
+    assert_eq!(
+        flip.status.code(),
+        Some(3),
+        "the flip must be refused:\n{}",
+        shown(&flip)
+    );
+    assert_eq!(
+        nft_tables(cx.node()),
+        tables,
+        "a refused flip changed the tables"
+    );
+    assert_eq!(
+        cx.bed.found_rules().unwrap(),
+        found,
+        "a refused flip changed the found firewall"
+    );
+    assert_eq!(
+        host_label(cx, lab::SERVICE_MODULE),
+        None,
+        "a refused flip replaced the container"
+    );
+}
+
+/// 7. The assigned module holds the found container and file; taken, it replaces them (the
+/// original kept) and its port is opened.
+pub(super) fn assigning_prepares_taking_cuts_over(cx: &Ctx) {
+    let held = held_ids(cx);
+    for id in ["web/container", "web/config"] {
+        assert!(held.contains(&id.to_owned()), "{id} is not held: {held:?}");
+    }
+    assert_eq!(
+        host_label(cx, lab::SERVICE_MODULE),
+        None,
+        "the found container was replaced before the take"
+    );
+
+    let take = cx.mesh_converge(&["take", lab::SERVICE_MODULE, "--json"]);
+    assert_eq!(
+        take.status.code(),
+        Some(0),
+        "take {}:\n{}",
+        lab::SERVICE_MODULE,
+        shown(&take)
+    );
+    assert_eq!(
+        host_label(cx, lab::SERVICE_MODULE).as_deref(),
+        Some("web/container"),
+        "the taken module's container is not the host's"
+    );
+    let content = std::fs::read_to_string(cx.bed.path(lab::HELD_FILE)).expect("the module's file");
+    assert_eq!(
+        content, "written by the mesh\n",
+        "the taken module's file was not replaced"
+    );
+    let owned = cx.json(&["owned", "--json"]);
+    let originals = owned["originals"].to_string();
+    assert!(
+        originals.contains(lab::HELD_FILE),
+        "the original of {} was not kept: {owned:#}",
+        lab::HELD_FILE
+    );
+    let held = held_ids(cx);
+    assert!(
+        !held.iter().any(|h| h.starts_with("web/")),
+        "the taken module still holds: {held:?}"
+    );
+    assert!(
+        owned["taken"].to_string().contains(lab::SERVICE_MODULE),
+        "the module is not recorded taken: {owned:#}"
+    );
+    let status = cx.openings_in_force("after the take");
+    assert!(
+        status["openings"].to_string().contains("web/http"),
+        "the module's opening is not declared: {status:#}"
+    );
+    let net = &cx.bed.net;
+    reached(
+        &cx.bed,
+        &net.outside,
+        &[NODE_PUBLIC_V4.into()],
+        ports::SERVED,
+        "the taken module's port from outside",
+    );
+    reached(
+        &cx.bed,
+        &net.peer,
+        &[NODE_PRIVATE_V4.into()],
+        ports::SERVED,
+        "the taken module's port from the second machine",
+    );
+}
+
+/// The preview's item for a port, from its `listening` and `published` arrays.
+fn item(preview: &Value, port: u16) -> Option<Value> {
+    ["listening", "published"]
+        .iter()
+        .flat_map(|k| preview[*k].as_array().cloned().unwrap_or_default())
+        .find(|i| i["port"] == u64::from(port))
+}
+
+/// 8. Converging previews, then changes, then returns (its refusal while held is checked before
+/// scenario 7's take).
+pub(super) fn previews_flips_returns(cx: &mut Ctx) {
+    match cx.refused_while_held.take() {
+        Some(Err(why)) => panic!("while the module held its container: {why}"),
+        None => panic!("the refusal while held was never checked"),
+        Some(Ok(())) => {}
+    }
+    let net = cx.bed.net.clone();
+    reached(
+        &cx.bed,
+        &net.outside,
+        &[NODE_PUBLIC_V4.into()],
+        ports::UNDECLARED,
+        "the undeclared published port before the flip",
+    );
+
+    let preview = cx.mesh_converge(&["converge", "--preview", "--json"]);
+    assert_eq!(
+        preview.status.code(),
+        Some(0),
+        "the preview must let the flip go ahead:\n{}",
+        shown(&preview)
+    );
+    let p = json_of(&preview);
+    let served = item(&p, ports::SERVED)
+        .unwrap_or_else(|| panic!("the preview does not name port {}: {p:#}", ports::SERVED));
+    assert!(
+        served["admitted_by"].as_str().is_some() && served["closes"] == false,
+        "port {} must stay, admitted by its module's opening: {served}",
+        ports::SERVED
+    );
+    let undeclared = item(&p, ports::UNDECLARED).unwrap_or_else(|| {
+        panic!(
+            "the preview does not name port {}: {p:#}",
+            ports::UNDECLARED
+        )
+    });
+    assert!(
+        undeclared["admitted_by"].is_null() && undeclared["closes"] == true,
+        "port {} must close: {undeclared}",
+        ports::UNDECLARED
+    );
+    let take = p["take"].to_string();
+    assert!(
+        take.contains(lab::FILE_MODULE) && take.contains(lab::FILE_MODULE_FILE),
+        "the preview does not name the module {} and its held file: {take}",
+        lab::FILE_MODULE
+    );
+    assert!(
+        !p["found_firewall"].is_null(),
+        "the preview does not say which firewall is disabled: {p:#}"
+    );
+
+    // A probe loop against the store from outside, through the flip and the return.
+    let stop = Arc::new(AtomicBool::new(false));
+    let breaches = Arc::new(AtomicUsize::new(0));
+    let looper = {
+        let (stop, breaches, outside) = (stop.clone(), breaches.clone(), net.outside.clone());
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                if outside
+                    .probe_tcp(
+                        NODE_PUBLIC_V4.into(),
+                        ports::STORE,
+                        Duration::from_millis(200),
+                    )
+                    .ok()
+                    == Some(Probe::Reached)
+                {
+                    breaches.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        })
+    };
+    let result = attempt(|| flip_and_return(cx));
+    stop.store(true, Ordering::Relaxed);
+    let _ = looper.join();
+    if let Err(why) = result {
+        panic!("{why}");
+    }
+    assert_eq!(
+        breaches.load(Ordering::Relaxed),
+        0,
+        "the store was reached from outside during the flip or the return"
+    );
+}
+
+fn flip_and_return(cx: &Ctx) {
+    let net = &cx.bed.net;
+    let tables = nft_tables(cx.node());
+    let found = cx.bed.found_rules().expect("the found firewall");
+    let files = cx.bed.found_file_bytes().unwrap();
+
+    let flip = cx.mesh_converge(&["converge", "--json"]);
+    assert_eq!(flip.status.code(), Some(0), "the flip:\n{}", shown(&flip));
+    let now = nft_tables(cx.node());
+    let added: Vec<&String> = now.difference(&tables).collect();
+    assert!(
+        !added.is_empty(),
+        "no derived filter was loaded (the node's tables: {now:?})"
+    );
+    let after = cx.bed.found_rules().unwrap();
+    let admits = |text: &str| -> Vec<String> {
+        text.lines()
+            .filter(|l| !is_marked(l) && l.contains(&ports::SERVED.to_string()))
+            .map(str::to_owned)
+            .collect()
+    };
+    let still: Vec<String> = admits(&after)
+        .into_iter()
+        .filter(|l| admits(&found).contains(l))
+        .collect();
+    assert!(
+        still.is_empty(),
+        "the found firewall still admits the served port after the flip: {still:?}"
+    );
+    assert_eq!(
+        cx.bed.found_file_bytes().unwrap(),
+        files,
+        "the found firewall's files changed on the flip"
+    );
+    assert!(
+        cx.json(&["owned", "--json"])["taken"]
+            .to_string()
+            .contains(lab::FILE_MODULE),
+        "the flip did not take {}",
+        lab::FILE_MODULE
+    );
+    reached(
+        &cx.bed,
+        &net.outside,
+        &[NODE_PUBLIC_V4.into()],
+        ports::SERVED,
+        "the declared port after the flip",
+    );
+    not_reached(
+        &net.outside,
+        &[NODE_PUBLIC_V4.into()],
+        ports::UNDECLARED,
+        "the undeclared published port after the flip",
+    );
+    not_reached(
+        &net.outside,
+        &public(),
+        ports::STORE,
+        "the store from outside after the flip",
+    );
+
+    let back = cx.mesh_converge(&["adopt", "--json"]);
+    assert_eq!(back.status.code(), Some(0), "the return:\n{}", shown(&back));
+    assert_eq!(
+        nft_tables(cx.node()),
+        tables,
+        "the derived filter is not gone after the return"
+    );
+    let restored = cx.bed.found_rules().unwrap();
+    assert_eq!(
+        without_marked(&restored),
+        without_marked(&found),
+        "the found firewall is not back as it was"
+    );
+    assert_eq!(
+        cx.bed.found_file_bytes().unwrap(),
+        files,
+        "the found firewall's files changed on the return"
+    );
+    cx.openings_in_force("after the return");
+    reached(
+        &cx.bed,
+        &net.outside,
+        &[NODE_PUBLIC_V4.into()],
+        ports::UNDECLARED,
+        "the undeclared published port after the return",
+    );
+    not_reached(
+        &net.outside,
+        &public(),
+        ports::STORE,
+        "the store from outside after the return",
+    );
+}
