@@ -32,6 +32,8 @@ pub mod ports {
     /// declares: reachable while adopted (forwarded past a firewall that filters only incoming
     /// traffic), closed by the flip.
     pub const UNDECLARED: u16 = 9090;
+    /// A port the found firewall does not admit, listened on only while the bed checks that.
+    pub const DENIED: u16 = 7000;
     /// The catalogue's registry port, which the predecessor's registry holds.
     pub const REGISTRY: u16 = 5000;
     /// The registry port given at genesis instead.
@@ -101,6 +103,7 @@ impl Bed {
             &root,
             &Policy {
                 incoming_tcp: vec![ports::SSH, ports::SERVED],
+                trusted_interfaces: vec!["docker0".into()],
             },
         )?;
         firewall.load(node, &root)?;
@@ -143,6 +146,23 @@ impl Bed {
         bed.start_stand_in()?;
         for port in [ports::SERVED, ports::UNDECLARED, ports::REGISTRY] {
             bed.wait_reached(&net.outside, addr::NODE_PUBLIC_V4.into(), port)?;
+        }
+        // The found firewall denies the rest: a port listened on that it does not admit is not
+        // reached from outside (a listener for the check only, gone before anyone counts).
+        {
+            let _check = node.listen_tcp(ports::DENIED)?;
+            let got = net.outside.probe_tcp(
+                addr::NODE_PUBLIC_V4.into(),
+                ports::DENIED,
+                Duration::from_millis(1200),
+            )?;
+            if got != crate::Probe::TimedOut {
+                return Err(Error::NotDenied {
+                    kind: kind.name(),
+                    port: ports::DENIED,
+                    got: got.to_string(),
+                });
+            }
         }
         Ok(bed)
     }
@@ -278,9 +298,9 @@ impl Bed {
         self.kind.firewall().rules(&self.net.node)
     }
 
-    /// Whether a container on the node reaches `addr:port` (an HTTP fetch with busybox wget from a
-    /// throw-away container on the runtime's default network).
-    pub fn reached_from_container(&self, addr: IpAddr, port: u16) -> Result<bool> {
+    /// An HTTP fetch of `addr:port` with busybox wget from a throw-away container on the node's
+    /// runtime's default network; it succeeded if the container reached the port.
+    pub fn fetch_from_container(&self, addr: IpAddr, port: u16) -> Result<Output> {
         let host = match addr {
             IpAddr::V4(a) => a.to_string(),
             IpAddr::V6(a) => format!("[{a}]"),
@@ -298,7 +318,7 @@ impl Bed {
             "3",
             &url,
         ]);
-        Ok(exec::run(&mut cmd)?.success())
+        exec::run(&mut cmd)
     }
 
     /// Probes until the port answers or the settle time passes; an error names what never

@@ -113,6 +113,14 @@ pub enum Error {
         waited: Duration,
     },
 
+    /// The found firewall the bed loaded does not deny what it must.
+    #[error("the found {kind} firewall let a probe of port {port} through ({got}); it must drop it")]
+    NotDenied {
+        kind: &'static str,
+        port: u16,
+        got: String,
+    },
+
     /// The bundle given to the bed cannot be read as one.
     #[error("bundle: {0}")]
     Bundle(String),

@@ -72,12 +72,16 @@ impl std::fmt::Display for FoundKind {
 }
 
 /// What the predecessor's firewall admits: incoming, nothing but established traffic, loopback,
-/// ICMP and these TCP ports (ssh's among them); everything else arriving for the machine is
-/// dropped. The forwarded path is left to the container runtime, as a firewall that filters only
-/// incoming traffic does (so a published port is reachable whether a rule mentions it or not).
+/// ICMP, what arrives from its own containers' bridges and these TCP ports (ssh's among them);
+/// everything else arriving for the machine is dropped. The forwarded path is left to the
+/// container runtime, as a firewall that filters only incoming traffic does (so a published port
+/// is reachable whether a rule mentions it or not).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Policy {
     pub incoming_tcp: Vec<u16>,
+    /// Interfaces everything is admitted from (the runtime's bridge, so containers reach the
+    /// machine's own services, as on most machines that run containers).
+    pub trusted_interfaces: Vec<String>,
 }
 
 /// One kind of found firewall.

@@ -280,11 +280,15 @@ pub(super) fn store_unreachable_from_outside(cx: &mut Ctx) {
         ports::STORE,
         "the store over the private network",
     );
-    let from_container = cx
+    let fetched = cx
         .bed
-        .reached_from_container(NODE_PUBLIC_V4.into(), ports::STORE)
+        .fetch_from_container(NODE_PUBLIC_V4.into(), ports::STORE)
         .expect("a container on the node");
-    assert!(from_container, "the store from a container on the node");
+    assert!(
+        fetched.success(),
+        "the store from a container on the node:\n{}",
+        shown(&fetched)
+    );
     reached(
         &cx.bed,
         &net.outside,

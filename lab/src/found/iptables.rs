@@ -60,6 +60,9 @@ fn rules_file(v6: bool, policy: &Policy) -> String {
     } else {
         "-A INPUT -p icmp -j ACCEPT\n"
     });
+    for interface in &policy.trusted_interfaces {
+        let _ = writeln!(text, "-A INPUT -i {interface} -j ACCEPT");
+    }
     for port in &policy.incoming_tcp {
         let _ = writeln!(text, "-A INPUT -p tcp -m tcp --dport {port} -j ACCEPT");
     }
@@ -164,6 +167,7 @@ mod tests {
     fn the_rules_files_admit_exactly_the_policys_ports() {
         let policy = Policy {
             incoming_tcp: vec![22, 8080],
+            trusted_interfaces: vec!["docker0".into()],
         };
         let v4 = rules_file(false, &policy);
         assert!(v4.contains("-A INPUT -p tcp -m tcp --dport 8080 -j ACCEPT\n"));

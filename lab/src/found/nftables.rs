@@ -36,6 +36,9 @@ impl FoundFirewall for Nftables {
              \t\tiifname \"lo\" accept\n\
              \t\tmeta l4proto { icmp, ipv6-icmp } accept\n",
         );
+        for interface in &policy.trusted_interfaces {
+            let _ = writeln!(text, "\t\tiifname \"{interface}\" accept");
+        }
         let _ = writeln!(text, "\t\ttcp dport {{ {} }} accept", ports.join(", "));
         text.push_str(
             "\t}\n\
