@@ -298,25 +298,21 @@ impl Bed {
         self.kind.firewall().rules(&self.net.node)
     }
 
-    /// An HTTP fetch of `addr:port` with busybox wget from a throw-away container on the node's
-    /// runtime's default network; it succeeded if the container reached the port.
+    /// An HTTP request to `addr:port` with busybox nc from a throw-away container on the node's
+    /// runtime's default network; the container reached the port if it printed an HTTP status
+    /// line (busybox's static wget cannot run in the image: glibc's resolver needs its modules).
     pub fn fetch_from_container(&self, addr: IpAddr, port: u16) -> Result<Output> {
-        let host = match addr {
-            IpAddr::V4(a) => a.to_string(),
-            IpAddr::V6(a) => format!("[{a}]"),
-        };
-        let url = format!("http://{host}:{port}/");
+        let (addr, port) = (addr.to_string(), port.to_string());
+        let script = r#"printf 'GET / HTTP/1.0\r\n\r\n' | nc -w 3 "$0" "$1""#;
         let mut cmd = self.docker.command(&[
             "run",
             "--rm",
             BUSYBOX_IMAGE,
-            "wget",
-            "-q",
-            "-O",
-            "-",
-            "-T",
-            "3",
-            &url,
+            "sh",
+            "-c",
+            script,
+            &addr,
+            &port,
         ]);
         exec::run(&mut cmd)
     }

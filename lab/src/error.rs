@@ -114,7 +114,9 @@ pub enum Error {
     },
 
     /// The found firewall the bed loaded does not deny what it must.
-    #[error("the found {kind} firewall let a probe of port {port} through ({got}); it must drop it")]
+    #[error(
+        "the found {kind} firewall let a probe of port {port} through ({got}); it must drop it"
+    )]
     NotDenied {
         kind: &'static str,
         port: u16,
