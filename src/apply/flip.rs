@@ -156,6 +156,15 @@ pub(super) fn flip(cx: &mut Cx<'_>) -> Result<String, String> {
             units.push(format!("{} disabled (not stopped)", u.unit));
         }
     }
+    for u in saved.units.iter().filter(|u| u.enabled.is_none()) {
+        units.push(format!(
+            "{}: the service manager could not say whether it is enabled, so it is left as it is",
+            u.unit
+        ));
+    }
+    for u in saved.units.iter().filter(|u| u.enabled == Some(false)) {
+        units.push(format!("{} was not enabled at boot; left so", u.unit));
+    }
     // Marks the found firewall's own tables took with them are gone; any left in the runtime's
     // chains (DOCKER-USER) would be stale accepts.
     let fw = opening::firewall(&mut cx.fw, &cx.decl.node)?;
