@@ -143,10 +143,12 @@ pub(super) fn flip(cx: &mut Cx<'_>) -> Result<String, String> {
         cx.store.state.settings.as_ref(),
         &saved.ssh,
     )?;
+    crate::failpoint::hit("flip", "saved");
     let fw = opening::firewall(&mut cx.fw, &cx.decl.node)?;
     let done = fw
         .flip(&spec, &saved.retired)
         .map_err(|e| format!("loading the derived filter and retiring the found firewall: {e}"))?;
+    crate::failpoint::hit("flip", "loaded");
     let mut units = Vec::new();
     if let Ok(sm) = crate::system::service_manager(cx.runner) {
         for u in saved.units.iter().filter(|u| u.enabled == Some(true)) {
@@ -211,6 +213,7 @@ pub(super) fn unflip(cx: &mut Cx<'_>) -> Result<String, String> {
     let fw = opening::firewall(&mut cx.fw, &cx.decl.node)?;
     fw.unflip(&saved.retired)
         .map_err(|e| format!("restoring the found firewall: {e}"))?;
+    crate::failpoint::hit("return", "restored");
     let mut units = Vec::new();
     if let Ok(sm) = crate::system::service_manager(cx.runner) {
         for u in saved.units.iter().filter(|u| u.enabled == Some(true)) {
