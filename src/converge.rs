@@ -135,7 +135,8 @@ pub fn adopting(root: &std::path::Path) -> Result<Asked> {
         Ok(s) => s,
         Err(a) => return Ok(a),
     };
-    if state.mode != Some(Mode::Converged) {
+    // A return that did not finish (the store is adopted and still holds the flip) is finished.
+    if state.mode != Some(Mode::Converged) && state.flip.is_none() {
         return Ok(refused(3, format!("node {} is adopted already", decl.node)));
     }
     if state.flip.is_none() {

@@ -143,10 +143,12 @@ pub(super) fn flip(cx: &mut Cx<'_>) -> Result<String, String> {
         cx.store.state.settings.as_ref(),
         &saved.ssh,
     )?;
+    crate::failpoint::hit("flip", "saved");
     let fw = opening::firewall(&mut cx.fw, &cx.decl.node)?;
     let done = fw
         .flip(&spec, &saved.retired)
         .map_err(|e| format!("loading the derived filter and retiring the found firewall: {e}"))?;
+    crate::failpoint::hit("flip", "loaded");
     let mut units = Vec::new();
     if let Ok(sm) = crate::system::service_manager(cx.runner) {
         for u in saved.units.iter().filter(|u| u.enabled == Some(true)) {
@@ -155,6 +157,15 @@ pub(super) fn flip(cx: &mut Cx<'_>) -> Result<String, String> {
             })?;
             units.push(format!("{} disabled (not stopped)", u.unit));
         }
+    }
+    for u in saved.units.iter().filter(|u| u.enabled.is_none()) {
+        units.push(format!(
+            "{}: the service manager could not say whether it is enabled, so it is left as it is",
+            u.unit
+        ));
+    }
+    for u in saved.units.iter().filter(|u| u.enabled == Some(false)) {
+        units.push(format!("{} was not enabled at boot; left so", u.unit));
     }
     // Marks the found firewall's own tables took with them are gone; any left in the runtime's
     // chains (DOCKER-USER) would be stale accepts.
@@ -202,6 +213,7 @@ pub(super) fn unflip(cx: &mut Cx<'_>) -> Result<String, String> {
     let fw = opening::firewall(&mut cx.fw, &cx.decl.node)?;
     fw.unflip(&saved.retired)
         .map_err(|e| format!("restoring the found firewall: {e}"))?;
+    crate::failpoint::hit("return", "restored");
     let mut units = Vec::new();
     if let Ok(sm) = crate::system::service_manager(cx.runner) {
         for u in saved.units.iter().filter(|u| u.enabled == Some(true)) {

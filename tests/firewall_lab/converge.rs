@@ -680,3 +680,97 @@ fn converge_adopt_and_take_refuse_what_does_not_fit() {
         "a refused act changed the store"
     );
 }
+
+/// A flip or a return killed at each of its boundaries leaves a store that says what to finish:
+/// the store's port is refused from outside the whole time, the next `converge` (or `adopt`)
+/// finishes from what was saved, and the found firewall comes back as it was.
+#[test]
+fn a_flip_or_a_return_killed_half_way_is_finished_by_the_next_act() {
+    for point in ["flip:saved", "flip:loaded", "return:restored"] {
+        let lab = new_lab();
+        let net = adoption(&lab);
+        let node = &net.node;
+        let host = Host::new(node);
+        let root = host.root();
+        let _listeners: Vec<lab::Process> = [OPENED, STORE]
+            .iter()
+            .map(|p| node.listen_tcp(*p).expect("a listener on the node"))
+            .collect();
+        load_found(node, &root, Kind::Nftables);
+        let mut api = opening("api/port", OPENED, "incoming");
+        api["module"] = json!("api");
+        host.apply(&declaration(&[api]));
+        let before = found_text(node, Kind::Nftables);
+        let with = |args: &[&str], failpoint: Option<&str>| {
+            let root = host.root();
+            let fp = format!("MESH_HOST_FAILPOINT={}", failpoint.unwrap_or(""));
+            let mut argv = vec!["env", &fp, MESH, "--root", root.to_str().unwrap()];
+            argv.extend_from_slice(args);
+            node.run(&argv).expect("running mesh-host")
+        };
+        let state = || -> Value {
+            serde_json::from_slice(
+                &std::fs::read(root.join("var/lib/mesh-host/state.json")).unwrap(),
+            )
+            .unwrap()
+        };
+        let killed = |out: &lab::Output| {
+            use std::os::unix::process::ExitStatusExt;
+            assert_eq!(
+                out.status.signal(),
+                Some(9),
+                "{point}: not killed: {}\n{}",
+                out.stdout,
+                out.stderr
+            );
+        };
+        if point.starts_with("return") {
+            let out = with(&["converge"], None);
+            assert!(out.success(), "{point}: {}\n{}", out.stdout, out.stderr);
+            let out = with(&["adopt"], Some(point));
+            killed(&out);
+            assert!(
+                state()["flip"].is_object(),
+                "{point}: the store forgot the flip"
+            );
+            expect(&net.outside, &node_public(), STORE, Probe::TimedOut, point);
+            let out = with(&["adopt", "--json"], None);
+            assert!(out.success(), "{point}: {}\n{}", out.stdout, out.stderr);
+        } else {
+            let out = with(&["converge"], Some(point));
+            killed(&out);
+            assert_eq!(state()["flip"]["stage"], "saved", "{point}");
+            expect(&net.outside, &node_public(), STORE, Probe::TimedOut, point);
+            let out = with(&["converge", "--json"], None);
+            assert!(
+                out.success(),
+                "{point}: finishing: {}\n{}",
+                out.stdout,
+                out.stderr
+            );
+            assert_eq!(state()["flip"]["stage"], "done", "{point}");
+            let tables = run_ok(node, &["nft", "list", "tables"]);
+            assert!(!tables.contains("inet filter"), "{point}: {tables}");
+            expect(&net.outside, &node_public(), OPENED, Probe::Reached, point);
+            expect(&net.outside, &node_public(), STORE, Probe::TimedOut, point);
+            let out = with(&["adopt", "--json"], None);
+            assert!(out.success(), "{point}: {}\n{}", out.stdout, out.stderr);
+        }
+        assert!(
+            state()["flip"].is_null(),
+            "{point}: the store still says flipped"
+        );
+        assert_eq!(
+            found_text(node, Kind::Nftables),
+            before,
+            "{point}: the found firewall"
+        );
+        let mesh = run_ok(node, &["nft", "list", "table", "inet", "mesh_host"]);
+        assert!(
+            mesh.contains("chain guard") && !mesh.contains("chain input"),
+            "{point}: {mesh}"
+        );
+        expect(&net.outside, &node_public(), OPENED, Probe::Reached, point);
+        expect(&net.outside, &node_public(), STORE, Probe::TimedOut, point);
+    }
+}
