@@ -71,6 +71,19 @@ impl Demo {
         true
     }
 
+    /// The found firewall's boot unit as the stand-in for systemctl holds it.
+    fn unit(&self) {
+        let unit = self.bed.boot_unit();
+        let state = match self.bed.units().enabled(unit) {
+            Some(true) => "enabled",
+            Some(false) => "disabled",
+            None => "unknown",
+        };
+        println!(
+            "\n  the found firewall's boot unit {unit}: {state} (systemd stands in as a stub here)"
+        );
+    }
+
     fn probes(&self, when: &str) {
         println!("\n  what is reachable {when} (probes are real TCP connections):");
         let net = &self.bed.net;
@@ -266,10 +279,12 @@ fn run(binary: &Path, kind: FoundKind) -> Result<(String, Vec<String>), lab::Err
 
     step("the flip");
     demo.expect(&["converge"], 0);
+    demo.unit();
     demo.probes("converged");
 
     step("back to adopted: the found firewall enabled again, the derived filter gone");
     demo.expect(&["adopt"], 0);
+    demo.unit();
     demo.probes("adopted again");
     demo.expect(&["briefing"], 0);
 

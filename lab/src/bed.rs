@@ -20,6 +20,7 @@ use crate::exec::{self, lock, Output, Process};
 use crate::found::{FoundKind, Policy};
 use crate::lab::Lab;
 use crate::topology::{addr, Adoption};
+use crate::units::StubSystemctl;
 
 /// The ports of the bed.
 pub mod ports {
@@ -69,6 +70,7 @@ pub struct Bed {
     pub docker: Docker,
     root: PathBuf,
     found_files: Vec<PathBuf>,
+    units: StubSystemctl,
     stand_in: Mutex<Option<Process>>,
     _ssh: Process,
 }
@@ -107,6 +109,9 @@ impl Bed {
             },
         )?;
         firewall.load(node, &root)?;
+        // The found firewall's boot unit, enabled, in the stand-in for systemctl.
+        let units = StubSystemctl::install(&lab.dir().join(format!("systemctl-{}", kind.name())))?;
+        units.set(firewall.boot_unit(), true)?;
         let engine_dir = lab.dir().join(format!("d-{}", kind.name()));
         let options = EngineOptions {
             path_first: firewall.runtime_iptables(lab.dir())?,
@@ -138,6 +143,7 @@ impl Bed {
             docker,
             root,
             found_files,
+            units,
             stand_in: Mutex::new(None),
             _ssh: node.listen_tcp(ports::SSH)?,
         };
@@ -183,6 +189,27 @@ impl Bed {
         &self.found_files
     }
 
+    /// The stand-in for systemctl that mesh-host finds first on its PATH in the node (systemd
+    /// cannot run as PID 1 here), holding the found firewall's boot unit.
+    pub fn units(&self) -> &StubSystemctl {
+        &self.units
+    }
+
+    /// The found firewall's boot unit (`nftables.service`, `netfilter-persistent.service`).
+    pub fn boot_unit(&self) -> &'static str {
+        self.kind.firewall().boot_unit()
+    }
+
+    /// The PATH mesh-host runs with in the node: the stand-in for systemctl first.
+    fn path_env(&self) -> std::ffi::OsString {
+        let mut path = self.units.dir().as_os_str().to_owned();
+        if let Some(rest) = std::env::var_os("PATH") {
+            path.push(":");
+            path.push(rest);
+        }
+        path
+    }
+
     /// The bytes of each found configuration file, to compare before and after.
     pub fn found_file_bytes(&self) -> Result<Vec<Vec<u8>>> {
         self.found_files
@@ -213,6 +240,7 @@ impl Bed {
         let argv = self.mesh_argv(binary, args);
         let mut cmd = self.net.node.command(&argv);
         cmd.env("DOCKER_HOST", self.docker.docker_host())
+            .env("PATH", self.path_env())
             .env_remove("CONTAINER_HOST")
             .env_remove("DOCKER_CONTEXT");
         exec::run(&mut cmd)
@@ -279,16 +307,18 @@ impl Bed {
     /// The machine goes down and comes up, as far as a namespace can: the container runtime is
     /// stopped (its containers with it), every table of the node's firewall is gone as in a
     /// fresh kernel (nf_tables and legacy x_tables, forwarding off), then the boot order: the
-    /// found firewall loaded from its files, the runtime started (its containers come back by
-    /// their restart policy, its rules written again). The host is the caller's to stop before
-    /// and start after, as its unit is.
+    /// found firewall loaded from its files if its boot unit is enabled, the runtime started (its
+    /// containers come back by their restart policy, its rules written again). The host is the
+    /// caller's to stop before and start after, as its unit is.
     pub fn power_cycle(&mut self) -> Result<()> {
         let node = self.net.node.clone();
         self.docker.stop_daemon()?;
         node.run_ok(&["nft", "flush", "ruleset"])?;
         wipe_legacy(&node)?;
         node.set_sysctl("net/ipv4/ip_forward", "0")?;
-        self.kind.firewall().load(&node, &self.root)?;
+        if self.units.enabled(self.boot_unit()) == Some(true) {
+            self.kind.firewall().load(&node, &self.root)?;
+        }
         self.docker.start_daemon()
     }
 

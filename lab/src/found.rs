@@ -92,6 +92,9 @@ pub trait FoundFirewall: Sync {
     /// The programs this kind needs, each with the Debian package that has it.
     fn programs(&self) -> &'static [(&'static str, &'static str)];
 
+    /// The boot unit that loads the configuration (`nftables.service`, ...).
+    fn boot_unit(&self) -> &'static str;
+
     /// Writes the kind's configuration files under `root` (the machine's `/`) as the predecessor
     /// left them, and returns their paths.
     fn write(&self, root: &Path, policy: &Policy) -> Result<Vec<PathBuf>>;

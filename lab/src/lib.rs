@@ -47,6 +47,7 @@ mod machine;
 mod netns;
 mod probe;
 mod topology;
+mod units;
 
 pub use crate::{
     bed::{
@@ -63,4 +64,5 @@ pub use crate::{
     netns::NETNS_DIR,
     probe::{Probe, UdpEcho},
     topology::{addr, Adoption},
+    units::StubSystemctl,
 };

@@ -290,6 +290,13 @@ fn flip_and_return(cx: &Ctx) {
         files,
         "the found firewall's files changed on the flip"
     );
+    let unit = cx.bed.boot_unit();
+    assert_eq!(
+        cx.bed.units().enabled(unit),
+        Some(false),
+        "the found firewall's boot unit {unit} is not disabled after the flip (calls: {:?})",
+        cx.bed.units().calls()
+    );
     assert!(
         cx.json(&["owned", "--json"])["taken"]
             .to_string()
@@ -339,6 +346,16 @@ fn flip_and_return(cx: &Ctx) {
         cx.bed.found_file_bytes().unwrap(),
         files,
         "the found firewall's files changed on the return"
+    );
+    assert_eq!(
+        cx.bed.units().enabled(unit),
+        Some(true),
+        "the found firewall's boot unit {unit} is not enabled again after the return"
+    );
+    let calls = cx.bed.units().calls();
+    assert!(
+        !calls.iter().any(|c| c.starts_with("stop") || c.starts_with("start")),
+        "the found firewall's unit was stopped or started, where it must only be disabled and enabled: {calls:?}"
     );
     cx.openings_in_force("after the return");
     reached(

@@ -82,6 +82,11 @@ impl FoundFirewall for Iptables {
         self.name
     }
 
+    fn boot_unit(&self) -> &'static str {
+        // Debian's iptables-persistent loads both files through this one unit.
+        "netfilter-persistent.service"
+    }
+
     fn programs(&self) -> &'static [(&'static str, &'static str)] {
         self.programs
     }

@@ -18,6 +18,10 @@ impl FoundFirewall for Nftables {
         "nftables"
     }
 
+    fn boot_unit(&self) -> &'static str {
+        "nftables.service"
+    }
+
     fn programs(&self) -> &'static [(&'static str, &'static str)] {
         &[("nft", "nftables")]
     }
