@@ -246,10 +246,21 @@ impl Bed {
         exec::run(&mut cmd)
     }
 
-    /// Starts mesh-host in the background inside the node (the resident host: `run`).
-    pub fn spawn_mesh(&self, binary: &Path, args: &[&str]) -> Result<Process> {
+    /// Starts mesh-host in the background inside the node (the resident host: `run`), with
+    /// `env` added to its environment (`RUST_LOG`, say); its output goes to its log.
+    pub fn spawn_mesh(
+        &self,
+        binary: &Path,
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) -> Result<Process> {
         let argv = self.mesh_argv(binary, args);
-        let env = [("DOCKER_HOST".to_owned(), self.docker.docker_host().into())];
+        let mut env: Vec<(String, std::ffi::OsString)> = env
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).into()))
+            .collect();
+        env.push(("DOCKER_HOST".to_owned(), self.docker.docker_host().into()));
+        env.push(("PATH".to_owned(), self.path_env()));
         self.net.node.spawn_env(&argv, &env)
     }
 

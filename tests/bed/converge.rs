@@ -246,7 +246,10 @@ pub(super) fn previews_flips_returns(cx: &mut Ctx) {
     stop.store(true, Ordering::Relaxed);
     let _ = looper.join();
     if let Err(why) = result {
-        panic!("{why}");
+        panic!(
+            "{why}\n--- the resident host's log, last lines:\n{}",
+            cx.resident_log()
+        );
     }
     assert_eq!(
         breaches.load(Ordering::Relaxed),

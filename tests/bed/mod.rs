@@ -105,9 +105,23 @@ impl Ctx {
         }
         let p = self
             .bed
-            .spawn_mesh(MESH.as_ref(), &["run", "--legacy-period", "500"])
+            .spawn_mesh(
+                MESH.as_ref(),
+                &["run", "--legacy-period", "500"],
+                &[("RUST_LOG", "info")],
+            )
             .unwrap_or_else(|e| panic!("starting mesh-host run in the node: {e}"));
         self.resident = Some(p);
+    }
+
+    /// The last lines the resident host logged, to show beside a failure.
+    fn resident_log(&self) -> String {
+        let Some(p) = &self.resident else {
+            return "(the resident host is not running)".to_owned();
+        };
+        let log = p.log();
+        let lines: Vec<&str> = log.lines().collect();
+        lines[lines.len().saturating_sub(25)..].join("\n")
     }
 
     /// Stops the resident host as its unit does (SIGTERM, then it finishes what it does).
