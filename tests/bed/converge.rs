@@ -90,7 +90,7 @@ pub(super) fn refused_while_held(cx: &Ctx) {
     );
 }
 
-/// 7. The assigned module holds the found container and file; taken, it replaces them (the
+/// Scenario 7: The assigned module holds the found container and file; taken, it replaces them (the
 /// original kept) and its port is opened.
 pub(super) fn assigning_prepares_taking_cuts_over(cx: &Ctx) {
     let held = held_ids(cx);
@@ -167,7 +167,7 @@ fn item(preview: &Value, port: u16) -> Option<Value> {
         .find(|i| i["port"] == u64::from(port))
 }
 
-/// 8. Converging previews, then changes, then returns (its refusal while held is checked before
+/// Scenario 8: Converging previews, then changes, then returns (its refusal while held is checked before
 /// scenario 7's take).
 pub(super) fn previews_flips_returns(cx: &mut Ctx) {
     match cx.refused_while_held.take() {

@@ -54,7 +54,7 @@ fn published(cx: &Ctx, name: &str) -> Vec<String> {
     ports
 }
 
-/// 1. Genesis converged on a machine in use refuses and names every container and every listener
+/// Scenario 1: Genesis converged on a machine in use refuses and names every container and every listener
 /// it counted (all but ssh's and loopback's), and changes nothing.
 pub(super) fn genesis_converged_refuses(cx: &Ctx) {
     let root = tempfile::tempdir().expect("a root for the refused raise");
@@ -115,7 +115,7 @@ pub(super) fn genesis_converged_refuses(cx: &Ctx) {
     );
 }
 
-/// 2. Genesis adopted with the registry's port held refuses naming the holder; with another port
+/// Scenario 2: Genesis adopted with the registry's port held refuses naming the holder; with another port
 /// given the foundation comes up there, and adopting the foundation as modules leaves it there.
 pub(super) fn genesis_adopted(cx: &mut Ctx) {
     let bundle = cx.bundle.to_str().unwrap().to_owned();
@@ -158,7 +158,10 @@ pub(super) fn genesis_adopted(cx: &mut Ctx) {
         assert_eq!(outcome(&report, id), "created", "{id}: {report:#}");
     }
     let registry = format!("{}->{}/tcp", ports::REGISTRY_GIVEN, ports::REGISTRY);
-    assert_eq!(published(cx, "mesh-registry"), [registry.clone()]);
+    assert_eq!(
+        published(cx, "mesh-registry"),
+        std::slice::from_ref(&registry)
+    );
     reached(
         &cx.bed,
         &cx.bed.net.outside,
@@ -219,7 +222,7 @@ pub(super) fn assign_modules(cx: &Ctx) -> Value {
     report
 }
 
-/// 3. Nothing that serves changed: the service reachable from the second machine, the file byte
+/// Scenario 3: Nothing that serves changed: the service reachable from the second machine, the file byte
 /// for byte, the found firewall's rules differing only by the mesh's marked rules.
 pub(super) fn nothing_that_serves_changed(cx: &Ctx) {
     let report = assign_modules(cx);
@@ -262,7 +265,7 @@ pub(super) fn nothing_that_serves_changed(cx: &Ctx) {
     );
 }
 
-/// 4. The store is unreachable from outside, before and after the found firewall is reloaded, and
+/// Scenario 4: The store is unreachable from outside, before and after the found firewall is reloaded, and
 /// reachable over the private network and from a container on the node; the bus from anywhere.
 pub(super) fn store_unreachable_from_outside(cx: &mut Ctx) {
     cx.ensure_resident();
@@ -365,7 +368,7 @@ fn mesh_works(cx: &Ctx, when: &str) {
     );
 }
 
-/// 5. The mesh works through the found firewall, after it is reloaded, and after the machine
+/// Scenario 5: The mesh works through the found firewall, after it is reloaded, and after the machine
 /// "reboots": the resident host stopped, the runtime stopped, every table gone, the found
 /// firewall loaded from its files, the runtime started, the resident host started.
 pub(super) fn through_reload_and_reboot(cx: &mut Ctx) {
@@ -398,7 +401,7 @@ pub(super) fn through_reload_and_reboot(cx: &mut Ctx) {
     );
 }
 
-/// 6. With the stand-in for the predecessor's control writing again, the held file's change is
+/// Scenario 6: With the stand-in for the predecessor's control writing again, the held file's change is
 /// reported as changed by something else and not reverted.
 pub(super) fn predecessor_still_writing(cx: &Ctx) {
     let path = cx.bed.path(lab::HELD_FILE);
