@@ -146,22 +146,34 @@ impl FoundFirewall for Iptables {
     }
 
     fn rules(&self, node: &Machine) -> Result<String> {
-        let mut text = String::new();
-        for v6 in [false, true] {
-            let program = self.program(v6, "save");
-            let out = node.run_ok(&[program.as_str(), "-t", "filter"])?;
-            for line in normalise(&out.stdout).lines() {
-                let chain = line
-                    .strip_prefix(':')
-                    .or_else(|| line.strip_prefix("-A "))
-                    .and_then(|rest| rest.split_whitespace().next());
-                if chain.is_some_and(|c| CHAINS.contains(&c)) {
-                    let _ = writeln!(text, "{program}: {line}");
-                }
+        filter_chains(node, self.backend)
+    }
+}
+
+/// The built-in chains of the filter table, both families, as the `*-save` of one backend
+/// (`nft`, `legacy`) prints them, each line prefixed with the program: the chains the found
+/// firewall wrote and the container runtime jumps from.
+pub(super) fn filter_chains(node: &Machine, backend: &str) -> Result<String> {
+    let mut text = String::new();
+    for family in ["iptables", "ip6tables"] {
+        let program = format!("{family}-{backend}-save");
+        let out = node.run_ok(&[program.as_str()])?;
+        let mut in_filter = false;
+        for line in normalise(&out.stdout).lines() {
+            if let Some(table) = line.strip_prefix('*') {
+                in_filter = table == "filter";
+                continue;
+            }
+            let chain = line
+                .strip_prefix(':')
+                .or_else(|| line.strip_prefix("-A "))
+                .and_then(|rest| rest.split_whitespace().next());
+            if in_filter && chain.is_some_and(|c| CHAINS.contains(&c)) {
+                let _ = writeln!(text, "{program}: {line}");
             }
         }
-        Ok(text)
     }
+    Ok(text)
 }
 
 #[cfg(test)]

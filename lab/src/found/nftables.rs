@@ -23,7 +23,11 @@ impl FoundFirewall for Nftables {
     }
 
     fn programs(&self) -> &'static [(&'static str, &'static str)] {
-        &[("nft", "nftables")]
+        &[
+            ("nft", "nftables"),
+            ("iptables-nft-save", "iptables"),
+            ("ip6tables-nft-save", "iptables"),
+        ]
     }
 
     fn write(&self, root: &Path, policy: &Policy) -> Result<Vec<PathBuf>> {
@@ -76,9 +80,14 @@ impl FoundFirewall for Nftables {
     fn rules(&self, node: &Machine) -> Result<String> {
         let out = node.run(&["nft", "list", "table", "inet", "filter"])?;
         // A table that is gone (retired, flushed) reads as nothing, which is what it holds.
-        if !out.success() {
-            return Ok(String::new());
-        }
-        Ok(normalise(&out.stdout))
+        let mut text = if out.success() {
+            normalise(&out.stdout)
+        } else {
+            String::new()
+        };
+        // The runtime's chains beside it, written through iptables-nft, where forwarded openings
+        // go: the mesh may add only marked rules there too.
+        text.push_str(&super::iptables::filter_chains(node, "nft")?);
+        Ok(text)
     }
 }
