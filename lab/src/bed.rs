@@ -116,7 +116,19 @@ impl Bed {
         let options = EngineOptions {
             path_first: firewall.runtime_iptables(lab.dir())?,
         };
+        let legacy_runtime = options.path_first.is_some();
         let docker = node.start_docker_with(&engine_dir, &options)?;
+        // dockerd wrote its rules through the links it was given: its nat chain is in the
+        // legacy tables.
+        if legacy_runtime {
+            let nat = node.run_ok(&["iptables-legacy-save", "-t", "nat"])?.stdout;
+            if !nat.contains(":DOCKER") {
+                return Err(Error::RuntimeElsewhere {
+                    kind: kind.name(),
+                    listing: nat,
+                });
+            }
+        }
 
         let web = serve(&[80]);
         let web: Vec<&str> = web.iter().map(String::as_str).collect();

@@ -123,6 +123,10 @@ pub enum Error {
         got: String,
     },
 
+    /// The container runtime did not write its rules where the found firewall's kind has them.
+    #[error("the Docker engine of the {kind} bed wrote no DOCKER chain into the legacy nat table: {listing}")]
+    RuntimeElsewhere { kind: &'static str, listing: String },
+
     /// The bundle given to the bed cannot be read as one.
     #[error("bundle: {0}")]
     Bundle(String),
