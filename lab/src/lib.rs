@@ -5,8 +5,9 @@
 //! `nsenter --net`, starts background processes and listeners, and probes other machines with real
 //! TCP and UDP exchanges made from a thread that joined its namespace. [`Adoption`] builds the
 //! ready topology of the adoption ADR (node, outside, peer), and [`Machine::start_docker`] runs a
-//! real Docker engine inside a machine. Everything is removed when the lab drops, and
-//! [`Lab::sweep_stale`] removes what crashed runs left.
+//! real Docker engine inside a machine. [`Bed`] prepares on that topology the machine ADR 0100's
+//! checks run on, with a found firewall of each [`FoundKind`]. Everything is removed when the lab
+//! drops, and [`Lab::sweep_stale`] removes what crashed runs left.
 //!
 //! The lab needs root, `iproute2` and `util-linux` (`nsenter`); listeners need `busybox-static`;
 //! the Docker engine needs `docker.io`. A missing prerequisite is an error, never a silent skip.
