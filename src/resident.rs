@@ -251,20 +251,38 @@ pub fn run(host: &Host<'_>, opts: &Options) -> Result<ExitCode> {
                             }
                         }
                         // Likewise the derived filter on a flipped node: without it the node
-                        // is open.
-                        if let (Some(sock), Some(spec)) = (
-                            guard_sock.as_mut(),
-                            memo.as_ref().and_then(|m| m.filter.as_ref()),
-                        ) {
-                            let started = Instant::now();
-                            match firewall::filter::ensure(sock, spec) {
-                                Ok(true) => tracing::info!(
-                                    micros = started.elapsed().as_micros() as u64,
-                                    "the derived filter was gone; put back"
-                                ),
-                                Ok(false) => {}
-                                Err(e) => {
-                                    tracing::error!(error = %e, "putting the derived filter back")
+                        // is open. But not from a memo of a declaration the store no longer
+                        // holds: `mesh-host adopt` stores the adopted declaration, then unloads
+                        // the filter, and putting it back would leave an adopted node with a
+                        // table that drops by default (the re-check reconciles instead). The
+                        // store is read only when the filter is gone; unread, it is put back.
+                        if let (Some(sock), Some(m)) = (guard_sock.as_mut(), memo.as_ref()) {
+                            if let Some(spec) = m.filter.as_ref() {
+                                let started = Instant::now();
+                                let gone = !firewall::filter::in_force(sock, spec).unwrap_or(false);
+                                let stale = gone
+                                    && store::peek(host.root)
+                                        .ok()
+                                        .flatten()
+                                        .and_then(|s| s.declaration)
+                                        .is_some_and(|d| d != m.declaration);
+                                if stale {
+                                    tracing::info!(
+                                        "the derived filter is gone and the store holds another \
+                                         declaration; reconciling rather than putting it back"
+                                    );
+                                } else if gone {
+                                    match firewall::filter::ensure(sock, spec) {
+                                        Ok(true) => tracing::info!(
+                                            micros = started.elapsed().as_micros() as u64,
+                                            "the derived filter was gone; put back"
+                                        ),
+                                        Ok(false) => {}
+                                        Err(e) => tracing::error!(
+                                            error = %e,
+                                            "putting the derived filter back"
+                                        ),
+                                    }
                                 }
                             }
                         }
