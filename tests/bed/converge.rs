@@ -4,7 +4,7 @@
 //! --preview`, `converge`, `adopt`).
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use super::*;
 
@@ -221,29 +221,39 @@ pub(super) fn previews_flips_returns(cx: &mut Ctx) {
         "the preview does not say which firewall is disabled: {p:#}"
     );
 
-    // A probe loop against the store from outside, through the flip and the return.
-    let stop = Arc::new(AtomicBool::new(false));
-    let breaches = Arc::new(AtomicUsize::new(0));
+    // A probe loop against the store from outside, through the flip and the return; the first
+    // connection that is answered is kept with the step under way and the node's ruleset then.
+    let watch = Watch::default();
     let looper = {
-        let (stop, breaches, outside) = (stop.clone(), breaches.clone(), net.outside.clone());
+        let (watch, outside, node) = (watch.clone(), net.outside.clone(), cx.node().clone());
         std::thread::spawn(move || {
-            while !stop.load(Ordering::Relaxed) {
-                if outside
+            let started = Instant::now();
+            while !watch.stop.load(Ordering::Relaxed) {
+                let got = outside
                     .probe_tcp(
                         NODE_PUBLIC_V4.into(),
                         ports::STORE,
                         Duration::from_millis(200),
                     )
-                    .ok()
-                    == Some(Probe::Reached)
+                    .ok();
+                if got == Some(Probe::Reached)
+                    && watch.breaches.fetch_add(1, Ordering::Relaxed) == 0
                 {
-                    breaches.fetch_add(1, Ordering::Relaxed);
+                    let ruleset = node
+                        .run(&["nft", "list", "ruleset"])
+                        .map(|o| o.stdout)
+                        .unwrap_or_else(|e| format!("(nft list ruleset: {e})"));
+                    let step = *lock(&watch.step);
+                    *lock(&watch.first) = Some(format!(
+                        "first reached {:.1} s into the loop, {step}; the node's ruleset then:\n{ruleset}",
+                        started.elapsed().as_secs_f64()
+                    ));
                 }
             }
         })
     };
-    let result = attempt(|| flip_and_return(cx));
-    stop.store(true, Ordering::Relaxed);
+    let result = attempt(|| flip_and_return(cx, &watch));
+    watch.stop.store(true, Ordering::Relaxed);
     let _ = looper.join();
     if let Err(why) = result {
         panic!(
@@ -251,20 +261,45 @@ pub(super) fn previews_flips_returns(cx: &mut Ctx) {
             cx.resident_log()
         );
     }
+    let breaches = watch.breaches.load(Ordering::Relaxed);
     assert_eq!(
-        breaches.load(Ordering::Relaxed),
+        breaches,
         0,
-        "the store was reached from outside during the flip or the return"
+        "the store was reached from outside {breaches} time(s) during the flip or the return: {}\n--- the resident host's log, last lines:\n{}",
+        lock(&watch.first).clone().unwrap_or_default(),
+        cx.resident_log()
     );
 }
 
-fn flip_and_return(cx: &Ctx) {
+/// What the probe loop shares with the steps it watches.
+#[derive(Clone, Default)]
+struct Watch {
+    stop: Arc<AtomicBool>,
+    breaches: Arc<AtomicUsize>,
+    step: Arc<Mutex<&'static str>>,
+    first: Arc<Mutex<Option<String>>>,
+}
+
+impl Watch {
+    fn step(&self, step: &'static str) {
+        *lock(&self.step) = step;
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn flip_and_return(cx: &Ctx, watch: &Watch) {
+    watch.step("before the flip");
     let net = &cx.bed.net;
     let tables = nft_tables(cx.node());
     let found = cx.bed.found_rules().expect("the found firewall");
     let files = cx.bed.found_file_bytes().unwrap();
 
+    watch.step("while mesh-host converge ran");
     let flip = cx.mesh_converge(&["converge", "--json"]);
+    watch.step("after the flip, while converged");
     assert_eq!(flip.status.code(), Some(0), "the flip:\n{}", shown(&flip));
     let mesh = mesh_table(cx);
     assert!(
@@ -272,6 +307,13 @@ fn flip_and_return(cx: &Ctx) {
             && mesh.contains("hook forward")
             && mesh.contains("policy drop"),
         "no derived filter was loaded in the mesh's table:\n{mesh}"
+    );
+    // In place of the guard, and still so a moment later, the resident host running.
+    std::thread::sleep(Duration::from_secs(2));
+    let mesh = mesh_table(cx);
+    assert!(
+        !mesh.contains("chain guard") && mesh.contains("policy drop"),
+        "the derived filter is not in place of the guard two seconds after the flip:\n{mesh}"
     );
     let after = cx.bed.found_rules().unwrap();
     let admits = |text: &str| -> Vec<String> {
@@ -327,7 +369,9 @@ fn flip_and_return(cx: &Ctx) {
         "the store from outside after the flip",
     );
 
+    watch.step("while mesh-host adopt ran");
     let back = cx.mesh_converge(&["adopt", "--json"]);
+    watch.step("after the return, while adopted");
     assert_eq!(back.status.code(), Some(0), "the return:\n{}", shown(&back));
     assert_eq!(
         nft_tables(cx.node()),
