@@ -583,16 +583,7 @@ fn apply_locked(
                     report.filter = Some(format!(
                         "in force as the last apply left it (ruleset generation {generation} unchanged)"
                     ));
-                    let ssh = cx
-                        .store
-                        .state
-                        .flip
-                        .as_ref()
-                        .map(|f| f.ssh.clone())
-                        .unwrap_or_default();
-                    filter_spec =
-                        flip::filter_spec(cx.runner, decl, cx.store.state.settings.as_ref(), &ssh)
-                            .ok();
+                    filter_spec = flip::current_spec(&cx).ok();
                 }
                 _ => match flip::ensure_filter(&mut cx) {
                     Ok((line, spec)) => {
