@@ -17,7 +17,7 @@ use serde_json::{json, Value};
 use crate::docker::{Docker, EngineOptions, BUSYBOX_IMAGE};
 use crate::error::{Error, Result};
 use crate::exec::{self, lock, Output, Process};
-use crate::found::{FoundKind, Policy};
+use crate::kinds::{FoundKind, Policy};
 use crate::lab::Lab;
 use crate::topology::{addr, Adoption};
 use crate::units::StubSystemctl;
@@ -115,6 +115,7 @@ impl Bed {
         let engine_dir = lab.dir().join(format!("d-{}", kind.name()));
         let options = EngineOptions {
             path_first: firewall.runtime_iptables(lab.dir())?,
+            ..EngineOptions::default()
         };
         let legacy_runtime = options.path_first.is_some();
         let docker = node.start_docker_with(&engine_dir, &options)?;

@@ -42,6 +42,8 @@ pub struct EngineOptions {
     /// A directory put first on dockerd's PATH: dockerd writes its rules with the `iptables` it
     /// finds there (links to `iptables-legacy`, say, on a machine whose firewall is legacy).
     pub path_first: Option<PathBuf>,
+    /// More of dockerd's environment (`DBUS_SYSTEM_BUS_ADDRESS` for a lab firewalld's bus, say).
+    pub env: Vec<(String, std::ffi::OsString)>,
 }
 
 /// A Docker engine running inside a lab machine.
@@ -98,7 +100,7 @@ pub(crate) fn start(machine: &Machine, dir: &Path, options: &EngineOptions) -> R
         "--default-ulimit=nofile=1024:1024".into(),
         "--default-ulimit=nproc=1024:1024".into(),
     ];
-    let mut env = Vec::new();
+    let mut env = options.env.clone();
     if let Some(first) = &options.path_first {
         let mut path = first.clone().into_os_string();
         if let Some(rest) = std::env::var_os("PATH") {

@@ -42,7 +42,7 @@ mod docker;
 mod error;
 mod exec;
 mod fixtures;
-mod found;
+mod kinds;
 mod lab;
 mod machine;
 mod netns;
@@ -59,7 +59,7 @@ pub use crate::{
     error::{Error, Result},
     exec::{run, run_ok, Output, Process, DEFAULT_TIMEOUT},
     fixtures::{fixture, fixtures_dir},
-    found::{FoundFirewall, FoundKind, Policy},
+    kinds::{FoundFirewall, FoundKind, Policy},
     lab::{Lab, SweepReport, Switch, LAB_ROOT, PREFIX_STEM},
     machine::Machine,
     netns::NETNS_DIR,

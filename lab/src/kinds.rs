@@ -1,9 +1,11 @@
-//! The firewall a predecessor leaves on a machine, in each kind the host speaks: its configuration
-//! written where that kind keeps it, loaded the way its boot unit loads it, and read back as text.
+//! The kinds of found firewall: the firewall a predecessor leaves on a machine, in each kind the
+//! host speaks, its configuration written where that kind keeps it, loaded the way its boot unit
+//! loads it, and read back as text.
 //!
-//! One [`FoundFirewall`] per kind, one file per kind under `found/`, chosen by [`FoundKind`]. A
-//! kind added later (firewalld, ufw) is one more variant and one more file: nothing else in the
-//! bed knows how a kind is written or loaded.
+//! One [`FoundFirewall`] per kind, one file per kind under `kinds/`, chosen by [`FoundKind`]. A
+//! kind added later (firewalld, ufw) is one more variant and one more file here (which may drive
+//! the daemon a lab machine runs for it): nothing else in the bed knows how a kind is written or
+//! loaded.
 
 use std::path::{Path, PathBuf};
 
