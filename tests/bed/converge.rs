@@ -245,7 +245,7 @@ pub(super) fn previews_flips_returns(cx: &mut Ctx) {
                         .unwrap_or_else(|e| format!("(nft list ruleset: {e})"));
                     let step = *lock(&watch.step);
                     *lock(&watch.first) = Some(format!(
-                        "first reached {:.1} s into the loop, {step}; the node's ruleset then:\n{ruleset}",
+                        "first {step} ({:.1} s into the loop); the node's ruleset then:\n{ruleset}",
                         started.elapsed().as_secs_f64()
                     ));
                 }
@@ -262,10 +262,9 @@ pub(super) fn previews_flips_returns(cx: &mut Ctx) {
         );
     }
     let breaches = watch.breaches.load(Ordering::Relaxed);
-    assert_eq!(
-        breaches,
-        0,
-        "the store was reached from outside {breaches} time(s) during the flip or the return: {}\n--- the resident host's log, last lines:\n{}",
+    assert!(
+        breaches == 0,
+        "the store was reached from outside {breaches} time(s), {}\n--- the resident host's log, last lines:\n{}",
         lock(&watch.first).clone().unwrap_or_default(),
         cx.resident_log()
     );
