@@ -36,6 +36,8 @@
 //! # Ok::<(), lab::Error>(())
 //! ```
 
+mod broker;
+mod controller;
 mod docker;
 mod error;
 mod exec;
@@ -47,6 +49,8 @@ mod probe;
 mod topology;
 
 pub use crate::{
+    broker::{free_port, Ctl, Rabbit, ADMIN_USER},
+    controller::{node_definitions, password_hash, Controller, Issued, Upward},
     docker::{Docker, BUSYBOX_IMAGE},
     error::{Error, Result},
     exec::{run, run_ok, Output, Process, DEFAULT_TIMEOUT},
