@@ -20,11 +20,6 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc::UnboundedReceiver;
 
-/// The queue the controller reads every node's reports, heartbeats and refusals from.
-pub const UPWARD_QUEUE: &str = "mesh.upward";
-/// The queue the controller reads enrolment requests from.
-pub const ENROLMENTS_QUEUE: &str = "mesh.enrolments";
-
 /// One message a node sent upward.
 #[derive(Debug, Clone)]
 pub struct Upward {
@@ -51,7 +46,7 @@ pub struct Issued {
 /// The controller's stand-in, connected to the broker as its administrator.
 pub struct Controller {
     rt: tokio::runtime::Runtime,
-    session: link::Session,
+    session: Option<link::Session>,
     upward: UnboundedReceiver<amqprs::channel::ConsumerMessage>,
     enrolments: UnboundedReceiver<amqprs::channel::ConsumerMessage>,
     ctl: Ctl,
@@ -62,6 +57,8 @@ pub struct Controller {
     pub nodes: HashMap<String, VerifyingKey>,
     /// Token id → node id, for tokens whose request has not been read.
     open_tokens: HashMap<String, String>,
+    /// Names this controller's own queues.
+    tag: String,
 }
 
 fn amqp(what: &str, e: impl std::fmt::Display) -> Error {
@@ -111,7 +108,100 @@ pub fn node_definitions(node: &str, password: &str, vhost: &str) -> (Value, Valu
     )
 }
 
+type Opened = (
+    link::Session,
+    UnboundedReceiver<amqprs::channel::ConsumerMessage>,
+    UnboundedReceiver<amqprs::channel::ConsumerMessage>,
+);
+
+/// Opens the administrator's session, declares the mesh's exchanges and this controller's queues.
+fn open_session(
+    rt: &tokio::runtime::Runtime,
+    only: &link::Broker,
+    admin: &link::Credentials,
+    tag: &str,
+) -> Result<Opened> {
+    rt.block_on(async {
+        let s = link::open(&only, &admin, Duration::from_secs(30))
+            .await
+            .map_err(link_error)?;
+        for x in [names::REPORTS_EXCHANGE, names::ENROL_EXCHANGE] {
+            let mut a = ExchangeDeclareArguments::new(x, "topic");
+            a.durable(true);
+            s.chan
+                .exchange_declare(a.finish())
+                .await
+                .map_err(|e| amqp("declaring an exchange", e))?;
+        }
+        // Queues of this controller's own, each bound to everything: several controllers (tests
+        // running at once) each see every message and keep those of their own nodes and tokens.
+        // They are durable, so what nodes send while the controller is away (a broker restart)
+        // waits for it; they are deleted when it is dropped.
+        let upward_q = format!("ctl.{tag}.upward");
+        let enrol_q = format!("ctl.{tag}.enrol");
+        for (q, x) in [
+            (upward_q.as_str(), names::REPORTS_EXCHANGE),
+            (enrol_q.as_str(), names::ENROL_EXCHANGE),
+        ] {
+            let mut a = QueueDeclareArguments::new(q);
+            a.exclusive(true).auto_delete(true);
+            s.chan
+                .queue_declare(a.finish())
+                .await
+                .map_err(|e| amqp("declaring a queue", e))?;
+            s.chan
+                .queue_bind(QueueBindArguments::new(q, x, "#"))
+                .await
+                .map_err(|e| amqp("binding a queue", e))?;
+        }
+        let consume = |q: &str| {
+            let mut a = BasicConsumeArguments::new(q, "");
+            a.manual_ack(false);
+            a.finish()
+        };
+        let (_, upward) = s
+            .chan
+            .basic_consume_rx(consume(&upward_q))
+            .await
+            .map_err(|e| amqp("consuming the upward queue", e))?;
+        let (_, enrolments) = s
+            .chan
+            .basic_consume_rx(consume(&enrol_q))
+            .await
+            .map_err(|e| amqp("consuming the enrolments queue", e))?;
+        Ok::<_, Error>((s, upward, enrolments))
+    })
+}
+
+impl Drop for Controller {
+    fn drop(&mut self) {
+        // amqprs closes a connection from a task when it is dropped: inside the runtime.
+        if let Some(s) = &self.session {
+            for q in [
+                format!("ctl.{}.upward", self.tag),
+                format!("ctl.{}.enrol", self.tag),
+            ] {
+                let _ = self.rt.block_on(async {
+                    tokio::time::timeout(
+                        Duration::from_secs(5),
+                        s.chan.queue_delete(QueueDeleteArguments::new(&q)),
+                    )
+                    .await
+                });
+            }
+        }
+        let _g = self.rt.enter();
+        self.session.take();
+    }
+}
+
 impl Controller {
+    fn session(&self) -> &link::Session {
+        self.session
+            .as_ref()
+            .expect("a controller has a session until dropped")
+    }
+
     /// Connects to `rabbit` as its administrator with a fresh signing key and declares the
     /// mesh's exchanges and the controller's own queues.
     pub fn connect(rabbit: &Rabbit) -> Result<Controller> {
@@ -138,53 +228,11 @@ impl Controller {
             addrs: vec![rabbit.addr()],
             ..broker.clone()
         };
-        let (session, upward, enrolments) = rt.block_on(async {
-            let s = link::open(&only, &admin, Duration::from_secs(30))
-                .await
-                .map_err(link_error)?;
-            for x in [names::REPORTS_EXCHANGE, names::ENROL_EXCHANGE] {
-                let mut a = ExchangeDeclareArguments::new(x, "topic");
-                a.durable(true);
-                s.chan
-                    .exchange_declare(a.finish())
-                    .await
-                    .map_err(|e| amqp("declaring an exchange", e))?;
-            }
-            for (q, x) in [
-                (UPWARD_QUEUE, names::REPORTS_EXCHANGE),
-                (ENROLMENTS_QUEUE, names::ENROL_EXCHANGE),
-            ] {
-                let mut a = QueueDeclareArguments::new(q);
-                a.durable(true);
-                s.chan
-                    .queue_declare(a.finish())
-                    .await
-                    .map_err(|e| amqp("declaring a queue", e))?;
-                s.chan
-                    .queue_bind(QueueBindArguments::new(q, x, "#"))
-                    .await
-                    .map_err(|e| amqp("binding a queue", e))?;
-            }
-            let consume = |q: &str| {
-                let mut a = BasicConsumeArguments::new(q, "");
-                a.manual_ack(false);
-                a.finish()
-            };
-            let (_, upward) = s
-                .chan
-                .basic_consume_rx(consume(UPWARD_QUEUE))
-                .await
-                .map_err(|e| amqp("consuming the upward queue", e))?;
-            let (_, enrolments) = s
-                .chan
-                .basic_consume_rx(consume(ENROLMENTS_QUEUE))
-                .await
-                .map_err(|e| amqp("consuming the enrolments queue", e))?;
-            Ok::<_, Error>((s, upward, enrolments))
-        })?;
+        let tag = link::random_hex(4).map_err(link_error)?;
+        let (session, upward, enrolments) = open_session(&rt, &only, &admin, &tag)?;
         Ok(Controller {
             rt,
-            session,
+            session: Some(session),
             upward,
             enrolments,
             ctl: rabbit.ctl().clone(),
@@ -192,7 +240,25 @@ impl Controller {
             broker,
             nodes: HashMap::new(),
             open_tokens: HashMap::new(),
+            tag,
         })
+    }
+
+    /// Connects again (after the broker restarted), keeping the key, the nodes and the tokens.
+    pub fn reconnect(&mut self, rabbit: &Rabbit) -> Result<()> {
+        let admin = link::Credentials {
+            user: ADMIN_USER.into(),
+            password: rabbit.admin_password.clone(),
+        };
+        let only = link::Broker {
+            addrs: vec![rabbit.addr()],
+            ..self.broker.clone()
+        };
+        let (session, upward, enrolments) = open_session(&self.rt, &only, &admin, &self.tag)?;
+        self.session = Some(session);
+        self.upward = upward;
+        self.enrolments = enrolments;
+        Ok(())
     }
 
     /// Issues a token for `node`, valid `ttl`. A token for a node that already has an identity
@@ -299,7 +365,7 @@ impl Controller {
                 .run(&["delete_user", &names::enrol_user(&req.token)])?;
             let q = names::enrol_queue(&req.token);
             let _ = self.rt.block_on(
-                self.session
+                self.session()
                     .chan
                     .queue_delete(QueueDeleteArguments::new(&q)),
             );
@@ -352,7 +418,7 @@ impl Controller {
 
     fn publish(&self, exchange: &str, key: &str, body: Vec<u8>) -> Result<()> {
         self.rt
-            .block_on(self.session.publish(exchange, key, "declaration", body))
+            .block_on(self.session().publish(exchange, key, "declaration", body))
             .map_err(link_error)
     }
 
@@ -360,7 +426,7 @@ impl Controller {
     pub fn purge(&self, node: &str) -> Result<()> {
         self.rt
             .block_on(
-                self.session
+                self.session()
                     .chan
                     .queue_purge(QueuePurgeArguments::new(&names::node_queue(node))),
             )

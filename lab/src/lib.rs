@@ -46,6 +46,7 @@ mod lab;
 mod machine;
 mod netns;
 mod probe;
+mod relay;
 mod topology;
 
 pub use crate::{
@@ -59,5 +60,6 @@ pub use crate::{
     machine::Machine,
     netns::NETNS_DIR,
     probe::{Probe, UdpEcho},
+    relay::{Hung, Relay},
     topology::{addr, Adoption},
 };

@@ -8,6 +8,7 @@ use rustls::crypto::{verify_tls12_signature, verify_tls13_signature, CryptoProvi
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::{CertificateError, ClientConfig, DigitallySignedStruct, SignatureScheme};
 use sha2::{Digest, Sha256};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// The fingerprint of a certificate's DER, 64 lowercase hex digits.
@@ -27,6 +28,7 @@ pub struct Pinned {
     pin: String,
     provider: Arc<CryptoProvider>,
     seen: Mutex<Option<String>>,
+    accepted: AtomicBool,
 }
 
 impl Pinned {
@@ -35,12 +37,18 @@ impl Pinned {
             pin: pin.to_ascii_lowercase(),
             provider: Arc::new(rustls::crypto::ring::default_provider()),
             seen: Mutex::new(None),
+            accepted: AtomicBool::new(false),
         })
     }
 
     /// The fingerprint of the last certificate that was not the pinned one.
     pub fn mismatch(&self) -> Option<String> {
         self.seen.lock().ok().and_then(|s| s.clone())
+    }
+
+    /// Whether the pinned certificate was presented (the handshake reached the real broker).
+    pub fn accepted(&self) -> bool {
+        self.accepted.load(Ordering::Relaxed)
     }
 
     /// A client configuration that trusts only the pinned certificate.
@@ -67,6 +75,7 @@ impl ServerCertVerifier for Pinned {
         // token that carried the fingerprint is what a node trusts.
         let seen = fingerprint(end_entity.as_ref());
         if seen == self.pin {
+            self.accepted.store(true, Ordering::Relaxed);
             Ok(ServerCertVerified::assertion())
         } else {
             if let Ok(mut s) = self.seen.lock() {

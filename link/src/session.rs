@@ -134,7 +134,11 @@ async fn open_one(addr: &str, broker: &Broker, creds: &Credentials) -> Result<Se
                 });
             }
             let text = e.to_string();
-            if text.contains("ACCESS_REFUSED") || text.contains("403") {
+            // RabbitMQ answers a refused login by closing the socket (amqprs does not ask for
+            // the authentication_failure_close capability): after a handshake with the pinned
+            // certificate, a close during the opening is the broker refusing the credentials.
+            let closed_at_login = pinned.accepted() && text.contains("peer shutdown");
+            if text.contains("ACCESS_REFUSED") || text.contains("403") || closed_at_login {
                 return Err(Error::Refused {
                     addr: addr.into(),
                     user: creds.user.clone(),
