@@ -122,7 +122,7 @@ fn open_session(
     tag: &str,
 ) -> Result<Opened> {
     rt.block_on(async {
-        let s = link::open(&only, &admin, Duration::from_secs(30))
+        let s = link::open(only, admin, Duration::from_secs(30))
             .await
             .map_err(link_error)?;
         for x in [names::REPORTS_EXCHANGE, names::ENROL_EXCHANGE] {
@@ -432,6 +432,49 @@ impl Controller {
             )
             .map(|_| ())
             .map_err(|e| amqp("purging a queue", e))
+    }
+
+    /// The broker's own round trip, for a benchmark's baseline: `n` messages published to a
+    /// queue this controller reads, each timed from its publish to its arrival.
+    pub fn round_trips(&self, n: usize) -> Result<Vec<Duration>> {
+        let q = format!("ctl.{}.echo", self.tag);
+        let s = self.session();
+        self.rt.block_on(async {
+            let mut a = QueueDeclareArguments::new(&q);
+            a.exclusive(true).auto_delete(true);
+            s.chan
+                .queue_declare(a.finish())
+                .await
+                .map_err(|e| amqp("declaring the echo queue", e))?;
+            let mut c = BasicConsumeArguments::new(&q, "");
+            c.manual_ack(false);
+            let (_, mut rx) = s
+                .chan
+                .basic_consume_rx(c.finish())
+                .await
+                .map_err(|e| amqp("consuming the echo queue", e))?;
+            let mut sent = Vec::with_capacity(n);
+            for i in 0..n {
+                sent.push(Instant::now());
+                s.publish("", &q, "echo", i.to_string().into_bytes())
+                    .await
+                    .map_err(link_error)?;
+            }
+            let mut out = Vec::with_capacity(n);
+            while out.len() < n {
+                let m = tokio::time::timeout(Duration::from_secs(60), rx.recv())
+                    .await
+                    .map_err(|e| amqp("waiting for the echo", e))?
+                    .ok_or_else(|| amqp("waiting for the echo", "consumer closed"))?;
+                let i: usize = String::from_utf8_lossy(&m.content.unwrap_or_default())
+                    .parse()
+                    .unwrap_or(0);
+                out.push(sent[i.min(n - 1)].elapsed());
+            }
+            out.sort();
+            let _ = s.chan.queue_delete(QueueDeleteArguments::new(&q)).await;
+            Ok(out)
+        })
     }
 
     /// The next message any node sent upward, within `wait`.

@@ -30,16 +30,16 @@ impl Backoff {
     }
 
     /// The wait after one more failure, with `unit` a number in [0, 1) (the jitter).
-    pub fn next_with(&mut self, unit: f64) -> Duration {
+    pub fn wait_with(&mut self, unit: f64) -> Duration {
         let ceiling = self.ceiling();
         self.failures = self.failures.saturating_add(1);
         ceiling / 2 + ceiling.mul_f64(unit.clamp(0.0, 1.0) / 2.0)
     }
 
     /// The wait after one more failure, jittered from the system's random source.
-    pub fn next(&mut self) -> Duration {
+    pub fn wait(&mut self) -> Duration {
         let r = getrandom::u64().unwrap_or(0);
-        self.next_with((r >> 11) as f64 / (1u64 << 53) as f64)
+        self.wait_with((r >> 11) as f64 / (1u64 << 53) as f64)
     }
 
     /// After a link that held: the next failure waits the base again.
@@ -59,12 +59,12 @@ mod tests {
     #[test]
     fn waits_double_to_the_cap_and_stay_in_the_upper_half() {
         let mut b = Backoff::new(Duration::from_secs(1), Duration::from_secs(10));
-        let seen: Vec<_> = (0..6).map(|_| b.next_with(0.0)).collect();
+        let seen: Vec<_> = (0..6).map(|_| b.wait_with(0.0)).collect();
         let secs: Vec<f64> = seen.iter().map(|d| d.as_secs_f64()).collect();
         assert_eq!(secs, vec![0.5, 1.0, 2.0, 4.0, 5.0, 5.0]);
-        assert_eq!(b.next_with(0.999_999).as_secs_f64().round(), 10.0);
+        assert_eq!(b.wait_with(0.999_999).as_secs_f64().round(), 10.0);
         for _ in 0..100 {
-            let d = b.next();
+            let d = b.wait();
             assert!(
                 d >= Duration::from_secs(5) && d <= Duration::from_secs(10),
                 "{d:?}"
@@ -76,10 +76,10 @@ mod tests {
     fn reset_starts_again_from_the_base() {
         let mut b = Backoff::new(Duration::from_secs(1), Duration::from_secs(60));
         for _ in 0..10 {
-            b.next();
+            b.wait();
         }
         b.reset();
-        assert_eq!(b.next_with(1.0), Duration::from_secs(1));
+        assert_eq!(b.wait_with(1.0), Duration::from_secs(1));
         assert_eq!(b.failures(), 1);
     }
 }

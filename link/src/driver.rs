@@ -221,7 +221,7 @@ impl Runner {
                 }
                 Err(e) => e.to_string(),
             };
-            let wait = backoff.next();
+            let wait = backoff.wait();
             tracing::info!(why = %why, retry_in_ms = wait.as_millis() as u64, "unlinked");
             self.sink.event(Event::Unlinked {
                 why,
