@@ -223,8 +223,9 @@ fn controller(n: usize, procs: usize) {
     let publish_s = t.elapsed().as_secs_f64();
     let mut lat = Vec::new();
     let mut unverified = 0;
+    let expected = published.len();
     let deadline = Instant::now() + Duration::from_secs(600);
-    while lat.len() < published.len() && Instant::now() < deadline {
+    while lat.len() < expected && Instant::now() < deadline {
         let Some(u) = ctl.next_upward(Duration::from_secs(5)) else {
             continue;
         };

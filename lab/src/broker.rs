@@ -128,6 +128,7 @@ impl Rabbit {
             return Err(Error::NotRoot { uid });
         }
         exec::require("rabbitmq-server", "rabbitmq-server")?;
+        exec::require("setpriv", "util-linux")?;
         exec::require("rabbitmqctl", "rabbitmq-server")?;
         exec::require("openssl", "openssl")?;
         let n = NEXT.fetch_add(1, Ordering::Relaxed);
@@ -229,8 +230,21 @@ impl Rabbit {
         let err = out
             .try_clone()
             .map_err(|e| Error::io(self.dir.join("server.out"), e))?;
-        let mut cmd = Command::new("rabbitmq-server");
+        // The VM is started as `rabbitmq` with setpriv rather than the Debian wrapper's `su`,
+        // which goes through PAM and drops the open-files limit to 1,024: the broker holds one
+        // descriptor per connection, and the fleet benchmark gives it thousands.
+        let mut cmd = Command::new("setpriv");
+        cmd.args([
+            "--reuid=rabbitmq",
+            "--regid=rabbitmq",
+            "--init-groups",
+            "/usr/lib/rabbitmq/bin/rabbitmq-server",
+        ]);
+        cmd.current_dir(&self.dir);
         cmd.envs(self.ctl.env.iter().map(|(k, v)| (k, v)))
+            // The Erlang cookie `rabbitmqctl` reads (through the wrapper's `su`, as `rabbitmq`)
+            // is the one in that user's home.
+            .env("HOME", "/var/lib/rabbitmq")
             .stdin(Stdio::null())
             .stdout(out)
             .stderr(err);
