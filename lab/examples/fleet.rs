@@ -40,6 +40,13 @@ fn derive(secret: &str, i: usize) -> (SigningKey, String) {
     (SigningKey::from_bytes(&seed), pw)
 }
 
+fn unix_us() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_micros() as u64)
+        .unwrap_or(0)
+}
+
 fn name(i: usize) -> String {
     format!("sim-{i}")
 }
@@ -52,8 +59,10 @@ struct SimSink {
 impl link::Sink for SimSink {
     fn event(&self, e: link::Event) {
         if let link::Event::Declaration(v, receipt) = e {
-            let payload =
-                json!({"node": self.node, "version": v.version, "report": {"simulated": true}});
+            // When it verified the declaration, so the benchmark can split the time into the
+            // way down (publish → verified at the node) and the way up (→ verified report).
+            let payload = json!({"node": self.node, "version": v.version,
+                "report": {"simulated": true}, "verified_at_us": unix_us()});
             if let Some(h) = self.handle.get() {
                 h.report(serde_json::to_vec(&payload).unwrap());
             }
@@ -211,7 +220,7 @@ fn controller(n: usize, procs: usize) {
         if !linked.contains(&node) {
             continue;
         }
-        published.insert(node.clone(), Instant::now());
+        published.insert(node.clone(), (Instant::now(), unix_us()));
         ctl.declare(
             &node,
             1,
@@ -222,6 +231,7 @@ fn controller(n: usize, procs: usize) {
     }
     let publish_s = t.elapsed().as_secs_f64();
     let mut lat = Vec::new();
+    let mut down = Vec::new();
     let mut unverified = 0;
     let expected = published.len();
     let deadline = Instant::now() + Duration::from_secs(600);
@@ -236,11 +246,14 @@ fn controller(n: usize, procs: usize) {
             unverified += 1;
             continue;
         }
-        if let Some(p) = published.remove(&u.node) {
+        if let Some((p, p_us)) = published.remove(&u.node) {
             lat.push(u.at - p);
+            let at_node = u.payload["verified_at_us"].as_u64().unwrap_or(p_us);
+            down.push(Duration::from_micros(at_node.saturating_sub(p_us)));
         }
     }
     lat.sort();
+    down.sort();
     let rss_after = rabbit.rss_bytes().unwrap_or(0);
     for mut c in children {
         drop(c.stdin.take());
@@ -257,6 +270,9 @@ fn controller(n: usize, procs: usize) {
             "p50_ms": ms(percentile(&lat, 0.5)),
             "p99_ms": ms(percentile(&lat, 0.99)),
             "max_ms": ms(lat.last().copied().unwrap_or_default()),
+            "down_p50_ms": ms(percentile(&down, 0.5)),
+            "down_p99_ms": ms(percentile(&down, 0.99)),
+            "down_max_ms": ms(down.last().copied().unwrap_or_default()),
             "publish_all_s": (publish_s * 100.0).round() / 100.0,
             "link_all_s": (link_all_s * 100.0).round() / 100.0,
             "provision_s": (provision_s * 100.0).round() / 100.0,

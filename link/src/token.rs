@@ -95,8 +95,14 @@ impl Token {
             p.push("brokers: no broker address".into());
         }
         for (i, b) in self.brokers.iter().enumerate() {
-            if let Err(e) = split_addr(b) {
-                p.push(format!("brokers[{i}]: {e}"));
+            match split_addr(b) {
+                Err(e) => p.push(format!("brokers[{i}]: {e}")),
+                // The host is one static binary that never uses the C library's name service,
+                // so the broker is named by its address on the underlay.
+                Ok((host, _)) if host.parse::<std::net::IpAddr>().is_err() => p.push(format!(
+                    "brokers[{i}]: {b:?} names a host, not an IP address (the host resolves no names)"
+                )),
+                Ok(_) => {}
             }
         }
         if !is_hex(&self.fingerprint, 64, 64) {
@@ -241,7 +247,7 @@ mod tests {
         let mut t = sample();
         t.id = "xyz".into();
         t.node = "Node_A".into();
-        t.brokers = vec!["nohost".into(), "h:0".into()];
+        t.brokers = vec!["nohost".into(), "h:0".into(), "broker.example:5671".into()];
         t.fingerprint = "12".into();
         t.controller = STANDARD.encode([0u8; 31]);
         t.secret = "short".into();
@@ -251,13 +257,14 @@ mod tests {
             "node:",
             "brokers[0]:",
             "brokers[1]:",
+            "brokers[2]:",
             "fingerprint:",
             "controller:",
             "secret:",
         ] {
             assert!(p.iter().any(|x| x.starts_with(field)), "{field} in {p:?}");
         }
-        assert_eq!(p.len(), 7, "{p:?}");
+        assert_eq!(p.len(), 8, "{p:?}");
     }
 
     #[test]
