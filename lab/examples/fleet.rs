@@ -230,12 +230,16 @@ fn controller(n: usize, procs: usize) {
         .expect("publishing");
     }
     let publish_s = t.elapsed().as_secs_f64();
+    let publish_start = t;
+    let mut first_report: Option<Duration> = None;
+    let mut first_read_call: Option<Duration> = None;
     let mut lat = Vec::new();
     let mut down = Vec::new();
     let mut unverified = 0;
     let expected = published.len();
     let deadline = Instant::now() + Duration::from_secs(600);
     while lat.len() < expected && Instant::now() < deadline {
+        first_read_call.get_or_insert(publish_start.elapsed());
         let Some(u) = ctl.next_upward(Duration::from_secs(5)) else {
             continue;
         };
@@ -246,6 +250,7 @@ fn controller(n: usize, procs: usize) {
             unverified += 1;
             continue;
         }
+        first_report.get_or_insert(u.at - publish_start);
         if let Some((p, p_us)) = published.remove(&u.node) {
             lat.push(u.at - p);
             let at_node = u.payload["verified_at_us"].as_u64().unwrap_or(p_us);
@@ -274,6 +279,8 @@ fn controller(n: usize, procs: usize) {
             "down_p99_ms": ms(percentile(&down, 0.99)),
             "down_max_ms": ms(down.last().copied().unwrap_or_default()),
             "publish_all_s": (publish_s * 100.0).round() / 100.0,
+            "first_read_call_ms": ms(first_read_call.unwrap_or_default()),
+            "first_report_ms": ms(first_report.unwrap_or_default()),
             "link_all_s": (link_all_s * 100.0).round() / 100.0,
             "provision_s": (provision_s * 100.0).round() / 100.0,
             "baseline_p50_ms": ms(percentile(&baseline, 0.5)),
