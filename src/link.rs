@@ -407,3 +407,54 @@ impl Resident {
         (restarts, memo)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn private_files_are_0600_and_replaced_whole() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("link.json");
+        write_private(&p, b"one").unwrap();
+        write_private(&p, b"two").unwrap();
+        assert_eq!(std::fs::read(&p).unwrap(), b"two");
+        let mode = std::fs::metadata(&p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+        let left: Vec<_> = std::fs::read_dir(d.path()).unwrap().collect();
+        assert_eq!(left.len(), 1, "no temporary file is left behind");
+    }
+
+    #[test]
+    fn a_node_that_never_enrolled_has_no_link() {
+        let d = tempfile::tempdir().unwrap();
+        assert!(load(d.path()).unwrap().is_none());
+        assert!(Resident::start(d.path(), Duration::from_secs(1))
+            .unwrap()
+            .is_none());
+    }
+
+    #[test]
+    fn the_sink_queues_the_event_and_wakes_the_poll_loop() {
+        // SAFETY: eventfd(2) with flags only; owned at once.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+        assert!(fd >= 0);
+        let (tx, rx) = mpsc::channel();
+        let wake = Wake {
+            tx: std::sync::Mutex::new(tx),
+            // SAFETY: fd was just returned by eventfd.
+            fd: unsafe { OwnedFd::from_raw_fd(fd) },
+        };
+        link::Sink::event(&wake, link::Event::Contact(SystemTime::now()));
+        let mut pfd = libc::pollfd {
+            fd: wake.fd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd.
+        let ready = unsafe { libc::poll(&mut pfd, 1, 0) };
+        assert_eq!(ready, 1, "the eventfd is readable");
+        assert!(matches!(rx.try_recv(), Ok(link::Event::Contact(_))));
+    }
+}

@@ -131,6 +131,7 @@ impl Rabbit {
         exec::require("setpriv", "util-linux")?;
         exec::require("rabbitmqctl", "rabbitmq-server")?;
         exec::require("openssl", "openssl")?;
+        sweep_stale();
         let n = NEXT.fetch_add(1, Ordering::Relaxed);
         let name = format!("mhb{}x{n}", std::process::id());
         // The broker runs as `rabbitmq`, so its directory and every parent must be readable by it.
@@ -206,6 +207,8 @@ impl Rabbit {
         .into_iter()
         .map(|(k, v)| (k.to_string(), v))
         .collect();
+        let env_text: String = env.iter().map(|(k, v)| format!("{k}={v}\n")).collect();
+        write(dir.join("env"), &env_text)?;
         let ctl = Ctl {
             node: format!("{name}@localhost"),
             env,
@@ -349,12 +352,20 @@ impl Rabbit {
 }
 
 fn stop_ctl(ctl: &Ctl) {
+    let pid = ctl.pid();
     if ctl.stop().is_err() {
-        if let Some(pid) = ctl.pid() {
+        if let Some(pid) = pid {
             // SAFETY: kill(2) on the broker VM's own pid, read from the pid file it wrote.
             unsafe {
                 libc::kill(pid, libc::SIGKILL);
             }
+        }
+    }
+    // epmd refuses to go while it still lists the node: wait for the VM to be gone first.
+    if let Some(pid) = pid {
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while Path::new(&format!("/proc/{pid}")).exists() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
         }
     }
     // Its own epmd, started on its own port, goes with it.
@@ -366,6 +377,42 @@ fn stop_ctl(ctl: &Ctl) {
         );
     }
     let _ = std::fs::remove_dir_all(&ctl.dir);
+}
+
+/// Stops what brokers of test processes that died (an abort runs no exit hook) left behind:
+/// their VMs, their epmd and their directories. Brokers of live processes are left alone.
+fn sweep_stale() {
+    let Ok(entries) = std::fs::read_dir("/tmp") else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let Some(rest) = name.strip_prefix("mesh-broker-") else {
+            continue;
+        };
+        let Some(owner) = rest.split('-').next().and_then(|p| p.parse::<u32>().ok()) else {
+            continue;
+        };
+        if Path::new(&format!("/proc/{owner}")).exists() {
+            continue;
+        }
+        let dir = e.path();
+        let Ok(conf) = std::fs::read_to_string(dir.join("env")) else {
+            let _ = std::fs::remove_dir_all(&dir);
+            continue;
+        };
+        let env: Vec<(String, String)> = conf
+            .lines()
+            .filter_map(|l| l.split_once('='))
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let node = env
+            .iter()
+            .find(|(k, _)| k == "RABBITMQ_NODENAME")
+            .map(|(_, v)| v.clone())
+            .unwrap_or_default();
+        stop_ctl(&Ctl { node, env, dir });
+    }
 }
 
 impl Drop for Rabbit {
