@@ -196,8 +196,18 @@ pub fn enrol(host: &Host<'_>, text: &str) -> Result<ExitCode> {
         token.brokers.join(", "),
         &token.fingerprint[..16]
     );
-    // A resident host already running picks the new identity up when it is next started.
+    // A resident host already running takes the new identity up at once.
+    if crate::resident::tell_resident(host.root) {
+        tracing::info!("told the resident host that a new enrolment is stored");
+    }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Whether the enrolment stored differs from the one `running` was started with (a new token
+/// was enrolled, or the node was enrolled while the resident host ran unlinked).
+pub fn changed(root: &Path, running: Option<&Resident>) -> bool {
+    let stored = load(root).ok().flatten().map(|l| l.token);
+    stored != running.map(|r| r.state.token.clone())
 }
 
 /// The core's side of the seam: events queued for the poll loop, which an eventfd wakes.

@@ -262,6 +262,20 @@ pub fn run(host: &Host<'_>, opts: &Options) -> Result<ExitCode> {
                 continue;
             }
         }
+        if heard.new_declaration && crate::link::changed(host.root, linked.as_ref()) {
+            // `mesh-host enrol` stored a new identity: the old link goes, the new one starts.
+            if let Some(l) = linked.take() {
+                l.handle.stop();
+            }
+            linked = match crate::link::Resident::start(host.root, opts.heartbeat) {
+                Ok(l) => l,
+                Err(e) => {
+                    tracing::error!(error = %crate::cli::error_text(&e), "the new link cannot start; running disconnected");
+                    None
+                }
+            };
+            tracing::info!("a new enrolment is stored; the link was started again with it");
+        }
         if heard.rouse || heard.new_declaration {
             reconcile_due = true;
             why = if heard.new_declaration {

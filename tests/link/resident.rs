@@ -322,3 +322,30 @@ fn a_reenrolment_token_revokes_the_running_identity() {
         "the old identity received it"
     );
 }
+
+#[test]
+fn enrolling_while_the_host_runs_links_it_at_once() {
+    let bed = bed();
+    let mut ctl = bed.controller();
+    let node = "run-late";
+    let (_d, r) = root();
+    // The host runs before the node is enrolled: it reconciles and holds no link.
+    let host = bed.resident(&r);
+    assert!(
+        host.wait_log("resident host started", 1, WAIT),
+        "{}",
+        host.log()
+    );
+    let issued = ctl.issue(node, Duration::from_secs(600)).unwrap();
+    let out = bed.enrol(&r, &issued.text);
+    assert!(out.success(), "{}", out.stderr);
+    ctl.take_enrolments(Duration::from_secs(20)).unwrap();
+    // `enrol` tells it; it links with the new identity without a restart.
+    linked(&mut ctl, node);
+    declare_and_wait(&mut ctl, node, 1, "linked late\n");
+    assert!(
+        host.log().contains("a new enrolment is stored"),
+        "{}",
+        host.log()
+    );
+}
