@@ -124,6 +124,20 @@ fn nodes(a: &[String]) {
     drop(rt);
 }
 
+/// CPU seconds (user and system) a process has used so far, from /proc.
+fn cpu_s(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // The fields after the command's closing parenthesis; utime and stime are the 12th and 13th.
+    let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: f64 = [11, 12]
+        .iter()
+        .filter_map(|i| f.get(*i).and_then(|v| v.parse::<f64>().ok()))
+        .sum();
+    // SAFETY: sysconf with a valid name.
+    ticks / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64
+}
+
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
     if sorted.is_empty() {
         return Duration::ZERO;
@@ -213,6 +227,18 @@ fn controller(n: usize, procs: usize) {
     let rss_linked = rabbit.rss_bytes().unwrap_or(0);
 
     // One declaration per linked node; the time from its publish to its verified report.
+    let broker_pid: u32 = std::fs::read_to_string(rabbit.dir.join("pid"))
+        .unwrap_or_default()
+        .trim()
+        .parse()
+        .unwrap_or(0);
+    let node_pids: Vec<u32> = children.iter().map(|c| c.id()).collect();
+    let me = std::process::id();
+    let cpu_before = (
+        cpu_s(broker_pid),
+        node_pids.iter().map(|p| cpu_s(*p)).sum::<f64>(),
+        cpu_s(me),
+    );
     let mut published = HashMap::new();
     let t = Instant::now();
     for i in 0..n {
@@ -257,6 +283,12 @@ fn controller(n: usize, procs: usize) {
             down.push(Duration::from_micros(at_node.saturating_sub(p_us)));
         }
     }
+    let round_s = publish_start.elapsed().as_secs_f64();
+    let cpu = (
+        cpu_s(broker_pid) - cpu_before.0,
+        node_pids.iter().map(|p| cpu_s(*p)).sum::<f64>() - cpu_before.1,
+        cpu_s(me) - cpu_before.2,
+    );
     lat.sort();
     down.sort();
     let rss_after = rabbit.rss_bytes().unwrap_or(0);
@@ -279,6 +311,10 @@ fn controller(n: usize, procs: usize) {
             "down_p99_ms": ms(percentile(&down, 0.99)),
             "down_max_ms": ms(down.last().copied().unwrap_or_default()),
             "publish_all_s": (publish_s * 100.0).round() / 100.0,
+            "round_s": (round_s * 100.0).round() / 100.0,
+            "round_cpu_broker_s": (cpu.0 * 100.0).round() / 100.0,
+            "round_cpu_nodes_s": (cpu.1 * 100.0).round() / 100.0,
+            "round_cpu_controller_s": (cpu.2 * 100.0).round() / 100.0,
             "first_read_call_ms": ms(first_read_call.unwrap_or_default()),
             "first_report_ms": ms(first_report.unwrap_or_default()),
             "link_all_s": (link_all_s * 100.0).round() / 100.0,

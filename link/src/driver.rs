@@ -116,6 +116,9 @@ impl Handle {
     }
 }
 
+/// How long a closing connection may take to say goodbye before it is dropped.
+const CLOSE_WAIT: Duration = Duration::from_secs(2);
+
 /// Reports waiting for a link, the newest kept when too many pile up.
 const PENDING_REPORTS: usize = 16;
 
@@ -212,7 +215,9 @@ impl Runner {
                     });
                     let ended = self.serve(&s, unlinked_for, &mut last_contact).await;
                     last_contact = Some(SystemTime::now());
-                    s.close().await;
+                    // A connection that went dead (a suspended machine's) would never answer
+                    // the close: it gets a moment, then is dropped.
+                    let _ = tokio::time::timeout(CLOSE_WAIT, s.close()).await;
                     match ended {
                         Ended::Stopped => return,
                         Ended::Roused => "roused: the connection was ended".to_string(),
@@ -248,9 +253,16 @@ impl Runner {
         last_contact: &mut Option<SystemTime>,
     ) -> Ended {
         let node = self.config.node.clone();
-        let mut rx = match s.consume(&names::node_queue(&node), 8).await {
-            Ok(rx) => rx,
-            Err(e) => return Ended::Lost(e.to_string()),
+        let queue = names::node_queue(&node);
+        let consume = tokio::time::timeout(self.config.attempt_deadline, s.consume(&queue, 8));
+        let mut rx = tokio::select! {
+            r = consume => match r {
+                Ok(Ok(rx)) => rx,
+                Ok(Err(e)) => return Ended::Lost(e.to_string()),
+                Err(_) => return Ended::Lost("the broker did not answer the consume".into()),
+            },
+            _ = self.rouse.notified() => return Ended::Roused,
+            _ = self.stop.changed() => return Ended::Stopped,
         };
         // The first heartbeat says how long the node was unlinked, and the reports that waited
         // go out now.
