@@ -8,6 +8,10 @@
 //! real Docker engine inside a machine. Everything is removed when the lab drops, and
 //! [`Lab::sweep_stale`] removes what crashed runs left.
 //!
+//! For the link there is a real RabbitMQ broker with TLS ([`Rabbit`]), the controller's stand-in
+//! ([`Controller`]: tokens, signed declarations, verified reports), and [`Relay`] and [`Hung`] to
+//! give a node in a namespace a path to the broker that can be cut, or one that never answers.
+//!
 //! The lab needs root, `iproute2` and `util-linux` (`nsenter`); listeners need `busybox-static`;
 //! the Docker engine needs `docker.io`. A missing prerequisite is an error, never a silent skip.
 //!
