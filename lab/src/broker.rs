@@ -122,6 +122,34 @@ impl Rabbit {
     /// Starts a broker with a fresh certificate on ports of its own and waits until it answers.
     /// Needs root, `rabbitmq-server` and `openssl`; a missing one is an error, never a skip.
     pub fn start() -> Result<Rabbit> {
+        Self::start_with(None)
+    }
+
+    /// Starts a cluster of `n` brokers on this machine: one epmd shared by its members (so they
+    /// find each other), one certificate presented by every member (the pin is one fingerprint),
+    /// the others joined to the first. Users, permissions and queue definitions are the
+    /// cluster's; a classic queue lives on the member it was declared on.
+    pub fn cluster(n: usize) -> Result<Vec<Rabbit>> {
+        let first = Self::start_with(None)?;
+        let mut members = vec![];
+        for _ in 1..n {
+            let m = Self::start_with(Some(&first))?;
+            m.ctl.run(&["stop_app"])?;
+            m.ctl.run(&["join_cluster", &first.ctl.node])?;
+            m.ctl.run(&["start_app"])?;
+            m.ctl.run(&["await_startup"])?;
+            members.push(m);
+        }
+        members.insert(0, first);
+        Ok(members)
+    }
+
+    /// The node name `rabbitmqctl` and the cluster know this broker by.
+    pub fn node_name(&self) -> &str {
+        &self.ctl.node
+    }
+
+    fn start_with(join: Option<&Rabbit>) -> Result<Rabbit> {
         // SAFETY: geteuid has no preconditions.
         let uid = unsafe { libc::geteuid() };
         if uid != 0 {
@@ -142,15 +170,22 @@ impl Rabbit {
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755))
             .map_err(|e| Error::io(&dir, e))?;
-        exec::run_ok(
-            Command::new("openssl")
-                .args(["req", "-x509", "-newkey", "ec", "-pkeyopt"])
-                .args(["ec_paramgen_curve:prime256v1", "-nodes", "-days", "3"])
-                .args(["-subj", "/CN=mesh-broker", "-keyout"])
-                .arg(dir.join("key.pem"))
-                .arg("-out")
-                .arg(dir.join("cert.pem")),
-        )?;
+        if let Some(other) = join {
+            for f in ["key.pem", "cert.pem"] {
+                std::fs::copy(other.dir.join(f), dir.join(f))
+                    .map_err(|e| Error::io(dir.join(f), e))?;
+            }
+        } else {
+            exec::run_ok(
+                Command::new("openssl")
+                    .args(["req", "-x509", "-newkey", "ec", "-pkeyopt"])
+                    .args(["ec_paramgen_curve:prime256v1", "-nodes", "-days", "3"])
+                    .args(["-subj", "/CN=mesh-broker", "-keyout"])
+                    .arg(dir.join("key.pem"))
+                    .arg("-out")
+                    .arg(dir.join("cert.pem")),
+            )?;
+        }
         let der = exec::run_ok(
             Command::new("openssl")
                 .args(["x509", "-outform", "der", "-in"])
@@ -168,8 +203,22 @@ impl Rabbit {
             .collect();
         let port = free_port()?;
         let dist_port = free_port()?;
-        let epmd_port = free_port()?;
-        let admin_password = format!("admin-{}-{n}", std::process::id());
+        let epmd_port = match join {
+            Some(other) => other
+                .ctl
+                .env
+                .iter()
+                .find(|(k, _)| k == "ERL_EPMD_PORT")
+                .and_then(|(_, v)| v.parse().ok())
+                .unwrap_or(free_port()?),
+            None => free_port()?,
+        };
+        // A member that joins a cluster takes the cluster's users, the first member's
+        // administrator among them.
+        let admin_password = match join {
+            Some(other) => other.admin_password.clone(),
+            None => format!("admin-{}-{n}", std::process::id()),
+        };
         let conf = format!(
             "listeners.tcp = none\n\
              listeners.ssl.default = 127.0.0.1:{port}\n\

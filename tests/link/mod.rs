@@ -6,6 +6,7 @@
 //! controller is the lab's stand-in (`lab::Controller`).
 
 mod broker_side;
+mod cluster;
 mod enrol;
 mod resident;
 
@@ -26,8 +27,12 @@ pub struct Bed {
 
 impl Bed {
     pub fn new() -> Bed {
+        Bed::around(lab::Rabbit::start().expect("a RabbitMQ broker with TLS"))
+    }
+
+    /// A node's namespace and a relay to `rabbit`.
+    pub fn around(rabbit: lab::Rabbit) -> Bed {
         let lab = shared_lab();
-        let rabbit = lab::Rabbit::start().expect("a RabbitMQ broker with TLS");
         let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let node = lab
             .machine(&format!("ln{n}"))
