@@ -59,6 +59,8 @@ pub struct Controller {
     open_tokens: HashMap<String, String>,
     /// Names this controller's own queues.
     tag: String,
+    /// Whether its queues and the nodes' are quorum queues (a cluster).
+    quorum: bool,
 }
 
 fn amqp(what: &str, e: impl std::fmt::Display) -> Error {
@@ -108,6 +110,16 @@ pub fn node_definitions(node: &str, password: &str, vhost: &str) -> (Value, Valu
     )
 }
 
+/// `x-queue-type: quorum`: the queue replicated on a majority of the cluster's members.
+fn quorum_arguments() -> amqprs::FieldTable {
+    let mut t = amqprs::FieldTable::new();
+    t.insert(
+        "x-queue-type".try_into().expect("a field name"),
+        amqprs::FieldValue::S("quorum".try_into().expect("a string")),
+    );
+    t
+}
+
 type Opened = (
     link::Session,
     UnboundedReceiver<amqprs::channel::ConsumerMessage>,
@@ -120,6 +132,7 @@ fn open_session(
     only: &link::Broker,
     admin: &link::Credentials,
     tag: &str,
+    quorum: bool,
 ) -> Result<Opened> {
     rt.block_on(async {
         let s = link::open(only, admin, Duration::from_secs(30))
@@ -144,7 +157,10 @@ fn open_session(
             (enrol_q.as_str(), names::ENROL_EXCHANGE),
         ] {
             let mut a = QueueDeclareArguments::new(q);
-            a.exclusive(true).auto_delete(true);
+            a.durable(true);
+            if quorum {
+                a.arguments(quorum_arguments());
+            }
             s.chan
                 .queue_declare(a.finish())
                 .await
@@ -229,7 +245,7 @@ impl Controller {
             ..broker.clone()
         };
         let tag = link::random_hex(4).map_err(link_error)?;
-        let (session, upward, enrolments) = open_session(&rt, &only, &admin, &tag)?;
+        let (session, upward, enrolments) = open_session(&rt, &only, &admin, &tag, false)?;
         Ok(Controller {
             rt,
             session: Some(session),
@@ -241,7 +257,36 @@ impl Controller {
             nodes: HashMap::new(),
             open_tokens: HashMap::new(),
             tag,
+            quorum: false,
         })
+    }
+
+    /// Like [`Controller::connect_to`] on a cluster: its own queues and every node's queue are
+    /// quorum queues, replicated on a majority of the members, so they outlive any one member.
+    pub fn connect_quorum(rabbit: &Rabbit, addrs: Vec<String>) -> Result<Controller> {
+        let mut c = Self::connect_to(rabbit, addrs)?;
+        // The classic queues just declared go; the quorum ones take their names.
+        c.drop_own_queues();
+        c.quorum = true;
+        c.reconnect(rabbit)?;
+        Ok(c)
+    }
+
+    fn drop_own_queues(&self) {
+        if let Some(s) = &self.session {
+            for q in [
+                format!("ctl.{}.upward", self.tag),
+                format!("ctl.{}.enrol", self.tag),
+            ] {
+                let _ = self.rt.block_on(async {
+                    tokio::time::timeout(
+                        Duration::from_secs(5),
+                        s.chan.queue_delete(QueueDeleteArguments::new(&q)),
+                    )
+                    .await
+                });
+            }
+        }
     }
 
     /// Connects again (after the broker restarted), keeping the key, the nodes and the tokens.
@@ -254,7 +299,10 @@ impl Controller {
             addrs: vec![rabbit.addr()],
             ..self.broker.clone()
         };
-        let (session, upward, enrolments) = open_session(&self.rt, &only, &admin, &self.tag)?;
+        let (session, upward, enrolments) =
+            open_session(&self.rt, &only, &admin, &self.tag, self.quorum)?;
+        // The old session is dropped inside the runtime (amqprs closes from a task).
+        let _g = self.rt.enter();
         self.session = Some(session);
         self.upward = upward;
         self.enrolments = enrolments;
@@ -271,6 +319,11 @@ impl Controller {
         let vhost = self.broker.vhost.clone();
         let enrol_user = names::enrol_user(&id);
         let (u, p, t) = node_definitions(node, &password, &vhost);
+        let queue_args = if self.quorum {
+            json!({"x-queue-type": "quorum"})
+        } else {
+            json!({})
+        };
         let defs = json!({
             "users": [
                 u,
@@ -290,9 +343,9 @@ impl Controller {
             ],
             "queues": [
                 {"name": names::node_queue(node), "vhost": vhost, "durable": true,
-                 "auto_delete": false, "arguments": {}},
+                 "auto_delete": false, "arguments": queue_args},
                 {"name": names::enrol_queue(&id), "vhost": vhost, "durable": true,
-                 "auto_delete": false, "arguments": {}},
+                 "auto_delete": false, "arguments": queue_args},
             ],
         });
         self.ctl.import(&defs)?;
