@@ -16,7 +16,11 @@ use std::process::{Child, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-pub const BIN: &str = env!("CARGO_BIN_EXE_mesh-host");
+/// The binary the nodes run: the built one, or another named by `MESH_HOST_LINK_BIN` (the
+/// static binary `packaging/build-static` makes, to check the link works in it too).
+pub fn bin() -> String {
+    std::env::var("MESH_HOST_LINK_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_mesh-host").into())
+}
 
 /// The broker, the node's namespace and the relay between them.
 pub struct Bed {
@@ -56,7 +60,7 @@ impl Bed {
         self.node
             .run_timeout(
                 &[
-                    BIN,
+                    bin().as_str(),
                     "--root",
                     root.to_str().unwrap(),
                     "enrol",
@@ -72,8 +76,9 @@ impl Bed {
     pub fn resident(&self, root: &Path) -> Resident {
         let log = root.with_extension("run.log");
         let file = std::fs::File::create(&log).unwrap();
+        let bin = bin();
         let mut cmd = self.node.command(&[
-            BIN,
+            bin.as_str(),
             "--root",
             root.to_str().unwrap(),
             "run",
