@@ -220,10 +220,20 @@ pub fn in_force(sock: &mut NfSocket, spec: &FilterSpec) -> Result<bool> {
 /// Puts the filter in force as `spec` says, in one transaction; `true` when it had to be
 /// written. Idempotent.
 pub fn ensure(sock: &mut NfSocket, spec: &FilterSpec) -> Result<bool> {
-    if in_force(sock, spec)? {
+    // The filter takes the guard's place: a guard chain beside it (put back by a resident host
+    // that had not heard of the flip yet) goes in the same transaction.
+    let guard = sock
+        .chains(Some(Family::Inet))?
+        .iter()
+        .any(|c| c.table == MESH_TABLE && c.name == crate::guard::GUARD_CHAIN);
+    if !guard && in_force(sock, spec)? {
         return Ok(false);
     }
     let mut batch = Batch::new();
+    if guard {
+        batch.flush(Family::Inet, MESH_TABLE, Some(crate::guard::GUARD_CHAIN))?;
+        batch.del_chain(Family::Inet, MESH_TABLE, crate::guard::GUARD_CHAIN)?;
+    }
     // A chain at the wrong hook or priority cannot be changed in place: it is deleted and made
     // again in the same transaction.
     remove_misplaced(sock, &mut batch)?;
