@@ -262,9 +262,9 @@ pub fn run(host: &Host<'_>, opts: &Options) -> Result<ExitCode> {
                 return Ok(ExitCode::SUCCESS);
             }
             if from_link.reconnected {
+                // Declarations may have been missed while unlinked.
                 reconcile_due = true;
                 why = "reconnect";
-                continue;
             }
         }
         if heard.new_declaration && crate::link::changed(host.root, linked.as_ref()) {
@@ -288,6 +288,9 @@ pub fn run(host: &Host<'_>, opts: &Options) -> Result<ExitCode> {
             } else {
                 "rouse"
             };
+            continue;
+        }
+        if reconcile_due {
             continue;
         }
         if let Some(m) = monitor.as_mut() {
