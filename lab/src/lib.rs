@@ -8,6 +8,10 @@
 //! real Docker engine inside a machine. Everything is removed when the lab drops, and
 //! [`Lab::sweep_stale`] removes what crashed runs left.
 //!
+//! For the link there is a real RabbitMQ broker with TLS ([`Rabbit`]), the controller's stand-in
+//! ([`Controller`]: tokens, signed declarations, verified reports), and [`Relay`] and [`Hung`] to
+//! give a node in a namespace a path to the broker that can be cut, or one that never answers.
+//!
 //! The lab needs root, `iproute2` and `util-linux` (`nsenter`); listeners need `busybox-static`;
 //! the Docker engine needs `docker.io`. A missing prerequisite is an error, never a silent skip.
 //!
@@ -36,6 +40,8 @@
 //! # Ok::<(), lab::Error>(())
 //! ```
 
+mod broker;
+mod controller;
 mod docker;
 mod error;
 mod exec;
@@ -44,9 +50,12 @@ mod lab;
 mod machine;
 mod netns;
 mod probe;
+mod relay;
 mod topology;
 
 pub use crate::{
+    broker::{free_port, Ctl, Rabbit, ADMIN_USER},
+    controller::{node_definitions, password_hash, Controller, Issued, Upward},
     docker::{Docker, BUSYBOX_IMAGE},
     error::{Error, Result},
     exec::{run, run_ok, Output, Process, DEFAULT_TIMEOUT},
@@ -55,5 +64,6 @@ pub use crate::{
     machine::Machine,
     netns::NETNS_DIR,
     probe::{Probe, UdpEcho},
+    relay::{Hung, Relay},
     topology::{addr, Adoption},
 };
