@@ -53,6 +53,19 @@ pub enum Command {
         /// never).
         #[arg(long, value_name = "MILLIS", default_value_t = 5000)]
         legacy_period: u64,
+        /// Seconds between heartbeats sent up the link, on an enrolled node.
+        #[arg(long, value_name = "SECONDS", default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..))]
+        heartbeat: u64,
+    },
+    /// Join the mesh with a one-time token: dial the broker it names, check its certificate
+    /// against the token's fingerprint before sending anything, present the token's secret and
+    /// this node's own public key (made here; the private key never leaves the store), report the
+    /// profile and inventory, and keep the identity and credentials received. A malformed,
+    /// expired or already-used token is refused (exit 2) and nothing is stored.
+    #[command(after_help = EXIT_CODES)]
+    Enrol {
+        #[arg(long, value_name = "TOKEN")]
+        token: String,
     },
     /// Apply the stored declaration again: repairs drift, puts back what is missing.
     #[command(after_help = EXIT_CODES)]
@@ -288,14 +301,17 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Command::Run {
             period,
             legacy_period,
+            heartbeat,
         } => crate::resident::run(
             &host(&cli.root),
             &crate::resident::Options {
                 period: std::time::Duration::from_secs(period),
                 legacy_period: std::time::Duration::from_millis(legacy_period),
+                heartbeat: std::time::Duration::from_secs(heartbeat),
                 ..Default::default()
             },
         ),
+        Command::Enrol { token } => crate::link::enrol(&host(&cli.root), &token),
         Command::Reconcile { json } => match apply::reconcile(&host(&cli.root)) {
             // A reconcile that did not fail proves this binary works on this machine: it is the
             // version the launcher rolls back to, and its start attempts are no longer counted.

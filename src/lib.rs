@@ -11,6 +11,7 @@ pub mod failpoint;
 pub mod genesis;
 pub mod inventory;
 pub mod launch;
+pub mod link;
 pub mod resident;
 pub mod runner;
 pub mod status;

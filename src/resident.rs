@@ -28,6 +28,8 @@ pub struct Options {
     pub quiet: Duration,
     /// The longest a re-check waits for quiet after the first change.
     pub patience: Duration,
+    /// Between heartbeats sent up the link, on an enrolled node.
+    pub heartbeat: Duration,
 }
 
 impl Default for Options {
@@ -37,6 +39,7 @@ impl Default for Options {
             legacy_period: Duration::from_secs(5),
             quiet: Duration::from_millis(3),
             patience: Duration::from_millis(25),
+            heartbeat: Duration::from_secs(60),
         }
     }
 }
@@ -156,6 +159,16 @@ pub fn run(host: &Host<'_>, opts: &Options) -> Result<ExitCode> {
     let pid_path = pid_file(host.root);
     std::fs::write(&pid_path, format!("{}\n", std::process::id()))
         .with_context(|| format!("writing {}", pid_path.display()))?;
+    // The link's thread starts after the signals are blocked, so it inherits the mask and every
+    // signal is read here. A node that cannot start its link runs disconnected: it still
+    // reconciles against its store.
+    let mut linked = match crate::link::Resident::start(host.root, opts.heartbeat) {
+        Ok(l) => l,
+        Err(e) => {
+            tracing::error!(error = %crate::cli::error_text(&e), "the link cannot start; running disconnected");
+            None
+        }
+    };
     let mut monitor = match firewall::NfMonitor::open() {
         Ok(m) => Some(m),
         Err(e) => {
@@ -210,6 +223,9 @@ pub fn run(host: &Host<'_>, opts: &Options) -> Result<ExitCode> {
                 Ok(None) => tracing::info!(trigger = why, "nothing is stored to reconcile yet"),
                 Err(e) => tracing::error!(trigger = why, error = %e, "reconcile failed"),
             }
+            if let Some(l) = &linked {
+                l.refresh_state(host.root);
+            }
             // A change heard during the reconcile is covered by it.
             if let Some(m) = monitor.as_mut() {
                 let _ = m.generations();
@@ -220,8 +236,50 @@ pub fn run(host: &Host<'_>, opts: &Options) -> Result<ExitCode> {
         let heard = signals.drain();
         if heard.stop {
             tracing::info!("stopping: asked to, and no apply is under way");
+            if let Some(l) = &linked {
+                l.handle.stop();
+            }
             let _ = std::fs::remove_file(&pid_path);
             return Ok(ExitCode::SUCCESS);
+        }
+        if heard.rouse {
+            // The connection or attempt under way may be one that will never return.
+            if let Some(l) = &linked {
+                l.handle.rouse();
+            }
+        }
+        if let Some(l) = linked.as_mut() {
+            let from_link = l.handle_events(host);
+            if from_link.memo.is_some() {
+                memo = from_link.memo;
+            }
+            if from_link.restarts_host {
+                tracing::info!(
+                    "a new mesh-host binary is installed; exiting for the launcher to start it"
+                );
+                l.handle.stop();
+                let _ = std::fs::remove_file(&pid_path);
+                return Ok(ExitCode::SUCCESS);
+            }
+            if from_link.reconnected {
+                // Declarations may have been missed while unlinked.
+                reconcile_due = true;
+                why = "reconnect";
+            }
+        }
+        if heard.new_declaration && crate::link::changed(host.root, linked.as_ref()) {
+            // `mesh-host enrol` stored a new identity: the old link goes, the new one starts.
+            if let Some(l) = linked.take() {
+                l.handle.stop();
+            }
+            linked = match crate::link::Resident::start(host.root, opts.heartbeat) {
+                Ok(l) => l,
+                Err(e) => {
+                    tracing::error!(error = %crate::cli::error_text(&e), "the new link cannot start; running disconnected");
+                    None
+                }
+            };
+            tracing::info!("a new enrolment is stored; the link was started again with it");
         }
         if heard.rouse || heard.new_declaration {
             reconcile_due = true;
@@ -230,6 +288,9 @@ pub fn run(host: &Host<'_>, opts: &Options) -> Result<ExitCode> {
             } else {
                 "rouse"
             };
+            continue;
+        }
+        if reconcile_due {
             continue;
         }
         if let Some(m) = monitor.as_mut() {
@@ -337,6 +398,9 @@ pub fn run(host: &Host<'_>, opts: &Options) -> Result<ExitCode> {
         let mut fds = vec![signals.fd.as_raw_fd()];
         if let Some(m) = &monitor {
             fds.push(m.as_raw_fd());
+        }
+        if let Some(l) = &linked {
+            fds.push(l.fd());
         }
         wait(&fds, until.saturating_duration_since(Instant::now()));
     }

@@ -10,6 +10,7 @@ mod firewall_lab;
 mod genesis_lab;
 mod inventory_lab;
 mod launcher;
+mod link;
 mod output;
 mod packages;
 mod services;

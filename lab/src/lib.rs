@@ -9,6 +9,10 @@
 //! checks run on, with a found firewall of each [`FoundKind`]. Everything is removed when the lab
 //! drops, and [`Lab::sweep_stale`] removes what crashed runs left.
 //!
+//! For the link there is a real RabbitMQ broker with TLS ([`Rabbit`]), the controller's stand-in
+//! ([`Controller`]: tokens, signed declarations, verified reports), and [`Relay`] and [`Hung`] to
+//! give a node in a namespace a path to the broker that can be cut, or one that never answers.
+//!
 //! The lab needs root, `iproute2` and `util-linux` (`nsenter`); listeners need `busybox-static`;
 //! the Docker engine needs `docker.io`. A missing prerequisite is an error, never a silent skip.
 //!
@@ -38,6 +42,8 @@
 //! ```
 
 mod bed;
+mod broker;
+mod controller;
 mod docker;
 mod error;
 mod exec;
@@ -47,6 +53,7 @@ mod lab;
 mod machine;
 mod netns;
 mod probe;
+mod relay;
 mod topology;
 mod units;
 
@@ -55,6 +62,8 @@ pub use crate::{
         module_resources, ports, serve, stand_in_bundle, Bed, FILE_MODULE, FILE_MODULE_FILE,
         HELD_FILE, OLD_REGISTRY, SERVICE_MODULE, UNDECLARED_CONTAINER,
     },
+    broker::{free_port, Ctl, Rabbit, ADMIN_USER},
+    controller::{node_definitions, password_hash, Controller, Issued, Upward},
     docker::{Docker, EngineOptions, BUSYBOX_IMAGE},
     error::{Error, Result},
     exec::{run, run_ok, Output, Process, DEFAULT_TIMEOUT},
@@ -64,6 +73,7 @@ pub use crate::{
     machine::Machine,
     netns::NETNS_DIR,
     probe::{Probe, UdpEcho},
+    relay::{Hung, Relay},
     topology::{addr, Adoption},
     units::StubSystemctl,
 };

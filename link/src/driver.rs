@@ -1,0 +1,441 @@
+//! The running link: one outbound connection kept with capped exponential backoff and jitter,
+//! the node's queue consumed and every delivery verified, reports and heartbeats published, and
+//! a rouse that ends the attempt (or the connection) under way. The core is on the other side of
+//! [`Sink`] and [`Handle`]: the link hands it verified declaration bytes and events, and takes
+//! report bytes back. It knows nothing of the store or of what a declaration means.
+
+use crate::backoff::Backoff;
+use crate::envelope::{self, Refusal, Verified};
+use crate::error::Error;
+use crate::names;
+use crate::session::{self, Broker, Credentials, Session};
+use ed25519_dalek::{SigningKey, VerifyingKey};
+use serde_json::json;
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use tokio::sync::{mpsc, oneshot, watch, Notify};
+
+/// Everything the link needs to run, handed over by the core from its store.
+#[derive(Clone)]
+pub struct Config {
+    pub node: String,
+    pub broker: Broker,
+    pub credentials: Credentials,
+    /// The controller's key every declaration must be signed by.
+    pub controller: VerifyingKey,
+    /// The node's own key, which signs what it sends upward.
+    pub node_key: SigningKey,
+    /// The last declaration version the core accepted: only newer ones are.
+    pub last_version: u64,
+    /// When the node last heard from the broker (the core keeps it across restarts).
+    pub last_contact: Option<SystemTime>,
+    /// Between heartbeats.
+    pub heartbeat: Duration,
+    /// The backoff's first wait and its cap.
+    pub backoff_base: Duration,
+    pub backoff_cap: Duration,
+    /// The longest one attempt to reach one address may take.
+    pub attempt_deadline: Duration,
+}
+
+/// What the link tells the core.
+#[derive(Debug)]
+pub enum Event {
+    /// Linked to a broker; `unlinked_for` is how long since the last contact (None: never).
+    Linked {
+        addr: String,
+        unlinked_for: Option<Duration>,
+    },
+    /// The link was lost or an attempt failed; the next attempt is after `retry_in`.
+    Unlinked { why: String, retry_in: Duration },
+    /// A declaration that verified. The core calls [`Receipt::done`] once it is stored, and only
+    /// then is the delivery acknowledged to the broker.
+    Declaration(Verified, Receipt),
+    /// A delivery that was refused (and acknowledged, so it is not delivered again).
+    Refused(Refusal),
+    /// The broker was heard from (a heartbeat went out): the core may record the time.
+    Contact(SystemTime),
+}
+
+/// The core's word that a declaration is stored.
+#[derive(Debug)]
+pub struct Receipt(Option<oneshot::Sender<()>>);
+
+impl Receipt {
+    pub fn done(mut self) {
+        if let Some(tx) = self.0.take() {
+            let _ = tx.send(());
+        }
+    }
+}
+
+/// The core's side of the seam: it is handed the link's events. It must not block.
+pub trait Sink: Send + Sync + 'static {
+    fn event(&self, event: Event);
+}
+
+enum Out {
+    Report(Vec<u8>),
+}
+
+/// The core's handle on a running link.
+#[derive(Clone)]
+pub struct Handle {
+    out: mpsc::UnboundedSender<Out>,
+    rouse: Arc<Notify>,
+    stop: watch::Sender<bool>,
+    state: Arc<std::sync::Mutex<Vec<u8>>>,
+    rouses: Arc<AtomicU64>,
+}
+
+impl Handle {
+    /// Publishes an apply's report (JSON bytes), now or as soon as the link is back.
+    pub fn report(&self, payload: Vec<u8>) {
+        let _ = self.out.send(Out::Report(payload));
+    }
+
+    /// What the next heartbeats carry (JSON bytes: the version applied, the briefing's outcome).
+    pub fn set_state(&self, payload: Vec<u8>) {
+        if let Ok(mut s) = self.state.lock() {
+            *s = payload;
+        }
+    }
+
+    /// Ends the attempt or the connection under way (not the wait after a failure). Two rouses
+    /// before the link looks are one.
+    pub fn rouse(&self) {
+        self.rouses.fetch_add(1, Ordering::Relaxed);
+        self.rouse.notify_one();
+    }
+
+    /// Stops the link: the connection is closed and the link's task ends.
+    pub fn stop(&self) {
+        let _ = self.stop.send(true);
+    }
+}
+
+/// How long a closing connection may take to say goodbye before it is dropped.
+const CLOSE_WAIT: Duration = Duration::from_secs(2);
+
+/// Reports waiting for a link, the newest kept when too many pile up.
+const PENDING_REPORTS: usize = 16;
+
+/// Makes a link and its handle; the returned future runs it until [`Handle::stop`].
+pub fn link(
+    config: Config,
+    sink: Arc<dyn Sink>,
+) -> (Handle, impl std::future::Future<Output = ()> + Send) {
+    let (out_tx, out_rx) = mpsc::unbounded_channel();
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let handle = Handle {
+        out: out_tx,
+        rouse: Arc::new(Notify::new()),
+        stop: stop_tx,
+        state: Arc::new(std::sync::Mutex::new(b"{}".to_vec())),
+        rouses: Arc::new(AtomicU64::new(0)),
+    };
+    let run = Runner {
+        config,
+        sink,
+        out: out_rx,
+        rouse: handle.rouse.clone(),
+        stop: stop_rx,
+        state: handle.state.clone(),
+        pending: VecDeque::new(),
+        seq: 0,
+    };
+    (handle, run.run())
+}
+
+/// Runs a link on a thread of its own with a single-threaded runtime (the resident host's way).
+pub fn spawn_thread(config: Config, sink: Arc<dyn Sink>) -> std::io::Result<Handle> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let (handle, fut) = link(config, sink);
+    std::thread::Builder::new()
+        .name("link".into())
+        .spawn(move || rt.block_on(fut))?;
+    Ok(handle)
+}
+
+struct Runner {
+    config: Config,
+    sink: Arc<dyn Sink>,
+    out: mpsc::UnboundedReceiver<Out>,
+    rouse: Arc<Notify>,
+    stop: watch::Receiver<bool>,
+    state: Arc<std::sync::Mutex<Vec<u8>>>,
+    pending: VecDeque<Vec<u8>>,
+    seq: u64,
+}
+
+/// How a linked session ended.
+enum Ended {
+    Stopped,
+    Roused,
+    Lost(String),
+}
+
+fn unix(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+impl Runner {
+    async fn run(mut self) {
+        let mut backoff = Backoff::new(self.config.backoff_base, self.config.backoff_cap);
+        let mut last_contact = self.config.last_contact;
+        loop {
+            if *self.stop.borrow() {
+                return;
+            }
+            let started = Instant::now();
+            let attempt = session::open(
+                &self.config.broker,
+                &self.config.credentials,
+                self.config.attempt_deadline,
+            );
+            let opened = tokio::select! {
+                r = attempt => r,
+                _ = self.rouse.notified() => Err(Error::Roused { addr: self.config.broker.addrs.join(", ") }),
+                _ = self.stop.changed() => return,
+            };
+            let why = match opened {
+                Ok(s) => {
+                    backoff.reset();
+                    let unlinked_for = last_contact.map(|t| t.elapsed().unwrap_or(Duration::ZERO));
+                    tracing::info!(addr = %s.addr, millis = started.elapsed().as_millis() as u64, unlinked_s = ?unlinked_for.map(|d| d.as_secs()), "linked");
+                    self.sink.event(Event::Linked {
+                        addr: s.addr.clone(),
+                        unlinked_for,
+                    });
+                    let ended = self.serve(&s, unlinked_for, &mut last_contact).await;
+                    last_contact = Some(SystemTime::now());
+                    // A connection that went dead (a suspended machine's) would never answer
+                    // the close: it gets a moment, then is dropped.
+                    let _ = tokio::time::timeout(CLOSE_WAIT, s.close()).await;
+                    match ended {
+                        Ended::Stopped => return,
+                        Ended::Roused => "roused: the connection was ended".to_string(),
+                        Ended::Lost(why) => why,
+                    }
+                }
+                Err(e) => e.to_string(),
+            };
+            let wait = backoff.wait();
+            tracing::info!(why = %why, retry_in_ms = wait.as_millis() as u64, "unlinked");
+            self.sink.event(Event::Unlinked {
+                why,
+                retry_in: wait,
+            });
+            // The wait is not shortened by a rouse: rouses during it are taken and dropped, so
+            // they neither cut the wait nor end the next attempt the moment it starts.
+            let until = tokio::time::Instant::now() + wait;
+            loop {
+                tokio::select! {
+                    _ = tokio::time::sleep_until(until) => break,
+                    _ = self.rouse.notified() => continue,
+                    _ = self.stop.changed() => return,
+                }
+            }
+        }
+    }
+
+    /// Serves one linked session until it is lost, roused or stopped.
+    async fn serve(
+        &mut self,
+        s: &Session,
+        unlinked_for: Option<Duration>,
+        last_contact: &mut Option<SystemTime>,
+    ) -> Ended {
+        let node = self.config.node.clone();
+        let queue = names::node_queue(&node);
+        let consume = tokio::time::timeout(self.config.attempt_deadline, s.consume(&queue, 8));
+        let mut rx = tokio::select! {
+            r = consume => match r {
+                Ok(Ok(rx)) => rx,
+                Ok(Err(e)) => return Ended::Lost(e.to_string()),
+                Err(_) => return Ended::Lost("the broker did not answer the consume".into()),
+            },
+            _ = self.rouse.notified() => return Ended::Roused,
+            _ = self.stop.changed() => return Ended::Stopped,
+        };
+        // The first heartbeat says how long the node was unlinked, and the reports that waited
+        // go out now.
+        if let Err(e) = self.heartbeat(s, unlinked_for).await {
+            return Ended::Lost(e.to_string());
+        }
+        *last_contact = Some(SystemTime::now());
+        while let Some(r) = self.pending.pop_front() {
+            if let Err(e) = self.send_report(s, &r).await {
+                self.pending.push_front(r);
+                return Ended::Lost(e.to_string());
+            }
+        }
+        let mut beat = tokio::time::interval(self.config.heartbeat);
+        beat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        beat.tick().await;
+        loop {
+            tokio::select! {
+                m = rx.recv() => {
+                    let Some(m) = m else { return Ended::Lost("the broker closed the node's consumer".into()) };
+                    if let Err(e) = self.delivery(s, m).await {
+                        return e;
+                    }
+                }
+                o = self.out.recv() => match o {
+                    Some(Out::Report(r)) => {
+                        if let Err(e) = self.send_report(s, &r).await {
+                            self.keep(r);
+                            return Ended::Lost(e.to_string());
+                        }
+                    }
+                    None => return Ended::Stopped,
+                },
+                _ = beat.tick() => {
+                    if let Err(e) = self.heartbeat(s, None).await {
+                        return Ended::Lost(e.to_string());
+                    }
+                    let now = SystemTime::now();
+                    *last_contact = Some(now);
+                    self.sink.event(Event::Contact(now));
+                }
+                failed = s.conn.listen_network_io_failure() => {
+                    if failed {
+                        return Ended::Lost("the connection to the broker failed".into());
+                    }
+                    return Ended::Lost("the broker closed the connection".into());
+                }
+                _ = self.rouse.notified() => return Ended::Roused,
+                _ = self.stop.changed() => return Ended::Stopped,
+            }
+        }
+    }
+
+    fn keep(&mut self, r: Vec<u8>) {
+        if self.pending.len() >= PENDING_REPORTS {
+            self.pending.pop_front();
+        }
+        self.pending.push_back(r);
+    }
+
+    /// One delivery: verified, handed to the core and acknowledged once stored; or refused,
+    /// reported upward and acknowledged so it is not delivered again.
+    async fn delivery(
+        &mut self,
+        s: &Session,
+        m: amqprs::channel::ConsumerMessage,
+    ) -> Result<(), Ended> {
+        let Some(deliver) = m.deliver else {
+            return Ok(());
+        };
+        let tag = deliver.delivery_tag();
+        let body = m.content.unwrap_or_default();
+        let now = crate::token::now_secs();
+        match envelope::verify_declaration(
+            &body,
+            &self.config.controller,
+            &self.config.node,
+            self.config.last_version,
+            now,
+        ) {
+            Ok(v) => {
+                let version = v.version;
+                tracing::info!(version, "declaration verified");
+                let (tx, rx) = oneshot::channel();
+                self.sink.event(Event::Declaration(v, Receipt(Some(tx))));
+                // The delivery stays unacknowledged until the core has stored it: a host that
+                // dies before then is delivered it again.
+                tokio::select! {
+                    _ = rx => {}
+                    _ = self.stop.changed() => return Err(Ended::Stopped),
+                }
+                self.config.last_version = version;
+            }
+            Err(refusal) => {
+                tracing::warn!(kind = refusal.kind(), reason = %refusal, "delivery refused");
+                let payload = json!({
+                    "node": self.config.node,
+                    "at": now,
+                    "kind": refusal.kind(),
+                    "reason": refusal.to_string(),
+                });
+                let sealed = envelope::seal(
+                    &self.config.node_key,
+                    &self.config.node,
+                    envelope::REFUSAL,
+                    &serde_json::to_vec(&payload).expect("json"),
+                );
+                self.sink.event(Event::Refused(refusal));
+                if let Err(e) = s
+                    .publish(
+                        names::REPORTS_EXCHANGE,
+                        &names::refusal_key(&self.config.node),
+                        "refusal",
+                        sealed,
+                    )
+                    .await
+                {
+                    return Err(Ended::Lost(e.to_string()));
+                }
+            }
+        }
+        s.ack(tag).await.map_err(|e| Ended::Lost(e.to_string()))
+    }
+
+    async fn send_report(&self, s: &Session, payload: &[u8]) -> crate::Result<()> {
+        let sealed = envelope::seal(
+            &self.config.node_key,
+            &self.config.node,
+            envelope::REPORT,
+            payload,
+        );
+        s.publish(
+            names::REPORTS_EXCHANGE,
+            &names::report_key(&self.config.node),
+            "report",
+            sealed,
+        )
+        .await
+    }
+
+    async fn heartbeat(
+        &mut self,
+        s: &Session,
+        unlinked_for: Option<Duration>,
+    ) -> crate::Result<()> {
+        self.seq += 1;
+        let state: serde_json::Value = self
+            .state
+            .lock()
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok())
+            .unwrap_or(serde_json::Value::Null);
+        let mut payload = json!({
+            "node": self.config.node,
+            "at": unix(SystemTime::now()),
+            "seq": self.seq,
+            "state": state,
+        });
+        if self.seq == 1 || unlinked_for.is_some() {
+            payload["unlinked_s"] = json!(unlinked_for.map(|d| d.as_secs()));
+        }
+        let sealed = envelope::seal(
+            &self.config.node_key,
+            &self.config.node,
+            envelope::HEARTBEAT,
+            &serde_json::to_vec(&payload).expect("json"),
+        );
+        s.publish(
+            names::REPORTS_EXCHANGE,
+            &names::heartbeat_key(&self.config.node),
+            "heartbeat",
+            sealed,
+        )
+        .await
+    }
+}
