@@ -35,9 +35,10 @@ pub enum Backend {
     IptablesNft,
     /// The legacy x_tables: openings are written with `iptables-legacy`.
     IptablesLegacy,
-    /// firewalld's own table; its driver has not landed, so adoption is refused.
+    /// firewalld's own table: openings are rich rules in the mesh's firewalld policy, over
+    /// firewalld's D-Bus API.
     Firewalld,
-    /// ufw's chains; its driver has not landed, so adoption is refused.
+    /// ufw's chains: openings are written with `ufw allow` and `ufw route allow`.
     Ufw,
 }
 
@@ -605,17 +606,20 @@ fn legacy_table(
 fn refuse_what_no_driver_speaks(exec: &dyn Exec, found: &mut Found) {
     for l in &found.layers {
         let reason = match l.backend {
-            Backend::Firewalld => Some(format!(
-                "firewalld runs this machine's firewall ({}); mesh-host does not speak firewalld yet, so it will not guess",
-                l.evidence
-            )),
-            Backend::Ufw => Some(format!(
-                "ufw runs this machine's firewall ({}); mesh-host does not speak ufw yet, so it will not guess",
-                l.evidence
-            )),
+            // firewalld is spoken over D-Bus and ufw through its own command; ufw's absence
+            // is named by its driver, firewalld's by each opening's state.
+            Backend::Firewalld | Backend::Ufw => None,
             Backend::IptablesNft | Backend::IptablesLegacy if l.can_drop => {
-                let variant = if l.backend == Backend::IptablesNft { "nft" } else { "legacy" };
-                let base = if l.family == Family::Ipv6 { "ip6tables" } else { "iptables" };
+                let variant = if l.backend == Backend::IptablesNft {
+                    "nft"
+                } else {
+                    "legacy"
+                };
+                let base = if l.family == Family::Ipv6 {
+                    "ip6tables"
+                } else {
+                    "iptables"
+                };
                 let missing: Vec<String> = ["-save", "-restore"]
                     .iter()
                     .map(|s| format!("{base}-{variant}{s}"))

@@ -1,0 +1,525 @@
+//! firewalld: openings as rich rules in firewalld's runtime configuration, inside a policy that
+//! is the mesh's (`mesh-host`: from any zone to the host, after every zone's own rules), spoken
+//! over firewalld's D-Bus API. Its `inet firewalld` table is owned by firewalld, so the host never
+//! writes there itself.
+//!
+//! Why a policy: a policy's rules run after each zone's deny and allow rules and before the
+//! zone's final refusal, so a ban the operator made in a zone (a rich rule refusing a source)
+//! stays first, and everything in the policy is the mesh's, so removing its rules removes only
+//! what the mesh made. firewalld creates a policy only in its permanent configuration: the host
+//! adds this one empty policy once (`/etc/firewalld/policies/mesh-host.xml`) and reloads
+//! firewalld so it exists at run time; the openings themselves live only in the runtime
+//! configuration, are lost on every reload (as firewalld's runtime is), and are put back by the
+//! host's next check (the resident host listens for firewalld's `Reloaded` signal).
+//!
+//! Retired by stopping firewalld the way its unit stops it (SIGTERM: with `CleanupOnExit`, its
+//! default, it removes its own table and nothing else), its configuration untouched, its unit
+//! disabled by the core; restored by its unit starting it again, which loads the same
+//! configuration.
+
+use super::{Change, Cx, Driver, TableKey, TableView};
+use crate::dbus::{Arg, Bus, Value};
+use crate::detect::{Backend, Layer};
+use crate::engine::{Converged, Presence, Scope, State};
+use crate::error::{Error, Result};
+use crate::netlink::{Family, Hook};
+use crate::opening::{From, Opening, Path};
+use crate::retire::{Retired, Saved};
+use crate::rules::Site;
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::path::Path as FsPath;
+use std::time::{Duration, Instant};
+
+/// The mesh's policy in firewalld: every rich rule in it is the mesh's.
+pub const POLICY: &str = "mesh-host";
+/// Its priority: the largest firewalld allows, so it runs after every other policy and after
+/// the zones' own rules.
+const PRIORITY: i32 = 32767;
+
+const DEST: &str = "org.fedoraproject.FirewallD1";
+const OBJ: &str = "/org/fedoraproject/FirewallD1";
+const CONFIG_OBJ: &str = "/org/fedoraproject/FirewallD1/config";
+const IFACE: &str = "org.fedoraproject.FirewallD1";
+const IFACE_POLICY: &str = "org.fedoraproject.FirewallD1.policy";
+const IFACE_CONFIG: &str = "org.fedoraproject.FirewallD1.config";
+const PROPS: &str = "org.freedesktop.DBus.Properties";
+
+/// How long a stopping or starting firewalld is waited for.
+const SETTLE: Duration = Duration::from_secs(60);
+
+pub struct Firewalld;
+
+/// One open conversation with firewalld.
+struct Fw {
+    bus: Bus,
+}
+
+impl Fw {
+    fn open() -> Result<Fw> {
+        Ok(Fw {
+            bus: Bus::system()?,
+        })
+    }
+
+    fn call(
+        &mut self,
+        obj: &str,
+        iface: &str,
+        member: &str,
+        args: &[Arg<'_>],
+    ) -> Result<Vec<Value>> {
+        self.bus.call(DEST, obj, iface, member, args)
+    }
+
+    /// Whether firewalld holds its name on the bus.
+    fn running(&mut self) -> Result<bool> {
+        let r = self.bus.call(
+            "org.freedesktop.DBus",
+            "/org/freedesktop/DBus",
+            "org.freedesktop.DBus",
+            "NameHasOwner",
+            &[Arg::Str(DEST)],
+        )?;
+        Ok(r.first().and_then(Value::as_bool).unwrap_or(false))
+    }
+
+    fn pid(&mut self) -> Result<u32> {
+        let r = self.bus.call(
+            "org.freedesktop.DBus",
+            "/org/freedesktop/DBus",
+            "org.freedesktop.DBus",
+            "GetConnectionUnixProcessID",
+            &[Arg::Str(DEST)],
+        )?;
+        match r.first() {
+            Some(Value::U32(p)) => Ok(*p),
+            _ => Err(Error::Dbus {
+                what: "GetConnectionUnixProcessID".into(),
+                reason: "no process id in the reply".into(),
+            }),
+        }
+    }
+
+    /// A property of firewalld's configuration (`FirewallBackend`, `CleanupOnExit`, …); `None`
+    /// when this firewalld has no such property.
+    fn config_property(&mut self, name: &str) -> Result<Option<String>> {
+        match self.call(
+            CONFIG_OBJ,
+            PROPS,
+            "Get",
+            &[Arg::Str(IFACE_CONFIG), Arg::Str(name)],
+        ) {
+            Ok(v) => Ok(v.first().and_then(Value::as_str).map(String::from)),
+            Err(Error::Dbus { reason, .. })
+                if reason.contains("InvalidArgs") || reason.contains("INVALID_") =>
+            {
+                Ok(None)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    fn state(&mut self) -> Result<String> {
+        let v = self.call(OBJ, PROPS, "Get", &[Arg::Str(IFACE), Arg::Str("state")])?;
+        Ok(v.first().and_then(Value::as_str).unwrap_or("").to_string())
+    }
+
+    fn runtime_policies(&mut self) -> Result<Vec<String>> {
+        let v = self.call(OBJ, IFACE_POLICY, "getPolicies", &[])?;
+        Ok(v.first().and_then(Value::as_strs).unwrap_or_default())
+    }
+
+    fn rich_rules(&mut self) -> Result<Vec<String>> {
+        let v = self.call(OBJ, IFACE_POLICY, "getRichRules", &[Arg::Str(POLICY)])?;
+        Ok(v.first().and_then(Value::as_strs).unwrap_or_default())
+    }
+
+    /// Makes the mesh's policy exist at run time: added to the permanent configuration when it
+    /// is not there (the one file the host writes in firewalld's configuration), then firewalld
+    /// reloaded once so the runtime has it.
+    fn ensure_policy(&mut self) -> Result<()> {
+        if self.runtime_policies()?.iter().any(|p| p == POLICY) {
+            return Ok(());
+        }
+        let names = self.call(CONFIG_OBJ, IFACE_CONFIG, "getPolicyNames", &[])?;
+        let known = names
+            .first()
+            .and_then(Value::as_strs)
+            .unwrap_or_default()
+            .iter()
+            .any(|p| p == POLICY);
+        if !known {
+            self.call(
+                CONFIG_OBJ,
+                IFACE_CONFIG,
+                "addPolicy",
+                &[
+                    Arg::Str(POLICY),
+                    Arg::Dict(vec![
+                        (
+                            "description",
+                            Arg::Str("mesh-host's openings: its rich rules are added at run time by mesh-host and only by it"),
+                        ),
+                        ("target", Arg::Str("CONTINUE")),
+                        ("priority", Arg::I32(PRIORITY)),
+                        ("ingress_zones", Arg::Strs(vec!["ANY"])),
+                        ("egress_zones", Arg::Strs(vec!["HOST"])),
+                    ]),
+                ],
+            )?;
+        }
+        self.call(OBJ, IFACE, "reload", &[])?;
+        if !self.runtime_policies()?.iter().any(|p| p == POLICY) {
+            return Err(Error::Dbus {
+                what: format!("firewalld policy {POLICY}"),
+                reason: "still not in the runtime configuration after a reload".into(),
+            });
+        }
+        Ok(())
+    }
+}
+
+/// An opening's rich rules: one from anywhere (both families), or one per source network.
+/// Values are validated openings (a port number, a protocol word, an exact network), so nothing
+/// else reaches the rule's text.
+fn rich_rules(o: &Opening) -> std::result::Result<Vec<String>, String> {
+    let tail = format!("port port=\"{}\" protocol=\"{}\" accept", o.port, o.proto);
+    match &o.from {
+        From::Anywhere => Ok(vec![format!("rule {tail}")]),
+        From::Networks(nets) => Ok(nets
+            .iter()
+            .map(|n| {
+                let family = match n.addr {
+                    IpAddr::V4(_) => "ipv4",
+                    IpAddr::V6(_) => "ipv6",
+                };
+                format!("rule family=\"{family}\" source address=\"{n}\" {tail}")
+            })
+            .collect()),
+        From::Interface(i) => Err(format!(
+            "firewalld admits by zone and its rich rules cannot name an interface; the zone of {i} is the operator's, so mesh-host will not widen it"
+        )),
+    }
+}
+
+/// Whether firewalld is strict about forwarded ports (firewalld 2.3's `StrictForwardPorts`):
+/// then it no longer accepts every connection another program's DNAT forwards.
+fn strict_forward(fw: &mut Fw) -> Result<bool> {
+    Ok(fw
+        .config_property("StrictForwardPorts")?
+        .is_some_and(|v| v.eq_ignore_ascii_case("yes")))
+}
+
+impl Driver for Firewalld {
+    fn read(&self, key: &TableKey, _cx: &mut Cx<'_>) -> Result<TableView> {
+        Err(Error::Unsupported {
+            reason: format!(
+                "{key} is written only by firewalld; openings go through its D-Bus API"
+            ),
+        })
+    }
+
+    fn write(&self, key: &TableKey, _: &TableView, _: &[Change], _: &mut Cx<'_>) -> Result<()> {
+        Err(Error::Unsupported {
+            reason: format!(
+                "{key} is written only by firewalld; openings go through its D-Bus API"
+            ),
+        })
+    }
+
+    fn rules_for(&self, o: &Opening, _site: Site) -> usize {
+        rich_rules(o).map(|r| r.len()).unwrap_or(0)
+    }
+
+    fn whole(&self) -> bool {
+        true
+    }
+
+    fn converge_whole(
+        &self,
+        layers: &[Layer],
+        openings: &[Opening],
+        scope: Scope,
+        write: bool,
+        _cx: &mut Cx<'_>,
+    ) -> Result<Converged> {
+        let mut done = Converged::default();
+        let mut fw = match Fw::open() {
+            Ok(fw) => fw,
+            Err(e) => {
+                unreachable_everywhere(layers, openings, &e.to_string(), &mut done);
+                return Ok(done);
+            }
+        };
+        let incoming: Vec<&Opening> = openings
+            .iter()
+            .filter(|o| o.path == Path::Incoming && rich_rules(o).is_ok())
+            .collect();
+        let input_drops = layers.iter().any(|l| l.hook == Hook::Input && l.can_drop);
+        if write && input_drops && !incoming.is_empty() {
+            fw.ensure_policy()?;
+        }
+        let active = fw.runtime_policies()?.iter().any(|p| p == POLICY);
+        let strict = strict_forward(&mut fw)?;
+        // The rich rules wanted, each with the opening it serves.
+        let mut wanted: BTreeMap<String, String> = BTreeMap::new();
+        for o in &incoming {
+            for r in rich_rules(o).expect("filtered above") {
+                wanted.insert(r, o.id.clone());
+            }
+        }
+        let mut current = if active { fw.rich_rules()? } else { Vec::new() };
+        if write && active {
+            for (rule, id) in &wanted {
+                if !current.contains(rule) {
+                    fw.call(
+                        OBJ,
+                        IFACE_POLICY,
+                        "addRichRule",
+                        &[Arg::Str(POLICY), Arg::Str(rule), Arg::I32(0)],
+                    )?;
+                    done.added
+                        .push((id.clone(), format!("firewalld policy {POLICY}")));
+                }
+            }
+            for rule in &current {
+                if !wanted.contains_key(rule) && scope == Scope::All {
+                    fw.call(
+                        OBJ,
+                        IFACE_POLICY,
+                        "removeRichRule",
+                        &[Arg::Str(POLICY), Arg::Str(rule)],
+                    )?;
+                    done.removed
+                        .push((rule.clone(), format!("firewalld policy {POLICY}")));
+                }
+            }
+            current = fw.rich_rules()?;
+        }
+        done.stale = current.iter().filter(|r| !wanted.contains_key(*r)).count();
+        for l in layers {
+            for o in openings.iter().filter(|o| l.crossed_by(o)) {
+                let state = if !l.can_drop {
+                    State::NotNeeded(format!("nothing in {} can drop", l.chain))
+                } else {
+                    match (l.hook, o.path) {
+                        (Hook::Input, _) => match rich_rules(o) {
+                            Err(why) => State::Unwritable(why),
+                            Ok(rules) if rules.iter().all(|r| current.contains(r)) => State::Present,
+                            Ok(_) => State::Missing,
+                        },
+                        (Hook::Forward, _) if strict => State::Unwritable(
+                            "firewalld's StrictForwardPorts refuses connections another program's DNAT forwards, and its rules cannot match a published port's original destination port".into(),
+                        ),
+                        (Hook::Forward, _) => State::NotNeeded(
+                            "firewalld accepts every connection the container runtime's DNAT forwards (ct status dnat accept; StrictForwardPorts is off)".into(),
+                        ),
+                        _ => State::NotNeeded(format!(
+                            "firewalld refuses nothing by port in {} (it drops there only by reverse path and ICMPv6 type)",
+                            l.chain
+                        )),
+                    }
+                };
+                done.states.entry(o.id.clone()).or_default().push(Presence {
+                    layer: l.describe(),
+                    chain: (l.hook == Hook::Input).then(|| format!("policy {POLICY}")),
+                    state,
+                });
+            }
+        }
+        Ok(done)
+    }
+
+    fn survey(&self, root: &FsPath, cx: &mut Cx<'_>) -> Result<Option<Retired>> {
+        let table = cx.ruleset.table(Family::Inet, "firewalld").is_some();
+        let mut fw = match Fw::open() {
+            Ok(fw) => fw,
+            Err(_) if !table => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        if !fw.running()? {
+            if table {
+                return Err(Error::Unsupported {
+                    reason: "table inet firewalld is loaded but firewalld is not on the system bus: it cannot be retired in its own way".into(),
+                });
+            }
+            return Ok(None);
+        }
+        let backend = fw
+            .config_property("FirewallBackend")?
+            .unwrap_or_else(|| "nftables".into());
+        if !backend.eq_ignore_ascii_case("nftables") {
+            return Err(Error::Unsupported {
+                reason: format!(
+                    "firewalld runs with FirewallBackend={backend}: stopping it flushes every iptables table, the container runtime's too, so mesh-host will not retire it (set FirewallBackend=nftables first)"
+                ),
+            });
+        }
+        let cleanup = fw
+            .config_property("CleanupOnExit")?
+            .unwrap_or_else(|| "yes".into());
+        let chains = cx
+            .ruleset
+            .chains
+            .iter()
+            .filter(|c| c.table == "firewalld")
+            .count();
+        let rules = cx
+            .ruleset
+            .rules
+            .iter()
+            .filter(|r| r.table == "firewalld")
+            .count();
+        let mut config = Vec::new();
+        collect_files(&root.join("etc/firewalld"), root, &mut config);
+        config.sort();
+        Ok(Some(Retired {
+            backend: Backend::Firewalld,
+            unit: Some("firewalld.service".into()),
+            config,
+            saved: vec![Saved {
+                what: format!("firewalld (nftables backend): table inet firewalld, {chains} chains, {rules} rules"),
+                text: format!("cleanup-on-exit={cleanup}\n"),
+            }],
+        }))
+    }
+
+    fn retire(&self, saved: &Retired, cx: &mut Cx<'_>) -> Result<()> {
+        let mut fw = Fw::open()?;
+        if fw.running()? {
+            let pid = fw.pid()?;
+            // What firewalld's unit does to stop it: SIGTERM, on which it removes its own rules.
+            // SAFETY: kill has no memory effects.
+            if unsafe { libc::kill(pid as i32, libc::SIGTERM) } != 0 {
+                return Err(Error::Unsupported {
+                    reason: format!(
+                        "firewalld (pid {pid}) could not be stopped: {}",
+                        std::io::Error::last_os_error()
+                    ),
+                });
+            }
+            let until = Instant::now() + SETTLE;
+            // SAFETY: signal 0 only asks whether the process exists.
+            while unsafe { libc::kill(pid as i32, 0) } == 0 {
+                if Instant::now() > until {
+                    return Err(Error::Unsupported {
+                        reason: format!(
+                            "firewalld (pid {pid}) was still running {} s after SIGTERM",
+                            SETTLE.as_secs()
+                        ),
+                    });
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+        // With CleanupOnExit=no firewalld leaves its table behind; it goes with the caller's batch.
+        let cleanup = saved
+            .saved
+            .iter()
+            .any(|s| s.text.contains("cleanup-on-exit=no"));
+        if cleanup && cx.ruleset.table(Family::Inet, "firewalld").is_some() {
+            cx.batch.del_table(Family::Inet, "firewalld")?;
+        }
+        Ok(())
+    }
+
+    fn restore(&self, _saved: &Retired, _cx: &mut Cx<'_>) -> Result<()> {
+        // firewalld is started again by its unit, which the core enables and starts; it loads
+        // the configuration that was never written. Here the host waits for it to be running.
+        let until = Instant::now() + SETTLE;
+        loop {
+            if let Ok(mut fw) = Fw::open() {
+                if fw.running().unwrap_or(false)
+                    && fw.state().map(|s| s == "RUNNING").unwrap_or(false)
+                {
+                    return Ok(());
+                }
+            }
+            if Instant::now() > until {
+                return Err(Error::Unsupported {
+                    reason: format!(
+                        "firewalld did not come back on the system bus within {} s: start firewalld.service",
+                        SETTLE.as_secs()
+                    ),
+                });
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+/// Every opening crossing a layer that can drop is reported unwritable, naming why.
+fn unreachable_everywhere(layers: &[Layer], openings: &[Opening], why: &str, done: &mut Converged) {
+    for l in layers.iter().filter(|l| l.can_drop) {
+        for o in openings.iter().filter(|o| l.crossed_by(o)) {
+            done.states.entry(o.id.clone()).or_default().push(Presence {
+                layer: l.describe(),
+                chain: None,
+                state: State::Unwritable(format!("firewalld cannot be asked: {why}")),
+            });
+        }
+    }
+}
+
+/// The regular files under `dir`, as paths under the machine's root.
+fn collect_files(dir: &FsPath, root: &FsPath, out: &mut Vec<String>) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let p = e.path();
+        match e.file_type() {
+            Ok(t) if t.is_dir() => collect_files(&p, root, out),
+            Ok(t) if t.is_file() => {
+                let rel = p.strip_prefix(root).unwrap_or(&p);
+                out.push(format!("/{}", rel.display()).replace("//", "/"));
+            }
+            _ => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::opening::{Network, Proto};
+
+    fn opening(from: From) -> Opening {
+        Opening {
+            id: "web".into(),
+            port: 8080,
+            proto: Proto::Tcp,
+            from,
+            path: Path::Incoming,
+        }
+    }
+
+    /// Rich rules in firewalld's own syntax: one from anywhere, one per network with its
+    /// family, and none for an interface (firewalld admits by zone).
+    #[test]
+    fn rich_rules_per_source() {
+        assert_eq!(
+            rich_rules(&opening(From::Anywhere)).unwrap(),
+            ["rule port port=\"8080\" protocol=\"tcp\" accept"]
+        );
+        let nets = From::Networks(vec![
+            Network {
+                addr: "10.0.0.0".parse().unwrap(),
+                len: 8,
+            },
+            Network {
+                addr: "fd00::".parse().unwrap(),
+                len: 8,
+            },
+        ]);
+        assert_eq!(
+            rich_rules(&opening(nets)).unwrap(),
+            [
+                "rule family=\"ipv4\" source address=\"10.0.0.0/8\" port port=\"8080\" protocol=\"tcp\" accept",
+                "rule family=\"ipv6\" source address=\"fd00::/8\" port port=\"8080\" protocol=\"tcp\" accept",
+            ]
+        );
+        assert!(rich_rules(&opening(From::Interface("wg0".into()))).is_err());
+    }
+}
