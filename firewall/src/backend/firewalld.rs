@@ -130,9 +130,28 @@ impl Fw {
         Ok(v.first().and_then(Value::as_strs).unwrap_or_default())
     }
 
+    /// The rich rules of the mesh's policy at run time.
     fn rich_rules(&mut self) -> Result<Vec<String>> {
-        let v = self.call(OBJ, IFACE_POLICY, "getRichRules", &[Arg::Str(POLICY)])?;
-        Ok(v.first().and_then(Value::as_strs).unwrap_or_default())
+        let v = self.call(OBJ, IFACE_POLICY, "getPolicySettings", &[Arg::Str(POLICY)])?;
+        Ok(v.first()
+            .and_then(|s| s.get("rich_rules"))
+            .and_then(Value::as_strs)
+            .unwrap_or_default())
+    }
+
+    /// Sets the runtime rich rules of the mesh's policy to exactly `rules`: firewalld adds and
+    /// removes the difference, and touches nothing else of the policy.
+    fn set_rich_rules(&mut self, rules: &[&str]) -> Result<()> {
+        self.call(
+            OBJ,
+            IFACE_POLICY,
+            "setPolicySettings",
+            &[
+                Arg::Str(POLICY),
+                Arg::Dict(vec![("rich_rules", Arg::Strs(rules.to_vec()))]),
+            ],
+        )
+        .map(|_| ())
     }
 
     /// Makes the mesh's policy exist at run time: added to the permanent configuration when it
@@ -271,29 +290,24 @@ impl Driver for Firewalld {
         }
         let mut current = if active { fw.rich_rules()? } else { Vec::new() };
         if write && active {
+            let mut next: Vec<&str> = Vec::new();
+            for rule in &current {
+                if wanted.contains_key(rule) || scope == Scope::Given {
+                    next.push(rule);
+                } else {
+                    done.removed
+                        .push((rule.clone(), format!("firewalld policy {POLICY}")));
+                }
+            }
             for (rule, id) in &wanted {
                 if !current.contains(rule) {
-                    fw.call(
-                        OBJ,
-                        IFACE_POLICY,
-                        "addRichRule",
-                        &[Arg::Str(POLICY), Arg::Str(rule), Arg::I32(0)],
-                    )?;
+                    next.push(rule);
                     done.added
                         .push((id.clone(), format!("firewalld policy {POLICY}")));
                 }
             }
-            for rule in &current {
-                if !wanted.contains_key(rule) && scope == Scope::All {
-                    fw.call(
-                        OBJ,
-                        IFACE_POLICY,
-                        "removeRichRule",
-                        &[Arg::Str(POLICY), Arg::Str(rule)],
-                    )?;
-                    done.removed
-                        .push((rule.clone(), format!("firewalld policy {POLICY}")));
-                }
+            if !done.added.is_empty() || !done.removed.is_empty() {
+                fw.set_rich_rules(&next)?;
             }
             current = fw.rich_rules()?;
         }
@@ -400,8 +414,7 @@ impl Driver for Firewalld {
                 });
             }
             let until = Instant::now() + SETTLE;
-            // SAFETY: signal 0 only asks whether the process exists.
-            while unsafe { libc::kill(pid as i32, 0) } == 0 {
+            while alive(pid) {
                 if Instant::now() > until {
                     return Err(Error::Unsupported {
                         reason: format!(
@@ -446,6 +459,18 @@ impl Driver for Firewalld {
             }
             std::thread::sleep(Duration::from_millis(100));
         }
+    }
+}
+
+/// Whether process `pid` still runs: it exists and is not a zombie (a stopped firewalld whose
+/// parent has not yet reaped it has finished its cleanup).
+fn alive(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+            .is_some_and(|state| state != "Z" && state != "X"),
+        Err(_) => false,
     }
 }
 

@@ -1,0 +1,260 @@
+//! A found firewalld, running inside the node on a private D-Bus: openings are rich rules in the
+//! mesh's policy, reachable from outside in both families; the operator's ban (a rich rule in
+//! the zone) keeps refusing its source; a reload loses them until the next reconcile; removal
+//! leaves firewalld's ruleset as it was; retire and restore through the driver leave
+//! `/etc/firewalld` byte for byte and the ruleset as before.
+
+use super::*;
+use firewall::backend::{driver, Cx};
+use firewall::{Backend, Batch, SystemExec};
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+
+/// The driver's D-Bus client finds the bus in the environment; tests that call it in-process
+/// take turns setting it.
+static BUS_ENV: Mutex<()> = Mutex::new(());
+
+/// Every file under `dir` with its bytes, to compare a configuration byte for byte.
+fn files(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
+    let mut out = BTreeMap::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                out.insert(p.clone(), std::fs::read(&p).unwrap());
+            }
+        }
+    }
+    out
+}
+
+/// `nft list table inet firewalld` as text, or empty when the table is gone.
+fn firewalld_table(node: &Machine) -> String {
+    let out = node
+        .run(&["nft", "list", "table", "inet", "firewalld"])
+        .unwrap();
+    if out.success() {
+        nft_text(&out.stdout)
+    } else {
+        String::new()
+    }
+}
+
+fn not_reached(from: &Machine, addrs: &[IpAddr], port: u16, why: &str) {
+    for addr in addrs {
+        let got = from.probe_tcp(*addr, port, SILENCE).unwrap();
+        assert_ne!(
+            got,
+            Probe::Reached,
+            "{why}: {} -> [{addr}]:{port}",
+            from.name()
+        );
+    }
+}
+
+#[test]
+fn firewalld_openings_live_in_the_mesh_policy_and_retire_in_firewallds_own_way() {
+    let lab = new_lab();
+    let net = adoption(&lab);
+    let node = &net.node;
+    let _listeners: Vec<_> = [SSH, SERVED, OPENED, CLOSED]
+        .iter()
+        .map(|p| node.listen_tcp(*p).expect("listener on the node"))
+        .collect();
+    let public = node_public();
+    let mut fw = node
+        .start_firewalld(&lab.dir().join("firewalld"))
+        .expect("firewalld and dbus are installed (apt-get install firewalld dbus); never skipped");
+    // The found firewall: the served port, and the operator's ban of the outside machine in
+    // both families, in the permanent configuration.
+    fw.cmd(&["--permanent", "--add-port=8080/tcp"]).unwrap();
+    for (family, banned) in [("ipv4", "192.0.2.20"), ("ipv6", "2001:db8:1::20")] {
+        let rule = format!("rule family=\"{family}\" source address=\"{banned}\" reject");
+        fw.cmd(&["--permanent", &format!("--add-rich-rule={rule}")])
+            .unwrap();
+    }
+    fw.cmd(&["--reload"]).unwrap();
+    expect(&net.peer, &public, SERVED, Probe::Reached, "served, before");
+    not_reached(&net.peer, &public, OPENED, "not yet opened");
+
+    let host = Host::wrapped(node, vec!["env".into(), fw.env()]);
+    let decl = declaration(&[opening("web/api", OPENED, "incoming")]);
+    host.apply(&decl);
+    expect(
+        &net.peer,
+        &public,
+        OPENED,
+        Probe::Reached,
+        "opened through the mesh policy",
+    );
+    expect(&net.peer, &public, SERVED, Probe::Reached, "served, after");
+    expect(&net.peer, &public, SSH, Probe::Reached, "ssh, after");
+    not_reached(&net.peer, &public, CLOSED, "nothing opened it");
+    not_reached(
+        &net.outside,
+        &public,
+        OPENED,
+        "the ban still refuses its source",
+    );
+    let rules = fw
+        .cmd(&["--policy", "mesh-host", "--list-rich-rules"])
+        .unwrap();
+    assert_eq!(
+        rules.stdout.trim(),
+        "rule port port=\"9000\" protocol=\"tcp\" accept",
+        "the opening's one rich rule, in the mesh's policy"
+    );
+    let status = host.status();
+    let layers = presence(&status, "web/api");
+    assert!(!layers.is_empty(), "no layer drops the opening: {status:#}");
+    assert!(layers.iter().all(|p| p.ends_with("=present")), "{status:#}");
+    let opened = firewalld_table(node);
+
+    // firewalld's reload drops its runtime configuration: the opening is gone until the next
+    // reconcile, and comes back exactly as it was.
+    fw.cmd(&["--reload"]).unwrap();
+    not_reached(&net.peer, &public, OPENED, "the reload lost the opening");
+    let status = host.status();
+    assert!(
+        presence(&status, "web/api")
+            .iter()
+            .all(|p| p.ends_with("=missing")),
+        "{status:#}"
+    );
+    let report = host.reconcile();
+    assert_eq!(outcome(&report, "web/api"), "created", "{report:#}");
+    expect(
+        &net.peer,
+        &public,
+        OPENED,
+        Probe::Reached,
+        "put back by reconcile",
+    );
+    assert_eq!(
+        firewalld_table(node),
+        opened,
+        "reconcile gives what the apply gave"
+    );
+
+    // Retire and restore through the driver, as the flip and the return call them: firewalld
+    // stops in its own way (its table goes, its configuration stays byte for byte), and comes
+    // back (its unit starting it, here the lab) with the same configuration.
+    let config = files(&fw.config_dir());
+    let before = firewalld_table(node);
+    let retired = {
+        let _env = BUS_ENV.lock().unwrap_or_else(|p| p.into_inner());
+        std::env::set_var("DBUS_SYSTEM_BUS_ADDRESS", fw.address());
+        let r = node
+            .in_namespace(|| {
+                let mut sock = firewall::NfSocket::open().unwrap();
+                let ruleset = sock.ruleset(None).unwrap();
+                let saves = BTreeMap::new();
+                let mut batch = Batch::new();
+                let d = driver(Backend::Firewalld).expect("firewalld has a driver");
+                let mut cx = Cx {
+                    ruleset: &ruleset,
+                    legacy_saves: &saves,
+                    batch: &mut batch,
+                    exec: &SystemExec,
+                };
+                let retired = d
+                    .survey(Path::new("/"), &mut cx)
+                    .unwrap()
+                    .expect("firewalld is found");
+                d.retire(&retired, &mut cx).unwrap();
+                if !batch.is_empty() {
+                    sock.send(&batch).unwrap();
+                }
+                retired
+            })
+            .unwrap();
+        std::env::remove_var("DBUS_SYSTEM_BUS_ADDRESS");
+        r
+    };
+    assert_eq!(retired.unit.as_deref(), Some("firewalld.service"));
+    assert!(!fw.is_running(), "retired firewalld has stopped");
+    assert_eq!(firewalld_table(node), "", "its table went with it");
+    expect(
+        &net.peer,
+        &public,
+        SERVED,
+        Probe::Reached,
+        "nothing refuses once retired",
+    );
+    assert_eq!(
+        files(&fw.config_dir()),
+        config,
+        "/etc/firewalld byte for byte, retired"
+    );
+
+    fw.start().unwrap();
+    {
+        let _env = BUS_ENV.lock().unwrap_or_else(|p| p.into_inner());
+        std::env::set_var("DBUS_SYSTEM_BUS_ADDRESS", fw.address());
+        node.in_namespace(|| {
+            let ruleset = firewall::Ruleset::default();
+            let saves = BTreeMap::new();
+            let mut batch = Batch::new();
+            let d = driver(Backend::Firewalld).expect("firewalld has a driver");
+            let mut cx = Cx {
+                ruleset: &ruleset,
+                legacy_saves: &saves,
+                batch: &mut batch,
+                exec: &SystemExec,
+            };
+            d.restore(&retired, &mut cx).unwrap();
+        })
+        .unwrap();
+        std::env::remove_var("DBUS_SYSTEM_BUS_ADDRESS");
+    }
+    host.reconcile();
+    assert_eq!(
+        files(&fw.config_dir()),
+        config,
+        "/etc/firewalld byte for byte, restored"
+    );
+    assert_eq!(
+        firewalld_table(node),
+        before,
+        "the ruleset as before, openings converged again"
+    );
+    expect(
+        &net.peer,
+        &public,
+        OPENED,
+        Probe::Reached,
+        "opened again after the return",
+    );
+    not_reached(
+        &net.outside,
+        &public,
+        OPENED,
+        "the ban refuses through the return",
+    );
+
+    // Removal leaves only what was there: the policy empty, the ruleset as before the opening.
+    host.apply(&declaration(&[]));
+    let rules = fw
+        .cmd(&["--policy", "mesh-host", "--list-rich-rules"])
+        .unwrap();
+    assert_eq!(
+        rules.stdout.trim(),
+        "",
+        "only the mesh's rules went, all of them"
+    );
+    not_reached(&net.peer, &public, OPENED, "removed");
+    expect(
+        &net.peer,
+        &public,
+        SERVED,
+        Probe::Reached,
+        "served after removal",
+    );
+    assert!(
+        !firewalld_table(node).contains("9000"),
+        "no rule of the opening is left"
+    );
+}
