@@ -8,11 +8,6 @@ use super::*;
 use firewall::backend::{driver, Cx};
 use firewall::{Backend, Batch, SystemExec};
 use std::collections::BTreeMap;
-use std::sync::Mutex;
-
-/// The driver's D-Bus client finds the bus in the environment; tests that call it in-process
-/// take turns setting it.
-static BUS_ENV: Mutex<()> = Mutex::new(());
 
 /// Every file under `dir` with its bytes, to compare a configuration byte for byte.
 fn files(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
@@ -144,11 +139,10 @@ fn firewalld_openings_live_in_the_mesh_policy_and_retire_in_firewallds_own_way()
     // back (its unit starting it, here the lab) with the same configuration.
     let config = files(&fw.config_dir());
     let before = firewalld_table(node);
-    let retired = {
-        let _env = BUS_ENV.lock().unwrap_or_else(|p| p.into_inner());
-        std::env::set_var("DBUS_SYSTEM_BUS_ADDRESS", fw.address());
-        let r = node
-            .in_namespace(|| {
+    let address = fw.address();
+    let retired = node
+        .in_namespace(|| {
+            firewall::dbus::with_system_bus(&address, || {
                 let mut sock = firewall::NfSocket::open().unwrap();
                 let ruleset = sock.ruleset(None).unwrap();
                 let saves = BTreeMap::new();
@@ -170,10 +164,8 @@ fn firewalld_openings_live_in_the_mesh_policy_and_retire_in_firewallds_own_way()
                 }
                 retired
             })
-            .unwrap();
-        std::env::remove_var("DBUS_SYSTEM_BUS_ADDRESS");
-        r
-    };
+        })
+        .unwrap();
     assert_eq!(retired.unit.as_deref(), Some("firewalld.service"));
     assert!(!fw.is_running(), "retired firewalld has stopped");
     assert_eq!(firewalld_table(node), "", "its table went with it");
@@ -191,10 +183,8 @@ fn firewalld_openings_live_in_the_mesh_policy_and_retire_in_firewallds_own_way()
     );
 
     fw.start().unwrap();
-    {
-        let _env = BUS_ENV.lock().unwrap_or_else(|p| p.into_inner());
-        std::env::set_var("DBUS_SYSTEM_BUS_ADDRESS", fw.address());
-        node.in_namespace(|| {
+    node.in_namespace(|| {
+        firewall::dbus::with_system_bus(&address, || {
             let ruleset = firewall::Ruleset::default();
             let saves = BTreeMap::new();
             let mut batch = Batch::new();
@@ -207,9 +197,8 @@ fn firewalld_openings_live_in_the_mesh_policy_and_retire_in_firewallds_own_way()
             };
             d.restore(&retired, &mut cx).unwrap();
         })
-        .unwrap();
-        std::env::remove_var("DBUS_SYSTEM_BUS_ADDRESS");
-    }
+    })
+    .unwrap();
     host.reconcile();
     assert_eq!(
         files(&fw.config_dir()),
@@ -256,5 +245,102 @@ fn firewalld_openings_live_in_the_mesh_policy_and_retire_in_firewallds_own_way()
     assert!(
         !firewalld_table(node).contains("9000"),
         "no rule of the opening is left"
+    );
+}
+
+/// A Docker engine in the node beside firewalld: a published port is forwarded after Docker's
+/// DNAT, which firewalld (without StrictForwardPorts) accepts as a whole, so the forwarded
+/// opening needs no rule in firewalld and is reported so, naming why; Docker's rules survive a
+/// firewalld reload.
+#[test]
+fn firewalld_with_docker_a_forwarded_opening_is_admitted_and_said_to_be() {
+    const PUBLISHED: u16 = 8082;
+    let lab = new_lab();
+    let net = adoption(&lab);
+    let node = &net.node;
+    let fw = node
+        .start_firewalld(&lab.dir().join("firewalld"))
+        .expect("firewalld and dbus are installed; never skipped");
+    let docker = node
+        .start_docker(&lab.dir().join("docker"))
+        .expect("a Docker engine in the node's namespace (docker.io, busybox-static)");
+    docker
+        .run_container(
+            "web",
+            &["-p", &format!("{PUBLISHED}:80")],
+            &["/bin/httpd", "-f", "-p", "80", "-h", "/www"],
+        )
+        .expect("a container publishing a port");
+    let v4: [IpAddr; 1] = [NODE_PUBLIC_V4.into()];
+    expect(
+        &net.peer,
+        &v4,
+        PUBLISHED,
+        Probe::Reached,
+        "published, before",
+    );
+    let outside_before = net.outside.probe_tcp(v4[0], PUBLISHED, ANSWER).unwrap();
+
+    let host = Host::wrapped(node, vec!["env".into(), fw.env()]);
+    host.apply(&declaration(&[opening("web/pub", PUBLISHED, "forwarded")]));
+    expect(
+        &net.peer,
+        &v4,
+        PUBLISHED,
+        Probe::Reached,
+        "published, after",
+    );
+    assert_eq!(
+        net.outside.probe_tcp(v4[0], PUBLISHED, ANSWER).unwrap(),
+        outside_before,
+        "the outside machine sees the published port as before"
+    );
+    let status = host.status();
+    let o = status["openings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|o| o["id"] == "web/pub")
+        .unwrap_or_else(|| panic!("{status:#}"));
+    let forward = o["layers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["layer"] == "inet firewalld filter_FORWARD (firewalld)")
+        .unwrap_or_else(|| panic!("firewalld's forward layer: {status:#}"));
+    assert_eq!(forward["state"], "not-needed", "{forward:#}");
+    assert!(
+        forward["detail"]
+            .as_str()
+            .unwrap()
+            .contains("ct status dnat accept"),
+        "{forward:#}"
+    );
+    assert!(
+        presence(&status, "web/pub")
+            .iter()
+            .all(|p| p.ends_with("=present")),
+        "every other layer admits it: {status:#}"
+    );
+    assert!(
+        status["kind"].as_str().unwrap().contains("firewalld"),
+        "{status:#}"
+    );
+
+    fw.cmd(&["--reload"]).unwrap();
+    expect(
+        &net.peer,
+        &v4,
+        PUBLISHED,
+        Probe::Reached,
+        "Docker's rules survive firewalld's reload",
+    );
+    host.apply(&declaration(&[]));
+    expect(
+        &net.peer,
+        &v4,
+        PUBLISHED,
+        Probe::Reached,
+        "Docker's own rules still admit it",
     );
 }
