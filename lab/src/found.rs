@@ -182,6 +182,13 @@ impl Firewalld {
         }
     }
 
+    /// A Docker engine in the same machine that shares this firewalld's bus, as on a machine
+    /// where both run: Docker then puts its rules back when firewalld reloads or restarts
+    /// (firewalld 1.3 flushes every iptables table when it starts, reloads or stops).
+    pub fn start_docker(&self, dir: &Path) -> Result<crate::Docker> {
+        crate::docker::start_with_env(&self.machine, dir, &[self.env()])
+    }
+
     /// What the daemon printed.
     pub fn log(&self) -> String {
         self.daemon.as_ref().map(Process::log).unwrap_or_default()

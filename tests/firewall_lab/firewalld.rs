@@ -248,20 +248,73 @@ fn firewalld_openings_live_in_the_mesh_policy_and_retire_in_firewallds_own_way()
     );
 }
 
-/// A Docker engine in the node beside firewalld: a published port is forwarded after Docker's
-/// DNAT, which firewalld (without StrictForwardPorts) accepts as a whole, so the forwarded
-/// opening needs no rule in firewalld and is reported so, naming why; Docker's rules survive a
-/// firewalld reload.
+/// Runs a driver verb inside the node against the firewalld at `address`, sending what it put
+/// in the batch.
+fn with_driver<T: Send>(
+    node: &Machine,
+    address: &str,
+    f: impl FnOnce(&dyn firewall::backend::Driver, &mut Cx<'_>) -> T + Send,
+) -> T {
+    node.in_namespace(|| {
+        firewall::dbus::with_system_bus(address, || {
+            let mut sock = firewall::NfSocket::open().unwrap();
+            let ruleset = sock.ruleset(None).unwrap();
+            let saves = BTreeMap::new();
+            let mut batch = Batch::new();
+            let d = driver(Backend::Firewalld).expect("firewalld has a driver");
+            let mut cx = Cx {
+                ruleset: &ruleset,
+                legacy_saves: &saves,
+                batch: &mut batch,
+                exec: &SystemExec,
+            };
+            let out = f(d, &mut cx);
+            if !batch.is_empty() {
+                sock.send(&batch).unwrap();
+            }
+            out
+        })
+    })
+    .unwrap()
+}
+
+/// Docker's rules as iptables-nft prints them, counters left out.
+fn docker_rules(node: &Machine) -> String {
+    View::Save("iptables-nft-save").read(node)
+}
+
+/// Waits (up to 30 s) until the peer reaches `port` on the node's IPv4 address: Docker puts its
+/// rules back a moment after firewalld comes back.
+fn eventually_reached(net: &Adoption, port: u16, why: &str) {
+    let until = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let got = net
+            .peer
+            .probe_tcp(NODE_PUBLIC_V4.into(), port, ANSWER)
+            .unwrap();
+        if got == Probe::Reached {
+            return;
+        }
+        assert!(std::time::Instant::now() < until, "{why}: still {got}");
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+/// A Docker engine beside firewalld, sharing its bus as on a real machine: a published port is
+/// forwarded after Docker's DNAT, which firewalld (without StrictForwardPorts) accepts as a
+/// whole, so the forwarded opening needs no rule in firewalld and is reported so, naming why.
+/// Docker's rules survive firewalld's reload (Docker puts them back), the retire (firewalld is
+/// ended without the cleanup that flushes every iptables table) and the return.
 #[test]
-fn firewalld_with_docker_a_forwarded_opening_is_admitted_and_said_to_be() {
+fn firewalld_with_docker_a_forwarded_opening_is_admitted_and_docker_keeps_its_rules() {
     const PUBLISHED: u16 = 8082;
     let lab = new_lab();
     let net = adoption(&lab);
     let node = &net.node;
-    let fw = node
+    let mut fw = node
         .start_firewalld(&lab.dir().join("firewalld"))
         .expect("firewalld and dbus are installed; never skipped");
-    let docker = node
+    let docker = fw
         .start_docker(&lab.dir().join("docker"))
         .expect("a Docker engine in the node's namespace (docker.io, busybox-static)");
     docker
@@ -322,18 +375,53 @@ fn firewalld_with_docker_a_forwarded_opening_is_admitted_and_said_to_be() {
             .all(|p| p.ends_with("=present")),
         "every other layer admits it: {status:#}"
     );
-    assert!(
-        status["kind"].as_str().unwrap().contains("firewalld"),
-        "{status:#}"
-    );
 
+    // firewalld's reload flushes every iptables table; Docker, on the same bus, puts its rules
+    // back, and the host's next check puts the opening's rule in Docker's forward chain back.
     fw.cmd(&["--reload"]).unwrap();
+    eventually_reached(
+        &net,
+        PUBLISHED,
+        "Docker puts its rules back after firewalld's reload",
+    );
+    host.reconcile();
+    let docker_before = docker_rules(node);
+    assert!(docker_before.contains("mesh-host:web/pub#"), "{docker_before}");
+
+    // The flip's retire: Docker's rules stay exactly as they were, the published port served.
+    let address = fw.address();
+    let retired = with_driver(node, &address, |d, cx| {
+        let r = d
+            .survey(Path::new("/"), cx)
+            .unwrap()
+            .expect("firewalld is found");
+        d.retire(&r, cx).unwrap();
+        r
+    });
+    assert!(!fw.is_running(), "retired firewalld has stopped");
+    assert_eq!(firewalld_table(node), "", "its table is gone");
+    assert_eq!(
+        docker_rules(node),
+        docker_before,
+        "Docker's rules through the retire"
+    );
     expect(
         &net.peer,
         &v4,
         PUBLISHED,
         Probe::Reached,
-        "Docker's rules survive firewalld's reload",
+        "published while retired",
+    );
+
+    // The return: firewalld started again (its unit, here the lab), Docker's rules back.
+    fw.start().unwrap();
+    with_driver(node, &address, |d, cx| d.restore(&retired, cx).unwrap());
+    eventually_reached(&net, PUBLISHED, "published after the return");
+    host.reconcile();
+    assert_eq!(
+        docker_rules(node),
+        docker_before,
+        "Docker's rules after the return"
     );
     host.apply(&declaration(&[]));
     expect(

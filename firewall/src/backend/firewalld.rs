@@ -12,17 +12,18 @@
 //! configuration, are lost on every reload (as firewalld's runtime is), and are put back by the
 //! host's next check (the resident host listens for firewalld's `Reloaded` signal).
 //!
-//! Retired by stopping firewalld the way its unit stops it (SIGTERM: with `CleanupOnExit`, its
-//! default, it removes its own table and nothing else), its configuration untouched, its unit
-//! disabled by the core; restored by its unit starting it again, which loads the same
-//! configuration.
+//! Retired without firewalld's own cleanup, which flushes every iptables table (the container
+//! runtime's too): ended as `CleanupOnExit=no` would end it, its one table taken out in the
+//! caller's batch, its configuration untouched, its unit disabled by the core; restored by its
+//! unit starting it again, which loads the same configuration (a container runtime that shares
+//! its bus puts its own rules back then, as it does on every firewalld reload).
 
 use super::{Change, Cx, Driver, TableKey, TableView};
 use crate::dbus::{Arg, Bus, Value};
 use crate::detect::{Backend, Layer};
 use crate::engine::{Converged, Presence, Scope, State};
 use crate::error::{Error, Result};
-use crate::netlink::{Family, Hook};
+use crate::netlink::{Family, Hook, NfSocket};
 use crate::opening::{From, Opening, Path};
 use crate::retire::{Retired, Saved};
 use crate::rules::Site;
@@ -400,12 +401,24 @@ impl Driver for Firewalld {
     }
 
     fn retire(&self, saved: &Retired, cx: &mut Cx<'_>) -> Result<()> {
+        let cleanup = !saved
+            .saved
+            .iter()
+            .any(|s| s.text.contains("cleanup-on-exit=no"));
         let mut fw = Fw::open()?;
         if fw.running()? {
             let pid = fw.pid()?;
-            // What firewalld's unit does to stop it: SIGTERM, on which it removes its own rules.
-            // SAFETY: kill has no memory effects.
-            if unsafe { libc::kill(pid as i32, libc::SIGTERM) } != 0 {
+            // firewalld's own cleanup at exit flushes every iptables table (firewalld 1.3 runs
+            // it over every backend it probed), the container runtime's too. So unless its
+            // configuration already says CleanupOnExit=no, it is ended without that cleanup,
+            // exactly as CleanupOnExit=no would end it, and its one table is taken out below.
+            let signal = if cleanup {
+                libc::SIGKILL
+            } else {
+                libc::SIGTERM
+            };
+            // SAFETY: kill has no memory effects; the pid is the bus's owner of firewalld's name.
+            if unsafe { libc::kill(pid as i32, signal) } != 0 {
                 return Err(Error::Unsupported {
                     reason: format!(
                         "firewalld (pid {pid}) could not be stopped: {}",
@@ -418,7 +431,7 @@ impl Driver for Firewalld {
                 if Instant::now() > until {
                     return Err(Error::Unsupported {
                         reason: format!(
-                            "firewalld (pid {pid}) was still running {} s after SIGTERM",
+                            "firewalld (pid {pid}) was still running {} s after it was stopped",
                             SETTLE.as_secs()
                         ),
                     });
@@ -426,12 +439,15 @@ impl Driver for Firewalld {
                 std::thread::sleep(Duration::from_millis(50));
             }
         }
-        // With CleanupOnExit=no firewalld leaves its table behind; it goes with the caller's batch.
-        let cleanup = saved
-            .saved
-            .iter()
-            .any(|s| s.text.contains("cleanup-on-exit=no"));
-        if cleanup && cx.ruleset.table(Family::Inet, "firewalld").is_some() {
+        // Its table outlives it when it was made persistent (or CleanupOnExit=no): it goes with
+        // the caller's batch, in one transaction with what replaces it. A table made with the
+        // owner flag alone went with the process.
+        let mut sock = NfSocket::open()?;
+        if sock
+            .ruleset(Some(Family::Inet))?
+            .table(Family::Inet, "firewalld")
+            .is_some()
+        {
             cx.batch.del_table(Family::Inet, "firewalld")?;
         }
         Ok(())
