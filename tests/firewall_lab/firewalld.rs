@@ -386,7 +386,10 @@ fn firewalld_with_docker_a_forwarded_opening_is_admitted_and_docker_keeps_its_ru
     );
     host.reconcile();
     let docker_before = docker_rules(node);
-    assert!(docker_before.contains("mesh-host:web/pub#"), "{docker_before}");
+    assert!(
+        docker_before.contains("mesh-host:web/pub#"),
+        "{docker_before}"
+    );
 
     // The flip's retire: Docker's rules stay exactly as they were, the published port served.
     let address = fw.address();

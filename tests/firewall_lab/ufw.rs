@@ -261,3 +261,147 @@ fn ufw_openings_carry_the_mark_and_retire_with_ufws_own_init() {
         "served after removal",
     );
 }
+
+/// Docker's rules (its chains and every rule that names one), for comparing through ufw's
+/// stop and start.
+fn docker_lines(node: &Machine) -> Vec<String> {
+    View::Save("iptables-nft-save")
+        .read(node)
+        .lines()
+        .filter(|l| l.contains("DOCKER") || l.contains("docker0"))
+        .map(String::from)
+        .collect()
+}
+
+/// A Docker engine in the node beside ufw: a forwarded opening is written with `ufw route allow`
+/// carrying the mark (for a port published on the same port it serves, the port ufw's forward
+/// rules see after Docker's DNAT); the published port is reachable; ufw's reload, retire and
+/// restore leave Docker's rules exactly as they were.
+#[test]
+fn ufw_with_docker_a_forwarded_opening_is_a_marked_route_rule_and_docker_keeps_its_rules() {
+    const PUBLISHED: u16 = 8083;
+    let lab = new_lab();
+    let net = adoption(&lab);
+    let node = &net.node;
+    let ufw = node
+        .prepare_ufw(&lab.dir().join("ufw"))
+        .expect("ufw is installed (apt-get install ufw); never skipped");
+    for args in [vec!["allow", "22/tcp"], vec!["--force", "enable"]] {
+        ufw.cmd(&args).unwrap();
+    }
+    let docker = node
+        .start_docker(&lab.dir().join("docker"))
+        .expect("a Docker engine in the node's namespace (docker.io, busybox-static)");
+    docker
+        .run_container(
+            "web",
+            &["-p", &format!("{PUBLISHED}:{PUBLISHED}")],
+            &[
+                "/bin/httpd",
+                "-f",
+                "-p",
+                &PUBLISHED.to_string(),
+                "-h",
+                "/www",
+            ],
+        )
+        .expect("a container publishing a port");
+    let v4: [IpAddr; 1] = [NODE_PUBLIC_V4.into()];
+    let added_before = ufw.cmd(&["show", "added"]).unwrap().stdout;
+
+    let holder = ufw.holder_pid();
+    let host = Host::wrapped(
+        node,
+        vec![
+            "nsenter".into(),
+            format!("--mount=/proc/{holder}/ns/mnt"),
+            "--".into(),
+        ],
+    );
+    host.apply(&declaration(&[opening("web/pub", PUBLISHED, "forwarded")]));
+    expect(
+        &net.peer,
+        &v4,
+        PUBLISHED,
+        Probe::Reached,
+        "published, after",
+    );
+    let added = ufw.cmd(&["show", "added"]).unwrap().stdout;
+    assert!(
+        added.lines().any(|l| l.starts_with(&format!(
+            "ufw route allow {PUBLISHED}/tcp comment 'mesh-host:web/pub#"
+        ))),
+        "{added}"
+    );
+    let status = host.status();
+    let layers = presence(&status, "web/pub");
+    assert!(!layers.is_empty(), "no layer drops the opening: {status:#}");
+    assert!(layers.iter().all(|p| p.ends_with("=present")), "{status:#}");
+    let docker_before = docker_lines(node);
+    assert!(!docker_before.is_empty());
+
+    ufw.cmd(&["reload"]).unwrap();
+    expect(
+        &net.peer,
+        &v4,
+        PUBLISHED,
+        Probe::Reached,
+        "after ufw reload",
+    );
+    assert_eq!(
+        docker_lines(node),
+        docker_before,
+        "Docker's rules through ufw reload"
+    );
+
+    let exec = InUfw {
+        netns: node.netns_path(),
+        holder,
+    };
+    let mut retired = None;
+    through_driver(node, &exec, |cx| {
+        let d = driver(Backend::Ufw).expect("ufw has a driver");
+        let r = d.survey(Path::new("/"), cx).unwrap().expect("ufw is found");
+        d.retire(&r, cx).unwrap();
+        retired = Some(r);
+    });
+    assert_eq!(
+        docker_lines(node),
+        docker_before,
+        "Docker's rules through the retire"
+    );
+    expect(
+        &net.peer,
+        &v4,
+        PUBLISHED,
+        Probe::Reached,
+        "published while retired",
+    );
+    let retired = retired.unwrap();
+    through_driver(node, &exec, |cx| {
+        let d = driver(Backend::Ufw).expect("ufw has a driver");
+        d.restore(&retired, cx).unwrap();
+    });
+    assert_eq!(
+        docker_lines(node),
+        docker_before,
+        "Docker's rules after the return"
+    );
+    expect(
+        &net.peer,
+        &v4,
+        PUBLISHED,
+        Probe::Reached,
+        "published after the return",
+    );
+
+    host.apply(&declaration(&[]));
+    assert_eq!(ufw.cmd(&["show", "added"]).unwrap().stdout, added_before);
+    expect(
+        &net.peer,
+        &v4,
+        PUBLISHED,
+        Probe::Reached,
+        "Docker's own rules still admit it",
+    );
+}

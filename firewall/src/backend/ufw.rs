@@ -200,8 +200,17 @@ impl Driver for Ufw {
                     }
                 };
                 if remove {
-                    let mut args = vec!["delete".to_string()];
-                    args.extend(argv.iter().cloned());
+                    // `ufw delete RULE`, and for a routed rule `ufw route delete RULE`.
+                    let args: Vec<String> = match argv.split_first() {
+                        Some((first, rest)) if first == "route" => ["route", "delete"]
+                            .iter()
+                            .map(|s| s.to_string())
+                            .chain(rest.iter().cloned())
+                            .collect(),
+                        _ => std::iter::once("delete".to_string())
+                            .chain(argv.iter().cloned())
+                            .collect(),
+                    };
                     cx.exec.run_ok("ufw", &args, None)?;
                     done.removed.push((mark.clone(), "ufw".into()));
                 }
