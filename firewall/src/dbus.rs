@@ -245,6 +245,14 @@ impl Bus {
         }
     }
 
+    /// Makes reads wait without a deadline: for a listener that does nothing but wait for
+    /// signals (a call still fails when the bus goes away).
+    pub fn wait_forever(&mut self) -> Result<()> {
+        self.sock
+            .set_read_timeout(None)
+            .map_err(|e| bus_error(&self.address, e))
+    }
+
     /// Asks the bus to deliver signals matching `rule` (a D-Bus match rule).
     pub fn add_match(&mut self, rule: &str) -> Result<()> {
         self.call(

@@ -435,3 +435,52 @@ fn firewalld_with_docker_a_forwarded_opening_is_admitted_and_docker_keeps_its_ru
         "Docker's own rules still admit it",
     );
 }
+
+/// The resident host hears firewalld's `Reloaded` signal on the bus and puts the opening back
+/// in the mesh's policy, with no command run.
+#[test]
+fn the_resident_host_puts_firewalld_openings_back_after_a_reload() {
+    let lab = new_lab();
+    let net = adoption(&lab);
+    let node = &net.node;
+    let _listeners: Vec<_> = [SSH, OPENED]
+        .iter()
+        .map(|p| node.listen_tcp(*p).expect("listener on the node"))
+        .collect();
+    let public = node_public();
+    let fw = node
+        .start_firewalld(&lab.dir().join("firewalld"))
+        .expect("firewalld and dbus are installed; never skipped");
+    let host = Host::wrapped(node, vec!["env".into(), fw.env()]);
+    host.apply(&declaration(&[opening("web/api", OPENED, "incoming")]));
+    expect(&net.peer, &public, OPENED, Probe::Reached, "opened");
+    let resident = super::resident::Resident::start(&host, &[]);
+
+    for round in 1..=2 {
+        fw.cmd(&["--reload"]).unwrap();
+        resident.wait_log("firewalld reloaded", round, Duration::from_secs(30));
+        let started = std::time::Instant::now();
+        loop {
+            let rules = fw
+                .cmd(&["--policy", "mesh-host", "--list-rich-rules"])
+                .unwrap()
+                .stdout;
+            if rules.contains("port=\"9000\"") {
+                break;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(30),
+                "round {round}: the opening was not put back:\n{}",
+                resident.log()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        expect(
+            &net.peer,
+            &public,
+            OPENED,
+            Probe::Reached,
+            "put back by the resident host",
+        );
+    }
+}

@@ -478,6 +478,46 @@ impl Driver for Firewalld {
     }
 }
 
+/// How long the reload listener waits before it tries the bus again when the bus or firewalld
+/// is not there.
+const RETRY: Duration = Duration::from_secs(10);
+
+/// Listens for firewalld's `Reloaded` signal on the system bus for the life of the process,
+/// calling `heard` for each (firewalld's runtime configuration, and with it every opening, is
+/// gone after a reload). A bus that is not there, or goes away, is tried again every 10 s, so a
+/// firewalld started later is heard too. The thread blocks on the bus socket and does nothing
+/// else.
+pub fn listen_for_reloads(
+    heard: impl Fn() + Send + 'static,
+) -> std::io::Result<std::thread::JoinHandle<()>> {
+    std::thread::Builder::new()
+        .name("firewalld-reloads".into())
+        .spawn(move || loop {
+            let subscribed = Bus::system().and_then(|mut bus| {
+                bus.add_match(&format!(
+                    "type='signal',interface='{IFACE}',member='Reloaded',path='{OBJ}'"
+                ))?;
+                bus.wait_forever()?;
+                Ok(bus)
+            });
+            let Ok(mut bus) = subscribed else {
+                std::thread::sleep(RETRY);
+                continue;
+            };
+            loop {
+                match bus.next_signal() {
+                    Ok(m) if m.member.as_deref() == Some("Reloaded") => heard(),
+                    Ok(_) => {}
+                    // The bus went away (or firewalld's with it): connect again later.
+                    Err(_) => {
+                        std::thread::sleep(RETRY);
+                        break;
+                    }
+                }
+            }
+        })
+}
+
 /// Whether process `pid` still runs: it exists and is not a zombie (a stopped firewalld whose
 /// parent has not yet reaped it has finished its cleanup).
 fn alive(pid: u32) -> bool {

@@ -10,7 +10,7 @@ mod iptables;
 mod nftables;
 mod ufw;
 
-pub use firewalld::POLICY as FIREWALLD_POLICY;
+pub use firewalld::{listen_for_reloads as firewalld_reloads, POLICY as FIREWALLD_POLICY};
 
 use crate::detect::{Backend, Layer};
 use crate::engine::{Converged, Scope};
