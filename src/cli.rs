@@ -106,6 +106,32 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Take a module on an adopted node: its found files and container are replaced, its port
+    /// opened (its cutover, done when its data has moved).
+    #[command(after_help = EXIT_CODES)]
+    Take {
+        module: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Converge an adopted node: take every module, load the derived filter in place of the
+    /// guard, and retire the found firewall by disabling it (never flushing). `--preview` shows
+    /// what would close, be taken and be retired, and changes nothing.
+    #[command(after_help = EXIT_CODES)]
+    Converge {
+        /// Show what the flip would do and change nothing (exit 3 when it would be refused).
+        #[arg(long)]
+        preview: bool,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Return a converged node to adopted: the guard back, the found firewall restored as saved
+    /// and enabled, the derived filter unloaded. What was taken stays taken.
+    #[command(after_help = EXIT_CODES)]
+    Adopt {
+        #[arg(long)]
+        json: bool,
+    },
     /// The openings engine.
     Openings {
         #[command(subcommand)]
@@ -233,6 +259,32 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             }
             finish(result, json)
         }
+        Command::Take { module, json } => act(
+            &cli.root,
+            crate::converge::taking(&cli.root, &module)?,
+            json,
+        ),
+        Command::Converge { preview, json } => {
+            if preview {
+                return match crate::converge::preview(&host(&cli.root))? {
+                    Err(asked) => act(&cli.root, asked, json),
+                    Ok(p) => {
+                        if json {
+                            println!("{}", serde_json::to_string_pretty(&p)?);
+                        } else {
+                            print!("{}", p.render());
+                        }
+                        Ok(if p.refusals.is_empty() {
+                            ExitCode::SUCCESS
+                        } else {
+                            ExitCode::from(3)
+                        })
+                    }
+                };
+            }
+            act(&cli.root, crate::converge::converging(&cli.root)?, json)
+        }
+        Command::Adopt { json } => act(&cli.root, crate::converge::adopting(&cli.root)?, json),
         Command::Run {
             period,
             legacy_period,
@@ -458,6 +510,25 @@ fn refused(problems: &declaration::Problems) -> ExitCode {
         apply::count(problems.0.len(), "problem", "problems")
     );
     ExitCode::from(2)
+}
+
+/// An operator's act on the stored declaration: refused with its reason, or applied (source
+/// `local`) and the resident host told.
+fn act(root: &std::path::Path, asked: crate::converge::Asked, json: bool) -> Result<ExitCode> {
+    match asked {
+        crate::converge::Asked::Refused { code, why } => {
+            eprintln!("error: refused: {why}");
+            eprintln!("nothing was changed");
+            Ok(ExitCode::from(code))
+        }
+        crate::converge::Asked::Apply(decl) => {
+            let result = apply::apply(&host(root), &decl, Source::Local);
+            if result.is_ok() && crate::resident::tell_resident(root) {
+                tracing::info!("told the resident host that a new declaration is stored");
+            }
+            finish(result, json)
+        }
+    }
 }
 
 fn finish(result: Result<Report, ApplyError>, json: bool) -> Result<ExitCode> {

@@ -9,7 +9,9 @@
 //! resource `ID` is written, `torn-append:ID` after half of it was written (a line cut short),
 //! `fold-torn:store` after half of a new snapshot reached its temporary file, and
 //! `fold-renamed:store` after the new snapshot was renamed into place and before the journal it
-//! replaces was removed. Nothing else reads this variable, and when it is unset every call here
+//! replaces was removed. The flip has `flip:saved` (the found firewall saved, nothing else done),
+//! `flip:loaded` (the filter loaded and the found firewall retired, the store not yet told) and
+//! `return:restored` (the found firewall back, the store not yet told). Nothing else reads this variable, and when it is unset every call here
 //! is a comparison and nothing more.
 
 use std::sync::Mutex;

@@ -5,6 +5,7 @@ pub mod accounts;
 pub mod apply;
 pub mod briefing;
 pub mod cli;
+pub mod converge;
 pub mod declaration;
 pub mod failpoint;
 pub mod genesis;

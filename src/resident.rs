@@ -263,6 +263,24 @@ pub fn run(host: &Host<'_>, opts: &Options) -> Result<ExitCode> {
                                 Err(e) => tracing::error!(error = %e, "putting the guard back"),
                             }
                         }
+                        // Likewise the derived filter on a flipped node: without it the node
+                        // is open.
+                        if let (Some(sock), Some(spec)) = (
+                            guard_sock.as_mut(),
+                            memo.as_ref().and_then(|m| m.filter.as_ref()),
+                        ) {
+                            let started = Instant::now();
+                            match firewall::filter::ensure(sock, spec) {
+                                Ok(true) => tracing::info!(
+                                    micros = started.elapsed().as_micros() as u64,
+                                    "the derived filter was gone; put back"
+                                ),
+                                Ok(false) => {}
+                                Err(e) => {
+                                    tracing::error!(error = %e, "putting the derived filter back")
+                                }
+                            }
+                        }
                     }
                     for e in events {
                         let who = match &e {

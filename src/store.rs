@@ -151,6 +151,42 @@ pub struct State {
     /// The guard that apply left in force (with the runtime's bridges it was told then).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub firewall_guard: Option<firewall::GuardSpec>,
+    /// The flip: written before an adopted node's found firewall is touched, and kept until the
+    /// return put it back. While it is here, the derived filter is the node's firewall.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub flip: Option<Flip>,
+}
+
+/// What the flip of an adopted node to converged saved, and how far it got.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Flip {
+    pub stage: FlipStage,
+    /// The found firewall of each kind as it was before the flip: what return puts back.
+    pub retired: Vec<firewall::Retired>,
+    /// Each found firewall's boot unit, and whether it was enabled before the flip.
+    pub units: Vec<BootUnit>,
+    /// The ports ssh listened on at the flip, kept reachable by the derived filter.
+    pub ssh: Vec<u16>,
+}
+
+/// How far a flip got: `saved` when the found firewall's state is kept and nothing else may
+/// have happened yet (the next apply finishes it), `done` when the filter is in force and the
+/// found firewall retired.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum FlipStage {
+    Saved,
+    Done,
+}
+
+/// A found firewall's boot unit as the flip found it.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct BootUnit {
+    pub unit: String,
+    /// `None` when the service manager could not say (no such unit, none here).
+    pub enabled: Option<bool>,
 }
 
 impl State {

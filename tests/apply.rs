@@ -361,18 +361,6 @@ fn safety_rules_refuse_with_exit_3_and_change_nothing() {
     let node = Node::new();
     node.apply(&decl("adopted", &[], json!([proxy_config("v1\n")])));
     let before = node.snapshot();
-    let r = node.apply_env(
-        &decl("converged", &[], json!([proxy_config("v1\n")])),
-        &[],
-        &[],
-    );
-    assert_eq!(r.code, Some(3), "{}", r.stderr);
-    assert!(
-        r.stderr
-            .contains("is adopted; converging it is its own previewed act"),
-        "{}",
-        r.stderr
-    );
     let mut other = decl("adopted", &[], json!([]));
     other["node"] = json!("laptop");
     let r = node.apply_env(&other, &[], &[]);
@@ -384,6 +372,24 @@ fn safety_rules_refuse_with_exit_3_and_change_nothing() {
         r.stderr
     );
     assert_eq!(node.snapshot(), before);
+    // A converged declaration for an adopted node is the flip (no found container is held, so
+    // nothing refuses it): the held file is taken, and the store says the node was flipped.
+    let r = node.apply_env(
+        &decl("converged", &[], json!([proxy_config("v1\n")])),
+        &[],
+        &[],
+    );
+    assert_eq!(r.code, Some(0), "{}\n{}", r.stdout, r.stderr);
+    assert!(
+        r.stdout.contains("flip: derived filter loaded"),
+        "{}",
+        r.stdout
+    );
+    let state: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(node.path("/var/lib/mesh-host/state.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(state["flip"]["stage"], "done", "{state:#}");
 }
 
 #[test]

@@ -7,6 +7,8 @@
 //! stamped with that listing's generation (a ruleset reloaded in between makes the kernel refuse
 //! it, and the plan is made again), and every iptables table's changes go in one restore.
 
+mod flip;
+
 use crate::backend::{self, Change, Cx, Driver, TableKey, TableView};
 use crate::detect::{self, Backend, Found, Layer, MESH_TABLE};
 use crate::error::{Error, Result};

@@ -7,6 +7,7 @@ pub mod detect;
 pub mod engine;
 pub mod error;
 pub mod exec;
+pub mod filter;
 pub mod guard;
 pub mod netlink;
 pub mod opening;
@@ -20,6 +21,7 @@ pub use detect::{Backend, Found, Layer, MESH_TABLE};
 pub use engine::{Converged, Firewall, Presence, Scope, State};
 pub use error::{Errno, Error, Result};
 pub use exec::{Exec, Output, RecordingExec, SystemExec};
+pub use filter::FilterSpec;
 pub use guard::{GuardReport, GuardSpec, GuardStatus, GuardTable, GuardedPort, OldTable};
 pub use netlink::{
     BaseChain, Batch, Chain, ChainHook, ChainType, Claim, CmpOp, CtDirection, CtKey, CtState,

@@ -33,7 +33,23 @@ pub(super) fn brief(store: &Store, decl: &Declaration, report: &Report) -> Brief
                     decl.taken.join(", ")
                 }
             ),
-            Mode::Converged => "converged: every declared resource converges".into(),
+            Mode::Converged => match &state.flip {
+                Some(f) => format!(
+                    "converged: every declared resource converges; the derived filter is the \
+                     node's firewall, and the found firewall is retired and saved for `mesh-host \
+                     adopt` ({})",
+                    if f.retired.is_empty() {
+                        "none was found".to_string()
+                    } else {
+                        f.retired
+                            .iter()
+                            .map(|r| r.describe())
+                            .collect::<Vec<_>>()
+                            .join("; ")
+                    }
+                ),
+                None => "converged: every declared resource converges".into(),
+            },
         },
     });
     if store.rebuilt {
@@ -106,6 +122,19 @@ pub(super) fn brief(store: &Store, decl: &Declaration, report: &Report) -> Brief
             subject: "guard".into(),
             detail: g.clone(),
         });
+    }
+    for (subject, said) in [("firewall", &report.flip), ("filter", &report.filter)] {
+        if let Some(text) = said {
+            lines.push(Line {
+                mark: if text.contains("failed") {
+                    Mark::Failed
+                } else {
+                    Mark::Ok
+                },
+                subject: subject.into(),
+                detail: text.clone(),
+            });
+        }
     }
     for n in &report.not_admitted {
         lines.push(Line {

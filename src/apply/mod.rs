@@ -11,6 +11,7 @@ mod brief;
 mod container;
 mod directory;
 mod file;
+pub(crate) mod flip;
 pub mod opening;
 mod package;
 mod report;
@@ -52,6 +53,8 @@ pub struct FirewallMemo {
     pub declaration: Declaration,
     pub guard: Option<firewall::GuardSpec>,
     pub openings: Vec<firewall::Opening>,
+    /// The derived filter, on a flipped node.
+    pub filter: Option<firewall::FilterSpec>,
 }
 
 /// What a re-check of the firewall did.
@@ -375,6 +378,13 @@ pub fn recheck_firewall(host: &Host<'_>, memo: &FirewallMemo) -> Result<Rechecke
         guard_written = line.ends_with("written)");
     }
     let mut openings = 0;
+    if let Some(spec) = &memo.filter {
+        let f = opening::firewall(&mut fw, &memo.declaration.node).map_err(ApplyError::Safety)?;
+        let written = f
+            .ensure_filter(spec)
+            .map_err(|e| ApplyError::Safety(format!("re-checking the derived filter: {e}")))?;
+        openings += usize::from(written);
+    }
     if !memo.openings.is_empty() {
         let f = opening::firewall(&mut fw, &memo.declaration.node).map_err(ApplyError::Safety)?;
         let done = f
@@ -403,12 +413,25 @@ fn apply_locked(
         Some(fw) => Some(fw),
         None => check_claim(decl)?,
     };
+    // A flip saves the found firewall before anything changes: the record goes into the store
+    // with the mode's change, and a flip that cannot read what it would retire is refused.
+    let transition = flip::transition(&store.state, decl);
+    let mut flip_saved = false;
+    if transition == flip::Transition::Flip && store.state.flip.is_none() {
+        let f = opening::firewall(&mut fw, &decl.node).map_err(ApplyError::Safety)?;
+        let saved = flip::save(host.root, host.runner, f).map_err(|e| {
+            ApplyError::Safety(format!("node {:?} cannot be converged: {e}", decl.node))
+        })?;
+        store.state.flip = Some(saved);
+        flip_saved = true;
+    }
     // Nothing of the firewall to look at when the kernel's ruleset is still at the generation
     // the last apply of this very declaration left it at. Legacy tables send no generation, so
     // where they are in force the firewall is always read.
     let firewall_unchanged = match (&store.state.firewall_generation, fw.as_mut()) {
         (Some(recorded), Some(f))
-            if store.state.declaration.as_ref() == Some(decl)
+            if transition == flip::Transition::Stay
+                && store.state.declaration.as_ref() == Some(decl)
                 && (decl.mode != Mode::Adopted
                     || store.state.settings.is_none()
                     || store.state.firewall_guard.is_some())
@@ -423,7 +446,8 @@ fn apply_locked(
     let state = &mut store.state;
     // A reconcile of the same declaration changes nothing here, and then the snapshot is not
     // rewritten before the loop (the end of the apply folds it anyway).
-    let same = state.node.as_deref() == Some(decl.node.as_str())
+    let same = !flip_saved
+        && state.node.as_deref() == Some(decl.node.as_str())
         && state.mode == Some(decl.mode)
         && state.taken == decl.taken
         && (decl.settings.is_none() || state.settings == decl.settings)
@@ -497,6 +521,54 @@ fn apply_locked(
                 }
             }
         }
+        // The flip or the return, once the guard (on return) is in force; then, on a flipped
+        // node, the derived filter as the declaration says now.
+        let mut filter_spec = None;
+        if report.failed().is_none() {
+            let step = match transition {
+                flip::Transition::Flip => Some(("flip", flip::flip(&mut cx))),
+                flip::Transition::Return => Some(("return", flip::unflip(&mut cx))),
+                flip::Transition::Stay => None,
+            };
+            if let Some((what, result)) = step {
+                match result {
+                    Ok(line) => report.flip = Some(format!("{what}: {line}")),
+                    Err(e) => {
+                        report.flip = Some(format!("{what} failed: {e}"));
+                        report.push(what, Shape::Opening, "firewall".into(), Err(e));
+                    }
+                }
+            }
+        }
+        if report.failed().is_none() && cx.store.state.flip.is_some() {
+            match (cx.firewall_unchanged, transition) {
+                (Some(generation), _) => {
+                    report.filter = Some(format!(
+                        "in force as the last apply left it (ruleset generation {generation} unchanged)"
+                    ));
+                    let ssh = cx
+                        .store
+                        .state
+                        .flip
+                        .as_ref()
+                        .map(|f| f.ssh.clone())
+                        .unwrap_or_default();
+                    filter_spec =
+                        flip::filter_spec(cx.runner, decl, cx.store.state.settings.as_ref(), &ssh)
+                            .ok();
+                }
+                _ => match flip::ensure_filter(&mut cx) {
+                    Ok((line, spec)) => {
+                        report.filter = Some(line);
+                        filter_spec = Some(spec);
+                    }
+                    Err(e) => {
+                        report.filter = Some(format!("failed: {e}"));
+                        report.push("filter", Shape::Opening, "derived filter".into(), Err(e));
+                    }
+                },
+            }
+        }
         let guard_failed = report.failed().is_some();
         for res in decl.resources.iter().filter(|_| !guard_failed) {
             if !moved_away(&mut cx, res, &mut report) {
@@ -530,13 +602,24 @@ fn apply_locked(
             Some(Err(_)) => false,
             None => true,
         };
-        if report.failed().is_none() && cx.firewall_unchanged.is_none() && may_be_stale {
+        if report.failed().is_none()
+            && cx.firewall_unchanged.is_none()
+            && may_be_stale
+            && cx.store.state.flip.is_none()
+        {
             sweep_stale_marks(&mut cx, &mut report);
         }
+        let flipped = cx.store.state.flip.is_some();
         report.memo = Some(FirewallMemo {
             declaration: decl.clone(),
             guard: guard_spec,
-            openings: declared_openings(&cx).unwrap_or_default(),
+            // On a flipped node the openings are the filter's, never the retired firewall's.
+            openings: if flipped {
+                Vec::new()
+            } else {
+                declared_openings(&cx).unwrap_or_default()
+            },
+            filter: filter_spec,
         });
         // Everything of the firewall in force: the generation it is now at is recorded, so the
         // next reconcile of this declaration lists nothing if nobody changed the ruleset since.
@@ -574,11 +657,12 @@ fn check_safety(state: &store::State, decl: &Declaration) -> Result<(), ApplyErr
             )));
         }
     }
-    if state.mode == Some(Mode::Adopted) && decl.mode == Mode::Converged {
+    let refused = flip::refusals(state, decl);
+    if !refused.is_empty() {
         return Err(ApplyError::Safety(format!(
-            "node {:?} is adopted; converging it is its own previewed act, never a side effect of \
-             a declaration, and this build has no converge yet",
-            decl.node
+            "node {:?} cannot be converged yet, so nothing was changed: {}",
+            decl.node,
+            refused.join("; ")
         )));
     }
     Ok(())

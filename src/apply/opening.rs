@@ -65,6 +65,22 @@ pub fn to_opening(spec: &OpeningSpec, settings: Option<&Settings>) -> Result<Ope
 /// opening is then recorded and reported on its own line from that one convergence.
 pub(super) fn apply(cx: &mut Cx<'_>, spec: &OpeningSpec) -> Result<Done, String> {
     let opening = to_opening(spec, cx.store.state.settings.as_ref())?;
+    // On a flipped node the derived filter admits it: loaded from the whole declaration before
+    // the resources, nothing goes into the retired firewall.
+    if cx.store.state.flip.is_some() {
+        let rec = record_of(spec, &opening);
+        if cx.store.state.owned(&spec.id) == Some(&rec) {
+            return Ok(Done::new(
+                Outcome::Unchanged,
+                "admitted by the derived filter (inet mesh_host)",
+            ));
+        }
+        cx.record_owned(rec)?;
+        return Ok(Done::new(
+            Outcome::Created,
+            "admitted by the derived filter (inet mesh_host)",
+        ));
+    }
     // The ruleset is at the generation the last apply of this declaration verified: nothing of
     // it changed, so nothing is listed.
     if let Some(generation) = cx.firewall_unchanged {
@@ -224,6 +240,13 @@ fn record_of(spec: &OpeningSpec, opening: &Opening) -> Owned {
 
 /// Removes every marked rule of an opening that is no longer declared.
 pub(super) fn remove(cx: &mut Cx<'_>, id: &str, declared: &[Opening]) -> Result<Done, String> {
+    if cx.store.state.flip.is_some() {
+        cx.changed(id);
+        return Ok(Done::new(
+            Outcome::Removed,
+            "no longer declared; the derived filter no longer admits it",
+        ));
+    }
     let fw = firewall(&mut cx.fw, &cx.decl.node)?;
     let done = fw
         .converge(declared, Scope::All)
@@ -337,6 +360,19 @@ fn guard_for(
     interfaces: &[::genesis::inventory::Interface],
 ) -> GuardSpec {
     let mut spec = guard_spec(settings, resources);
+    for b in runtime_bridges(runner, interfaces) {
+        spec.add_runtime_bridge(&b);
+    }
+    spec
+}
+
+/// The bridges the container runtime reports that are bridges on this machine, the only
+/// interfaces the guard lets through and the derived filter forwards from besides loopback and
+/// the private network's.
+pub(crate) fn runtime_bridges(
+    runner: &dyn crate::runner::Runner,
+    interfaces: &[::genesis::inventory::Interface],
+) -> Vec<String> {
     // The runtime's own bridges are the machine's too, asked of the runtime on every apply; no
     // name is trusted for what it looks like. A runtime that does not answer adds none.
     let reported = crate::system::container_runtime(runner)
@@ -351,12 +387,10 @@ fn guard_for(
         .filter(|i| i.kind == ::genesis::inventory::InterfaceKind::Bridge)
         .map(|i| i.name.clone())
         .collect();
-    for b in real_bridges(reported, &here) {
-        if firewall::opening::check_interface(&b).is_ok() && !b.ends_with('*') {
-            spec.add_runtime_bridge(&b);
-        }
-    }
-    spec
+    real_bridges(reported, &here)
+        .into_iter()
+        .filter(|b| firewall::opening::check_interface(b).is_ok() && !b.ends_with('*'))
+        .collect()
 }
 
 /// Puts `spec` in force; returns the guard's line for the report and the briefing.

@@ -63,6 +63,12 @@ pub struct Report {
     /// How the guard stands, on an adopted node.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub guard: Option<String>,
+    /// What the flip or the return did, when this apply made one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub flip: Option<String>,
+    /// How the derived filter stands, on a flipped node.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub filter: Option<String>,
     /// Openings a layer of the found firewall still refuses, each with the layer and why: the
     /// operator's own refusal of the port, or a table the host cannot write.
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -89,6 +95,8 @@ impl Report {
     pub fn new(decl: &Declaration, source: Source) -> Self {
         Report {
             guard: None,
+            flip: None,
+            filter: None,
             not_admitted: Vec::new(),
             private_network: None,
             node: decl.node.clone(),
@@ -192,6 +200,12 @@ impl Report {
         );
         if let Some(g) = &self.guard {
             let _ = writeln!(out, "guard: {g}");
+        }
+        if let Some(f) = &self.flip {
+            let _ = writeln!(out, "{f}");
+        }
+        if let Some(f) = &self.filter {
+            let _ = writeln!(out, "derived filter: {f}");
         }
         if let Some(p) = &self.private_network {
             let _ = writeln!(out, "private network ({}): {}", p.mark.as_str(), p.detail);

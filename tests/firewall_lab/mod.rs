@@ -14,6 +14,7 @@ use lab::addr::*;
 use lab::{Adoption, Lab, Machine, Probe};
 use serde_json::{json, Value};
 
+mod converge;
 mod docker;
 mod firewalld;
 mod forwarded;

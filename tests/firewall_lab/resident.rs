@@ -349,3 +349,80 @@ impl Drop for Tmpfs {
         let _ = std::process::Command::new("umount").arg(&self.0).output();
     }
 }
+
+fn filter_present(node: &Machine) -> bool {
+    node.run(&["nft", "list", "chain", "inet", "mesh_host", "input"])
+        .is_ok_and(|o| o.success() && o.stdout.contains("policy drop"))
+}
+
+/// On a converged node the derived filter is the firewall: another program flushing the ruleset
+/// gets it back within milliseconds, with no command run, and the closed port stays closed.
+#[test]
+fn on_a_converged_node_the_derived_filter_is_back_after_a_flush_unasked() {
+    let lab = new_lab();
+    let net = adoption(&lab);
+    let node = &net.node;
+    let _listeners: Vec<_> = [OPENED, CLOSED, STORE]
+        .iter()
+        .map(|p| node.listen_tcp(*p).expect("listener"))
+        .collect();
+    let host = Host::new(node);
+    let mut api = opening("api/port", OPENED, "incoming");
+    api["module"] = json!("api");
+    host.apply(&declaration(&[api]));
+    let out = host.run(&["converge", "--json"]);
+    assert!(out.success(), "the flip: {}\n{}", out.stdout, out.stderr);
+    let mut resident = Resident::start(&host, &[]);
+    let public = node_public();
+    expect(
+        &net.outside,
+        &public,
+        OPENED,
+        Probe::Reached,
+        "converged: opened",
+    );
+    expect(
+        &net.outside,
+        &public,
+        CLOSED,
+        Probe::TimedOut,
+        "converged: closed",
+    );
+
+    run_ok(node, &["nft", "flush", "ruleset"]);
+    let back = within(
+        Duration::from_secs(3),
+        "the filter back after a flush",
+        || filter_present(node),
+    );
+    resident.wait_log(
+        "the derived filter was gone; put back",
+        1,
+        Duration::from_secs(3),
+    );
+    expect(
+        &net.outside,
+        &public,
+        CLOSED,
+        Probe::TimedOut,
+        "closed again, no command run",
+    );
+    expect(
+        &net.outside,
+        &public,
+        STORE,
+        Probe::TimedOut,
+        "the store closed again",
+    );
+    expect(
+        &net.outside,
+        &public,
+        OPENED,
+        Probe::Reached,
+        "the opening admitted again",
+    );
+    assert!(!guard_present(node), "a converged node has no guard");
+    eprintln!("filter back within {back:?} of the flush (including this test's polling)");
+    resident.signal(libc::SIGTERM);
+    assert_eq!(resident.wait_exit(Duration::from_secs(10)), Some(0));
+}

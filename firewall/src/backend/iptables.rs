@@ -2,14 +2,19 @@
 //! nf_tables) and iptables-legacy (the x_tables). A table is read with `PROGRAM-save -t TABLE`
 //! and its changes are written with one `PROGRAM-restore --noflush`, so removals and additions
 //! are one transaction, a failure leaves the table as it was, and the tables stay readable by
-//! iptables. The two differ only in their programs' names.
+//! iptables. The two differ only in their programs' names. Retiring and restoring the operator's
+//! own iptables firewall on the flip and return is in `iptables/retire.rs`.
+
+mod retire;
 
 use super::{Change, Cx, Driver, Removal, TableKey, TableView};
 use crate::error::{Error, Result};
 use crate::netlink::Family;
 use crate::opening::Opening;
 use crate::place::seen_xt;
+use crate::retire::Retired;
 use crate::rules::{self, Site};
+use std::path::Path as FsPath;
 
 /// The iptables driver for one variant: `nft` or `legacy`.
 pub struct Iptables {
@@ -42,6 +47,18 @@ impl Driver for Iptables {
 
     fn rules_for(&self, o: &Opening, site: Site) -> usize {
         rules::source_count(o, site.family)
+    }
+
+    fn survey(&self, root: &FsPath, cx: &mut Cx<'_>) -> Result<Option<Retired>> {
+        retire::survey(self.variant, root, cx)
+    }
+
+    fn retire(&self, saved: &Retired, cx: &mut Cx<'_>) -> Result<Retired> {
+        retire::retire(self.variant, saved, cx)
+    }
+
+    fn restore(&self, saved: &Retired, cx: &mut Cx<'_>) -> Result<()> {
+        retire::restore(self.variant, saved, cx)
     }
 }
 

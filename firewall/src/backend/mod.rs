@@ -168,8 +168,9 @@ pub trait Driver {
 
     /// Takes what `saved` describes out of the running ruleset (native deletions join the
     /// caller's batch, so they land in one transaction with the derived filter), never writing
-    /// its configuration. The caller has already kept `saved` somewhere durable.
-    fn retire(&self, saved: &Retired, cx: &mut Cx<'_>) -> Result<()> {
+    /// its configuration. The caller has already kept `saved` somewhere durable, and keeps what
+    /// this returns (the same parts, completed with exactly what was taken out) after it worked.
+    fn retire(&self, saved: &Retired, cx: &mut Cx<'_>) -> Result<Retired> {
         let _ = cx;
         Err(Error::Unsupported {
             reason: format!("{} cannot be retired by this build", saved.backend),

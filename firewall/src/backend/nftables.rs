@@ -1,12 +1,17 @@
 //! Hand-written nftables: openings written natively, into the found chain, in the one atomic
-//! batch of the convergence (stamped with the listing's generation by the engine).
+//! batch of the convergence (stamped with the listing's generation by the engine). Retired on the
+//! flip by deleting the tables its configuration file loads (never by stopping its unit, whose
+//! stop flushes the whole ruleset), restored from their saved listings with `nft -f`.
 
 use super::{Change, Cx, Driver, Removal, TableKey, TableView};
-use crate::error::Result;
-use crate::netlink::Position;
+use crate::detect::Backend;
+use crate::error::{Error, Result};
+use crate::netlink::{Family, Position};
 use crate::opening::Opening;
 use crate::place::seen_nft;
+use crate::retire::{Retired, Saved};
 use crate::rules::{self, Site};
+use std::path::Path as FsPath;
 
 pub struct Nftables;
 
@@ -53,6 +58,18 @@ impl Driver for Nftables {
     fn rules_for(&self, o: &Opening, site: Site) -> usize {
         rules::source_count(o, site.family)
     }
+
+    fn survey(&self, root: &FsPath, cx: &mut Cx<'_>) -> Result<Option<Retired>> {
+        survey(root, cx)
+    }
+
+    fn retire(&self, saved: &Retired, cx: &mut Cx<'_>) -> Result<Retired> {
+        retire(saved, cx).map(|()| saved.clone())
+    }
+
+    fn restore(&self, saved: &Retired, cx: &mut Cx<'_>) -> Result<()> {
+        restore(saved, cx)
+    }
 }
 
 /// Every chain of an nf_tables table from the listing, each rule reduced for placement and
@@ -83,4 +100,180 @@ pub(super) fn read_nf(key: &TableKey, cx: &Cx<'_>) -> TableView {
         view.how.insert(c.name.clone(), how);
     }
     view.index()
+}
+
+/// The files a hand-written nftables firewall boots from, as paths on the machine: Debian's and
+/// Arch's, then RHEL's.
+pub const CONFIGS: [&str; 2] = ["/etc/nftables.conf", "/etc/sysconfig/nftables.conf"];
+
+/// The unit that loads it at boot. Never stopped: its stop runs `nft flush ruleset`.
+pub const UNIT: &str = "nftables.service";
+
+/// The tables a configuration file loads, `include`s followed (under `root`), in order, once
+/// each: `table FAMILY NAME`, `add table …`, `create table …`; the family is `ip` when not given.
+/// A `delete`, `destroy` or `flush` of a table loads nothing.
+pub fn config_tables(root: &FsPath, file: &str, seen: &mut Vec<String>) -> Vec<(Family, String)> {
+    let mut out = Vec::new();
+    if seen.iter().any(|s| s == file) || seen.len() > 64 {
+        return out;
+    }
+    seen.push(file.to_string());
+    let Ok(text) = std::fs::read_to_string(root.join(file.trim_start_matches('/'))) else {
+        return out;
+    };
+    // Comments out, then words: braces and semicolons are words of their own.
+    let mut words: Vec<String> = Vec::new();
+    for line in text.lines() {
+        let line = match line.find('#') {
+            Some(i) if !line[..i].contains('"') => &line[..i],
+            _ => line,
+        };
+        let spaced = line
+            .replace('{', " { ")
+            .replace('}', " } ")
+            .replace(';', " ; ");
+        words.extend(spaced.split_whitespace().map(str::to_string));
+        words.push(";".into());
+    }
+    let family = |w: &str| match w {
+        "ip" => Some(Family::Ipv4),
+        "ip6" => Some(Family::Ipv6),
+        "inet" => Some(Family::Inet),
+        "arp" => Some(Family::Arp),
+        "bridge" => Some(Family::Bridge),
+        "netdev" => Some(Family::Netdev),
+        _ => None,
+    };
+    let mut depth = 0usize;
+    let mut at_start = true;
+    let mut i = 0;
+    while i < words.len() {
+        let w = words[i].as_str();
+        match w {
+            "{" => {
+                depth += 1;
+                at_start = true;
+            }
+            "}" => {
+                depth = depth.saturating_sub(1);
+                at_start = true;
+            }
+            ";" => at_start = true,
+            _ if at_start && depth == 0 => {
+                at_start = false;
+                let mut j = i;
+                if w == "add" || w == "create" {
+                    j += 1;
+                }
+                if words.get(j).map(String::as_str) == Some("table") {
+                    let (fam, name) = match words.get(j + 1).and_then(|f| family(f)) {
+                        Some(f) => (f, words.get(j + 2)),
+                        None => (Family::Ipv4, words.get(j + 1)),
+                    };
+                    if let Some(name) = name.filter(|n| !matches!(n.as_str(), "{" | ";")) {
+                        let key = (fam, name.trim_matches('"').to_string());
+                        if !out.contains(&key) {
+                            out.push(key);
+                        }
+                    }
+                } else if w == "include" {
+                    if let Some(path) = words.get(i + 1) {
+                        let path = path.trim_matches('"');
+                        if !path.contains('*') {
+                            for t in config_tables(root, path, seen) {
+                                if !out.contains(&t) {
+                                    out.push(t);
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+            _ => at_start = false,
+        }
+        i += 1;
+    }
+    out
+}
+
+/// The found firewall a configuration file loads: its tables as they are now, each saved with
+/// `nft list table` (the machine's own `nft`, which that file's boot unit needs too).
+pub(super) fn survey(root: &FsPath, cx: &mut Cx<'_>) -> Result<Option<Retired>> {
+    let Some(config) = CONFIGS
+        .iter()
+        .find(|c| root.join(c.trim_start_matches('/')).is_file())
+    else {
+        return Ok(None);
+    };
+    let mut saved = Vec::new();
+    for (family, name) in config_tables(root, config, &mut Vec::new()) {
+        if name == crate::detect::MESH_TABLE || cx.ruleset.table(family, &name).is_none() {
+            continue;
+        }
+        let listing = cx.exec.run_ok(
+            "nft",
+            &[
+                "list".into(),
+                "table".into(),
+                family.nft_name(),
+                name.clone(),
+            ],
+            None,
+        )?;
+        saved.push(Saved {
+            what: format!("table {family} {name}"),
+            text: listing.stdout,
+        });
+    }
+    Ok(Some(Retired {
+        backend: Backend::Nftables,
+        unit: Some(UNIT.into()),
+        config: vec![config.to_string()],
+        saved,
+    }))
+}
+
+/// `table FAMILY NAME` from a saved part's name.
+fn saved_table(s: &Saved) -> Option<(Family, String)> {
+    let mut w = s.what.split_whitespace();
+    let (_, fam, name) = (w.next()?, w.next()?, w.next()?);
+    let family = Family::ALL.into_iter().find(|f| f.nft_name() == fam)?;
+    Some((family, name.to_string()))
+}
+
+/// Each saved table deleted in the caller's batch (one transaction with the derived filter).
+pub(super) fn retire(saved: &Retired, cx: &mut Cx<'_>) -> Result<()> {
+    for s in &saved.saved {
+        let (family, name) = saved_table(s).ok_or_else(|| Error::Malformed {
+            what: "a saved nftables table".into(),
+            reason: format!("{:?} names no table", s.what),
+        })?;
+        if cx.ruleset.table(family, &name).is_some() {
+            cx.batch.del_table(family, &name)?;
+        }
+    }
+    Ok(())
+}
+
+/// Each saved table loaded again exactly as listed, with `nft -f`, in one transaction that first
+/// deletes a table of the same name if one was made meanwhile.
+pub(super) fn restore(saved: &Retired, cx: &mut Cx<'_>) -> Result<()> {
+    let mut script = String::new();
+    for s in &saved.saved {
+        let (family, name) = saved_table(s).ok_or_else(|| Error::Malformed {
+            what: "a saved nftables table".into(),
+            reason: format!("{:?} names no table", s.what),
+        })?;
+        script.push_str(&format!(
+            "table {family} {name}\ndelete table {family} {name}\n"
+        ));
+        script.push_str(&s.text);
+        script.push('\n');
+    }
+    if script.is_empty() {
+        return Ok(());
+    }
+    cx.exec
+        .run_ok("nft", &["-f".into(), "-".into()], Some(&script))?;
+    Ok(())
 }

@@ -196,6 +196,18 @@ impl RuleBody {
         .cmp(CmpOp::Eq, port.to_be_bytes().to_vec())
     }
 
+    /// `icmp type N` / `icmpv6 type N` after the caller's `meta l4proto`: the transport
+    /// header's first byte.
+    pub fn icmp_type(self, kind: u8) -> RuleBody {
+        self.expr(Expr::Payload {
+            base: PayloadBase::Transport,
+            offset: 0,
+            len: 1,
+            dreg: NFT_REG_1,
+        })
+        .cmp(CmpOp::Eq, vec![kind])
+    }
+
     /// `tcp dport PORT` (nft's own encoding: `meta l4proto tcp` then `th dport`).
     pub fn tcp_dport(self, port: u16) -> RuleBody {
         self.l4proto(L4Proto::Tcp).th_dport(port)

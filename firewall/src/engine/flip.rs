@@ -1,0 +1,170 @@
+//! The flip and the return, at the engine: the found firewall surveyed per kind, the derived
+//! filter loaded with the guard's removal and the native tables' retirement in one nf_tables
+//! transaction, then the other kinds retired in their own terms; and back.
+
+use super::Firewall;
+use crate::backend::{self, Cx};
+use crate::detect::{Backend, MESH_TABLE};
+use crate::error::{Error, Result};
+use crate::filter::{self, FilterSpec};
+use crate::guard::GUARD_CHAIN;
+use crate::netlink::{Batch, Family, Ruleset};
+use crate::retire::Retired;
+use std::collections::BTreeMap;
+use std::path::Path as FsPath;
+
+/// The kinds whose found firewall can be retired, in the order they are surveyed.
+const KINDS: [Backend; 5] = [
+    Backend::Nftables,
+    Backend::IptablesNft,
+    Backend::IptablesLegacy,
+    Backend::Firewalld,
+    Backend::Ufw,
+];
+
+impl Firewall<'_> {
+    /// Every kind's found firewall on this machine, as its own configuration under `root` says
+    /// and the running ruleset holds it, each saved for return. Reads only. A kind is surveyed
+    /// when its configuration is there (hand-written nftables) or its layers are (the others).
+    pub fn survey(&mut self, root: &FsPath) -> Result<Vec<Retired>> {
+        let ruleset = self.listing()?;
+        let found = self.found()?.clone();
+        let mut out = Vec::new();
+        for kind in KINDS {
+            let layered = found.layers.iter().any(|l| l.backend == kind);
+            if kind != Backend::Nftables && !layered {
+                continue;
+            }
+            let Some(driver) = backend::driver(kind) else {
+                if layered {
+                    return Err(Error::Unsupported {
+                        reason: format!(
+                            "the found firewall is {kind}, which this build cannot retire"
+                        ),
+                    });
+                }
+                continue;
+            };
+            let mut batch = Batch::new();
+            let mut cx = Cx {
+                ruleset: &ruleset,
+                legacy_saves: &found.legacy_saves,
+                batch: &mut batch,
+                exec: self.exec,
+            };
+            if let Some(r) = driver.survey(root, &mut cx)? {
+                out.push(r);
+            }
+        }
+        Ok(out)
+    }
+
+    /// The flip: in one nf_tables transaction the derived filter is loaded, the guard's chain
+    /// removed and every retired native table deleted, so the store is never reachable from
+    /// outside at any instant; then each other kind is retired in its own terms. Returns the
+    /// retired firewalls completed with exactly what was taken out (the caller records them).
+    pub fn flip(&mut self, filter: &FilterSpec, saved: &[Retired]) -> Result<Vec<Retired>> {
+        let ruleset = self.listing()?;
+        let legacy = self.found()?.legacy_saves.clone();
+        let mut batch = Batch::new();
+        filter.add_to(&mut batch)?;
+        if ruleset
+            .chains
+            .iter()
+            .any(|c| c.family == Family::Inet && c.table == MESH_TABLE && c.name == GUARD_CHAIN)
+        {
+            batch.flush(Family::Inet, MESH_TABLE, Some(GUARD_CHAIN))?;
+            batch.del_chain(Family::Inet, MESH_TABLE, GUARD_CHAIN)?;
+        }
+        let mut out = Vec::new();
+        // Native tables join the batch; the others wait until it is in force.
+        for r in saved.iter().filter(|r| r.backend == Backend::Nftables) {
+            let mut cx = self.cx(&ruleset, &legacy, &mut batch);
+            out.push(driver_for(r.backend)?.retire(r, &mut cx)?);
+        }
+        self.send(&batch)?;
+        for r in saved.iter().filter(|r| r.backend != Backend::Nftables) {
+            let mut none = Batch::new();
+            let mut cx = self.cx(&ruleset, &legacy, &mut none);
+            out.push(driver_for(r.backend)?.retire(r, &mut cx)?);
+            self.send(&none)?;
+        }
+        self.found = None;
+        Ok(out)
+    }
+
+    /// The return: each retired firewall put back exactly as saved, then the derived filter's
+    /// chains removed (the caller ensured the guard first), so there is no moment with neither.
+    pub fn unflip(&mut self, saved: &[Retired]) -> Result<()> {
+        let ruleset = self.listing()?;
+        let legacy = BTreeMap::new();
+        for r in saved {
+            let mut none = Batch::new();
+            let mut cx = self.cx(&ruleset, &legacy, &mut none);
+            driver_for(r.backend)?.restore(r, &mut cx)?;
+            self.send(&none)?;
+        }
+        if let Some(sock) = self.nf.as_mut() {
+            let mut batch = Batch::new();
+            if filter::remove_into(sock, &mut batch)? {
+                sock.send(&batch)?;
+            }
+        }
+        self.found = None;
+        Ok(())
+    }
+
+    /// Puts the derived filter in force as `spec` says; `true` when it had to be written.
+    pub fn ensure_filter(&mut self, spec: &FilterSpec) -> Result<bool> {
+        let sock = self.nf.as_mut().ok_or_else(no_nf)?;
+        filter::ensure(sock, spec)
+    }
+
+    /// Whether the derived filter's chains are loaded.
+    pub fn filter_present(&mut self) -> Result<bool> {
+        match self.nf.as_mut() {
+            Some(sock) => filter::present(sock),
+            None => Ok(false),
+        }
+    }
+
+    fn listing(&mut self) -> Result<Ruleset> {
+        match self.nf.as_mut() {
+            Some(s) => s.ruleset(None),
+            None => Err(no_nf()),
+        }
+    }
+
+    fn cx<'c>(
+        &'c self,
+        ruleset: &'c Ruleset,
+        legacy: &'c BTreeMap<(Family, String), String>,
+        batch: &'c mut Batch,
+    ) -> Cx<'c> {
+        Cx {
+            ruleset,
+            legacy_saves: legacy,
+            batch,
+            exec: self.exec,
+        }
+    }
+
+    fn send(&mut self, batch: &Batch) -> Result<()> {
+        if batch.is_empty() {
+            return Ok(());
+        }
+        self.nf.as_mut().ok_or_else(no_nf)?.send(batch)
+    }
+}
+
+fn driver_for(kind: Backend) -> Result<&'static dyn backend::Driver> {
+    backend::driver(kind).ok_or_else(|| Error::Unsupported {
+        reason: format!("the found firewall is {kind}, which this build cannot retire or restore"),
+    })
+}
+
+fn no_nf() -> Error {
+    Error::Unsupported {
+        reason: "the kernel has no nf_tables, so the derived filter cannot be loaded".into(),
+    }
+}

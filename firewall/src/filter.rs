@@ -1,0 +1,353 @@
+//! The derived filter: the mesh's own drop-by-default filter on a converged node (ADR 0088's base
+//! ruleset), derived from the same openings the engine converges through a found firewall, so it
+//! admits exactly what they admit. Two chains in the mesh's table, `input` and `forward`, each
+//! with a drop policy, loaded in one transaction (with the guard's removal on the flip, so the
+//! store is never reachable from outside at any instant).
+//!
+//! On input: established and related traffic, loopback, the ICMP and ICMPv6 a machine needs
+//! (errors, echo, neighbour discovery, multicast listeners), ssh from the private network, and
+//! every incoming opening from where it says. On forward: established and related traffic,
+//! traffic leaving the runtime's bridges (a container's own connections out), and every forwarded
+//! opening by the port its packets were originally sent to (`ct status dnat ct original
+//! proto-dst`), as the runtime translated them at prerouting. Both address families (an `inet`
+//! table).
+
+use crate::detect::MESH_TABLE;
+use crate::error::{Error, Result};
+use crate::netlink::{
+    BaseChain, Batch, CtState, Family, Hook, L4Proto, NfSocket, Policy, Position, RuleBody,
+};
+use crate::opening::{check_interface, Opening, Path};
+use crate::rules::{self, Site};
+
+/// The filter's chains in the mesh's table.
+pub const INPUT_CHAIN: &str = "input";
+pub const FORWARD_CHAIN: &str = "forward";
+
+/// At the filter hooks' usual priority: a found table's chains at the same hook (the runtime's,
+/// a blocklist's) run too, and a drop in any is final, so the operator's refusals still refuse.
+pub const FILTER_PRIORITY: i32 = 0;
+
+/// The ICMP types a machine needs: echo reply, destination unreachable (path MTU discovery),
+/// echo request, time exceeded, parameter problem.
+const ICMP_TYPES: [u8; 5] = [0, 3, 8, 11, 12];
+
+/// The ICMPv6 types a machine needs: the errors (unreachable, packet too big, time exceeded,
+/// parameter problem), echo, multicast listener query, report and done (and MLDv2 reports), and
+/// neighbour discovery (router solicitation and advertisement, neighbour solicitation and
+/// advertisement) without which IPv6 does not work at all.
+const ICMPV6_TYPES: [u8; 14] = [1, 2, 3, 4, 128, 129, 130, 131, 132, 133, 134, 135, 136, 143];
+
+/// What the derived filter admits.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct FilterSpec {
+    /// Every opening the node's declaration holds, both paths.
+    pub openings: Vec<Opening>,
+    /// The private network's interface: ssh stays reachable through it.
+    pub private: Option<String>,
+    /// The bridges the container runtime reports: what leaves them is forwarded.
+    pub bridges: Vec<String>,
+    /// The ports ssh listens on, kept reachable from the private network (from anywhere when the
+    /// node has no private network: ssh is never closed by the flip).
+    pub ssh: Vec<u16>,
+}
+
+impl FilterSpec {
+    fn check(&self) -> Result<()> {
+        for i in self.private.iter().chain(&self.bridges) {
+            check_interface(i)
+                .and_then(|()| {
+                    if i.ends_with('*') {
+                        Err(format!(
+                            "interface {i:?} is a pattern; the filter trusts no name pattern"
+                        ))
+                    } else {
+                        Ok(())
+                    }
+                })
+                .map_err(|reason| Error::InvalidOpening {
+                    id: "filter".into(),
+                    reason,
+                })?;
+        }
+        for o in &self.openings {
+            o.validate()?;
+        }
+        Ok(())
+    }
+
+    /// The input chain's rules, in order.
+    pub fn input(&self) -> Result<Vec<RuleBody>> {
+        self.check()?;
+        let mark = |what: &str| format!("mesh-host:filter/{what}");
+        let mut out = vec![
+            RuleBody::new()
+                .ct_state(CtState::ESTABLISHED | CtState::RELATED)
+                .accept()
+                .comment(&mark("established")),
+            RuleBody::new()
+                .ct_state(CtState::INVALID)
+                .drop()
+                .comment(&mark("invalid")),
+            RuleBody::new()
+                .iifname_eq("lo")
+                .accept()
+                .comment(&mark("loopback")),
+        ];
+        for t in ICMP_TYPES {
+            out.push(
+                RuleBody::new()
+                    .l4proto(L4Proto::Other(1))
+                    .icmp_type(t)
+                    .accept()
+                    .comment(&mark(&format!("icmp/{t}"))),
+            );
+        }
+        for t in ICMPV6_TYPES {
+            out.push(
+                RuleBody::new()
+                    .l4proto(L4Proto::Other(58))
+                    .icmp_type(t)
+                    .accept()
+                    .comment(&mark(&format!("icmpv6/{t}"))),
+            );
+        }
+        for port in &self.ssh {
+            let b = match &self.private {
+                Some(i) => RuleBody::new().iifname_eq(i),
+                None => RuleBody::new(),
+            };
+            out.push(
+                b.tcp_dport(*port)
+                    .accept()
+                    .comment(&mark(&format!("ssh/{port}"))),
+            );
+        }
+        for o in self.openings.iter().filter(|o| o.path == Path::Incoming) {
+            out.extend(rules::nft_bodies(o, Site::late(Family::Inet)));
+        }
+        Ok(out)
+    }
+
+    /// The forward chain's rules, in order.
+    pub fn forward(&self) -> Result<Vec<RuleBody>> {
+        self.check()?;
+        let mark = |what: &str| format!("mesh-host:filter/{what}");
+        let mut out = vec![
+            RuleBody::new()
+                .ct_state(CtState::ESTABLISHED | CtState::RELATED)
+                .accept()
+                .comment(&mark("established")),
+            RuleBody::new()
+                .ct_state(CtState::INVALID)
+                .drop()
+                .comment(&mark("invalid")),
+        ];
+        for b in &self.bridges {
+            out.push(
+                RuleBody::new()
+                    .iifname_eq(b)
+                    .accept()
+                    .comment(&mark(&format!("leaving/{b}"))),
+            );
+        }
+        for o in self.openings.iter().filter(|o| o.path == Path::Forwarded) {
+            out.extend(rules::nft_bodies(o, Site::late(Family::Inet)));
+        }
+        Ok(out)
+    }
+
+    /// Adds the filter to `batch`: the mesh's table, both chains with a drop policy, emptied,
+    /// then their rules. Loaded as one transaction with whatever else the batch holds.
+    pub fn add_to(&self, batch: &mut Batch) -> Result<()> {
+        let (input, forward) = (self.input()?, self.forward()?);
+        batch.add_table(Family::Inet, MESH_TABLE, crate::netlink::TableFlags::NONE)?;
+        for (chain, hook, bodies) in [
+            (INPUT_CHAIN, Hook::Input, &input),
+            (FORWARD_CHAIN, Hook::Forward, &forward),
+        ] {
+            let mut base = BaseChain::filter(hook, FILTER_PRIORITY);
+            base.policy = Policy::Drop;
+            batch.add_chain(Family::Inet, MESH_TABLE, chain, Some(&base))?;
+            batch.flush(Family::Inet, MESH_TABLE, Some(chain))?;
+            for b in bodies {
+                batch.add_rule(Family::Inet, MESH_TABLE, chain, b, Position::Append)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Whether the filter's chains are in the mesh's table now.
+pub fn present(sock: &mut NfSocket) -> Result<bool> {
+    Ok(sock
+        .chains(Some(Family::Inet))?
+        .iter()
+        .any(|c| c.table == MESH_TABLE && (c.name == INPUT_CHAIN || c.name == FORWARD_CHAIN)))
+}
+
+/// Whether both chains stand at their hooks with a drop policy and exactly `spec`'s rules.
+pub fn in_force(sock: &mut NfSocket, spec: &FilterSpec) -> Result<bool> {
+    let chains = sock.chains(Some(Family::Inet))?;
+    for (name, hook, bodies) in [
+        (INPUT_CHAIN, Hook::Input, spec.input()?),
+        (FORWARD_CHAIN, Hook::Forward, spec.forward()?),
+    ] {
+        let Some(c) = chains
+            .iter()
+            .find(|c| c.table == MESH_TABLE && c.name == name)
+        else {
+            return Ok(false);
+        };
+        let hooked = c
+            .hook
+            .as_ref()
+            .is_some_and(|h| h.hook == hook && h.priority == FILTER_PRIORITY)
+            && c.policy == Some(Policy::Drop);
+        let rules = sock.rules_of(Family::Inet, MESH_TABLE, Some(name))?;
+        let same = rules.len() == bodies.len()
+            && rules
+                .iter()
+                .zip(&bodies)
+                .all(|(r, b)| r.comment == b.comment && r.exprs == b.exprs);
+        if !hooked || !same {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+/// Puts the filter in force as `spec` says, in one transaction; `true` when it had to be
+/// written. Idempotent.
+pub fn ensure(sock: &mut NfSocket, spec: &FilterSpec) -> Result<bool> {
+    if in_force(sock, spec)? {
+        return Ok(false);
+    }
+    let mut batch = Batch::new();
+    // A chain at the wrong hook or priority cannot be changed in place: it is deleted and made
+    // again in the same transaction.
+    remove_misplaced(sock, &mut batch)?;
+    spec.add_to(&mut batch)?;
+    sock.send(&batch)?;
+    Ok(true)
+}
+
+fn remove_misplaced(sock: &mut NfSocket, batch: &mut Batch) -> Result<()> {
+    for c in sock.chains(Some(Family::Inet))? {
+        let want = match c.name.as_str() {
+            INPUT_CHAIN => Hook::Input,
+            FORWARD_CHAIN => Hook::Forward,
+            _ => continue,
+        };
+        if c.table != MESH_TABLE {
+            continue;
+        }
+        let ok = c
+            .hook
+            .as_ref()
+            .is_some_and(|h| h.hook == want && h.priority == FILTER_PRIORITY);
+        if !ok {
+            batch.flush(Family::Inet, MESH_TABLE, Some(&c.name))?;
+            batch.del_chain(Family::Inet, MESH_TABLE, &c.name)?;
+        }
+    }
+    Ok(())
+}
+
+/// Adds the filter's removal to `batch` when its chains are there (on return).
+pub fn remove_into(sock: &mut NfSocket, batch: &mut Batch) -> Result<bool> {
+    let mut any = false;
+    for c in sock.chains(Some(Family::Inet))? {
+        if c.table == MESH_TABLE && (c.name == INPUT_CHAIN || c.name == FORWARD_CHAIN) {
+            batch.flush(Family::Inet, MESH_TABLE, Some(&c.name))?;
+            batch.del_chain(Family::Inet, MESH_TABLE, &c.name)?;
+            any = true;
+        }
+    }
+    Ok(any)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::opening::{From, Proto};
+
+    fn spec() -> FilterSpec {
+        FilterSpec {
+            openings: vec![
+                Opening {
+                    id: "web/http".into(),
+                    port: 80,
+                    proto: Proto::Tcp,
+                    from: From::Anywhere,
+                    path: Path::Incoming,
+                },
+                Opening {
+                    id: "app/api".into(),
+                    port: 8080,
+                    proto: Proto::Tcp,
+                    from: From::Interface("wg0".into()),
+                    path: Path::Forwarded,
+                },
+            ],
+            private: Some("wg0".into()),
+            bridges: vec!["docker0".into()],
+            ssh: vec![22],
+        }
+    }
+
+    #[test]
+    fn input_admits_established_loopback_icmp_ssh_from_private_then_incoming_openings() {
+        let marks: Vec<String> = spec()
+            .input()
+            .unwrap()
+            .into_iter()
+            .map(|b| b.comment.unwrap())
+            .collect();
+        assert_eq!(
+            marks[..3],
+            [
+                "mesh-host:filter/established",
+                "mesh-host:filter/invalid",
+                "mesh-host:filter/loopback"
+            ]
+        );
+        assert!(marks.contains(&"mesh-host:filter/icmpv6/135".to_string()));
+        assert!(marks.contains(&"mesh-host:filter/icmp/3".to_string()));
+        let ssh = marks
+            .iter()
+            .position(|m| m == "mesh-host:filter/ssh/22")
+            .unwrap();
+        let http = marks
+            .iter()
+            .position(|m| m.starts_with("mesh-host:web/http#"))
+            .unwrap();
+        assert!(ssh < http);
+        assert!(!marks.iter().any(|m| m.starts_with("mesh-host:app/api#")));
+        let ssh_body = &spec().input().unwrap()[ssh];
+        assert_eq!(
+            ssh_body.exprs,
+            RuleBody::new()
+                .iifname_eq("wg0")
+                .tcp_dport(22)
+                .accept()
+                .exprs
+        );
+    }
+
+    #[test]
+    fn forward_admits_what_leaves_the_bridges_and_forwarded_openings_by_original_port() {
+        let bodies = spec().forward().unwrap();
+        let marks: Vec<String> = bodies.iter().map(|b| b.comment.clone().unwrap()).collect();
+        assert_eq!(marks[2], "mesh-host:filter/leaving/docker0");
+        assert!(marks[3].starts_with("mesh-host:app/api#"));
+        assert_eq!(marks.len(), 4);
+    }
+
+    #[test]
+    fn a_pattern_for_a_bridge_is_refused() {
+        let mut s = spec();
+        s.bridges.push("br-*".into());
+        assert!(s.input().unwrap_err().to_string().contains("pattern"));
+    }
+}

@@ -1,0 +1,266 @@
+//! The flip and the return, as an apply carries them out: an adopted node given a converged
+//! declaration has its found firewall saved in the store, then (in one nf_tables transaction) the
+//! derived filter loaded and the guard removed, the found firewall retired by disabling it, never
+//! by flushing, and its boot unit disabled; a converged node given an adopted declaration gets
+//! the guard back first, the found firewall restored exactly as saved and its unit enabled, then
+//! the derived filter unloaded. Whether either may happen at all is [`refusals`]'s to say, before
+//! anything changes.
+
+use super::{opening, Cx};
+use crate::declaration::{Declaration, Mode, Resource, Settings, Shape};
+use crate::store::{BootUnit, Flip, FlipStage, State};
+use firewall::FilterSpec;
+
+/// What an apply of `decl` does to the node's firewall, given what the store says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Transition {
+    /// Nothing changes kind: the guard on an adopted node, the derived filter on a converged one
+    /// that was flipped, the found firewall on a node raised converged.
+    Stay,
+    /// Adopted to converged (or a flip that was saved and did not finish).
+    Flip,
+    /// Converged back to adopted.
+    Return,
+}
+
+pub(crate) fn transition(state: &State, decl: &Declaration) -> Transition {
+    match (decl.mode, &state.flip) {
+        (Mode::Converged, Some(f)) if f.stage == FlipStage::Saved => Transition::Flip,
+        (Mode::Converged, None) if state.mode == Some(Mode::Adopted) => Transition::Flip,
+        (Mode::Adopted, Some(_)) => Transition::Return,
+        _ => Transition::Stay,
+    }
+}
+
+/// Why the flip `decl` asks for must not happen: every found container still held by a module
+/// the declaration keeps (each service is taken on its own, when its data has moved, never by the
+/// flip). Empty when it may, or when `decl` asks for no flip.
+pub(crate) fn refusals(state: &State, decl: &Declaration) -> Vec<String> {
+    if transition(state, decl) != Transition::Flip {
+        return Vec::new();
+    }
+    let declared = |id: &str| decl.resources.iter().any(|r| r.id() == id);
+    state
+        .held
+        .iter()
+        .filter(|h| h.shape == Shape::Container && declared(&h.id))
+        .map(|h| {
+            let module = h.module.as_deref().unwrap_or("(no module)");
+            format!(
+                "module {module} still holds the found container {}: take it on its own when its \
+                 data has moved (`mesh-host take {module}`), never by the flip",
+                h.key
+            )
+        })
+        .collect()
+}
+
+/// The ports ssh listens on here (as `sshd`'s sockets say), and 22: kept reachable by the
+/// derived filter from the private network, so the flip never closes ssh silently.
+pub(crate) fn ssh_ports() -> Vec<u16> {
+    let mut ports = vec![22];
+    if let Ok(listeners) = ::genesis::inventory::listeners() {
+        for l in listeners {
+            if l.protocol == ::genesis::inventory::Proto::Tcp
+                && l.owners.iter().any(|o| o.name == "sshd")
+            {
+                ports.push(l.port);
+            }
+        }
+    }
+    ports.sort_unstable();
+    ports.dedup();
+    ports
+}
+
+/// The derived filter for `decl`: its openings, the private network's interface, the runtime's
+/// bridges (asked of the runtime, as the guard's are) and ssh's ports.
+pub(crate) fn filter_spec(
+    runner: &dyn crate::runner::Runner,
+    decl: &Declaration,
+    settings: Option<&Settings>,
+    ssh: &[u16],
+) -> Result<FilterSpec, String> {
+    let mut openings = Vec::new();
+    for r in &decl.resources {
+        if let Resource::Opening(o) = r {
+            openings.push(opening::to_opening(o, settings)?);
+        }
+    }
+    let interfaces = ::genesis::inventory::interfaces().unwrap_or_default();
+    Ok(FilterSpec {
+        openings,
+        private: settings
+            .and_then(|s| s.private_network.as_ref())
+            .map(|p| p.interface.clone()),
+        bridges: opening::runtime_bridges(runner, &interfaces),
+        ssh: ssh.to_vec(),
+    })
+}
+
+/// Saves the found firewall as it is now, before anything touches it: the first step of a flip,
+/// made while the store is written for the mode's change, so a host that dies anywhere after
+/// leaves a store that knows what to put back. Errors refuse the whole apply.
+pub(crate) fn save(
+    cx_root: &std::path::Path,
+    runner: &dyn crate::runner::Runner,
+    fw: &mut firewall::Firewall<'static>,
+) -> Result<Flip, String> {
+    let retired = fw
+        .survey(cx_root)
+        .map_err(|e| format!("reading the found firewall to retire it: {e}"))?;
+    let units = retired
+        .iter()
+        .filter_map(|r| r.unit.clone())
+        .map(|unit| BootUnit {
+            enabled: crate::system::service_manager(runner)
+                .ok()
+                .and_then(|sm| sm.status(&unit).ok())
+                .filter(|s| s.installed)
+                .map(|s| s.enabled),
+            unit,
+        })
+        .collect();
+    Ok(Flip {
+        stage: FlipStage::Saved,
+        retired,
+        units,
+        ssh: ssh_ports(),
+    })
+}
+
+/// The flip proper, with the found firewall already saved: the derived filter loaded and the
+/// guard removed in one transaction with the native tables' deletion, the other kinds retired,
+/// the boot units disabled (never stopped: Debian's nftables unit flushes the whole ruleset when
+/// stopped), the mesh's marks left in the runtime's chains removed; then the store says done.
+pub(super) fn flip(cx: &mut Cx<'_>) -> Result<String, String> {
+    let Some(saved) = cx.store.state.flip.clone() else {
+        return Err("no saved found firewall to flip from".into());
+    };
+    let spec = filter_spec(
+        cx.runner,
+        cx.decl,
+        cx.store.state.settings.as_ref(),
+        &saved.ssh,
+    )?;
+    crate::failpoint::hit("flip", "saved");
+    let fw = opening::firewall(&mut cx.fw, &cx.decl.node)?;
+    let done = fw
+        .flip(&spec, &saved.retired)
+        .map_err(|e| format!("loading the derived filter and retiring the found firewall: {e}"))?;
+    crate::failpoint::hit("flip", "loaded");
+    let mut units = Vec::new();
+    if let Ok(sm) = crate::system::service_manager(cx.runner) {
+        for u in saved.units.iter().filter(|u| u.enabled == Some(true)) {
+            sm.disable(&u.unit).map_err(|e| {
+                format!("disabling {} (the found firewall's boot unit): {e}", u.unit)
+            })?;
+            units.push(format!("{} disabled (not stopped)", u.unit));
+        }
+    }
+    for u in saved.units.iter().filter(|u| u.enabled.is_none()) {
+        units.push(format!(
+            "{}: the service manager could not say whether it is enabled, so it is left as it is",
+            u.unit
+        ));
+    }
+    for u in saved.units.iter().filter(|u| u.enabled == Some(false)) {
+        units.push(format!("{} was not enabled at boot; left so", u.unit));
+    }
+    // Marks the found firewall's own tables took with them are gone; any left in the runtime's
+    // chains (DOCKER-USER) would be stale accepts.
+    let fw = opening::firewall(&mut cx.fw, &cx.decl.node)?;
+    fw.converge(&[], firewall::Scope::All)
+        .map_err(|e| format!("removing the mesh's marks from the retired firewall: {e}"))?;
+    cx.store.state.flip = Some(Flip {
+        stage: FlipStage::Done,
+        retired: done.clone(),
+        ..saved
+    });
+    cx.store.save().map_err(|e| e.to_string())?;
+    let retired: Vec<String> = done.iter().map(|r| r.describe()).collect();
+    Ok(format!(
+        "derived filter loaded (drop by default; {} opening(s), ssh {} from {}), guard removed in \
+         the same transaction; found firewall retired, never flushed: {}{}",
+        spec.openings.len(),
+        spec.ssh
+            .iter()
+            .map(u16::to_string)
+            .collect::<Vec<_>>()
+            .join(","),
+        spec.private.as_deref().unwrap_or("anywhere"),
+        if retired.is_empty() {
+            "none was found".to_string()
+        } else {
+            retired.join("; ")
+        },
+        if units.is_empty() {
+            String::new()
+        } else {
+            format!("; {}", units.join(", "))
+        }
+    ))
+}
+
+/// The return: the guard is in force already (the apply ensured it before opening the store);
+/// the found firewall is put back exactly as saved, its boot unit enabled again if it was, and
+/// the derived filter unloaded; then the store forgets the flip and the openings converge
+/// through the found firewall as before.
+pub(super) fn unflip(cx: &mut Cx<'_>) -> Result<String, String> {
+    let Some(saved) = cx.store.state.flip.clone() else {
+        return Ok("nothing was flipped".into());
+    };
+    let fw = opening::firewall(&mut cx.fw, &cx.decl.node)?;
+    fw.unflip(&saved.retired)
+        .map_err(|e| format!("restoring the found firewall: {e}"))?;
+    crate::failpoint::hit("return", "restored");
+    let mut units = Vec::new();
+    if let Ok(sm) = crate::system::service_manager(cx.runner) {
+        for u in saved.units.iter().filter(|u| u.enabled == Some(true)) {
+            sm.enable(&u.unit).map_err(|e| {
+                format!("enabling {} (the found firewall's boot unit): {e}", u.unit)
+            })?;
+            units.push(format!("{} enabled", u.unit));
+        }
+    }
+    cx.store.state.flip = None;
+    cx.store.save().map_err(|e| e.to_string())?;
+    let restored: Vec<String> = saved.retired.iter().map(|r| r.describe()).collect();
+    Ok(format!(
+        "found firewall restored as saved: {}{}; derived filter unloaded",
+        if restored.is_empty() {
+            "none had been retired".to_string()
+        } else {
+            restored.join("; ")
+        },
+        if units.is_empty() {
+            String::new()
+        } else {
+            format!("; {}", units.join(", "))
+        }
+    ))
+}
+
+/// On a flipped node: the derived filter put in force as the declaration says now.
+pub(super) fn ensure_filter(cx: &mut Cx<'_>) -> Result<(String, FilterSpec), String> {
+    let ssh = cx
+        .store
+        .state
+        .flip
+        .as_ref()
+        .map(|f| f.ssh.clone())
+        .unwrap_or_default();
+    let spec = filter_spec(cx.runner, cx.decl, cx.store.state.settings.as_ref(), &ssh)?;
+    let fw = opening::firewall(&mut cx.fw, &cx.decl.node)?;
+    let written = fw
+        .ensure_filter(&spec)
+        .map_err(|e| format!("loading the derived filter: {e}"))?;
+    Ok((
+        format!(
+            "drop by default, admitting {} opening(s) ({})",
+            spec.openings.len(),
+            if written { "written" } else { "unchanged" }
+        ),
+        spec,
+    ))
+}

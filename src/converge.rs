@@ -1,0 +1,505 @@
+//! `mesh-host take`, `mesh-host converge [--preview]` and `mesh-host adopt`: the operator's acts
+//! on an adopted node, each a change to the stored declaration applied like any other (source
+//! `local`). The preview changes nothing and shows what the flip would keep, close, take and
+//! retire; the flip itself is refused exactly when the preview says it would be.
+
+use crate::apply::{flip, opening, Host};
+use crate::declaration::{Declaration, Mode, Resource, Shape};
+use crate::store::{self, State};
+use anyhow::{Context, Result};
+use serde::Serialize;
+use std::fmt::Write as _;
+use std::net::IpAddr;
+
+/// What an operator's act comes to: refused with an exit code and the reason, or a declaration
+/// to apply.
+pub enum Asked {
+    Refused { code: u8, why: String },
+    Apply(Box<Declaration>),
+}
+
+fn refused(code: u8, why: impl Into<String>) -> Asked {
+    Asked::Refused {
+        code,
+        why: why.into(),
+    }
+}
+
+/// The stored state and declaration, or why there is none to act on.
+fn stored(root: &std::path::Path) -> Result<std::result::Result<(State, Declaration), Asked>> {
+    let state = store::peek(root).context("reading the store")?;
+    let Some(state) = state else {
+        return Ok(Err(refused(
+            3,
+            "nothing has been applied on this node yet (no store): raise it with `mesh-host \
+             genesis` or apply a declaration first",
+        )));
+    };
+    let Some(decl) = state.declaration.clone() else {
+        return Ok(Err(refused(
+            3,
+            "the store holds no declaration to act on: apply one first",
+        )));
+    };
+    Ok(Ok((state, decl)))
+}
+
+/// The modules the declaration's resources belong to, in the order they first appear.
+pub fn modules(decl: &Declaration) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for r in &decl.resources {
+        if let Some(m) = r.module() {
+            if !out.iter().any(|o| o == m) {
+                out.push(m.to_string());
+            }
+        }
+    }
+    out
+}
+
+/// `take MODULE`: the module added to the stored declaration's taken modules.
+pub fn taking(root: &std::path::Path, module: &str) -> Result<Asked> {
+    let (state, mut decl) = match stored(root)? {
+        Ok(s) => s,
+        Err(a) => return Ok(a),
+    };
+    let known = modules(&decl);
+    if !known.iter().any(|m| m == module) {
+        return Ok(refused(
+            2,
+            format!(
+                "no module {module:?} in node {}'s declaration; the modules it has are: {}",
+                decl.node,
+                if known.is_empty() {
+                    "none".to_string()
+                } else {
+                    known.join(", ")
+                }
+            ),
+        ));
+    }
+    if state.mode == Some(Mode::Converged) || decl.mode == Mode::Converged {
+        return Ok(refused(
+            3,
+            format!(
+                "node {} is converged: every module converges there already",
+                decl.node
+            ),
+        ));
+    }
+    if decl.taken.iter().any(|t| t == module) {
+        return Ok(refused(
+            2,
+            format!("module {module} is already taken on node {}", decl.node),
+        ));
+    }
+    decl.taken.push(module.to_string());
+    Ok(Asked::Apply(Box::new(decl)))
+}
+
+/// The declaration the flip applies: converged, every module of the declaration taken.
+fn converged(decl: &Declaration) -> Declaration {
+    let mut d = decl.clone();
+    d.mode = Mode::Converged;
+    for m in modules(decl) {
+        if !d.taken.contains(&m) {
+            d.taken.push(m);
+        }
+    }
+    d
+}
+
+/// `converge`: the stored declaration, converged.
+pub fn converging(root: &std::path::Path) -> Result<Asked> {
+    let (state, decl) = match stored(root)? {
+        Ok(s) => s,
+        Err(a) => return Ok(a),
+    };
+    if state.mode == Some(Mode::Converged)
+        && state
+            .flip
+            .as_ref()
+            .is_none_or(|f| f.stage == store::FlipStage::Done)
+    {
+        return Ok(refused(
+            3,
+            format!("node {} is converged already", decl.node),
+        ));
+    }
+    Ok(Asked::Apply(Box::new(converged(&decl))))
+}
+
+/// `adopt`: the stored declaration, adopted again; what was taken stays taken.
+pub fn adopting(root: &std::path::Path) -> Result<Asked> {
+    let (state, mut decl) = match stored(root)? {
+        Ok(s) => s,
+        Err(a) => return Ok(a),
+    };
+    // A return that did not finish (the store is adopted and still holds the flip) is finished.
+    if state.mode != Some(Mode::Converged) && state.flip.is_none() {
+        return Ok(refused(3, format!("node {} is adopted already", decl.node)));
+    }
+    if state.flip.is_none() {
+        return Ok(refused(
+            3,
+            format!(
+                "node {} was raised converged, not flipped: there is no found firewall saved to \
+                 return to",
+                decl.node
+            ),
+        ));
+    }
+    decl.mode = Mode::Adopted;
+    Ok(Asked::Apply(Box::new(decl)))
+}
+
+/// One thing reachable on the machine now, and what the flip does to it.
+#[derive(Serialize, Debug, Clone, PartialEq, Eq)]
+pub struct Reach {
+    pub proto: String,
+    pub address: String,
+    pub port: u16,
+    /// The process (listeners) or container (published ports) behind it.
+    pub by: String,
+    /// The opening that admits it after the flip (`ssh` for ssh's listener), or `None`.
+    pub admitted_by: Option<String>,
+    /// From where it stays reachable, when it does.
+    pub from: Option<String>,
+    /// Whether the flip closes it.
+    pub closes: bool,
+}
+
+/// A module the flip takes, with the held files it replaces.
+#[derive(Serialize, Debug, Clone, PartialEq, Eq)]
+pub struct Take {
+    pub module: String,
+    pub files: Vec<HeldFile>,
+}
+
+#[derive(Serialize, Debug, Clone, PartialEq, Eq)]
+pub struct HeldFile {
+    pub path: String,
+    /// Where its original is kept.
+    pub original: Option<String>,
+}
+
+/// The found firewall the flip disables, and how.
+#[derive(Serialize, Debug, Clone, PartialEq, Eq)]
+pub struct Retiring {
+    pub kind: String,
+    pub parts: Vec<String>,
+    pub config: Vec<String>,
+    pub unit: Option<String>,
+    pub how: String,
+}
+
+/// What `converge --preview` shows.
+#[derive(Serialize, Debug, Clone)]
+pub struct Preview {
+    pub node: String,
+    pub listening: Vec<Reach>,
+    pub published: Vec<Reach>,
+    pub take: Vec<Take>,
+    pub found_firewall: Vec<Retiring>,
+    /// What the derived filter admits besides the openings.
+    pub filter: String,
+    /// Why the flip would be refused; empty when it would go ahead.
+    pub refusals: Vec<String>,
+}
+
+/// The processes that hold a published port's socket for the runtime, so they are shown as the
+/// container's port they are.
+const PROXIES: [&str; 3] = ["docker-proxy", "rootlessport", "conmon"];
+
+fn loopback(a: &IpAddr) -> bool {
+    a.is_loopback()
+}
+
+/// The preview, read from the store, the machine and the found firewall; changes nothing.
+pub fn preview(host: &Host<'_>) -> Result<std::result::Result<Preview, Asked>> {
+    let (state, decl) = match stored(host.root)? {
+        Ok(s) => s,
+        Err(a) => return Ok(Err(a)),
+    };
+    if state.mode == Some(Mode::Converged)
+        && state
+            .flip
+            .as_ref()
+            .is_none_or(|f| f.stage == store::FlipStage::Done)
+    {
+        return Ok(Err(refused(
+            3,
+            format!("node {} is converged already", decl.node),
+        )));
+    }
+    let target = converged(&decl);
+    let settings = state.settings.as_ref();
+    let openings: Vec<(firewall::Opening, String)> = target
+        .resources
+        .iter()
+        .filter_map(|r| match r {
+            Resource::Opening(o) => opening::to_opening(o, settings)
+                .ok()
+                .map(|op| (op, o.id.clone())),
+            _ => None,
+        })
+        .collect();
+    let from_of = |o: &firewall::Opening| match &o.from {
+        firewall::opening::From::Anywhere => "anywhere".to_string(),
+        firewall::opening::From::Interface(i) => format!("the private network ({i})"),
+        firewall::opening::From::Networks(n) => n
+            .iter()
+            .map(|n| n.to_string())
+            .collect::<Vec<_>>()
+            .join(", "),
+    };
+    let admit = |port: u16, proto: firewall::Proto, path: firewall::Path| {
+        openings
+            .iter()
+            .find(|(o, _)| o.port == port && o.proto == proto && o.path == path)
+            .map(|(o, id)| (id.clone(), from_of(o)))
+    };
+    let ssh = flip::ssh_ports();
+    let private = settings
+        .and_then(|s| s.private_network.as_ref())
+        .map(|p| p.interface.clone());
+    let inventory = ::genesis::inventory::listeners().context("reading this node's listeners")?;
+    let mut listening = Vec::new();
+    for l in &inventory {
+        if loopback(&l.address) {
+            continue;
+        }
+        if l.owners.iter().any(|o| PROXIES.contains(&o.name.as_str())) {
+            continue;
+        }
+        let by = match l.owners.first() {
+            Some(o) => format!("{} (pid {})", o.name, o.pid),
+            None => "an unknown process".to_string(),
+        };
+        let mut r = Reach {
+            proto: l.protocol.as_str().to_string(),
+            address: l.address.to_string(),
+            port: l.port,
+            by,
+            admitted_by: None,
+            from: None,
+            closes: true,
+        };
+        if let Some((id, from)) = admit(l.port, l.protocol, firewall::Path::Incoming) {
+            (r.admitted_by, r.from, r.closes) = (Some(id), Some(from), false);
+        } else if l.protocol == firewall::Proto::Tcp && ssh.contains(&l.port) {
+            r.admitted_by = Some("ssh".into());
+            r.from = Some(match &private {
+                Some(i) => format!("the private network ({i})"),
+                None => "anywhere (the node has no private network)".into(),
+            });
+            r.closes = false;
+        }
+        if !listening.contains(&r) {
+            listening.push(r);
+        }
+    }
+    let (containers, _) = crate::inventory::running_containers(host.runner)
+        .context("listing the running containers")?;
+    let mut published = Vec::new();
+    for c in &containers {
+        for p in &c.ports {
+            let mut r = Reach {
+                proto: p.proto.as_str().to_string(),
+                address: p.host_address.clone().unwrap_or_else(|| "*".into()),
+                port: p.host_port,
+                by: format!("container {} (port {})", c.name, p.container_port),
+                admitted_by: None,
+                from: None,
+                closes: true,
+            };
+            if let Some((id, from)) = admit(p.host_port, p.proto, firewall::Path::Forwarded) {
+                (r.admitted_by, r.from, r.closes) = (Some(id), Some(from), false);
+            }
+            if !published.contains(&r) {
+                published.push(r);
+            }
+        }
+    }
+    let take = modules(&decl)
+        .into_iter()
+        .filter(|m| !decl.taken.contains(m))
+        .map(|m| Take {
+            files: state
+                .held
+                .iter()
+                .filter(|h| h.shape == Shape::File && h.module.as_deref() == Some(m.as_str()))
+                .map(|h| HeldFile {
+                    path: h.key.clone(),
+                    original: state.original(&h.key).map(|o| o.saved.clone()),
+                })
+                .collect(),
+            module: m,
+        })
+        .collect();
+    let mut fw = None;
+    let f = opening::firewall(&mut fw, &decl.node).map_err(anyhow::Error::msg)?;
+    let surveyed = f
+        .survey(host.root)
+        .map_err(|e| anyhow::anyhow!("reading the found firewall: {e}"))?;
+    let found_firewall = surveyed
+        .iter()
+        .map(|r| Retiring {
+            kind: r.backend.as_str().to_string(),
+            parts: r.saved.iter().map(|s| s.what.clone()).collect(),
+            config: r.config.clone(),
+            unit: r.unit.clone(),
+            how: retiring_how(r),
+        })
+        .collect();
+    let refusals = flip::refusals(&state, &target);
+    let incoming = openings
+        .iter()
+        .filter(|(o, _)| o.path == firewall::Path::Incoming)
+        .count();
+    Ok(Ok(Preview {
+        node: decl.node.clone(),
+        listening,
+        published,
+        take,
+        found_firewall,
+        filter: format!(
+            "drop by default on input and forward, both families; admits established and related \
+             traffic, loopback, the ICMP and ICMPv6 a machine needs, ssh ({}) from {}, what leaves \
+             the runtime's bridges, and the {} opening(s) declared ({incoming} incoming, {} \
+             forwarded)",
+            ssh.iter()
+                .map(u16::to_string)
+                .collect::<Vec<_>>()
+                .join(", "),
+            private.as_deref().unwrap_or("anywhere"),
+            openings.len(),
+            openings.len() - incoming
+        ),
+        refusals,
+    }))
+}
+
+/// How a kind is retired, in a sentence for the operator.
+fn retiring_how(r: &firewall::Retired) -> String {
+    let unit = r
+        .unit
+        .as_deref()
+        .map(|u| format!("its boot unit {u} disabled (not stopped)"))
+        .unwrap_or_else(|| "no boot unit found".into());
+    let what = match r.backend {
+        firewall::Backend::Nftables => "its tables deleted in the flip's one transaction",
+        firewall::Backend::IptablesNft | firewall::Backend::IptablesLegacy => {
+            "the rules its rules file loads deleted, its refusing policies set to ACCEPT, the \
+             chains it made deleted; the runtime's and blocklists' chains stay"
+        }
+        firewall::Backend::Firewalld | firewall::Backend::Ufw => "disabled in its own terms",
+    };
+    format!(
+        "{what}; {unit}; its configuration ({}) stays on disk as it is, and `mesh-host adopt` \
+         puts it back exactly as saved",
+        if r.config.is_empty() {
+            "none".to_string()
+        } else {
+            r.config.join(", ")
+        }
+    )
+}
+
+impl Preview {
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "converge preview for node {}: adopted → converged (nothing has changed)",
+            self.node
+        );
+        let line = |out: &mut String, r: &Reach| {
+            let after = match (&r.admitted_by, r.closes) {
+                (Some(id), false) => format!(
+                    "kept: {id}, from {}",
+                    r.from.as_deref().unwrap_or("anywhere")
+                ),
+                _ => "WILL CLOSE: no opening admits it".to_string(),
+            };
+            let _ = writeln!(
+                out,
+                "  {:<4} {:<22} {:<34} {after}",
+                r.proto,
+                format!("{}:{}", r.address, r.port),
+                r.by
+            );
+        };
+        let _ = writeln!(out, "\nlistening on this machine now:");
+        if self.listening.is_empty() {
+            let _ = writeln!(out, "  (nothing but loopback)");
+        }
+        for r in &self.listening {
+            line(&mut out, r);
+        }
+        let _ = writeln!(out, "\npublished by containers now:");
+        if self.published.is_empty() {
+            let _ = writeln!(out, "  (none)");
+        }
+        for r in &self.published {
+            line(&mut out, r);
+        }
+        let _ = writeln!(out, "\nmodules the flip takes:");
+        if self.take.is_empty() {
+            let _ = writeln!(out, "  (none: every module is taken already)");
+        }
+        for t in &self.take {
+            if t.files.is_empty() {
+                let _ = writeln!(out, "  {}: no held file", t.module);
+            }
+            for f in &t.files {
+                let _ = writeln!(
+                    out,
+                    "  {}: replaces held file {}{}",
+                    t.module,
+                    f.path,
+                    f.original
+                        .as_deref()
+                        .map(|o| format!(" (original kept at {o})"))
+                        .unwrap_or_default()
+                );
+            }
+        }
+        let _ = writeln!(out, "\nfound firewall, disabled (never flushed):");
+        if self.found_firewall.is_empty() {
+            let _ = writeln!(out, "  (none configured here)");
+        }
+        for r in &self.found_firewall {
+            let _ = writeln!(
+                out,
+                "  {}: {}",
+                r.kind,
+                if r.parts.is_empty() {
+                    "nothing loaded now".to_string()
+                } else {
+                    r.parts.join(", ")
+                }
+            );
+            let _ = writeln!(out, "    {}", r.how);
+        }
+        let _ = writeln!(out, "\nderived filter: {}", self.filter);
+        if self.refusals.is_empty() {
+            let closes = self
+                .listening
+                .iter()
+                .chain(&self.published)
+                .filter(|r| r.closes)
+                .count();
+            let _ = writeln!(
+                out,
+                "\nthe flip would go ahead ({closes} port(s) would close): run `mesh-host converge`"
+            );
+        } else {
+            let _ = writeln!(out, "\nthe flip would be REFUSED:");
+            for r in &self.refusals {
+                let _ = writeln!(out, "  {r}");
+            }
+        }
+        out
+    }
+}
