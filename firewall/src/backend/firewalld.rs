@@ -400,7 +400,7 @@ impl Driver for Firewalld {
         }))
     }
 
-    fn retire(&self, saved: &Retired, cx: &mut Cx<'_>) -> Result<()> {
+    fn retire(&self, saved: &Retired, cx: &mut Cx<'_>) -> Result<Retired> {
         let cleanup = !saved
             .saved
             .iter()
@@ -450,7 +450,7 @@ impl Driver for Firewalld {
         {
             cx.batch.del_table(Family::Inet, "firewalld")?;
         }
-        Ok(())
+        Ok(saved.clone())
     }
 
     fn restore(&self, _saved: &Retired, _cx: &mut Cx<'_>) -> Result<()> {

@@ -291,10 +291,10 @@ impl Driver for Ufw {
         }))
     }
 
-    fn retire(&self, _saved: &Retired, cx: &mut Cx<'_>) -> Result<()> {
+    fn retire(&self, saved: &Retired, cx: &mut Cx<'_>) -> Result<Retired> {
         let init = ufw_init(cx)?;
         cx.exec.run_ok(&init, &["stop".into()], None)?;
-        Ok(())
+        Ok(saved.clone())
     }
 
     fn restore(&self, _saved: &Retired, cx: &mut Cx<'_>) -> Result<()> {
