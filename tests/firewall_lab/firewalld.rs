@@ -484,3 +484,94 @@ fn the_resident_host_puts_firewalld_openings_back_after_a_reload() {
         );
     }
 }
+
+/// An opening from the private network: firewalld admits by zone, so the private network's
+/// interface (the mesh's own) is bound to the mesh's zone at run time and the opening's rich rule
+/// lives there. The peer reaches it over the private network in both families; nobody reaches it
+/// over the public side; removal unbinds the interface and empties the zone.
+#[test]
+fn firewalld_an_opening_from_the_private_network_lives_in_the_mesh_zone() {
+    let lab = new_lab();
+    let net = adoption(&lab);
+    let node = &net.node;
+    let _listeners: Vec<_> = [SSH, OPENED]
+        .iter()
+        .map(|p| node.listen_tcp(*p).expect("listener on the node"))
+        .collect();
+    let fw = node
+        .start_firewalld(&lab.dir().join("firewalld"))
+        .expect("firewalld and dbus are installed; never skipped");
+    let private = node_private();
+    let public = node_public();
+    not_reached(&net.peer, &private, OPENED, "not yet opened");
+
+    let host = Host::wrapped(node, vec!["env".into(), fw.env()]);
+    let decl = declaration(&[
+        json!({"id": "store/private", "type": "opening", "port": OPENED,
+        "proto": "tcp", "from": "private", "path": "incoming"}),
+    ]);
+    host.apply(&decl);
+    expect(
+        &net.peer,
+        &private,
+        OPENED,
+        Probe::Reached,
+        "opened from the private network",
+    );
+    not_reached(&net.peer, &public, OPENED, "not from the public side");
+    not_reached(&net.outside, &public, OPENED, "not from outside");
+    assert_eq!(
+        fw.cmd(&["--get-zone-of-interface=mesh0"])
+            .unwrap()
+            .stdout
+            .trim(),
+        "mesh-private"
+    );
+    assert_eq!(
+        fw.cmd(&["--zone", "mesh-private", "--list-rich-rules"])
+            .unwrap()
+            .stdout
+            .trim(),
+        "rule port port=\"9000\" protocol=\"tcp\" accept"
+    );
+    let status = host.status();
+    let layers = presence(&status, "store/private");
+    assert!(!layers.is_empty(), "no layer drops the opening: {status:#}");
+    assert!(layers.iter().all(|p| p.ends_with("=present")), "{status:#}");
+
+    // A reload drops the binding and the rule with the rest of the runtime; a reconcile puts
+    // both back.
+    fw.cmd(&["--reload"]).unwrap();
+    not_reached(&net.peer, &private, OPENED, "the reload lost it");
+    host.reconcile();
+    expect(
+        &net.peer,
+        &private,
+        OPENED,
+        Probe::Reached,
+        "put back by reconcile",
+    );
+
+    host.apply(&declaration(&[]));
+    not_reached(&net.peer, &private, OPENED, "removed");
+    let zone = node
+        .run(&[
+            "env",
+            &fw.env(),
+            "firewall-cmd",
+            "--get-zone-of-interface=mesh0",
+        ])
+        .unwrap();
+    assert!(
+        !zone.stdout.contains("mesh-private"),
+        "mesh0 unbound: {}",
+        zone.stdout
+    );
+    assert_eq!(
+        fw.cmd(&["--zone", "mesh-private", "--list-rich-rules"])
+            .unwrap()
+            .stdout
+            .trim(),
+        ""
+    );
+}

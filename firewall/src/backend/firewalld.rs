@@ -6,11 +6,15 @@
 //! Why a policy: a policy's rules run after each zone's deny and allow rules and before the
 //! zone's final refusal, so a ban the operator made in a zone (a rich rule refusing a source)
 //! stays first, and everything in the policy is the mesh's, so removing its rules removes only
-//! what the mesh made. firewalld creates a policy only in its permanent configuration: the host
-//! adds this one empty policy once (`/etc/firewalld/policies/mesh-host.xml`) and reloads
-//! firewalld so it exists at run time; the openings themselves live only in the runtime
-//! configuration, are lost on every reload (as firewalld's runtime is), and are put back by the
-//! host's next check (the resident host listens for firewalld's `Reloaded` signal).
+//! what the mesh made. firewalld's rules cannot name an interface (it admits by zone), so an
+//! opening from the private network's interface — the mesh's own — lives in a zone of the
+//! mesh's, `mesh-private`, that interface bound to it at run time (only when no zone of the
+//! operator's holds it). firewalld creates policies and zones only in its permanent
+//! configuration: the host adds these two, empty, once (`/etc/firewalld/policies/mesh-host.xml`,
+//! `/etc/firewalld/zones/mesh-private.xml`) and reloads firewalld so they exist at run time; the
+//! openings and the binding live only in the runtime configuration, are lost on every reload (as
+//! firewalld's runtime is), and are put back by the host's next check (the resident host
+//! listens for firewalld's `Reloaded` signal).
 //!
 //! Retired without firewalld's own cleanup, which flushes every iptables table (the container
 //! runtime's too): ended as `CleanupOnExit=no` would end it, its one table taken out in the
@@ -19,7 +23,7 @@
 //! its bus puts its own rules back then, as it does on every firewalld reload).
 
 use super::{Change, Cx, Driver, TableKey, TableView};
-use crate::dbus::{Arg, Bus, Value};
+use crate::dbus::Bus;
 use crate::detect::{Backend, Layer};
 use crate::engine::{Converged, Presence, Scope, State};
 use crate::error::{Error, Result};
@@ -38,176 +42,27 @@ pub const POLICY: &str = "mesh-host";
 /// the zones' own rules.
 const PRIORITY: i32 = 32767;
 
-const DEST: &str = "org.fedoraproject.FirewallD1";
-const OBJ: &str = "/org/fedoraproject/FirewallD1";
-const CONFIG_OBJ: &str = "/org/fedoraproject/FirewallD1/config";
-const IFACE: &str = "org.fedoraproject.FirewallD1";
-const IFACE_POLICY: &str = "org.fedoraproject.FirewallD1.policy";
-const IFACE_CONFIG: &str = "org.fedoraproject.FirewallD1.config";
-const PROPS: &str = "org.freedesktop.DBus.Properties";
+/// The mesh's zone in firewalld, for the private network's interface (the mesh's own): every
+/// rich rule in it, and the interface bound to it, are the mesh's.
+pub const ZONE: &str = "mesh-private";
+
+mod fw;
+use fw::{Fw, IFACE, OBJ};
 
 /// How long a stopping or starting firewalld is waited for.
 const SETTLE: Duration = Duration::from_secs(60);
 
 pub struct Firewalld;
 
-/// One open conversation with firewalld.
-struct Fw {
-    bus: Bus,
-}
-
-impl Fw {
-    fn open() -> Result<Fw> {
-        Ok(Fw {
-            bus: Bus::system()?,
-        })
-    }
-
-    fn call(
-        &mut self,
-        obj: &str,
-        iface: &str,
-        member: &str,
-        args: &[Arg<'_>],
-    ) -> Result<Vec<Value>> {
-        self.bus.call(DEST, obj, iface, member, args)
-    }
-
-    /// Whether firewalld holds its name on the bus.
-    fn running(&mut self) -> Result<bool> {
-        let r = self.bus.call(
-            "org.freedesktop.DBus",
-            "/org/freedesktop/DBus",
-            "org.freedesktop.DBus",
-            "NameHasOwner",
-            &[Arg::Str(DEST)],
-        )?;
-        Ok(r.first().and_then(Value::as_bool).unwrap_or(false))
-    }
-
-    fn pid(&mut self) -> Result<u32> {
-        let r = self.bus.call(
-            "org.freedesktop.DBus",
-            "/org/freedesktop/DBus",
-            "org.freedesktop.DBus",
-            "GetConnectionUnixProcessID",
-            &[Arg::Str(DEST)],
-        )?;
-        match r.first() {
-            Some(Value::U32(p)) => Ok(*p),
-            _ => Err(Error::Dbus {
-                what: "GetConnectionUnixProcessID".into(),
-                reason: "no process id in the reply".into(),
-            }),
-        }
-    }
-
-    /// A property of firewalld's configuration (`FirewallBackend`, `CleanupOnExit`, …); `None`
-    /// when this firewalld has no such property.
-    fn config_property(&mut self, name: &str) -> Result<Option<String>> {
-        match self.call(
-            CONFIG_OBJ,
-            PROPS,
-            "Get",
-            &[Arg::Str(IFACE_CONFIG), Arg::Str(name)],
-        ) {
-            Ok(v) => Ok(v.first().and_then(Value::as_str).map(String::from)),
-            Err(Error::Dbus { reason, .. })
-                if reason.contains("InvalidArgs") || reason.contains("INVALID_") =>
-            {
-                Ok(None)
-            }
-            Err(e) => Err(e),
-        }
-    }
-
-    fn state(&mut self) -> Result<String> {
-        let v = self.call(OBJ, PROPS, "Get", &[Arg::Str(IFACE), Arg::Str("state")])?;
-        Ok(v.first().and_then(Value::as_str).unwrap_or("").to_string())
-    }
-
-    fn runtime_policies(&mut self) -> Result<Vec<String>> {
-        let v = self.call(OBJ, IFACE_POLICY, "getPolicies", &[])?;
-        Ok(v.first().and_then(Value::as_strs).unwrap_or_default())
-    }
-
-    /// The rich rules of the mesh's policy at run time.
-    fn rich_rules(&mut self) -> Result<Vec<String>> {
-        let v = self.call(OBJ, IFACE_POLICY, "getPolicySettings", &[Arg::Str(POLICY)])?;
-        Ok(v.first()
-            .and_then(|s| s.get("rich_rules"))
-            .and_then(Value::as_strs)
-            .unwrap_or_default())
-    }
-
-    /// Sets the runtime rich rules of the mesh's policy to exactly `rules`: firewalld adds and
-    /// removes the difference, and touches nothing else of the policy.
-    fn set_rich_rules(&mut self, rules: &[&str]) -> Result<()> {
-        self.call(
-            OBJ,
-            IFACE_POLICY,
-            "setPolicySettings",
-            &[
-                Arg::Str(POLICY),
-                Arg::Dict(vec![("rich_rules", Arg::Strs(rules.to_vec()))]),
-            ],
-        )
-        .map(|_| ())
-    }
-
-    /// Makes the mesh's policy exist at run time: added to the permanent configuration when it
-    /// is not there (the one file the host writes in firewalld's configuration), then firewalld
-    /// reloaded once so the runtime has it.
-    fn ensure_policy(&mut self) -> Result<()> {
-        if self.runtime_policies()?.iter().any(|p| p == POLICY) {
-            return Ok(());
-        }
-        let names = self.call(CONFIG_OBJ, IFACE_CONFIG, "getPolicyNames", &[])?;
-        let known = names
-            .first()
-            .and_then(Value::as_strs)
-            .unwrap_or_default()
-            .iter()
-            .any(|p| p == POLICY);
-        if !known {
-            self.call(
-                CONFIG_OBJ,
-                IFACE_CONFIG,
-                "addPolicy",
-                &[
-                    Arg::Str(POLICY),
-                    Arg::Dict(vec![
-                        (
-                            "description",
-                            Arg::Str("mesh-host's openings: its rich rules are added at run time by mesh-host and only by it"),
-                        ),
-                        ("target", Arg::Str("CONTINUE")),
-                        ("priority", Arg::I32(PRIORITY)),
-                        ("ingress_zones", Arg::Strs(vec!["ANY"])),
-                        ("egress_zones", Arg::Strs(vec!["HOST"])),
-                    ]),
-                ],
-            )?;
-        }
-        self.call(OBJ, IFACE, "reload", &[])?;
-        if !self.runtime_policies()?.iter().any(|p| p == POLICY) {
-            return Err(Error::Dbus {
-                what: format!("firewalld policy {POLICY}"),
-                reason: "still not in the runtime configuration after a reload".into(),
-            });
-        }
-        Ok(())
-    }
-}
-
-/// An opening's rich rules: one from anywhere (both families), or one per source network.
-/// Values are validated openings (a port number, a protocol word, an exact network), so nothing
-/// else reaches the rule's text.
-fn rich_rules(o: &Opening) -> std::result::Result<Vec<String>, String> {
+/// An opening's rich rules: one from anywhere or from the private network's interface (the
+/// zone says where from), or one per source network with its family. Values are validated
+/// openings (a port number, a protocol word, an exact network), so nothing else reaches the
+/// rule's text.
+fn rich_rules(o: &Opening) -> Vec<String> {
     let tail = format!("port port=\"{}\" protocol=\"{}\" accept", o.port, o.proto);
     match &o.from {
-        From::Anywhere => Ok(vec![format!("rule {tail}")]),
-        From::Networks(nets) => Ok(nets
+        From::Anywhere | From::Interface(_) => vec![format!("rule {tail}")],
+        From::Networks(nets) => nets
             .iter()
             .map(|n| {
                 let family = match n.addr {
@@ -216,10 +71,16 @@ fn rich_rules(o: &Opening) -> std::result::Result<Vec<String>, String> {
                 };
                 format!("rule family=\"{family}\" source address=\"{n}\" {tail}")
             })
-            .collect()),
-        From::Interface(i) => Err(format!(
-            "firewalld admits by zone and its rich rules cannot name an interface; the zone of {i} is the operator's, so mesh-host will not widen it"
-        )),
+            .collect(),
+    }
+}
+
+/// The interface an opening admits from, when it admits from one (then its rules live in the
+/// mesh's zone, the interface bound to it; otherwise in the mesh's policy).
+fn interface(o: &Opening) -> Option<&str> {
+    match &o.from {
+        From::Interface(i) => Some(i),
+        _ => None,
     }
 }
 
@@ -249,7 +110,7 @@ impl Driver for Firewalld {
     }
 
     fn rules_for(&self, o: &Opening, _site: Site) -> usize {
-        rich_rules(o).map(|r| r.len()).unwrap_or(0)
+        rich_rules(o).len()
     }
 
     fn whole(&self) -> bool {
@@ -272,73 +133,171 @@ impl Driver for Firewalld {
                 return Ok(done);
             }
         };
-        let incoming: Vec<&Opening> = openings
-            .iter()
-            .filter(|o| o.path == Path::Incoming && rich_rules(o).is_ok())
-            .collect();
         let input_drops = layers.iter().any(|l| l.hook == Hook::Input && l.can_drop);
-        if write && input_drops && !incoming.is_empty() {
-            fw.ensure_policy()?;
+        let incoming: Vec<&Opening> = if input_drops {
+            openings
+                .iter()
+                .filter(|o| o.path == Path::Incoming)
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let zoned = incoming.iter().any(|o| interface(o).is_some());
+        if write && !incoming.is_empty() {
+            fw.ensure_objects(zoned)?;
         }
-        let active = fw.runtime_policies()?.iter().any(|p| p == POLICY);
+        let policy_active = fw.runtime_policies()?.iter().any(|p| p == POLICY);
+        let zone_active = fw.runtime_zones()?.iter().any(|z| z == ZONE);
         let strict = strict_forward(&mut fw)?;
-        // The rich rules wanted, each with the opening it serves.
-        let mut wanted: BTreeMap<String, String> = BTreeMap::new();
+
+        // Each interface an opening admits from: bound to the mesh's zone (true), not yet
+        // (false), or in a zone of the operator's, which the host does not move it out of.
+        let mut bound: BTreeMap<String, std::result::Result<bool, String>> = BTreeMap::new();
+        for i in incoming.iter().filter_map(|o| interface(o)) {
+            if bound.contains_key(i) {
+                continue;
+            }
+            let zone = fw.zone_of_interface(i)?;
+            let state = if zone == ZONE {
+                Ok(true)
+            } else if !zone.is_empty() {
+                Err(format!(
+                    "interface {i} is bound to firewalld zone {zone}, the operator's; mesh-host binds only an unbound interface to its zone {ZONE}"
+                ))
+            } else if write && zone_active {
+                fw.bind_interface(i)?;
+                done.added
+                    .push((i.to_string(), format!("firewalld zone {ZONE}")));
+                Ok(true)
+            } else {
+                Ok(false)
+            };
+            bound.insert(i.to_string(), state);
+        }
+
+        // The rich rules wanted in the policy and in the zone, each with its opening.
+        let mut want_policy: BTreeMap<String, String> = BTreeMap::new();
+        let mut want_zone: BTreeMap<String, String> = BTreeMap::new();
         for o in &incoming {
-            for r in rich_rules(o).expect("filtered above") {
-                wanted.insert(r, o.id.clone());
+            let into = match interface(o) {
+                Some(i) if matches!(bound.get(i), Some(Err(_))) => continue,
+                Some(_) => &mut want_zone,
+                None => &mut want_policy,
+            };
+            for r in rich_rules(o) {
+                into.insert(r, o.id.clone());
             }
         }
-        let mut current = if active { fw.rich_rules()? } else { Vec::new() };
-        if write && active {
+
+        let mut policy = if policy_active {
+            fw.policy_rules()?
+        } else {
+            Vec::new()
+        };
+        if write && policy_active {
             let mut next: Vec<&str> = Vec::new();
-            for rule in &current {
-                if wanted.contains_key(rule) || scope == Scope::Given {
+            let mut changed = false;
+            for rule in &policy {
+                if want_policy.contains_key(rule) || scope == Scope::Given {
                     next.push(rule);
                 } else {
+                    changed = true;
                     done.removed
                         .push((rule.clone(), format!("firewalld policy {POLICY}")));
                 }
             }
-            for (rule, id) in &wanted {
-                if !current.contains(rule) {
+            for (rule, id) in &want_policy {
+                if !policy.contains(rule) {
+                    changed = true;
                     next.push(rule);
                     done.added
                         .push((id.clone(), format!("firewalld policy {POLICY}")));
                 }
             }
-            if !done.added.is_empty() || !done.removed.is_empty() {
-                fw.set_rich_rules(&next)?;
+            if changed {
+                fw.set_policy_rules(&next)?;
             }
-            current = fw.rich_rules()?;
+            policy = fw.policy_rules()?;
         }
-        done.stale = current.iter().filter(|r| !wanted.contains_key(*r)).count();
+        let mut zone = if zone_active {
+            fw.zone_rules()?
+        } else {
+            Vec::new()
+        };
+        if write && zone_active {
+            for rule in zone.iter().filter(|r| !want_zone.contains_key(*r)) {
+                if scope == Scope::All {
+                    fw.remove_zone_rule(rule)?;
+                    done.removed
+                        .push((rule.clone(), format!("firewalld zone {ZONE}")));
+                }
+            }
+            for (rule, id) in &want_zone {
+                if !zone.contains(rule) {
+                    fw.add_zone_rule(rule)?;
+                    done.added
+                        .push((id.clone(), format!("firewalld zone {ZONE}")));
+                }
+            }
+            // An interface no opening admits from any more goes back where it was: unbound.
+            if scope == Scope::All {
+                for i in fw.zone_interfaces()? {
+                    if !bound.contains_key(&i) {
+                        fw.unbind_interface(&i)?;
+                        done.removed.push((i, format!("firewalld zone {ZONE}")));
+                    }
+                }
+            }
+            zone = fw.zone_rules()?;
+        }
+        done.stale = policy
+            .iter()
+            .filter(|r| !want_policy.contains_key(*r))
+            .count()
+            + zone.iter().filter(|r| !want_zone.contains_key(*r)).count();
+
         for l in layers {
             for o in openings.iter().filter(|o| l.crossed_by(o)) {
-                let state = if !l.can_drop {
-                    State::NotNeeded(format!("nothing in {} can drop", l.chain))
+                let (state, chain) = if !l.can_drop {
+                    (
+                        State::NotNeeded(format!("nothing in {} can drop", l.chain)),
+                        None,
+                    )
                 } else {
-                    match (l.hook, o.path) {
-                        (Hook::Input, _) => match rich_rules(o) {
-                            Err(why) => State::Unwritable(why),
-                            Ok(rules) if rules.iter().all(|r| current.contains(r)) => State::Present,
-                            Ok(_) => State::Missing,
-                        },
-                        (Hook::Forward, _) if strict => State::Unwritable(
+                    match (l.hook, interface(o)) {
+                        (Hook::Input, None) => (
+                            if rich_rules(o).iter().all(|r| policy.contains(r)) {
+                                State::Present
+                            } else {
+                                State::Missing
+                            },
+                            Some(format!("policy {POLICY}")),
+                        ),
+                        (Hook::Input, Some(i)) => (
+                            match bound.get(i) {
+                                Some(Err(why)) => State::Unwritable(why.clone()),
+                                Some(Ok(true)) if rich_rules(o).iter().all(|r| zone.contains(r)) => {
+                                    State::Present
+                                }
+                                _ => State::Missing,
+                            },
+                            Some(format!("zone {ZONE}")),
+                        ),
+                        (Hook::Forward, _) if strict => (State::Unwritable(
                             "firewalld's StrictForwardPorts refuses connections another program's DNAT forwards, and its rules cannot match a published port's original destination port".into(),
-                        ),
-                        (Hook::Forward, _) => State::NotNeeded(
+                        ), None),
+                        (Hook::Forward, _) => (State::NotNeeded(
                             "firewalld accepts every connection the container runtime's DNAT forwards (ct status dnat accept; StrictForwardPorts is off)".into(),
-                        ),
-                        _ => State::NotNeeded(format!(
+                        ), None),
+                        _ => (State::NotNeeded(format!(
                             "firewalld refuses nothing by port in {} (it drops there only by reverse path and ICMPv6 type)",
                             l.chain
-                        )),
+                        )), None),
                     }
                 };
                 done.states.entry(o.id.clone()).or_default().push(Presence {
                     layer: l.describe(),
-                    chain: (l.hook == Hook::Input).then(|| format!("policy {POLICY}")),
+                    chain,
                     state,
                 });
             }
@@ -577,11 +536,11 @@ mod tests {
     }
 
     /// Rich rules in firewalld's own syntax: one from anywhere, one per network with its
-    /// family, and none for an interface (firewalld admits by zone).
+    /// family, and one from an interface (the zone it lives in says where from).
     #[test]
     fn rich_rules_per_source() {
         assert_eq!(
-            rich_rules(&opening(From::Anywhere)).unwrap(),
+            rich_rules(&opening(From::Anywhere)),
             ["rule port port=\"8080\" protocol=\"tcp\" accept"]
         );
         let nets = From::Networks(vec![
@@ -595,12 +554,14 @@ mod tests {
             },
         ]);
         assert_eq!(
-            rich_rules(&opening(nets)).unwrap(),
+            rich_rules(&opening(nets)),
             [
                 "rule family=\"ipv4\" source address=\"10.0.0.0/8\" port port=\"8080\" protocol=\"tcp\" accept",
                 "rule family=\"ipv6\" source address=\"fd00::/8\" port port=\"8080\" protocol=\"tcp\" accept",
             ]
         );
-        assert!(rich_rules(&opening(From::Interface("wg0".into()))).is_err());
+        let private = opening(From::Interface("wg0".into()));
+        assert_eq!(rich_rules(&private), rich_rules(&opening(From::Anywhere)));
+        assert_eq!(interface(&private), Some("wg0"));
     }
 }
