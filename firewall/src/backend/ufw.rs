@@ -408,4 +408,99 @@ mod tests {
         assert_eq!(got[2].1, None);
         assert_eq!(got[2].0.last().unwrap(), "mesh-host: keep");
     }
+
+    fn answer(exec: &RecordingExec, stdout: &str) {
+        exec.answers.borrow_mut().push_back(crate::exec::Output {
+            code: Some(0),
+            stdout: stdout.into(),
+            stderr: String::new(),
+        });
+    }
+
+    /// A convergence removes only marked rules (an old version of a given opening), keeps an
+    /// operator's rule whose comment merely looks like a mark and another opening's rule
+    /// (scope `Given`, counted stale), adds the opening with ufw's command, and reads the result
+    /// back before saying it is present.
+    #[test]
+    fn converges_removing_only_what_it_marked() {
+        let o = opening(From::Anywhere, Path::Incoming);
+        let mark = rules::mark(&o);
+        let exec = RecordingExec {
+            programs: vec!["ufw".into()],
+            ..RecordingExec::default()
+        };
+        let operator = "ufw allow 22/tcp\nufw allow 8000/tcp comment 'mesh-host: keep'\nufw allow 7000/tcp comment 'mesh-host:other#12345678'\n";
+        answer(
+            &exec,
+            &format!("{operator}ufw allow 9000/tcp comment 'mesh-host:web#00000000'\n"),
+        );
+        answer(&exec, "");
+        answer(&exec, operator);
+        answer(&exec, "");
+        answer(
+            &exec,
+            &format!("{operator}ufw allow 9000/tcp comment '{mark}'\n"),
+        );
+        answer(&exec, "Status: active\n");
+        let layer = Layer {
+            backend: Backend::Ufw,
+            hook: Hook::Input,
+            family: crate::netlink::Family::Ipv4,
+            table: "filter".into(),
+            chain: "INPUT".into(),
+            priority: 0,
+            policy: crate::netlink::Policy::Drop,
+            rules: 3,
+            can_drop: true,
+            evidence: "ufw chains".into(),
+            device: None,
+            unwritable: None,
+        };
+        let ruleset = crate::netlink::Ruleset::default();
+        let saves = BTreeMap::new();
+        let mut batch = crate::netlink::Batch::new();
+        let mut cx = Cx {
+            ruleset: &ruleset,
+            legacy_saves: &saves,
+            batch: &mut batch,
+            exec: &exec,
+        };
+        let done = Ufw
+            .converge_whole(
+                &[layer],
+                std::slice::from_ref(&o),
+                Scope::Given,
+                true,
+                &mut cx,
+            )
+            .unwrap();
+        let calls: Vec<Vec<String>> = exec
+            .calls
+            .borrow()
+            .iter()
+            .map(|(_, a, _)| a.clone())
+            .collect();
+        assert_eq!(
+            calls[1],
+            [
+                "delete",
+                "allow",
+                "9000/tcp",
+                "comment",
+                "mesh-host:web#00000000"
+            ]
+        );
+        assert_eq!(calls[3], commands(&o)[0]);
+        assert_eq!(calls.len(), 6, "{calls:?}");
+        assert!(calls
+            .iter()
+            .all(|c| !c.iter().any(|a| a.contains("keep") || a.contains("other#"))));
+        assert_eq!(
+            done.stale, 1,
+            "the other opening's rule, left for a whole declaration's sweep"
+        );
+        assert_eq!(done.states["web"][0].state, State::Present);
+        assert_eq!(done.removed.len(), 1);
+        assert_eq!(done.added, [("web".to_string(), "ufw".to_string())]);
+    }
 }
