@@ -405,3 +405,154 @@ fn ufw_with_docker_a_forwarded_opening_is_a_marked_route_rule_and_docker_keeps_i
         "Docker's own rules still admit it",
     );
 }
+
+/// A stub `systemctl` first on PATH, standing in for systemd as PID 1 (which cannot run here):
+/// it answers `show` as an enabled, active unit and logs every call to `dir/log`.
+fn stub_systemctl(dir: &Path) {
+    let script = format!(
+        "#!/bin/sh\necho \"$@\" >> {log}\nif [ \"$1\" = show ]; then\n  \
+         printf 'LoadState=loaded\\nActiveState=active\\nUnitFileState=enabled\\n'\nfi\nexit 0\n",
+        log = dir.join("log").display()
+    );
+    let path = dir.join("systemctl");
+    std::fs::write(&path, script).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+/// The flip and the return through the built binary (`mesh-host converge`, `mesh-host adopt`)
+/// on a node whose found firewall is ufw: ufw is retired with its own init (its rules out of
+/// force, `/etc/ufw` byte for byte, `ufw.service` disabled, never stopped through systemd), the
+/// derived filter admits the declared port and closes the rest; the return brings ufw's rules
+/// back as they were and enables the unit again.
+#[test]
+fn ufw_the_flip_and_the_return_through_the_binary() {
+    let lab = new_lab();
+    let net = adoption(&lab);
+    let node = &net.node;
+    let _listeners: Vec<_> = [SSH, SERVED, OPENED, CLOSED, STORE]
+        .iter()
+        .map(|p| node.listen_tcp(*p).expect("listener on the node"))
+        .collect();
+    let public = node_public();
+    let ufw = node
+        .prepare_ufw(&lab.dir().join("ufw"))
+        .expect("ufw is installed (apt-get install ufw); never skipped");
+    for args in [
+        vec!["allow", "22/tcp"],
+        vec!["allow", "8080/tcp"],
+        vec!["--force", "enable"],
+    ] {
+        ufw.cmd(&args).unwrap();
+    }
+    let holder = ufw.holder_pid();
+    let stub = lab.dir().join("stub");
+    std::fs::create_dir_all(&stub).unwrap();
+    stub_systemctl(&stub);
+    let path = format!(
+        "PATH={}:{}",
+        stub.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let host = Host::wrapped(
+        node,
+        vec![
+            "nsenter".into(),
+            format!("--mount=/proc/{holder}/ns/mnt"),
+            "--".into(),
+            "env".into(),
+            path,
+        ],
+    );
+    host.apply(&declaration(&[
+        opening("api/port", OPENED, "incoming"),
+        json!({"id": "store/port", "type": "opening", "port": STORE, "proto": "tcp",
+               "from": "private", "path": "incoming"}),
+    ]));
+    expect(
+        &net.peer,
+        &public,
+        OPENED,
+        Probe::Reached,
+        "adopted: the opening",
+    );
+    expect(
+        &net.peer,
+        &public,
+        SERVED,
+        Probe::Reached,
+        "adopted: ufw's own rule",
+    );
+    let config = files(&ufw.config_dir());
+    let before = saved(node);
+
+    let out = host.run(&["converge", "--json"]);
+    assert!(out.success(), "the flip: {}\n{}", out.stdout, out.stderr);
+    assert_eq!(
+        files(&ufw.config_dir()),
+        config,
+        "/etc/ufw byte for byte, converged"
+    );
+    let flipped = saved(node);
+    assert!(
+        !flipped.lines().any(|l| l.starts_with("-A ufw")),
+        "ufw's rules out of force:\n{flipped}"
+    );
+    let mesh = run_ok(node, &["nft", "list", "table", "inet", "mesh_host"]);
+    assert!(
+        mesh.contains("chain input") && mesh.contains("policy drop"),
+        "{mesh}"
+    );
+    expect(
+        &net.peer,
+        &public,
+        OPENED,
+        Probe::Reached,
+        "converged: the declared port",
+    );
+    not_reached(&net.peer, &public, SERVED, "converged: undeclared, closed");
+    expect(
+        &net.peer,
+        &node_private(),
+        STORE,
+        Probe::Reached,
+        "converged: the store over the private network",
+    );
+    let log = std::fs::read_to_string(stub.join("log")).unwrap_or_default();
+    assert!(log.contains("disable ufw.service"), "{log}");
+    assert!(
+        !log.contains("stop"),
+        "the unit was stopped through systemd: {log}"
+    );
+
+    let out = host.run(&["adopt", "--json"]);
+    assert!(out.success(), "the return: {}\n{}", out.stdout, out.stderr);
+    assert_eq!(
+        files(&ufw.config_dir()),
+        config,
+        "/etc/ufw byte for byte, returned"
+    );
+    assert_eq!(
+        saved(node),
+        before,
+        "ufw's rules and the openings as before the flip"
+    );
+    let mesh = run_ok(node, &["nft", "list", "table", "inet", "mesh_host"]);
+    assert!(!mesh.contains("chain input"), "{mesh}");
+    expect(
+        &net.peer,
+        &public,
+        SERVED,
+        Probe::Reached,
+        "returned: ufw's own rule",
+    );
+    expect(
+        &net.peer,
+        &public,
+        OPENED,
+        Probe::Reached,
+        "returned: the opening",
+    );
+    let log = std::fs::read_to_string(stub.join("log")).unwrap_or_default();
+    assert!(log.contains("enable ufw.service"), "{log}");
+}

@@ -173,6 +173,23 @@ impl Driver for Ufw {
                 reason: "ufw's chains are loaded but the ufw command is not installed".into(),
             });
         }
+        // A ufw that is not running (stopped with ufw-init: retired on the flip) refuses
+        // nothing, and its files are left exactly as they are: the mesh's rules in them are in
+        // force again when ufw starts.
+        if !active(cx)? {
+            for l in layers {
+                for o in openings.iter().filter(|o| l.crossed_by(o)) {
+                    done.states.entry(o.id.clone()).or_default().push(Presence {
+                        layer: l.describe(),
+                        chain: None,
+                        state: State::NotNeeded(
+                            "ufw is not running: its chains are empty and refuse nothing".into(),
+                        ),
+                    });
+                }
+            }
+            return Ok(done);
+        }
         // Only openings whose path crosses a ufw layer that can drop need a rule.
         let needed: Vec<&Opening> = openings
             .iter()
@@ -233,7 +250,6 @@ impl Driver for Ufw {
             .filter_map(|(_, m)| m.as_ref())
             .filter(|m| !wanted.contains_key(*m))
             .count();
-        let on = active(cx)?;
         for l in layers {
             for o in openings.iter().filter(|o| l.crossed_by(o)) {
                 let mark = rules::mark(o);
@@ -245,7 +261,7 @@ impl Driver for Ufw {
                         l.describe(),
                         l.hook_name()
                     ))
-                } else if on && count(&now, &mark) == commands(o).len() {
+                } else if count(&now, &mark) == commands(o).len() {
                     State::Present
                 } else {
                     State::Missing
@@ -429,6 +445,7 @@ mod tests {
             programs: vec!["ufw".into()],
             ..RecordingExec::default()
         };
+        answer(&exec, "Status: active\n");
         let operator = "ufw allow 22/tcp\nufw allow 8000/tcp comment 'mesh-host: keep'\nufw allow 7000/tcp comment 'mesh-host:other#12345678'\n";
         answer(
             &exec,
@@ -441,7 +458,6 @@ mod tests {
             &exec,
             &format!("{operator}ufw allow 9000/tcp comment '{mark}'\n"),
         );
-        answer(&exec, "Status: active\n");
         let layer = Layer {
             backend: Backend::Ufw,
             hook: Hook::Input,
@@ -481,7 +497,7 @@ mod tests {
             .map(|(_, a, _)| a.clone())
             .collect();
         assert_eq!(
-            calls[1],
+            calls[2],
             [
                 "delete",
                 "allow",
@@ -490,7 +506,7 @@ mod tests {
                 "mesh-host:web#00000000"
             ]
         );
-        assert_eq!(calls[3], commands(&o)[0]);
+        assert_eq!(calls[4], commands(&o)[0]);
         assert_eq!(calls.len(), 6, "{calls:?}");
         assert!(calls
             .iter()
