@@ -1,9 +1,10 @@
 //! One driver per kind of found firewall, behind one trait: each reads its layers' tables for
 //! placement and writes openings in its own terms. The engine picks the driver from a layer's
 //! [`Backend`] and knows nothing of how a backend writes: `nftables.rs` for hand-written
-//! rulesets, `iptables.rs` for both iptables variants, `firewalld.rs` (a policy of the mesh's,
-//! over D-Bus) and `ufw.rs` (ufw's own commands). The last two converge an opening as a whole in
-//! their own terms ([`Driver::converge_whole`]) rather than as rules the engine places.
+//! rulesets, `iptables.rs` for both iptables variants, `firewalld.rs` (a policy and a zone of
+//! the mesh's, over D-Bus) and `ufw.rs` (ufw's own commands). The last two converge an opening
+//! as a whole in their own terms ([`Driver::converge_whole`]) rather than as rules the engine
+//! places.
 
 mod firewalld;
 mod iptables;
