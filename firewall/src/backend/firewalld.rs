@@ -326,7 +326,7 @@ impl Driver for Firewalld {
         if !backend.eq_ignore_ascii_case("nftables") {
             return Err(Error::Unsupported {
                 reason: format!(
-                    "firewalld runs with FirewallBackend={backend}: stopping it flushes every iptables table, the container runtime's too, so mesh-host will not retire it (set FirewallBackend=nftables first)"
+                    "firewalld runs with FirewallBackend={backend}: its rules share the iptables tables with the container runtime's, so they cannot be taken out alone and mesh-host will not retire it (set FirewallBackend=nftables first)"
                 ),
             });
         }
