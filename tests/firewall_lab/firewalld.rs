@@ -246,6 +246,15 @@ fn firewalld_openings_live_in_the_mesh_policy_and_retire_in_firewallds_own_way()
         !firewalld_table(node).contains("9000"),
         "no rule of the opening is left"
     );
+    // Nothing of the mesh's is left at run time: the ruleset is what firewalld makes from its
+    // configuration alone (which holds the mesh's policy and zone, empty).
+    let removed = firewalld_table(node);
+    fw.cmd(&["--reload"]).unwrap();
+    assert_eq!(
+        firewalld_table(node),
+        removed,
+        "the runtime is firewalld's own"
+    );
 }
 
 /// Runs a driver verb inside the node against the firewalld at `address`, sending what it put
@@ -574,6 +583,11 @@ fn firewalld_an_opening_from_the_private_network_lives_in_the_mesh_zone() {
             .trim(),
         ""
     );
+    // No rule dispatches the interface anywhere any more (firewalld keeps or drops the empty
+    // chains of a zone nothing is bound to as it pleases).
+    let removed = firewalld_table(node);
+    assert!(!removed.contains("\"mesh0\""), "{removed}");
+    assert!(!removed.contains("9000"), "{removed}");
 }
 
 /// A stub `systemctl` first on PATH, standing in for systemd as PID 1 (which cannot run here):
