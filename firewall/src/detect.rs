@@ -333,6 +333,21 @@ fn writer(ruleset: &Ruleset, family: Family, table: &str, chain: &str) -> (Backe
     if table == "firewalld" {
         return (Backend::Firewalld, format!("table {family} firewalld"));
     }
+    // firewalld with FirewallBackend=iptables writes iptables' tables itself, always with a
+    // `<BUILT-IN>_direct` chain beside each built-in chain it uses.
+    if let Some(c) = chains_here().find(|c| {
+        c.name
+            .strip_suffix("_direct")
+            .is_some_and(|b| XT_BUILTIN.contains(&b))
+    }) {
+        return (
+            Backend::Firewalld,
+            format!(
+                "firewalld's iptables backend: its chain {} in table {family} {table}",
+                c.name
+            ),
+        );
+    }
     if chains_here().any(|c| c.name.starts_with("ufw-") || c.name.starts_with("ufw6-")) {
         return (
             Backend::Ufw,
@@ -573,8 +588,14 @@ fn legacy_table(
                 )
             });
         let ufw = table.policies.iter().any(|(c, _)| c.starts_with("ufw"));
+        let firewalld = table.policies.iter().any(|(c, _)| {
+            c.strip_suffix("_direct")
+                .is_some_and(|b| XT_BUILTIN.contains(&b))
+        });
         let backend = if ufw {
             Backend::Ufw
+        } else if firewalld {
+            Backend::Firewalld
         } else {
             Backend::IptablesLegacy
         };

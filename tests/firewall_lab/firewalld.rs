@@ -744,3 +744,69 @@ fn firewalld_the_flip_and_the_return_through_the_binary() {
     let log = std::fs::read_to_string(stub.join("log")).unwrap_or_default();
     assert!(log.contains("enable firewalld.service"), "{log}");
 }
+
+/// firewalld with its iptables backend writes iptables' own tables: it is recognised as
+/// firewalld (never taken for iptables-nft and written into), and each opening is reported not
+/// admitted there, naming why, with nothing written.
+#[test]
+fn firewalld_with_its_iptables_backend_is_recognised_and_said_not_to_be_spoken() {
+    let lab = new_lab();
+    let net = adoption(&lab);
+    let node = &net.node;
+    let dir = lab.dir().join("firewalld");
+    std::fs::create_dir_all(&dir).unwrap();
+    lab::run_ok(
+        std::process::Command::new("cp")
+            .arg("-a")
+            .arg("/etc/firewalld")
+            .arg(dir.join("etc")),
+    )
+    .unwrap();
+    let conf = dir.join("etc/firewalld.conf");
+    let text = std::fs::read_to_string(&conf).unwrap();
+    let text: String = text
+        .lines()
+        .map(|l| {
+            if l.starts_with("FirewallBackend=") {
+                "FirewallBackend=iptables".to_string()
+            } else {
+                l.to_string()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    std::fs::write(&conf, text + "\n").unwrap();
+    let fw = node
+        .start_firewalld(&dir)
+        .expect("firewalld and dbus are installed; never skipped");
+    let host = Host::wrapped(node, vec!["env".into(), fw.env()]);
+    let file = host.dir.path().join("declaration.json");
+    std::fs::write(
+        &file,
+        serde_json::to_vec(&declaration(&[opening("api/port", OPENED, "incoming")])).unwrap(),
+    )
+    .unwrap();
+    let out = host.run(&["apply", file.to_str().unwrap(), "--json"]);
+    let status = host.status();
+    assert!(
+        status["kind"].as_str().unwrap().contains("firewalld")
+            && !status["kind"].as_str().unwrap().contains("iptables"),
+        "{status:#}"
+    );
+    let layers = presence(&status, "api/port");
+    assert!(!layers.is_empty(), "{status:#}");
+    assert!(
+        layers.iter().all(|p| p.ends_with("=unwritable")),
+        "{status:#}"
+    );
+    assert!(
+        status.to_string().contains("FirewallBackend=iptables"),
+        "{status:#}"
+    );
+    let save = run_ok(node, &["iptables-nft-save"]);
+    assert!(
+        !save.contains("mesh-host:"),
+        "nothing written: {save}\n{}",
+        out.stdout
+    );
+}
