@@ -133,7 +133,7 @@ pub(crate) fn save(
 /// guard removed in one transaction with the native tables' deletion, the other kinds retired,
 /// the boot units disabled (never stopped: Debian's nftables unit flushes the whole ruleset when
 /// stopped), the mesh's marks left in the runtime's chains removed; then the store says done.
-pub(super) fn flip(cx: &mut Cx<'_>) -> Result<String, String> {
+pub(super) fn flip(cx: &mut Cx<'_>) -> Result<(String, FilterSpec), String> {
     let Some(saved) = cx.store.state.flip.clone() else {
         return Err("no saved found firewall to flip from".into());
     };
@@ -145,7 +145,7 @@ pub(super) fn flip(cx: &mut Cx<'_>) -> Result<String, String> {
     )?;
     crate::failpoint::hit("flip", "saved");
     let fw = opening::firewall(&mut cx.fw, &cx.decl.node)?;
-    let done = fw
+    let (done, guarded) = fw
         .flip(&spec, &saved.retired)
         .map_err(|e| format!("loading the derived filter and retiring the found firewall: {e}"))?;
     crate::failpoint::hit("flip", "loaded");
@@ -179,9 +179,9 @@ pub(super) fn flip(cx: &mut Cx<'_>) -> Result<String, String> {
     });
     cx.store.save().map_err(|e| e.to_string())?;
     let retired: Vec<String> = done.iter().map(|r| r.describe()).collect();
-    Ok(format!(
-        "derived filter loaded (drop by default; {} opening(s), ssh {} from {}), guard removed in \
-         the same transaction; found firewall retired, never flushed: {}{}",
+    let line = format!(
+        "derived filter loaded (drop by default; {} opening(s), ssh {} from {}){}; found firewall \
+         retired, never flushed: {}{}",
         spec.openings.len(),
         spec.ssh
             .iter()
@@ -189,6 +189,11 @@ pub(super) fn flip(cx: &mut Cx<'_>) -> Result<String, String> {
             .collect::<Vec<_>>()
             .join(","),
         spec.private.as_deref().unwrap_or("anywhere"),
+        if guarded {
+            ", the guard removed in the same transaction"
+        } else {
+            ""
+        },
         if retired.is_empty() {
             "none was found".to_string()
         } else {
@@ -199,7 +204,8 @@ pub(super) fn flip(cx: &mut Cx<'_>) -> Result<String, String> {
         } else {
             format!("; {}", units.join(", "))
         }
-    ))
+    );
+    Ok((line, spec))
 }
 
 /// The return: the guard is in force already (the apply ensured it before opening the store);

@@ -526,7 +526,18 @@ fn apply_locked(
         let mut filter_spec = None;
         if report.failed().is_none() {
             let step = match transition {
-                flip::Transition::Flip => Some(("flip", flip::flip(&mut cx))),
+                flip::Transition::Flip => Some((
+                    "flip",
+                    flip::flip(&mut cx).map(|(line, spec)| {
+                        // Loaded by the flip itself: nothing to check again below.
+                        report.filter = Some(format!(
+                            "drop by default, admitting {} opening(s) (loaded by the flip)",
+                            spec.openings.len()
+                        ));
+                        filter_spec = Some(spec);
+                        line
+                    }),
+                )),
                 flip::Transition::Return => Some(("return", flip::unflip(&mut cx))),
                 flip::Transition::Stay => None,
             };
@@ -540,7 +551,7 @@ fn apply_locked(
                 }
             }
         }
-        if report.failed().is_none() && cx.store.state.flip.is_some() {
+        if report.failed().is_none() && cx.store.state.flip.is_some() && filter_spec.is_none() {
             match (cx.firewall_unchanged, transition) {
                 (Some(generation), _) => {
                     report.filter = Some(format!(

@@ -62,17 +62,18 @@ impl Firewall<'_> {
     /// The flip: in one nf_tables transaction the derived filter is loaded, the guard's chain
     /// removed and every retired native table deleted, so the store is never reachable from
     /// outside at any instant; then each other kind is retired in its own terms. Returns the
-    /// retired firewalls completed with exactly what was taken out (the caller records them).
-    pub fn flip(&mut self, filter: &FilterSpec, saved: &[Retired]) -> Result<Vec<Retired>> {
+    /// retired firewalls completed with exactly what was taken out (the caller records them), and
+    /// whether a guard was there to remove.
+    pub fn flip(&mut self, filter: &FilterSpec, saved: &[Retired]) -> Result<(Vec<Retired>, bool)> {
         let ruleset = self.listing()?;
         let legacy = self.found()?.legacy_saves.clone();
         let mut batch = Batch::new();
         filter.add_to(&mut batch)?;
-        if ruleset
+        let guarded = ruleset
             .chains
             .iter()
-            .any(|c| c.family == Family::Inet && c.table == MESH_TABLE && c.name == GUARD_CHAIN)
-        {
+            .any(|c| c.family == Family::Inet && c.table == MESH_TABLE && c.name == GUARD_CHAIN);
+        if guarded {
             batch.flush(Family::Inet, MESH_TABLE, Some(GUARD_CHAIN))?;
             batch.del_chain(Family::Inet, MESH_TABLE, GUARD_CHAIN)?;
         }
@@ -90,7 +91,7 @@ impl Firewall<'_> {
             self.send(&none)?;
         }
         self.found = None;
-        Ok(out)
+        Ok((out, guarded))
     }
 
     /// The return: each retired firewall put back exactly as saved, then the derived filter's
