@@ -498,16 +498,23 @@ pub fn listen_for_reloads(
         })
 }
 
-/// Whether process `pid` still runs: it exists and is not a zombie (a stopped firewalld whose
-/// parent has not yet reaped it has finished its cleanup).
+/// Whether process `pid` still runs: one of its threads exists and is not a zombie. A stopped
+/// firewalld whose parent has not yet reaped it has finished; its leader can be a zombie while
+/// its other threads (and with them its sockets: its bus name, its table's ownership) are still
+/// going away, so every thread is looked at.
 fn alive(pid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => stat
-            .rsplit_once(')')
-            .and_then(|(_, rest)| rest.split_whitespace().next())
-            .is_some_and(|state| state != "Z" && state != "X"),
-        Err(_) => false,
-    }
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return false;
+    };
+    tasks.flatten().any(|t| {
+        std::fs::read_to_string(t.path().join("stat"))
+            .ok()
+            .and_then(|stat| {
+                stat.rsplit_once(')')
+                    .and_then(|(_, rest)| rest.split_whitespace().next().map(String::from))
+            })
+            .is_some_and(|state| state != "Z" && state != "X")
+    })
 }
 
 /// Every opening crossing a layer that can drop is reported unwritable, naming why.
