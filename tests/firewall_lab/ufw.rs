@@ -4,6 +4,7 @@
 //! `ufw reload` keeps them (they are ufw's rules); removal deletes only the marked rules; retire
 //! and restore through the driver leave `/etc/ufw` byte for byte and the ruleset as before.
 
+use super::found::{files, not_reached, stub_systemctl};
 use super::*;
 use firewall::backend::{driver, Cx};
 use firewall::{Backend, Batch, Exec, SystemExec};
@@ -35,34 +36,6 @@ impl Exec for InUfw {
 
     fn exists(&self, program: &str) -> bool {
         SystemExec.exists(program)
-    }
-}
-
-fn files(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
-    let mut out = BTreeMap::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).unwrap().flatten() {
-            let p = e.path();
-            if p.is_dir() {
-                stack.push(p);
-            } else {
-                out.insert(p.clone(), std::fs::read(&p).unwrap());
-            }
-        }
-    }
-    out
-}
-
-fn not_reached(from: &Machine, addrs: &[IpAddr], port: u16, why: &str) {
-    for addr in addrs {
-        let got = from.probe_tcp(*addr, port, SILENCE).unwrap();
-        assert_ne!(
-            got,
-            Probe::Reached,
-            "{why}: {} -> [{addr}]:{port}",
-            from.name()
-        );
     }
 }
 
@@ -404,20 +377,6 @@ fn ufw_with_docker_a_forwarded_opening_is_a_marked_route_rule_and_docker_keeps_i
         Probe::Reached,
         "Docker's own rules still admit it",
     );
-}
-
-/// A stub `systemctl` first on PATH, standing in for systemd as PID 1 (which cannot run here):
-/// it answers `show` as an enabled, active unit and logs every call to `dir/log`.
-fn stub_systemctl(dir: &Path) {
-    let script = format!(
-        "#!/bin/sh\necho \"$@\" >> {log}\nif [ \"$1\" = show ]; then\n  \
-         printf 'LoadState=loaded\\nActiveState=active\\nUnitFileState=enabled\\n'\nfi\nexit 0\n",
-        log = dir.join("log").display()
-    );
-    let path = dir.join("systemctl");
-    std::fs::write(&path, script).unwrap();
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
 }
 
 /// The flip and the return through the built binary (`mesh-host converge`, `mesh-host adopt`)
