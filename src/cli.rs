@@ -668,15 +668,7 @@ fn derive_openings(
         println!("{}", serde_json::to_string_pretty(&v)?);
     } else {
         for o in &openings {
-            let from = match &o.from {
-                firewall::opening::From::Anywhere => "anywhere".to_string(),
-                firewall::opening::From::Interface(i) => format!("the private network ({i})"),
-                firewall::opening::From::Networks(n) => n
-                    .iter()
-                    .map(|n| n.to_string())
-                    .collect::<Vec<_>>()
-                    .join(", "),
-            };
+            let from = o.from.describe();
             println!(
                 "{:<22} {}/{:<6} {:<9} from {from}",
                 o.id,

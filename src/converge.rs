@@ -244,20 +244,11 @@ pub fn preview(host: &Host<'_>) -> Result<std::result::Result<Preview, Asked>> {
             _ => None,
         })
         .collect();
-    let from_of = |o: &firewall::Opening| match &o.from {
-        firewall::opening::From::Anywhere => "anywhere".to_string(),
-        firewall::opening::From::Interface(i) => format!("the private network ({i})"),
-        firewall::opening::From::Networks(n) => n
-            .iter()
-            .map(|n| n.to_string())
-            .collect::<Vec<_>>()
-            .join(", "),
-    };
     let admit = |port: u16, proto: firewall::Proto, path: firewall::Path| {
         openings
             .iter()
             .find(|(o, _)| o.port == port && o.proto == proto && o.path == path)
-            .map(|(o, id)| (id.clone(), from_of(o)))
+            .map(|(o, id)| (id.clone(), o.from.describe()))
     };
     let ssh = flip::ssh_ports();
     let private = settings

@@ -171,6 +171,10 @@ pub fn run(host: &Host<'_>, opts: &Options) -> Result<ExitCode> {
     // for the host's whole life so that costs no socket setup.
     let mut guard_sock = firewall::NfSocket::open().ok();
     let mut memo: Option<FirewallMemo> = None;
+    // The store as it was when `memo` was made: another process's apply (a `converge`, an
+    // `adopt`, a `take`) changes it before it touches the firewall, so a change heard then is
+    // that apply's, and the memo, about to be stale, must not put back what it removed.
+    let mut memo_stamp: Option<Stamp> = None;
     let mut reconcile_due = true;
     let mut why = "start";
     let mut next_tick = Instant::now() + opts.period;
@@ -204,6 +208,7 @@ pub fn run(host: &Host<'_>, opts: &Options) -> Result<ExitCode> {
                     if report.memo.is_some() {
                         memo = report.memo;
                     }
+                    memo_stamp = stamp(host.root);
                 }
                 Ok(None) => tracing::info!(trigger = why, "nothing is stored to reconcile yet"),
                 Err(e) => tracing::error!(trigger = why, error = %e, "reconcile failed"),
@@ -248,7 +253,15 @@ pub fn run(host: &Host<'_>, opts: &Options) -> Result<ExitCode> {
                         .any(|e| !matches!(e, firewall::Event::NewGen(g) if g.pid == Some(me)));
                     // The guard first and at once, before any quiet is waited for: the store's
                     // port must be unguarded for as short a time as the kernel allows.
-                    if foreign {
+                    // Only while the store is as the memo found it: otherwise an apply of
+                    // another process is under way or done, and it tells this host itself.
+                    let current = foreign && memo_stamp.is_some() && stamp(host.root) == memo_stamp;
+                    if foreign && !current {
+                        tracing::debug!(
+                            "the store changed since the last reconcile; nothing put back at once"
+                        );
+                    }
+                    if current {
                         if let (Some(sock), Some(spec)) = (
                             guard_sock.as_mut(),
                             memo.as_ref().and_then(|m| m.guard.as_ref()),
@@ -317,6 +330,7 @@ pub fn run(host: &Host<'_>, opts: &Options) -> Result<ExitCode> {
             }
             if first.is_some() || crate::apply::opening::legacy_in_force() {
                 recheck(host, &mut memo, &mut reconcile_due, &mut why, first, &who);
+                memo_stamp = stamp(host.root);
             }
             continue;
         }
@@ -378,6 +392,21 @@ fn drain_eventfd(fd: &OwnedFd) -> bool {
     // SAFETY: reading 8 bytes into a u64 from a non-blocking eventfd.
     let n = unsafe { libc::read(fd.as_raw_fd(), (&mut count as *mut u64).cast(), 8) };
     n == 8 && count > 0
+}
+
+/// What the store's files are now (the snapshot's and the journal's size, inode and change
+/// time): one `stat` each, cheap enough to ask before every immediate restore.
+type Stamp = Vec<(u64, u64, i64, i64)>;
+
+fn stamp(root: &std::path::Path) -> Option<Stamp> {
+    use std::os::unix::fs::MetadataExt;
+    let dir = store::store_dir(root);
+    let out: Stamp = ["state.json", "state.journal"]
+        .iter()
+        .filter_map(|f| std::fs::metadata(dir.join(f)).ok())
+        .map(|m| (m.len(), m.ino(), m.ctime(), m.ctime_nsec()))
+        .collect();
+    (!out.is_empty()).then_some(out)
 }
 
 /// Puts the guard and the openings back after someone else changed the ruleset.

@@ -17,7 +17,7 @@ use crate::error::{Error, Result};
 use crate::netlink::{
     BaseChain, Batch, CtState, Family, Hook, L4Proto, NfSocket, Policy, Position, RuleBody,
 };
-use crate::opening::{check_interface, Opening, Path};
+use crate::opening::{check_exact_interface, Opening, Path};
 use crate::rules::{self, Site};
 
 /// The filter's chains in the mesh's table.
@@ -38,6 +38,11 @@ const ICMP_TYPES: [u8; 5] = [0, 3, 8, 11, 12];
 /// advertisement) without which IPv6 does not work at all.
 const ICMPV6_TYPES: [u8; 14] = [1, 2, 3, 4, 128, 129, 130, 131, 132, 133, 134, 135, 136, 143];
 
+/// A filter rule's mark: `mesh-host:filter/WHAT`.
+fn mark(what: &str) -> String {
+    format!("mesh-host:filter/{what}")
+}
+
 /// What the derived filter admits.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct FilterSpec {
@@ -55,20 +60,10 @@ pub struct FilterSpec {
 impl FilterSpec {
     fn check(&self) -> Result<()> {
         for i in self.private.iter().chain(&self.bridges) {
-            check_interface(i)
-                .and_then(|()| {
-                    if i.ends_with('*') {
-                        Err(format!(
-                            "interface {i:?} is a pattern; the filter trusts no name pattern"
-                        ))
-                    } else {
-                        Ok(())
-                    }
-                })
-                .map_err(|reason| Error::InvalidOpening {
-                    id: "filter".into(),
-                    reason,
-                })?;
+            check_exact_interface(i, "filter").map_err(|reason| Error::InvalidOpening {
+                id: "filter".into(),
+                reason,
+            })?;
         }
         for o in &self.openings {
             o.validate()?;
@@ -76,11 +71,11 @@ impl FilterSpec {
         Ok(())
     }
 
-    /// The input chain's rules, in order.
-    pub fn input(&self) -> Result<Vec<RuleBody>> {
+    /// The first rules of both chains: established and related traffic admitted, invalid
+    /// packets dropped.
+    fn head(&self) -> Result<Vec<RuleBody>> {
         self.check()?;
-        let mark = |what: &str| format!("mesh-host:filter/{what}");
-        let mut out = vec![
+        Ok(vec![
             RuleBody::new()
                 .ct_state(CtState::ESTABLISHED | CtState::RELATED)
                 .accept()
@@ -89,11 +84,18 @@ impl FilterSpec {
                 .ct_state(CtState::INVALID)
                 .drop()
                 .comment(&mark("invalid")),
+        ])
+    }
+
+    /// The input chain's rules, in order.
+    pub fn input(&self) -> Result<Vec<RuleBody>> {
+        let mut out = self.head()?;
+        out.push(
             RuleBody::new()
                 .iifname_eq("lo")
                 .accept()
                 .comment(&mark("loopback")),
-        ];
+        );
         for t in ICMP_TYPES {
             out.push(
                 RuleBody::new()
@@ -131,18 +133,7 @@ impl FilterSpec {
 
     /// The forward chain's rules, in order.
     pub fn forward(&self) -> Result<Vec<RuleBody>> {
-        self.check()?;
-        let mark = |what: &str| format!("mesh-host:filter/{what}");
-        let mut out = vec![
-            RuleBody::new()
-                .ct_state(CtState::ESTABLISHED | CtState::RELATED)
-                .accept()
-                .comment(&mark("established")),
-            RuleBody::new()
-                .ct_state(CtState::INVALID)
-                .drop()
-                .comment(&mark("invalid")),
-        ];
+        let mut out = self.head()?;
         for b in &self.bridges {
             out.push(
                 RuleBody::new()
@@ -220,10 +211,20 @@ pub fn in_force(sock: &mut NfSocket, spec: &FilterSpec) -> Result<bool> {
 /// Puts the filter in force as `spec` says, in one transaction; `true` when it had to be
 /// written. Idempotent.
 pub fn ensure(sock: &mut NfSocket, spec: &FilterSpec) -> Result<bool> {
-    if in_force(sock, spec)? {
+    // The filter takes the guard's place: a guard chain beside it (put back by a resident host
+    // that had not heard of the flip yet) goes in the same transaction.
+    let guard = sock
+        .chains(Some(Family::Inet))?
+        .iter()
+        .any(|c| c.table == MESH_TABLE && c.name == crate::guard::GUARD_CHAIN);
+    if !guard && in_force(sock, spec)? {
         return Ok(false);
     }
     let mut batch = Batch::new();
+    if guard {
+        batch.flush(Family::Inet, MESH_TABLE, Some(crate::guard::GUARD_CHAIN))?;
+        batch.del_chain(Family::Inet, MESH_TABLE, crate::guard::GUARD_CHAIN)?;
+    }
     // A chain at the wrong hook or priority cannot be changed in place: it is deleted and made
     // again in the same transaction.
     remove_misplaced(sock, &mut batch)?;

@@ -23,7 +23,7 @@ use crate::error::{Error, Result};
 use crate::netlink::{
     BaseChain, Batch, CmpOp, Family, Hook, NfSocket, Position, RuleBody, Table, TableFlags,
 };
-use crate::opening::{check_interface, Proto};
+use crate::opening::{check_exact_interface, Proto};
 
 /// The guard's chain in the mesh's table.
 pub const GUARD_CHAIN: &str = "guard";
@@ -120,22 +120,10 @@ impl GuardSpec {
     fn bodies(&self) -> Result<Vec<RuleBody>> {
         let mut out = Vec::new();
         for i in self.allowed.iter().chain(&self.runtimes) {
-            // Exact names only: a trailing `*` would be a prefix match, trusting every interface
-            // that merely looks like the runtime's.
-            check_interface(i)
-                .and_then(|()| {
-                    if i.ends_with('*') {
-                        Err(format!(
-                            "interface {i:?} is a pattern; the guard trusts no name pattern"
-                        ))
-                    } else {
-                        Ok(())
-                    }
-                })
-                .map_err(|reason| Error::InvalidOpening {
-                    id: "guard".into(),
-                    reason,
-                })?;
+            check_exact_interface(i, "guard").map_err(|reason| Error::InvalidOpening {
+                id: "guard".into(),
+                reason,
+            })?;
         }
         let dport = |b: RuleBody, proto: Proto, port: u16| match proto {
             Proto::Tcp => b.tcp_dport(port),

@@ -169,6 +169,33 @@ pub fn check_interface(name: &str) -> std::result::Result<(), String> {
     Ok(())
 }
 
+/// [`check_interface`] for a name trusted as it is (the guard's and the filter's): a trailing
+/// `*` would be a prefix match, trusting every interface that merely looks like the runtime's.
+pub fn check_exact_interface(name: &str, who: &str) -> std::result::Result<(), String> {
+    check_interface(name)?;
+    if name.ends_with('*') {
+        return Err(format!(
+            "interface {name:?} is a pattern; the {who} trusts no name pattern"
+        ));
+    }
+    Ok(())
+}
+
+/// An opening's sources as a person reads them.
+impl From {
+    pub fn describe(&self) -> String {
+        match self {
+            From::Anywhere => "anywhere".to_string(),
+            From::Interface(i) => format!("the private network ({i})"),
+            From::Networks(n) => n
+                .iter()
+                .map(|n| n.to_string())
+                .collect::<Vec<_>>()
+                .join(", "),
+        }
+    }
+}
+
 fn network_is_exact(n: &Network) -> bool {
     match n.addr {
         IpAddr::V4(a) => n.len <= 32 && (n.len == 32 || u32::from(a) & (u32::MAX >> n.len) == 0),

@@ -247,8 +247,9 @@ pub(super) fn unflip(cx: &mut Cx<'_>) -> Result<String, String> {
     ))
 }
 
-/// On a flipped node: the derived filter put in force as the declaration says now.
-pub(super) fn ensure_filter(cx: &mut Cx<'_>) -> Result<(String, FilterSpec), String> {
+/// The derived filter a flipped node's declaration calls for now, with the ssh ports its flip
+/// kept.
+pub(super) fn current_spec(cx: &Cx<'_>) -> Result<FilterSpec, String> {
     let ssh = cx
         .store
         .state
@@ -256,7 +257,12 @@ pub(super) fn ensure_filter(cx: &mut Cx<'_>) -> Result<(String, FilterSpec), Str
         .as_ref()
         .map(|f| f.ssh.clone())
         .unwrap_or_default();
-    let spec = filter_spec(cx.runner, cx.decl, cx.store.state.settings.as_ref(), &ssh)?;
+    filter_spec(cx.runner, cx.decl, cx.store.state.settings.as_ref(), &ssh)
+}
+
+/// On a flipped node: the derived filter put in force as the declaration says now.
+pub(super) fn ensure_filter(cx: &mut Cx<'_>) -> Result<(String, FilterSpec), String> {
+    let spec = current_spec(cx)?;
     let fw = opening::firewall(&mut cx.fw, &cx.decl.node)?;
     let written = fw
         .ensure_filter(&spec)

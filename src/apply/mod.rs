@@ -508,6 +508,32 @@ fn apply_locked(
                     (None, None) => opening::ensure_guard(cx.runner, &mut cx.fw, decl, &settings),
                 };
                 guard_spec = Some(guarded.spec.clone());
+                // An adopted node that is not flipped has no derived filter: one left by a return
+                // that a resident host raced goes, now that the guard is in force.
+                // (Not when the ruleset is at the generation the last apply left: it removed any.)
+                if transition == flip::Transition::Stay
+                    && cx.store.state.flip.is_none()
+                    && cx.firewall_unchanged.is_none()
+                {
+                    let removed = opening::firewall(&mut cx.fw, &decl.node)
+                        .and_then(|f| f.remove_filter().map_err(|e| e.to_string()));
+                    match removed {
+                        Ok(true) => {
+                            report.flip = Some(
+                                "a derived filter was loaded on this adopted node; removed".into(),
+                            )
+                        }
+                        Ok(false) => {}
+                        Err(e) => report.push(
+                            "filter",
+                            Shape::Opening,
+                            "derived filter".into(),
+                            Err(format!(
+                                "removing a derived filter from an adopted node: {e}"
+                            )),
+                        ),
+                    }
+                }
                 report.private_network = guarded
                     .private
                     .map(|(mark, detail)| report::Said { mark, detail });
@@ -557,16 +583,7 @@ fn apply_locked(
                     report.filter = Some(format!(
                         "in force as the last apply left it (ruleset generation {generation} unchanged)"
                     ));
-                    let ssh = cx
-                        .store
-                        .state
-                        .flip
-                        .as_ref()
-                        .map(|f| f.ssh.clone())
-                        .unwrap_or_default();
-                    filter_spec =
-                        flip::filter_spec(cx.runner, decl, cx.store.state.settings.as_ref(), &ssh)
-                            .ok();
+                    filter_spec = flip::current_spec(&cx).ok();
                 }
                 _ => match flip::ensure_filter(&mut cx) {
                     Ok((line, spec)) => {

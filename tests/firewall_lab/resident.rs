@@ -426,3 +426,76 @@ fn on_a_converged_node_the_derived_filter_is_back_after_a_flush_unasked() {
     resident.signal(libc::SIGTERM);
     assert_eq!(resident.wait_exit(Duration::from_secs(10)), Some(0));
 }
+
+/// With the resident host running, as under its unit, `converge` and `adopt` run by a person
+/// leave exactly their own firewall: the resident host hears their changes while the store says
+/// something new, puts nothing of its stale memo back, and reconciles the new declaration.
+#[test]
+fn converge_and_adopt_with_the_resident_host_running_leave_the_right_firewall() {
+    let lab = new_lab();
+    let net = adoption(&lab);
+    let node = &net.node;
+    let _listeners: Vec<_> = [OPENED, STORE]
+        .iter()
+        .map(|p| node.listen_tcp(*p).expect("listener"))
+        .collect();
+    let host = Host::new(node);
+    let conf = host.root().join("etc/nftables.conf");
+    std::fs::create_dir_all(conf.parent().unwrap()).unwrap();
+    std::fs::write(&conf, INET_INPUT_DROP).unwrap();
+    run_ok(node, &["nft", "-f", conf.to_str().unwrap()]);
+    let mut api = opening("api/port", OPENED, "incoming");
+    api["module"] = json!("api");
+    host.apply(&declaration(&[api]));
+    let mut resident = Resident::start(&host, &[]);
+    for round in 0..3 {
+        let out = host.run(&["converge"]);
+        assert!(
+            out.success(),
+            "round {round}: {}\n{}",
+            out.stdout,
+            out.stderr
+        );
+        resident.wait_log(
+            "trigger=\"new declaration\"",
+            2 * round + 1,
+            Duration::from_secs(10),
+        );
+        std::thread::sleep(Duration::from_millis(300));
+        assert!(
+            filter_present(node),
+            "round {round}: no filter after converge"
+        );
+        assert!(
+            !guard_present(node),
+            "round {round}: the guard came back after converge"
+        );
+        let out = host.run(&["adopt"]);
+        assert!(
+            out.success(),
+            "round {round}: {}\n{}",
+            out.stdout,
+            out.stderr
+        );
+        resident.wait_log(
+            "trigger=\"new declaration\"",
+            2 * round + 2,
+            Duration::from_secs(10),
+        );
+        std::thread::sleep(Duration::from_millis(300));
+        assert!(
+            !filter_present(node),
+            "round {round}: the filter stayed after adopt"
+        );
+        assert!(guard_present(node), "round {round}: no guard after adopt");
+        expect(
+            &net.outside,
+            &node_public(),
+            OPENED,
+            Probe::Reached,
+            "adopted: the opening",
+        );
+    }
+    resident.signal(libc::SIGTERM);
+    assert_eq!(resident.wait_exit(Duration::from_secs(10)), Some(0));
+}

@@ -121,6 +121,20 @@ impl Firewall<'_> {
         filter::ensure(sock, spec)
     }
 
+    /// Removes the derived filter's chains where they should not be (an adopted node's ruleset);
+    /// `true` when there were any.
+    pub fn remove_filter(&mut self) -> Result<bool> {
+        let Some(sock) = self.nf.as_mut() else {
+            return Ok(false);
+        };
+        let mut batch = Batch::new();
+        if !filter::remove_into(sock, &mut batch)? {
+            return Ok(false);
+        }
+        sock.send(&batch)?;
+        Ok(true)
+    }
+
     /// Whether the derived filter's chains are loaded.
     pub fn filter_present(&mut self) -> Result<bool> {
         match self.nf.as_mut() {
