@@ -58,6 +58,12 @@ pub struct Docker {
 }
 
 pub(crate) fn start(machine: &Machine, dir: &Path) -> Result<Docker> {
+    start_with_env(machine, dir, &[])
+}
+
+/// Like [`start`], with `env` (`NAME=value`) given to dockerd: a private system bus it shares
+/// with a lab firewalld.
+pub(crate) fn start_with_env(machine: &Machine, dir: &Path, env: &[String]) -> Result<Docker> {
     exec::require("dockerd", "docker.io")?;
     exec::require("docker", "docker.io")?;
     exec::require("tar", "tar")?;
@@ -77,7 +83,12 @@ pub(crate) fn start(machine: &Machine, dir: &Path) -> Result<Docker> {
         s.push(path);
         s
     };
-    let argv = vec![
+    let mut argv: Vec<std::ffi::OsString> = Vec::new();
+    if !env.is_empty() {
+        argv.push("env".into());
+        argv.extend(env.iter().map(Into::into));
+    }
+    argv.extend([
         "dockerd".into(),
         arg("--config-file=", &config),
         arg("--data-root=", &dir.join("data")),
@@ -87,7 +98,7 @@ pub(crate) fn start(machine: &Machine, dir: &Path) -> Result<Docker> {
         "--exec-opt=native.cgroupdriver=cgroupfs".into(),
         "--default-ulimit=nofile=1024:1024".into(),
         "--default-ulimit=nproc=1024:1024".into(),
-    ];
+    ]);
     let process = machine.spawn(&argv)?;
     let record = EngineRecord {
         dir: dir.clone(),

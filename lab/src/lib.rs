@@ -46,6 +46,7 @@ mod docker;
 mod error;
 mod exec;
 mod fixtures;
+mod found;
 mod lab;
 mod machine;
 mod netns;
@@ -60,6 +61,7 @@ pub use crate::{
     error::{Error, Result},
     exec::{run, run_ok, Output, Process, DEFAULT_TIMEOUT},
     fixtures::{fixture, fixtures_dir},
+    found::{Firewalld, Ufw},
     lab::{Lab, SweepReport, Switch, LAB_ROOT, PREFIX_STEM},
     machine::Machine,
     netns::NETNS_DIR,
