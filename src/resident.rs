@@ -177,6 +177,9 @@ pub fn run(host: &Host<'_>, opts: &Options) -> Result<ExitCode> {
         }
     };
     let me = std::process::id();
+    // firewalld's Reloaded signal, heard on a thread of its own and passed to this loop through
+    // an eventfd: a reload drops firewalld's runtime configuration, the openings with it.
+    let reloads = firewalld_reloads();
     // The socket the guard is put back on the moment another program's change is heard, kept
     // for the host's whole life so that costs no socket setup.
     let mut guard_sock = firewall::NfSocket::open().ok();
@@ -293,6 +296,16 @@ pub fn run(host: &Host<'_>, opts: &Options) -> Result<ExitCode> {
         if reconcile_due {
             continue;
         }
+        if let Some(fd) = &reloads {
+            if drain_eventfd(fd) {
+                let now = Instant::now();
+                changed = Some(match changed.take() {
+                    Some((first, _, _)) => (first, now, "firewalld (Reloaded)".into()),
+                    None => (now, now, "firewalld (Reloaded)".into()),
+                });
+                tracing::info!("firewalld reloaded; its openings are re-checked");
+            }
+        }
         if let Some(m) = monitor.as_mut() {
             match m.generations() {
                 Ok(events) => {
@@ -402,8 +415,47 @@ pub fn run(host: &Host<'_>, opts: &Options) -> Result<ExitCode> {
         if let Some(l) = &linked {
             fds.push(l.fd());
         }
+        if let Some(fd) = &reloads {
+            fds.push(fd.as_raw_fd());
+        }
         wait(&fds, until.saturating_duration_since(Instant::now()));
     }
+}
+
+/// An eventfd written by a thread that listens for firewalld's `Reloaded` signal; `None` when
+/// neither can be made (the host then hears firewalld's reload through nf_tables alone).
+fn firewalld_reloads() -> Option<OwnedFd> {
+    // SAFETY: eventfd returns a new descriptor or -1.
+    let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+    if fd < 0 {
+        tracing::warn!(error = %std::io::Error::last_os_error(), "cannot make an eventfd; firewalld's reloads are heard through nf_tables only");
+        return None;
+    }
+    // SAFETY: fd was just returned by eventfd and is owned here alone.
+    let owned = unsafe { OwnedFd::from_raw_fd(fd) };
+    let writer = owned.try_clone().ok()?;
+    let listening = firewall::backend::firewalld_reloads(move || {
+        let one: u64 = 1;
+        // SAFETY: writing 8 bytes from a u64 to an eventfd this closure owns.
+        unsafe {
+            libc::write(writer.as_raw_fd(), (&one as *const u64).cast(), 8);
+        }
+    });
+    match listening {
+        Ok(_) => Some(owned),
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot listen for firewalld's reloads");
+            None
+        }
+    }
+}
+
+/// Whether the eventfd was written since it was last read (and resets it).
+fn drain_eventfd(fd: &OwnedFd) -> bool {
+    let mut count: u64 = 0;
+    // SAFETY: reading 8 bytes into a u64 from a non-blocking eventfd.
+    let n = unsafe { libc::read(fd.as_raw_fd(), (&mut count as *mut u64).cast(), 8) };
+    n == 8 && count > 0
 }
 
 /// What the store's files are now (the snapshot's and the journal's size, inode and change

@@ -35,9 +35,10 @@ pub enum Backend {
     IptablesNft,
     /// The legacy x_tables: openings are written with `iptables-legacy`.
     IptablesLegacy,
-    /// firewalld's own table; its driver has not landed, so adoption is refused.
+    /// firewalld's own table: openings are rich rules in the mesh's firewalld policy, over
+    /// firewalld's D-Bus API.
     Firewalld,
-    /// ufw's chains; its driver has not landed, so adoption is refused.
+    /// ufw's chains: openings are written with `ufw allow` and `ufw route allow`.
     Ufw,
 }
 
@@ -332,6 +333,21 @@ fn writer(ruleset: &Ruleset, family: Family, table: &str, chain: &str) -> (Backe
     if table == "firewalld" {
         return (Backend::Firewalld, format!("table {family} firewalld"));
     }
+    // firewalld with FirewallBackend=iptables writes iptables' tables itself, always with a
+    // `<BUILT-IN>_direct` chain beside each built-in chain it uses.
+    if let Some(c) = chains_here().find(|c| {
+        c.name
+            .strip_suffix("_direct")
+            .is_some_and(|b| XT_BUILTIN.contains(&b))
+    }) {
+        return (
+            Backend::Firewalld,
+            format!(
+                "firewalld's iptables backend: its chain {} in table {family} {table}",
+                c.name
+            ),
+        );
+    }
     if chains_here().any(|c| c.name.starts_with("ufw-") || c.name.starts_with("ufw6-")) {
         return (
             Backend::Ufw,
@@ -572,8 +588,14 @@ fn legacy_table(
                 )
             });
         let ufw = table.policies.iter().any(|(c, _)| c.starts_with("ufw"));
+        let firewalld = table.policies.iter().any(|(c, _)| {
+            c.strip_suffix("_direct")
+                .is_some_and(|b| XT_BUILTIN.contains(&b))
+        });
         let backend = if ufw {
             Backend::Ufw
+        } else if firewalld {
+            Backend::Firewalld
         } else {
             Backend::IptablesLegacy
         };
@@ -605,17 +627,20 @@ fn legacy_table(
 fn refuse_what_no_driver_speaks(exec: &dyn Exec, found: &mut Found) {
     for l in &found.layers {
         let reason = match l.backend {
-            Backend::Firewalld => Some(format!(
-                "firewalld runs this machine's firewall ({}); mesh-host does not speak firewalld yet, so it will not guess",
-                l.evidence
-            )),
-            Backend::Ufw => Some(format!(
-                "ufw runs this machine's firewall ({}); mesh-host does not speak ufw yet, so it will not guess",
-                l.evidence
-            )),
+            // firewalld is spoken over D-Bus and ufw through its own command; ufw's absence
+            // is named by its driver, firewalld's by each opening's state.
+            Backend::Firewalld | Backend::Ufw => None,
             Backend::IptablesNft | Backend::IptablesLegacy if l.can_drop => {
-                let variant = if l.backend == Backend::IptablesNft { "nft" } else { "legacy" };
-                let base = if l.family == Family::Ipv6 { "ip6tables" } else { "iptables" };
+                let variant = if l.backend == Backend::IptablesNft {
+                    "nft"
+                } else {
+                    "legacy"
+                };
+                let base = if l.family == Family::Ipv6 {
+                    "ip6tables"
+                } else {
+                    "iptables"
+                };
                 let missing: Vec<String> = ["-save", "-restore"]
                     .iter()
                     .map(|s| format!("{base}-{variant}{s}"))

@@ -138,6 +138,8 @@ struct Plan {
     /// The claim to record, when the mesh's table does not carry one yet.
     claim: Option<String>,
     mesh_table: bool,
+    /// Kinds that converge as a whole in their own terms (firewalld, ufw), with their layers.
+    whole: BTreeMap<Backend, Vec<Layer>>,
 }
 
 impl<'a> Firewall<'a> {
@@ -214,8 +216,40 @@ impl<'a> Firewall<'a> {
 
     /// How each opening stands in each layer its packets cross, read without changing anything.
     pub fn presence(&mut self, openings: &[Opening]) -> Result<BTreeMap<String, Vec<Presence>>> {
-        let plan = self.plan(openings, Scope::Given)?;
+        let mut plan = self.plan(openings, Scope::Given)?;
+        self.whole(&mut plan, openings, Scope::Given, false)?;
         Ok(plan.done.states)
+    }
+
+    /// Hands the kinds that converge as a whole every opening and their layers, and merges
+    /// what each says into the plan's result.
+    fn whole(
+        &mut self,
+        plan: &mut Plan,
+        openings: &[Opening],
+        scope: Scope,
+        write: bool,
+    ) -> Result<()> {
+        let mut batch = Batch::new();
+        for (backend, layers) in &plan.whole {
+            let Some(driver) = backend::driver(*backend) else {
+                continue;
+            };
+            let mut cx = Cx {
+                ruleset: &plan.ruleset,
+                legacy_saves: &plan.legacy_saves,
+                batch: &mut batch,
+                exec: self.exec,
+            };
+            let got = driver.converge_whole(layers, openings, scope, write, &mut cx)?;
+            plan.done.added.extend(got.added);
+            plan.done.removed.extend(got.removed);
+            plan.done.stale += got.stale;
+            for (id, states) in got.states {
+                plan.done.states.entry(id).or_default().extend(states);
+            }
+        }
+        Ok(())
     }
 
     /// Converges the given openings through every layer their packets cross: missing rules are
@@ -243,7 +277,7 @@ impl<'a> Firewall<'a> {
     }
 
     fn converge_once(&mut self, openings: &[Opening], scope: Scope) -> Result<Converged> {
-        let plan = self.plan(openings, scope)?;
+        let mut plan = self.plan(openings, scope)?;
         let changes = plan.tables.iter().any(|t| !t.changes.is_empty());
         let mut batch = Batch::new();
         if let Some(g) = plan.generation {
@@ -284,7 +318,7 @@ impl<'a> Firewall<'a> {
                 sock.send(&batch)?;
             }
         }
-        let mut done = plan.done;
+        let mut done = std::mem::take(&mut plan.done);
         for states in done.states.values_mut() {
             for p in states.iter_mut() {
                 if p.state == State::Missing {
@@ -292,7 +326,10 @@ impl<'a> Firewall<'a> {
                 }
             }
         }
-        Ok(done)
+        // Kinds converged as a whole read back their own result, which is taken as it is.
+        plan.done = done;
+        self.whole(&mut plan, openings, scope, true)?;
+        Ok(plan.done)
     }
 
     /// The plan for `openings` from a fresh listing.
@@ -349,6 +386,7 @@ impl<'a> Firewall<'a> {
                 None
             },
             mesh_table: mesh_table.is_some(),
+            whole: BTreeMap::new(),
         };
         let mut by_table: BTreeMap<TableKey, Vec<Layer>> = BTreeMap::new();
         for l in &found.layers {
@@ -367,6 +405,10 @@ impl<'a> Firewall<'a> {
             let Some(driver) = backend::driver(key.backend) else {
                 continue;
             };
+            if driver.whole() {
+                plan.whole.entry(key.backend).or_default().extend(layers);
+                continue;
+            }
             let mut cx = Cx {
                 ruleset: &ruleset,
                 legacy_saves: &plan.legacy_saves,

@@ -161,6 +161,10 @@ pub enum Error {
     /// Nothing arrived within the time given.
     #[error("no netlink message arrived within {millis} ms while {what}")]
     Timeout { what: &'static str, millis: u128 },
+
+    /// A D-Bus call (to firewalld) failed or was refused.
+    #[error("d-bus: {what}: {reason}")]
+    Dbus { what: String, reason: String },
 }
 
 fn detail_suffix(detail: &Option<String>) -> String {

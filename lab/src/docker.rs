@@ -69,6 +69,23 @@ pub struct Docker {
     env: Vec<(String, std::ffi::OsString)>,
 }
 
+/// Like [`start`], with `env` (`NAME=value`) given to dockerd: a private system bus it shares
+/// with a lab firewalld.
+pub(crate) fn start_with_env(machine: &Machine, dir: &Path, env: &[String]) -> Result<Docker> {
+    let env = env
+        .iter()
+        .map(|pair| {
+            let (name, value) = pair.split_once('=').unwrap_or((pair.as_str(), ""));
+            (name.to_owned(), value.into())
+        })
+        .collect();
+    let options = EngineOptions {
+        env,
+        ..EngineOptions::default()
+    };
+    start(machine, dir, &options)
+}
+
 pub(crate) fn start(machine: &Machine, dir: &Path, options: &EngineOptions) -> Result<Docker> {
     exec::require("dockerd", "docker.io")?;
     exec::require("docker", "docker.io")?;
@@ -89,7 +106,7 @@ pub(crate) fn start(machine: &Machine, dir: &Path, options: &EngineOptions) -> R
         s.push(path);
         s
     };
-    let argv = vec![
+    let argv: Vec<std::ffi::OsString> = vec![
         "dockerd".into(),
         arg("--config-file=", &config),
         arg("--data-root=", &dir.join("data")),

@@ -48,6 +48,7 @@ mod docker;
 mod error;
 mod exec;
 mod fixtures;
+mod found;
 mod kinds;
 mod lab;
 mod machine;
@@ -68,6 +69,7 @@ pub use crate::{
     error::{Error, Result},
     exec::{run, run_ok, Output, Process, DEFAULT_TIMEOUT},
     fixtures::{fixture, fixtures_dir},
+    found::{Firewalld, Ufw},
     kinds::{FoundFirewall, FoundKind, Policy},
     lab::{Lab, SweepReport, Switch, LAB_ROOT, PREFIX_STEM},
     machine::Machine,

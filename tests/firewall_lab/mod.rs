@@ -16,7 +16,10 @@ use serde_json::{json, Value};
 
 mod converge;
 mod docker;
+mod firewalld;
+mod firewalld_flip;
 mod forwarded;
+mod found;
 mod guard;
 mod guard_container;
 mod guard_routes;
@@ -26,6 +29,7 @@ mod keeps_word;
 mod listing;
 mod reload;
 mod resident;
+mod ufw;
 
 const MESH: &str = env!("CARGO_BIN_EXE_mesh-host");
 
@@ -167,6 +171,9 @@ table inet filter {
 struct Host {
     node: Machine,
     dir: tempfile::TempDir,
+    /// What runs in front of the binary (`env DBUS_SYSTEM_BUS_ADDRESS=…`, `nsenter --mount=…`),
+    /// for a found firewall on a private bus or with its own files.
+    wrap: Vec<String>,
 }
 
 impl Host {
@@ -176,7 +183,15 @@ impl Host {
         Host {
             node: node.clone(),
             dir,
+            wrap: Vec::new(),
         }
+    }
+
+    /// The host run behind `wrap` (see [`Host::wrap`]).
+    fn wrapped(node: &Machine, wrap: Vec<String>) -> Host {
+        let mut host = Host::new(node);
+        host.wrap = wrap;
+        host
     }
 
     fn root(&self) -> PathBuf {
@@ -185,7 +200,8 @@ impl Host {
 
     fn run(&self, args: &[&str]) -> lab::Output {
         let root = self.root();
-        let mut argv = vec![MESH, "--root", root.to_str().unwrap()];
+        let mut argv: Vec<&str> = self.wrap.iter().map(String::as_str).collect();
+        argv.extend([MESH, "--root", root.to_str().unwrap()]);
         argv.extend_from_slice(args);
         self.node
             .run(&argv)

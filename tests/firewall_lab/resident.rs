@@ -9,16 +9,17 @@ use std::process::{Child, Stdio};
 use std::time::Instant;
 
 /// A resident host running in the node, its log in a file.
-struct Resident {
+pub(super) struct Resident {
     child: Child,
     log: PathBuf,
 }
 
 impl Resident {
-    fn start(host: &Host, extra: &[&str]) -> Resident {
+    pub(super) fn start(host: &Host, extra: &[&str]) -> Resident {
         let root = host.root();
         let log = host.dir.path().join("resident.log");
-        let mut argv = vec![MESH, "--root", root.to_str().unwrap(), "run"];
+        let mut argv: Vec<&str> = host.wrap.iter().map(String::as_str).collect();
+        argv.extend([MESH, "--root", root.to_str().unwrap(), "run"]);
         argv.extend_from_slice(extra);
         let mut cmd = host.node.command(&argv);
         cmd.env("RUST_LOG", "mesh_host=debug")
@@ -35,7 +36,7 @@ impl Resident {
     }
 
     /// The log so far, any terminal colour codes left out.
-    fn log(&self) -> String {
+    pub(super) fn log(&self) -> String {
         let mut s = String::new();
         std::fs::File::open(&self.log)
             .unwrap()
@@ -58,7 +59,7 @@ impl Resident {
     }
 
     /// Waits until `needle` has appeared `count` times in the log.
-    fn wait_log(&self, needle: &str, count: usize, limit: Duration) {
+    pub(super) fn wait_log(&self, needle: &str, count: usize, limit: Duration) {
         let started = Instant::now();
         while self.log().matches(needle).count() < count {
             assert!(

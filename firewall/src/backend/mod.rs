@@ -1,12 +1,20 @@
 //! One driver per kind of found firewall, behind one trait: each reads its layers' tables for
 //! placement and writes openings in its own terms. The engine picks the driver from a layer's
 //! [`Backend`] and knows nothing of how a backend writes: `nftables.rs` for hand-written
-//! rulesets, `iptables.rs` for both iptables variants; firewalld and ufw each add a file here.
+//! rulesets, `iptables.rs` for both iptables variants, `firewalld.rs` (a policy and a zone of
+//! the mesh's, over D-Bus) and `ufw.rs` (ufw's own commands). The last two converge an opening
+//! as a whole in their own terms ([`Driver::converge_whole`]) rather than as rules the engine
+//! places.
 
+mod firewalld;
 mod iptables;
 mod nftables;
+mod ufw;
 
-use crate::detect::Backend;
+pub use firewalld::{listen_for_reloads as firewalld_reloads, POLICY as FIREWALLD_POLICY};
+
+use crate::detect::{Backend, Layer};
+use crate::engine::{Converged, Scope};
 use crate::error::{Error, Result};
 use crate::exec::Exec;
 use crate::netlink::{Batch, Family, Ruleset};
@@ -126,6 +134,31 @@ pub trait Driver {
     /// How many rules an opening needs in a chain at `site` (one per source of its family).
     fn rules_for(&self, o: &Opening, site: Site) -> usize;
 
+    /// Whether this kind keeps its openings in objects of its own (a policy's rules, ufw's rule
+    /// list) that it orders itself: the engine then hands it every opening and its layers at
+    /// once ([`Driver::converge_whole`]) instead of reading and placing per table.
+    fn whole(&self) -> bool {
+        false
+    }
+
+    /// For a kind that converges as a whole: how each opening crossing `layers` (all of this
+    /// kind's) stands in each, and, with `write`, the changes that make it stand (marked
+    /// things of openings not given removed only with [`Scope::All`]), read back after writing.
+    /// Idempotent: a second call with the same openings changes nothing.
+    fn converge_whole(
+        &self,
+        layers: &[Layer],
+        openings: &[Opening],
+        scope: Scope,
+        write: bool,
+        cx: &mut Cx<'_>,
+    ) -> Result<Converged> {
+        let _ = (layers, openings, scope, write, cx);
+        Err(Error::Unsupported {
+            reason: "this kind is converged per table".into(),
+        })
+    }
+
     /// This kind's found firewall on this machine, as its own boot configuration under `root`
     /// says and the running ruleset holds it, saved exactly enough for [`Driver::restore`] to
     /// put it back; `None` when this kind has nothing configured here. Reads only.
@@ -160,6 +193,7 @@ pub fn driver(backend: Backend) -> Option<&'static dyn Driver> {
         Backend::Nftables => Some(&nftables::Nftables),
         Backend::IptablesNft => Some(&iptables::Iptables { variant: "nft" }),
         Backend::IptablesLegacy => Some(&iptables::Iptables { variant: "legacy" }),
-        Backend::Firewalld | Backend::Ufw => None,
+        Backend::Firewalld => Some(&firewalld::Firewalld),
+        Backend::Ufw => Some(&ufw::Ufw),
     }
 }

@@ -1,0 +1,310 @@
+//! Found firewalls that are daemons or keep files: firewalld on a private D-Bus and ufw with its
+//! own `/etc/ufw`, each inside one lab machine, so that neither ever touches the machine's own
+//! namespace, bus or files. Reusable by every lab test that needs one of these kinds.
+//!
+//! firewalld runs as netavark's tests run it: its own `dbus-daemon` listening on a socket in the
+//! lab directory, and `firewalld --nofork --system-config DIR --default-config /usr/lib/firewalld`
+//! entered in the machine's network namespace, with `DBUS_SYSTEM_BUS_ADDRESS` naming that bus.
+//! ufw has no option for another configuration directory, so it runs in a mount namespace of its
+//! own (held open by a `sleep`) where the lab's copies of `/etc/ufw` and `/etc/default/ufw` are
+//! bind-mounted over the machine's; every ufw command, and the host under test, enters that mount
+//! namespace as well as the machine's network namespace.
+
+use crate::error::{Error, Result};
+use crate::exec::{self, Output, Process};
+use crate::machine::Machine;
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// How long firewalld or ufw may take to come up on a loaded two-core machine.
+const READY: Duration = Duration::from_secs(90);
+
+/// firewalld running inside a lab machine, on a bus of its own.
+pub struct Firewalld {
+    machine: Machine,
+    dir: PathBuf,
+    socket: PathBuf,
+    bus: Option<Process>,
+    daemon: Option<Process>,
+}
+
+const BUS_CONFIG: &str = r#"<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
+ "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
+<busconfig>
+  <type>system</type>
+  <listen>unix:path=SOCKET</listen>
+  <auth>EXTERNAL</auth>
+  <policy context="default">
+    <allow user="root"/>
+    <allow own="*"/>
+    <allow send_destination="*"/>
+    <allow receive_sender="*"/>
+  </policy>
+</busconfig>
+"#;
+
+impl Machine {
+    /// Starts firewalld inside this machine with its configuration copied from the machine's
+    /// `/etc/firewalld` into `dir/etc` (so tests may change it), on a private bus at `dir/bus`.
+    /// Waits until `firewall-cmd --state` says running.
+    pub fn start_firewalld(&self, dir: &Path) -> Result<Firewalld> {
+        exec::require("firewalld", "firewalld")?;
+        exec::require("dbus-daemon", "dbus")?;
+        std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+        let etc = dir.join("etc");
+        if !etc.exists() {
+            exec::run_ok(
+                std::process::Command::new("cp")
+                    .arg("-a")
+                    .arg("/etc/firewalld")
+                    .arg(&etc),
+            )?;
+        }
+        let socket = dir.join("bus");
+        let conf = dir.join("bus.conf");
+        std::fs::write(
+            &conf,
+            BUS_CONFIG.replace("SOCKET", &socket.display().to_string()),
+        )
+        .map_err(|e| Error::io(&conf, e))?;
+        let _ = std::fs::remove_file(&socket);
+        let bus = self.spawn(&[
+            OsString::from("dbus-daemon"),
+            OsString::from("--nofork"),
+            OsString::from(format!("--config-file={}", conf.display())),
+        ])?;
+        let until = Instant::now() + READY;
+        while !socket.exists() {
+            if Instant::now() > until {
+                return Err(Error::NotReady {
+                    namespace: self.netns().into(),
+                    what: "dbus-daemon".into(),
+                    port: 0,
+                    waited: READY,
+                    log: bus.log(),
+                });
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let mut fw = Firewalld {
+            machine: self.clone(),
+            dir: dir.to_path_buf(),
+            socket,
+            bus: Some(bus),
+            daemon: None,
+        };
+        fw.start()?;
+        Ok(fw)
+    }
+}
+
+impl Firewalld {
+    /// The bus address, as `DBUS_SYSTEM_BUS_ADDRESS` takes it.
+    pub fn address(&self) -> String {
+        format!("unix:path={}", self.socket.display())
+    }
+
+    /// `DBUS_SYSTEM_BUS_ADDRESS=…`, for `env` in front of a command.
+    pub fn env(&self) -> String {
+        format!("DBUS_SYSTEM_BUS_ADDRESS={}", self.address())
+    }
+
+    /// firewalld's configuration directory (its `/etc/firewalld`).
+    pub fn config_dir(&self) -> PathBuf {
+        self.dir.join("etc")
+    }
+
+    /// Runs `firewall-cmd args…` in the machine against this firewalld.
+    pub fn cmd(&self, args: &[&str]) -> Result<Output> {
+        let env = self.env();
+        let mut argv = vec!["env", &env, "firewall-cmd"];
+        argv.extend_from_slice(args);
+        self.machine.run_ok(&argv)
+    }
+
+    /// The daemon's pid, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.daemon.as_ref().map(Process::pid)
+    }
+
+    /// Whether the daemon is still running (a retire stops it).
+    pub fn is_running(&mut self) -> bool {
+        self.daemon.as_mut().is_some_and(Process::is_running)
+    }
+
+    /// Starts the daemon, as its unit would, and waits until it says running.
+    pub fn start(&mut self) -> Result<()> {
+        if self.is_running() {
+            return Ok(());
+        }
+        let env = self.env();
+        let etc = self.config_dir().display().to_string();
+        let daemon = self.machine.spawn(&[
+            "env",
+            &env,
+            "firewalld",
+            "--nofork",
+            "--nopid",
+            "--system-config",
+            &etc,
+            "--default-config",
+            "/usr/lib/firewalld",
+            "--log-target",
+            "console",
+        ])?;
+        self.daemon = Some(daemon);
+        let until = Instant::now() + READY;
+        loop {
+            let out = self
+                .machine
+                .run(&["env", &env, "firewall-cmd", "--state"])?;
+            if out.stdout.trim() == "running" {
+                return Ok(());
+            }
+            if Instant::now() > until || !self.is_running() {
+                return Err(Error::NotReady {
+                    namespace: self.machine.netns().into(),
+                    what: "firewalld".into(),
+                    port: 0,
+                    waited: READY,
+                    log: self.daemon.as_ref().map(Process::log).unwrap_or_default(),
+                });
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    /// Stops the daemon as its unit would (SIGTERM; it removes its rules) and waits for it.
+    pub fn stop(&mut self) {
+        if let Some(mut d) = self.daemon.take() {
+            d.terminate(Duration::from_secs(30));
+        }
+    }
+
+    /// A Docker engine in the same machine that shares this firewalld's bus, as on a machine
+    /// where both run: Docker then puts its rules back when firewalld reloads or restarts
+    /// (firewalld 1.3 flushes every iptables table when it starts, reloads or stops).
+    pub fn start_docker(&self, dir: &Path) -> Result<crate::Docker> {
+        crate::docker::start_with_env(&self.machine, dir, &[self.env()])
+    }
+
+    /// What the daemon printed.
+    pub fn log(&self) -> String {
+        self.daemon.as_ref().map(Process::log).unwrap_or_default()
+    }
+}
+
+impl Drop for Firewalld {
+    fn drop(&mut self) {
+        self.stop();
+        if let Some(mut b) = self.bus.take() {
+            b.terminate(Duration::from_secs(5));
+        }
+    }
+}
+
+/// ufw inside a lab machine, with its own files in a mount namespace of its own.
+pub struct Ufw {
+    machine: Machine,
+    dir: PathBuf,
+    holder: Process,
+}
+
+impl Machine {
+    /// Prepares ufw inside this machine: copies of the machine's `/etc/ufw` and
+    /// `/etc/default/ufw` under `dir`, bind-mounted over the originals in a mount namespace that
+    /// only the lab's commands enter. ufw is not enabled yet: configure it with [`Ufw::cmd`],
+    /// then `ufw --force enable`.
+    pub fn prepare_ufw(&self, dir: &Path) -> Result<Ufw> {
+        exec::require("ufw", "ufw")?;
+        exec::require("unshare", "util-linux")?;
+        std::fs::create_dir_all(dir.join("default")).map_err(|e| Error::io(dir, e))?;
+        let etc = dir.join("ufw");
+        if !etc.exists() {
+            exec::run_ok(
+                std::process::Command::new("cp")
+                    .arg("-a")
+                    .arg("/etc/ufw")
+                    .arg(&etc),
+            )?;
+        }
+        let default = dir.join("default/ufw");
+        std::fs::copy("/etc/default/ufw", &default).map_err(|e| Error::io(&default, e))?;
+        // The mount namespace, held open by a sleep; private propagation keeps its mounts from
+        // the machine's.
+        let holder = self.spawn(&[
+            "unshare",
+            "--mount",
+            "--propagation",
+            "private",
+            "sleep",
+            "infinity",
+        ])?;
+        let ufw = Ufw {
+            machine: self.clone(),
+            dir: dir.to_path_buf(),
+            holder,
+        };
+        // unshare has exec'd sleep once the namespace differs from ours.
+        let until = Instant::now() + READY;
+        let ours = std::fs::read_link("/proc/self/ns/mnt").ok();
+        while std::fs::read_link(format!("/proc/{}/ns/mnt", ufw.holder.pid())).ok() == ours {
+            if Instant::now() > until {
+                return Err(Error::NotReady {
+                    namespace: self.netns().into(),
+                    what: "ufw's mount namespace".into(),
+                    port: 0,
+                    waited: READY,
+                    log: ufw.holder.log(),
+                });
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        for (from, to) in [(etc, "/etc/ufw"), (default, "/etc/default/ufw")] {
+            let from = from.display().to_string();
+            ufw.machine
+                .run_ok(&ufw.enter(&["mount", "--bind", &from, to]))?;
+        }
+        Ok(ufw)
+    }
+}
+
+impl Ufw {
+    /// `argv` prefixed so that it runs in ufw's mount namespace (the machine's network
+    /// namespace is entered by [`Machine::run`]).
+    pub fn enter(&self, argv: &[&str]) -> Vec<String> {
+        let mut out = vec![
+            "nsenter".to_string(),
+            format!("--mount=/proc/{}/ns/mnt", self.holder.pid()),
+            "--".to_string(),
+        ];
+        out.extend(argv.iter().map(|s| s.to_string()));
+        out
+    }
+
+    /// Runs `ufw args…` in the machine, with ufw's own files.
+    pub fn cmd(&self, args: &[&str]) -> Result<Output> {
+        let mut argv = vec!["ufw"];
+        argv.extend_from_slice(args);
+        self.machine.run_ok(&self.enter(&argv))
+    }
+
+    /// The lab's copy of `/etc/ufw`.
+    pub fn config_dir(&self) -> PathBuf {
+        self.dir.join("ufw")
+    }
+
+    /// The mount namespace's holder, whose `/proc/PID/ns/mnt` other commands enter.
+    pub fn holder_pid(&self) -> u32 {
+        self.holder.pid()
+    }
+}
+
+impl Drop for Ufw {
+    fn drop(&mut self) {
+        // ufw's chains live in the machine's network namespace and go with it; the mount
+        // namespace goes with its holder.
+        self.holder.kill();
+    }
+}
