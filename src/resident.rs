@@ -337,14 +337,23 @@ pub fn run(host: &Host<'_>, opts: &Options) -> Result<ExitCode> {
                                 Err(e) => tracing::error!(error = %e, "putting the guard back"),
                             }
                         }
-                        // Likewise the derived filter on a flipped node: without it the node
-                        // is open.
+                        // Likewise the derived filter on a flipped node, when it is gone:
+                        // without it the node is open. Only when gone: a guard beside a filter
+                        // in force is `mesh-host adopt` putting the guard back before it opens
+                        // the store, and ensuring the filter then would delete that guard, so
+                        // that the return's unloading of the filter left neither.
                         if let (Some(sock), Some(spec)) = (
                             guard_sock.as_mut(),
                             memo.as_ref().and_then(|m| m.filter.as_ref()),
                         ) {
                             let started = Instant::now();
-                            match firewall::filter::ensure(sock, spec) {
+                            let gone = !firewall::filter::in_force(sock, spec).unwrap_or(false);
+                            let ensured = if gone {
+                                firewall::filter::ensure(sock, spec)
+                            } else {
+                                Ok(false)
+                            };
+                            match ensured {
                                 Ok(true) => tracing::info!(
                                     micros = started.elapsed().as_micros() as u64,
                                     "the derived filter was gone; put back"
