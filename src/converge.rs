@@ -384,7 +384,16 @@ fn retiring_how(r: &firewall::Retired) -> String {
             "the rules its rules file loads deleted, its refusing policies set to ACCEPT, the \
              chains it made deleted; the runtime's and blocklists' chains stay"
         }
-        firewall::Backend::Firewalld | firewall::Backend::Ufw => "disabled in its own terms",
+        firewall::Backend::Firewalld => {
+            "firewalld ended without its own cleanup (as CleanupOnExit=no ends it: its stop \
+             flushes every iptables table, the runtime's included) and its table inet firewalld \
+             deleted in the flip's one transaction; started again and its runtime state put back \
+             on return"
+        }
+        firewall::Backend::Ufw => {
+            "stopped with ufw-init stop, what ufw.service runs (`ufw disable` would rewrite \
+             ufw.conf); started again with ufw-init start on return"
+        }
     };
     format!(
         "{what}; {unit}; its configuration ({}) stays on disk as it is, and `mesh-host adopt` \

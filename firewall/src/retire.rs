@@ -22,6 +22,11 @@ pub struct Retired {
     /// The unit that loads it at boot (`nftables.service`, `netfilter-persistent.service`, …),
     /// which the core disables on the flip and enables on return; `None` when it has none here.
     pub unit: Option<String>,
+    /// Whether its unit runs the firewall itself (firewalld's daemon), so that return starts the
+    /// unit before restoring; a unit that loads rules and exits (nftables', iptables') is never
+    /// started by the host: Debian's loads a file that begins with `flush ruleset`.
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub daemon: bool,
     /// Its configuration files, as paths under the machine's root: never written by the flip or
     /// the return.
     pub config: Vec<String>,

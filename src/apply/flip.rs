@@ -216,6 +216,14 @@ pub(super) fn unflip(cx: &mut Cx<'_>) -> Result<String, String> {
     let Some(saved) = cx.store.state.flip.clone() else {
         return Ok("nothing was flipped".into());
     };
+    // A firewall that is a daemon (firewalld) must run before its state can be put back.
+    for r in saved.retired.iter().filter(|r| r.daemon) {
+        if let Some(unit) = &r.unit {
+            let sm = crate::system::service_manager(cx.runner)?;
+            sm.start(unit)
+                .map_err(|e| format!("starting {unit} to restore {}: {e}", r.backend))?;
+        }
+    }
     let fw = opening::firewall(&mut cx.fw, &cx.decl.node)?;
     fw.unflip(&saved.retired)
         .map_err(|e| format!("restoring the found firewall: {e}"))?;

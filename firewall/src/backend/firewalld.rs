@@ -372,6 +372,7 @@ impl Driver for Firewalld {
         Ok(Some(Retired {
             backend: Backend::Firewalld,
             unit: Some("firewalld.service".into()),
+            daemon: true,
             config,
             saved: vec![Saved {
                 what: format!("firewalld (nftables backend): table inet firewalld, {chains} chains, {rules} rules"),

@@ -228,6 +228,7 @@ pub(super) fn survey(root: &FsPath, cx: &mut Cx<'_>) -> Result<Option<Retired>> 
     Ok(Some(Retired {
         backend: Backend::Nftables,
         unit: Some(UNIT.into()),
+        daemon: false,
         config: vec![config.to_string()],
         saved,
     }))

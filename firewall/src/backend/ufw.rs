@@ -296,6 +296,7 @@ impl Driver for Ufw {
         Ok(Some(Retired {
             backend: Backend::Ufw,
             unit: Some("ufw.service".into()),
+            daemon: false,
             config,
             saved: vec![Saved {
                 what: format!("ufw: {rules} rules, stopped with ufw-init stop"),

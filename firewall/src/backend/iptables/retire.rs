@@ -195,6 +195,7 @@ pub(crate) fn survey(variant: &str, root: &FsPath, cx: &mut Cx<'_>) -> Result<Op
     Ok(Some(Retired {
         backend,
         unit,
+        daemon: false,
         config: configs,
         saved,
     }))
