@@ -17,7 +17,7 @@ use serde_json::{json, Value};
 use crate::docker::{Docker, EngineOptions, BUSYBOX_IMAGE};
 use crate::error::{Error, Result};
 use crate::exec::{self, lock, Output, Process};
-use crate::kinds::{FoundKind, Policy};
+use crate::kinds::{FoundKind, Live, Policy};
 use crate::lab::Lab;
 use crate::topology::{addr, Adoption};
 use crate::units::StubSystemctl;
@@ -71,6 +71,9 @@ pub struct Bed {
     root: PathBuf,
     found_files: Vec<PathBuf>,
     units: StubSystemctl,
+    /// What runs for the found firewall (firewalld, ufw's mount namespace); dropped after the
+    /// engine, which may share firewalld's bus.
+    live: Live,
     stand_in: Mutex<Option<Process>>,
     _ssh: Process,
 }
@@ -101,21 +104,28 @@ impl Bed {
         let root = lab.dir().join(format!("root-{}", kind.name()));
         std::fs::create_dir_all(&root).map_err(|e| Error::io(&root, e))?;
         let firewall = kind.firewall();
-        let found_files = firewall.write(
+        let policy = Policy {
+            incoming_tcp: vec![ports::SSH, ports::SERVED],
+            trusted_interfaces: vec!["docker0".into()],
+        };
+        let found_files = firewall.write(&root, &policy)?;
+        let live = firewall.boot(
+            node,
             &root,
-            &Policy {
-                incoming_tcp: vec![ports::SSH, ports::SERVED],
-                trusted_interfaces: vec!["docker0".into()],
-            },
+            &lab.dir().join(format!("found-{}", kind.name())),
+            &policy,
         )?;
-        firewall.load(node, &root)?;
-        // The found firewall's boot unit, enabled, in the stand-in for systemctl.
+        // The found firewall's boot unit, enabled, in the stand-in for systemctl, which starts
+        // the kind's daemon when asked to start the unit (the host does so for firewalld).
         let units = StubSystemctl::install(&lab.dir().join(format!("systemctl-{}", kind.name())))?;
         units.set(firewall.boot_unit(), true)?;
+        if let Some(argv) = firewall.unit_start(&live) {
+            units.set_start(firewall.boot_unit(), &argv)?;
+        }
         let engine_dir = lab.dir().join(format!("d-{}", kind.name()));
         let options = EngineOptions {
             path_first: firewall.runtime_iptables(lab.dir())?,
-            ..EngineOptions::default()
+            env: live.runtime_env(),
         };
         let legacy_runtime = options.path_first.is_some();
         let docker = node.start_docker_with(&engine_dir, &options)?;
@@ -157,6 +167,7 @@ impl Bed {
             root,
             found_files,
             units,
+            live,
             stand_in: Mutex::new(None),
             _ssh: node.listen_tcp(ports::SSH)?,
         };
@@ -213,6 +224,12 @@ impl Bed {
         self.kind.firewall().boot_unit()
     }
 
+    /// Whether the host starts the found firewall's boot unit on the return (its daemon ended
+    /// by the flip: firewalld's), where every other kind's is only enabled again.
+    pub fn unit_started_on_return(&self) -> bool {
+        self.kind.firewall().unit_start(&self.live).is_some()
+    }
+
     /// The PATH mesh-host runs with in the node: the stand-in for systemctl first.
     fn path_env(&self) -> std::ffi::OsString {
         let mut path = self.units.dir().as_os_str().to_owned();
@@ -227,7 +244,11 @@ impl Bed {
     pub fn found_file_bytes(&self) -> Result<Vec<Vec<u8>>> {
         self.found_files
             .iter()
-            .map(|p| std::fs::read(p).map_err(|e| Error::io(p, e)))
+            .map(|p| {
+                std::fs::read(p)
+                    .map(|b| self.kind.firewall().comparable(b))
+                    .map_err(|e| Error::io(p, e))
+            })
             .collect()
     }
 
@@ -240,12 +261,25 @@ impl Bed {
     }
 
     /// The argv running `binary --root ROOT ARGS…` inside the node with the node's engine as
-    /// `DOCKER_HOST`, the way an operator's shell on that machine would.
-    fn mesh_argv<'a>(&'a self, binary: &'a Path, args: &[&'a str]) -> Vec<&'a OsStr> {
-        let mut argv: Vec<&OsStr> =
-            vec![binary.as_os_str(), "--root".as_ref(), self.root.as_os_str()];
-        argv.extend(args.iter().map(|a| OsStr::new(*a)));
+    /// `DOCKER_HOST`, the way an operator's shell on that machine would: behind what the found
+    /// firewall's kind needs to be seen ([`Bed::prefix`]).
+    fn mesh_argv(&self, binary: &Path, args: &[&str]) -> Vec<std::ffi::OsString> {
+        let mut argv: Vec<std::ffi::OsString> = self.prefix().into_iter().map(Into::into).collect();
+        argv.extend([
+            binary.as_os_str().to_owned(),
+            "--root".into(),
+            self.root.as_os_str().to_owned(),
+        ]);
+        argv.extend(args.iter().map(Into::into));
         argv
+    }
+
+    /// The argv to put in front of any program run in the node so that it sees the found
+    /// firewall as the machine's own programs do: firewalld's bus in its environment (`env
+    /// DBUS_SYSTEM_BUS_ADDRESS=…`), ufw's mount namespace (`nsenter --mount=…`); empty for the
+    /// kinds that are the kernel's tables and files below the root alone.
+    pub fn prefix(&self) -> Vec<String> {
+        self.live.prefix()
     }
 
     /// Runs mesh-host (the built `binary`) inside the node, as an operator would.
@@ -313,8 +347,10 @@ impl Bed {
     }
 
     /// Loads the found firewall from its files again, as its unit's reload does.
-    pub fn reload_found(&self) -> Result<()> {
-        self.kind.firewall().load(&self.net.node, &self.root)
+    pub fn reload_found(&mut self) -> Result<()> {
+        self.kind
+            .firewall()
+            .reload(&self.net.node, &self.root, &mut self.live)
     }
 
     /// Whether reloading the found firewall removes the container runtime's rules (native
@@ -337,11 +373,14 @@ impl Bed {
     pub fn power_cycle(&mut self) -> Result<()> {
         let node = self.net.node.clone();
         self.docker.stop_daemon()?;
+        self.kind.firewall().power_down(&mut self.live);
         node.run_ok(&["nft", "flush", "ruleset"])?;
         wipe_legacy(&node)?;
         node.set_sysctl("net/ipv4/ip_forward", "0")?;
         if self.units.enabled(self.boot_unit()) == Some(true) {
-            self.kind.firewall().load(&node, &self.root)?;
+            self.kind
+                .firewall()
+                .power_up(&node, &self.root, &mut self.live)?;
         }
         self.docker.start_daemon()
     }
@@ -349,7 +388,7 @@ impl Bed {
     /// The found firewall's rules as the kernel holds them now (see
     /// [`crate::FoundFirewall::rules`]).
     pub fn found_rules(&self) -> Result<String> {
-        self.kind.firewall().rules(&self.net.node)
+        self.kind.firewall().rules(&self.net.node, &self.root)
     }
 
     /// An HTTP request to `addr:port` with busybox nc from a throw-away container on the node's

@@ -127,6 +127,14 @@ pub enum Error {
     #[error("the Docker engine of the {kind} bed wrote no DOCKER chain into the legacy nat table: {listing}")]
     RuntimeElsewhere { kind: &'static str, listing: String },
 
+    /// A found firewall that runs as a daemon or in a namespace of its own was asked for where the
+    /// bed has none running (it is loaded through that, never from its files alone).
+    #[error("the {kind} bed's found firewall has no {what} running")]
+    NotRunning {
+        kind: &'static str,
+        what: &'static str,
+    },
+
     /// The bundle given to the bed cannot be read as one.
     #[error("bundle: {0}")]
     Bundle(String),

@@ -23,7 +23,7 @@ const READY: Duration = Duration::from_secs(90);
 /// firewalld running inside a lab machine, on a bus of its own.
 pub struct Firewalld {
     machine: Machine,
-    dir: PathBuf,
+    etc: PathBuf,
     socket: PathBuf,
     bus: Option<Process>,
     daemon: Option<Process>,
@@ -49,16 +49,22 @@ impl Machine {
     /// `/etc/firewalld` into `dir/etc` (so tests may change it), on a private bus at `dir/bus`.
     /// Waits until `firewall-cmd --state` says running.
     pub fn start_firewalld(&self, dir: &Path) -> Result<Firewalld> {
+        self.start_firewalld_with(dir, &dir.join("etc"))
+    }
+
+    /// Starts firewalld as [`Machine::start_firewalld`] does, with its configuration directory
+    /// at `etc` (a copy of the machine's `/etc/firewalld` made there if missing), so a bed keeps
+    /// it where the host under test looks (`ROOT/etc/firewalld`).
+    pub fn start_firewalld_with(&self, dir: &Path, etc: &Path) -> Result<Firewalld> {
         exec::require("firewalld", "firewalld")?;
         exec::require("dbus-daemon", "dbus")?;
         std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
-        let etc = dir.join("etc");
         if !etc.exists() {
             exec::run_ok(
                 std::process::Command::new("cp")
                     .arg("-a")
                     .arg("/etc/firewalld")
-                    .arg(&etc),
+                    .arg(etc),
             )?;
         }
         let socket = dir.join("bus");
@@ -89,7 +95,7 @@ impl Machine {
         }
         let mut fw = Firewalld {
             machine: self.clone(),
-            dir: dir.to_path_buf(),
+            etc: etc.to_path_buf(),
             socket,
             bus: Some(bus),
             daemon: None,
@@ -112,7 +118,7 @@ impl Firewalld {
 
     /// firewalld's configuration directory (its `/etc/firewalld`).
     pub fn config_dir(&self) -> PathBuf {
-        self.dir.join("etc")
+        self.etc.clone()
     }
 
     /// Runs `firewall-cmd args…` in the machine against this firewalld.
@@ -139,20 +145,7 @@ impl Firewalld {
             return Ok(());
         }
         let env = self.env();
-        let etc = self.config_dir().display().to_string();
-        let daemon = self.machine.spawn(&[
-            "env",
-            &env,
-            "firewalld",
-            "--nofork",
-            "--nopid",
-            "--system-config",
-            &etc,
-            "--default-config",
-            "/usr/lib/firewalld",
-            "--log-target",
-            "console",
-        ])?;
+        let daemon = self.machine.spawn(&self.start_argv())?;
         self.daemon = Some(daemon);
         let until = Instant::now() + READY;
         loop {
@@ -173,6 +166,26 @@ impl Firewalld {
             }
             std::thread::sleep(Duration::from_millis(200));
         }
+    }
+
+    /// The argv that starts the daemon in the machine, as its unit's `ExecStart` would.
+    pub fn start_argv(&self) -> Vec<String> {
+        let etc = self.config_dir().display().to_string();
+        [
+            "env",
+            &self.env(),
+            "firewalld",
+            "--nofork",
+            "--nopid",
+            "--system-config",
+            &etc,
+            "--default-config",
+            "/usr/lib/firewalld",
+            "--log-target",
+            "console",
+        ]
+        .map(str::to_owned)
+        .to_vec()
     }
 
     /// Stops the daemon as its unit would (SIGTERM; it removes its rules) and waits for it.

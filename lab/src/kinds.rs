@@ -3,9 +3,10 @@
 //! loads it, and read back as text.
 //!
 //! One [`FoundFirewall`] per kind, one file per kind under `kinds/`, chosen by [`FoundKind`]. A
-//! kind added later (firewalld, ufw) is one more variant and one more file here (which may drive
-//! the daemon a lab machine runs for it): nothing else in the bed knows how a kind is written or
-//! loaded.
+//! kind that is a daemon or keeps its files elsewhere (firewalld, ufw) drives what `found.rs` runs
+//! for it and hands the bed a [`Live`]: what runs for it, and what every program the bed runs in
+//! the node needs in front of it to see that kind (firewalld's bus, ufw's mount namespace).
+//! Nothing else in the bed knows how a kind is written or loaded.
 
 use std::path::{Path, PathBuf};
 
@@ -13,8 +14,10 @@ use crate::error::{Error, Result};
 use crate::exec;
 use crate::machine::Machine;
 
+mod firewalld;
 mod iptables;
 mod nftables;
+mod ufw;
 
 /// The kinds of found firewall the bed prepares.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -29,14 +32,22 @@ pub enum FoundKind {
     /// iptables on the legacy x_tables backend: the same files, loaded with
     /// `iptables-legacy-restore`.
     IptablesLegacy,
+    /// firewalld (its nftables backend) on a bus of its own: the public zone, in the lab's copy
+    /// of `/etc/firewalld`, admitting the served port and ssh and refusing the rest.
+    Firewalld,
+    /// ufw with its own `/etc/ufw`: `ufw default deny incoming`, `ufw allow` of ssh and the served
+    /// port, `ufw enable`.
+    Ufw,
 }
 
 impl FoundKind {
     /// Every kind the bed prepares today, in the order the suite runs them.
-    pub const ALL: [FoundKind; 3] = [
+    pub const ALL: [FoundKind; 5] = [
         FoundKind::Nftables,
         FoundKind::IptablesNft,
         FoundKind::IptablesLegacy,
+        FoundKind::Firewalld,
+        FoundKind::Ufw,
     ];
 
     /// The kind's name as the host reports it (`nftables`, `iptables-nft`, `iptables-legacy`).
@@ -55,6 +66,8 @@ impl FoundKind {
             FoundKind::Nftables => &nftables::Nftables,
             FoundKind::IptablesNft => &iptables::IPTABLES_NFT,
             FoundKind::IptablesLegacy => &iptables::IPTABLES_LEGACY,
+            FoundKind::Firewalld => &firewalld::Firewalld,
+            FoundKind::Ufw => &ufw::Ufw,
         }
     }
 
@@ -86,6 +99,49 @@ pub struct Policy {
     pub trusted_interfaces: Vec<String>,
 }
 
+/// What runs for a kind that is a daemon or keeps its files out of the machine's sight: its
+/// daemon (firewalld, which a reload and the service manager's start talk to), its mount
+/// namespace (ufw), and what a program run in the node needs in front of it to see them.
+#[derive(Default)]
+pub struct Live {
+    pub firewalld: Option<crate::found::Firewalld>,
+    pub ufw: Option<crate::found::Ufw>,
+}
+
+impl std::fmt::Debug for Live {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Live")
+            .field("firewalld", &self.firewalld.as_ref().map(|d| d.address()))
+            .field("ufw", &self.ufw.as_ref().map(|u| u.holder_pid()))
+            .finish()
+    }
+}
+
+impl Live {
+    /// The argv to put in front of any program run in the node so that it sees this kind as
+    /// the machine's own programs would: `env DBUS_SYSTEM_BUS_ADDRESS=…` for firewalld's bus,
+    /// `nsenter --mount=…` for ufw's files; nothing for the others.
+    pub fn prefix(&self) -> Vec<String> {
+        let mut argv = Vec::new();
+        if let Some(fw) = &self.firewalld {
+            argv.extend(["env".to_owned(), fw.env()]);
+        }
+        if let Some(ufw) = &self.ufw {
+            argv.extend(ufw.enter(&[]));
+        }
+        argv
+    }
+
+    /// More of the container runtime's environment (firewalld's bus: Docker puts its rules back
+    /// when firewalld reloads, as on a machine where both run).
+    pub fn runtime_env(&self) -> Vec<(String, std::ffi::OsString)> {
+        self.firewalld
+            .iter()
+            .map(|fw| ("DBUS_SYSTEM_BUS_ADDRESS".to_owned(), fw.address().into()))
+            .collect()
+    }
+}
+
 /// One kind of found firewall.
 pub trait FoundFirewall: Sync {
     /// The kind's name as the host reports it.
@@ -105,6 +161,38 @@ pub trait FoundFirewall: Sync {
     /// its reload does (the same command: `nft -f`, `*-restore`).
     fn load(&self, node: &Machine, root: &Path) -> Result<()>;
 
+    /// Brings the kind up as the machine's boot does, once its files are written: loads them, or
+    /// starts what runs for the kind (its daemon under `dir`) and configures it. Returns what
+    /// runs.
+    fn boot(&self, node: &Machine, root: &Path, _dir: &Path, _policy: &Policy) -> Result<Live> {
+        self.load(node, root)?;
+        Ok(Live::default())
+    }
+
+    /// Loads the configuration again, as the kind's reload does.
+    fn reload(&self, node: &Machine, root: &Path, _live: &mut Live) -> Result<()> {
+        self.load(node, root)
+    }
+
+    /// What a power cycle does to the kind before the tables are emptied (a daemon dies with the
+    /// machine), and how it comes up again at boot when its unit is enabled.
+    fn power_down(&self, _live: &mut Live) {}
+    fn power_up(&self, node: &Machine, root: &Path, live: &mut Live) -> Result<()> {
+        self.reload(node, root, live)
+    }
+
+    /// The argv the stand-in for systemctl runs for `systemctl start UNIT` of the boot unit, when
+    /// the host starts it on the return (firewalld's unit); `None` when the host never does.
+    fn unit_start(&self, _live: &Live) -> Option<Vec<String>> {
+        None
+    }
+
+    /// A found file's bytes as the comparison before and after sees them: the file itself, or,
+    /// for a kind whose own tool writes the mesh's rules into its files (ufw), without them.
+    fn comparable(&self, bytes: Vec<u8>) -> Vec<u8> {
+        bytes
+    }
+
     /// Whether loading the configuration again removes the container runtime's address
     /// translation (native nftables' `flush ruleset` does), so published ports stop working until
     /// the runtime writes its rules again.
@@ -116,8 +204,11 @@ pub trait FoundFirewall: Sync {
     fn runtime_iptables(&self, dir: &Path) -> Result<Option<PathBuf>>;
 
     /// The found firewall's rules as the kernel holds them, as text for comparison: counters
-    /// left out, the mesh's own table left out, one rule per line.
-    fn rules(&self, node: &Machine) -> Result<String>;
+    /// left out, the mesh's own table left out, one rule per line. A kind whose rules cannot
+    /// carry the mesh's mark in the kernel (firewalld's rich rules, ufw's rules) shows the
+    /// mesh's rules prefixed `mesh-host: `, knowing them from where the kind keeps them (the
+    /// mesh's policy and zone in firewalld; the rule's comment in ufw's files below `root`).
+    fn rules(&self, node: &Machine, root: &Path) -> Result<String>;
 }
 
 /// Writes `text` to `path`, making its directory.

@@ -70,7 +70,7 @@ pub use crate::{
     exec::{run, run_ok, Output, Process, DEFAULT_TIMEOUT},
     fixtures::{fixture, fixtures_dir},
     found::{Firewalld, Ufw},
-    kinds::{FoundFirewall, FoundKind, Policy},
+    kinds::{FoundFirewall, FoundKind, Live, Policy},
     lab::{Lab, SweepReport, Switch, LAB_ROOT, PREFIX_STEM},
     machine::Machine,
     netns::NETNS_DIR,

@@ -5,8 +5,11 @@
 //!
 //! What it does, and all it does: `show [-p PROPS] UNIT` prints `LoadState`, `ActiveState` and
 //! `UnitFileState` (a unit it was never told of is `not-found`); `enable UNIT…` and `disable
-//! UNIT…` change the state of units it knows; every other verb (`start`, `stop`, …) fails, so a
-//! program that stops a unit where it must only disable it is caught.
+//! UNIT…` change the state of units it knows; `start UNIT` of a unit it was given a start command
+//! for ([`StubSystemctl::set_start`]: a daemon the lab runs, as the unit's `ExecStart` would) runs
+//! that command detached, its output in `start/UNIT.log`; every other verb (`stop`, `start` of
+//! any other unit, …) fails, so a program that stops a unit where it must only disable it is
+//! caught.
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -59,6 +62,17 @@ case $verb in
       echo "${{verb}}d" > "$dir/units/$unit"
     done
     ;;
+  start)
+    unit=$1
+    if [ $# -ne 1 ] || [ ! -f "$dir/start/$unit" ]; then
+      echo "the lab's systemctl stand-in does not start $*" >&2
+      exit 1
+    fi
+    # The unit's command, one argument a line, run detached as systemd runs a service.
+    set --
+    while IFS= read -r a; do set -- "$@" "$a"; done < "$dir/start/$unit"
+    setsid "$@" > "$dir/start/$unit.log" 2>&1 < /dev/null &
+    ;;
   *)
     echo "the lab's systemctl stand-in does not do $verb" >&2
     exit 1
@@ -85,6 +99,23 @@ esac
         let path = self.dir.join("units").join(unit);
         let state = if enabled { "enabled\n" } else { "disabled\n" };
         std::fs::write(&path, state).map_err(|e| Error::io(&path, e))
+    }
+
+    /// Gives a known unit the command `systemctl start UNIT` runs (detached), as its
+    /// `ExecStart` would; one argument a line, so none may hold a newline.
+    pub fn set_start(&self, unit: &str, argv: &[String]) -> Result<()> {
+        if let Some(bad) = argv.iter().find(|a| a.contains('\n')) {
+            return Err(Error::InvalidName {
+                what: "unit command argument",
+                name: bad.clone(),
+                reason: "must not hold a newline (the stand-in reads one argument a line)",
+            });
+        }
+        let dir = self.dir.join("start");
+        std::fs::create_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
+        let path = dir.join(unit);
+        let text: String = argv.iter().map(|a| format!("{a}\n")).collect();
+        std::fs::write(&path, text).map_err(|e| Error::io(&path, e))
     }
 
     /// Whether a unit is enabled; `None` for a unit it was never told of.
@@ -135,11 +166,23 @@ mod tests {
         assert!(call(&stub, &["enable", "nftables.service"]).0);
         assert_eq!(stub.enabled("nftables.service"), Some(true));
         assert!(!call(&stub, &["stop", "nftables.service"]).0);
+        assert!(!call(&stub, &["start", "nftables.service"]).0);
+        stub.set_start(
+            "nftables.service",
+            &["touch".into(), dir.join("started").display().to_string()],
+        )
+        .unwrap();
+        assert!(call(&stub, &["start", "nftables.service"]).0);
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while !dir.join("started").exists() && std::time::Instant::now() < until {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        assert!(dir.join("started").exists(), "the unit's command ran");
         assert!(!call(&stub, &["enable", "other.service"]).0);
         assert!(call(&stub, &["show", "other.service"])
             .1
             .contains("LoadState=not-found"));
-        assert_eq!(stub.calls().len(), 7);
+        assert_eq!(stub.calls().len(), 9);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -60,7 +60,10 @@ pub(super) fn genesis_converged_refuses(cx: &Ctx) {
     let root = tempfile::tempdir().expect("a root for the refused raise");
     let before = running(cx);
     let inventory = cx.json(&["inventory", "--json"]);
-    let mut argv = vec![MESH, "--root", root.path().to_str().unwrap()];
+    // Behind what the found firewall's kind needs to be seen (firewalld's bus, ufw's files).
+    let prefix = cx.bed.prefix();
+    let mut argv: Vec<&str> = prefix.iter().map(String::as_str).collect();
+    argv.extend([MESH, "--root", root.path().to_str().unwrap()]);
     argv.extend([
         "genesis",
         "--node",

@@ -145,7 +145,7 @@ impl FoundFirewall for Iptables {
         Ok(Some(bin))
     }
 
-    fn rules(&self, node: &Machine) -> Result<String> {
+    fn rules(&self, node: &Machine, _root: &Path) -> Result<String> {
         filter_chains(node, self.backend)
     }
 }

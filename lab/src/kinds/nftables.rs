@@ -77,7 +77,7 @@ impl FoundFirewall for Nftables {
         Ok(None)
     }
 
-    fn rules(&self, node: &Machine) -> Result<String> {
+    fn rules(&self, node: &Machine, _root: &Path) -> Result<String> {
         let out = node.run(&["nft", "list", "table", "inet", "filter"])?;
         // A table that is gone (retired, flushed) reads as nothing, which is what it holds.
         let mut text = if out.success() {
