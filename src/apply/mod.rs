@@ -12,18 +12,21 @@ mod container;
 mod directory;
 mod file;
 pub(crate) mod flip;
+mod node_firewall;
 pub mod opening;
 mod package;
+mod remove;
 mod report;
 mod service;
 
 pub use report::{count, Entry, NotAdmitted, Outcome, Report};
 
+use remove::{moved_away, remove_undeclared, sweep_stale_marks};
+
 use crate::declaration::{Declaration, Mode, Problems, Resource, Shape, Source};
 use crate::failpoint;
 use crate::runner::{Deadlined, Runner};
 use crate::store::{self, Held, Op, Original, Owned, Store, StoreError};
-use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 
 /// Why an apply did not run at all (as opposed to failing part-way, which is a [`Report`]).
@@ -486,117 +489,8 @@ fn apply_locked(
             not_admitted: Vec::new(),
             firewall_unchanged,
         };
-        // On an adopted node the guard comes first: the store must never be reachable from
-        // outside, whatever else this apply does (an apply ensured it before opening the store).
-        let mut guard_spec = None;
-        if decl.mode == Mode::Adopted {
-            if let Some(settings) = cx.store.state.settings.clone() {
-                let guarded = match (early, cx.firewall_unchanged) {
-                    (Some(g), _) => g,
-                    (None, Some(generation)) => opening::Guarded {
-                        line: Ok(format!(
-                            "in force as the last apply left it (ruleset generation {generation} unchanged)"
-                        )),
-                        private: None,
-                        spec: cx
-                            .store
-                            .state
-                            .firewall_guard
-                            .clone()
-                            .unwrap_or_else(|| opening::guard_spec(&settings, &decl.resources)),
-                    },
-                    (None, None) => opening::ensure_guard(cx.runner, &mut cx.fw, decl, &settings),
-                };
-                guard_spec = Some(guarded.spec.clone());
-                // An adopted node that is not flipped has no derived filter: one left by a return
-                // that a resident host raced goes, now that the guard is in force.
-                // (Not when the ruleset is at the generation the last apply left: it removed any.)
-                if transition == flip::Transition::Stay
-                    && cx.store.state.flip.is_none()
-                    && cx.firewall_unchanged.is_none()
-                {
-                    let removed = opening::firewall(&mut cx.fw, &decl.node)
-                        .and_then(|f| f.remove_filter().map_err(|e| e.to_string()));
-                    match removed {
-                        Ok(true) => {
-                            report.flip = Some(
-                                "a derived filter was loaded on this adopted node; removed".into(),
-                            )
-                        }
-                        Ok(false) => {}
-                        Err(e) => report.push(
-                            "filter",
-                            Shape::Opening,
-                            "derived filter".into(),
-                            Err(format!(
-                                "removing a derived filter from an adopted node: {e}"
-                            )),
-                        ),
-                    }
-                }
-                report.private_network = guarded
-                    .private
-                    .map(|(mark, detail)| report::Said { mark, detail });
-                let result = guarded.line;
-                report.guard = Some(match &result {
-                    Ok(line) => line.clone(),
-                    Err(e) => format!("failed: {e}"),
-                });
-                if let Err(e) = result {
-                    report.push("guard", Shape::Opening, "guard".into(), Err(e));
-                }
-            }
-        }
-        // The flip or the return, once the guard (on return) is in force; then, on a flipped
-        // node, the derived filter as the declaration says now.
-        let mut filter_spec = None;
-        if report.failed().is_none() {
-            let step = match transition {
-                flip::Transition::Flip => Some((
-                    "flip",
-                    flip::flip(&mut cx).map(|(line, spec)| {
-                        // Loaded by the flip itself: nothing to check again below.
-                        report.filter = Some(format!(
-                            "drop by default, admitting {} opening(s) (loaded by the flip)",
-                            spec.openings.len()
-                        ));
-                        filter_spec = Some(spec);
-                        line
-                    }),
-                )),
-                flip::Transition::Return => Some(("return", flip::unflip(&mut cx))),
-                flip::Transition::Stay => None,
-            };
-            if let Some((what, result)) = step {
-                match result {
-                    Ok(line) => report.flip = Some(format!("{what}: {line}")),
-                    Err(e) => {
-                        report.flip = Some(format!("{what} failed: {e}"));
-                        report.push(what, Shape::Opening, "firewall".into(), Err(e));
-                    }
-                }
-            }
-        }
-        if report.failed().is_none() && cx.store.state.flip.is_some() && filter_spec.is_none() {
-            match (cx.firewall_unchanged, transition) {
-                (Some(generation), _) => {
-                    report.filter = Some(format!(
-                        "in force as the last apply left it (ruleset generation {generation} unchanged)"
-                    ));
-                    filter_spec = flip::current_spec(&cx).ok();
-                }
-                _ => match flip::ensure_filter(&mut cx) {
-                    Ok((line, spec)) => {
-                        report.filter = Some(line);
-                        filter_spec = Some(spec);
-                    }
-                    Err(e) => {
-                        report.filter = Some(format!("failed: {e}"));
-                        report.push("filter", Shape::Opening, "derived filter".into(), Err(e));
-                    }
-                },
-            }
-        }
+        let (guard_spec, filter_spec) =
+            node_firewall::before_resources(&mut cx, transition, early, &mut report);
         let guard_failed = report.failed().is_some();
         for res in decl.resources.iter().filter(|_| !guard_failed) {
             if !moved_away(&mut cx, res, &mut report) {
@@ -755,122 +649,6 @@ fn settle_pending(root: &Path, runner: &dyn Runner, state: &mut store::State) {
     };
     if written {
         state.record_owned(rec);
-    }
-}
-
-fn remove_undeclared(cx: &mut Cx<'_>, report: &mut Report) {
-    let declared: HashSet<&str> = cx.decl.resources.iter().map(Resource::id).collect();
-    let released: Vec<Held> = cx
-        .store
-        .state
-        .held
-        .iter()
-        .filter(|h| !declared.contains(&h.id.as_str()))
-        .cloned()
-        .collect();
-    for h in released {
-        let result = cx.record(&h.id, Op::Release(h.id.clone())).map(|_| {
-            Done::new(
-                Outcome::Forgotten,
-                format!(
-                    "held {} {} released: left exactly as it was found",
-                    h.shape, h.key
-                ),
-            )
-        });
-        let stop = result.is_err();
-        report.push(&h.id, h.shape, h.key.clone(), result);
-        if stop {
-            return;
-        }
-    }
-    let gone: Vec<Owned> = cx
-        .store
-        .state
-        .owned
-        .iter()
-        .rev()
-        .filter(|o| !declared.contains(&o.id.as_str()))
-        .cloned()
-        .collect();
-    for rec in gone {
-        let result = remove_owned(cx, &rec);
-        let stop = result.is_err();
-        report.push(&rec.id, rec.shape, rec.key.clone(), result);
-        if stop {
-            return;
-        }
-    }
-}
-
-/// Removes (or forgets, by the asymmetry) what an owned record says the host made, then drops
-/// the record.
-fn remove_owned(cx: &mut Cx<'_>, rec: &Owned) -> Result<Done, String> {
-    let done = match rec.shape {
-        Shape::File => file::remove(cx, rec),
-        Shape::Directory => directory::remove(cx, rec),
-        Shape::Action => Ok(Done::new(
-            Outcome::Forgotten,
-            "an action leaves nothing the host owns",
-        )),
-        Shape::Opening => declared_openings(cx).and_then(|d| opening::remove(cx, &rec.id, &d)),
-        Shape::Container => container::remove(cx, rec),
-        Shape::Service => service::remove(cx, rec),
-        Shape::Package => package::remove(cx, rec),
-    }?;
-    cx.forget(rec)?;
-    failpoint::hit("after-record", &rec.id);
-    Ok(done)
-}
-
-/// A resource whose path or name (or shape) changed under the same id: what the host made at the
-/// old key is removed by the asymmetry first, as if undeclared, or it would stay on the machine
-/// with no record once the new record replaces the old.
-fn moved_away(cx: &mut Cx<'_>, res: &Resource, report: &mut Report) -> bool {
-    let Some(old) = cx
-        .store
-        .state
-        .owned(res.id())
-        .filter(|o| o.key != res.key() || o.shape != res.shape())
-        .cloned()
-    else {
-        return true;
-    };
-    let result = remove_owned(cx, &old).map(|d| {
-        Done::new(
-            d.outcome,
-            format!("{} (moved to {} {})", d.detail, res.shape(), res.key()),
-        )
-    });
-    let ok = result.is_ok();
-    report.push(&old.id, old.shape, old.key.clone(), result);
-    ok
-}
-
-/// Removes marked rules of openings that are not declared, whether or not the store remembers
-/// them (a lost store leaves marks the host can still recognise as its own).
-fn sweep_stale_marks(cx: &mut Cx<'_>, report: &mut Report) {
-    let result = declared_openings(cx).and_then(|declared| {
-        let fw = opening::firewall(&mut cx.fw, &cx.decl.node)?;
-        fw.converge(&declared, firewall::Scope::All)
-            .map_err(|e| format!("removing stale openings: {e}"))
-    });
-    match result {
-        Ok(done) => {
-            for (mark, layer) in done.removed {
-                let id = firewall::rules::id_of(&mark).unwrap_or(&mark).to_string();
-                report.push(
-                    &id,
-                    Shape::Opening,
-                    id.clone(),
-                    Ok(Done::new(
-                        Outcome::Removed,
-                        format!("stale marked rule {mark} removed from {layer}"),
-                    )),
-                );
-            }
-        }
-        Err(e) => report.push("openings", Shape::Opening, "stale marks".into(), Err(e)),
     }
 }
 
