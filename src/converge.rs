@@ -109,22 +109,25 @@ fn converged(decl: &Declaration) -> Declaration {
     d
 }
 
+/// The refusal of a converge (or its preview) on a node that is converged, with no flip left
+/// unfinished; `None` when the flip may go on.
+fn converged_already(state: &State, decl: &Declaration) -> Option<Asked> {
+    let done = state
+        .flip
+        .as_ref()
+        .is_none_or(|f| f.stage == store::FlipStage::Done);
+    (state.mode == Some(Mode::Converged) && done)
+        .then(|| refused(3, format!("node {} is converged already", decl.node)))
+}
+
 /// `converge`: the stored declaration, converged.
 pub fn converging(root: &std::path::Path) -> Result<Asked> {
     let (state, decl) = match stored(root)? {
         Ok(s) => s,
         Err(a) => return Ok(a),
     };
-    if state.mode == Some(Mode::Converged)
-        && state
-            .flip
-            .as_ref()
-            .is_none_or(|f| f.stage == store::FlipStage::Done)
-    {
-        return Ok(refused(
-            3,
-            format!("node {} is converged already", decl.node),
-        ));
+    if let Some(asked) = converged_already(&state, &decl) {
+        return Ok(asked);
     }
     Ok(Asked::Apply(Box::new(converged(&decl))))
 }
@@ -221,16 +224,8 @@ pub fn preview(host: &Host<'_>) -> Result<std::result::Result<Preview, Asked>> {
         Ok(s) => s,
         Err(a) => return Ok(Err(a)),
     };
-    if state.mode == Some(Mode::Converged)
-        && state
-            .flip
-            .as_ref()
-            .is_none_or(|f| f.stage == store::FlipStage::Done)
-    {
-        return Ok(Err(refused(
-            3,
-            format!("node {} is converged already", decl.node),
-        )));
+    if let Some(asked) = converged_already(&state, &decl) {
+        return Ok(Err(asked));
     }
     let target = converged(&decl);
     let settings = state.settings.as_ref();

@@ -327,15 +327,9 @@ pub fn run(host: &Host<'_>, opts: &Options) -> Result<ExitCode> {
                             guard_sock.as_mut(),
                             memo.as_ref().and_then(|m| m.guard.as_ref()),
                         ) {
-                            let started = Instant::now();
-                            match firewall::guard::ensure(sock, spec) {
-                                Ok(r) if r.changed => tracing::info!(
-                                    micros = started.elapsed().as_micros() as u64,
-                                    "the guard was gone; put back"
-                                ),
-                                Ok(_) => {}
-                                Err(e) => tracing::error!(error = %e, "putting the guard back"),
-                            }
+                            put_back("guard", || {
+                                firewall::guard::ensure(sock, spec).map(|r| r.changed)
+                            });
                         }
                         // Likewise the derived filter on a flipped node, when it is gone:
                         // without it the node is open. Only when gone: a guard beside a filter
@@ -346,23 +340,13 @@ pub fn run(host: &Host<'_>, opts: &Options) -> Result<ExitCode> {
                             guard_sock.as_mut(),
                             memo.as_ref().and_then(|m| m.filter.as_ref()),
                         ) {
-                            let started = Instant::now();
-                            let gone = !firewall::filter::in_force(sock, spec).unwrap_or(false);
-                            let ensured = if gone {
-                                firewall::filter::ensure(sock, spec)
-                            } else {
-                                Ok(false)
-                            };
-                            match ensured {
-                                Ok(true) => tracing::info!(
-                                    micros = started.elapsed().as_micros() as u64,
-                                    "the derived filter was gone; put back"
-                                ),
-                                Ok(false) => {}
-                                Err(e) => {
-                                    tracing::error!(error = %e, "putting the derived filter back")
+                            put_back("derived filter", || {
+                                if firewall::filter::in_force(sock, spec).unwrap_or(false) {
+                                    Ok(false)
+                                } else {
+                                    firewall::filter::ensure(sock, spec)
                                 }
-                            }
+                            });
                         }
                     }
                     for e in events {
@@ -465,6 +449,20 @@ fn drain_eventfd(fd: &OwnedFd) -> bool {
     // SAFETY: reading 8 bytes into a u64 from a non-blocking eventfd.
     let n = unsafe { libc::read(fd.as_raw_fd(), (&mut count as *mut u64).cast(), 8) };
     n == 8 && count > 0
+}
+
+/// One immediate restore of the mesh's own table (`restore` says whether it had to write),
+/// logged with how long it took.
+fn put_back(what: &str, restore: impl FnOnce() -> firewall::Result<bool>) {
+    let started = Instant::now();
+    match restore() {
+        Ok(true) => tracing::info!(
+            micros = started.elapsed().as_micros() as u64,
+            "the {what} was gone; put back"
+        ),
+        Ok(false) => {}
+        Err(e) => tracing::error!(error = %e, "putting the {what} back"),
+    }
 }
 
 /// What the store's files are now (the snapshot's and the journal's size, inode and change

@@ -15,7 +15,7 @@
 use crate::detect::MESH_TABLE;
 use crate::error::{Error, Result};
 use crate::netlink::{
-    BaseChain, Batch, CtState, Family, Hook, L4Proto, NfSocket, Policy, Position, RuleBody,
+    BaseChain, Batch, Chain, CtState, Family, Hook, L4Proto, NfSocket, Policy, Position, RuleBody,
 };
 use crate::opening::{check_exact_interface, Opening, Path};
 use crate::rules::{self, Site};
@@ -169,17 +169,14 @@ impl FilterSpec {
     }
 }
 
-/// Whether the filter's chains are in the mesh's table now.
-pub fn present(sock: &mut NfSocket) -> Result<bool> {
-    Ok(sock
-        .chains(Some(Family::Inet))?
-        .iter()
-        .any(|c| c.table == MESH_TABLE && (c.name == INPUT_CHAIN || c.name == FORWARD_CHAIN)))
-}
-
 /// Whether both chains stand at their hooks with a drop policy and exactly `spec`'s rules.
 pub fn in_force(sock: &mut NfSocket, spec: &FilterSpec) -> Result<bool> {
     let chains = sock.chains(Some(Family::Inet))?;
+    in_force_among(sock, &chains, spec)
+}
+
+/// [`in_force`], with the mesh's chains already listed.
+fn in_force_among(sock: &mut NfSocket, chains: &[Chain], spec: &FilterSpec) -> Result<bool> {
     for (name, hook, bodies) in [
         (INPUT_CHAIN, Hook::Input, spec.input()?),
         (FORWARD_CHAIN, Hook::Forward, spec.forward()?),
@@ -209,50 +206,46 @@ pub fn in_force(sock: &mut NfSocket, spec: &FilterSpec) -> Result<bool> {
 }
 
 /// Puts the filter in force as `spec` says, in one transaction; `true` when it had to be
-/// written. Idempotent.
+/// written. Idempotent. The mesh's chains are listed once for all it checks.
 pub fn ensure(sock: &mut NfSocket, spec: &FilterSpec) -> Result<bool> {
+    let chains = sock.chains(Some(Family::Inet))?;
     // The filter takes the guard's place: a guard chain beside it (put back by a resident host
     // that had not heard of the flip yet) goes in the same transaction.
-    let guard = sock
-        .chains(Some(Family::Inet))?
+    let guard = chains
         .iter()
         .any(|c| c.table == MESH_TABLE && c.name == crate::guard::GUARD_CHAIN);
-    if !guard && in_force(sock, spec)? {
+    if !guard && in_force_among(sock, &chains, spec)? {
         return Ok(false);
     }
     let mut batch = Batch::new();
     if guard {
-        batch.flush(Family::Inet, MESH_TABLE, Some(crate::guard::GUARD_CHAIN))?;
-        batch.del_chain(Family::Inet, MESH_TABLE, crate::guard::GUARD_CHAIN)?;
+        drop_chain(&mut batch, crate::guard::GUARD_CHAIN)?;
     }
     // A chain at the wrong hook or priority cannot be changed in place: it is deleted and made
     // again in the same transaction.
-    remove_misplaced(sock, &mut batch)?;
-    spec.add_to(&mut batch)?;
-    sock.send(&batch)?;
-    Ok(true)
-}
-
-fn remove_misplaced(sock: &mut NfSocket, batch: &mut Batch) -> Result<()> {
-    for c in sock.chains(Some(Family::Inet))? {
+    for c in chains.iter().filter(|c| c.table == MESH_TABLE) {
         let want = match c.name.as_str() {
             INPUT_CHAIN => Hook::Input,
             FORWARD_CHAIN => Hook::Forward,
             _ => continue,
         };
-        if c.table != MESH_TABLE {
-            continue;
-        }
         let ok = c
             .hook
             .as_ref()
             .is_some_and(|h| h.hook == want && h.priority == FILTER_PRIORITY);
         if !ok {
-            batch.flush(Family::Inet, MESH_TABLE, Some(&c.name))?;
-            batch.del_chain(Family::Inet, MESH_TABLE, &c.name)?;
+            drop_chain(&mut batch, &c.name)?;
         }
     }
-    Ok(())
+    spec.add_to(&mut batch)?;
+    sock.send(&batch)?;
+    Ok(true)
+}
+
+/// A chain of the mesh's table emptied and deleted, in `batch`.
+fn drop_chain(batch: &mut Batch, name: &str) -> Result<()> {
+    batch.flush(Family::Inet, MESH_TABLE, Some(name))?;
+    batch.del_chain(Family::Inet, MESH_TABLE, name)
 }
 
 /// Adds the filter's removal to `batch` when its chains are there (on return).
@@ -260,8 +253,7 @@ pub fn remove_into(sock: &mut NfSocket, batch: &mut Batch) -> Result<bool> {
     let mut any = false;
     for c in sock.chains(Some(Family::Inet))? {
         if c.table == MESH_TABLE && (c.name == INPUT_CHAIN || c.name == FORWARD_CHAIN) {
-            batch.flush(Family::Inet, MESH_TABLE, Some(&c.name))?;
-            batch.del_chain(Family::Inet, MESH_TABLE, &c.name)?;
+            drop_chain(batch, &c.name)?;
             any = true;
         }
     }

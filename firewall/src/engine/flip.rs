@@ -135,14 +135,6 @@ impl Firewall<'_> {
         Ok(true)
     }
 
-    /// Whether the derived filter's chains are loaded.
-    pub fn filter_present(&mut self) -> Result<bool> {
-        match self.nf.as_mut() {
-            Some(sock) => filter::present(sock),
-            None => Ok(false),
-        }
-    }
-
     fn listing(&mut self) -> Result<Ruleset> {
         match self.nf.as_mut() {
             Some(s) => s.ruleset(None),
