@@ -13,6 +13,7 @@ pub mod netlink;
 pub mod opening;
 pub mod place;
 pub mod probe;
+pub mod published;
 pub mod retire;
 pub mod rules;
 

@@ -3,7 +3,7 @@
 //!
 //! It needs no `nft`, no libnftnl and no kernel headers: constants are defined in [`consts`].
 
-mod attr;
+pub(crate) mod attr;
 mod batch;
 pub mod consts;
 mod expr;
