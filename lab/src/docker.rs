@@ -44,6 +44,12 @@ pub struct EngineOptions {
     pub path_first: Option<PathBuf>,
     /// More of dockerd's environment (`DBUS_SYSTEM_BUS_ADDRESS` for a lab firewalld's bus, say).
     pub env: Vec<(String, std::ffi::OsString)>,
+    /// An IPv6 network for the default bridge (`fd00:d0c::/64`, say): the engine then gives
+    /// containers IPv6 addresses and publishes their ports in both families with ip6tables'
+    /// DNAT too (Docker 20.10 keeps `ip6tables` behind `experimental`). Without it the engine is
+    /// IPv4 only, and IPv6 connections to a published port reach docker-proxy on the incoming
+    /// path instead.
+    pub ipv6: Option<String>,
 }
 
 /// A Docker engine running inside a lab machine.
@@ -98,8 +104,14 @@ pub(crate) fn start(machine: &Machine, dir: &Path, options: &EngineOptions) -> R
         return Err(Error::SocketPathTooLong { path: sock, len });
     }
     let config = dir.join("daemon.json");
-    // An empty configuration keeps a host /etc/docker/daemon.json from leaking into the lab.
-    fs::write(&config, "{}\n").map_err(|e| Error::io(&config, e))?;
+    // A configuration of its own keeps a host /etc/docker/daemon.json from leaking into the lab.
+    let json = match &options.ipv6 {
+        None => "{}\n".to_string(),
+        Some(net) => format!(
+            "{{\"ipv6\": true, \"fixed-cidr-v6\": \"{net}\", \"experimental\": true, \"ip6tables\": true}}\n"
+        ),
+    };
+    fs::write(&config, json).map_err(|e| Error::io(&config, e))?;
     let host = format!("unix://{}", sock.display());
     let arg = |name: &str, path: &Path| {
         let mut s = std::ffi::OsString::from(name);
