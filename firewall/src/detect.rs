@@ -532,6 +532,15 @@ fn legacy_layers(exec: &dyn Exec, proc: &FsPath, found: &mut Found) -> Result<()
             }
             legacy_table(exec, proc, names, program, family, name, *priority, found)?;
         }
+        // The nat table refuses nothing, but its DNAT rules say where a published port leads
+        // (`published::targets`), which ufw's route rules and firewalld's strict forward ports
+        // name: saved beside the others when the kernel has it, never created by listing it.
+        if listed.lines().any(|l| l.trim() == "nat") && exec.exists(program) {
+            let out = exec.run_ok(program, &["-t".into(), "nat".into()], None)?;
+            found
+                .legacy_saves
+                .insert((family, "nat".into()), out.stdout);
+        }
     }
     Ok(())
 }

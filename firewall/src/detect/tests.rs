@@ -203,12 +203,16 @@ fn a_verdict_map_or_an_unknown_raw_expression_can_drop() {
 }
 
 #[test]
-fn legacy_raw_mangle_and_filter_are_layers_and_unlisted_tables_are_never_read() {
+fn legacy_raw_mangle_and_filter_are_layers_nat_is_kept_and_unlisted_tables_are_never_read() {
     use crate::exec::{Output, RecordingExec};
     let proc = std::env::temp_dir().join(format!("fw-detect-legacy-{}", std::process::id()));
     std::fs::create_dir_all(proc.join("net")).unwrap();
     // raw, mangle and filter exist for IPv4; nothing for IPv6 (so ip6tables is never asked).
-    std::fs::write(proc.join("net/ip_tables_names"), "raw\nmangle\nfilter\n").unwrap();
+    std::fs::write(
+        proc.join("net/ip_tables_names"),
+        "raw\nmangle\nfilter\nnat\n",
+    )
+    .unwrap();
     let save = |text: &str| Output {
         code: Some(0),
         stdout: text.to_string(),
@@ -218,8 +222,10 @@ fn legacy_raw_mangle_and_filter_are_layers_and_unlisted_tables_are_never_read() 
     let mangle = save("*mangle\n:PREROUTING ACCEPT [0:0]\n:INPUT DROP [0:0]\n:FORWARD ACCEPT [0:0]\n-A INPUT -p tcp -m tcp --dport 22 -j ACCEPT\nCOMMIT\n");
     let filter =
         save("*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\nCOMMIT\n");
+    // nat is no layer (it refuses nothing), but its DNAT rules say where a published port leads.
+    let nat = save("*nat\n:PREROUTING ACCEPT [0:0]\n-A DOCKER ! -i docker0 -p tcp -m tcp --dport 8084 -j DNAT --to-destination 172.17.0.2:80\nCOMMIT\n");
     let exec = RecordingExec {
-        answers: std::cell::RefCell::new([raw, mangle, filter].into()),
+        answers: std::cell::RefCell::new([raw, mangle, filter, nat.clone()].into()),
         programs: vec!["iptables-legacy-save".into(), "iptables-legacy".into()],
         ..RecordingExec::default()
     };
@@ -227,7 +233,31 @@ fn legacy_raw_mangle_and_filter_are_layers_and_unlisted_tables_are_never_read() 
     legacy_layers(&exec, &proc, &mut found).unwrap();
     std::fs::remove_dir_all(&proc).unwrap();
     let asked: Vec<Vec<String>> = exec.calls.borrow().iter().map(|c| c.1.clone()).collect();
-    assert_eq!(asked, [["-t", "raw"], ["-t", "mangle"], ["-t", "filter"]]);
+    assert_eq!(
+        asked,
+        [
+            ["-t", "raw"],
+            ["-t", "mangle"],
+            ["-t", "filter"],
+            ["-t", "nat"]
+        ]
+    );
+    assert_eq!(
+        found.legacy_saves.get(&(Family::Ipv4, "nat".to_string())),
+        Some(&nat.stdout)
+    );
+    assert_eq!(
+        crate::published::targets(
+            &crate::netlink::Ruleset::default(),
+            &found.legacy_saves,
+            crate::opening::Proto::Tcp,
+            8084
+        )
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>(),
+        ["172.17.0.2:80"]
+    );
     let layers: Vec<(String, &str, i32, bool)> = found
         .layers
         .iter()
