@@ -6,6 +6,7 @@
 //! network is not widened; removal takes the forward ports out; firewalld's configuration keeps
 //! every byte but the mesh's policy file.
 
+use super::firewalld::{docker_rules, firewalld_table, with_driver};
 use super::found::{files, not_reached};
 use super::*;
 use lab::FirewalldProgram;
@@ -88,7 +89,7 @@ fn firewalld_strict_forward_ports_admit_a_published_port_by_a_forward_port_in_th
         .expect("firewalld 2.3 unpacked by lab/fetch-firewalld; never skipped")
         .with_setting("StrictForwardPorts", "yes");
     let dir = lab.dir().join("firewalld");
-    let fw = node
+    let mut fw = node
         .start_firewalld_program(&program, &dir, &dir.join("etc"))
         .expect("firewalld 2.3 starts on a private bus");
     let version = fw.cmd(&["--version"]).unwrap().stdout;
@@ -189,6 +190,46 @@ fn firewalld_strict_forward_ports_admit_a_published_port_by_a_forward_port_in_th
         PUBLISHED,
         Probe::Reached,
         "put back by reconcile",
+    );
+
+    // The flip's retire through the driver: firewalld 2.3 ended without its cleanup, its table
+    // gone, Docker's rules as they were and the published port served; on the return (the lab
+    // standing in for its unit) the forward port comes back with the next reconcile.
+    let docker_before = docker_rules(node);
+    let address = fw.address();
+    let retired = with_driver(node, &address, |d, cx| {
+        let r = d
+            .survey(Path::new("/"), cx)
+            .unwrap()
+            .expect("firewalld is found");
+        d.retire(&r, cx).unwrap();
+        r
+    });
+    assert!(!fw.is_running(), "retired firewalld has stopped");
+    assert_eq!(firewalld_table(node), "", "its table is gone");
+    assert_eq!(
+        docker_rules(node),
+        docker_before,
+        "Docker's rules through the retire"
+    );
+    expect(
+        &net.peer,
+        &v4,
+        PUBLISHED,
+        Probe::Reached,
+        "published while retired",
+    );
+    fw.start().unwrap();
+    with_driver(node, &address, |d, cx| d.restore(&retired, cx).unwrap());
+    docker_dnat_back(node);
+    host.reconcile();
+    assert_eq!(forward_ports(&fw), [mine.clone()], "back after the return");
+    expect(
+        &net.peer,
+        &v4,
+        PUBLISHED,
+        Probe::Reached,
+        "admitted after the return",
     );
 
     // The container moves to another address: its stale forward port is replaced.
