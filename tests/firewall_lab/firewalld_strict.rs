@@ -142,7 +142,7 @@ fn firewalld_strict_forward_ports_admit_a_published_port_by_a_forward_port_in_th
     let mine = format!("port={PUBLISHED}:proto=tcp:toport={SERVES}:toaddr={addr}");
     assert_eq!(
         forward_ports(&fw),
-        [mine.clone()],
+        vec![mine.clone()],
         "one forward port, the container's"
     );
     let status = host.status();
@@ -183,7 +183,7 @@ fn firewalld_strict_forward_ports_admit_a_published_port_by_a_forward_port_in_th
     assert_eq!(forward_layer(&host.status(), "web/pub").0, "missing");
     let report = host.reconcile();
     assert_eq!(outcome(&report, "web/pub"), "created", "{report:#}");
-    assert_eq!(forward_ports(&fw), [mine.clone()]);
+    assert_eq!(forward_ports(&fw), vec![mine.clone()]);
     expect(
         &net.peer,
         &v4,
@@ -223,7 +223,11 @@ fn firewalld_strict_forward_ports_admit_a_published_port_by_a_forward_port_in_th
     with_driver(node, &address, |d, cx| d.restore(&retired, cx).unwrap());
     docker_dnat_back(node);
     host.reconcile();
-    assert_eq!(forward_ports(&fw), [mine.clone()], "back after the return");
+    assert_eq!(
+        forward_ports(&fw),
+        vec![mine.clone()],
+        "back after the return"
+    );
     expect(
         &net.peer,
         &v4,
@@ -246,7 +250,7 @@ fn firewalld_strict_forward_ports_admit_a_published_port_by_a_forward_port_in_th
     // it; but it names the old address, so the status says the container's is missing.
     assert_eq!(
         forward_ports(&fw),
-        [mine.clone()],
+        vec![mine.clone()],
         "stale, until the next check"
     );
     assert_eq!(forward_layer(&host.status(), "web/pub").0, "missing");
@@ -317,10 +321,12 @@ fn firewalld_strict_forward_ports_admit_a_published_port_by_a_forward_port_in_th
     drop(docker);
 }
 
-/// With no container publishing the port yet, nothing is written and the status says why; once
-/// a runtime publishes it, the next reconcile writes the forward port.
+/// With no container publishing the port yet, nothing is written and the status says why. The
+/// resident host, hearing Docker's rules arrive when the container starts, writes the forward
+/// port; after a firewalld reload (its `Reloaded` signal, then Docker's rules coming back) it
+/// puts it back, with no command run.
 #[test]
-fn firewalld_strict_a_port_nobody_publishes_yet_gets_its_forward_port_once_published() {
+fn firewalld_strict_the_resident_host_writes_the_forward_port_once_the_port_is_published() {
     let lab = new_lab();
     let net = adoption(&lab);
     let node = &net.node;
@@ -347,6 +353,7 @@ fn firewalld_strict_a_port_nobody_publishes_yet_gets_its_forward_port_once_publi
         !policies.split_whitespace().any(|p| p == "mesh-host"),
         "nothing written yet, not even the mesh's policy: {policies}"
     );
+    let resident = super::resident::Resident::start(&host, &[]);
 
     docker
         .run_container(
@@ -355,21 +362,27 @@ fn firewalld_strict_a_port_nobody_publishes_yet_gets_its_forward_port_once_publi
             &["/bin/httpd", "-f", "-p", "80", "-h", "/www"],
         )
         .unwrap();
-    host.reconcile();
     let addr = container_addr(&docker, "web");
-    assert_eq!(
-        forward_ports(&fw),
-        [format!(
-            "port={PUBLISHED}:proto=tcp:toport={SERVES}:toaddr={addr}"
-        )]
-    );
-    assert_eq!(forward_layer(&host.status(), "web/pub").0, "present");
+    let mine = vec![format!(
+        "port={PUBLISHED}:proto=tcp:toport={SERVES}:toaddr={addr}"
+    )];
     let v4: [IpAddr; 1] = [NODE_PUBLIC_V4.into()];
-    expect(
-        &net.peer,
-        &v4,
-        PUBLISHED,
-        Probe::Reached,
-        "admitted once published",
-    );
+    let written = |why: &str| {
+        let started = std::time::Instant::now();
+        while forward_ports(&fw) != mine {
+            assert!(
+                started.elapsed() < Duration::from_secs(30),
+                "{why}: not written:\n{}",
+                resident.log()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        expect(&net.peer, &v4, PUBLISHED, Probe::Reached, why);
+    };
+    written("written by the resident host once published");
+
+    fw.cmd(&["--reload"]).unwrap();
+    resident.wait_log("firewalld reloaded", 1, Duration::from_secs(30));
+    written("put back by the resident host after firewalld's reload");
+    assert_eq!(forward_layer(&host.status(), "web/pub").0, "present");
 }

@@ -16,6 +16,10 @@
 //! firewalld's runtime is), and are put back by the host's next check (the resident host
 //! listens for firewalld's `Reloaded` signal).
 //!
+//! Forwarded openings need no rule while firewalld accepts every connection another program's
+//! DNAT forwards; under its `StrictForwardPorts=yes` (firewalld 2.3) they are forward ports in
+//! the mesh's policy, one per place the runtime's DNAT sends the port (`firewalld/forward.rs`).
+//!
 //! Retired without firewalld's own cleanup, which flushes every iptables table (the container
 //! runtime's too): ended as `CleanupOnExit=no` would end it, its one table taken out in the
 //! caller's batch, its configuration untouched, its unit disabled by the core; restored by its
