@@ -341,7 +341,16 @@ impl Firewalld {
     /// where both run: Docker then puts its rules back when firewalld reloads or restarts
     /// (firewalld 1.3 flushes every iptables table when it starts, reloads or stops).
     pub fn start_docker(&self, dir: &Path) -> Result<crate::Docker> {
-        crate::docker::start_with_env(&self.machine, dir, &[self.env()])
+        self.start_docker_with(dir, &crate::EngineOptions::default())
+    }
+
+    /// [`Firewalld::start_docker`] with more of the engine's options (its `daemon.json`, say).
+    pub fn start_docker_with(
+        &self,
+        dir: &Path,
+        options: &crate::EngineOptions,
+    ) -> Result<crate::Docker> {
+        crate::docker::start_with_env(&self.machine, dir, &[self.env()], options)
     }
 
     /// What the daemon printed.

@@ -3,8 +3,10 @@
 //! different port than it serves is refused until the forwarded opening is applied, then
 //! admitted by a forward port in the mesh's policy naming the container; a reload loses it until
 //! the next reconcile; a container that moves gets its forward port replaced; an opening from a
-//! network is not widened; removal takes the forward ports out; firewalld's configuration keeps
-//! every byte but the mesh's policy file.
+//! network is not widened; the flip's retire and the return keep Docker's rules; removal takes
+//! the forward ports out; firewalld's configuration keeps every byte but the mesh's policy file.
+//! The resident host writes a forward port once the runtime publishes the port; with IPv6 on
+//! Docker's bridge there is one forward port per family.
 
 use super::firewalld::{docker_rules, firewalld_table, with_driver};
 use super::found::{files, not_reached};
@@ -385,4 +387,94 @@ fn firewalld_strict_the_resident_host_writes_the_forward_port_once_the_port_is_p
     resident.wait_log("firewalld reloaded", 1, Duration::from_secs(30));
     written("put back by the resident host after firewalld's reload");
     assert_eq!(forward_layer(&host.status(), "web/pub").0, "present");
+}
+
+/// Both families: Docker with IPv6 on its bridge (and its ip6tables DNAT) publishes the port on
+/// both node addresses; the forwarded opening is one forward port per family, each naming the
+/// container's address in it, and the peer reaches the container over both.
+#[test]
+fn firewalld_strict_a_port_published_in_both_families_gets_a_forward_port_in_each() {
+    let lab = new_lab();
+    let net = adoption(&lab);
+    let node = &net.node;
+    let program = FirewalldProgram::fetched()
+        .expect("firewalld 2.3 unpacked by lab/fetch-firewalld; never skipped")
+        .with_setting("StrictForwardPorts", "yes");
+    let dir = lab.dir().join("firewalld");
+    let fw = node
+        .start_firewalld_program(&program, &dir, &dir.join("etc"))
+        .expect("firewalld 2.3 starts on a private bus");
+    // Docker 20.10 publishes over IPv6 (ip6tables DNAT) only with these, experimental included.
+    let options = lab::EngineOptions {
+        config: Some(
+            r#"{"ipv6": true, "fixed-cidr-v6": "fd00:d0c::/64", "experimental": true, "ip6tables": true}"#
+                .into(),
+        ),
+        ..lab::EngineOptions::default()
+    };
+    let docker = fw
+        .start_docker_with(&lab.dir().join("docker"), &options)
+        .expect("a Docker engine with IPv6 in the node's namespace");
+    docker
+        .run_container(
+            "web",
+            &["-p", &format!("{PUBLISHED}:{SERVES}")],
+            &["/bin/httpd", "-f", "-p", "80", "-h", "/www"],
+        )
+        .unwrap();
+    let public = node_public();
+    not_reached(
+        &net.peer,
+        &public,
+        PUBLISHED,
+        "strict firewalld refuses it, before",
+    );
+
+    let host = Host::wrapped(node, vec!["env".into(), fw.env()]);
+    host.apply(&declaration(&[opening("web/pub", PUBLISHED, "forwarded")]));
+    let v4 = container_addr(&docker, "web");
+    let v6 = docker
+        .docker(&[
+            "inspect",
+            "-f",
+            "{{range .NetworkSettings.Networks}}{{.GlobalIPv6Address}}{{end}}",
+            "web",
+        ])
+        .unwrap()
+        .stdout
+        .trim()
+        .to_string();
+    assert!(
+        v6.starts_with("fd00:d0c::"),
+        "the container's IPv6 address: {v6:?}"
+    );
+    let mut want = vec![
+        format!("port={PUBLISHED}:proto=tcp:toport={SERVES}:toaddr={v4}"),
+        format!("port={PUBLISHED}:proto=tcp:toport={SERVES}:toaddr={v6}"),
+    ];
+    want.sort();
+    assert_eq!(forward_ports(&fw), want, "one forward port per family");
+    expect(
+        &net.peer,
+        &public,
+        PUBLISHED,
+        Probe::Reached,
+        "admitted in both families",
+    );
+    let status = host.status();
+    assert!(
+        presence(&status, "web/pub")
+            .iter()
+            .all(|p| p.ends_with("=present")),
+        "{status:#}"
+    );
+
+    host.apply(&declaration(&[]));
+    assert!(forward_ports(&fw).is_empty(), "removed");
+    not_reached(
+        &net.peer,
+        &public,
+        PUBLISHED,
+        "refused again in both families",
+    );
 }
