@@ -1,7 +1,8 @@
 //! A small D-Bus client over the system bus's unix socket, for firewalld: method calls with
-//! string, integer and dictionary arguments, replies decoded by their signature, and signals
-//! received after a match rule. Written over `std` alone, so the one static binary needs no
-//! libdbus and no async runtime; it speaks only what the host asks of firewalld.
+//! string, integer, string-array, `a(ssss)` and dictionary arguments, replies decoded by their
+//! signature, and signals received after a match rule. Written over `std` alone, so the one
+//! static binary needs no libdbus and no async runtime; it speaks only what the host asks of
+//! firewalld.
 //!
 //! The bus is found as every D-Bus client finds it: `DBUS_SYSTEM_BUS_ADDRESS` (a
 //! `unix:path=…` address), else `/run/dbus/system_bus_socket`.
@@ -98,7 +99,7 @@ impl Value {
 pub enum Arg<'a> {
     Str(&'a str),
     I32(i32),
-    /// `a{sv}` whose values are strings, integers or string arrays.
+    /// `a{sv}` whose values are strings, integers, string arrays or `a(ssss)`.
     Dict(Vec<(&'a str, Arg<'a>)>),
     /// `as`.
     Strs(Vec<&'a str>),
