@@ -1,7 +1,8 @@
 //! A small D-Bus client over the system bus's unix socket, for firewalld: method calls with
-//! string, integer and dictionary arguments, replies decoded by their signature, and signals
-//! received after a match rule. Written over `std` alone, so the one static binary needs no
-//! libdbus and no async runtime; it speaks only what the host asks of firewalld.
+//! string, integer, string-array, `a(ssss)` and dictionary arguments, replies decoded by their
+//! signature, and signals received after a match rule. Written over `std` alone, so the one
+//! static binary needs no libdbus and no async runtime; it speaks only what the host asks of
+//! firewalld.
 //!
 //! The bus is found as every D-Bus client finds it: `DBUS_SYSTEM_BUS_ADDRESS` (a
 //! `unix:path=…` address), else `/run/dbus/system_bus_socket`.
@@ -98,10 +99,12 @@ impl Value {
 pub enum Arg<'a> {
     Str(&'a str),
     I32(i32),
-    /// `a{sv}` whose values are strings, integers or string arrays.
+    /// `a{sv}` whose values are strings, integers, string arrays or `a(ssss)`.
     Dict(Vec<(&'a str, Arg<'a>)>),
     /// `as`.
     Strs(Vec<&'a str>),
+    /// `a(ssss)`: firewalld's forward ports (port, protocol, to-port, to-address).
+    StrQuads(Vec<[&'a str; 4]>),
 }
 
 impl Arg<'_> {
@@ -111,6 +114,7 @@ impl Arg<'_> {
             Arg::I32(_) => "i".into(),
             Arg::Dict(_) => "a{sv}".into(),
             Arg::Strs(_) => "as".into(),
+            Arg::StrQuads(_) => "a(ssss)".into(),
         }
     }
 }
@@ -410,6 +414,13 @@ impl Writer {
             Arg::Str(s) => self.str(s),
             Arg::I32(n) => self.u32(*n as u32),
             Arg::Strs(items) => self.array(4, |w| items.iter().for_each(|s| w.str(s))),
+            // A struct is aligned to 8, each of its strings to 4.
+            Arg::StrQuads(items) => self.array(8, |w| {
+                for quad in items {
+                    w.pad(8);
+                    quad.iter().for_each(|s| w.str(s));
+                }
+            }),
             Arg::Dict(entries) => self.array(8, |w| {
                 for (k, v) in entries {
                     w.pad(8);
@@ -608,6 +619,13 @@ mod tests {
                 ("priority", Arg::I32(32767)),
                 ("ingress_zones", Arg::Strs(vec!["ANY"])),
                 ("target", Arg::Str("CONTINUE")),
+                (
+                    "forward_ports",
+                    Arg::StrQuads(vec![
+                        ["8085", "tcp", "80", "172.17.0.2"],
+                        ["53", "udp", "5353", "fd00::2"],
+                    ]),
+                ),
             ]),
         ];
         let mut w = Writer { buf: Vec::new() };
@@ -640,6 +658,28 @@ mod tests {
         assert_eq!(
             got[3].get("target").and_then(Value::as_str),
             Some("CONTINUE")
+        );
+        let quads = |v: &Value| -> Vec<Vec<String>> {
+            let Some(Value::Variant(f)) = v.get("forward_ports") else {
+                panic!("forward_ports: {v:?}")
+            };
+            let Value::Array(items) = &**f else {
+                panic!("an array: {f:?}")
+            };
+            items
+                .iter()
+                .map(|q| match q {
+                    Value::Struct(f) => f.iter().map(|s| s.as_str().unwrap().into()).collect(),
+                    _ => panic!("a struct: {q:?}"),
+                })
+                .collect()
+        };
+        assert_eq!(
+            quads(&got[3]),
+            [
+                ["8085", "tcp", "80", "172.17.0.2"],
+                ["53", "udp", "5353", "fd00::2"]
+            ]
         );
         assert_eq!(r.pos, w.buf.len());
     }

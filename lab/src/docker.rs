@@ -44,19 +44,15 @@ pub struct EngineOptions {
     pub path_first: Option<PathBuf>,
     /// More of dockerd's environment (`DBUS_SYSTEM_BUS_ADDRESS` for a lab firewalld's bus, say).
     pub env: Vec<(String, std::ffi::OsString)>,
-    /// An IPv6 network for the default bridge (`fd00:d0c::/64`, say): the engine then gives
-    /// containers IPv6 addresses and publishes their ports in both families with ip6tables'
-    /// DNAT too (Docker 20.10 keeps `ip6tables` behind `experimental`). Without it the engine is
-    /// IPv4 only, and IPv6 connections to a published port reach docker-proxy on the incoming
-    /// path instead.
-    pub ipv6: Option<String>,
+    /// dockerd's `daemon.json` (IPv6 for its bridge, say); `{}` when none is given.
+    pub config: Option<String>,
 }
 
 /// A Docker engine running inside a lab machine.
 ///
 /// dockerd is started through `nsenter --net` (not `ip netns exec`, which remounts /sys and makes
 /// dockerd fail with "Devices cgroup isn't mounted") with its own `--data-root`, `--exec-root`,
-/// `--pidfile`, unix socket and an empty `--config-file` under the given directory, the cgroupfs
+/// `--pidfile`, unix socket and a `--config-file` of its own (empty unless given) under the given directory, the cgroupfs
 /// driver (no systemd) and lowered default ulimits (the sandbox lacks CAP_SYS_RESOURCE). Its
 /// iptables rules and its docker0 bridge therefore land in that machine's namespace only.
 ///
@@ -75,20 +71,19 @@ pub struct Docker {
     env: Vec<(String, std::ffi::OsString)>,
 }
 
-/// Like [`start`], with `env` (`NAME=value`) given to dockerd: a private system bus it shares
+/// Like [`start`], with `env` (`NAME=value`) added to dockerd's: a private system bus it shares
 /// with a lab firewalld.
-pub(crate) fn start_with_env(machine: &Machine, dir: &Path, env: &[String]) -> Result<Docker> {
-    let env = env
-        .iter()
-        .map(|pair| {
-            let (name, value) = pair.split_once('=').unwrap_or((pair.as_str(), ""));
-            (name.to_owned(), value.into())
-        })
-        .collect();
-    let options = EngineOptions {
-        env,
-        ..EngineOptions::default()
-    };
+pub(crate) fn start_with_env(
+    machine: &Machine,
+    dir: &Path,
+    env: &[String],
+    options: &EngineOptions,
+) -> Result<Docker> {
+    let mut options = options.clone();
+    options.env.extend(env.iter().map(|pair| {
+        let (name, value) = pair.split_once('=').unwrap_or((pair.as_str(), ""));
+        (name.to_owned(), value.into())
+    }));
     start(machine, dir, &options)
 }
 
@@ -104,14 +99,10 @@ pub(crate) fn start(machine: &Machine, dir: &Path, options: &EngineOptions) -> R
         return Err(Error::SocketPathTooLong { path: sock, len });
     }
     let config = dir.join("daemon.json");
-    // A configuration of its own keeps a host /etc/docker/daemon.json from leaking into the lab.
-    let json = match &options.ipv6 {
-        None => "{}\n".to_string(),
-        Some(net) => format!(
-            "{{\"ipv6\": true, \"fixed-cidr-v6\": \"{net}\", \"experimental\": true, \"ip6tables\": true}}\n"
-        ),
-    };
-    fs::write(&config, json).map_err(|e| Error::io(&config, e))?;
+    // A configuration of the lab's own (empty unless given) keeps a host
+    // /etc/docker/daemon.json from leaking into the lab.
+    let text = options.config.as_deref().unwrap_or("{}\n");
+    fs::write(&config, text).map_err(|e| Error::io(&config, e))?;
     let host = format!("unix://{}", sock.display());
     let arg = |name: &str, path: &Path| {
         let mut s = std::ffi::OsString::from(name);

@@ -15,6 +15,14 @@ pub enum Error {
     #[error("program {program} is missing (install the Debian package {package})")]
     MissingProgram { program: String, package: String },
 
+    /// Something a lab script fetches into the lab's own place is not there.
+    #[error("{what} is missing: no {path} (run {fetch} first)")]
+    NotFetched {
+        what: String,
+        path: PathBuf,
+        fetch: &'static str,
+    },
+
     /// A name given to the lab is not usable as a namespace, machine or interface name.
     #[error("invalid {what} name {name:?}: {reason}")]
     InvalidName {

@@ -20,9 +20,142 @@ use std::time::{Duration, Instant};
 /// How long firewalld or ufw may take to come up on a loaded two-core machine.
 const READY: Duration = Duration::from_secs(90);
 
+/// Which firewalld a lab machine runs: the machine's own (Debian 12's firewalld 1.3, from its
+/// package), or Debian trixie's firewalld 2.3 that `lab/fetch-firewalld` unpacks into the lab's
+/// own place with the trixie userspace it runs on (for `StrictForwardPorts`, which 1.3 has not). Settings given with [`FirewalldProgram::with_setting`] are
+/// written into the copy of `firewalld.conf` the lab machine starts with.
+#[derive(Debug, Clone)]
+pub struct FirewalldProgram {
+    /// What comes before the program's path in an argv: the environment, the loader and the
+    /// interpreter, for an unpacked firewalld; nothing for the machine's own.
+    python: Vec<String>,
+    firewalld: String,
+    firewall_cmd: String,
+    default_config: PathBuf,
+    /// The configuration directory the lab's copy is made from.
+    etc: PathBuf,
+    settings: Vec<(String, String)>,
+}
+
+/// Where `lab/fetch-firewalld` unpacks firewalld 2.3 (its `MESH_LAB_FIREWALLD` overrides the
+/// directory above `root`, and so does the lab's).
+const FETCHED: &str = "/var/cache/mesh-lab/firewalld-2.3";
+
+impl FirewalldProgram {
+    /// The machine's own firewalld and firewall-cmd, from `PATH`.
+    pub fn system() -> FirewalldProgram {
+        FirewalldProgram {
+            python: Vec::new(),
+            firewalld: "firewalld".into(),
+            firewall_cmd: "firewall-cmd".into(),
+            default_config: "/usr/lib/firewalld".into(),
+            etc: "/etc/firewalld".into(),
+            settings: Vec::new(),
+        }
+    }
+
+    /// firewalld 2.3 as `lab/fetch-firewalld` unpacked it, with trixie's userspace under it (its
+    /// python, and libnftables 1.1: Debian 12's cannot parse the rules firewalld 2.3 writes for
+    /// `StrictForwardPorts`), started by that tree's own loader with its libraries (no chroot:
+    /// every path is the machine's). An error naming that script when it has not run (a test
+    /// that needs it fails, it never skips).
+    pub fn fetched() -> Result<FirewalldProgram> {
+        let dir = std::env::var_os("MESH_LAB_FIREWALLD")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from(FETCHED));
+        let root = dir.join("root");
+        let lib = root.join("usr/lib/x86_64-linux-gnu");
+        let loader = lib.join("ld-linux-x86-64.so.2");
+        let python = root.join("usr/bin/python3");
+        for need in [
+            root.join("usr/sbin/firewalld"),
+            root.join("usr/bin/firewall-cmd"),
+            root.join("usr/lib/python3/dist-packages/nftables"),
+            loader.clone(),
+            python.clone(),
+        ] {
+            if !need.exists() {
+                return Err(Error::NotFetched {
+                    what: "firewalld 2.3".into(),
+                    path: need,
+                    fetch: "lab/fetch-firewalld",
+                });
+            }
+        }
+        // The loader's --library-path holds for the python process and what it loads (GLib,
+        // libnftables through ctypes), not for the machine's programs firewalld starts.
+        Ok(FirewalldProgram {
+            python: vec![
+                format!("PYTHONHOME={}", root.join("usr").display()),
+                format!("GI_TYPELIB_PATH={}", lib.join("girepository-1.0").display()),
+                loader.display().to_string(),
+                "--library-path".into(),
+                lib.display().to_string(),
+                python.display().to_string(),
+            ],
+            firewalld: root.join("usr/sbin/firewalld").display().to_string(),
+            firewall_cmd: root.join("usr/bin/firewall-cmd").display().to_string(),
+            default_config: root.join("usr/lib/firewalld"),
+            etc: root.join("etc/firewalld"),
+            settings: Vec::new(),
+        })
+    }
+
+    /// The same program with `key=value` in its `firewalld.conf` (for example
+    /// `StrictForwardPorts=yes`).
+    pub fn with_setting(mut self, key: &str, value: &str) -> FirewalldProgram {
+        self.settings.push((key.into(), value.into()));
+        self
+    }
+
+    /// `program args…` as an argv after `env`: the interpreter and its path first for an
+    /// unpacked firewalld.
+    fn argv(&self, program: &str, args: &[&str]) -> Vec<String> {
+        let mut out = self.python.clone();
+        out.push(program.into());
+        out.extend(args.iter().map(|a| a.to_string()));
+        out
+    }
+
+    fn require(&self) -> Result<()> {
+        if self.python.is_empty() {
+            exec::require(&self.firewalld, "firewalld")?;
+        }
+        Ok(())
+    }
+
+    /// Makes the lab's copy of the configuration at `etc`, its settings written in.
+    fn copy_config(&self, etc: &Path) -> Result<()> {
+        exec::run_ok(
+            std::process::Command::new("cp")
+                .arg("-a")
+                .arg(&self.etc)
+                .arg(etc),
+        )?;
+        if self.settings.is_empty() {
+            return Ok(());
+        }
+        let conf = etc.join("firewalld.conf");
+        let text = std::fs::read_to_string(&conf).map_err(|e| Error::io(&conf, e))?;
+        let mut lines: Vec<String> = text.lines().map(String::from).collect();
+        for (key, value) in &self.settings {
+            let line = format!("{key}={value}");
+            match lines
+                .iter_mut()
+                .find(|l| l.trim_start().starts_with(&format!("{key}=")))
+            {
+                Some(l) => *l = line,
+                None => lines.push(line),
+            }
+        }
+        std::fs::write(&conf, lines.join("\n") + "\n").map_err(|e| Error::io(&conf, e))
+    }
+}
+
 /// firewalld running inside a lab machine, on a bus of its own.
 pub struct Firewalld {
     machine: Machine,
+    program: FirewalldProgram,
     etc: PathBuf,
     socket: PathBuf,
     bus: Option<Process>,
@@ -56,16 +189,22 @@ impl Machine {
     /// at `etc` (a copy of the machine's `/etc/firewalld` made there if missing), so a bed keeps
     /// it where the host under test looks (`ROOT/etc/firewalld`).
     pub fn start_firewalld_with(&self, dir: &Path, etc: &Path) -> Result<Firewalld> {
-        exec::require("firewalld", "firewalld")?;
+        self.start_firewalld_program(&FirewalldProgram::system(), dir, etc)
+    }
+
+    /// Starts `program`'s firewalld as [`Machine::start_firewalld_with`] does, its configuration
+    /// copied from the program's own (with its settings) into `etc` if missing.
+    pub fn start_firewalld_program(
+        &self,
+        program: &FirewalldProgram,
+        dir: &Path,
+        etc: &Path,
+    ) -> Result<Firewalld> {
+        program.require()?;
         exec::require("dbus-daemon", "dbus")?;
         std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
         if !etc.exists() {
-            exec::run_ok(
-                std::process::Command::new("cp")
-                    .arg("-a")
-                    .arg("/etc/firewalld")
-                    .arg(etc),
-            )?;
+            program.copy_config(etc)?;
         }
         let socket = dir.join("bus");
         let conf = dir.join("bus.conf");
@@ -95,6 +234,7 @@ impl Machine {
         }
         let mut fw = Firewalld {
             machine: self.clone(),
+            program: program.clone(),
             etc: etc.to_path_buf(),
             socket,
             bus: Some(bus),
@@ -123,10 +263,14 @@ impl Firewalld {
 
     /// Runs `firewall-cmd args…` in the machine against this firewalld.
     pub fn cmd(&self, args: &[&str]) -> Result<Output> {
-        let env = self.env();
-        let mut argv = vec!["env", &env, "firewall-cmd"];
-        argv.extend_from_slice(args);
-        self.machine.run_ok(&argv)
+        self.machine.run_ok(&self.cmd_argv(args))
+    }
+
+    /// The argv of `firewall-cmd args…` against this firewalld.
+    fn cmd_argv(&self, args: &[&str]) -> Vec<String> {
+        let mut argv = vec!["env".to_string(), self.env()];
+        argv.extend(self.program.argv(&self.program.firewall_cmd, args));
+        argv
     }
 
     /// The daemon's pid, while it runs.
@@ -144,14 +288,11 @@ impl Firewalld {
         if self.is_running() {
             return Ok(());
         }
-        let env = self.env();
         let daemon = self.machine.spawn(&self.start_argv())?;
         self.daemon = Some(daemon);
         let until = Instant::now() + READY;
         loop {
-            let out = self
-                .machine
-                .run(&["env", &env, "firewall-cmd", "--state"])?;
+            let out = self.machine.run(&self.cmd_argv(&["--state"]))?;
             if out.stdout.trim() == "running" {
                 return Ok(());
             }
@@ -171,21 +312,22 @@ impl Firewalld {
     /// The argv that starts the daemon in the machine, as its unit's `ExecStart` would.
     pub fn start_argv(&self) -> Vec<String> {
         let etc = self.config_dir().display().to_string();
-        [
-            "env",
-            &self.env(),
-            "firewalld",
-            "--nofork",
-            "--nopid",
-            "--system-config",
-            &etc,
-            "--default-config",
-            "/usr/lib/firewalld",
-            "--log-target",
-            "console",
-        ]
-        .map(str::to_owned)
-        .to_vec()
+        let defaults = self.program.default_config.display().to_string();
+        let mut argv = vec!["env".to_string(), self.env()];
+        argv.extend(self.program.argv(
+            &self.program.firewalld,
+            &[
+                "--nofork",
+                "--nopid",
+                "--system-config",
+                &etc,
+                "--default-config",
+                &defaults,
+                "--log-target",
+                "console",
+            ],
+        ));
+        argv
     }
 
     /// Stops the daemon as its unit would (SIGTERM; it removes its rules) and waits for it.
@@ -199,7 +341,16 @@ impl Firewalld {
     /// where both run: Docker then puts its rules back when firewalld reloads or restarts
     /// (firewalld 1.3 flushes every iptables table when it starts, reloads or stops).
     pub fn start_docker(&self, dir: &Path) -> Result<crate::Docker> {
-        crate::docker::start_with_env(&self.machine, dir, &[self.env()])
+        self.start_docker_with(dir, &crate::EngineOptions::default())
+    }
+
+    /// [`Firewalld::start_docker`] with more of the engine's options (its `daemon.json`, say).
+    pub fn start_docker_with(
+        &self,
+        dir: &Path,
+        options: &crate::EngineOptions,
+    ) -> Result<crate::Docker> {
+        crate::docker::start_with_env(&self.machine, dir, &[self.env()], options)
     }
 
     /// What the daemon printed.

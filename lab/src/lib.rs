@@ -69,7 +69,7 @@ pub use crate::{
     error::{Error, Result},
     exec::{run, run_ok, Output, Process, DEFAULT_TIMEOUT},
     fixtures::{fixture, fixtures_dir},
-    found::{Firewalld, Ufw},
+    found::{Firewalld, FirewalldProgram, Ufw},
     kinds::{FoundFirewall, FoundKind, Live, Policy},
     lab::{Lab, SweepReport, Switch, LAB_ROOT, PREFIX_STEM},
     machine::Machine,

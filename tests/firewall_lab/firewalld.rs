@@ -231,7 +231,7 @@ fn firewalld_openings_live_in_the_mesh_policy_and_retire_in_firewallds_own_way()
 
 /// Runs a driver verb inside the node against the firewalld at `address`, sending what it put
 /// in the batch.
-fn with_driver<T: Send>(
+pub(super) fn with_driver<T: Send>(
     node: &Machine,
     address: &str,
     f: impl FnOnce(&dyn firewall::backend::Driver, &mut Cx<'_>) -> T + Send,
@@ -260,7 +260,7 @@ fn with_driver<T: Send>(
 }
 
 /// Docker's rules as iptables-nft prints them, counters left out.
-fn docker_rules(node: &Machine) -> String {
+pub(super) fn docker_rules(node: &Machine) -> String {
     View::Save("iptables-nft-save").read(node)
 }
 

@@ -18,6 +18,7 @@ mod converge;
 mod docker;
 mod firewalld;
 mod firewalld_flip;
+mod firewalld_strict;
 mod forwarded;
 mod found;
 mod guard;

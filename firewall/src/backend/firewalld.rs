@@ -16,6 +16,10 @@
 //! firewalld's runtime is), and are put back by the host's next check (the resident host
 //! listens for firewalld's `Reloaded` signal).
 //!
+//! Forwarded openings need no rule while firewalld accepts every connection another program's
+//! DNAT forwards; under its `StrictForwardPorts=yes` (firewalld 2.3) they are forward ports in
+//! the mesh's policy, one per place the runtime's DNAT sends the port (`firewalld/forward.rs`).
+//!
 //! Retired without firewalld's own cleanup, which flushes every iptables table (the container
 //! runtime's too): ended as `CleanupOnExit=no` would end it, its one table taken out in the
 //! caller's batch, its configuration untouched, its unit disabled by the core; restored by its
@@ -31,7 +35,7 @@ use crate::netlink::{Family, Hook, NfSocket};
 use crate::opening::{From, Opening, Path};
 use crate::retire::{Retired, Saved};
 use crate::rules::Site;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 use std::path::Path as FsPath;
 use std::time::{Duration, Instant};
@@ -46,7 +50,9 @@ const PRIORITY: i32 = 32767;
 /// rich rule in it, and the interface bound to it, are the mesh's.
 pub const ZONE: &str = "mesh-private";
 
+mod forward;
 mod fw;
+use forward::ForwardPort;
 use fw::{Fw, IFACE, OBJ};
 
 /// How long a stopping or starting firewalld is waited for.
@@ -123,7 +129,7 @@ impl Driver for Firewalld {
         openings: &[Opening],
         scope: Scope,
         write: bool,
-        _cx: &mut Cx<'_>,
+        cx: &mut Cx<'_>,
     ) -> Result<Converged> {
         let mut done = Converged::default();
         // firewalld's iptables backend shares iptables' tables with everyone else; its policy
@@ -164,12 +170,31 @@ impl Driver for Firewalld {
             Vec::new()
         };
         let zoned = incoming.iter().any(|o| interface(o).is_some());
-        if write && !incoming.is_empty() {
+        let strict = strict_forward(&mut fw)?;
+        // Under StrictForwardPorts, each forwarded opening's forward ports (or why it has none),
+        // and the ports and protocols they are for.
+        let forward_drops = layers.iter().any(|l| l.hook == Hook::Forward && l.can_drop);
+        let mut forwarded: BTreeMap<String, std::result::Result<Vec<ForwardPort>, String>> =
+            BTreeMap::new();
+        let mut given: BTreeSet<(String, String)> = BTreeSet::new();
+        if strict && forward_drops {
+            for o in openings.iter().filter(|o| o.path == Path::Forwarded) {
+                let targets =
+                    crate::published::targets(cx.ruleset, cx.legacy_saves, o.proto, o.port);
+                forwarded.insert(o.id.clone(), forward::wanted(o, &targets));
+                given.insert((o.port.to_string(), o.proto.to_string()));
+            }
+        }
+        let want_forward: BTreeMap<ForwardPort, String> = openings
+            .iter()
+            .filter_map(|o| Some((o, forwarded.get(&o.id)?.as_ref().ok()?)))
+            .flat_map(|(o, fps)| fps.iter().map(|fp| (fp.clone(), o.id.clone())))
+            .collect();
+        if write && (!incoming.is_empty() || !want_forward.is_empty()) {
             fw.ensure_objects(zoned)?;
         }
         let policy_active = fw.runtime_policies()?.iter().any(|p| p == POLICY);
         let zone_active = fw.runtime_zones()?.iter().any(|z| z == ZONE);
-        let strict = strict_forward(&mut fw)?;
 
         // Each interface an opening admits from: bound to the mesh's zone (true), not yet
         // (false), or in a zone of the operator's, which the host does not move it out of.
@@ -240,6 +265,27 @@ impl Driver for Firewalld {
             }
             policy = fw.policy_rules()?;
         }
+        let mut forward_ports = if policy_active {
+            fw.policy_forward_ports()?
+        } else {
+            Vec::new()
+        };
+        if write && policy_active {
+            let plan = forward::plan(&forward_ports, &want_forward, &given, scope);
+            if !plan.added.is_empty() || !plan.removed.is_empty() {
+                fw.set_policy_forward_ports(&plan.next)?;
+            }
+            for fp in plan.removed {
+                done.removed.push((
+                    format!("forward port {fp}"),
+                    format!("firewalld policy {POLICY}"),
+                ));
+            }
+            for (_, id) in plan.added {
+                done.added.push((id, format!("firewalld policy {POLICY}")));
+            }
+            forward_ports = fw.policy_forward_ports()?;
+        }
         let mut zone = if zone_active {
             fw.zone_rules()?
         } else {
@@ -275,7 +321,11 @@ impl Driver for Firewalld {
             .iter()
             .filter(|r| !want_policy.contains_key(*r))
             .count()
-            + zone.iter().filter(|r| !want_zone.contains_key(*r)).count();
+            + zone.iter().filter(|r| !want_zone.contains_key(*r)).count()
+            + forward_ports
+                .iter()
+                .filter(|fp| !want_forward.contains_key(*fp))
+                .count();
 
         for l in layers {
             for o in openings.iter().filter(|o| l.crossed_by(o)) {
@@ -304,9 +354,17 @@ impl Driver for Firewalld {
                             },
                             Some(format!("zone {ZONE}")),
                         ),
-                        (Hook::Forward, _) if strict => (State::Unwritable(
-                            "firewalld's StrictForwardPorts refuses connections another program's DNAT forwards, and its rules cannot match a published port's original destination port".into(),
-                        ), None),
+                        (Hook::Forward, _) if strict => (
+                            match forwarded.get(&o.id) {
+                                Some(Ok(fps)) if fps.iter().all(|fp| forward_ports.contains(fp)) => {
+                                    State::Present
+                                }
+                                Some(Ok(_)) => State::Missing,
+                                Some(Err(why)) => State::Unwritable(why.clone()),
+                                None => State::Missing,
+                            },
+                            Some(format!("policy {POLICY}")),
+                        ),
                         (Hook::Forward, _) => (State::NotNeeded(
                             "firewalld accepts every connection the container runtime's DNAT forwards (ct status dnat accept; StrictForwardPorts is off)".into(),
                         ), None),

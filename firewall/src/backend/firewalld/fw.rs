@@ -2,6 +2,7 @@
 //! firewalld's API names it, and the mesh's two objects (its policy, and its zone for the
 //! private network's interface) made to exist at run time.
 
+use super::forward::ForwardPort;
 use super::{POLICY, PRIORITY, ZONE};
 use crate::dbus::{Arg, Bus, Value};
 use crate::error::{Error, Result};
@@ -131,6 +132,52 @@ impl Fw {
         .map(|_| ())
     }
 
+    /// The forward ports of the mesh's policy at run time.
+    pub(super) fn policy_forward_ports(&mut self) -> Result<Vec<ForwardPort>> {
+        let v = self.call(OBJ, IFACE_POLICY, "getPolicySettings", &[Arg::Str(POLICY)])?;
+        let mut items = match v.first().and_then(|s| s.get("forward_ports")) {
+            Some(Value::Variant(inner)) => match &**inner {
+                Value::Array(items) => items.clone(),
+                _ => Vec::new(),
+            },
+            Some(Value::Array(items)) => items.clone(),
+            _ => Vec::new(),
+        };
+        Ok(items
+            .drain(..)
+            .filter_map(|q| match q {
+                Value::Struct(f) if f.len() == 4 => {
+                    let s = |i: usize| f[i].as_str().unwrap_or("").to_string();
+                    Some(ForwardPort {
+                        port: s(0),
+                        proto: s(1),
+                        toport: s(2),
+                        toaddr: s(3),
+                    })
+                }
+                _ => None,
+            })
+            .collect())
+    }
+
+    /// Sets the runtime forward ports of the mesh's policy to exactly `ports`, as
+    /// [`Fw::set_policy_rules`] sets its rich rules.
+    pub(super) fn set_policy_forward_ports(&mut self, ports: &[ForwardPort]) -> Result<()> {
+        self.call(
+            OBJ,
+            IFACE_POLICY,
+            "setPolicySettings",
+            &[
+                Arg::Str(POLICY),
+                Arg::Dict(vec![(
+                    "forward_ports",
+                    Arg::StrQuads(ports.iter().map(ForwardPort::quad).collect()),
+                )]),
+            ],
+        )
+        .map(|_| ())
+    }
+
     /// The rich rules of the mesh's zone at run time.
     pub(super) fn zone_rules(&mut self) -> Result<Vec<String>> {
         Ok(strs(self.call(
@@ -226,7 +273,7 @@ impl Fw {
                     Arg::Dict(vec![
                         (
                             "description",
-                            Arg::Str("mesh-host's openings: its rich rules are added at run time by mesh-host and only by it"),
+                            Arg::Str("mesh-host's openings: its rich rules and forward ports are added at run time by mesh-host and only by it"),
                         ),
                         ("target", Arg::Str("CONTINUE")),
                         ("priority", Arg::I32(PRIORITY)),
