@@ -126,6 +126,7 @@ impl Bed {
         let options = EngineOptions {
             path_first: firewall.runtime_iptables(lab.dir())?,
             env: live.runtime_env(),
+            ..EngineOptions::default()
         };
         let legacy_runtime = options.path_first.is_some();
         let docker = node.start_docker_with(&engine_dir, &options)?;

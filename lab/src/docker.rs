@@ -44,6 +44,9 @@ pub struct EngineOptions {
     pub path_first: Option<PathBuf>,
     /// More of dockerd's environment (`DBUS_SYSTEM_BUS_ADDRESS` for a lab firewalld's bus, say).
     pub env: Vec<(String, std::ffi::OsString)>,
+    /// dockerd's configuration file (`daemon.json`), for an engine that needs one (IPv6 on its
+    /// default bridge, say); `None` writes an empty one.
+    pub daemon_json: Option<String>,
 }
 
 /// A Docker engine running inside a lab machine.
@@ -98,8 +101,10 @@ pub(crate) fn start(machine: &Machine, dir: &Path, options: &EngineOptions) -> R
         return Err(Error::SocketPathTooLong { path: sock, len });
     }
     let config = dir.join("daemon.json");
-    // An empty configuration keeps a host /etc/docker/daemon.json from leaking into the lab.
-    fs::write(&config, "{}\n").map_err(|e| Error::io(&config, e))?;
+    // A configuration of the lab's own (empty unless the test gives one) keeps a host
+    // /etc/docker/daemon.json from leaking into the lab.
+    let text = options.daemon_json.as_deref().unwrap_or("{}\n");
+    fs::write(&config, text).map_err(|e| Error::io(&config, e))?;
     let host = format!("unix://{}", sock.display());
     let arg = |name: &str, path: &Path| {
         let mut s = std::ffi::OsString::from(name);

@@ -247,8 +247,8 @@ fn docker_lines(node: &Machine) -> Vec<String> {
 }
 
 /// A Docker engine in the node beside ufw: a forwarded opening is written with `ufw route allow`
-/// carrying the mark (for a port published on the same port it serves, the port ufw's forward
-/// rules see after Docker's DNAT); the published port is reachable; ufw's reload, retire and
+/// carrying the mark, to the container Docker's DNAT sends the published port to; the published
+/// port is reachable; ufw's reload, retire and
 /// restore leave Docker's rules exactly as they were.
 #[test]
 fn ufw_with_docker_a_forwarded_opening_is_a_marked_route_rule_and_docker_keeps_its_rules() {
@@ -299,10 +299,12 @@ fn ufw_with_docker_a_forwarded_opening_is_a_marked_route_rule_and_docker_keeps_i
         Probe::Reached,
         "published, after",
     );
+    // The route rule names where Docker's DNAT sends the port: the container's address.
+    let addr = super::ufw_docker::container_v4(&docker, "web");
     let added = ufw.cmd(&["show", "added"]).unwrap().stdout;
     assert!(
         added.lines().any(|l| l.starts_with(&format!(
-            "ufw route allow {PUBLISHED}/tcp comment 'mesh-host:web/pub#"
+            "ufw route allow to {addr} port {PUBLISHED} proto tcp comment 'mesh-host:web/pub#"
         ))),
         "{added}"
     );
