@@ -1,8 +1,13 @@
 //! ufw: openings written with ufw's own commands, each rule carrying the mesh's mark as its
 //! comment (`ufw allow … comment 'mesh-host:<id>#<fingerprint>'`); incoming with `ufw allow`,
-//! forwarded with `ufw route allow`. ufw keeps its rules in its own files and orders them itself,
-//! so the engine hands it every opening at once. Only rules whose comment is a full mark are ever
-//! deleted, each with `ufw delete` of the rule exactly as `ufw show added` prints it.
+//! forwarded with `ufw route allow` to where the container runtime's DNAT sends the published
+//! port (ufw's route rules stand after the translation), so a forwarded opening waits for a
+//! runtime to publish its port and follows its container to a new address. ufw keeps its rules
+//! in its own files and orders them itself, so the engine hands it every opening at once. Rules
+//! are compared by what they match ([`rule::key`]); none is added where ufw holds another rule
+//! for the same traffic, because ufw would replace that rule with the mesh's. Only rules whose
+//! comment is a full mark are ever deleted, each with `ufw delete` of the rule exactly as `ufw
+//! show added` prints it.
 //!
 //! Retired with what ufw's unit runs to stop it (`ufw-init stop`: ufw's chains removed, the
 //! built-in chains' policies back to accept, other programs' chains left), so `/etc/ufw` stays
@@ -116,14 +121,16 @@ impl Wanted<'_> {
     }
 }
 
-/// A rule ufw holds, not marked `mark`, that matches the same traffic as `k`.
+/// A rule ufw holds that matches the same traffic as `k` and is not the opening's own (marked
+/// `mark`, or an older version's mark for the same id, which a writing convergence deletes).
 fn other_rule<'n>(
     now: &'n [(Vec<String>, Option<String>)],
     mark: &str,
     k: &Key,
 ) -> Option<(&'n Vec<String>, Key)> {
+    let id = rules::id_of(mark);
     now.iter()
-        .filter(|(_, m)| m.as_deref() != Some(mark))
+        .filter(|(_, m)| m.as_deref().and_then(rules::id_of) != id || id.is_none())
         .find_map(|(argv, _)| key(argv).filter(|o| o.same_traffic(k)).map(|o| (argv, o)))
 }
 
