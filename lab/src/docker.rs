@@ -48,6 +48,21 @@ pub struct EngineOptions {
     pub config: Option<String>,
 }
 
+impl EngineOptions {
+    /// An engine that publishes in IPv6 too: its default bridge gets the IPv6 network `net`
+    /// (`fd00:d0c::/64`, say) and its ports ip6tables' DNAT, which Docker 20.10 keeps behind
+    /// `experimental`. Without it the engine is IPv4 only, and an IPv6 connection to a published
+    /// port reaches docker-proxy on the incoming path instead.
+    pub fn ipv6(net: &str) -> EngineOptions {
+        EngineOptions {
+            config: Some(format!(
+                "{{\"ipv6\": true, \"fixed-cidr-v6\": \"{net}\", \"experimental\": true, \"ip6tables\": true}}\n"
+            )),
+            ..EngineOptions::default()
+        }
+    }
+}
+
 /// A Docker engine running inside a lab machine.
 ///
 /// dockerd is started through `nsenter --net` (not `ip netns exec`, which remounts /sys and makes

@@ -404,14 +404,8 @@ fn firewalld_strict_a_port_published_in_both_families_gets_a_forward_port_in_eac
     let fw = node
         .start_firewalld_program(&program, &dir, &dir.join("etc"))
         .expect("firewalld 2.3 starts on a private bus");
-    // Docker 20.10 publishes over IPv6 (ip6tables DNAT) only with these, experimental included.
-    let options = lab::EngineOptions {
-        config: Some(
-            r#"{"ipv6": true, "fixed-cidr-v6": "fd00:d0c::/64", "experimental": true, "ip6tables": true}"#
-                .into(),
-        ),
-        ..lab::EngineOptions::default()
-    };
+    // Docker 20.10 publishes over IPv6 (ip6tables DNAT) only with its experimental options.
+    let options = lab::EngineOptions::ipv6("fd00:d0c::/64");
     let docker = fw
         .start_docker_with(&lab.dir().join("docker"), &options)
         .expect("a Docker engine with IPv6 in the node's namespace");

@@ -31,6 +31,7 @@ mod listing;
 mod reload;
 mod resident;
 mod ufw;
+mod ufw_docker;
 
 const MESH: &str = env!("CARGO_BIN_EXE_mesh-host");
 

@@ -2,7 +2,8 @@
 //! openings written with `ufw allow` carrying the mesh's mark, reachable from outside in both
 //! families; a fail2ban-style ban (`ufw prepend deny from …`) keeps refusing its source; a
 //! `ufw reload` keeps them (they are ufw's rules); removal deletes only the marked rules; retire
-//! and restore through the driver leave `/etc/ufw` byte for byte and the ruleset as before.
+//! and restore through the driver leave `/etc/ufw` byte for byte and the ruleset as before; an
+//! operator's rule for the same traffic as an opening is never rewritten as the mesh's.
 
 use super::found::{files, not_reached, stub_systemctl};
 use super::*;
@@ -235,6 +236,89 @@ fn ufw_openings_carry_the_mark_and_retire_with_ufws_own_init() {
     );
 }
 
+/// ufw replaces a rule that differs from an added one only in action or comment, so the host
+/// adds nothing where the operator holds a rule for the same traffic: an opening the operator's
+/// `allow` already admits needs no rule, one the operator's `deny` refuses is reported refused
+/// (the deny stays a deny), and a removal of both leaves the operator's rules exactly as found.
+#[test]
+fn ufw_an_operators_rule_for_the_same_traffic_is_never_rewritten() {
+    let lab = new_lab();
+    let net = adoption(&lab);
+    let node = &net.node;
+    let _listeners: Vec<_> = [SSH, SERVED, OPENED]
+        .iter()
+        .map(|p| node.listen_tcp(*p).expect("listener on the node"))
+        .collect();
+    let public = node_public();
+    let ufw = node
+        .prepare_ufw(&lab.dir().join("ufw"))
+        .expect("ufw is installed (apt-get install ufw); never skipped");
+    for args in [
+        vec!["allow", "22/tcp"],
+        vec!["allow", "8080/tcp"],
+        vec!["deny", "9000/tcp"],
+        vec!["--force", "enable"],
+    ] {
+        ufw.cmd(&args).unwrap();
+    }
+    let added_before = ufw.cmd(&["show", "added"]).unwrap().stdout;
+    let holder = ufw.holder_pid();
+    let host = Host::wrapped(
+        node,
+        vec![
+            "nsenter".into(),
+            format!("--mount=/proc/{holder}/ns/mnt"),
+            "--".into(),
+        ],
+    );
+    host.apply(&declaration(&[
+        opening("web/served", SERVED, "incoming"),
+        opening("web/denied", OPENED, "incoming"),
+    ]));
+    assert_eq!(
+        ufw.cmd(&["show", "added"]).unwrap().stdout,
+        added_before,
+        "the operator's rules neither rewritten nor joined"
+    );
+    expect(
+        &net.peer,
+        &public,
+        SERVED,
+        Probe::Reached,
+        "the operator's allow",
+    );
+    not_reached(
+        &net.peer,
+        &public,
+        OPENED,
+        "the operator's deny still denies",
+    );
+    let status = host.status();
+    assert!(
+        presence(&status, "web/served").is_empty(),
+        "the operator's allow admits it, no rule needed: {status:#}"
+    );
+    let denied = presence(&status, "web/denied");
+    assert!(
+        !denied.is_empty() && denied.iter().all(|p| p.ends_with("=refused")),
+        "{status:#}"
+    );
+    assert!(
+        status.to_string().contains("ufw deny 9000/tcp"),
+        "the refusal names the operator's rule: {status:#}"
+    );
+
+    host.apply(&declaration(&[]));
+    assert_eq!(ufw.cmd(&["show", "added"]).unwrap().stdout, added_before);
+    expect(
+        &net.peer,
+        &public,
+        SERVED,
+        Probe::Reached,
+        "the operator's allow after the removal",
+    );
+}
+
 /// Docker's rules (its chains and every rule that names one), for comparing through ufw's
 /// stop and start.
 fn docker_lines(node: &Machine) -> Vec<String> {
@@ -247,8 +331,8 @@ fn docker_lines(node: &Machine) -> Vec<String> {
 }
 
 /// A Docker engine in the node beside ufw: a forwarded opening is written with `ufw route allow`
-/// carrying the mark (for a port published on the same port it serves, the port ufw's forward
-/// rules see after Docker's DNAT); the published port is reachable; ufw's reload, retire and
+/// carrying the mark, to the container Docker's DNAT sends the published port to; the published
+/// port is reachable; ufw's reload, retire and
 /// restore leave Docker's rules exactly as they were.
 #[test]
 fn ufw_with_docker_a_forwarded_opening_is_a_marked_route_rule_and_docker_keeps_its_rules() {
@@ -299,10 +383,12 @@ fn ufw_with_docker_a_forwarded_opening_is_a_marked_route_rule_and_docker_keeps_i
         Probe::Reached,
         "published, after",
     );
+    // The route rule names where Docker's DNAT sends the port: the container's address.
+    let addr = super::ufw_docker::container_v4(&docker, "web");
     let added = ufw.cmd(&["show", "added"]).unwrap().stdout;
     assert!(
         added.lines().any(|l| l.starts_with(&format!(
-            "ufw route allow {PUBLISHED}/tcp comment 'mesh-host:web/pub#"
+            "ufw route allow to {addr} port {PUBLISHED} proto tcp comment 'mesh-host:web/pub#"
         ))),
         "{added}"
     );

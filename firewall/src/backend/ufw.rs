@@ -1,8 +1,13 @@
 //! ufw: openings written with ufw's own commands, each rule carrying the mesh's mark as its
 //! comment (`ufw allow … comment 'mesh-host:<id>#<fingerprint>'`); incoming with `ufw allow`,
-//! forwarded with `ufw route allow`. ufw keeps its rules in its own files and orders them itself,
-//! so the engine hands it every opening at once. Only rules whose comment is a full mark are ever
-//! deleted, each with `ufw delete` of the rule exactly as `ufw show added` prints it.
+//! forwarded with `ufw route allow` to where the container runtime's DNAT sends the published
+//! port (ufw's route rules stand after the translation), so a forwarded opening waits for a
+//! runtime to publish its port and follows its container to a new address. ufw keeps its rules
+//! in its own files and orders them itself, so the engine hands it every opening at once. Rules
+//! are compared by what they match ([`rule::key`]); none is added where ufw holds another rule
+//! for the same traffic, because ufw would replace that rule with the mesh's. Only rules whose
+//! comment is a full mark are ever deleted, each with `ufw delete` of the rule exactly as `ufw
+//! show added` prints it.
 //!
 //! Retired with what ufw's unit runs to stop it (`ufw-init stop`: ufw's chains removed, the
 //! built-in chains' policies back to accept, other programs' chains left), so `/etc/ufw` stays
@@ -15,53 +20,20 @@ use crate::engine::{Converged, Presence, Scope, State};
 use crate::error::{Error, Result};
 use crate::netlink::Hook;
 use crate::opening::{From, Opening, Path};
+use crate::published::{self, Target};
 use crate::retire::{Retired, Saved};
 use crate::rules::{self, Site};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path as FsPath;
 
+mod rule;
+
+use rule::{commands, key, split_quoted, Key};
+
 pub struct Ufw;
 
 /// Where ufw's init script lives (Debian and Ubuntu; some systems keep it under /usr/lib).
 const UFW_INIT: &[&str] = &["/lib/ufw/ufw-init", "/usr/lib/ufw/ufw-init"];
-
-/// The argv (after `ufw`) of each rule an opening needs, every one ending in its mark.
-fn commands(o: &Opening) -> Vec<Vec<String>> {
-    let mark = rules::mark(o);
-    let mut head: Vec<String> = match o.path {
-        Path::Incoming => vec!["allow".into()],
-        Path::Forwarded => vec!["route".into(), "allow".into()],
-    };
-    if let From::Interface(i) = &o.from {
-        head.extend(["in".into(), "on".into(), i.clone()]);
-    }
-    let sources: Vec<String> = match &o.from {
-        From::Networks(nets) => nets.iter().map(|n| n.to_string()).collect(),
-        _ => vec!["any".into()],
-    };
-    sources
-        .into_iter()
-        .map(|src| {
-            let mut argv = head.clone();
-            argv.extend(
-                [
-                    "proto",
-                    o.proto.as_str(),
-                    "from",
-                    &src,
-                    "to",
-                    "any",
-                    "port",
-                    &o.port.to_string(),
-                    "comment",
-                    &mark,
-                ]
-                .map(String::from),
-            );
-            argv
-        })
-        .collect()
-}
 
 /// The rules ufw lists as added (`ufw show added`), each as the argv after `ufw` that deletes
 /// it, with its mark when its comment is a full mark.
@@ -86,34 +58,80 @@ fn added(cx: &Cx<'_>) -> Result<Vec<(Vec<String>, Option<String>)>> {
         .collect())
 }
 
-/// Splits a line as ufw prints it: words, with a comment in single quotes kept whole.
-fn split_quoted(line: &str) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut word = String::new();
-    let mut quoted = false;
-    let mut any = false;
-    for c in line.chars() {
-        match c {
-            '\'' => {
-                quoted = !quoted;
-                any = true;
+/// The rules one opening needs, by what they match.
+struct Wanted<'a> {
+    opening: &'a Opening,
+    /// Where the runtime's DNAT sends a forwarded opening's port.
+    to: Vec<Target>,
+    argv: Vec<Vec<String>>,
+    keys: BTreeSet<Key>,
+}
+
+impl Wanted<'_> {
+    /// How the opening stands, given the rules ufw holds now: present when each of its rules
+    /// is there with its mark; refused when another rule for the same traffic (the operator's,
+    /// say) does something else with it; no rule needed when such rules already allow all of it.
+    fn state(&self, now: &[(Vec<String>, Option<String>)], mark: &str) -> State {
+        let o = self.opening;
+        if o.path == Path::Forwarded && self.to.is_empty() {
+            return State::Unwritable(format!(
+                "no DNAT rule translates {} port {}: no container runtime publishes it yet, and ufw's route rules name the container it leads to (the next check writes it)",
+                o.proto.as_str(),
+                o.port
+            ));
+        }
+        if self.argv.is_empty() {
+            return State::NotNeeded(format!(
+                "its sources have no address of the family of {}, where the runtime's DNAT sends it",
+                self.to
+                    .iter()
+                    .map(Target::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+        }
+        if self.keys.len() != self.argv.len() {
+            return State::Missing;
+        }
+        let held: BTreeSet<Key> = now
+            .iter()
+            .filter(|(_, m)| m.as_deref() == Some(mark))
+            .filter_map(|(argv, _)| key(argv))
+            .collect();
+        let mut ours = 0;
+        let mut theirs = Vec::new();
+        for k in &self.keys {
+            if held.contains(k) {
+                ours += 1;
+                continue;
             }
-            ' ' if !quoted => {
-                if any {
-                    out.push(std::mem::take(&mut word));
-                    any = false;
+            match other_rule(now, mark, k) {
+                Some((argv, other)) if !other.allows() => {
+                    return State::Refused(format!("ufw {}", argv.join(" ")))
                 }
-            }
-            c => {
-                word.push(c);
-                any = true;
+                Some((argv, _)) => theirs.push(format!("ufw {}", argv.join(" "))),
+                None => return State::Missing,
             }
         }
+        if ours == 0 {
+            State::NotNeeded(format!("{} already admits it", theirs.join("; ")))
+        } else {
+            State::Present
+        }
     }
-    if any {
-        out.push(word);
-    }
-    out
+}
+
+/// A rule ufw holds that matches the same traffic as `k` and is not the opening's own (marked
+/// `mark`, or an older version's mark for the same id, which a writing convergence deletes).
+fn other_rule<'n>(
+    now: &'n [(Vec<String>, Option<String>)],
+    mark: &str,
+    k: &Key,
+) -> Option<(&'n Vec<String>, Key)> {
+    let id = rules::id_of(mark);
+    now.iter()
+        .filter(|(_, m)| m.as_deref().and_then(rules::id_of) != id || id.is_none())
+        .find_map(|(argv, _)| key(argv).filter(|o| o.same_traffic(k)).map(|o| (argv, o)))
 }
 
 fn ufw_init(cx: &Cx<'_>) -> Result<String> {
@@ -151,8 +169,13 @@ impl Driver for Ufw {
         })
     }
 
+    /// One rule per source (for a forwarded opening, per source and destination: how many
+    /// destinations the runtime's DNAT has is known only when converging as a whole).
     fn rules_for(&self, o: &Opening, _site: Site) -> usize {
-        commands(o).len()
+        match &o.from {
+            From::Networks(nets) => nets.len(),
+            _ => 1,
+        }
     }
 
     fn whole(&self) -> bool {
@@ -195,22 +218,52 @@ impl Driver for Ufw {
             .iter()
             .filter(|o| layers.iter().any(|l| l.can_drop && l.crossed_by(o)))
             .collect();
-        let wanted: BTreeMap<String, &Opening> =
-            needed.iter().map(|o| (rules::mark(o), *o)).collect();
+        // Each needed opening's rules, by its mark; a forwarded one's name the destinations the
+        // runtime's DNAT sends its port to now, so a recreated container's new address replaces
+        // the old one.
+        let wanted: BTreeMap<String, Wanted<'_>> = needed
+            .iter()
+            .map(|o| {
+                let to = match o.path {
+                    Path::Incoming => Vec::new(),
+                    Path::Forwarded => {
+                        published::targets(cx.ruleset, cx.legacy_saves, o.proto, o.port)
+                    }
+                };
+                let argv = commands(o, &to);
+                let keys = argv.iter().filter_map(|a| key(a)).collect();
+                (
+                    rules::mark(o),
+                    Wanted {
+                        opening: o,
+                        to,
+                        argv,
+                        keys,
+                    },
+                )
+            })
+            .collect();
         let given: BTreeSet<&str> = openings.iter().map(|o| o.id.as_str()).collect();
         let mut now = added(cx)?;
-        let count = |now: &[(Vec<String>, Option<String>)], mark: &str| {
+        // What the marked rules of `mark` match now.
+        let holds = |now: &[(Vec<String>, Option<String>)], mark: &str| -> BTreeSet<Key> {
             now.iter()
                 .filter(|(_, m)| m.as_deref() == Some(mark))
-                .count()
+                .filter_map(|(argv, _)| key(argv))
+                .collect()
         };
         if write {
-            // Marked rules of old versions, of miscounted openings, and (scope All) of openings
-            // not given go; unmarked rules are never touched.
+            // Marked rules of old versions, rules of a given opening it no longer needs (a
+            // destination the runtime no longer sends its port to, a repeat), and (scope All)
+            // rules of openings not given go; unmarked rules are never touched.
+            let mut kept: BTreeSet<(String, Key)> = BTreeSet::new();
             for (argv, mark) in &now {
                 let Some(mark) = mark else { continue };
                 let remove = match wanted.get(mark) {
-                    Some(o) => count(&now, mark) != commands(o).len(),
+                    Some(w) => match key(argv) {
+                        Some(k) if w.keys.contains(&k) => !kept.insert((mark.clone(), k)),
+                        _ => true,
+                    },
                     None => {
                         scope == Scope::All
                             || rules::id_of(mark).is_some_and(|id| given.contains(id))
@@ -233,15 +286,26 @@ impl Driver for Ufw {
                 }
             }
             now = added(cx)?;
-            for (mark, o) in &wanted {
-                let want = commands(o);
-                if count(&now, mark) == want.len() {
+            for (mark, w) in &wanted {
+                let held = holds(&now, mark);
+                // A rule someone else holds for the same traffic is never rewritten: ufw would
+                // replace it with the mesh's (its action and comment), so such a rule is left to
+                // decide (see [`Wanted::state`]).
+                let missing: Vec<&Vec<String>> = w
+                    .argv
+                    .iter()
+                    .filter(|a| match key(a) {
+                        Some(k) => !held.contains(&k) && other_rule(&now, mark, &k).is_none(),
+                        None => true,
+                    })
+                    .collect();
+                if missing.is_empty() {
                     continue;
                 }
-                for argv in want {
-                    cx.exec.run_ok("ufw", &argv, None)?;
+                for argv in missing {
+                    cx.exec.run_ok("ufw", argv, None)?;
                 }
-                done.added.push((o.id.clone(), "ufw".into()));
+                done.added.push((w.opening.id.clone(), "ufw".into()));
             }
             now = added(cx)?;
         }
@@ -261,8 +325,8 @@ impl Driver for Ufw {
                         l.describe(),
                         l.hook_name()
                     ))
-                } else if count(&now, &mark) == commands(o).len() {
-                    State::Present
+                } else if let Some(w) = wanted.get(&mark) {
+                    w.state(&now, &mark)
                 } else {
                     State::Missing
                 };
@@ -348,7 +412,7 @@ fn collect_files(dir: &FsPath, root: &FsPath, out: &mut Vec<String>) {
 mod tests {
     use super::*;
     use crate::exec::RecordingExec;
-    use crate::opening::{Network, Proto};
+    use crate::opening::Proto;
 
     fn opening(from: From, path: Path) -> Opening {
         Opening {
@@ -358,41 +422,6 @@ mod tests {
             from,
             path,
         }
-    }
-
-    /// ufw's own commands: `allow` incoming, `route allow` forwarded, `in on` for an
-    /// interface, one per source network, each with the mark as its comment.
-    #[test]
-    fn commands_in_ufw_terms() {
-        let o = opening(From::Anywhere, Path::Incoming);
-        let mark = rules::mark(&o);
-        assert_eq!(
-            commands(&o),
-            [[
-                "allow", "proto", "tcp", "from", "any", "to", "any", "port", "9000", "comment",
-                &mark
-            ]
-            .map(String::from)
-            .to_vec()]
-        );
-        let f = opening(From::Interface("wg0".into()), Path::Forwarded);
-        assert_eq!(&commands(&f)[0][..5], ["route", "allow", "in", "on", "wg0"]);
-        let n = opening(
-            From::Networks(vec![
-                Network {
-                    addr: "10.0.0.0".parse().unwrap(),
-                    len: 8,
-                },
-                Network {
-                    addr: "fd00::".parse().unwrap(),
-                    len: 8,
-                },
-            ]),
-            Path::Incoming,
-        );
-        let c = commands(&n);
-        assert_eq!(c.len(), 2);
-        assert_eq!(c[1][4], "fd00::/8");
     }
 
     /// `ufw show added` is read back into delete argv, a full mark recognised and an
@@ -507,7 +536,7 @@ mod tests {
                 "mesh-host:web#00000000"
             ]
         );
-        assert_eq!(calls[4], commands(&o)[0]);
+        assert_eq!(calls[4], commands(&o, &[])[0]);
         assert_eq!(calls.len(), 6, "{calls:?}");
         assert!(calls
             .iter()
@@ -519,5 +548,171 @@ mod tests {
         assert_eq!(done.states["web"][0].state, State::Present);
         assert_eq!(done.removed.len(), 1);
         assert_eq!(done.added, [("web".to_string(), "ufw".to_string())]);
+    }
+
+    fn forward_layer() -> Layer {
+        Layer {
+            backend: Backend::Ufw,
+            hook: Hook::Forward,
+            family: crate::netlink::Family::Ipv4,
+            table: "filter".into(),
+            chain: "FORWARD".into(),
+            priority: 0,
+            policy: crate::netlink::Policy::Drop,
+            rules: 3,
+            can_drop: true,
+            evidence: "ufw chains".into(),
+            device: None,
+            unwritable: None,
+        }
+    }
+
+    /// Runs a writing convergence of `o` through a forward layer with `nat` as iptables-legacy's
+    /// saved nat table (where the runtime's DNAT is read from), returning it and the argv run.
+    fn converge_forwarded(
+        o: &Opening,
+        nat: &str,
+        answers: &[&str],
+    ) -> (Converged, Vec<Vec<String>>) {
+        let exec = RecordingExec {
+            programs: vec!["ufw".into()],
+            ..RecordingExec::default()
+        };
+        for a in answers {
+            answer(&exec, a);
+        }
+        let ruleset = crate::netlink::Ruleset::default();
+        let mut saves = BTreeMap::new();
+        saves.insert(
+            (crate::netlink::Family::Ipv4, "nat".to_string()),
+            nat.to_string(),
+        );
+        let mut batch = crate::netlink::Batch::new();
+        let mut cx = Cx {
+            ruleset: &ruleset,
+            legacy_saves: &saves,
+            batch: &mut batch,
+            exec: &exec,
+        };
+        let done = Ufw
+            .converge_whole(
+                &[forward_layer()],
+                std::slice::from_ref(o),
+                Scope::Given,
+                true,
+                &mut cx,
+            )
+            .unwrap();
+        let calls = exec
+            .calls
+            .borrow()
+            .iter()
+            .map(|(_, a, _)| a.clone())
+            .collect();
+        (done, calls)
+    }
+
+    /// A forwarded opening whose container was recreated with another address: the marked rule
+    /// to the old address goes, a rule to the address the DNAT now names comes, and an
+    /// operator's route rule to the old address stays.
+    #[test]
+    fn a_forwarded_opening_follows_the_dnat_to_its_new_destination() {
+        let mut o = opening(From::Anywhere, Path::Forwarded);
+        o.port = 8084;
+        let mark = rules::mark(&o);
+        let nat = "*nat\n-A DOCKER ! -i docker0 -p tcp -m tcp --dport 8084 -j DNAT --to-destination 172.17.0.3:80\nCOMMIT\n";
+        let operator = "ufw route allow to 172.17.0.2 port 80 proto tcp\n";
+        let old = format!("ufw route allow to 172.17.0.2 port 80 proto tcp comment '{mark}'\n");
+        let new = format!("ufw route allow to 172.17.0.3 port 80 proto tcp comment '{mark}'\n");
+        let (done, calls) = converge_forwarded(
+            &o,
+            nat,
+            &[
+                "Status: active\n",
+                &format!("{operator}{old}"),
+                "",
+                operator,
+                "",
+                &format!("{operator}{new}"),
+            ],
+        );
+        assert_eq!(
+            calls[2],
+            split_quoted(&format!(
+                "route delete allow to 172.17.0.2 port 80 proto tcp comment '{mark}'"
+            ))
+        );
+        assert_eq!(
+            calls[4],
+            split_quoted(&format!(
+                "route allow proto tcp from any to 172.17.0.3 port 80 comment '{mark}'"
+            ))
+        );
+        assert_eq!(calls.len(), 6, "{calls:?}");
+        assert_eq!(done.states["web"][0].state, State::Present);
+        assert_eq!(done.removed, [(mark.clone(), "ufw".to_string())]);
+
+        // Converged again with nothing changed: nothing is written.
+        let (done, calls) = converge_forwarded(
+            &o,
+            nat,
+            &[
+                "Status: active\n",
+                &format!("{operator}{new}"),
+                &format!("{operator}{new}"),
+                &format!("{operator}{new}"),
+            ],
+        );
+        assert_eq!(calls.len(), 4, "only reads: {calls:?}");
+        assert!(done.added.is_empty() && done.removed.is_empty());
+        assert_eq!(done.states["web"][0].state, State::Present);
+    }
+
+    /// No DNAT translates the port yet: nothing is written, and the state says why.
+    #[test]
+    fn a_forwarded_opening_nothing_publishes_writes_nothing() {
+        let mut o = opening(From::Anywhere, Path::Forwarded);
+        o.port = 8084;
+        let (done, calls) =
+            converge_forwarded(&o, "*nat\nCOMMIT\n", &["Status: active\n", "", "", ""]);
+        assert_eq!(calls.len(), 4, "only reads: {calls:?}");
+        assert!(done.added.is_empty());
+        match &done.states["web"][0].state {
+            State::Unwritable(why) => {
+                assert!(
+                    why.contains("no DNAT rule translates tcp port 8084"),
+                    "{why}"
+                )
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// ufw replaces a rule that differs from an added one only in action or comment: where the
+    /// operator holds a rule for the same traffic nothing is written, and the state says whose
+    /// rule decides (a deny refuses the opening, an allow already admits it).
+    #[test]
+    fn an_operators_rule_for_the_same_traffic_is_never_rewritten() {
+        let mut o = opening(From::Anywhere, Path::Forwarded);
+        o.port = 8084;
+        let nat = "-A DOCKER -p tcp -m tcp --dport 8084 -j DNAT --to-destination 172.17.0.3:80\n";
+        for (rule, refused) in [
+            ("ufw route deny to 172.17.0.3 port 80 proto tcp\n", true),
+            (
+                "ufw route allow to 172.17.0.3 port 80 proto tcp comment 'mine'\n",
+                false,
+            ),
+        ] {
+            let (done, calls) =
+                converge_forwarded(&o, nat, &["Status: active\n", rule, rule, rule]);
+            assert_eq!(calls.len(), 4, "only reads: {calls:?}");
+            match &done.states["web"][0].state {
+                State::Refused(r) if refused => assert!(r.starts_with("ufw route deny"), "{r}"),
+                State::NotNeeded(why) if !refused => {
+                    assert!(why.contains("comment mine already admits it"), "{why}")
+                }
+                other => panic!("{rule}: {other:?}"),
+            }
+        }
     }
 }

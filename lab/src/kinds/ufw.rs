@@ -175,7 +175,9 @@ fn mesh_rules(text: &str) -> Vec<Vec<String>> {
 }
 
 /// A rule's words as a sorted list, the protocol match iptables-save adds (`-m tcp` after `-p
-/// tcp`) left out, so a rule as ufw writes it and as the kernel lists it compare equal.
+/// tcp`) left out and a host address given its full prefix as iptables-save prints it (ufw writes
+/// `-d 172.17.0.2`, the kernel lists `-d 172.17.0.2/32`), so a rule as ufw writes it and as the
+/// kernel lists it compare equal.
 fn canonical(rule: &str) -> Vec<String> {
     let words: Vec<&str> = rule.split_whitespace().collect();
     let mut kept = Vec::new();
@@ -185,7 +187,11 @@ fn canonical(rule: &str) -> Vec<String> {
             i += 2;
             continue;
         }
-        kept.push(words[i].to_owned());
+        let address = i > 0 && matches!(words[i - 1], "-s" | "-d");
+        match words[i].parse::<std::net::IpAddr>() {
+            Ok(ip) if address => kept.push(format!("{ip}/{}", if ip.is_ipv4() { 32 } else { 128 })),
+            _ => kept.push(words[i].to_owned()),
+        }
         i += 1;
     }
     kept.sort();
@@ -229,6 +235,23 @@ mod tests {
         assert_ne!(
             mesh[0],
             canonical("-A ufw-user-input -p tcp -m tcp --dport 22 -j ACCEPT")
+        );
+    }
+
+    /// A route rule to a container as ufw writes it in its file and as the kernel lists it.
+    #[test]
+    fn a_host_address_compares_with_its_full_prefix() {
+        assert_eq!(
+            canonical("-A ufw-user-forward -p tcp -d 172.17.0.2 --dport 80 -j ACCEPT"),
+            canonical("-A ufw-user-forward -d 172.17.0.2/32 -p tcp -m tcp --dport 80 -j ACCEPT")
+        );
+        assert_eq!(
+            canonical("-A ufw6-user-forward -p tcp -d fd00:d0c::2 --dport 80 -j ACCEPT"),
+            canonical("-A ufw6-user-forward -d fd00:d0c::2/128 -p tcp -m tcp --dport 80 -j ACCEPT")
+        );
+        assert_ne!(
+            canonical("-A ufw-user-forward -p tcp -d 172.17.0.2 --dport 80 -j ACCEPT"),
+            canonical("-A ufw-user-forward -d 172.17.0.3/32 -p tcp -m tcp --dport 80 -j ACCEPT")
         );
     }
 }
