@@ -283,7 +283,8 @@ fn eventually_reached(net: &Adoption, port: u16, why: &str) {
 
 /// A Docker engine beside firewalld, sharing its bus as on a real machine: a published port is
 /// forwarded after Docker's DNAT, which firewalld (without StrictForwardPorts) accepts as a
-/// whole, so the forwarded opening needs no rule in firewalld and is reported so, naming why.
+/// whole, so the forwarded opening needs no rule in firewalld and is reported so, naming why;
+/// the published port is reached in both families.
 /// Docker's rules survive firewalld's reload (Docker puts them back), the retire (firewalld is
 /// ended without the cleanup that flushes every iptables table) and the return.
 #[test]
@@ -296,7 +297,10 @@ fn firewalld_with_docker_a_forwarded_opening_is_admitted_and_docker_keeps_its_ru
         .start_firewalld(&lab.dir().join("firewalld"))
         .expect("firewalld and dbus are installed; never skipped");
     let docker = fw
-        .start_docker(&lab.dir().join("docker"))
+        .start_docker_with(
+            &lab.dir().join("docker"),
+            &lab::EngineOptions::ipv6("fd00:d0c::/64"),
+        )
         .expect("a Docker engine in the node's namespace (docker.io, busybox-static)");
     docker
         .run_container(
@@ -306,9 +310,11 @@ fn firewalld_with_docker_a_forwarded_opening_is_admitted_and_docker_keeps_its_ru
         )
         .expect("a container publishing a port");
     let v4: [IpAddr; 1] = [NODE_PUBLIC_V4.into()];
+    // Published in both families: Docker's DNAT in ip and ip6 nat alike.
+    let both = node_public();
     expect(
         &net.peer,
-        &v4,
+        &both,
         PUBLISHED,
         Probe::Reached,
         "published, before",
@@ -319,7 +325,7 @@ fn firewalld_with_docker_a_forwarded_opening_is_admitted_and_docker_keeps_its_ru
     host.apply(&declaration(&[opening("web/pub", PUBLISHED, "forwarded")]));
     expect(
         &net.peer,
-        &v4,
+        &both,
         PUBLISHED,
         Probe::Reached,
         "published, after",
@@ -391,7 +397,7 @@ fn firewalld_with_docker_a_forwarded_opening_is_admitted_and_docker_keeps_its_ru
     );
     expect(
         &net.peer,
-        &v4,
+        &both,
         PUBLISHED,
         Probe::Reached,
         "published while retired",
@@ -410,7 +416,7 @@ fn firewalld_with_docker_a_forwarded_opening_is_admitted_and_docker_keeps_its_ru
     host.apply(&declaration(&[]));
     expect(
         &net.peer,
-        &v4,
+        &both,
         PUBLISHED,
         Probe::Reached,
         "Docker's own rules still admit it",
