@@ -96,17 +96,7 @@ fn firewalld_strict_forward_ports_admit_a_published_port_by_a_forward_port_in_th
         .expect("firewalld 2.3 starts on a private bus");
     let version = fw.cmd(&["--version"]).unwrap().stdout;
     assert!(version.trim().starts_with("2.3"), "firewalld {version}");
-    let strict = run_ok(
-        node,
-        &[
-            "nft",
-            "list",
-            "chain",
-            "inet",
-            "firewalld",
-            "filter_FORWARD_dnat",
-        ],
-    );
+    let strict = strict_chain(node);
     assert!(
         strict.contains("reject with icmpx admin-prohibited"),
         "{strict}"
@@ -151,17 +141,7 @@ fn firewalld_strict_forward_ports_admit_a_published_port_by_a_forward_port_in_th
     assert_eq!(forward_layer(&status, "web/pub").0, "present", "{status:#}");
     let layers = presence(&status, "web/pub");
     assert!(layers.iter().all(|p| p.ends_with("=present")), "{status:#}");
-    let strict = run_ok(
-        node,
-        &[
-            "nft",
-            "list",
-            "chain",
-            "inet",
-            "firewalld",
-            "filter_FORWARD_dnat",
-        ],
-    );
+    let strict = strict_chain(node);
     // Debian 12's nft prints the port in hex (its ct proto-dst has no type).
     assert!(
         strict.contains(&format!("ct original proto-dst {PUBLISHED} accept"))
@@ -471,4 +451,19 @@ fn firewalld_strict_a_port_published_in_both_families_gets_a_forward_port_in_eac
         PUBLISHED,
         "refused again in both families",
     );
+}
+
+/// firewalld's strict chain for DNATed connections, as nft lists it.
+fn strict_chain(node: &Machine) -> String {
+    run_ok(
+        node,
+        &[
+            "nft",
+            "list",
+            "chain",
+            "inet",
+            "firewalld",
+            "filter_FORWARD_dnat",
+        ],
+    )
 }

@@ -471,61 +471,20 @@ mod tests {
     fn converges_removing_only_what_it_marked() {
         let o = opening(From::Anywhere, Path::Incoming);
         let mark = rules::mark(&o);
-        let exec = RecordingExec {
-            programs: vec!["ufw".into()],
-            ..RecordingExec::default()
-        };
-        answer(&exec, "Status: active\n");
         let operator = "ufw allow 22/tcp\nufw allow 8000/tcp comment 'mesh-host: keep'\nufw allow 7000/tcp comment 'mesh-host:other#12345678'\n";
-        answer(
-            &exec,
-            &format!("{operator}ufw allow 9000/tcp comment 'mesh-host:web#00000000'\n"),
+        let (done, calls) = converge(
+            &o,
+            layer(Hook::Input),
+            "",
+            &[
+                "Status: active\n",
+                &format!("{operator}ufw allow 9000/tcp comment 'mesh-host:web#00000000'\n"),
+                "",
+                operator,
+                "",
+                &format!("{operator}ufw allow 9000/tcp comment '{mark}'\n"),
+            ],
         );
-        answer(&exec, "");
-        answer(&exec, operator);
-        answer(&exec, "");
-        answer(
-            &exec,
-            &format!("{operator}ufw allow 9000/tcp comment '{mark}'\n"),
-        );
-        let layer = Layer {
-            backend: Backend::Ufw,
-            hook: Hook::Input,
-            family: crate::netlink::Family::Ipv4,
-            table: "filter".into(),
-            chain: "INPUT".into(),
-            priority: 0,
-            policy: crate::netlink::Policy::Drop,
-            rules: 3,
-            can_drop: true,
-            evidence: "ufw chains".into(),
-            device: None,
-            unwritable: None,
-        };
-        let ruleset = crate::netlink::Ruleset::default();
-        let saves = BTreeMap::new();
-        let mut batch = crate::netlink::Batch::new();
-        let mut cx = Cx {
-            ruleset: &ruleset,
-            legacy_saves: &saves,
-            batch: &mut batch,
-            exec: &exec,
-        };
-        let done = Ufw
-            .converge_whole(
-                &[layer],
-                std::slice::from_ref(&o),
-                Scope::Given,
-                true,
-                &mut cx,
-            )
-            .unwrap();
-        let calls: Vec<Vec<String>> = exec
-            .calls
-            .borrow()
-            .iter()
-            .map(|(_, a, _)| a.clone())
-            .collect();
         assert_eq!(
             calls[2],
             [
@@ -550,13 +509,19 @@ mod tests {
         assert_eq!(done.added, [("web".to_string(), "ufw".to_string())]);
     }
 
-    fn forward_layer() -> Layer {
+    /// One of ufw's layers, on `hook`, that can drop.
+    fn layer(hook: Hook) -> Layer {
         Layer {
             backend: Backend::Ufw,
-            hook: Hook::Forward,
+            hook,
             family: crate::netlink::Family::Ipv4,
             table: "filter".into(),
-            chain: "FORWARD".into(),
+            chain: if hook == Hook::Input {
+                "INPUT"
+            } else {
+                "FORWARD"
+            }
+            .into(),
             priority: 0,
             policy: crate::netlink::Policy::Drop,
             rules: 3,
@@ -567,10 +532,12 @@ mod tests {
         }
     }
 
-    /// Runs a writing convergence of `o` through a forward layer with `nat` as iptables-legacy's
-    /// saved nat table (where the runtime's DNAT is read from), returning it and the argv run.
-    fn converge_forwarded(
+    /// Runs a writing convergence of `o` through `layer` with `nat` as iptables-legacy's saved
+    /// nat table (where the runtime's DNAT is read from) and `answers` as ufw's outputs in
+    /// turn, returning it and the argv run.
+    fn converge(
         o: &Opening,
+        layer: Layer,
         nat: &str,
         answers: &[&str],
     ) -> (Converged, Vec<Vec<String>>) {
@@ -596,7 +563,7 @@ mod tests {
         };
         let done = Ufw
             .converge_whole(
-                &[forward_layer()],
+                &[layer],
                 std::slice::from_ref(o),
                 Scope::Given,
                 true,
@@ -624,8 +591,9 @@ mod tests {
         let operator = "ufw route allow to 172.17.0.2 port 80 proto tcp\n";
         let old = format!("ufw route allow to 172.17.0.2 port 80 proto tcp comment '{mark}'\n");
         let new = format!("ufw route allow to 172.17.0.3 port 80 proto tcp comment '{mark}'\n");
-        let (done, calls) = converge_forwarded(
+        let (done, calls) = converge(
             &o,
+            layer(Hook::Forward),
             nat,
             &[
                 "Status: active\n",
@@ -653,8 +621,9 @@ mod tests {
         assert_eq!(done.removed, [(mark.clone(), "ufw".to_string())]);
 
         // Converged again with nothing changed: nothing is written.
-        let (done, calls) = converge_forwarded(
+        let (done, calls) = converge(
             &o,
+            layer(Hook::Forward),
             nat,
             &[
                 "Status: active\n",
@@ -673,8 +642,12 @@ mod tests {
     fn a_forwarded_opening_nothing_publishes_writes_nothing() {
         let mut o = opening(From::Anywhere, Path::Forwarded);
         o.port = 8084;
-        let (done, calls) =
-            converge_forwarded(&o, "*nat\nCOMMIT\n", &["Status: active\n", "", "", ""]);
+        let (done, calls) = converge(
+            &o,
+            layer(Hook::Forward),
+            "*nat\nCOMMIT\n",
+            &["Status: active\n", "", "", ""],
+        );
         assert_eq!(calls.len(), 4, "only reads: {calls:?}");
         assert!(done.added.is_empty());
         match &done.states["web"][0].state {
@@ -703,8 +676,12 @@ mod tests {
                 false,
             ),
         ] {
-            let (done, calls) =
-                converge_forwarded(&o, nat, &["Status: active\n", rule, rule, rule]);
+            let (done, calls) = converge(
+                &o,
+                layer(Hook::Forward),
+                nat,
+                &["Status: active\n", rule, rule, rule],
+            );
             assert_eq!(calls.len(), 4, "only reads: {calls:?}");
             match &done.states["web"][0].state {
                 State::Refused(r) if refused => assert!(r.starts_with("ufw route deny"), "{r}"),
