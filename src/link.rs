@@ -18,7 +18,7 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::{mpsc, Arc};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, UNIX_EPOCH};
 
 /// The longest one attempt to reach one broker address may take before it is given up.
 pub const ATTEMPT_DEADLINE: Duration = Duration::from_secs(30);
@@ -51,13 +51,6 @@ pub fn link_file(root: &Path) -> PathBuf {
 /// `<store>/node.key`: the node's Ed25519 seed, base64, mode 0600.
 pub fn key_file(root: &Path) -> PathBuf {
     store::store_dir(root).join("node.key")
-}
-
-fn unix_now() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0)
 }
 
 /// Writes `bytes` to `path` created 0600, through a temporary file renamed into place, so a
@@ -185,9 +178,9 @@ pub fn enrol(host: &Host<'_>, text: &str) -> Result<ExitCode> {
             password: identity.password.clone(),
         },
         token: token.id.clone(),
-        enrolled_at: unix_now(),
+        enrolled_at: link::now_secs(),
         last_version,
-        last_contact: Some(unix_now()),
+        last_contact: Some(link::now_secs()),
     };
     save(host.root, &linked)?;
     println!(
@@ -329,7 +322,7 @@ impl Resident {
                 link::Event::Linked { addr, unlinked_for } => {
                     tracing::info!(broker = %addr, unlinked_s = ?unlinked_for.map(|d| d.as_secs()), "linked to the mesh");
                     heard.reconnected = true;
-                    self.contact(host.root, unix_now());
+                    self.contact(host.root, link::now_secs());
                 }
                 link::Event::Contact(t) => {
                     self.contact(
@@ -422,6 +415,7 @@ impl Resident {
 mod tests {
     use super::*;
     use std::os::unix::fs::PermissionsExt;
+    use std::time::SystemTime;
 
     #[test]
     fn private_files_are_0600_and_replaced_whole() {
