@@ -12,9 +12,7 @@ use anyhow::{Context, Result};
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine as _;
 use serde::{Deserialize, Serialize};
-use std::io::Write as _;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::{mpsc, Arc};
@@ -54,25 +52,18 @@ pub fn key_file(root: &Path) -> PathBuf {
 }
 
 /// Writes `bytes` to `path` created 0600, through a temporary file renamed into place, so a
-/// crash leaves the old file or the new one, never half of one.
+/// crash leaves the old file or the new one, never half of one. The temporary file is the
+/// store's own kind ([`store::write_synced`]: fresh, 0600, never through a planted link), and
+/// the directory is synced so the rename survives a power cut.
 fn write_private(path: &Path, bytes: &[u8]) -> Result<()> {
     let dir = path.parent().context("a private file has a directory")?;
     let tmp = dir.join(format!(
         ".{}.tmp",
         path.file_name().unwrap_or_default().to_string_lossy()
     ));
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(&tmp)
-        .with_context(|| format!("writing {}", tmp.display()))?;
-    f.write_all(bytes)
-        .and_then(|_| f.sync_all())
-        .with_context(|| format!("writing {}", tmp.display()))?;
+    store::write_synced(&tmp, bytes).with_context(|| format!("writing {}", tmp.display()))?;
     std::fs::rename(&tmp, path).with_context(|| format!("renaming into {}", path.display()))?;
-    Ok(())
+    store::sync_dir(dir).with_context(|| format!("syncing {}", dir.display()))
 }
 
 /// Reads the enrolment, if this node is enrolled.
