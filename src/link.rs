@@ -12,7 +12,7 @@ use anyhow::{Context, Result};
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine as _;
 use serde::{Deserialize, Serialize};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::{mpsc, Arc};
@@ -205,11 +205,7 @@ impl link::Sink for Wake {
         if let Ok(tx) = self.tx.lock() {
             let _ = tx.send(event);
         }
-        let one: u64 = 1;
-        // SAFETY: writing 8 bytes from a u64 to an eventfd this struct owns.
-        unsafe {
-            libc::write(self.fd.as_raw_fd(), (&one as *const u64).cast(), 8);
-        }
+        crate::resident::poke(&self.fd);
     }
 }
 
@@ -243,16 +239,11 @@ impl Resident {
         let key = load_key(root)?;
         let controller = link::controller_key(&state.controller)
             .map_err(|e| anyhow::anyhow!("{}: controller: {e}", link_file(root).display()))?;
-        // SAFETY: eventfd(2) with flags only; the fd is owned at once.
-        let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
-        if fd < 0 {
-            anyhow::bail!("opening an eventfd: {}", std::io::Error::last_os_error());
-        }
+        let fd = crate::resident::eventfd().context("opening an eventfd")?;
         let (tx, rx) = mpsc::channel();
         let wake = Arc::new(Wake {
             tx: std::sync::Mutex::new(tx),
-            // SAFETY: fd was just returned by eventfd and is owned by nothing else.
-            fd: unsafe { OwnedFd::from_raw_fd(fd) },
+            fd,
         });
         let config = link::Config {
             node: state.node.clone(),
@@ -302,11 +293,8 @@ impl Resident {
     /// Handles every queued event: applies verified declarations with source `link`, reports
     /// them, keeps the version and the last contact.
     pub fn handle_events(&mut self, host: &Host<'_>) -> Heard {
-        let mut n = [0u8; 8];
-        // SAFETY: reading the eventfd's 8-byte counter into a buffer of that size.
-        unsafe {
-            libc::read(self.wake.fd.as_raw_fd(), n.as_mut_ptr().cast(), 8);
-        }
+        // The wake-up is spent; the events are what the queue holds, read below.
+        crate::resident::drain_eventfd(&self.wake.fd);
         let mut heard = Heard::default();
         while let Ok(event) = self.events.try_recv() {
             match event {
@@ -432,14 +420,11 @@ mod tests {
 
     #[test]
     fn the_sink_queues_the_event_and_wakes_the_poll_loop() {
-        // SAFETY: eventfd(2) with flags only; owned at once.
-        let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
-        assert!(fd >= 0);
+        let fd = crate::resident::eventfd().expect("an eventfd");
         let (tx, rx) = mpsc::channel();
         let wake = Wake {
             tx: std::sync::Mutex::new(tx),
-            // SAFETY: fd was just returned by eventfd.
-            fd: unsafe { OwnedFd::from_raw_fd(fd) },
+            fd,
         };
         link::Sink::event(&wake, link::Event::Contact(SystemTime::now()));
         let mut pfd = libc::pollfd {

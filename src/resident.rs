@@ -418,22 +418,15 @@ pub fn run(host: &Host<'_>, opts: &Options) -> Result<ExitCode> {
 /// An eventfd written by a thread that listens for firewalld's `Reloaded` signal; `None` when
 /// neither can be made (the host then hears firewalld's reload through nf_tables alone).
 fn firewalld_reloads() -> Option<OwnedFd> {
-    // SAFETY: eventfd returns a new descriptor or -1.
-    let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
-    if fd < 0 {
-        tracing::warn!(error = %std::io::Error::last_os_error(), "cannot make an eventfd; firewalld's reloads are heard through nf_tables only");
-        return None;
-    }
-    // SAFETY: fd was just returned by eventfd and is owned here alone.
-    let owned = unsafe { OwnedFd::from_raw_fd(fd) };
-    let writer = owned.try_clone().ok()?;
-    let listening = firewall::backend::firewalld_reloads(move || {
-        let one: u64 = 1;
-        // SAFETY: writing 8 bytes from a u64 to an eventfd this closure owns.
-        unsafe {
-            libc::write(writer.as_raw_fd(), (&one as *const u64).cast(), 8);
+    let owned = match eventfd() {
+        Ok(fd) => fd,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot make an eventfd; firewalld's reloads are heard through nf_tables only");
+            return None;
         }
-    });
+    };
+    let writer = owned.try_clone().ok()?;
+    let listening = firewall::backend::firewalld_reloads(move || poke(&writer));
     match listening {
         Ok(_) => Some(owned),
         Err(e) => {
@@ -443,8 +436,29 @@ fn firewalld_reloads() -> Option<OwnedFd> {
     }
 }
 
+/// A new non-blocking eventfd: how a thread of the resident host (firewalld's reloads, the
+/// link) wakes the poll loop.
+pub(crate) fn eventfd() -> std::io::Result<OwnedFd> {
+    // SAFETY: eventfd returns a new descriptor or -1.
+    let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: fd was just returned by eventfd and is owned here alone.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Wakes the poll loop watching the eventfd `fd`.
+pub(crate) fn poke(fd: &OwnedFd) {
+    let one: u64 = 1;
+    // SAFETY: writing 8 bytes from a u64 to an eventfd the caller owns.
+    unsafe {
+        libc::write(fd.as_raw_fd(), (&one as *const u64).cast(), 8);
+    }
+}
+
 /// Whether the eventfd was written since it was last read (and resets it).
-fn drain_eventfd(fd: &OwnedFd) -> bool {
+pub(crate) fn drain_eventfd(fd: &OwnedFd) -> bool {
     let mut count: u64 = 0;
     // SAFETY: reading 8 bytes into a u64 from a non-blocking eventfd.
     let n = unsafe { libc::read(fd.as_raw_fd(), (&mut count as *mut u64).cast(), 8) };
