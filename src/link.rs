@@ -276,10 +276,13 @@ impl Resident {
 
     /// Tells the link what the node now runs (the heartbeat's content) from the store.
     pub fn refresh_state(&self, root: &Path) {
-        let outcome = store::peek(root)
-            .ok()
-            .flatten()
-            .and_then(|s| s.briefing)
+        self.heartbeat_from(store::peek(root).ok().flatten().as_ref());
+    }
+
+    /// Sets the heartbeat's content from the store as already read.
+    fn heartbeat_from(&self, stored: Option<&store::State>) {
+        let outcome = stored
+            .and_then(|s| s.briefing.as_ref())
             .map(|b| serde_json::to_value(b.outcome()).unwrap_or_default());
         self.handle.set_state(
             serde_json::to_vec(&serde_json::json!({
@@ -385,7 +388,8 @@ impl Resident {
         });
         self.handle
             .report(serde_json::to_vec(&payload).expect("json"));
-        self.refresh_state(host.root);
+        // The heartbeat from the same reading of the store as the report.
+        self.heartbeat_from(state.as_ref());
         (restarts, memo)
     }
 }
