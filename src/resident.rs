@@ -160,15 +160,8 @@ pub fn run(host: &Host<'_>, opts: &Options) -> Result<ExitCode> {
     std::fs::write(&pid_path, format!("{}\n", std::process::id()))
         .with_context(|| format!("writing {}", pid_path.display()))?;
     // The link's thread starts after the signals are blocked, so it inherits the mask and every
-    // signal is read here. A node that cannot start its link runs disconnected: it still
-    // reconciles against its store.
-    let mut linked = match crate::link::Resident::start(host.root, opts.heartbeat) {
-        Ok(l) => l,
-        Err(e) => {
-            tracing::error!(error = %crate::cli::error_text(&e), "the link cannot start; running disconnected");
-            None
-        }
-    };
+    // signal is read here.
+    let mut linked = start_link(host.root, opts.heartbeat, "the link");
     let mut monitor = match firewall::NfMonitor::open() {
         Ok(m) => Some(m),
         Err(e) => {
@@ -275,13 +268,7 @@ pub fn run(host: &Host<'_>, opts: &Options) -> Result<ExitCode> {
             if let Some(l) = linked.take() {
                 l.handle.stop();
             }
-            linked = match crate::link::Resident::start(host.root, opts.heartbeat) {
-                Ok(l) => l,
-                Err(e) => {
-                    tracing::error!(error = %crate::cli::error_text(&e), "the new link cannot start; running disconnected");
-                    None
-                }
-            };
+            linked = start_link(host.root, opts.heartbeat, "the new link");
             tracing::info!("a new enrolment is stored; the link was started again with it");
         }
         if heard.rouse || heard.new_declaration {
@@ -413,6 +400,15 @@ pub fn run(host: &Host<'_>, opts: &Options) -> Result<ExitCode> {
         }
         wait(&fds, until.saturating_duration_since(Instant::now()));
     }
+}
+
+/// The link, if this node is enrolled. A node that cannot start its link runs disconnected: it
+/// still reconciles against its store. `which` names the link in the log.
+fn start_link(root: &Path, heartbeat: Duration, which: &str) -> Option<crate::link::Resident> {
+    crate::link::Resident::start(root, heartbeat).unwrap_or_else(|e| {
+        tracing::error!(error = %crate::cli::error_text(&e), "{which} cannot start; running disconnected");
+        None
+    })
 }
 
 /// An eventfd written by a thread that listens for firewalld's `Reloaded` signal; `None` when
