@@ -137,12 +137,7 @@ pub(super) fn flip(cx: &mut Cx<'_>) -> Result<(String, FilterSpec), String> {
     let Some(saved) = cx.store.state.flip.clone() else {
         return Err("no saved found firewall to flip from".into());
     };
-    let spec = filter_spec(
-        cx.runner,
-        cx.decl,
-        cx.store.state.settings.as_ref(),
-        &saved.ssh,
-    )?;
+    let spec = current_spec(cx)?;
     crate::failpoint::hit("flip", "saved");
     let fw = opening::firewall(&mut cx.fw, &cx.decl.node)?;
     let (done, guarded) = fw
