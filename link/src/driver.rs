@@ -12,9 +12,8 @@ use crate::session::{self, Broker, Credentials, Session};
 use ed25519_dalek::{SigningKey, VerifyingKey};
 use serde_json::json;
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime};
 use tokio::sync::{mpsc, oneshot, watch, Notify};
 
 /// Everything the link needs to run, handed over by the core from its store.
@@ -87,7 +86,6 @@ pub struct Handle {
     rouse: Arc<Notify>,
     stop: watch::Sender<bool>,
     state: Arc<std::sync::Mutex<Vec<u8>>>,
-    rouses: Arc<AtomicU64>,
 }
 
 impl Handle {
@@ -106,7 +104,6 @@ impl Handle {
     /// Ends the attempt or the connection under way (not the wait after a failure). Two rouses
     /// before the link looks are one.
     pub fn rouse(&self) {
-        self.rouses.fetch_add(1, Ordering::Relaxed);
         self.rouse.notify_one();
     }
 
@@ -134,7 +131,6 @@ pub fn link(
         rouse: Arc::new(Notify::new()),
         stop: stop_tx,
         state: Arc::new(std::sync::Mutex::new(b"{}".to_vec())),
-        rouses: Arc::new(AtomicU64::new(0)),
     };
     let run = Runner {
         config,
@@ -177,12 +173,6 @@ enum Ended {
     Stopped,
     Roused,
     Lost(String),
-}
-
-fn unix(t: SystemTime) -> u64 {
-    t.duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0)
 }
 
 impl Runner {
@@ -417,7 +407,7 @@ impl Runner {
             .unwrap_or(serde_json::Value::Null);
         let mut payload = json!({
             "node": self.config.node,
-            "at": unix(SystemTime::now()),
+            "at": crate::token::now_secs(),
             "seq": self.seq,
             "state": state,
         });
