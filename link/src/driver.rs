@@ -354,19 +354,14 @@ impl Runner {
                     "kind": refusal.kind(),
                     "reason": refusal.to_string(),
                 });
-                let sealed = envelope::seal(
-                    &self.config.node_key,
-                    &self.config.node,
-                    envelope::REFUSAL,
-                    &serde_json::to_vec(&payload).expect("json"),
-                );
                 self.sink.event(Event::Refused(refusal));
-                if let Err(e) = s
-                    .publish(
-                        names::REPORTS_EXCHANGE,
+                if let Err(e) = self
+                    .send_up(
+                        s,
+                        envelope::REFUSAL,
                         &names::refusal_key(&self.config.node),
                         "refusal",
-                        sealed,
+                        &serde_json::to_vec(&payload).expect("json"),
                     )
                     .await
                 {
@@ -377,20 +372,28 @@ impl Runner {
         s.ack(tag).await.map_err(|e| Ended::Lost(e.to_string()))
     }
 
-    async fn send_report(&self, s: &Session, payload: &[u8]) -> crate::Result<()> {
+    /// Seals `payload` as `payload_type` with the node's key and publishes it upward under `key`.
+    async fn send_up(
+        &self,
+        s: &Session,
+        payload_type: &str,
+        key: &str,
+        kind: &str,
+        payload: &[u8],
+    ) -> crate::Result<()> {
         let sealed = envelope::seal(
             &self.config.node_key,
             &self.config.node,
-            envelope::REPORT,
+            payload_type,
             payload,
         );
-        s.publish(
-            names::REPORTS_EXCHANGE,
-            &names::report_key(&self.config.node),
-            "report",
-            sealed,
-        )
-        .await
+        s.publish(names::REPORTS_EXCHANGE, key, kind, sealed).await
+    }
+
+    async fn send_report(&self, s: &Session, payload: &[u8]) -> crate::Result<()> {
+        let key = names::report_key(&self.config.node);
+        self.send_up(s, envelope::REPORT, &key, "report", payload)
+            .await
     }
 
     async fn heartbeat(
@@ -414,18 +417,9 @@ impl Runner {
         if self.seq == 1 || unlinked_for.is_some() {
             payload["unlinked_s"] = json!(unlinked_for.map(|d| d.as_secs()));
         }
-        let sealed = envelope::seal(
-            &self.config.node_key,
-            &self.config.node,
-            envelope::HEARTBEAT,
-            &serde_json::to_vec(&payload).expect("json"),
-        );
-        s.publish(
-            names::REPORTS_EXCHANGE,
-            &names::heartbeat_key(&self.config.node),
-            "heartbeat",
-            sealed,
-        )
-        .await
+        let key = names::heartbeat_key(&self.config.node);
+        let payload = serde_json::to_vec(&payload).expect("json");
+        self.send_up(s, envelope::HEARTBEAT, &key, "heartbeat", &payload)
+            .await
     }
 }
