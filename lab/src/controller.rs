@@ -398,7 +398,7 @@ impl Controller {
                     .queue_delete(QueueDeleteArguments::new(&q)),
             );
             got.push(req);
-            if !got.is_empty() && self.open_tokens.is_empty() {
+            if self.open_tokens.is_empty() {
                 break;
             }
         }
