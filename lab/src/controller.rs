@@ -89,6 +89,12 @@ pub fn password_hash(password: &str) -> String {
     STANDARD.encode(out)
 }
 
+/// The definition of broker user `name` with `password`, no tags.
+fn user_definition(name: &str, password: &str) -> Value {
+    json!({"name": name, "password_hash": password_hash(password),
+           "hashing_algorithm": "rabbit_password_hashing_sha256", "tags": []})
+}
+
 /// The definitions that make node `node`'s broker user with `password`: it may read its own
 /// queue and publish to the reports exchange under its own routing keys, nothing else.
 pub fn node_definitions(node: &str, password: &str, vhost: &str) -> (Value, Value, Value) {
@@ -100,8 +106,7 @@ pub fn node_definitions(node: &str, password: &str, vhost: &str) -> (Value, Valu
             .trim_end_matches('$')
     );
     (
-        json!({"name": user, "password_hash": password_hash(password),
-               "hashing_algorithm": "rabbit_password_hashing_sha256", "tags": []}),
+        user_definition(&user, password),
         json!({"user": user, "vhost": vhost, "configure": "^$",
                "write": names::exactly(names::REPORTS_EXCHANGE),
                "read": names::exactly(&names::node_queue(node))}),
@@ -302,8 +307,7 @@ impl Controller {
         let defs = json!({
             "users": [
                 u,
-                {"name": enrol_user, "password_hash": password_hash(&secret),
-                 "hashing_algorithm": "rabbit_password_hashing_sha256", "tags": []},
+                user_definition(&enrol_user, &secret),
             ],
             "permissions": [
                 p,
