@@ -196,11 +196,7 @@ impl Rabbit {
         .and_then(|_| {
             std::fs::read(dir.join("cert.der")).map_err(|e| Error::io(dir.join("cert.der"), e))
         })?;
-        use sha2::Digest as _;
-        let fingerprint: String = sha2::Sha256::digest(&der)
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect();
+        let fingerprint = link::fingerprint(&der);
         let port = free_port()?;
         let dist_port = free_port()?;
         let epmd_port = match join {
