@@ -97,25 +97,12 @@ pub fn free_port() -> Result<u16> {
 }
 
 fn chown_rabbitmq(path: &Path) -> Result<()> {
-    let out = exec::run(
+    exec::run_ok(
         Command::new("chown")
             .args(["-R", "rabbitmq:rabbitmq"])
             .arg(path),
-    )?;
-    if !out.success() {
-        return Err(Error::Failed {
-            namespace: None,
-            program: "chown".into(),
-            args: vec![
-                "-R".into(),
-                "rabbitmq:rabbitmq".into(),
-                path.display().to_string(),
-            ],
-            status: out.status.to_string(),
-            stderr: out.stderr,
-        });
-    }
-    Ok(())
+    )
+    .map(|_| ())
 }
 
 impl Rabbit {
