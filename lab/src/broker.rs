@@ -356,6 +356,11 @@ impl Rabbit {
         text
     }
 
+    /// The broker VM's pid, from the pid file it wrote.
+    pub fn pid(&self) -> Option<i32> {
+        self.ctl.pid()
+    }
+
     /// The broker VM's resident memory in bytes, from `/proc`.
     pub fn rss_bytes(&self) -> Option<u64> {
         let pid = self.ctl.pid()?;
