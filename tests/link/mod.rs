@@ -174,6 +174,33 @@ pub fn file_decl(node: &str, path: &str, content: &str) -> Value {
     })
 }
 
+/// Waits up to `wait` for a verified heartbeat from `node` (the resident host is linked).
+pub fn linked(ctl: &mut lab::Controller, node: &str, wait: Duration) -> lab::Upward {
+    ctl.wait_for(node, "heartbeat", wait, |_| true)
+        .unwrap_or_else(|| panic!("no heartbeat from {node}"))
+}
+
+/// Declares version `v` of `content` in `/etc/motd` and waits up to `wait` for its verified
+/// report.
+pub fn declare_and_wait(
+    ctl: &mut lab::Controller,
+    node: &str,
+    v: u64,
+    content: &str,
+    wait: Duration,
+) -> Value {
+    ctl.declare(
+        node,
+        v,
+        Duration::from_secs(300),
+        file_decl(node, "/etc/motd", content),
+    )
+    .unwrap();
+    ctl.wait_for(node, "report", wait, |p| p["version"] == v)
+        .unwrap_or_else(|| panic!("no report of version {v} from {node}"))
+        .payload
+}
+
 /// Enrols a fresh node `name` with a token from `ctl`; returns its root.
 pub fn enrolled(bed: &Bed, ctl: &mut lab::Controller, name: &str) -> (tempfile::TempDir, PathBuf) {
     let (d, r) = root();
