@@ -153,17 +153,13 @@ fn ms(d: Duration) -> f64 {
 fn controller(n: usize, procs: usize) {
     let started = Instant::now();
     let rabbit = lab::Rabbit::start().expect("broker");
-    let fd_limit = std::fs::read_to_string(format!(
-        "/proc/{}/limits",
-        std::fs::read_to_string(rabbit.dir.join("pid"))
-            .unwrap_or_default()
-            .trim()
-    ))
-    .unwrap_or_default()
-    .lines()
-    .find(|l| l.starts_with("Max open files"))
-    .map(|l| l.split_whitespace().nth(3).unwrap_or("?").to_string())
-    .unwrap_or_else(|| "?".into());
+    let broker_pid = rabbit.pid().map_or(0, |p| p as u32);
+    let fd_limit = std::fs::read_to_string(format!("/proc/{broker_pid}/limits"))
+        .unwrap_or_default()
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .map(|l| l.split_whitespace().nth(3).unwrap_or("?").to_string())
+        .unwrap_or_else(|| "?".into());
     let rss_idle = rabbit.rss_bytes().unwrap_or(0);
     let mut ctl = lab::Controller::connect(&rabbit).expect("controller");
     let secret = link::random_hex(16).unwrap();
@@ -227,11 +223,6 @@ fn controller(n: usize, procs: usize) {
     let rss_linked = rabbit.rss_bytes().unwrap_or(0);
 
     // One declaration per linked node; the time from its publish to its verified report.
-    let broker_pid: u32 = std::fs::read_to_string(rabbit.dir.join("pid"))
-        .unwrap_or_default()
-        .trim()
-        .parse()
-        .unwrap_or(0);
     let node_pids: Vec<u32> = children.iter().map(|c| c.id()).collect();
     let me = std::process::id();
     let cpu_before = (

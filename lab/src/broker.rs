@@ -97,25 +97,12 @@ pub fn free_port() -> Result<u16> {
 }
 
 fn chown_rabbitmq(path: &Path) -> Result<()> {
-    let out = exec::run(
+    exec::run_ok(
         Command::new("chown")
             .args(["-R", "rabbitmq:rabbitmq"])
             .arg(path),
-    )?;
-    if !out.success() {
-        return Err(Error::Failed {
-            namespace: None,
-            program: "chown".into(),
-            args: vec![
-                "-R".into(),
-                "rabbitmq:rabbitmq".into(),
-                path.display().to_string(),
-            ],
-            status: out.status.to_string(),
-            stderr: out.stderr,
-        });
-    }
-    Ok(())
+    )
+    .map(|_| ())
 }
 
 impl Rabbit {
@@ -196,11 +183,7 @@ impl Rabbit {
         .and_then(|_| {
             std::fs::read(dir.join("cert.der")).map_err(|e| Error::io(dir.join("cert.der"), e))
         })?;
-        use sha2::Digest as _;
-        let fingerprint: String = sha2::Sha256::digest(&der)
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect();
+        let fingerprint = link::fingerprint(&der);
         let port = free_port()?;
         let dist_port = free_port()?;
         let epmd_port = match join {
@@ -371,6 +354,11 @@ impl Rabbit {
             }
         }
         text
+    }
+
+    /// The broker VM's pid, from the pid file it wrote.
+    pub fn pid(&self) -> Option<i32> {
+        self.ctl.pid()
     }
 
     /// The broker VM's resident memory in bytes, from `/proc`.

@@ -89,6 +89,12 @@ pub fn password_hash(password: &str) -> String {
     STANDARD.encode(out)
 }
 
+/// The definition of broker user `name` with `password`, no tags.
+fn user_definition(name: &str, password: &str) -> Value {
+    json!({"name": name, "password_hash": password_hash(password),
+           "hashing_algorithm": "rabbit_password_hashing_sha256", "tags": []})
+}
+
 /// The definitions that make node `node`'s broker user with `password`: it may read its own
 /// queue and publish to the reports exchange under its own routing keys, nothing else.
 pub fn node_definitions(node: &str, password: &str, vhost: &str) -> (Value, Value, Value) {
@@ -100,8 +106,7 @@ pub fn node_definitions(node: &str, password: &str, vhost: &str) -> (Value, Valu
             .trim_end_matches('$')
     );
     (
-        json!({"name": user, "password_hash": password_hash(password),
-               "hashing_algorithm": "rabbit_password_hashing_sha256", "tags": []}),
+        user_definition(&user, password),
         json!({"user": user, "vhost": vhost, "configure": "^$",
                "write": names::exactly(names::REPORTS_EXCHANGE),
                "read": names::exactly(&names::node_queue(node))}),
@@ -126,16 +131,25 @@ type Opened = (
     UnboundedReceiver<amqprs::channel::ConsumerMessage>,
 );
 
-/// Opens the administrator's session, declares the mesh's exchanges and this controller's queues.
+/// Opens the administrator's session with `rabbit` (the broker of `broker`'s pin, reached at its
+/// own address), declares the mesh's exchanges and this controller's queues.
 fn open_session(
     rt: &tokio::runtime::Runtime,
-    only: &link::Broker,
-    admin: &link::Credentials,
+    rabbit: &Rabbit,
+    broker: &link::Broker,
     tag: &str,
     quorum: bool,
 ) -> Result<Opened> {
+    let admin = link::Credentials {
+        user: ADMIN_USER.into(),
+        password: rabbit.admin_password.clone(),
+    };
+    let only = link::Broker {
+        addrs: vec![rabbit.addr()],
+        ..broker.clone()
+    };
     rt.block_on(async {
-        let s = link::open(only, admin, Duration::from_secs(30))
+        let s = link::open(&only, &admin, Duration::from_secs(30))
             .await
             .map_err(link_error)?;
         for x in [names::REPORTS_EXCHANGE, names::ENROL_EXCHANGE] {
@@ -226,6 +240,16 @@ impl Controller {
 
     /// Like [`Controller::connect`], with the addresses tokens name (a cluster names several).
     pub fn connect_to(rabbit: &Rabbit, addrs: Vec<String>) -> Result<Controller> {
+        Self::connect_with(rabbit, addrs, false)
+    }
+
+    /// Like [`Controller::connect_to`] on a cluster: its own queues and every node's queue are
+    /// quorum queues, replicated on a majority of the members, so they outlive any one member.
+    pub fn connect_quorum(rabbit: &Rabbit, addrs: Vec<String>) -> Result<Controller> {
+        Self::connect_with(rabbit, addrs, true)
+    }
+
+    fn connect_with(rabbit: &Rabbit, addrs: Vec<String>, quorum: bool) -> Result<Controller> {
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .enable_all()
@@ -236,16 +260,8 @@ impl Controller {
             fingerprint: rabbit.fingerprint.clone(),
             vhost: "/".into(),
         };
-        let admin = link::Credentials {
-            user: ADMIN_USER.into(),
-            password: rabbit.admin_password.clone(),
-        };
-        let only = link::Broker {
-            addrs: vec![rabbit.addr()],
-            ..broker.clone()
-        };
         let tag = link::random_hex(4).map_err(link_error)?;
-        let (session, upward, enrolments) = open_session(&rt, &only, &admin, &tag, false)?;
+        let (session, upward, enrolments) = open_session(&rt, rabbit, &broker, &tag, quorum)?;
         Ok(Controller {
             rt,
             session: Some(session),
@@ -257,50 +273,14 @@ impl Controller {
             nodes: HashMap::new(),
             open_tokens: HashMap::new(),
             tag,
-            quorum: false,
+            quorum,
         })
-    }
-
-    /// Like [`Controller::connect_to`] on a cluster: its own queues and every node's queue are
-    /// quorum queues, replicated on a majority of the members, so they outlive any one member.
-    pub fn connect_quorum(rabbit: &Rabbit, addrs: Vec<String>) -> Result<Controller> {
-        let mut c = Self::connect_to(rabbit, addrs)?;
-        // The classic queues just declared go; the quorum ones take their names.
-        c.drop_own_queues();
-        c.quorum = true;
-        c.reconnect(rabbit)?;
-        Ok(c)
-    }
-
-    fn drop_own_queues(&self) {
-        if let Some(s) = &self.session {
-            for q in [
-                format!("ctl.{}.upward", self.tag),
-                format!("ctl.{}.enrol", self.tag),
-            ] {
-                let _ = self.rt.block_on(async {
-                    tokio::time::timeout(
-                        Duration::from_secs(5),
-                        s.chan.queue_delete(QueueDeleteArguments::new(&q)),
-                    )
-                    .await
-                });
-            }
-        }
     }
 
     /// Connects again (after the broker restarted), keeping the key, the nodes and the tokens.
     pub fn reconnect(&mut self, rabbit: &Rabbit) -> Result<()> {
-        let admin = link::Credentials {
-            user: ADMIN_USER.into(),
-            password: rabbit.admin_password.clone(),
-        };
-        let only = link::Broker {
-            addrs: vec![rabbit.addr()],
-            ..self.broker.clone()
-        };
         let (session, upward, enrolments) =
-            open_session(&self.rt, &only, &admin, &self.tag, self.quorum)?;
+            open_session(&self.rt, rabbit, &self.broker, &self.tag, self.quorum)?;
         // The old session is dropped inside the runtime (amqprs closes from a task).
         let _g = self.rt.enter();
         self.session = Some(session);
@@ -327,8 +307,7 @@ impl Controller {
         let defs = json!({
             "users": [
                 u,
-                {"name": enrol_user, "password_hash": password_hash(&secret),
-                 "hashing_algorithm": "rabbit_password_hashing_sha256", "tags": []},
+                user_definition(&enrol_user, &secret),
             ],
             "permissions": [
                 p,
@@ -423,7 +402,7 @@ impl Controller {
                     .queue_delete(QueueDeleteArguments::new(&q)),
             );
             got.push(req);
-            if !got.is_empty() && self.open_tokens.is_empty() {
+            if self.open_tokens.is_empty() {
                 break;
             }
         }

@@ -12,9 +12,8 @@ use crate::session::{self, Broker, Credentials, Session};
 use ed25519_dalek::{SigningKey, VerifyingKey};
 use serde_json::json;
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime};
 use tokio::sync::{mpsc, oneshot, watch, Notify};
 
 /// Everything the link needs to run, handed over by the core from its store.
@@ -87,7 +86,6 @@ pub struct Handle {
     rouse: Arc<Notify>,
     stop: watch::Sender<bool>,
     state: Arc<std::sync::Mutex<Vec<u8>>>,
-    rouses: Arc<AtomicU64>,
 }
 
 impl Handle {
@@ -106,7 +104,6 @@ impl Handle {
     /// Ends the attempt or the connection under way (not the wait after a failure). Two rouses
     /// before the link looks are one.
     pub fn rouse(&self) {
-        self.rouses.fetch_add(1, Ordering::Relaxed);
         self.rouse.notify_one();
     }
 
@@ -134,7 +131,6 @@ pub fn link(
         rouse: Arc::new(Notify::new()),
         stop: stop_tx,
         state: Arc::new(std::sync::Mutex::new(b"{}".to_vec())),
-        rouses: Arc::new(AtomicU64::new(0)),
     };
     let run = Runner {
         config,
@@ -177,12 +173,6 @@ enum Ended {
     Stopped,
     Roused,
     Lost(String),
-}
-
-fn unix(t: SystemTime) -> u64 {
-    t.duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0)
 }
 
 impl Runner {
@@ -364,19 +354,14 @@ impl Runner {
                     "kind": refusal.kind(),
                     "reason": refusal.to_string(),
                 });
-                let sealed = envelope::seal(
-                    &self.config.node_key,
-                    &self.config.node,
-                    envelope::REFUSAL,
-                    &serde_json::to_vec(&payload).expect("json"),
-                );
                 self.sink.event(Event::Refused(refusal));
-                if let Err(e) = s
-                    .publish(
-                        names::REPORTS_EXCHANGE,
+                if let Err(e) = self
+                    .send_up(
+                        s,
+                        envelope::REFUSAL,
                         &names::refusal_key(&self.config.node),
                         "refusal",
-                        sealed,
+                        &serde_json::to_vec(&payload).expect("json"),
                     )
                     .await
                 {
@@ -387,20 +372,28 @@ impl Runner {
         s.ack(tag).await.map_err(|e| Ended::Lost(e.to_string()))
     }
 
-    async fn send_report(&self, s: &Session, payload: &[u8]) -> crate::Result<()> {
+    /// Seals `payload` as `payload_type` with the node's key and publishes it upward under `key`.
+    async fn send_up(
+        &self,
+        s: &Session,
+        payload_type: &str,
+        key: &str,
+        kind: &str,
+        payload: &[u8],
+    ) -> crate::Result<()> {
         let sealed = envelope::seal(
             &self.config.node_key,
             &self.config.node,
-            envelope::REPORT,
+            payload_type,
             payload,
         );
-        s.publish(
-            names::REPORTS_EXCHANGE,
-            &names::report_key(&self.config.node),
-            "report",
-            sealed,
-        )
-        .await
+        s.publish(names::REPORTS_EXCHANGE, key, kind, sealed).await
+    }
+
+    async fn send_report(&self, s: &Session, payload: &[u8]) -> crate::Result<()> {
+        let key = names::report_key(&self.config.node);
+        self.send_up(s, envelope::REPORT, &key, "report", payload)
+            .await
     }
 
     async fn heartbeat(
@@ -417,25 +410,16 @@ impl Runner {
             .unwrap_or(serde_json::Value::Null);
         let mut payload = json!({
             "node": self.config.node,
-            "at": unix(SystemTime::now()),
+            "at": crate::token::now_secs(),
             "seq": self.seq,
             "state": state,
         });
         if self.seq == 1 || unlinked_for.is_some() {
             payload["unlinked_s"] = json!(unlinked_for.map(|d| d.as_secs()));
         }
-        let sealed = envelope::seal(
-            &self.config.node_key,
-            &self.config.node,
-            envelope::HEARTBEAT,
-            &serde_json::to_vec(&payload).expect("json"),
-        );
-        s.publish(
-            names::REPORTS_EXCHANGE,
-            &names::heartbeat_key(&self.config.node),
-            "heartbeat",
-            sealed,
-        )
-        .await
+        let key = names::heartbeat_key(&self.config.node);
+        let payload = serde_json::to_vec(&payload).expect("json");
+        self.send_up(s, envelope::HEARTBEAT, &key, "heartbeat", &payload)
+            .await
     }
 }

@@ -222,11 +222,7 @@ impl Session {
 /// enrolment cut off half way leaves the token usable. An empty reply queue means the token was
 /// already used.
 pub async fn enrol(token: &Token, request: &EnrolRequest, deadline: Duration) -> Result<Identity> {
-    let broker = Broker {
-        addrs: token.brokers.clone(),
-        fingerprint: token.fingerprint.clone(),
-        vhost: token.vhost.clone(),
-    };
+    let broker = token.broker();
     let creds = Credentials {
         user: names::enrol_user(&token.id),
         password: token.secret.clone(),

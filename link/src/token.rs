@@ -4,6 +4,7 @@
 //! object; parsing names every problem at once.
 
 use crate::error::{Error, Result};
+use crate::session::Broker;
 use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
 use base64::Engine as _;
 use ed25519_dalek::VerifyingKey;
@@ -124,6 +125,16 @@ impl Token {
             ));
         }
         p
+    }
+
+    /// The broker as the token names it: its addresses, its certificate's fingerprint and the
+    /// virtual host.
+    pub fn broker(&self) -> Broker {
+        Broker {
+            addrs: self.brokers.clone(),
+            fingerprint: self.fingerprint.clone(),
+            vhost: self.vhost.clone(),
+        }
     }
 
     /// The controller's key as a verifying key (checked when the token was parsed).

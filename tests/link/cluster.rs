@@ -1,7 +1,7 @@
 //! A fleet beyond one broker: a real two-member RabbitMQ cluster on this machine, the token naming
 //! both members, and a node that fails over to the second when the first goes away.
 
-use super::{file_decl, Bed};
+use super::{declare_and_wait, linked, Bed};
 use std::time::Duration;
 
 const WAIT: Duration = Duration::from_secs(90);
@@ -23,8 +23,7 @@ fn a_node_fails_over_to_the_second_member_of_a_cluster() {
     let node = "cluster-node";
     let (_d, r) = super::enrolled(&bed, &mut ctl, node);
     let host = bed.resident(&r);
-    ctl.wait_for(node, "heartbeat", WAIT, |_| true)
-        .expect("linked");
+    linked(&mut ctl, node, WAIT);
     assert!(
         host.wait_log(&format!("broker={}", to_first.addr()), 1, WAIT),
         "linked through the first member (users are the cluster's):\n{}",
@@ -37,15 +36,8 @@ fn a_node_fails_over_to_the_second_member_of_a_cluster() {
         "linked through the second member:\n{}",
         host.log()
     );
-    ctl.declare(
-        node,
-        1,
-        Duration::from_secs(300),
-        file_decl(node, "/etc/motd", "cluster\n"),
-    )
-    .unwrap();
-    ctl.wait_for(node, "report", WAIT, |p| p["version"] == 1)
-        .expect("the declaration was applied and reported through the second member");
+    // The declaration is applied and reported through the second member.
+    declare_and_wait(&mut ctl, node, 1, "cluster\n", WAIT);
     assert_eq!(
         std::fs::read_to_string(r.join("etc/motd")).unwrap(),
         "cluster\n"
@@ -86,8 +78,7 @@ fn quorum_queues_outlive_the_member_that_led_them() {
         "the node's queue is a quorum queue led by the first member: {line}"
     );
     let host = bed.resident(&r);
-    ctl.wait_for(node, "heartbeat", WAIT, |_| true)
-        .expect("linked");
+    linked(&mut ctl, node, WAIT);
     // The first member stops: it led the node's queue and held the node's link.
     first.stop().unwrap();
     ctl.reconnect(&bed.rabbit).unwrap();
@@ -96,15 +87,8 @@ fn quorum_queues_outlive_the_member_that_led_them() {
         "linked through the second member:\n{}",
         host.log()
     );
-    ctl.declare(
-        node,
-        1,
-        Duration::from_secs(300),
-        file_decl(node, "/etc/motd", "quorum\n"),
-    )
-    .unwrap();
-    ctl.wait_for(node, "report", WAIT, |p| p["version"] == 1)
-        .expect("the declaration reached the node through the queue's new leader");
+    // The declaration reaches the node through the queue's new leader.
+    declare_and_wait(&mut ctl, node, 1, "quorum\n", WAIT);
     assert_eq!(
         std::fs::read_to_string(r.join("etc/motd")).unwrap(),
         "quorum\n"

@@ -12,7 +12,6 @@ mod resident;
 
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
@@ -72,28 +71,27 @@ impl Bed {
             .expect("running mesh-host enrol")
     }
 
-    /// Starts `mesh-host run` inside the node's namespace with a one-second heartbeat.
+    /// Starts `mesh-host run` inside the node's namespace with a one-second heartbeat; its log
+    /// goes to a file in the lab's directory.
     pub fn resident(&self, root: &Path) -> Resident {
-        let log = root.with_extension("run.log");
-        let file = std::fs::File::create(&log).unwrap();
         let bin = bin();
-        let mut cmd = self.node.command(&[
-            bin.as_str(),
-            "--root",
-            root.to_str().unwrap(),
-            "run",
-            "--heartbeat",
-            "1",
-            "--legacy-period",
-            "0",
-        ]);
-        cmd.env("RUST_LOG", "info")
-            .stdout(Stdio::null())
-            .stderr(file);
-        Resident {
-            child: cmd.spawn().expect("starting mesh-host run"),
-            log,
-        }
+        let process = self
+            .node
+            .spawn_env(
+                &[
+                    bin.as_str(),
+                    "--root",
+                    root.to_str().unwrap(),
+                    "run",
+                    "--heartbeat",
+                    "1",
+                    "--legacy-period",
+                    "0",
+                ],
+                &[("RUST_LOG".into(), "info".into())],
+            )
+            .expect("starting mesh-host run");
+        Resident { process }
     }
 }
 
@@ -112,20 +110,19 @@ pub fn bed() -> &'static Bed {
 
 /// A `mesh-host run` in the background, stopped with SIGTERM when dropped.
 pub struct Resident {
-    child: Child,
-    pub log: PathBuf,
+    process: lab::Process,
 }
 
 impl Resident {
     pub fn signal(&self, sig: i32) {
         // SAFETY: kill(2) on our own child's pid (nsenter execs mesh-host, so it is the host).
         unsafe {
-            libc::kill(self.child.id() as i32, sig);
+            libc::kill(self.process.pid() as i32, sig);
         }
     }
 
     pub fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
+        self.process.log()
     }
 
     /// Waits until the log holds `needle` `n` times; returns whether it did within `within`.
@@ -143,16 +140,8 @@ impl Resident {
 
 impl Drop for Resident {
     fn drop(&mut self) {
-        self.signal(libc::SIGTERM);
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        // SIGTERM, up to ten seconds to finish, then killed.
+        self.process.terminate(Duration::from_secs(10));
     }
 }
 
@@ -172,6 +161,33 @@ pub fn file_decl(node: &str, path: &str, content: &str) -> Value {
             {"id": "motd", "type": "file", "path": path, "content": content, "mode": "0644"}
         ]
     })
+}
+
+/// Waits up to `wait` for a verified heartbeat from `node` (the resident host is linked).
+pub fn linked(ctl: &mut lab::Controller, node: &str, wait: Duration) -> lab::Upward {
+    ctl.wait_for(node, "heartbeat", wait, |_| true)
+        .unwrap_or_else(|| panic!("no heartbeat from {node}"))
+}
+
+/// Declares version `v` of `content` in `/etc/motd` and waits up to `wait` for its verified
+/// report.
+pub fn declare_and_wait(
+    ctl: &mut lab::Controller,
+    node: &str,
+    v: u64,
+    content: &str,
+    wait: Duration,
+) -> Value {
+    ctl.declare(
+        node,
+        v,
+        Duration::from_secs(300),
+        file_decl(node, "/etc/motd", content),
+    )
+    .unwrap();
+    ctl.wait_for(node, "report", wait, |p| p["version"] == v)
+        .unwrap_or_else(|| panic!("no report of version {v} from {node}"))
+        .payload
 }
 
 /// Enrols a fresh node `name` with a token from `ctl`; returns its root.

@@ -3,37 +3,12 @@
 //! broker restart followed by reconnect and reconcile; failover to the token's second address;
 //! SIGHUP ending a hung connection attempt at once; a re-enrolment revoking the old identity.
 
-use super::{bed, enrolled, file_decl, root, Bed};
+use super::{bed, declare_and_wait, enrolled, file_decl, linked, root, Bed};
 use serde_json::json;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 const WAIT: Duration = Duration::from_secs(60);
-
-/// Waits for a verified heartbeat from `node` (the resident host is linked).
-fn linked(ctl: &mut lab::Controller, node: &str) -> lab::Upward {
-    ctl.wait_for(node, "heartbeat", WAIT, |_| true)
-        .unwrap_or_else(|| panic!("no heartbeat from {node}"))
-}
-
-/// Applies version `v` of `content` and waits for its verified report.
-fn declare_and_wait(
-    ctl: &mut lab::Controller,
-    node: &str,
-    v: u64,
-    content: &str,
-) -> serde_json::Value {
-    ctl.declare(
-        node,
-        v,
-        Duration::from_secs(300),
-        file_decl(node, "/etc/motd", content),
-    )
-    .unwrap();
-    ctl.wait_for(node, "report", WAIT, |p| p["version"] == v)
-        .unwrap_or_else(|| panic!("no report of version {v} from {node}"))
-        .payload
-}
 
 #[test]
 fn a_declaration_from_the_link_is_applied_and_reported() {
@@ -41,8 +16,8 @@ fn a_declaration_from_the_link_is_applied_and_reported() {
     let mut ctl = bed.controller();
     let (_d, r) = enrolled(bed, &mut ctl, "run-apply");
     let host = bed.resident(&r);
-    linked(&mut ctl, "run-apply");
-    let report = declare_and_wait(&mut ctl, "run-apply", 1, "hello from the mesh\n");
+    linked(&mut ctl, "run-apply", WAIT);
+    let report = declare_and_wait(&mut ctl, "run-apply", 1, "hello from the mesh\n", WAIT);
     assert_eq!(
         std::fs::read_to_string(r.join("etc/motd")).unwrap(),
         "hello from the mesh\n"
@@ -111,8 +86,8 @@ fn forged_replayed_expired_and_other_node_declarations_are_refused_and_change_no
     let node = "run-refuse";
     let (_d, r) = enrolled(bed, &mut ctl, node);
     let _host = bed.resident(&r);
-    linked(&mut ctl, node);
-    declare_and_wait(&mut ctl, node, 5, "v5\n");
+    linked(&mut ctl, node, WAIT);
+    declare_and_wait(&mut ctl, node, 5, "v5\n", WAIT);
     let before = machine(&r);
 
     let decl = |c: &str| file_decl(node, "/etc/motd", c);
@@ -160,7 +135,7 @@ fn forged_replayed_expired_and_other_node_declarations_are_refused_and_change_no
         "a refused delivery changed the machine or the store"
     );
     // The link still works: a genuine newer version is applied.
-    declare_and_wait(&mut ctl, node, 9, "v9\n");
+    declare_and_wait(&mut ctl, node, 9, "v9\n", WAIT);
     assert_eq!(std::fs::read_to_string(r.join("etc/motd")).unwrap(), "v9\n");
 }
 
@@ -172,8 +147,8 @@ fn after_a_broker_restart_the_node_reconnects_and_reconciles() {
     let node = "run-restart";
     let (_d, r) = enrolled(&own, &mut ctl, node);
     let host = own.resident(&r);
-    linked(&mut ctl, node);
-    declare_and_wait(&mut ctl, node, 1, "before\n");
+    linked(&mut ctl, node, WAIT);
+    declare_and_wait(&mut ctl, node, 1, "before\n", WAIT);
 
     own.rabbit.stop().unwrap();
     // Disconnected: drift made meanwhile is not repaired until something asks (the period is
@@ -209,7 +184,7 @@ fn after_a_broker_restart_the_node_reconnects_and_reconciles() {
         "before\n"
     );
     // And declarations flow again.
-    declare_and_wait(&mut ctl, node, 2, "after\n");
+    declare_and_wait(&mut ctl, node, 2, "after\n", WAIT);
     assert_eq!(
         std::fs::read_to_string(r.join("etc/motd")).unwrap(),
         "after\n"
@@ -225,7 +200,7 @@ fn the_link_fails_over_to_the_tokens_second_address() {
     let node = "run-failover";
     let (_d, r) = enrolled(bed, &mut ctl, node);
     let host = bed.resident(&r);
-    linked(&mut ctl, node);
+    linked(&mut ctl, node, WAIT);
     assert!(
         host.wait_log(&format!("broker={}", first.addr()), 1, WAIT),
         "{}",
@@ -238,7 +213,7 @@ fn the_link_fails_over_to_the_tokens_second_address() {
         "linked through the second address:\n{}",
         host.log()
     );
-    declare_and_wait(&mut ctl, node, 1, "over the second address\n");
+    declare_and_wait(&mut ctl, node, 1, "over the second address\n", WAIT);
 }
 
 #[test]
@@ -299,7 +274,7 @@ fn a_reenrolment_token_revokes_the_running_identity() {
     let node = "run-reenrol";
     let (_d, old_root) = enrolled(bed, &mut ctl, node);
     let old = bed.resident(&old_root);
-    linked(&mut ctl, node);
+    linked(&mut ctl, node, WAIT);
     // The machine is reinstalled (its key lost); the mesh issues a token for the same node.
     let (_d2, new_root) = root();
     let issued = ctl.issue(node, Duration::from_secs(600)).unwrap();
@@ -312,7 +287,7 @@ fn a_reenrolment_token_revokes_the_running_identity() {
     assert!(out.success(), "{}", out.stderr);
     ctl.take_enrolments(Duration::from_secs(20)).unwrap();
     let _new = bed.resident(&new_root);
-    declare_and_wait(&mut ctl, node, 1, "new identity\n");
+    declare_and_wait(&mut ctl, node, 1, "new identity\n", WAIT);
     assert_eq!(
         std::fs::read_to_string(new_root.join("etc/motd")).unwrap(),
         "new identity\n"
@@ -341,8 +316,8 @@ fn enrolling_while_the_host_runs_links_it_at_once() {
     assert!(out.success(), "{}", out.stderr);
     ctl.take_enrolments(Duration::from_secs(20)).unwrap();
     // `enrol` tells it; it links with the new identity without a restart.
-    linked(&mut ctl, node);
-    declare_and_wait(&mut ctl, node, 1, "linked late\n");
+    linked(&mut ctl, node, WAIT);
+    declare_and_wait(&mut ctl, node, 1, "linked late\n", WAIT);
     assert!(
         host.log().contains("a new enrolment is stored"),
         "{}",
