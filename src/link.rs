@@ -158,11 +158,7 @@ pub fn enrol(host: &Host<'_>, text: &str) -> Result<ExitCode> {
     )?;
     let linked = Linked {
         node: identity.node.clone(),
-        broker: link::Broker {
-            addrs: token.brokers.clone(),
-            fingerprint: token.fingerprint.clone(),
-            vhost: token.vhost.clone(),
-        },
+        broker: token.broker(),
         controller: token.controller.clone(),
         credentials: link::Credentials {
             user: identity.user.clone(),
