@@ -93,11 +93,7 @@ impl Wanted<'_> {
         if self.keys.len() != self.argv.len() {
             return State::Missing;
         }
-        let held: BTreeSet<Key> = now
-            .iter()
-            .filter(|(_, m)| m.as_deref() == Some(mark))
-            .filter_map(|(argv, _)| key(argv))
-            .collect();
+        let held = holds(now, mark);
         let mut ours = 0;
         let mut theirs = Vec::new();
         for k in &self.keys {
@@ -119,6 +115,14 @@ impl Wanted<'_> {
             State::Present
         }
     }
+}
+
+/// What the rules marked `mark` match now.
+fn holds(now: &[(Vec<String>, Option<String>)], mark: &str) -> BTreeSet<Key> {
+    now.iter()
+        .filter(|(_, m)| m.as_deref() == Some(mark))
+        .filter_map(|(argv, _)| key(argv))
+        .collect()
 }
 
 /// A rule ufw holds that matches the same traffic as `k` and is not the opening's own (marked
@@ -245,13 +249,6 @@ impl Driver for Ufw {
             .collect();
         let given: BTreeSet<&str> = openings.iter().map(|o| o.id.as_str()).collect();
         let mut now = added(cx)?;
-        // What the marked rules of `mark` match now.
-        let holds = |now: &[(Vec<String>, Option<String>)], mark: &str| -> BTreeSet<Key> {
-            now.iter()
-                .filter(|(_, m)| m.as_deref() == Some(mark))
-                .filter_map(|(argv, _)| key(argv))
-                .collect()
-        };
         if write {
             // Marked rules of old versions, rules of a given opening it no longer needs (a
             // destination the runtime no longer sends its port to, a repeat), and (scope All)
