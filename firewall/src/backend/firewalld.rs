@@ -26,7 +26,7 @@
 //! unit starting it again, which loads the same configuration (a container runtime that shares
 //! its bus puts its own rules back then, as it does on every firewalld reload).
 
-use super::{Change, Cx, Driver, TableKey, TableView};
+use super::{collect_files, Change, Cx, Driver, TableKey, TableView};
 use crate::dbus::Bus;
 use crate::detect::{Backend, Layer};
 use crate::engine::{Converged, Presence, Scope, State};
@@ -585,24 +585,6 @@ fn unreachable_everywhere(layers: &[Layer], openings: &[Opening], why: &str, don
                 chain: None,
                 state: State::Unwritable(format!("firewalld: {why}")),
             });
-        }
-    }
-}
-
-/// The regular files under `dir`, as paths under the machine's root.
-fn collect_files(dir: &FsPath, root: &FsPath, out: &mut Vec<String>) {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return;
-    };
-    for e in entries.flatten() {
-        let p = e.path();
-        match e.file_type() {
-            Ok(t) if t.is_dir() => collect_files(&p, root, out),
-            Ok(t) if t.is_file() => {
-                let rel = p.strip_prefix(root).unwrap_or(&p);
-                out.push(format!("/{}", rel.display()).replace("//", "/"));
-            }
-            _ => {}
         }
     }
 }

@@ -14,7 +14,7 @@
 //! byte for byte what it was (`ufw disable` would rewrite `ufw.conf`); the core disables
 //! `ufw.service`. Restored with `ufw-init start`, which loads the same files.
 
-use super::{Change, Cx, Driver, TableKey, TableView};
+use super::{collect_files, Change, Cx, Driver, TableKey, TableView};
 use crate::detect::{Backend, Layer};
 use crate::engine::{Converged, Presence, Scope, State};
 use crate::error::{Error, Result};
@@ -389,24 +389,6 @@ impl Driver for Ufw {
             });
         }
         Ok(())
-    }
-}
-
-/// The regular files under `dir`, as paths under the machine's root.
-fn collect_files(dir: &FsPath, root: &FsPath, out: &mut Vec<String>) {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return;
-    };
-    for e in entries.flatten() {
-        let p = e.path();
-        match e.file_type() {
-            Ok(t) if t.is_dir() => collect_files(&p, root, out),
-            Ok(t) if t.is_file() => {
-                let rel = p.strip_prefix(root).unwrap_or(&p);
-                out.push(format!("/{}", rel.display()));
-            }
-            _ => {}
-        }
     }
 }
 
