@@ -235,10 +235,12 @@ impl Driver for Firewalld {
             }
         }
 
-        let mut policy = if policy_active {
-            fw.policy_rules()?
+        // The policy's rich rules and forward ports come in one reply, read once, and once more
+        // only after either was written.
+        let (mut policy, mut forward_ports) = if policy_active {
+            fw.policy_settings()?
         } else {
-            Vec::new()
+            (Vec::new(), Vec::new())
         };
         if write && policy_active {
             let mut next: Vec<&str> = Vec::new();
@@ -263,16 +265,9 @@ impl Driver for Firewalld {
             if changed {
                 fw.set_policy_rules(&next)?;
             }
-            policy = fw.policy_rules()?;
-        }
-        let mut forward_ports = if policy_active {
-            fw.policy_forward_ports()?
-        } else {
-            Vec::new()
-        };
-        if write && policy_active {
             let plan = forward::plan(&forward_ports, &want_forward, &given, scope);
             if !plan.added.is_empty() || !plan.removed.is_empty() {
+                changed = true;
                 fw.set_policy_forward_ports(&plan.next)?;
             }
             for fp in plan.removed {
@@ -284,7 +279,9 @@ impl Driver for Firewalld {
             for (_, id) in plan.added {
                 done.added.push((id, format!("firewalld policy {POLICY}")));
             }
-            forward_ports = fw.policy_forward_ports()?;
+            if changed {
+                (policy, forward_ports) = fw.policy_settings()?;
+            }
         }
         let mut zone = if zone_active {
             fw.zone_rules()?
