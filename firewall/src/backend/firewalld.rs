@@ -134,16 +134,14 @@ impl Driver for Firewalld {
         let mut done = Converged::default();
         // firewalld's iptables backend shares iptables' tables with everyone else; its policy
         // would serve there too, but that has not been measured, so it is not claimed.
-        let (layers, iptables): (Vec<&Layer>, Vec<&Layer>) =
-            layers.iter().partition(|l| l.table == "firewalld");
-        let iptables: Vec<Layer> = iptables.into_iter().cloned().collect();
+        let (layers, iptables): (Vec<Layer>, Vec<Layer>) =
+            layers.iter().cloned().partition(|l| l.table == "firewalld");
         unreachable_everywhere(
             &iptables,
             openings,
             "it runs with FirewallBackend=iptables, which mesh-host does not speak yet (set FirewallBackend=nftables, firewalld's default)",
             &mut done,
         );
-        let layers: Vec<Layer> = layers.into_iter().cloned().collect();
         let layers = layers.as_slice();
         if layers.is_empty() {
             return Ok(done);
