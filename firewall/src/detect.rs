@@ -322,6 +322,15 @@ fn nft_sign(ruleset: &Ruleset, family: Family, table: &str) -> Option<String> {
     None
 }
 
+/// Whether `chain` is firewalld's mark on an iptables table: with FirewallBackend=iptables it
+/// writes iptables' tables itself, always with a `<BUILT-IN>_direct` chain beside each built-in
+/// chain it uses.
+fn firewalld_direct(chain: &str) -> bool {
+    chain
+        .strip_suffix("_direct")
+        .is_some_and(|b| XT_BUILTIN.contains(&b))
+}
+
 /// Who wrote the table a base chain lives in, with the evidence.
 fn writer(ruleset: &Ruleset, family: Family, table: &str, chain: &str) -> (Backend, String) {
     let chains_here = || {
@@ -333,13 +342,7 @@ fn writer(ruleset: &Ruleset, family: Family, table: &str, chain: &str) -> (Backe
     if table == "firewalld" {
         return (Backend::Firewalld, format!("table {family} firewalld"));
     }
-    // firewalld with FirewallBackend=iptables writes iptables' tables itself, always with a
-    // `<BUILT-IN>_direct` chain beside each built-in chain it uses.
-    if let Some(c) = chains_here().find(|c| {
-        c.name
-            .strip_suffix("_direct")
-            .is_some_and(|b| XT_BUILTIN.contains(&b))
-    }) {
+    if let Some(c) = chains_here().find(|c| firewalld_direct(&c.name)) {
         return (
             Backend::Firewalld,
             format!(
@@ -597,10 +600,7 @@ fn legacy_table(
                 )
             });
         let ufw = table.policies.iter().any(|(c, _)| c.starts_with("ufw"));
-        let firewalld = table.policies.iter().any(|(c, _)| {
-            c.strip_suffix("_direct")
-                .is_some_and(|b| XT_BUILTIN.contains(&b))
-        });
+        let firewalld = table.policies.iter().any(|(c, _)| firewalld_direct(c));
         let backend = if ufw {
             Backend::Ufw
         } else if firewalld {

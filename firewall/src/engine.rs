@@ -14,7 +14,7 @@ use crate::detect::{self, Backend, Found, Layer, MESH_TABLE};
 use crate::error::{Error, Result};
 use crate::exec::Exec;
 use crate::netlink::{Batch, Family, NfSocket, Policy, Ruleset, TableFlags};
-use crate::opening::{Opening, Proto};
+use crate::opening::Opening;
 use crate::place::{self, Place, Want};
 use crate::rules;
 use std::collections::{BTreeMap, BTreeSet};
@@ -467,13 +467,6 @@ fn claim_of(comment: Option<&str>) -> Option<String> {
         .map(str::to_string)
 }
 
-fn proto_number(p: Proto) -> u8 {
-    match p {
-        Proto::Tcp => 6,
-        Proto::Udp => 17,
-    }
-}
-
 /// One table's changes: where each opening's rules belong in it, which marked rules go, and
 /// which rules are added; records each opening's state per layer into `done`.
 #[allow(clippy::too_many_arguments)]
@@ -505,7 +498,7 @@ fn table_plan(
     for l in layers {
         for o in openings.iter().filter(|o| l.crossed_by(o)) {
             let want = Want {
-                proto: proto_number(o.proto),
+                proto: o.proto.number(),
                 port: o.port,
                 forwarded: o.path == crate::opening::Path::Forwarded,
                 before_dnat: l.before_dnat(),

@@ -34,6 +34,14 @@ impl Proto {
             Proto::Udp => "udp",
         }
     }
+
+    /// Its IP protocol number, as a rule's layer-4 match reads it.
+    pub fn number(self) -> u8 {
+        match self {
+            Proto::Tcp => 6,
+            Proto::Udp => 17,
+        }
+    }
 }
 
 impl fmt::Display for Proto {

@@ -46,10 +46,7 @@ pub fn targets(
     proto: Proto,
     port: u16,
 ) -> Vec<Target> {
-    let l4 = match proto {
-        Proto::Tcp => 6u8,
-        Proto::Udp => 17u8,
-    };
+    let l4 = proto.number();
     let mut out: Vec<Target> = Vec::new();
     for rule in &ruleset.rules {
         if rule.table == FIREWALLD_TABLE {

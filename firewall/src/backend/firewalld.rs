@@ -26,7 +26,7 @@
 //! unit starting it again, which loads the same configuration (a container runtime that shares
 //! its bus puts its own rules back then, as it does on every firewalld reload).
 
-use super::{Change, Cx, Driver, TableKey, TableView};
+use super::{collect_files, Change, Cx, Driver, TableKey, TableView};
 use crate::dbus::Bus;
 use crate::detect::{Backend, Layer};
 use crate::engine::{Converged, Presence, Scope, State};
@@ -134,16 +134,14 @@ impl Driver for Firewalld {
         let mut done = Converged::default();
         // firewalld's iptables backend shares iptables' tables with everyone else; its policy
         // would serve there too, but that has not been measured, so it is not claimed.
-        let (layers, iptables): (Vec<&Layer>, Vec<&Layer>) =
-            layers.iter().partition(|l| l.table == "firewalld");
-        let iptables: Vec<Layer> = iptables.into_iter().cloned().collect();
+        let (layers, iptables): (Vec<Layer>, Vec<Layer>) =
+            layers.iter().cloned().partition(|l| l.table == "firewalld");
         unreachable_everywhere(
             &iptables,
             openings,
             "it runs with FirewallBackend=iptables, which mesh-host does not speak yet (set FirewallBackend=nftables, firewalld's default)",
             &mut done,
         );
-        let layers: Vec<Layer> = layers.into_iter().cloned().collect();
         let layers = layers.as_slice();
         if layers.is_empty() {
             return Ok(done);
@@ -235,10 +233,12 @@ impl Driver for Firewalld {
             }
         }
 
-        let mut policy = if policy_active {
-            fw.policy_rules()?
+        // The policy's rich rules and forward ports come in one reply, read once, and once more
+        // only after either was written.
+        let (mut policy, mut forward_ports) = if policy_active {
+            fw.policy_settings()?
         } else {
-            Vec::new()
+            (Vec::new(), Vec::new())
         };
         if write && policy_active {
             let mut next: Vec<&str> = Vec::new();
@@ -263,16 +263,9 @@ impl Driver for Firewalld {
             if changed {
                 fw.set_policy_rules(&next)?;
             }
-            policy = fw.policy_rules()?;
-        }
-        let mut forward_ports = if policy_active {
-            fw.policy_forward_ports()?
-        } else {
-            Vec::new()
-        };
-        if write && policy_active {
             let plan = forward::plan(&forward_ports, &want_forward, &given, scope);
             if !plan.added.is_empty() || !plan.removed.is_empty() {
+                changed = true;
                 fw.set_policy_forward_ports(&plan.next)?;
             }
             for fp in plan.removed {
@@ -284,7 +277,9 @@ impl Driver for Firewalld {
             for (_, id) in plan.added {
                 done.added.push((id, format!("firewalld policy {POLICY}")));
             }
-            forward_ports = fw.policy_forward_ports()?;
+            if changed {
+                (policy, forward_ports) = fw.policy_settings()?;
+            }
         }
         let mut zone = if zone_active {
             fw.zone_rules()?
@@ -585,24 +580,6 @@ fn unreachable_everywhere(layers: &[Layer], openings: &[Opening], why: &str, don
                 chain: None,
                 state: State::Unwritable(format!("firewalld: {why}")),
             });
-        }
-    }
-}
-
-/// The regular files under `dir`, as paths under the machine's root.
-fn collect_files(dir: &FsPath, root: &FsPath, out: &mut Vec<String>) {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return;
-    };
-    for e in entries.flatten() {
-        let p = e.path();
-        match e.file_type() {
-            Ok(t) if t.is_dir() => collect_files(&p, root, out),
-            Ok(t) if t.is_file() => {
-                let rel = p.strip_prefix(root).unwrap_or(&p);
-                out.push(format!("/{}", rel.display()).replace("//", "/"));
-            }
-            _ => {}
         }
     }
 }

@@ -197,3 +197,22 @@ pub fn driver(backend: Backend) -> Option<&'static dyn Driver> {
         Backend::Ufw => Some(&ufw::Ufw),
     }
 }
+
+/// The regular files under `dir`, as paths under the machine's root: a backend's configuration,
+/// named in what its survey saves.
+fn collect_files(dir: &FsPath, root: &FsPath, out: &mut Vec<String>) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let p = e.path();
+        match e.file_type() {
+            Ok(t) if t.is_dir() => collect_files(&p, root, out),
+            Ok(t) if t.is_file() => {
+                let rel = p.strip_prefix(root).unwrap_or(&p);
+                out.push(format!("/{}", rel.display()).replace("//", "/"));
+            }
+            _ => {}
+        }
+    }
+}

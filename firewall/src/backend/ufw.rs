@@ -14,7 +14,7 @@
 //! byte for byte what it was (`ufw disable` would rewrite `ufw.conf`); the core disables
 //! `ufw.service`. Restored with `ufw-init start`, which loads the same files.
 
-use super::{Change, Cx, Driver, TableKey, TableView};
+use super::{collect_files, Change, Cx, Driver, TableKey, TableView};
 use crate::detect::{Backend, Layer};
 use crate::engine::{Converged, Presence, Scope, State};
 use crate::error::{Error, Result};
@@ -93,11 +93,7 @@ impl Wanted<'_> {
         if self.keys.len() != self.argv.len() {
             return State::Missing;
         }
-        let held: BTreeSet<Key> = now
-            .iter()
-            .filter(|(_, m)| m.as_deref() == Some(mark))
-            .filter_map(|(argv, _)| key(argv))
-            .collect();
+        let held = holds(now, mark);
         let mut ours = 0;
         let mut theirs = Vec::new();
         for k in &self.keys {
@@ -119,6 +115,14 @@ impl Wanted<'_> {
             State::Present
         }
     }
+}
+
+/// What the rules marked `mark` match now.
+fn holds(now: &[(Vec<String>, Option<String>)], mark: &str) -> BTreeSet<Key> {
+    now.iter()
+        .filter(|(_, m)| m.as_deref() == Some(mark))
+        .filter_map(|(argv, _)| key(argv))
+        .collect()
 }
 
 /// A rule ufw holds that matches the same traffic as `k` and is not the opening's own (marked
@@ -245,13 +249,6 @@ impl Driver for Ufw {
             .collect();
         let given: BTreeSet<&str> = openings.iter().map(|o| o.id.as_str()).collect();
         let mut now = added(cx)?;
-        // What the marked rules of `mark` match now.
-        let holds = |now: &[(Vec<String>, Option<String>)], mark: &str| -> BTreeSet<Key> {
-            now.iter()
-                .filter(|(_, m)| m.as_deref() == Some(mark))
-                .filter_map(|(argv, _)| key(argv))
-                .collect()
-        };
         if write {
             // Marked rules of old versions, rules of a given opening it no longer needs (a
             // destination the runtime no longer sends its port to, a repeat), and (scope All)
@@ -285,7 +282,10 @@ impl Driver for Ufw {
                     done.removed.push((mark.clone(), "ufw".into()));
                 }
             }
-            now = added(cx)?;
+            // ufw is read again only after it was written: each `ufw show added` is a process.
+            if !done.removed.is_empty() {
+                now = added(cx)?;
+            }
             for (mark, w) in &wanted {
                 let held = holds(&now, mark);
                 // A rule someone else holds for the same traffic is never rewritten: ufw would
@@ -307,7 +307,9 @@ impl Driver for Ufw {
                 }
                 done.added.push((w.opening.id.clone(), "ufw".into()));
             }
-            now = added(cx)?;
+            if !done.added.is_empty() {
+                now = added(cx)?;
+            }
         }
         done.stale = now
             .iter()
@@ -387,24 +389,6 @@ impl Driver for Ufw {
             });
         }
         Ok(())
-    }
-}
-
-/// The regular files under `dir`, as paths under the machine's root.
-fn collect_files(dir: &FsPath, root: &FsPath, out: &mut Vec<String>) {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return;
-    };
-    for e in entries.flatten() {
-        let p = e.path();
-        match e.file_type() {
-            Ok(t) if t.is_dir() => collect_files(&p, root, out),
-            Ok(t) if t.is_file() => {
-                let rel = p.strip_prefix(root).unwrap_or(&p);
-                out.push(format!("/{}", rel.display()));
-            }
-            _ => {}
-        }
     }
 }
 
@@ -620,19 +604,15 @@ mod tests {
         assert_eq!(done.states["web"][0].state, State::Present);
         assert_eq!(done.removed, [(mark.clone(), "ufw".to_string())]);
 
-        // Converged again with nothing changed: nothing is written.
+        // Converged again with nothing changed: nothing is written, and ufw's rules are read
+        // once.
         let (done, calls) = converge(
             &o,
             layer(Hook::Forward),
             nat,
-            &[
-                "Status: active\n",
-                &format!("{operator}{new}"),
-                &format!("{operator}{new}"),
-                &format!("{operator}{new}"),
-            ],
+            &["Status: active\n", &format!("{operator}{new}")],
         );
-        assert_eq!(calls.len(), 4, "only reads: {calls:?}");
+        assert_eq!(calls.len(), 2, "only reads: {calls:?}");
         assert!(done.added.is_empty() && done.removed.is_empty());
         assert_eq!(done.states["web"][0].state, State::Present);
     }
@@ -646,9 +626,9 @@ mod tests {
             &o,
             layer(Hook::Forward),
             "*nat\nCOMMIT\n",
-            &["Status: active\n", "", "", ""],
+            &["Status: active\n", ""],
         );
-        assert_eq!(calls.len(), 4, "only reads: {calls:?}");
+        assert_eq!(calls.len(), 2, "only reads: {calls:?}");
         assert!(done.added.is_empty());
         match &done.states["web"][0].state {
             State::Unwritable(why) => {
@@ -676,13 +656,9 @@ mod tests {
                 false,
             ),
         ] {
-            let (done, calls) = converge(
-                &o,
-                layer(Hook::Forward),
-                nat,
-                &["Status: active\n", rule, rule, rule],
-            );
-            assert_eq!(calls.len(), 4, "only reads: {calls:?}");
+            let (done, calls) =
+                converge(&o, layer(Hook::Forward), nat, &["Status: active\n", rule]);
+            assert_eq!(calls.len(), 2, "only reads: {calls:?}");
             match &done.states["web"][0].state {
                 State::Refused(r) if refused => assert!(r.starts_with("ufw route deny"), "{r}"),
                 State::NotNeeded(why) if !refused => {

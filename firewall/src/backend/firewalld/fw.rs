@@ -108,15 +108,6 @@ impl Fw {
         Ok(strs(self.call(OBJ, IFACE_ZONE, "getZones", &[])?))
     }
 
-    /// The rich rules of the mesh's policy at run time.
-    pub(super) fn policy_rules(&mut self) -> Result<Vec<String>> {
-        let v = self.call(OBJ, IFACE_POLICY, "getPolicySettings", &[Arg::Str(POLICY)])?;
-        Ok(v.first()
-            .and_then(|s| s.get("rich_rules"))
-            .and_then(Value::as_strs)
-            .unwrap_or_default())
-    }
-
     /// Sets the runtime rich rules of the mesh's policy to exactly `rules`: firewalld adds and
     /// removes the difference, and touches nothing else of the policy.
     pub(super) fn set_policy_rules(&mut self, rules: &[&str]) -> Result<()> {
@@ -132,10 +123,16 @@ impl Fw {
         .map(|_| ())
     }
 
-    /// The forward ports of the mesh's policy at run time.
-    pub(super) fn policy_forward_ports(&mut self) -> Result<Vec<ForwardPort>> {
+    /// The rich rules and the forward ports of the mesh's policy at run time, read together:
+    /// firewalld hands out a policy's settings as a whole.
+    pub(super) fn policy_settings(&mut self) -> Result<(Vec<String>, Vec<ForwardPort>)> {
         let v = self.call(OBJ, IFACE_POLICY, "getPolicySettings", &[Arg::Str(POLICY)])?;
-        let mut items = match v.first().and_then(|s| s.get("forward_ports")) {
+        let settings = v.first();
+        let rules = settings
+            .and_then(|s| s.get("rich_rules"))
+            .and_then(Value::as_strs)
+            .unwrap_or_default();
+        let mut items = match settings.and_then(|s| s.get("forward_ports")) {
             Some(Value::Variant(inner)) => match &**inner {
                 Value::Array(items) => items.clone(),
                 _ => Vec::new(),
@@ -143,7 +140,7 @@ impl Fw {
             Some(Value::Array(items)) => items.clone(),
             _ => Vec::new(),
         };
-        Ok(items
+        let ports = items
             .drain(..)
             .filter_map(|q| match q {
                 Value::Struct(f) if f.len() == 4 => {
@@ -157,7 +154,8 @@ impl Fw {
                 }
                 _ => None,
             })
-            .collect())
+            .collect();
+        Ok((rules, ports))
     }
 
     /// Sets the runtime forward ports of the mesh's policy to exactly `ports`, as
