@@ -135,10 +135,7 @@ impl Live {
     /// More of the container runtime's environment (firewalld's bus: Docker puts its rules back
     /// when firewalld reloads, as on a machine where both run).
     pub fn runtime_env(&self) -> Vec<(String, std::ffi::OsString)> {
-        self.firewalld
-            .iter()
-            .map(|fw| ("DBUS_SYSTEM_BUS_ADDRESS".to_owned(), fw.address().into()))
-            .collect()
+        self.firewalld.iter().map(|fw| fw.env_var()).collect()
     }
 }
 
