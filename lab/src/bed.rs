@@ -233,12 +233,7 @@ impl Bed {
 
     /// The PATH mesh-host runs with in the node: the stand-in for systemctl first.
     fn path_env(&self) -> std::ffi::OsString {
-        let mut path = self.units.dir().as_os_str().to_owned();
-        if let Some(rest) = std::env::var_os("PATH") {
-            path.push(":");
-            path.push(rest);
-        }
-        path
+        exec::path_with_first(self.units.dir())
     }
 
     /// The bytes of each found configuration file, to compare before and after.

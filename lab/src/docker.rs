@@ -121,12 +121,7 @@ pub(crate) fn start(machine: &Machine, dir: &Path, options: &EngineOptions) -> R
     ];
     let mut env = options.env.clone();
     if let Some(first) = &options.path_first {
-        let mut path = first.clone().into_os_string();
-        if let Some(rest) = std::env::var_os("PATH") {
-            path.push(":");
-            path.push(rest);
-        }
-        env.push(("PATH".to_owned(), path));
+        env.push(("PATH".to_owned(), exec::path_with_first(first)));
     }
     let process = machine.spawn_env(&argv, &env)?;
     let record = EngineRecord {
