@@ -198,7 +198,9 @@ pub trait FoundFirewall: Sync {
     /// The directory to put first on the container runtime's PATH, holding `iptables` links to
     /// the backend this kind uses, so the runtime writes its rules where the machine's own
     /// iptables would; `None` when the machine's default `iptables` is right.
-    fn runtime_iptables(&self, dir: &Path) -> Result<Option<PathBuf>>;
+    fn runtime_iptables(&self, _dir: &Path) -> Result<Option<PathBuf>> {
+        Ok(None)
+    }
 
     /// The found firewall's rules as the kernel holds them, as text for comparison: counters
     /// left out, the mesh's own table left out, one rule per line. A kind whose rules cannot

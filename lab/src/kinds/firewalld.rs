@@ -115,10 +115,6 @@ impl FoundFirewall for Firewalld {
         false
     }
 
-    fn runtime_iptables(&self, _dir: &Path) -> Result<Option<PathBuf>> {
-        Ok(None)
-    }
-
     fn rules(&self, node: &Machine, _root: &Path) -> Result<String> {
         let out = node.run(&["nft", "list", "table", "inet", "firewalld"])?;
         let mut text = String::new();

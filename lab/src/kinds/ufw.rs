@@ -114,10 +114,6 @@ impl FoundFirewall for Ufw {
         false
     }
 
-    fn runtime_iptables(&self, _dir: &Path) -> Result<Option<PathBuf>> {
-        Ok(None)
-    }
-
     fn rules(&self, node: &Machine, root: &Path) -> Result<String> {
         // ufw's chains and the built-in ones of the filter table, both families (the runtime's
         // own chains, which change with its containers, left out). ufw puts a rule's comment
