@@ -218,6 +218,14 @@ fn write_file(path: &Path, text: &str) -> Result<()> {
     std::fs::write(path, text).map_err(|e| Error::io(path, e))
 }
 
+/// The chain an `iptables-save` line names: a chain's header (`:INPUT DROP`) or a rule in it
+/// (`-A INPUT …`); `None` for any other line.
+fn save_line_chain(line: &str) -> Option<&str> {
+    line.strip_prefix(':')
+        .or_else(|| line.strip_prefix("-A "))
+        .and_then(|rest| rest.split_whitespace().next())
+}
+
 /// Whitespace within each line normalised, counters' values dropped, blank lines left out.
 fn normalise(listing: &str) -> String {
     let mut out = String::new();

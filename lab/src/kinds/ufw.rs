@@ -9,7 +9,7 @@
 
 use std::path::{Path, PathBuf};
 
-use super::{normalise, FoundFirewall, Live, Policy};
+use super::{normalise, save_line_chain, FoundFirewall, Live, Policy};
 use crate::error::{Error, Result};
 use crate::machine::Machine;
 
@@ -129,11 +129,7 @@ impl FoundFirewall for Ufw {
             let mut mesh = mesh_rules(&kept);
             let out = node.run_ok(&[program, "-t", "filter"])?;
             for line in normalise(&out.stdout).lines() {
-                let chain = line
-                    .strip_prefix(':')
-                    .or_else(|| line.strip_prefix("-A "))
-                    .and_then(|rest| rest.split_whitespace().next());
-                if !chain.is_some_and(|c| {
+                if !save_line_chain(line).is_some_and(|c| {
                     c.starts_with("ufw") || ["INPUT", "FORWARD", "OUTPUT"].contains(&c)
                 }) {
                     continue;
