@@ -90,22 +90,11 @@ impl FoundFirewall for Ufw {
     }
 
     fn comparable(&self, bytes: Vec<u8>) -> Vec<u8> {
-        // A mesh's rule is its tuple line (the comment in hex) and the rules after it, up to
-        // the blank line that ends the block.
         let text = String::from_utf8_lossy(&bytes);
         let mut out = String::new();
-        let mut in_mesh_tuple = false;
-        for line in text.lines() {
-            if line.starts_with("### tuple ###") {
-                in_mesh_tuple = line.contains(MARK_HEX);
-            } else if line.trim().is_empty() {
-                in_mesh_tuple = false;
-                continue;
-            }
-            if !in_mesh_tuple {
-                out.push_str(line);
-                out.push('\n');
-            }
+        for (line, _) in in_mesh_tuple(&text).filter(|(_, mesh)| !mesh) {
+            out.push_str(line);
+            out.push('\n');
         }
         out.into_bytes()
     }
@@ -152,18 +141,26 @@ impl FoundFirewall for Ufw {
 /// The rules (`-A …` lines) that ufw's file `text` holds for tuples whose comment is the mesh's,
 /// in [`canonical`] form.
 fn mesh_rules(text: &str) -> Vec<Vec<String>> {
-    let mut out = Vec::new();
-    let mut in_mesh_tuple = false;
-    for line in text.lines() {
+    in_mesh_tuple(text)
+        .filter(|(line, mesh)| *mesh && line.starts_with("-A "))
+        .map(|(line, _)| canonical(line))
+        .collect()
+}
+
+/// The lines of ufw's file `text` but the blank ones, each with whether it belongs to one of the
+/// mesh's rules: a mesh's rule is its tuple line (the comment in hex) and the rules after it, up
+/// to the blank line that ends the block.
+fn in_mesh_tuple(text: &str) -> impl Iterator<Item = (&str, bool)> {
+    let mut mesh = false;
+    text.lines().filter_map(move |line| {
         if line.starts_with("### tuple ###") {
-            in_mesh_tuple = line.contains(MARK_HEX);
+            mesh = line.contains(MARK_HEX);
         } else if line.trim().is_empty() {
-            in_mesh_tuple = false;
-        } else if in_mesh_tuple && line.starts_with("-A ") {
-            out.push(canonical(line));
+            mesh = false;
+            return None;
         }
-    }
-    out
+        Some((line, mesh))
+    })
 }
 
 /// A rule's words as a sorted list, the protocol match iptables-save adds (`-m tcp` after `-p
