@@ -17,6 +17,17 @@ use lab::FirewalldProgram;
 const PUBLISHED: u16 = 8085;
 const SERVES: u16 = 80;
 
+/// firewalld 2.3 (as `lab/fetch-firewalld` unpacked it) with `StrictForwardPorts=yes`, started in
+/// `node` on a private bus under the lab's directory.
+fn strict_firewalld(lab: &Lab, node: &Machine) -> lab::Firewalld {
+    let program = FirewalldProgram::fetched()
+        .expect("firewalld 2.3 unpacked by lab/fetch-firewalld; never skipped")
+        .with_setting("StrictForwardPorts", "yes");
+    let dir = lab.dir().join("firewalld");
+    node.start_firewalld_program(&program, &dir, &dir.join("etc"))
+        .expect("firewalld 2.3 starts on a private bus")
+}
+
 /// The container's address on Docker's bridge.
 fn container_addr(docker: &lab::Docker, name: &str) -> String {
     docker
@@ -87,13 +98,7 @@ fn firewalld_strict_forward_ports_admit_a_published_port_by_a_forward_port_in_th
     let lab = new_lab();
     let net = adoption(&lab);
     let node = &net.node;
-    let program = FirewalldProgram::fetched()
-        .expect("firewalld 2.3 unpacked by lab/fetch-firewalld; never skipped")
-        .with_setting("StrictForwardPorts", "yes");
-    let dir = lab.dir().join("firewalld");
-    let mut fw = node
-        .start_firewalld_program(&program, &dir, &dir.join("etc"))
-        .expect("firewalld 2.3 starts on a private bus");
+    let mut fw = strict_firewalld(&lab, node);
     let version = fw.cmd(&["--version"]).unwrap().stdout;
     assert!(version.trim().starts_with("2.3"), "firewalld {version}");
     let strict = strict_chain(node);
@@ -312,13 +317,7 @@ fn firewalld_strict_the_resident_host_writes_the_forward_port_once_the_port_is_p
     let lab = new_lab();
     let net = adoption(&lab);
     let node = &net.node;
-    let program = FirewalldProgram::fetched()
-        .expect("firewalld 2.3 unpacked by lab/fetch-firewalld; never skipped")
-        .with_setting("StrictForwardPorts", "yes");
-    let dir = lab.dir().join("firewalld");
-    let fw = node
-        .start_firewalld_program(&program, &dir, &dir.join("etc"))
-        .expect("firewalld 2.3 starts on a private bus");
+    let fw = strict_firewalld(&lab, node);
     let docker = fw
         .start_docker(&lab.dir().join("docker"))
         .expect("a Docker engine in the node's namespace");
@@ -377,13 +376,7 @@ fn firewalld_strict_a_port_published_in_both_families_gets_a_forward_port_in_eac
     let lab = new_lab();
     let net = adoption(&lab);
     let node = &net.node;
-    let program = FirewalldProgram::fetched()
-        .expect("firewalld 2.3 unpacked by lab/fetch-firewalld; never skipped")
-        .with_setting("StrictForwardPorts", "yes");
-    let dir = lab.dir().join("firewalld");
-    let fw = node
-        .start_firewalld_program(&program, &dir, &dir.join("etc"))
-        .expect("firewalld 2.3 starts on a private bus");
+    let fw = strict_firewalld(&lab, node);
     // Docker 20.10 publishes over IPv6 (ip6tables DNAT) only with its experimental options.
     let options = lab::EngineOptions::ipv6("fd00:d0c::/64");
     let docker = fw
