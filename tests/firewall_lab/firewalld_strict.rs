@@ -8,7 +8,7 @@
 //! The resident host writes a forward port once the runtime publishes the port; with IPv6 on
 //! Docker's bridge there is one forward port per family.
 
-use super::firewalld::{docker_rules, firewalld_table, with_driver};
+use super::firewalld::{docker_rules, retire_keeping_docker, with_driver};
 use super::found::{files, not_reached};
 use super::*;
 use lab::FirewalldProgram;
@@ -184,28 +184,7 @@ fn firewalld_strict_forward_ports_admit_a_published_port_by_a_forward_port_in_th
     // standing in for its unit) the forward port comes back with the next reconcile.
     let docker_before = docker_rules(node);
     let address = fw.address();
-    let retired = with_driver(node, &address, |d, cx| {
-        let r = d
-            .survey(Path::new("/"), cx)
-            .unwrap()
-            .expect("firewalld is found");
-        d.retire(&r, cx).unwrap();
-        r
-    });
-    assert!(!fw.is_running(), "retired firewalld has stopped");
-    assert_eq!(firewalld_table(node), "", "its table is gone");
-    assert_eq!(
-        docker_rules(node),
-        docker_before,
-        "Docker's rules through the retire"
-    );
-    expect(
-        &net.peer,
-        &v4,
-        PUBLISHED,
-        Probe::Reached,
-        "published while retired",
-    );
+    let retired = retire_keeping_docker(&net, &mut fw, &docker_before, &v4, PUBLISHED);
     fw.start().unwrap();
     with_driver(node, &address, |d, cx| d.restore(&retired, cx).unwrap());
     docker_dnat_back(node);
