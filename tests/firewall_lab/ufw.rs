@@ -97,14 +97,7 @@ fn ufw_openings_carry_the_mark_and_retire_with_ufws_own_init() {
     let ruleset_before = saved(node);
 
     let holder = ufw.holder_pid();
-    let host = Host::wrapped(
-        node,
-        vec![
-            "nsenter".into(),
-            format!("--mount=/proc/{holder}/ns/mnt"),
-            "--".into(),
-        ],
-    );
+    let host = Host::wrapped(node, ufw.enter(&[]));
     host.apply(&declaration(&[opening("web/api", OPENED, "incoming")]));
     expect(
         &net.peer,
@@ -262,15 +255,7 @@ fn ufw_an_operators_rule_for_the_same_traffic_is_never_rewritten() {
         ufw.cmd(&args).unwrap();
     }
     let added_before = ufw.cmd(&["show", "added"]).unwrap().stdout;
-    let holder = ufw.holder_pid();
-    let host = Host::wrapped(
-        node,
-        vec![
-            "nsenter".into(),
-            format!("--mount=/proc/{holder}/ns/mnt"),
-            "--".into(),
-        ],
-    );
+    let host = Host::wrapped(node, ufw.enter(&[]));
     host.apply(&declaration(&[
         opening("web/served", SERVED, "incoming"),
         opening("web/denied", OPENED, "incoming"),
@@ -367,14 +352,7 @@ fn ufw_with_docker_a_forwarded_opening_is_a_marked_route_rule_and_docker_keeps_i
     let added_before = ufw.cmd(&["show", "added"]).unwrap().stdout;
 
     let holder = ufw.holder_pid();
-    let host = Host::wrapped(
-        node,
-        vec![
-            "nsenter".into(),
-            format!("--mount=/proc/{holder}/ns/mnt"),
-            "--".into(),
-        ],
-    );
+    let host = Host::wrapped(node, ufw.enter(&[]));
     host.apply(&declaration(&[opening("web/pub", PUBLISHED, "forwarded")]));
     expect(
         &net.peer,
@@ -490,7 +468,6 @@ fn ufw_the_flip_and_the_return_through_the_binary() {
     ] {
         ufw.cmd(&args).unwrap();
     }
-    let holder = ufw.holder_pid();
     let stub = lab.dir().join("stub");
     std::fs::create_dir_all(&stub).unwrap();
     stub_systemctl(&stub);
@@ -499,16 +476,7 @@ fn ufw_the_flip_and_the_return_through_the_binary() {
         stub.display(),
         std::env::var("PATH").unwrap_or_default()
     );
-    let host = Host::wrapped(
-        node,
-        vec![
-            "nsenter".into(),
-            format!("--mount=/proc/{holder}/ns/mnt"),
-            "--".into(),
-            "env".into(),
-            path,
-        ],
-    );
+    let host = Host::wrapped(node, ufw.enter(&["env", &path]));
     host.apply(&declaration(&[
         opening("api/port", OPENED, "incoming"),
         json!({"id": "store/port", "type": "opening", "port": STORE, "proto": "tcp",
