@@ -5,7 +5,7 @@
 //! and restore through the driver leave `/etc/ufw` byte for byte and the ruleset as before; an
 //! operator's rule for the same traffic as an opening is never rewritten as the mesh's.
 
-use super::found::{files, not_reached, stub_systemctl};
+use super::found::{files, flipped_to_the_derived_filter, not_reached, stub_systemctl};
 use super::*;
 use firewall::backend::{driver, Cx};
 use firewall::{Backend, Batch, Exec, SystemExec};
@@ -511,32 +511,7 @@ fn ufw_the_flip_and_the_return_through_the_binary() {
         !flipped.lines().any(|l| l.starts_with("-A ufw")),
         "ufw's rules out of force:\n{flipped}"
     );
-    let mesh = run_ok(node, &["nft", "list", "table", "inet", "mesh_host"]);
-    assert!(
-        mesh.contains("chain input") && mesh.contains("policy drop"),
-        "{mesh}"
-    );
-    expect(
-        &net.peer,
-        &public,
-        OPENED,
-        Probe::Reached,
-        "converged: the declared port",
-    );
-    not_reached(&net.peer, &public, SERVED, "converged: undeclared, closed");
-    expect(
-        &net.peer,
-        &node_private(),
-        STORE,
-        Probe::Reached,
-        "converged: the store over the private network",
-    );
-    let log = std::fs::read_to_string(stub.join("log")).unwrap_or_default();
-    assert!(log.contains("disable ufw.service"), "{log}");
-    assert!(
-        !log.contains("stop"),
-        "the unit was stopped through systemd: {log}"
-    );
+    flipped_to_the_derived_filter(&net, &stub, "ufw.service");
 
     let out = host.run(&["adopt", "--json"]);
     assert!(out.success(), "the return: {}\n{}", out.stdout, out.stderr);
