@@ -125,7 +125,7 @@ impl FirewalldProgram {
     }
 
     /// Makes the lab's copy of the configuration at `etc`, its settings written in.
-    fn copy_config(&self, etc: &Path) -> Result<()> {
+    pub(crate) fn copy_config(&self, etc: &Path) -> Result<()> {
         exec::run_ok(
             std::process::Command::new("cp")
                 .arg("-a")
