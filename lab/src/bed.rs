@@ -249,11 +249,7 @@ impl Bed {
     }
 
     fn write(&self, machine_path: &str, bytes: &[u8]) -> Result<()> {
-        let path = self.path(machine_path);
-        if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
-        }
-        std::fs::write(&path, bytes).map_err(|e| Error::io(&path, e))
+        crate::kinds::write_file(&self.path(machine_path), bytes)
     }
 
     /// The argv running `binary --root ROOT ARGS…` inside the node with the node's engine as

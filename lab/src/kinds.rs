@@ -210,12 +210,12 @@ pub trait FoundFirewall: Sync {
     fn rules(&self, node: &Machine, root: &Path) -> Result<String>;
 }
 
-/// Writes `text` to `path`, making its directory.
-fn write_file(path: &Path, text: &str) -> Result<()> {
+/// Writes `bytes` to `path`, making its directory.
+pub(crate) fn write_file(path: &Path, bytes: impl AsRef<[u8]>) -> Result<()> {
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
     }
-    std::fs::write(path, text).map_err(|e| Error::io(path, e))
+    std::fs::write(path, bytes).map_err(|e| Error::io(path, e))
 }
 
 /// The chain an `iptables-save` line names: a chain's header (`:INPUT DROP`) or a rule in it

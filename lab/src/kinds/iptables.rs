@@ -95,7 +95,7 @@ impl FoundFirewall for Iptables {
         let mut paths = Vec::new();
         for (file, v6) in [(V4, false), (V6, true)] {
             let path = root.join(file);
-            write_file(&path, &rules_file(v6, policy))?;
+            write_file(&path, rules_file(v6, policy))?;
             paths.push(path);
         }
         Ok(paths)
