@@ -233,12 +233,7 @@ impl Bed {
 
     /// The PATH mesh-host runs with in the node: the stand-in for systemctl first.
     fn path_env(&self) -> std::ffi::OsString {
-        let mut path = self.units.dir().as_os_str().to_owned();
-        if let Some(rest) = std::env::var_os("PATH") {
-            path.push(":");
-            path.push(rest);
-        }
-        path
+        exec::path_with_first(self.units.dir())
     }
 
     /// The bytes of each found configuration file, to compare before and after.
@@ -254,11 +249,7 @@ impl Bed {
     }
 
     fn write(&self, machine_path: &str, bytes: &[u8]) -> Result<()> {
-        let path = self.path(machine_path);
-        if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
-        }
-        std::fs::write(&path, bytes).map_err(|e| Error::io(&path, e))
+        crate::kinds::write_file(&self.path(machine_path), bytes)
     }
 
     /// The argv running `binary --root ROOT ARGS…` inside the node with the node's engine as

@@ -86,22 +86,6 @@ pub struct Docker {
     env: Vec<(String, std::ffi::OsString)>,
 }
 
-/// Like [`start`], with `env` (`NAME=value`) added to dockerd's: a private system bus it shares
-/// with a lab firewalld.
-pub(crate) fn start_with_env(
-    machine: &Machine,
-    dir: &Path,
-    env: &[String],
-    options: &EngineOptions,
-) -> Result<Docker> {
-    let mut options = options.clone();
-    options.env.extend(env.iter().map(|pair| {
-        let (name, value) = pair.split_once('=').unwrap_or((pair.as_str(), ""));
-        (name.to_owned(), value.into())
-    }));
-    start(machine, dir, &options)
-}
-
 pub(crate) fn start(machine: &Machine, dir: &Path, options: &EngineOptions) -> Result<Docker> {
     exec::require("dockerd", "docker.io")?;
     exec::require("docker", "docker.io")?;
@@ -137,12 +121,7 @@ pub(crate) fn start(machine: &Machine, dir: &Path, options: &EngineOptions) -> R
     ];
     let mut env = options.env.clone();
     if let Some(first) = &options.path_first {
-        let mut path = first.clone().into_os_string();
-        if let Some(rest) = std::env::var_os("PATH") {
-            path.push(":");
-            path.push(rest);
-        }
-        env.push(("PATH".to_owned(), path));
+        env.push(("PATH".to_owned(), exec::path_with_first(first)));
     }
     let process = machine.spawn_env(&argv, &env)?;
     let record = EngineRecord {

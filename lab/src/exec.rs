@@ -178,6 +178,17 @@ pub(crate) fn on_path(program: &str) -> bool {
     which(program).is_some()
 }
 
+/// The caller's PATH with `dir` put first, for a program that must find what `dir` holds before
+/// the machine's own (links to another iptables, a stand-in for systemctl).
+pub(crate) fn path_with_first(dir: &Path) -> std::ffi::OsString {
+    let mut path = dir.as_os_str().to_owned();
+    if let Some(rest) = std::env::var_os("PATH") {
+        path.push(":");
+        path.push(rest);
+    }
+    path
+}
+
 /// Where a program is on PATH.
 pub(crate) fn which(program: &str) -> Option<PathBuf> {
     let path = std::env::var_os("PATH")?;

@@ -125,7 +125,7 @@ impl FirewalldProgram {
     }
 
     /// Makes the lab's copy of the configuration at `etc`, its settings written in.
-    fn copy_config(&self, etc: &Path) -> Result<()> {
+    pub(crate) fn copy_config(&self, etc: &Path) -> Result<()> {
         exec::run_ok(
             std::process::Command::new("cp")
                 .arg("-a")
@@ -256,6 +256,12 @@ impl Firewalld {
         format!("DBUS_SYSTEM_BUS_ADDRESS={}", self.address())
     }
 
+    /// `DBUS_SYSTEM_BUS_ADDRESS` and the bus address, for a spawned program's environment (the
+    /// engine's, which shares this bus).
+    pub(crate) fn env_var(&self) -> (String, std::ffi::OsString) {
+        ("DBUS_SYSTEM_BUS_ADDRESS".to_owned(), self.address().into())
+    }
+
     /// firewalld's configuration directory (its `/etc/firewalld`).
     pub fn config_dir(&self) -> PathBuf {
         self.etc.clone()
@@ -350,7 +356,9 @@ impl Firewalld {
         dir: &Path,
         options: &crate::EngineOptions,
     ) -> Result<crate::Docker> {
-        crate::docker::start_with_env(&self.machine, dir, &[self.env()], options)
+        let mut options = options.clone();
+        options.env.push(self.env_var());
+        crate::docker::start(&self.machine, dir, &options)
     }
 
     /// What the daemon printed.

@@ -135,10 +135,7 @@ impl Live {
     /// More of the container runtime's environment (firewalld's bus: Docker puts its rules back
     /// when firewalld reloads, as on a machine where both run).
     pub fn runtime_env(&self) -> Vec<(String, std::ffi::OsString)> {
-        self.firewalld
-            .iter()
-            .map(|fw| ("DBUS_SYSTEM_BUS_ADDRESS".to_owned(), fw.address().into()))
-            .collect()
+        self.firewalld.iter().map(|fw| fw.env_var()).collect()
     }
 }
 
@@ -201,7 +198,9 @@ pub trait FoundFirewall: Sync {
     /// The directory to put first on the container runtime's PATH, holding `iptables` links to
     /// the backend this kind uses, so the runtime writes its rules where the machine's own
     /// iptables would; `None` when the machine's default `iptables` is right.
-    fn runtime_iptables(&self, dir: &Path) -> Result<Option<PathBuf>>;
+    fn runtime_iptables(&self, _dir: &Path) -> Result<Option<PathBuf>> {
+        Ok(None)
+    }
 
     /// The found firewall's rules as the kernel holds them, as text for comparison: counters
     /// left out, the mesh's own table left out, one rule per line. A kind whose rules cannot
@@ -211,12 +210,20 @@ pub trait FoundFirewall: Sync {
     fn rules(&self, node: &Machine, root: &Path) -> Result<String>;
 }
 
-/// Writes `text` to `path`, making its directory.
-fn write_file(path: &Path, text: &str) -> Result<()> {
+/// Writes `bytes` to `path`, making its directory.
+pub(crate) fn write_file(path: &Path, bytes: impl AsRef<[u8]>) -> Result<()> {
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
     }
-    std::fs::write(path, text).map_err(|e| Error::io(path, e))
+    std::fs::write(path, bytes).map_err(|e| Error::io(path, e))
+}
+
+/// The chain an `iptables-save` line names: a chain's header (`:INPUT DROP`) or a rule in it
+/// (`-A INPUT …`); `None` for any other line.
+fn save_line_chain(line: &str) -> Option<&str> {
+    line.strip_prefix(':')
+        .or_else(|| line.strip_prefix("-A "))
+        .and_then(|rest| rest.split_whitespace().next())
 }
 
 /// Whitespace within each line normalised, counters' values dropped, blank lines left out.

@@ -20,6 +20,8 @@ use lab::addr::*;
 use lab::{ports, Bed, FoundKind, Lab, Machine, Probe, Process, UdpEcho};
 use serde_json::Value;
 
+use crate::firewall_lab::{is_marked, without_marked};
+
 mod converge;
 mod scenarios;
 
@@ -231,17 +233,6 @@ fn not_reached(from: &Machine, addrs: &[IpAddr], port: u16, why: &str) {
 
 fn public() -> [IpAddr; 2] {
     [NODE_PUBLIC_V4.into(), NODE_PUBLIC_V6.into()]
-}
-
-fn is_marked(line: &str) -> bool {
-    line.contains("mesh-host:")
-}
-
-fn without_marked(text: &str) -> String {
-    text.lines()
-        .filter(|l| !is_marked(l))
-        .map(|l| format!("{l}\n"))
-        .collect()
 }
 
 /// The node's nf_tables tables, `family name` each.

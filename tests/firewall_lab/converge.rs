@@ -8,6 +8,7 @@
 //! The boot units are handled through a stub `systemctl` first on PATH, standing in for systemd
 //! as PID 1 (which cannot run here): it answers `show` as an enabled unit and logs every call.
 
+use super::found::stub_systemctl;
 use super::*;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -123,19 +124,6 @@ fn found_text(node: &Machine, kind: Kind) -> String {
             View::Save("ip6tables-legacy-save").read(node)
         )),
     }
-}
-
-/// The stub `systemctl` (standing in for systemd as PID 1) in `dir`, logging to `dir/log`.
-fn stub_systemctl(dir: &Path) {
-    let script = format!(
-        "#!/bin/sh\necho \"$@\" >> {log}\nif [ \"$1\" = show ]; then\n  \
-         printf 'LoadState=loaded\\nActiveState=active\\nUnitFileState=enabled\\n'\nfi\nexit 0\n",
-        log = dir.join("log").display()
-    );
-    let path = dir.join("systemctl");
-    std::fs::write(&path, script).unwrap();
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
 }
 
 /// mesh-host on the node with the engine's address and the stub first on PATH.

@@ -259,6 +259,42 @@ pub(super) fn with_driver<T: Send>(
     .unwrap()
 }
 
+/// The flip's retire through the driver with Docker on firewalld's bus: firewalld ended without
+/// its cleanup, its table gone, Docker's rules still `docker_before` and `port` still reached on
+/// `addrs`. Returns what the survey saved, for the restore.
+pub(super) fn retire_keeping_docker(
+    net: &Adoption,
+    fw: &mut lab::Firewalld,
+    docker_before: &str,
+    addrs: &[IpAddr],
+    port: u16,
+) -> firewall::Retired {
+    let node = &net.node;
+    let retired = with_driver(node, &fw.address(), |d, cx| {
+        let r = d
+            .survey(Path::new("/"), cx)
+            .unwrap()
+            .expect("firewalld is found");
+        d.retire(&r, cx).unwrap();
+        r
+    });
+    assert!(!fw.is_running(), "retired firewalld has stopped");
+    assert_eq!(firewalld_table(node), "", "its table is gone");
+    assert_eq!(
+        docker_rules(node),
+        docker_before,
+        "Docker's rules through the retire"
+    );
+    expect(
+        &net.peer,
+        addrs,
+        port,
+        Probe::Reached,
+        "published while retired",
+    );
+    retired
+}
+
 /// Docker's rules as iptables-nft prints them, counters left out.
 pub(super) fn docker_rules(node: &Machine) -> String {
     View::Save("iptables-nft-save").read(node)
@@ -380,28 +416,7 @@ fn firewalld_with_docker_a_forwarded_opening_is_admitted_and_docker_keeps_its_ru
 
     // The flip's retire: Docker's rules stay exactly as they were, the published port served.
     let address = fw.address();
-    let retired = with_driver(node, &address, |d, cx| {
-        let r = d
-            .survey(Path::new("/"), cx)
-            .unwrap()
-            .expect("firewalld is found");
-        d.retire(&r, cx).unwrap();
-        r
-    });
-    assert!(!fw.is_running(), "retired firewalld has stopped");
-    assert_eq!(firewalld_table(node), "", "its table is gone");
-    assert_eq!(
-        docker_rules(node),
-        docker_before,
-        "Docker's rules through the retire"
-    );
-    expect(
-        &net.peer,
-        &both,
-        PUBLISHED,
-        Probe::Reached,
-        "published while retired",
-    );
+    let retired = retire_keeping_docker(&net, &mut fw, &docker_before, &both, PUBLISHED);
 
     // The return: firewalld started again (its unit, here the lab), Docker's rules back.
     fw.start().unwrap();

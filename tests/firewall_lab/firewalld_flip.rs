@@ -2,7 +2,7 @@
 //! firewalld running its iptables backend (recognised, and said not to be spoken).
 
 use super::firewalld::firewalld_table;
-use super::found::{files, not_reached, stub_systemctl};
+use super::found::{files, flipped_to_the_derived_filter, stub_systemctl};
 use super::*;
 
 /// The flip and the return through the built binary on a node whose found firewall is
@@ -74,32 +74,7 @@ fn firewalld_the_flip_and_the_return_through_the_binary() {
         config,
         "/etc/firewalld byte for byte, converged"
     );
-    let mesh = run_ok(node, &["nft", "list", "table", "inet", "mesh_host"]);
-    assert!(
-        mesh.contains("chain input") && mesh.contains("policy drop"),
-        "{mesh}"
-    );
-    expect(
-        &net.peer,
-        &public,
-        OPENED,
-        Probe::Reached,
-        "converged: the declared port",
-    );
-    not_reached(&net.peer, &public, SERVED, "converged: undeclared, closed");
-    expect(
-        &net.peer,
-        &node_private(),
-        STORE,
-        Probe::Reached,
-        "converged: the store over the private network",
-    );
-    let log = std::fs::read_to_string(stub.join("log")).unwrap_or_default();
-    assert!(log.contains("disable firewalld.service"), "{log}");
-    assert!(
-        !log.contains("stop"),
-        "the unit was stopped through systemd: {log}"
-    );
+    flipped_to_the_derived_filter(&net, &stub, "firewalld.service");
 
     let returning = {
         let host_run = host.wrap.clone();

@@ -8,7 +8,7 @@
 //! The resident host writes a forward port once the runtime publishes the port; with IPv6 on
 //! Docker's bridge there is one forward port per family.
 
-use super::firewalld::{docker_rules, firewalld_table, with_driver};
+use super::firewalld::{docker_rules, retire_keeping_docker, with_driver};
 use super::found::{files, not_reached};
 use super::*;
 use lab::FirewalldProgram;
@@ -16,6 +16,17 @@ use lab::FirewalldProgram;
 /// The port the node publishes, and the port the container serves on behind it.
 const PUBLISHED: u16 = 8085;
 const SERVES: u16 = 80;
+
+/// firewalld 2.3 (as `lab/fetch-firewalld` unpacked it) with `StrictForwardPorts=yes`, started in
+/// `node` on a private bus under the lab's directory.
+fn strict_firewalld(lab: &Lab, node: &Machine) -> lab::Firewalld {
+    let program = FirewalldProgram::fetched()
+        .expect("firewalld 2.3 unpacked by lab/fetch-firewalld; never skipped")
+        .with_setting("StrictForwardPorts", "yes");
+    let dir = lab.dir().join("firewalld");
+    node.start_firewalld_program(&program, &dir, &dir.join("etc"))
+        .expect("firewalld 2.3 starts on a private bus")
+}
 
 /// The container's address on Docker's bridge.
 fn container_addr(docker: &lab::Docker, name: &str) -> String {
@@ -87,13 +98,7 @@ fn firewalld_strict_forward_ports_admit_a_published_port_by_a_forward_port_in_th
     let lab = new_lab();
     let net = adoption(&lab);
     let node = &net.node;
-    let program = FirewalldProgram::fetched()
-        .expect("firewalld 2.3 unpacked by lab/fetch-firewalld; never skipped")
-        .with_setting("StrictForwardPorts", "yes");
-    let dir = lab.dir().join("firewalld");
-    let mut fw = node
-        .start_firewalld_program(&program, &dir, &dir.join("etc"))
-        .expect("firewalld 2.3 starts on a private bus");
+    let mut fw = strict_firewalld(&lab, node);
     let version = fw.cmd(&["--version"]).unwrap().stdout;
     assert!(version.trim().starts_with("2.3"), "firewalld {version}");
     let strict = strict_chain(node);
@@ -179,28 +184,7 @@ fn firewalld_strict_forward_ports_admit_a_published_port_by_a_forward_port_in_th
     // standing in for its unit) the forward port comes back with the next reconcile.
     let docker_before = docker_rules(node);
     let address = fw.address();
-    let retired = with_driver(node, &address, |d, cx| {
-        let r = d
-            .survey(Path::new("/"), cx)
-            .unwrap()
-            .expect("firewalld is found");
-        d.retire(&r, cx).unwrap();
-        r
-    });
-    assert!(!fw.is_running(), "retired firewalld has stopped");
-    assert_eq!(firewalld_table(node), "", "its table is gone");
-    assert_eq!(
-        docker_rules(node),
-        docker_before,
-        "Docker's rules through the retire"
-    );
-    expect(
-        &net.peer,
-        &v4,
-        PUBLISHED,
-        Probe::Reached,
-        "published while retired",
-    );
+    let retired = retire_keeping_docker(&net, &mut fw, &docker_before, &v4, PUBLISHED);
     fw.start().unwrap();
     with_driver(node, &address, |d, cx| d.restore(&retired, cx).unwrap());
     docker_dnat_back(node);
@@ -312,13 +296,7 @@ fn firewalld_strict_the_resident_host_writes_the_forward_port_once_the_port_is_p
     let lab = new_lab();
     let net = adoption(&lab);
     let node = &net.node;
-    let program = FirewalldProgram::fetched()
-        .expect("firewalld 2.3 unpacked by lab/fetch-firewalld; never skipped")
-        .with_setting("StrictForwardPorts", "yes");
-    let dir = lab.dir().join("firewalld");
-    let fw = node
-        .start_firewalld_program(&program, &dir, &dir.join("etc"))
-        .expect("firewalld 2.3 starts on a private bus");
+    let fw = strict_firewalld(&lab, node);
     let docker = fw
         .start_docker(&lab.dir().join("docker"))
         .expect("a Docker engine in the node's namespace");
@@ -377,13 +355,7 @@ fn firewalld_strict_a_port_published_in_both_families_gets_a_forward_port_in_eac
     let lab = new_lab();
     let net = adoption(&lab);
     let node = &net.node;
-    let program = FirewalldProgram::fetched()
-        .expect("firewalld 2.3 unpacked by lab/fetch-firewalld; never skipped")
-        .with_setting("StrictForwardPorts", "yes");
-    let dir = lab.dir().join("firewalld");
-    let fw = node
-        .start_firewalld_program(&program, &dir, &dir.join("etc"))
-        .expect("firewalld 2.3 starts on a private bus");
+    let fw = strict_firewalld(&lab, node);
     // Docker 20.10 publishes over IPv6 (ip6tables DNAT) only with its experimental options.
     let options = lab::EngineOptions::ipv6("fd00:d0c::/64");
     let docker = fw

@@ -1,6 +1,6 @@
 //! Helpers shared by the lab tests of the found firewalls that are daemons or keep files
 //! (firewalld, ufw): their configuration read byte for byte, a probe that must not be answered,
-//! and the stub service manager.
+//! what the flip through the binary leaves, and the stub service manager.
 
 use super::*;
 use std::collections::BTreeMap;
@@ -34,6 +34,40 @@ pub(super) fn not_reached(from: &Machine, addrs: &[IpAddr], port: u16, why: &str
             from.name()
         );
     }
+}
+
+/// What the flip through the binary leaves, whatever the found firewall: the mesh's derived
+/// filter in force (its input chain, policy drop), the declared port reached, the served port
+/// nothing declares closed, the store reached over the private network; `unit` disabled through
+/// the stub `systemctl` in `stub`, never stopped.
+pub(super) fn flipped_to_the_derived_filter(net: &Adoption, stub: &Path, unit: &str) {
+    let public = node_public();
+    let mesh = run_ok(&net.node, &["nft", "list", "table", "inet", "mesh_host"]);
+    assert!(
+        mesh.contains("chain input") && mesh.contains("policy drop"),
+        "{mesh}"
+    );
+    expect(
+        &net.peer,
+        &public,
+        OPENED,
+        Probe::Reached,
+        "converged: the declared port",
+    );
+    not_reached(&net.peer, &public, SERVED, "converged: undeclared, closed");
+    expect(
+        &net.peer,
+        &node_private(),
+        STORE,
+        Probe::Reached,
+        "converged: the store over the private network",
+    );
+    let log = std::fs::read_to_string(stub.join("log")).unwrap_or_default();
+    assert!(log.contains(&format!("disable {unit}")), "{log}");
+    assert!(
+        !log.contains("stop"),
+        "the unit was stopped through systemd: {log}"
+    );
 }
 
 /// A stub `systemctl` first on PATH, standing in for systemd as PID 1 (which cannot run here):

@@ -458,11 +458,13 @@ fn save_text(listing: &str) -> String {
     out
 }
 
-fn is_marked(line: &str) -> bool {
+/// Whether a listed rule carries the mesh's mark (the bed's suite uses it too).
+pub(crate) fn is_marked(line: &str) -> bool {
     line.contains("mesh-host:")
 }
 
-fn without_marked(text: &str) -> String {
+/// `text` without the mesh's marked lines.
+pub(crate) fn without_marked(text: &str) -> String {
     text.lines()
         .filter(|l| !is_marked(l))
         .map(|l| format!("{l}\n"))

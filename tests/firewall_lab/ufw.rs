@@ -5,7 +5,7 @@
 //! and restore through the driver leave `/etc/ufw` byte for byte and the ruleset as before; an
 //! operator's rule for the same traffic as an opening is never rewritten as the mesh's.
 
-use super::found::{files, not_reached, stub_systemctl};
+use super::found::{files, flipped_to_the_derived_filter, not_reached, stub_systemctl};
 use super::*;
 use firewall::backend::{driver, Cx};
 use firewall::{Backend, Batch, Exec, SystemExec};
@@ -97,14 +97,7 @@ fn ufw_openings_carry_the_mark_and_retire_with_ufws_own_init() {
     let ruleset_before = saved(node);
 
     let holder = ufw.holder_pid();
-    let host = Host::wrapped(
-        node,
-        vec![
-            "nsenter".into(),
-            format!("--mount=/proc/{holder}/ns/mnt"),
-            "--".into(),
-        ],
-    );
+    let host = Host::wrapped(node, ufw.enter(&[]));
     host.apply(&declaration(&[opening("web/api", OPENED, "incoming")]));
     expect(
         &net.peer,
@@ -262,15 +255,7 @@ fn ufw_an_operators_rule_for_the_same_traffic_is_never_rewritten() {
         ufw.cmd(&args).unwrap();
     }
     let added_before = ufw.cmd(&["show", "added"]).unwrap().stdout;
-    let holder = ufw.holder_pid();
-    let host = Host::wrapped(
-        node,
-        vec![
-            "nsenter".into(),
-            format!("--mount=/proc/{holder}/ns/mnt"),
-            "--".into(),
-        ],
-    );
+    let host = Host::wrapped(node, ufw.enter(&[]));
     host.apply(&declaration(&[
         opening("web/served", SERVED, "incoming"),
         opening("web/denied", OPENED, "incoming"),
@@ -367,14 +352,7 @@ fn ufw_with_docker_a_forwarded_opening_is_a_marked_route_rule_and_docker_keeps_i
     let added_before = ufw.cmd(&["show", "added"]).unwrap().stdout;
 
     let holder = ufw.holder_pid();
-    let host = Host::wrapped(
-        node,
-        vec![
-            "nsenter".into(),
-            format!("--mount=/proc/{holder}/ns/mnt"),
-            "--".into(),
-        ],
-    );
+    let host = Host::wrapped(node, ufw.enter(&[]));
     host.apply(&declaration(&[opening("web/pub", PUBLISHED, "forwarded")]));
     expect(
         &net.peer,
@@ -490,7 +468,6 @@ fn ufw_the_flip_and_the_return_through_the_binary() {
     ] {
         ufw.cmd(&args).unwrap();
     }
-    let holder = ufw.holder_pid();
     let stub = lab.dir().join("stub");
     std::fs::create_dir_all(&stub).unwrap();
     stub_systemctl(&stub);
@@ -499,16 +476,7 @@ fn ufw_the_flip_and_the_return_through_the_binary() {
         stub.display(),
         std::env::var("PATH").unwrap_or_default()
     );
-    let host = Host::wrapped(
-        node,
-        vec![
-            "nsenter".into(),
-            format!("--mount=/proc/{holder}/ns/mnt"),
-            "--".into(),
-            "env".into(),
-            path,
-        ],
-    );
+    let host = Host::wrapped(node, ufw.enter(&["env", &path]));
     host.apply(&declaration(&[
         opening("api/port", OPENED, "incoming"),
         json!({"id": "store/port", "type": "opening", "port": STORE, "proto": "tcp",
@@ -543,32 +511,7 @@ fn ufw_the_flip_and_the_return_through_the_binary() {
         !flipped.lines().any(|l| l.starts_with("-A ufw")),
         "ufw's rules out of force:\n{flipped}"
     );
-    let mesh = run_ok(node, &["nft", "list", "table", "inet", "mesh_host"]);
-    assert!(
-        mesh.contains("chain input") && mesh.contains("policy drop"),
-        "{mesh}"
-    );
-    expect(
-        &net.peer,
-        &public,
-        OPENED,
-        Probe::Reached,
-        "converged: the declared port",
-    );
-    not_reached(&net.peer, &public, SERVED, "converged: undeclared, closed");
-    expect(
-        &net.peer,
-        &node_private(),
-        STORE,
-        Probe::Reached,
-        "converged: the store over the private network",
-    );
-    let log = std::fs::read_to_string(stub.join("log")).unwrap_or_default();
-    assert!(log.contains("disable ufw.service"), "{log}");
-    assert!(
-        !log.contains("stop"),
-        "the unit was stopped through systemd: {log}"
-    );
+    flipped_to_the_derived_filter(&net, &stub, "ufw.service");
 
     let out = host.run(&["adopt", "--json"]);
     assert!(out.success(), "the return: {}\n{}", out.stdout, out.stderr);

@@ -174,15 +174,7 @@ fn ufw_docker_a_forwarded_opening_is_a_route_rule_to_the_container_and_follows_i
     let added_before = ufw.cmd(&["show", "added"]).unwrap().stdout;
     let config = files_but_user_rules(&ufw);
 
-    let holder = ufw.holder_pid();
-    let host = Host::wrapped(
-        node,
-        vec![
-            "nsenter".into(),
-            format!("--mount=/proc/{holder}/ns/mnt"),
-            "--".into(),
-        ],
-    );
+    let host = Host::wrapped(node, ufw.enter(&[]));
     let decl = declaration(&[opening("web/pub", PUBLISHED, "forwarded")]);
     host.apply(&decl);
     expect(

@@ -13,7 +13,6 @@ use std::path::{Path, PathBuf};
 
 use super::{normalise, write_file, FoundFirewall, Live, Policy};
 use crate::error::{Error, Result};
-use crate::exec;
 use crate::machine::Machine;
 
 /// The configuration directory below the machine's root, and the zone file the predecessor
@@ -55,12 +54,7 @@ impl FoundFirewall for Firewalld {
             if let Some(parent) = etc.parent() {
                 std::fs::create_dir_all(parent).map_err(|e| Error::io(parent, e))?;
             }
-            exec::run_ok(
-                std::process::Command::new("cp")
-                    .arg("-a")
-                    .arg("/etc/firewalld")
-                    .arg(&etc),
-            )?;
+            crate::found::FirewalldProgram::system().copy_config(&etc)?;
         }
         let mut text = String::from(
             "<?xml version=\"1.0\" encoding=\"utf-8\"?>\n\
@@ -113,10 +107,6 @@ impl FoundFirewall for Firewalld {
         // firewalld 1.3 flushes every iptables table on a reload; Docker, on its bus, puts its
         // rules back when it hears the reload.
         false
-    }
-
-    fn runtime_iptables(&self, _dir: &Path) -> Result<Option<PathBuf>> {
-        Ok(None)
     }
 
     fn rules(&self, node: &Machine, _root: &Path) -> Result<String> {

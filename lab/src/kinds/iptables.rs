@@ -4,7 +4,7 @@
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use super::{normalise, write_file, FoundFirewall, Policy};
+use super::{normalise, save_line_chain, write_file, FoundFirewall, Policy};
 use crate::error::{Error, Result};
 use crate::machine::Machine;
 
@@ -95,7 +95,7 @@ impl FoundFirewall for Iptables {
         let mut paths = Vec::new();
         for (file, v6) in [(V4, false), (V6, true)] {
             let path = root.join(file);
-            write_file(&path, &rules_file(v6, policy))?;
+            write_file(&path, rules_file(v6, policy))?;
             paths.push(path);
         }
         Ok(paths)
@@ -164,11 +164,7 @@ pub(super) fn filter_chains(node: &Machine, backend: &str) -> Result<String> {
                 in_filter = table == "filter";
                 continue;
             }
-            let chain = line
-                .strip_prefix(':')
-                .or_else(|| line.strip_prefix("-A "))
-                .and_then(|rest| rest.split_whitespace().next());
-            if in_filter && chain.is_some_and(|c| CHAINS.contains(&c)) {
+            if in_filter && save_line_chain(line).is_some_and(|c| CHAINS.contains(&c)) {
                 let _ = writeln!(text, "{program}: {line}");
             }
         }

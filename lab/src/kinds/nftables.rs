@@ -73,10 +73,6 @@ impl FoundFirewall for Nftables {
         true
     }
 
-    fn runtime_iptables(&self, _dir: &Path) -> Result<Option<PathBuf>> {
-        Ok(None)
-    }
-
     fn rules(&self, node: &Machine, _root: &Path) -> Result<String> {
         let out = node.run(&["nft", "list", "table", "inet", "filter"])?;
         // A table that is gone (retired, flushed) reads as nothing, which is what it holds.

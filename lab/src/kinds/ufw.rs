@@ -9,7 +9,7 @@
 
 use std::path::{Path, PathBuf};
 
-use super::{normalise, FoundFirewall, Live, Policy};
+use super::{normalise, save_line_chain, FoundFirewall, Live, Policy};
 use crate::error::{Error, Result};
 use crate::machine::Machine;
 
@@ -90,32 +90,17 @@ impl FoundFirewall for Ufw {
     }
 
     fn comparable(&self, bytes: Vec<u8>) -> Vec<u8> {
-        // A mesh's rule is its tuple line (the comment in hex) and the rules after it, up to
-        // the blank line that ends the block.
         let text = String::from_utf8_lossy(&bytes);
         let mut out = String::new();
-        let mut in_mesh_tuple = false;
-        for line in text.lines() {
-            if line.starts_with("### tuple ###") {
-                in_mesh_tuple = line.contains(MARK_HEX);
-            } else if line.trim().is_empty() {
-                in_mesh_tuple = false;
-                continue;
-            }
-            if !in_mesh_tuple {
-                out.push_str(line);
-                out.push('\n');
-            }
+        for (line, _) in in_mesh_tuple(&text).filter(|(_, mesh)| !mesh) {
+            out.push_str(line);
+            out.push('\n');
         }
         out.into_bytes()
     }
 
     fn reload_removes_runtime_nat(&self) -> bool {
         false
-    }
-
-    fn runtime_iptables(&self, _dir: &Path) -> Result<Option<PathBuf>> {
-        Ok(None)
     }
 
     fn rules(&self, node: &Machine, root: &Path) -> Result<String> {
@@ -133,11 +118,7 @@ impl FoundFirewall for Ufw {
             let mut mesh = mesh_rules(&kept);
             let out = node.run_ok(&[program, "-t", "filter"])?;
             for line in normalise(&out.stdout).lines() {
-                let chain = line
-                    .strip_prefix(':')
-                    .or_else(|| line.strip_prefix("-A "))
-                    .and_then(|rest| rest.split_whitespace().next());
-                if !chain.is_some_and(|c| {
+                if !save_line_chain(line).is_some_and(|c| {
                     c.starts_with("ufw") || ["INPUT", "FORWARD", "OUTPUT"].contains(&c)
                 }) {
                     continue;
@@ -160,18 +141,26 @@ impl FoundFirewall for Ufw {
 /// The rules (`-A …` lines) that ufw's file `text` holds for tuples whose comment is the mesh's,
 /// in [`canonical`] form.
 fn mesh_rules(text: &str) -> Vec<Vec<String>> {
-    let mut out = Vec::new();
-    let mut in_mesh_tuple = false;
-    for line in text.lines() {
+    in_mesh_tuple(text)
+        .filter(|(line, mesh)| *mesh && line.starts_with("-A "))
+        .map(|(line, _)| canonical(line))
+        .collect()
+}
+
+/// The lines of ufw's file `text` but the blank ones, each with whether it belongs to one of the
+/// mesh's rules: a mesh's rule is its tuple line (the comment in hex) and the rules after it, up
+/// to the blank line that ends the block.
+fn in_mesh_tuple(text: &str) -> impl Iterator<Item = (&str, bool)> {
+    let mut mesh = false;
+    text.lines().filter_map(move |line| {
         if line.starts_with("### tuple ###") {
-            in_mesh_tuple = line.contains(MARK_HEX);
+            mesh = line.contains(MARK_HEX);
         } else if line.trim().is_empty() {
-            in_mesh_tuple = false;
-        } else if in_mesh_tuple && line.starts_with("-A ") {
-            out.push(canonical(line));
+            mesh = false;
+            return None;
         }
-    }
-    out
+        Some((line, mesh))
+    })
 }
 
 /// A rule's words as a sorted list, the protocol match iptables-save adds (`-m tcp` after `-p
