@@ -334,6 +334,10 @@ impl Controller {
             &names::enrol_queue(&id),
             serde_json::to_vec(&reply).expect("json"),
         )?;
+        // A publish returns once its frames are written, not once the broker has routed them: the
+        // token is handed out only when its reply is in its queue, or a node quick to enrol (the
+        // static binary, on a cluster) could find the queue empty and read the token as used.
+        self.wait_queued(&names::enrol_queue(&id))?;
         let token = link::Token {
             id: id.clone(),
             node: node.into(),
@@ -446,6 +450,29 @@ impl Controller {
     /// Publishes any bytes to `node`'s queue (the tests' forged and replayed envelopes).
     pub fn send_raw(&self, node: &str, body: Vec<u8>) -> Result<()> {
         self.publish("", &names::node_queue(node), body)
+    }
+
+    /// Waits up to ten seconds until queue `q` holds a message (a passive declare counts them).
+    fn wait_queued(&self, q: &str) -> Result<()> {
+        let until = Instant::now() + Duration::from_secs(10);
+        loop {
+            let mut args = QueueDeclareArguments::new(q);
+            args.passive(true);
+            let got = self
+                .rt
+                .block_on(self.session().chan.queue_declare(args.finish()))
+                .map_err(|e| amqp("counting a token's reply", e))?;
+            if matches!(got, Some((_, n, _)) if n >= 1) {
+                return Ok(());
+            }
+            if Instant::now() > until {
+                return Err(amqp(
+                    "counting a token's reply",
+                    format!("queue {q} is still empty 10 s after the reply was published"),
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 
     fn publish(&self, exchange: &str, key: &str, body: Vec<u8>) -> Result<()> {
