@@ -6,6 +6,7 @@ pub mod derive;
 pub mod detect;
 pub mod engine;
 pub mod error;
+pub mod eval;
 pub mod exec;
 pub mod filter;
 pub mod guard;

@@ -198,3 +198,23 @@ pub const NFTNL_UDATA_CHAIN_COMMENT: u8 = 0;
 
 /// Interface names are compared in 16-byte registers (IFNAMSIZ).
 pub const IFNAMSIZ: usize = 16;
+
+// Set elements (NFT_MSG_GETSETELEM and the attributes of its answer).
+pub const NFT_MSG_GETSETELEM: u8 = 13;
+pub const NFTA_SET_ELEM_LIST_TABLE: u16 = 1;
+pub const NFTA_SET_ELEM_LIST_SET: u16 = 2;
+pub const NFTA_SET_ELEM_LIST_ELEMENTS: u16 = 3;
+pub const NFTA_SET_ELEM_KEY: u16 = 1;
+pub const NFTA_SET_ELEM_DATA: u16 = 2;
+pub const NFTA_SET_ELEM_FLAGS: u16 = 3;
+pub const NFTA_SET_ELEM_KEY_END: u16 = 10;
+/// The element closes an interval that the element before it opened (its key is one past the
+/// interval's last value).
+pub const NFT_SET_ELEM_INTERVAL_END: u32 = 0x1;
+/// Set flags: anonymous, constant, interval, a map, with timeouts, a concatenation.
+pub const NFT_SET_ANONYMOUS: u32 = 0x1;
+pub const NFT_SET_INTERVAL: u32 = 0x4;
+pub const NFT_SET_MAP: u32 = 0x8;
+pub const NFT_SET_CONCAT: u32 = 0x80;
+/// `lookup` flags: an inverted lookup (`!= @set`).
+pub const NFT_LOOKUP_F_INV: u32 = 0x1;

@@ -102,6 +102,24 @@ pub struct Set {
     pub data_len: Option<u32>,
 }
 
+/// The data an element of a map carries.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ElemData {
+    Value(Vec<u8>),
+    Verdict(super::types::Verdict),
+}
+
+/// One element of a set or map as listed: its key, the end of its range (a concatenation with
+/// ranges, or an interval set's element carrying both ends), what it maps to, and its flags
+/// (`NFT_SET_ELEM_INTERVAL_END` marks the element that closes an interval).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Elem {
+    pub key: Vec<u8>,
+    pub key_end: Option<Vec<u8>>,
+    pub data: Option<ElemData>,
+    pub flags: u32,
+}
+
 /// A consistent snapshot: everything was listed within one ruleset generation.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Ruleset {
@@ -283,6 +301,64 @@ pub(crate) fn decode_set(msg: &NlMsg<'_>) -> Set {
         }
     }
     s
+}
+
+/// The elements one NEWSETELEM message carries.
+pub(crate) fn decode_elems(msg: &NlMsg<'_>) -> Vec<Elem> {
+    let mut out = Vec::new();
+    for a in msg.attrs() {
+        if a.ty != NFTA_SET_ELEM_LIST_ELEMENTS {
+            continue;
+        }
+        for item in a.nested().filter(|i| i.ty == NFTA_LIST_ELEM) {
+            let mut e = Elem {
+                key: Vec::new(),
+                key_end: None,
+                data: None,
+                flags: 0,
+            };
+            for f in item.nested() {
+                match f.ty {
+                    NFTA_SET_ELEM_KEY => {
+                        e.key = data_value(&f).unwrap_or_default();
+                    }
+                    NFTA_SET_ELEM_KEY_END => e.key_end = data_value(&f),
+                    NFTA_SET_ELEM_FLAGS => e.flags = be32(&f),
+                    NFTA_SET_ELEM_DATA => {
+                        for d in f.nested() {
+                            match d.ty {
+                                NFTA_DATA_VALUE => e.data = Some(ElemData::Value(d.data.to_vec())),
+                                NFTA_DATA_VERDICT => {
+                                    let (mut code, mut chain) = (0i32, None);
+                                    for v in d.nested() {
+                                        match v.ty {
+                                            NFTA_VERDICT_CODE => code = be32(&v) as i32,
+                                            NFTA_VERDICT_CHAIN => chain = Some(v.string()),
+                                            _ => {}
+                                        }
+                                    }
+                                    e.data = Some(ElemData::Verdict(
+                                        super::types::Verdict::from_parts(code, chain),
+                                    ));
+                                }
+                                _ => {}
+                            }
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            out.push(e);
+        }
+    }
+    out
+}
+
+/// The bytes of an NFTA_DATA_VALUE nested in `a`.
+fn data_value(a: &Attr<'_>) -> Option<Vec<u8>> {
+    a.nested()
+        .find(|d| d.ty == NFTA_DATA_VALUE)
+        .map(|d| d.data.to_vec())
 }
 
 #[cfg(test)]

@@ -17,7 +17,7 @@ mod types;
 
 pub use batch::{BaseChain, Batch, Position};
 pub use expr::{CmpOp, CtDirection, CtKey, Expr, FibResult, ImmediateData, MetaKey, PayloadBase};
-pub use list::{Chain, ChainHook, Rule, Ruleset, Set, Table};
+pub use list::{Chain, ChainHook, Elem, ElemData, Rule, Ruleset, Set, Table};
 pub use monitor::{Event, Generation, NfMonitor};
 pub use rule::{
     decode_comment_udata, encode_comment_udata, CtState, L4Proto, RuleBody, MAX_COMMENT_LEN,

@@ -7,7 +7,7 @@ use std::time::Duration;
 use super::attr;
 use super::batch::Batch;
 use super::consts::*;
-use super::list::{self, Chain, Rule, Ruleset, Set, Table};
+use super::list::{self, Chain, Elem, Rule, Ruleset, Set, Table};
 use super::msg::{self, NlMsg};
 use super::types::{Family, TableFlags};
 use crate::error::{Errno, Error, Result};
@@ -549,6 +549,23 @@ impl NfSocket {
     pub fn sets(&mut self, family: Option<Family>) -> Result<Vec<Set>> {
         let what = Self::what("sets", family);
         self.dump(NFT_MSG_GETSET, family, &|_| {}, &what, list::decode_set)
+    }
+
+    /// Lists the elements of one set or map (named or anonymous), in the kernel's order.
+    pub fn set_elements(&mut self, family: Family, table: &str, set: &str) -> Result<Vec<Elem>> {
+        let what = format!("elements of set {family} {table} {set}");
+        let filter = |b: &mut Vec<u8>| {
+            attr::put_str(b, NFTA_SET_ELEM_LIST_TABLE, table);
+            attr::put_str(b, NFTA_SET_ELEM_LIST_SET, set);
+        };
+        let lists = self.dump(
+            NFT_MSG_GETSETELEM,
+            Some(family),
+            &filter,
+            &what,
+            list::decode_elems,
+        )?;
+        Ok(lists.into_iter().flatten().collect())
     }
 
     /// The current ruleset generation; it changes with every committed batch.

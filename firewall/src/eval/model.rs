@@ -1,0 +1,438 @@
+//! The found firewall as the evaluator walks it: every table's chains as steps, indexed by the
+//! destination port a rule is about, its sets as sorted ranges (with the address sets a ban
+//! holds computed once), and the base chains at each hook in the order the kernel runs them.
+
+use super::addrs::{from_be, Addrs, Fam};
+use super::ir::{self, IrRule};
+use super::xt;
+use crate::netlink::consts::{NFT_SET_ELEM_INTERVAL_END, NFT_SET_INTERVAL};
+use crate::netlink::{ChainType, Elem, ElemData, Family, Hook, NfSocket, Policy, Ruleset, Verdict};
+use std::cell::RefCell;
+use std::collections::HashMap;
+
+/// What the evaluator reads: the nf_tables ruleset with every set's elements, listed within one
+/// generation, and the iptables-legacy tables from their saves.
+#[derive(Debug, Clone, Default)]
+pub struct Snapshot {
+    pub ruleset: Ruleset,
+    pub elements: HashMap<(Family, String, String), Vec<Elem>>,
+    /// `iptables-legacy-save -t TABLE` and `ip6tables-legacy-save` output: family, table, text.
+    pub legacy: Vec<(Fam, String, String)>,
+}
+
+impl Snapshot {
+    /// Lists the ruleset and every set's elements over `sock`, again if the ruleset changed
+    /// in between, so the elements belong to the rules listed.
+    pub fn read(sock: &mut NfSocket) -> crate::Result<Snapshot> {
+        let mut last = None;
+        for _ in 0..4 {
+            let ruleset = sock.ruleset(None)?;
+            let mut elements = HashMap::new();
+            for s in &ruleset.sets {
+                let elems = sock.set_elements(s.family, &s.table, &s.name)?;
+                elements.insert((s.family, s.table.clone(), s.name.clone()), elems);
+            }
+            let done = sock.generation()? == ruleset.generation;
+            last = Some(Snapshot {
+                ruleset,
+                elements,
+                legacy: Vec::new(),
+            });
+            if done {
+                break;
+            }
+        }
+        Ok(last.unwrap_or_default())
+    }
+}
+
+/// A set's element as inclusive ranges, one per field of its key.
+#[derive(Debug, Clone)]
+pub struct SetElem {
+    pub lo: Vec<u8>,
+    pub hi: Vec<u8>,
+    pub verdict: Option<Verdict>,
+}
+
+#[derive(Debug, Default)]
+pub struct SetIr {
+    pub elems: Vec<SetElem>,
+    /// For sets of single values: the element by its key.
+    pub exact: Option<HashMap<Vec<u8>, usize>>,
+    /// The addresses of a set of single addresses or address ranges, computed on first use.
+    pub addrs: RefCell<HashMap<Fam, Addrs>>,
+}
+
+impl SetIr {
+    fn new(flags: u32, elems: &[Elem]) -> SetIr {
+        let mut out = Vec::new();
+        let ranged = elems.iter().any(|e| e.key_end.is_some());
+        if flags & NFT_SET_INTERVAL != 0 && !ranged {
+            // An interval set lists the start of each interval and, flagged, one past its end.
+            let mut sorted: Vec<&Elem> = elems.iter().collect();
+            sorted.sort_by(|a, b| {
+                a.key
+                    .cmp(&b.key)
+                    .then((b.flags & NFT_SET_ELEM_INTERVAL_END).cmp(&(a.flags & NFT_SET_ELEM_INTERVAL_END)))
+            });
+            let mut open: Option<&Elem> = None;
+            for e in sorted {
+                let end = e.flags & NFT_SET_ELEM_INTERVAL_END != 0;
+                match (open, end) {
+                    (Some(s), true) => {
+                        if let Some(hi) = minus_one(&e.key) {
+                            if s.key <= hi {
+                                out.push(elem(s, s.key.clone(), hi));
+                            }
+                        }
+                        open = None;
+                    }
+                    (Some(s), false) => {
+                        // Two starts in a row: the first ran to the next.
+                        if let Some(hi) = minus_one(&e.key) {
+                            out.push(elem(s, s.key.clone(), hi));
+                        }
+                        open = Some(e);
+                    }
+                    (None, false) => open = Some(e),
+                    (None, true) => {}
+                }
+            }
+            if let Some(s) = open {
+                out.push(elem(s, s.key.clone(), vec![0xff; s.key.len()]));
+            }
+        } else {
+            for e in elems {
+                let hi = e.key_end.clone().unwrap_or_else(|| e.key.clone());
+                out.push(elem(e, e.key.clone(), hi));
+            }
+        }
+        let exact = (!ranged && flags & NFT_SET_INTERVAL == 0).then(|| {
+            out.iter()
+                .enumerate()
+                .map(|(i, e)| (e.lo.clone(), i))
+                .collect()
+        });
+        SetIr {
+            elems: out,
+            exact,
+            addrs: RefCell::new(HashMap::new()),
+        }
+    }
+
+    /// The addresses the set holds when its key is one address of `fam`.
+    pub fn addrs(&self, fam: Fam) -> Addrs {
+        if let Some(a) = self.addrs.borrow().get(&fam) {
+            return a.clone();
+        }
+        let mut spans: Vec<Addrs> = Vec::new();
+        let mut acc = Addrs::none(fam);
+        for e in &self.elems {
+            let (lo, hi) = (
+                e.lo.get(..fam.len()).unwrap_or(&e.lo),
+                e.hi.get(..fam.len()).unwrap_or(&e.hi),
+            );
+            spans.push(Addrs::range(fam, from_be(lo), from_be(hi)));
+            if spans.len() >= 256 {
+                acc = spans.drain(..).fold(acc, |a, b| a.union(&b));
+            }
+        }
+        acc = spans.into_iter().fold(acc, |a, b| a.union(&b));
+        self.addrs.borrow_mut().insert(fam, acc.clone());
+        acc
+    }
+}
+
+fn elem(e: &Elem, lo: Vec<u8>, hi: Vec<u8>) -> SetElem {
+    SetElem {
+        lo,
+        hi,
+        verdict: match &e.data {
+            Some(ElemData::Verdict(v)) => Some(v.clone()),
+            _ => None,
+        },
+    }
+}
+
+/// The key one less, as a big-endian number (an interval's last value before its end key).
+fn minus_one(key: &[u8]) -> Option<Vec<u8>> {
+    let mut k = key.to_vec();
+    for b in k.iter_mut().rev() {
+        if *b > 0 {
+            *b -= 1;
+            return Some(k);
+        }
+        *b = 0xff;
+    }
+    None
+}
+
+/// A chain's rules, with the index of those about one destination port.
+#[derive(Debug, Default)]
+pub struct ChainIr {
+    pub rules: Vec<IrRule>,
+    /// Rules about no one port: the walk reads them for every connection.
+    pub generic: Vec<usize>,
+    pub by_port: HashMap<u16, Vec<usize>>,
+}
+
+impl ChainIr {
+    fn push(&mut self, r: IrRule) {
+        let i = self.rules.len();
+        match r.port_keys() {
+            Some(ports) => {
+                for p in ports {
+                    self.by_port.entry(p).or_default().push(i);
+                }
+            }
+            None => self.generic.push(i),
+        }
+        self.rules.push(r);
+    }
+
+    /// The rules a connection to `port` can match, in order.
+    pub fn candidates(&self, port: u16) -> Vec<usize> {
+        let Some(own) = self.by_port.get(&port) else {
+            return self.generic.clone();
+        };
+        let mut out = Vec::with_capacity(self.generic.len() + own.len());
+        let (mut i, mut j) = (0, 0);
+        while i < self.generic.len() || j < own.len() {
+            let take_generic =
+                j >= own.len() || (i < self.generic.len() && self.generic[i] < own[j]);
+            if take_generic {
+                out.push(self.generic[i]);
+                i += 1;
+            } else {
+                if out.last() != Some(&own[j]) {
+                    out.push(own[j]);
+                }
+                j += 1;
+            }
+        }
+        out
+    }
+}
+
+/// One table: nf_tables' or a legacy x_tables table.
+#[derive(Debug, Default)]
+pub struct TableIr {
+    pub family: Option<Family>,
+    /// How the operator names it: `inet filter`, `ip filter (iptables-legacy)`.
+    pub name: String,
+    /// The table's own name.
+    pub table: String,
+    pub chains: HashMap<String, ChainIr>,
+    pub sets: HashMap<String, SetIr>,
+}
+
+/// A base chain: where the walk of a hook starts in a table.
+#[derive(Debug, Clone)]
+pub struct Base {
+    pub table: usize,
+    pub chain: String,
+    pub hook: Hook,
+    pub priority: i32,
+    pub policy: Policy,
+    pub device: Option<String>,
+    pub nat: bool,
+    /// The families of connection it sees.
+    pub fams: Vec<Fam>,
+}
+
+/// The whole found firewall, ready to be walked for any number of connections.
+#[derive(Debug, Default)]
+pub struct Model {
+    pub tables: Vec<TableIr>,
+    pub bases: Vec<Base>,
+}
+
+/// Whether a rule carries the mesh's mark (its comment, or an x_tables comment match).
+fn marked(r: &crate::netlink::Rule) -> bool {
+    crate::rules::listed_mark(r).is_some()
+}
+
+/// One table of a save: its name, its chains with their policies (`-` for user chains), and
+/// its rules in order.
+type SavedTable = (String, Vec<(String, Option<String>)>, Vec<(String, String)>);
+
+/// Parses `iptables-save` output of one or more tables (`*table` … `COMMIT`).
+pub fn parse_save(text: &str, default_table: &str) -> Vec<SavedTable> {
+    let mut out: Vec<SavedTable> = Vec::new();
+    for line in text.lines() {
+        if let Some(t) = line.strip_prefix('*') {
+            out.push((t.trim().to_string(), Vec::new(), Vec::new()));
+            continue;
+        }
+        if out.is_empty() && (line.starts_with(':') || line.starts_with("-A ")) {
+            out.push((default_table.to_string(), Vec::new(), Vec::new()));
+        }
+        let Some(t) = out.last_mut() else { continue };
+        if let Some(rest) = line.strip_prefix(':') {
+            let mut parts = rest.split_whitespace();
+            if let Some(chain) = parts.next() {
+                let policy = parts.next().filter(|p| *p != "-").map(str::to_string);
+                t.1.push((chain.to_string(), policy));
+            }
+        } else if let Some(rest) = line.strip_prefix("-A ") {
+            let (chain, spec) = rest.split_once(' ').unwrap_or((rest, ""));
+            t.2.push((chain.to_string(), spec.to_string()));
+        }
+    }
+    out
+}
+
+impl Model {
+    /// Builds the model of a snapshot. The mesh's own tables (the guard) are part of it: what
+    /// decides a connection is everything in the kernel.
+    pub fn new(snap: &Snapshot) -> Model {
+        let mut m = Model::default();
+        let rs = &snap.ruleset;
+        let mut index: HashMap<(Family, &str), usize> = HashMap::new();
+        for t in &rs.tables {
+            index.insert((t.family, t.name.as_str()), m.tables.len());
+            m.tables.push(TableIr {
+                family: Some(t.family),
+                name: format!("{} {}", t.family, t.name),
+                table: t.name.clone(),
+                ..TableIr::default()
+            });
+        }
+        for s in &rs.sets {
+            if let Some(&ti) = index.get(&(s.family, s.table.as_str())) {
+                let elems = snap
+                    .elements
+                    .get(&(s.family, s.table.clone(), s.name.clone()))
+                    .map(Vec::as_slice)
+                    .unwrap_or(&[]);
+                m.tables[ti]
+                    .sets
+                    .insert(s.name.clone(), SetIr::new(s.flags, elems));
+            }
+        }
+        for c in &rs.chains {
+            let Some(&ti) = index.get(&(c.family, c.table.as_str())) else {
+                continue;
+            };
+            m.tables[ti].chains.entry(c.name.clone()).or_default();
+            if let Some(h) = &c.hook {
+                let fams = match c.family {
+                    Family::Ipv4 => vec![Fam::V4],
+                    Family::Ipv6 => vec![Fam::V6],
+                    Family::Inet | Family::Netdev => vec![Fam::V4, Fam::V6],
+                    _ => vec![],
+                };
+                m.bases.push(Base {
+                    table: ti,
+                    chain: c.name.clone(),
+                    hook: h.hook,
+                    priority: h.priority,
+                    policy: c.policy.unwrap_or(Policy::Accept),
+                    device: h.device.clone(),
+                    nat: c.chain_type == Some(ChainType::Nat),
+                    fams,
+                });
+            }
+        }
+        for r in &rs.rules {
+            let Some(&ti) = index.get(&(r.family, r.table.as_str())) else {
+                continue;
+            };
+            let key_len = |set: &str| {
+                rs.sets
+                    .iter()
+                    .find(|s| s.family == r.family && s.table == r.table && s.name == set)
+                    .map(|s| s.key_len)
+            };
+            let items = ir::from_nft(&r.exprs, &key_len);
+            let text = match &r.comment {
+                Some(c) => format!("handle {} (comment \"{c}\")", r.handle),
+                None => format!("handle {}", r.handle),
+            };
+            m.tables[ti]
+                .chains
+                .entry(r.chain.clone())
+                .or_default()
+                .push(IrRule {
+                    items,
+                    handle: r.handle,
+                    text,
+                    marked: marked(r),
+                });
+        }
+        for (fam, table, save) in &snap.legacy {
+            m.add_legacy(*fam, table, save);
+        }
+        m
+    }
+
+    /// Adds the tables of one `iptables-legacy-save` of family `fam`.
+    pub fn add_legacy(&mut self, fam: Fam, table: &str, save: &str) {
+        let tool = match fam {
+            Fam::V4 => "iptables-legacy",
+            Fam::V6 => "ip6tables-legacy",
+        };
+        for (table, chains, rules) in parse_save(save, table) {
+            let ti = self.tables.len();
+            let mut t = TableIr {
+                family: None,
+                name: format!("{tool} {table}"),
+                table: table.clone(),
+                ..TableIr::default()
+            };
+            let names: Vec<String> = chains.iter().map(|(n, _)| n.clone()).collect();
+            for (name, policy) in &chains {
+                t.chains.entry(name.clone()).or_default();
+                if let Some((hook, priority)) = legacy_hook(&table, name) {
+                    self.bases.push(Base {
+                        table: ti,
+                        chain: name.clone(),
+                        hook,
+                        priority,
+                        policy: if policy.as_deref() == Some("DROP") {
+                            Policy::Drop
+                        } else {
+                            Policy::Accept
+                        },
+                        device: None,
+                        nat: table == "nat",
+                        fams: vec![fam],
+                    });
+                }
+            }
+            for (n, (chain, spec)) in rules.iter().enumerate() {
+                let items = xt::legacy_items(spec, fam, &names);
+                let marked = crate::rules::spec_mark(spec).is_some();
+                t.chains.entry(chain.clone()).or_default().push(IrRule {
+                    items,
+                    handle: n as u64 + 1,
+                    text: format!("-A {chain} {spec}"),
+                    marked,
+                });
+            }
+            self.tables.push(t);
+        }
+    }
+}
+
+/// Where a legacy table's built-in chain hooks in, with the priority x_tables registers it at.
+fn legacy_hook(table: &str, chain: &str) -> Option<(Hook, i32)> {
+    let hook = match chain {
+        "PREROUTING" => Hook::Prerouting,
+        "INPUT" => Hook::Input,
+        "FORWARD" => Hook::Forward,
+        "POSTROUTING" => Hook::Postrouting,
+        _ => return None,
+    };
+    let priority = match (table, &hook) {
+        ("raw", _) => -300,
+        ("mangle", _) => -150,
+        ("nat", Hook::Prerouting) => -100,
+        ("nat", Hook::Postrouting) => 100,
+        ("nat", _) => return None,
+        ("filter", _) => 0,
+        ("security", _) => 50,
+        _ => return None,
+    };
+    Some((hook, priority))
+}
