@@ -456,7 +456,8 @@ fn raw(
         "log" | "counter" | "notrack" | "dynset" | "last" | "objref" | "synproxy" | "dup" => {}
         // A payload or extension-header write (`tcp option maxseg size set …`) changes the
         // packet, not its way.
-        "payload" | "exthdr" if nla_be32(data, 5).is_some() || nla_be32(data, 7).is_some() => {}
+        "payload" if nla_be32(data, 5).is_some() => {}
+        "exthdr" if nla_be32(data, 7).is_some() => {}
         "reject" => items.push(Item::Act(Act::Drop)),
         "nat" | "masq" | "redir" | "tproxy" => items.push(Item::Act(Act::Nat)),
         "queue" | "fwd" => items.push(Item::Act(Act::Unknown(format!("{name} statement")))),
@@ -494,7 +495,7 @@ fn raw(
         }
         // `meta mark set`, `ct mark set`: a meta or ct expression with a source register.
         "meta" | "ct" => {
-            let key = nla_be32(data, 1);
+            let key = nla_be32(data, 2);
             let sreg = if name == "meta" {
                 nla_be32(data, 3)
             } else {
@@ -516,7 +517,7 @@ fn raw(
                 _ => {
                     // A load of a key this codec does not name: its register holds the unknown.
                     *last_unknown = format!("{name} key {}", key.unwrap_or(0));
-                    if let Some(d) = nla_be32(data, 2) {
+                    if let Some(d) = nla_be32(data, 1) {
                         regs.insert(slot(d), Load::new(Src::Unknown(last_unknown.clone()), 16));
                     }
                 }

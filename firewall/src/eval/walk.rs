@@ -643,7 +643,7 @@ impl<'m> Walker<'m> {
         let vals: Vec<Val> = c.key.iter().map(|l| self.load(l, at, q)).collect();
         let about_port = c.key.len() == 1 && (is_dport(&c.key[0]) || is_orig_dport(&c.key[0]));
         let positive = match &c.test {
-            Test::Cmp { op, .. } => *op == CmpOp::Eq,
+            Test::Cmp { op, .. } => *op != CmpOp::Neq,
             Test::Range { neg, .. } | Test::InList { neg, .. } | Test::InSet { neg, .. } => !neg,
         };
         let named = about_port && positive;
