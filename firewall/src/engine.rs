@@ -13,7 +13,9 @@ use crate::backend::{self, Change, Cx, Driver, TableKey, TableView};
 use crate::detect::{self, Backend, Found, Layer, MESH_TABLE};
 use crate::error::{Error, Result};
 use crate::exec::Exec;
+use crate::eval::{Fam, Model, Placement, Snapshot, Verdict};
 use crate::netlink::{Batch, Family, NfSocket, Policy, Ruleset, TableFlags};
+use crate::published;
 use crate::opening::Opening;
 use crate::place::{self, Place, Want};
 use crate::rules;
@@ -207,11 +209,37 @@ impl<'a> Firewall<'a> {
         }
     }
 
-    fn ruleset(&mut self) -> Result<Ruleset> {
+    /// The ruleset with every set's elements, for the evaluator.
+    fn snapshot(&mut self) -> Result<Snapshot> {
         match self.nf.as_mut() {
-            Some(s) => s.ruleset(None),
-            None => Ok(Ruleset::default()),
+            Some(s) => Snapshot::read(s),
+            None => Ok(Snapshot::default()),
         }
+    }
+
+    /// Each opening's verdict end to end, read from the kernel now: what a new connection from
+    /// each of its sources meets on every layer it crosses ([`crate::eval`]). This, not the
+    /// presence of rules, is what the host reports.
+    pub fn verdicts(&mut self, openings: &[Opening]) -> Result<BTreeMap<String, Verdict>> {
+        let mut snap = self.snapshot()?;
+        let listed = self.nf.is_some().then_some(&snap.ruleset);
+        let found = detect::detect_in(listed, self.exec, &self.proc)?;
+        snap.legacy = legacy_of(&found.legacy_saves);
+        let model = Model::new(&snap);
+        let ifaces = crate::eval::interfaces();
+        let mut out = BTreeMap::new();
+        for o in openings {
+            let targets = match o.path {
+                crate::opening::Path::Forwarded => {
+                    published::targets(&snap.ruleset, &found.legacy_saves, o.proto, o.port)
+                }
+                crate::opening::Path::Incoming => Vec::new(),
+            };
+            out.insert(o.id.clone(), model.verdict(o, &ifaces, &targets));
+        }
+        self.found = Some(found);
+        self.detected = self.nf.as_ref().map(|_| snap.ruleset.generation);
+        Ok(out)
     }
 
     /// How each opening stands in each layer its packets cross, read without changing anything.
@@ -334,7 +362,7 @@ impl<'a> Firewall<'a> {
 
     /// The plan for `openings` from a fresh listing.
     fn plan(&mut self, openings: &[Opening], scope: Scope) -> Result<Plan> {
-        let ruleset = self.ruleset()?;
+        let mut snap = self.snapshot()?;
         // The layers are read again when the ruleset is no longer the one they were read from,
         // and always where legacy tables are in force (they change with no generation).
         let legacy = !self
@@ -343,13 +371,17 @@ impl<'a> Firewall<'a> {
             .is_none_or(|f| f.legacy_saves.is_empty());
         if self.found.is_none()
             || legacy
-            || (self.nf.is_some() && self.detected != Some(ruleset.generation))
+            || (self.nf.is_some() && self.detected != Some(snap.ruleset.generation))
         {
-            let listed = self.nf.is_some().then_some(&ruleset);
+            let listed = self.nf.is_some().then_some(&snap.ruleset);
             self.found = Some(detect::detect_in(listed, self.exec, &self.proc)?);
-            self.detected = self.nf.as_ref().map(|_| ruleset.generation);
+            self.detected = self.nf.as_ref().map(|_| snap.ruleset.generation);
         }
         let found = self.found.as_ref().expect("detected above");
+        snap.legacy = legacy_of(&found.legacy_saves);
+        let model = Model::new(&snap);
+        let ifaces = crate::eval::interfaces();
+        let ruleset = snap.ruleset;
         if let Some(reason) = &found.refusal {
             if !openings.is_empty() {
                 return Err(Error::Unsupported {
@@ -436,6 +468,21 @@ impl<'a> Firewall<'a> {
                     continue;
                 }
             };
+            let targets: BTreeMap<String, Vec<published::Target>> = openings
+                .iter()
+                .filter(|o| o.path == crate::opening::Path::Forwarded)
+                .map(|o| {
+                    (
+                        o.id.clone(),
+                        published::targets(&ruleset, &plan.legacy_saves, o.proto, o.port),
+                    )
+                })
+                .collect();
+            let eval = Eval {
+                model: &model,
+                ifaces: &ifaces,
+                targets: &targets,
+            };
             let changes = table_plan(
                 &key,
                 &view,
@@ -444,6 +491,7 @@ impl<'a> Firewall<'a> {
                 &given,
                 scope,
                 driver,
+                &eval,
                 &mut plan.done,
             );
             plan.tables.push(TablePlan {
@@ -455,6 +503,73 @@ impl<'a> Firewall<'a> {
         }
         plan.ruleset = ruleset;
         Ok(plan)
+    }
+}
+
+/// The iptables-legacy saves as the evaluator reads them.
+fn legacy_of(saves: &BTreeMap<(Family, String), String>) -> Vec<(Fam, String, String)> {
+    saves
+        .iter()
+        .map(|((f, t), text)| {
+            let fam = if *f == Family::Ipv6 { Fam::V6 } else { Fam::V4 };
+            (fam, t.clone(), text.clone())
+        })
+        .collect()
+}
+
+/// What placement asks the evaluator with: the model of this listing, the machine's
+/// interfaces, and where each forwarded opening's published port leads.
+struct Eval<'e> {
+    model: &'e Model,
+    ifaces: &'e [crate::eval::Iface],
+    targets: &'e BTreeMap<String, Vec<published::Target>>,
+}
+
+impl Eval<'_> {
+    /// Where `o`'s rule goes in layer `l`, from the verdict of its connections through that
+    /// layer's base chain; `None` when the model does not hold the layer.
+    fn place(&self, l: &Layer, o: &Opening) -> Option<Place> {
+        let table = match l.backend {
+            Backend::IptablesLegacy => format!(
+                "{} {}",
+                if l.family == Family::Ipv6 {
+                    "ip6tables-legacy"
+                } else {
+                    "iptables-legacy"
+                },
+                l.table
+            ),
+            _ => format!("{} {}", l.family, l.table),
+        };
+        let none = Vec::new();
+        let targets = self.targets.get(&o.id).unwrap_or(&none);
+        if o.path == crate::opening::Path::Forwarded && targets.is_empty() {
+            // Nothing publishes the port yet: where it would lead is not known, so the layer
+            // is read as before, by the shapes of its rules.
+            return None;
+        }
+        let p = self
+            .model
+            .place_opening(&table, &l.chain, l.family, o, self.ifaces, targets)?;
+        Some(to_place(p))
+    }
+}
+
+fn to_place(p: Placement) -> Place {
+    match p {
+        Placement::NotNeeded(why) => Place::NotNeeded(why),
+        Placement::At { chain, index, .. } => Place::At {
+            chain,
+            before: index,
+        },
+        Placement::Refused(by) => Place::Refused {
+            chain: by.chain.clone(),
+            rule: by.text.clone(),
+        },
+        Placement::Doubtful { by, what, then } => Place::Doubtful {
+            rule: format!("{by}, which tests {what}"),
+            then: Box::new(to_place(*then)),
+        },
     }
 }
 
@@ -478,6 +593,7 @@ fn table_plan(
     given: &BTreeSet<&str>,
     scope: Scope,
     driver: &dyn Driver,
+    eval: &Eval<'_>,
     done: &mut Converged,
 ) -> Vec<Change> {
     // (chain, mark) → (opening, how many rules, before which rule, site, well placed so far).
@@ -504,7 +620,9 @@ fn table_plan(
                 before_dnat: l.before_dnat(),
             };
             let place = if l.can_drop {
-                place::place(view, &l.chain, l.policy == Policy::Drop, &want)
+                eval.place(l, o).unwrap_or_else(|| {
+                    place::place(view, &l.chain, l.policy == Policy::Drop, &want)
+                })
             } else {
                 Place::NotNeeded(format!("nothing in {} can drop", l.chain))
             };

@@ -19,13 +19,14 @@
 mod addrs;
 mod ir;
 mod model;
+mod opening;
 mod walk;
 mod xt;
 
 pub use addrs::{Addrs, Fam};
 pub use model::{parse_save, Model, Snapshot};
+pub use opening::{interfaces, Iface, Part, Verdict};
 
-use crate::netlink::Hook;
 use std::fmt;
 use std::net::IpAddr;
 
@@ -339,24 +340,6 @@ impl Model {
             },
             None => then,
         })
-    }
-
-    /// The hook names of the base chains a connection crosses, in order, for a person.
-    pub fn hooks_crossed(&self, conn: &Conn) -> Vec<String> {
-        let mut v: Vec<(Hook, i32, String)> = self
-            .bases
-            .iter()
-            .filter(|b| b.fams.contains(&conn.fam))
-            .map(|b| {
-                (
-                    b.hook.clone(),
-                    b.priority,
-                    format!("{} {}", self.tables[b.table].name, b.chain),
-                )
-            })
-            .collect();
-        v.sort_by_key(|(_, p, _)| *p);
-        v.into_iter().map(|(_, _, n)| n).collect()
     }
 }
 

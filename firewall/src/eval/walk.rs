@@ -136,9 +136,7 @@ impl<'m> Walker<'m> {
             let at = At {
                 conn,
                 hook: base.hook,
-                translated: conn.path == Path::Forwarded
-                    && (base.hook != Hook::Ingress
-                        && (base.hook != Hook::Prerouting || base.priority > -100)),
+                translated: translated(conn, base),
             };
             let mut next = Vec::new();
             for p in parts {
@@ -166,9 +164,7 @@ impl<'m> Walker<'m> {
         let at = At {
             conn,
             hook: base.hook,
-            translated: conn.path == Path::Forwarded
-                && (base.hook != Hook::Ingress
-                    && (base.hook != Hook::Prerouting || base.priority > -100)),
+            translated: translated(conn, base),
         };
         let mut next = Vec::new();
         let mut finals = Vec::new();
@@ -773,6 +769,17 @@ impl<'m> Walker<'m> {
         }
         out
     }
+}
+
+/// Whether the runtime's DNAT has changed the packet's port by the time `base` runs: after
+/// prerouting's destination NAT at priority -100 (a nat chain at -100 is that NAT).
+fn translated(conn: &Conn, base: &Base) -> bool {
+    conn.path == Path::Forwarded
+        && match base.hook {
+            Hook::Ingress => false,
+            Hook::Prerouting => base.priority > -100 || (base.priority == -100 && !base.nat),
+            _ => true,
+        }
 }
 
 fn push(out: &mut Vec<Outcome>, src: Addrs, fate: Fate, trace: Vec<String>) {

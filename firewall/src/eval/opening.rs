@@ -1,0 +1,385 @@
+//! An opening as the evaluator asks about it: the new connections it admits (per family, per
+//! interface they arrive on, to the container the runtime's DNAT sends a published port to),
+//! their verdict end to end, and where its rule goes in one layer.
+
+use super::addrs::{num, Addrs, Fam};
+use super::{Conn, Decider, Fate, Model, Path as EvalPath, Placement};
+use crate::netlink::Family;
+use crate::opening::{From, Opening, Path};
+use crate::published::Target;
+use std::net::IpAddr;
+
+/// One interface of this machine: its name, index and addresses.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Iface {
+    pub name: String,
+    pub index: u32,
+    /// Addresses with their prefix lengths.
+    pub addrs: Vec<(IpAddr, u8)>,
+}
+
+/// Interfaces that runtimes, tunnels and bridges make: what arrives there is not from outside.
+const INNER: &[&str] = &[
+    "lo", "docker", "br-", "veth", "cni", "podman", "virbr", "flannel", "cali", "vxlan", "kube",
+    "tailscale", "ts", "mesh", "wg",
+];
+
+impl Iface {
+    /// Whether connections from outside arrive here: not loopback, not a runtime's bridge or
+    /// veth, not a tunnel.
+    pub fn outside(&self) -> bool {
+        !INNER.iter().any(|p| self.name.starts_with(p))
+    }
+}
+
+/// The interfaces of the calling thread's network namespace, with their addresses.
+pub fn interfaces() -> Vec<Iface> {
+    let mut out: Vec<Iface> = Vec::new();
+    let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: getifaddrs fills `head` with a list we free below with freeifaddrs.
+    if unsafe { libc::getifaddrs(&mut head) } != 0 {
+        return out;
+    }
+    let mut at = head;
+    while !at.is_null() {
+        // SAFETY: `at` is a node of the list getifaddrs returned, valid until freeifaddrs.
+        let ifa = unsafe { &*at };
+        at = ifa.ifa_next;
+        if ifa.ifa_name.is_null() {
+            continue;
+        }
+        // SAFETY: ifa_name is a NUL-terminated string owned by the list.
+        let name = unsafe { std::ffi::CStr::from_ptr(ifa.ifa_name) }
+            .to_string_lossy()
+            .into_owned();
+        let i = match out.iter().position(|i| i.name == name) {
+            Some(i) => i,
+            None => {
+                let c = std::ffi::CString::new(name.clone()).unwrap_or_default();
+                // SAFETY: if_nametoindex reads a NUL-terminated name.
+                let index = unsafe { libc::if_nametoindex(c.as_ptr()) };
+                out.push(Iface {
+                    name,
+                    index,
+                    addrs: Vec::new(),
+                });
+                out.len() - 1
+            }
+        };
+        if let Some(a) = sockaddr_ip(ifa.ifa_addr) {
+            let len = sockaddr_ip(ifa.ifa_netmask)
+                .map(|m| num_ones(m))
+                .unwrap_or(0);
+            out[i].addrs.push((a, len));
+        }
+    }
+    // SAFETY: `head` came from getifaddrs and is freed once.
+    unsafe { libc::freeifaddrs(head) };
+    out.sort_by(|a, b| a.name.cmp(&b.name));
+    out
+}
+
+fn num_ones(m: IpAddr) -> u8 {
+    match m {
+        IpAddr::V4(v) => u32::from(v).count_ones() as u8,
+        IpAddr::V6(v) => u128::from(v).count_ones() as u8,
+    }
+}
+
+fn sockaddr_ip(sa: *const libc::sockaddr) -> Option<IpAddr> {
+    if sa.is_null() {
+        return None;
+    }
+    // SAFETY: sa points to a sockaddr of the family it names, from getifaddrs.
+    unsafe {
+        match (*sa).sa_family as i32 {
+            libc::AF_INET => {
+                let s = &*(sa as *const libc::sockaddr_in);
+                Some(IpAddr::V4(std::net::Ipv4Addr::from(u32::from_be(
+                    s.sin_addr.s_addr,
+                ))))
+            }
+            libc::AF_INET6 => {
+                let s = &*(sa as *const libc::sockaddr_in6);
+                Some(IpAddr::V6(std::net::Ipv6Addr::from(s.sin6_addr.s6_addr)))
+            }
+            _ => None,
+        }
+    }
+}
+
+/// The sources an opening admits in one family (none when it names no network of it).
+pub fn sources(o: &Opening, fam: Fam) -> Addrs {
+    match &o.from {
+        From::Anywhere | From::Interface(_) => Addrs::all(fam),
+        From::Networks(nets) => nets
+            .iter()
+            .filter(|n| Fam::of(n.addr) == fam)
+            .fold(Addrs::none(fam), |a, n| {
+                a.union(&Addrs::cidr(fam, num(n.addr), u32::from(n.len)))
+            }),
+    }
+}
+
+/// The families an opening has sources in.
+pub fn families(o: &Opening) -> Vec<Fam> {
+    [Fam::V4, Fam::V6]
+        .into_iter()
+        .filter(|f| !sources(o, *f).is_empty())
+        .collect()
+}
+
+/// The interfaces an opening's connections arrive on: its own, or every outside one.
+fn arrivals<'i>(o: &Opening, ifaces: &'i [Iface]) -> Vec<&'i Iface> {
+    match &o.from {
+        From::Interface(name) => ifaces.iter().filter(|i| &i.name == name).collect(),
+        _ => ifaces.iter().filter(|i| i.outside()).collect(),
+    }
+}
+
+/// One way an opening's connections come: the connection and the sources it is asked for.
+#[derive(Debug, Clone)]
+pub struct Way {
+    pub conn: Conn,
+    pub sources: Addrs,
+}
+
+/// Every way an opening's new connections come, for a family: one per interface they arrive
+/// on and, forwarded, per place the runtime's DNAT sends the port. Forwarded with no DNAT for
+/// the port, there is no way yet (the caller says so).
+pub fn ways(o: &Opening, fam: Fam, ifaces: &[Iface], targets: &[Target]) -> Vec<Way> {
+    let src = sources(o, fam);
+    if src.is_empty() {
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    let arrive = arrivals(o, ifaces);
+    let fallback = Iface {
+        name: match &o.from {
+            From::Interface(i) => i.clone(),
+            _ => "eth0".into(),
+        },
+        index: 0,
+        addrs: Vec::new(),
+    };
+    let arrive: Vec<&Iface> = if arrive.is_empty() {
+        vec![&fallback]
+    } else {
+        arrive
+    };
+    for iif in arrive {
+        let daddr = iif
+            .addrs
+            .iter()
+            .map(|(a, _)| *a)
+            .find(|a| Fam::of(*a) == fam && !is_link_local(*a));
+        let base = Conn {
+            fam,
+            proto: o.proto.number(),
+            port: o.port,
+            path: EvalPath::Incoming,
+            to_port: None,
+            iif: iif.name.clone(),
+            iif_index: (iif.index != 0).then_some(iif.index),
+            oif: None,
+            oif_index: None,
+            daddr,
+        };
+        match o.path {
+            Path::Incoming => out.push(Way {
+                conn: base,
+                sources: src.clone(),
+            }),
+            Path::Forwarded => {
+                for t in targets.iter().filter(|t| Fam::of(t.addr) == fam) {
+                    let bridge = ifaces.iter().find(|i| {
+                        i.addrs.iter().any(|(a, len)| {
+                            Fam::of(*a) == fam
+                                && Addrs::cidr(fam, num(*a), u32::from(*len)).contains(t.addr)
+                        })
+                    });
+                    let mut c = base.clone();
+                    c.path = EvalPath::Forwarded;
+                    c.to_port = Some(t.port);
+                    c.daddr = Some(t.addr);
+                    c.oif = bridge.map(|b| b.name.clone());
+                    c.oif_index = bridge.map(|b| b.index);
+                    out.push(Way {
+                        conn: c,
+                        sources: src.clone(),
+                    });
+                }
+            }
+        }
+    }
+    out
+}
+
+fn is_link_local(a: IpAddr) -> bool {
+    match a {
+        IpAddr::V6(v) => v.segments()[0] & 0xffc0 == 0xfe80,
+        IpAddr::V4(v) => v.is_link_local(),
+    }
+}
+
+/// One part of an opening's verdict: a family, the interface its connections arrive on, the
+/// sources, and how they end.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Part {
+    pub fam: Fam,
+    pub iif: String,
+    pub sources: Addrs,
+    pub fate: Fate,
+}
+
+/// An opening's verdict end to end, as read from the kernel.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Verdict {
+    pub parts: Vec<Part>,
+    /// Why there is no connection to ask about (forwarded, with nothing publishing the port).
+    pub none: Option<String>,
+}
+
+impl Verdict {
+    /// `present`, `not-admitted`, `refused` or `doubtful`: present when every source the
+    /// operator does not refuse reaches accept on every layer.
+    pub fn state(&self) -> &'static str {
+        if self.none.is_some() {
+            return "not-admitted";
+        }
+        let any = |w: &str| self.parts.iter().any(|p| p.fate.word() == w);
+        if any("doubtful") {
+            "doubtful"
+        } else if any("not-admitted") {
+            "not-admitted"
+        } else if any("admitted") || self.parts.is_empty() {
+            "present"
+        } else {
+            "refused"
+        }
+    }
+
+    /// The part that decides the state, if it is not present.
+    pub fn decider(&self) -> Option<&Part> {
+        let want = self.state();
+        self.parts.iter().find(|p| p.fate.word() == want)
+    }
+
+    /// The state as a person reads it: "present", "present, except from 10.200.1.2/32 (refused
+    /// by …)", "NOT ADMITTED: inet filter input: policy drop (ipv4, from anywhere, on eth0)".
+    pub fn describe(&self) -> String {
+        if let Some(why) = &self.none {
+            return format!("NOT ADMITTED: {why}");
+        }
+        let state = self.state();
+        let except: Vec<String> = self
+            .parts
+            .iter()
+            .filter(|p| matches!(p.fate, Fate::Refused { .. }))
+            .map(|p| format!("from {} ({})", p.sources, p.fate.describe()))
+            .collect();
+        match (state, self.decider()) {
+            ("present", _) if except.is_empty() => "present".into(),
+            ("present", _) => format!("present, except {}", except.join("; ")),
+            (_, Some(p)) => format!(
+                "{}: {} ({}, from {}, arriving on {})",
+                match state {
+                    "refused" => "REFUSED",
+                    "doubtful" => "DOUBTFUL",
+                    _ => "NOT ADMITTED",
+                },
+                p.fate.describe(),
+                p.fam.name(),
+                p.sources,
+                p.iif
+            ),
+            _ => state.to_string(),
+        }
+    }
+}
+
+impl Model {
+    /// An opening's verdict end to end: every way its new connections come.
+    pub fn verdict(&self, o: &Opening, ifaces: &[Iface], targets: &[Target]) -> Verdict {
+        let mut parts = Vec::new();
+        let mut any = false;
+        for fam in families(o) {
+            for w in ways(o, fam, ifaces, targets) {
+                any = true;
+                for out in self.evaluate(&w.conn, &w.sources).parts {
+                    parts.push(Part {
+                        fam,
+                        iif: w.conn.iif.clone(),
+                        sources: out.sources,
+                        fate: out.fate,
+                    });
+                }
+            }
+        }
+        let none = (!any && o.path == Path::Forwarded).then(|| {
+            format!(
+                "no DNAT rule translates {} port {}: no container runtime publishes it yet",
+                o.proto, o.port
+            )
+        });
+        Verdict { parts, none }
+    }
+
+    /// Where an opening's rule goes in one layer (a base chain of `family`'s table `table`,
+    /// as the model names it), over every way its connections come: a refusal of the port
+    /// anywhere is the operator's word; otherwise the first place a way needs a rule.
+    pub fn place_opening(
+        &self,
+        table: &str,
+        chain: &str,
+        family: Family,
+        o: &Opening,
+        ifaces: &[Iface],
+        targets: &[Target],
+    ) -> Option<Placement> {
+        let fams: Vec<Fam> = families(o)
+            .into_iter()
+            .filter(|f| match family {
+                Family::Ipv4 => *f == Fam::V4,
+                Family::Ipv6 => *f == Fam::V6,
+                _ => true,
+            })
+            .collect();
+        let mut at = None;
+        let mut doubt: Option<(Decider, String)> = None;
+        let mut not_needed = None;
+        for fam in fams {
+            for w in ways(o, fam, ifaces, targets) {
+                match self.place(table, chain, &w.conn, &w.sources)? {
+                    p @ Placement::Refused(_) => return Some(p),
+                    p @ Placement::At { .. } => {
+                        at.get_or_insert(p);
+                    }
+                    Placement::Doubtful { by, what, then } => {
+                        doubt.get_or_insert((by, what));
+                        match *then {
+                            p @ Placement::At { .. } => {
+                                at.get_or_insert(p);
+                            }
+                            p => {
+                                not_needed.get_or_insert(p);
+                            }
+                        }
+                    }
+                    p @ Placement::NotNeeded(_) => {
+                        not_needed.get_or_insert(p);
+                    }
+                }
+            }
+        }
+        let then = at.or(not_needed)?;
+        Some(match doubt {
+            Some((by, what)) => Placement::Doubtful {
+                by,
+                what,
+                then: Box::new(then),
+            },
+            None => then,
+        })
+    }
+}
