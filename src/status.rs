@@ -24,6 +24,9 @@ pub fn firewall_status(state: Option<&State>) -> Result<Value> {
         }
     }
     let presence = fw.presence(&openings).context("checking the openings")?;
+    let verdicts = fw
+        .verdicts(&openings)
+        .context("walking the openings' connections through the found firewall")?;
     let guard = match fw.socket() {
         Some(sock) => {
             let g = firewall::guard::status(sock).context("reading the guard")?;
@@ -57,6 +60,7 @@ pub fn firewall_status(state: Option<&State>) -> Result<Value> {
             "port": o.port,
             "proto": o.proto.as_str(),
             "path": o.path.as_str(),
+            "verdict": verdicts.get(&o.id).map(verdict_json),
             "layers": presence.get(&o.id).map(|ps| ps.iter().map(|p| json!({
                 "layer": p.layer,
                 "chain": p.chain,
@@ -67,6 +71,23 @@ pub fn firewall_status(state: Option<&State>) -> Result<Value> {
         })).collect::<Vec<_>>(),
         "guard": guard,
     }))
+}
+
+/// An opening's verdict for scripts: its state, the sentence a person reads, and the parts of
+/// its sources with how each ends and the rule that decides.
+pub fn verdict_json(v: &firewall::eval::Verdict) -> Value {
+    json!({
+        "state": v.state(),
+        "detail": v.describe(),
+        "parts": v.parts.iter().map(|p| json!({
+            "family": p.fam.name(),
+            "interface": p.iif,
+            "sources": p.sources.cidrs(),
+            "fate": p.fate.word(),
+            "rule": p.fate.by().map(|b| b.to_string()),
+            "detail": p.fate.describe(),
+        })).collect::<Vec<_>>(),
+    })
 }
 
 /// One word for a state, for scripts.
@@ -120,16 +141,18 @@ pub fn render(v: &Value) -> String {
             o["path"].as_str().unwrap_or("")
         );
         let layers = o["layers"].as_array().cloned().unwrap_or_default();
-        if layers.is_empty() {
-            let _ = write!(out, " no layer on its path drops it");
-        }
+        let _ = write!(
+            out,
+            " {}",
+            o["verdict"]["detail"].as_str().unwrap_or("no verdict")
+        );
         let _ = writeln!(out);
         for l in layers {
             let state = l["state"].as_str().unwrap_or("");
             let shown = match state {
-                "present" => "present".to_string(),
+                "present" => "rule present".to_string(),
                 "not-needed" => l["detail"].as_str().unwrap_or("").to_string(),
-                _ => format!("NOT ADMITTED: {}", l["detail"].as_str().unwrap_or("")),
+                _ => format!("rule {}", l["detail"].as_str().unwrap_or("")),
             };
             let _ = writeln!(
                 out,

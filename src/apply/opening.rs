@@ -105,14 +105,25 @@ pub(super) fn apply(cx: &mut Cx<'_>, spec: &OpeningSpec) -> Result<Done, String>
             })
             .collect();
         let fw = firewall(&mut cx.fw, &cx.decl.node)?;
-        let result = fw.converge(&declared, Scope::Given);
+        let result = fw.converge(&declared, Scope::Given).map(|c| {
+            // What is reported is the verdict of the ruleset read back after the write.
+            let verdicts = fw.verdicts(&declared);
+            (c, verdicts)
+        });
         let kind = fw
             .found()
             .map(|f| f.kind())
             .unwrap_or_else(|e| format!("unreadable: {e}"));
         cx.openings = Some(
             result
-                .map(OpeningsDone::from)
+                .map(|(c, verdicts)| {
+                    let mut done = OpeningsDone::from(c);
+                    match verdicts {
+                        Ok(v) => done.verdicts = v.into_iter().collect(),
+                        Err(e) => done.unverdicted = Some(e.to_string()),
+                    }
+                    done
+                })
                 .map_err(|e| format!("openings through the found firewall ({kind}): {e}")),
         );
         // One transaction put them all in force: their records go in one durable append.
@@ -133,11 +144,12 @@ pub(super) fn apply(cx: &mut Cx<'_>, spec: &OpeningSpec) -> Result<Done, String>
             cx.record_owned_all(recs)?;
         }
     }
-    let (added, removed, states) = match cx.openings.as_ref().expect("converged above") {
+    let (added, removed, states, verdict) = match cx.openings.as_ref().expect("converged above") {
         Ok(done) => (
             done.added.contains(&spec.id),
             done.removed.contains(&spec.id),
             done.states.get(&spec.id).cloned().unwrap_or_default(),
+            done.verdicts.get(&spec.id).cloned(),
         ),
         Err(e) => return Err(format!("opening {}: {e}", spec.id)),
     };
@@ -164,13 +176,30 @@ pub(super) fn apply(cx: &mut Cx<'_>, spec: &OpeningSpec) -> Result<Done, String>
                 _ => p.layer.clone(),
             }),
             State::NotNeeded(_) => not_needed += 1,
-            State::Missing | State::Refused(_) | State::Unwritable(_) | State::Doubtful(_) => {
+            // With a verdict, what the kernel does decides what is reported, below.
+            State::Missing | State::Refused(_) | State::Unwritable(_) | State::Doubtful(_)
+                if verdict.is_none() =>
+            {
                 cx.not_admitted.push(NotAdmitted {
                     id: spec.id.clone(),
                     layer: p.layer.clone(),
                     why: p.state.describe(),
                 })
             }
+            State::Missing | State::Refused(_) | State::Unwritable(_) | State::Doubtful(_) => {}
+        }
+    }
+    if let Some(v) = &verdict {
+        if v.state() != "present" {
+            cx.not_admitted.push(NotAdmitted {
+                id: spec.id.clone(),
+                layer: v
+                    .decider()
+                    .and_then(|p| p.fate.by())
+                    .map(|b| b.place())
+                    .unwrap_or_else(|| "the found firewall".into()),
+                why: v.describe(),
+            });
         }
     }
     let refused: Vec<String> = states
@@ -178,19 +207,28 @@ pub(super) fn apply(cx: &mut Cx<'_>, spec: &OpeningSpec) -> Result<Done, String>
         .filter(|p| !p.present())
         .map(|p| format!("{}: {}", p.layer, p.state.describe()))
         .collect();
-    let mut where_ = if in_force.is_empty() {
-        format!(
+    let mut where_ = match (in_force.is_empty(), &verdict) {
+        (true, Some(_)) => format!(
+            "the found firewall as it is ({kind}), no rule written"
+        ),
+        (true, None) => format!(
             "nothing on the {} path refuses it by default (found firewall: {kind}); no rule needed",
             opening.path.as_str()
-        )
-    } else {
-        in_force.join(", ")
+        ),
+        (false, _) => in_force.join(", "),
     };
     if !in_force.is_empty() && not_needed > 0 {
-        where_.push_str(&format!("; {not_needed} other layer(s) need no rule"));
+        where_.push_str(&format!(
+            "; {not_needed} other layer(s) let it on as they are"
+        ));
     }
-    if !refused.is_empty() {
-        where_.push_str(&format!("; NOT admitted by {}", refused.join("; ")));
+    match &verdict {
+        // The line ends in what a new connection meets, as the status and the briefing say.
+        Some(v) => where_.push_str(&format!("; {}", v.describe())),
+        None if !refused.is_empty() => {
+            where_.push_str(&format!("; NOT admitted by {}", refused.join("; ")))
+        }
+        None => {}
     }
     Ok(match (added, removed) {
         (false, false) => Done::new(Outcome::Unchanged, format!("in force in {where_}")),
@@ -209,6 +247,10 @@ pub(crate) struct OpeningsDone {
     pub states: std::collections::HashMap<String, Vec<firewall::Presence>>,
     /// Marked rules of openings not declared, left for the sweep.
     pub stale: usize,
+    /// Each opening's verdict, read back after the write.
+    pub verdicts: std::collections::HashMap<String, firewall::eval::Verdict>,
+    /// Why no verdict could be read, if it could not.
+    pub unverdicted: Option<String>,
 }
 
 impl From<firewall::Converged> for OpeningsDone {
@@ -222,6 +264,8 @@ impl From<firewall::Converged> for OpeningsDone {
                 .collect(),
             states: c.states.into_iter().collect(),
             stale: c.stale,
+            verdicts: Default::default(),
+            unverdicted: None,
         }
     }
 }

@@ -232,11 +232,12 @@ fn an_opening_goes_through_a_hand_written_nftables_input_chain() {
     });
 }
 
-/// A chain that decides through a verdict map: the host does not follow a map's jumps, so it
-/// cannot tell whether the opening is admitted, writes nothing ahead of what the map decides,
-/// and says so in the status, the report and the briefing rather than calling it open.
+/// A chain that decides through a verdict map (`iifname vmap { "lo" : accept, "eth" : jump
+/// public }`): the walk follows the map's jump, so the opening's rule goes into the chain the
+/// map sends outside traffic to, just before its drop; reached from outside, and gone again
+/// with nothing else changed once it is removed.
 #[test]
-fn a_chain_that_drops_through_a_verdict_map_is_reported_doubtful_not_open() {
+fn a_chain_that_drops_through_a_verdict_map_gets_the_rule_where_the_map_sends_it() {
     let lab = new_lab();
     let net = adoption(&lab);
     let node = &net.node;
@@ -246,40 +247,41 @@ fn a_chain_that_drops_through_a_verdict_map_is_reported_doubtful_not_open() {
         .collect();
     load_vmap_drop(node, lab.dir());
     let before = View::Nft.read(node);
-    let host = Host::new(node);
-    let report = host.apply(&declaration(&[opening("web/api", OPENED, "incoming")]));
-    let not = report["not_admitted"].as_array().expect("not admitted");
-    assert!(
-        not.iter().any(|n| n["id"] == "web/api"
-            && n["layer"] == "inet filter input (nftables)"
-            && n["why"].as_str().unwrap().contains("cannot be told")),
-        "{report:#}"
-    );
-    assert_eq!(
-        presence(&host.status(), "web/api"),
-        ["inet filter input (nftables)=doubtful"]
-    );
-    assert_eq!(
-        View::Nft.read(node),
-        before,
-        "nothing written ahead of the map"
-    );
     expect(
         &net.outside,
         &node_public(),
         OPENED,
         Probe::TimedOut,
-        "not opened",
+        "the map's chain drops it",
     );
-    expect(
-        &net.outside,
-        &node_public(),
-        SERVED,
-        Probe::Reached,
-        "served stays",
+    let host = Host::new(node);
+    let report = host.apply(&declaration(&[opening("web/api", OPENED, "incoming")]));
+    assert_eq!(outcome(&report, "web/api"), "created", "{report:#}");
+    assert!(
+        report["not_admitted"].as_array().is_none_or(|a| a.is_empty()),
+        "{report:#}"
     );
+    let status = host.status();
+    assert_eq!(
+        presence(&status, "web/api"),
+        ["inet filter input (nftables)=present"]
+    );
+    assert_eq!(status_verdict(&status, "web/api"), "present", "{status:#}");
+    let listed = run_ok(node, &["nft", "list", "chain", "inet", "filter", "public"]);
+    let lines: Vec<&str> = listed.lines().map(str::trim).collect();
+    let at = lines
+        .iter()
+        .position(|l| is_marked(l))
+        .unwrap_or_else(|| panic!("no marked rule in chain public:\n{listed}"));
+    assert_eq!(lines.get(at + 1), Some(&"drop"), "just before the drop:\n{listed}");
+    expect(&net.outside, &node_public(), OPENED, Probe::Reached, "opened");
+    expect(&net.outside, &node_public(), SERVED, Probe::Reached, "served stays");
+    expect(&net.outside, &node_public(), CLOSED, Probe::TimedOut, "undeclared stays closed");
     let briefing = host.json(&["briefing", "--json"]);
-    assert_eq!(briefing["outcome"], "failed", "{briefing:#}");
+    assert_eq!(briefing["outcome"], "ok", "{briefing:#}");
+    host.apply(&declaration(&[]));
+    assert_eq!(View::Nft.read(node), before, "removed, nothing else changed");
+    expect(&net.outside, &node_public(), OPENED, Probe::TimedOut, "closed again");
 }
 
 #[test]

@@ -166,6 +166,21 @@ table inet filter {
 }
 ";
 
+/// The state the evaluator's verdict gives an opening in the status: `present`, `not-admitted`,
+/// `refused` or `doubtful`.
+fn status_verdict(status: &Value, id: &str) -> String {
+    let o = status["openings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|o| o["id"] == id)
+        .unwrap_or_else(|| panic!("no opening {id} in {status:#}"));
+    o["verdict"]["state"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no verdict for {id} in {status:#}"))
+        .to_string()
+}
+
 // ---------------------------------------------------------------------------------------------
 // The host, run inside the node's namespace.
 
