@@ -205,6 +205,27 @@ pub enum FirewallCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Why a new connection to PORT is admitted or refused: the walk through every base chain
+    /// it crosses, hook by hook, the rule that decides and the verdict, per family and
+    /// interface it arrives on (exit 0 admitted, 1 not admitted, refused or doubtful, 2 bad
+    /// input).
+    Explain {
+        port: u16,
+        /// tcp or udp.
+        #[arg(long, default_value = "tcp")]
+        proto: String,
+        /// An address or network the connection comes from (default: anywhere).
+        #[arg(long)]
+        from: Option<String>,
+        /// The interface it arrives on (default: every outside interface).
+        #[arg(long)]
+        interface: Option<String>,
+        /// incoming (to this machine) or forwarded (to a container behind the published PORT).
+        #[arg(long, default_value = "incoming")]
+        path: String,
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug)]
@@ -405,6 +426,17 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
+        Command::Firewall {
+            command:
+                FirewallCommand::Explain {
+                    port,
+                    proto,
+                    from,
+                    interface,
+                    path,
+                    json,
+                },
+        } => crate::status::explain_command(port, &proto, from, interface, &path, json),
         Command::Briefing { json } => {
             let state = store::peek(&cli.root)?;
             let Some(b) = state.and_then(|s| s.briefing) else {

@@ -90,6 +90,162 @@ pub fn verdict_json(v: &firewall::eval::Verdict) -> Value {
     })
 }
 
+/// `mesh-host firewall explain`: every problem with the arguments named at once (exit 2), then
+/// the walk of each way the connection comes, as text or JSON; exit 0 when every way admits it.
+pub fn explain_command(
+    port: u16,
+    proto: &str,
+    from: Option<String>,
+    interface: Option<String>,
+    path: &str,
+    json: bool,
+) -> Result<std::process::ExitCode> {
+    let mut problems = Vec::new();
+    if port == 0 {
+        problems.push("port: must be 1 to 65535".to_string());
+    }
+    let proto = match proto {
+        "tcp" => Some(firewall::Proto::Tcp),
+        "udp" => Some(firewall::Proto::Udp),
+        other => {
+            problems.push(format!("--proto: {other:?} is not tcp or udp"));
+            None
+        }
+    };
+    let path = match path {
+        "incoming" => Some(firewall::Path::Incoming),
+        "forwarded" => Some(firewall::Path::Forwarded),
+        other => {
+            problems.push(format!("--path: {other:?} is not incoming or forwarded"));
+            None
+        }
+    };
+    let networks = match &from {
+        None => None,
+        Some(f) => match crate::declaration::validate::parse_cidr(f, true) {
+            Ok((addr, len)) => Some(vec![firewall::Network { addr, len }]),
+            Err(e) => {
+                problems.push(format!("--from: {e}"));
+                None
+            }
+        },
+    };
+    if let Some(i) = &interface {
+        if let Err(e) = crate::declaration::validate::check_interface(i) {
+            problems.push(format!("--interface: {e}"));
+        }
+    }
+    let (Some(proto), Some(path), true) = (proto, path, problems.is_empty()) else {
+        for p in &problems {
+            eprintln!("error: {p}");
+        }
+        eprintln!("nothing was read or changed");
+        return Ok(std::process::ExitCode::from(2));
+    };
+    let opening = firewall::Opening {
+        id: "explain".into(),
+        port,
+        proto,
+        from: match (networks, interface) {
+            (Some(n), _) => firewall::opening::From::Networks(n),
+            (None, Some(i)) => firewall::opening::From::Interface(i),
+            (None, None) => firewall::opening::From::Anywhere,
+        },
+        path,
+    };
+    static EXEC: SystemExec = SystemExec;
+    let mut fw = Firewall::open(&EXEC).context("reading the found firewall")?;
+    let ways = fw
+        .explain(&opening)
+        .context("walking the connection through the found firewall")?;
+    let admitted = !ways.is_empty()
+        && ways
+            .iter()
+            .all(|(_, a)| a.parts.iter().all(|p| p.fate == firewall::eval::Fate::Admitted));
+    let v = json!({
+        "port": port,
+        "proto": proto.as_str(),
+        "path": path.as_str(),
+        "from": from.unwrap_or_else(|| "anywhere".into()),
+        "admitted": admitted,
+        "ways": ways.iter().map(|(w, a)| json!({
+            "family": w.conn.fam.name(),
+            "interface": w.conn.iif,
+            "to": w.conn.daddr.map(|d| d.to_string()),
+            "to_port": w.conn.to_port,
+            "leaves_by": w.conn.oif,
+            "parts": a.parts.iter().map(|p| json!({
+                "sources": p.sources.cidrs(),
+                "fate": p.fate.word(),
+                "rule": p.fate.by().map(|b| b.to_string()),
+                "table": p.fate.by().map(|b| b.table.clone()),
+                "chain": p.fate.by().map(|b| b.chain.clone()),
+                "handle": p.fate.by().and_then(|b| b.handle),
+                "detail": p.fate.describe(),
+                "walk": p.trace,
+            })).collect::<Vec<_>>(),
+        })).collect::<Vec<_>>(),
+    });
+    if json {
+        println!("{}", serde_json::to_string_pretty(&v)?);
+    } else {
+        print!("{}", render_explain(&v));
+    }
+    Ok(if admitted {
+        std::process::ExitCode::SUCCESS
+    } else {
+        std::process::ExitCode::from(1)
+    })
+}
+
+fn render_explain(v: &Value) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{} port {} ({}) from {}",
+        v["proto"].as_str().unwrap_or(""),
+        v["port"],
+        v["path"].as_str().unwrap_or(""),
+        v["from"].as_str().unwrap_or("")
+    );
+    let ways = v["ways"].as_array().cloned().unwrap_or_default();
+    if ways.is_empty() {
+        let _ = writeln!(
+            out,
+            "  no way to ask about: nothing publishes the port, or no interface arrives here"
+        );
+    }
+    for w in ways {
+        let _ = write!(
+            out,
+            "\n{} arriving on {}",
+            w["family"].as_str().unwrap_or(""),
+            w["interface"].as_str().unwrap_or("")
+        );
+        if let Some(to) = w["to"].as_str() {
+            let _ = write!(out, " to {to}");
+        }
+        if let Some(p) = w["to_port"].as_u64() {
+            let _ = write!(out, " port {p}");
+        }
+        let _ = writeln!(out);
+        for p in w["parts"].as_array().into_iter().flatten() {
+            let sources: Vec<&str> = p["sources"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_str)
+                .collect();
+            let _ = writeln!(out, "  from {}:", sources.join(", "));
+            for step in p["walk"].as_array().into_iter().flatten() {
+                let _ = writeln!(out, "    {}", step.as_str().unwrap_or(""));
+            }
+            let _ = writeln!(out, "    => {}", p["detail"].as_str().unwrap_or(""));
+        }
+    }
+    out
+}
+
 /// One word for a state, for scripts.
 fn state_name(s: &firewall::State) -> &'static str {
     match s {

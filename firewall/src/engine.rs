@@ -217,6 +217,31 @@ impl<'a> Firewall<'a> {
         }
     }
 
+    /// The walk of each way an opening's connections come, with the verdicts met on it:
+    /// `mesh-host firewall explain`.
+    pub fn explain(&mut self, o: &Opening) -> Result<Vec<(crate::eval::Way, crate::eval::Answer)>> {
+        let mut snap = self.snapshot()?;
+        let listed = self.nf.is_some().then_some(&snap.ruleset);
+        let found = detect::detect_in(listed, self.exec, &self.proc)?;
+        snap.legacy = legacy_of(&found.legacy_saves);
+        let model = Model::new(&snap);
+        let ifaces = crate::eval::interfaces();
+        let targets = match o.path {
+            crate::opening::Path::Forwarded => {
+                published::targets(&snap.ruleset, &found.legacy_saves, o.proto, o.port)
+            }
+            crate::opening::Path::Incoming => Vec::new(),
+        };
+        let mut out = Vec::new();
+        for fam in crate::eval::families(o) {
+            for w in crate::eval::ways(o, fam, &ifaces, &targets) {
+                let a = model.explain(&w.conn, &w.sources);
+                out.push((w, a));
+            }
+        }
+        Ok(out)
+    }
+
     /// Each opening's verdict end to end, read from the kernel now: what a new connection from
     /// each of its sources meets on every layer it crosses ([`crate::eval`]). This, not the
     /// presence of rules, is what the host reports.

@@ -176,21 +176,22 @@ pub(super) fn apply(cx: &mut Cx<'_>, spec: &OpeningSpec) -> Result<Done, String>
                 _ => p.layer.clone(),
             }),
             State::NotNeeded(_) => not_needed += 1,
-            // With a verdict, what the kernel does decides what is reported, below.
-            State::Missing | State::Refused(_) | State::Unwritable(_) | State::Doubtful(_)
-                if verdict.is_none() =>
-            {
+            // A layer's own account of why it does not admit it (the driver's words), beside
+            // the verdict below.
+            State::Missing | State::Refused(_) | State::Unwritable(_) | State::Doubtful(_) => {
                 cx.not_admitted.push(NotAdmitted {
                     id: spec.id.clone(),
                     layer: p.layer.clone(),
                     why: p.state.describe(),
                 })
             }
-            State::Missing | State::Refused(_) | State::Unwritable(_) | State::Doubtful(_) => {}
         }
     }
+    let by_layer = cx.not_admitted.iter().any(|n| n.id == spec.id);
     if let Some(v) = &verdict {
-        if v.state() != "present" {
+        // What a new connection meets in the kernel is reported even where every layer
+        // thinks itself in order.
+        if v.state() != "present" && !by_layer {
             cx.not_admitted.push(NotAdmitted {
                 id: spec.id.clone(),
                 layer: v

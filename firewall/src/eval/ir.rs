@@ -546,3 +546,162 @@ pub fn unknown_cond(what: &str) -> Cond {
         },
     }
 }
+
+/// A rule's steps in words close to nft's, for the operator reading why: `meta l4proto == 6
+/// th dport == 9000 accept`.
+pub fn render(items: &[Item]) -> String {
+    let mut out: Vec<String> = Vec::new();
+    for it in items {
+        match it {
+            Item::Cond(c) => {
+                let key: Vec<String> = c.key.iter().map(load_name).collect();
+                let key = key.join(" . ");
+                let value = |d: &[u8]| value_text(&c.key, d);
+                out.push(match &c.test {
+                    Test::Cmp { op, data } => {
+                        let op = match op {
+                            CmpOp::Eq => "",
+                            other => other.nft_name(),
+                        };
+                        if op.is_empty() {
+                            format!("{key} {}", value(data))
+                        } else {
+                            format!("{key} {op} {}", value(data))
+                        }
+                    }
+                    Test::Range { neg, lo, hi } => format!(
+                        "{key} {}{}-{}",
+                        if *neg { "!= " } else { "" },
+                        value(lo),
+                        value(hi)
+                    ),
+                    Test::InList { neg, ranges } => format!(
+                        "{key} {}{{ {} }}",
+                        if *neg { "!= " } else { "" },
+                        ranges
+                            .iter()
+                            .map(|(lo, hi)| if lo == hi {
+                                value(lo)
+                            } else {
+                                format!("{}-{}", value(lo), value(hi))
+                            })
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                    Test::InSet { set, neg } => {
+                        format!("{key} {}@{set}", if *neg { "!= " } else { "" })
+                    }
+                });
+            }
+            Item::Fixed(_, what) => out.push(format!("({what})")),
+            Item::Mark(_) => out.push("meta mark set …".into()),
+            Item::CtMark(_) => out.push("ct mark set …".into()),
+            Item::Act(a) => out.push(match a {
+                Act::Accept => "accept".into(),
+                Act::Drop => "drop".into(),
+                Act::Jump(c) => format!("jump {c}"),
+                Act::Goto(c) => format!("goto {c}"),
+                Act::Return => "return".into(),
+                Act::Continue => "continue".into(),
+                Act::Vmap { key, set } => format!(
+                    "{} vmap @{set}",
+                    key.iter().map(load_name).collect::<Vec<_>>().join(" . ")
+                ),
+                Act::Nat => "nat".into(),
+                Act::Unknown(w) => w.clone(),
+            }),
+        }
+    }
+    out.join(" ")
+}
+
+fn load_name(l: &Load) -> String {
+    let base = match &l.src {
+        Src::Meta(k) => format!("meta {}", k.nft_name()),
+        Src::Payload {
+            base: PayloadBase::Transport,
+            offset: 2,
+            len: 2,
+        } => "th dport".into(),
+        Src::Payload {
+            base: PayloadBase::Transport,
+            offset: 0,
+            len: 2,
+        } => "th sport".into(),
+        Src::Payload {
+            base: PayloadBase::Transport,
+            offset: 13,
+            len: 1,
+        } => "tcp flags".into(),
+        Src::Payload {
+            base: PayloadBase::Network,
+            offset,
+            len,
+        } => match (offset, len) {
+            (12, 4) => "ip saddr".into(),
+            (16, 4) => "ip daddr".into(),
+            (8, 16) => "ip6 saddr".into(),
+            (24, 16) => "ip6 daddr".into(),
+            (12, _) => format!("ip saddr (first {len} bytes)"),
+            (8, _) => format!("ip6 saddr (first {len} bytes)"),
+            _ => format!("network header @{offset},{len}"),
+        },
+        Src::Payload { base, offset, len } => format!("{} @{offset},{len}", base.nft_name()),
+        Src::Ct { key, dir } => match dir {
+            Some(CtDirection::Original) => format!("ct original {}", key.nft_name()),
+            Some(CtDirection::Reply) => format!("ct reply {}", key.nft_name()),
+            None => format!("ct {}", key.nft_name()),
+        },
+        Src::Fib { result, .. } => format!("fib {}", result.nft_name()),
+        Src::Imm(_) => "a constant".into(),
+        Src::XtCtState => "conntrack state".into(),
+        Src::XtFixed(XtFixed::AddrType { .. }) => "addrtype".into(),
+        Src::XtFixed(XtFixed::RpFilter { .. }) => "rpfilter".into(),
+        Src::Unknown(w) => w.clone(),
+    };
+    match &l.mask {
+        Some((m, _)) => format!("{base} & 0x{}", hex(m)),
+        None => base,
+    }
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+fn value_text(keys: &[Load], d: &[u8]) -> String {
+    let only = keys.first().filter(|_| keys.len() == 1);
+    match only.map(|l| &l.src) {
+        Some(Src::Payload {
+            base: PayloadBase::Transport,
+            len: 2,
+            ..
+        })
+        | Some(Src::Ct {
+            key: CtKey::ProtoDst | CtKey::ProtoSrc,
+            ..
+        }) if d.len() == 2 => u16::from_be_bytes([d[0], d[1]]).to_string(),
+        Some(Src::Meta(
+            MetaKey::IifName | MetaKey::OifName | MetaKey::BriIifName | MetaKey::BriOifName,
+        )) => {
+            let name: Vec<u8> = d.iter().copied().take_while(|b| *b != 0).collect();
+            let exact = d.contains(&0);
+            format!(
+                "\"{}{}\"",
+                String::from_utf8_lossy(&name),
+                if exact { "" } else { "*" }
+            )
+        }
+        Some(Src::Payload {
+            base: PayloadBase::Network,
+            ..
+        }) if d.len() == 4 || d.len() == 16 => match d.len() {
+            4 => std::net::Ipv4Addr::from(<[u8; 4]>::try_from(d).unwrap_or_default()).to_string(),
+            _ => std::net::Ipv6Addr::from(<[u8; 16]>::try_from(d).unwrap_or_default()).to_string(),
+        },
+        Some(Src::Meta(MetaKey::L4Proto)) | Some(Src::Meta(MetaKey::PktType)) if d.len() == 1 => {
+            d[0].to_string()
+        }
+        _ => format!("0x{}", hex(d)),
+    }
+}

@@ -25,7 +25,7 @@ mod xt;
 
 pub use addrs::{Addrs, Fam};
 pub use model::{parse_save, Model, Snapshot};
-pub use opening::{interfaces, Iface, Part, Verdict};
+pub use opening::{families, interfaces, ways, Iface, Part, Verdict, Way};
 
 use std::fmt;
 use std::net::IpAddr;

@@ -346,8 +346,8 @@ impl Model {
             };
             let items = ir::from_nft(&r.exprs, &key_len);
             let text = match &r.comment {
-                Some(c) => format!("handle {} (comment \"{c}\")", r.handle),
-                None => format!("handle {}", r.handle),
+                Some(c) => format!("handle {}: {} comment \"{c}\"", r.handle, ir::render(&items)),
+                None => format!("handle {}: {}", r.handle, ir::render(&items)),
             };
             m.tables[ti]
                 .chains

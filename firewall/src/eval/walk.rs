@@ -139,7 +139,18 @@ impl<'m> Walker<'m> {
                 translated: translated(conn, base),
             };
             let mut next = Vec::new();
-            for p in parts {
+            for mut p in parts {
+                if self.trace {
+                    let t = &self.model.tables[base.table];
+                    p.trace.push(format!(
+                        "hook {}: {} {} (priority {}, policy {})",
+                        hook_word(&base.hook),
+                        t.name,
+                        base.chain,
+                        base.priority,
+                        policy_word(base.policy)
+                    ));
+                }
                 self.base_chain(base, &at, p, &mut next, &mut finals);
             }
             parts = next;
@@ -446,11 +457,25 @@ impl<'m> Walker<'m> {
                                 continue;
                             }
                             let id = self.doubts.len();
-                            self.doubts.push((here(), why));
+                            let at = here();
+                            if self.trace {
+                                q.trace.push(format!(
+                                    "{}: {} tests {why}, which cannot be told: followed both ways",
+                                    at.place(),
+                                    at.text
+                                ));
+                            }
+                            self.doubts.push((at, why));
                             let mut n = q.clone();
                             n.forks.push((id, false));
+                            if self.trace {
+                                n.trace.push("  (taken as not matching)".into());
+                            }
                             done.push((n, End::NoMatch));
                             q.forks.push((id, true));
+                            if self.trace {
+                                q.trace.push("  (taken as matching)".into());
+                            }
                             next.push((q, f));
                         }
                     },
@@ -528,10 +553,9 @@ impl<'m> Walker<'m> {
                     }
                     _ => name(""),
                 },
-                MetaKey::Iif => match c.iif_index {
-                    Some(i) => ne32(i),
-                    None => Val::Unknown(format!("the index of interface {}", c.iif)),
-                },
+                // An interface that does not exist here has an index no rule can name (the
+                // kernel resolves `iif NAME` when the rule is added).
+                MetaKey::Iif => ne32(c.iif_index.unwrap_or(u32::MAX)),
                 MetaKey::Oif => match (at.hook, c.oif_index) {
                     (Hook::Forward | Hook::Postrouting, Some(i)) => ne32(i),
                     (Hook::Forward | Hook::Postrouting, None) => {
@@ -1140,6 +1164,17 @@ fn act_word(a: &Act) -> String {
         Act::Vmap { set, .. } => format!("verdict map {set}"),
         Act::Nat => "nat (accepted)".into(),
         Act::Unknown(w) => w.clone(),
+    }
+}
+
+fn hook_word(h: &Hook) -> String {
+    match h {
+        Hook::Ingress => "ingress".into(),
+        Hook::Prerouting => "prerouting".into(),
+        Hook::Input => "input".into(),
+        Hook::Forward => "forward".into(),
+        Hook::Postrouting => "postrouting".into(),
+        other => format!("{other:?}").to_lowercase(),
     }
 }
 
