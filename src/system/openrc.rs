@@ -18,9 +18,16 @@ impl<'r> OpenRc<'r> {
 
     /// The runlevels a service is in, from `rc-update show`.
     fn runlevels(&self, name: &str) -> Result<Vec<String>, Error> {
+        let name = service_name(name);
         let out = run_ok(self.runner, &argv(&["rc-update", "show"]), &[])?;
         Ok(parse_runlevels(&String::from_utf8_lossy(&out.stdout), name))
     }
+}
+
+/// The OpenRC service a name means: a systemd unit's name (`nftables.service`, what the found
+/// firewall's boot unit is called in the firewall crate) is the OpenRC service of the same name.
+fn service_name(name: &str) -> &str {
+    name.strip_suffix(".service").unwrap_or(name)
 }
 
 /// The runlevels `rc-update show` lists for a service (`   sshd | boot default` lines).
@@ -39,6 +46,7 @@ impl ServiceManager for OpenRc<'_> {
     }
 
     fn status(&self, name: &str) -> Result<ServiceStatus, Error> {
+        let name = service_name(name);
         let exists = run(self.runner, &argv(&["rc-service", "--exists", name]), &[])?;
         if !exists.success() {
             return Ok(ServiceStatus {
@@ -69,14 +77,17 @@ impl ServiceManager for OpenRc<'_> {
     }
 
     fn start(&self, name: &str) -> Result<(), Error> {
+        let name = service_name(name);
         run_ok(self.runner, &argv(&["rc-service", name, "start"]), &[]).map(|_| ())
     }
 
     fn stop(&self, name: &str) -> Result<(), Error> {
+        let name = service_name(name);
         run_ok(self.runner, &argv(&["rc-service", name, "stop"]), &[]).map(|_| ())
     }
 
     fn enable(&self, name: &str) -> Result<(), Error> {
+        let name = service_name(name);
         run_ok(
             self.runner,
             &argv(&["rc-update", "add", name, "default"]),
@@ -87,6 +98,7 @@ impl ServiceManager for OpenRc<'_> {
 
     /// Removes the service from every runlevel it is in, so it starts at no boot.
     fn disable(&self, name: &str) -> Result<(), Error> {
+        let name = service_name(name);
         for level in self.runlevels(name)? {
             run_ok(self.runner, &argv(&["rc-update", "del", name, &level]), &[])?;
         }
@@ -148,5 +160,18 @@ mod tests {
         let calls = runner.calls.borrow();
         assert_eq!(calls[1], ["rc-update", "del", "sshd", "boot"]);
         assert_eq!(calls[2], ["rc-update", "del", "sshd", "default"]);
+    }
+
+    /// The found firewall's boot unit comes as `nftables.service`; on Alpine it is the OpenRC
+    /// service `nftables`.
+    #[test]
+    fn a_systemd_unit_name_is_the_openrc_service_of_that_name() {
+        let runner = RecordingRunner::default();
+        runner.answers.borrow_mut().extend([out(0, ""), out(0, "")]);
+        OpenRc::new(&runner).enable("nftables.service").unwrap();
+        assert_eq!(
+            runner.calls.borrow()[0],
+            ["rc-update", "add", "nftables", "default"]
+        );
     }
 }

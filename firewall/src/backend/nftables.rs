@@ -103,8 +103,12 @@ pub(super) fn read_nf(key: &TableKey, cx: &Cx<'_>) -> TableView {
 }
 
 /// The files a hand-written nftables firewall boots from, as paths on the machine: Debian's and
-/// Arch's, then RHEL's.
-pub const CONFIGS: [&str; 2] = ["/etc/nftables.conf", "/etc/sysconfig/nftables.conf"];
+/// Arch's, then Fedora's and RHEL's, then Alpine's (which includes `/etc/nftables.d/*.nft`).
+pub const CONFIGS: [&str; 3] = [
+    "/etc/nftables.conf",
+    "/etc/sysconfig/nftables.conf",
+    "/etc/nftables.nft",
+];
 
 /// The unit that loads it at boot. Never stopped: its stop runs `nft flush ruleset`.
 pub const UNIT: &str = "nftables.service";
@@ -179,8 +183,8 @@ pub fn config_tables(root: &FsPath, file: &str, seen: &mut Vec<String>) -> Vec<(
                 } else if w == "include" {
                     if let Some(path) = words.get(i + 1) {
                         let path = path.trim_matches('"');
-                        if !path.contains('*') {
-                            for t in config_tables(root, path, seen) {
+                        for file in include_files(root, path) {
+                            for t in config_tables(root, &file, seen) {
                                 if !out.contains(&t) {
                                     out.push(t);
                                 }
@@ -194,6 +198,33 @@ pub fn config_tables(root: &FsPath, file: &str, seen: &mut Vec<String>) -> Vec<(
         i += 1;
     }
     out
+}
+
+/// The files an `include` names, as nft reads them: the path itself, or for a pattern with
+/// `*` in its last part (`/etc/nftables.d/*.nft`, Alpine's), every matching file of that
+/// directory in name order.
+fn include_files(root: &FsPath, path: &str) -> Vec<String> {
+    let (dir, pattern) = match path.rsplit_once('/') {
+        Some((d, p)) => (d, p),
+        None => ("", path),
+    };
+    let Some((before, after)) = pattern.split_once('*') else {
+        return vec![path.to_string()];
+    };
+    if dir.contains('*') || after.contains('*') {
+        return Vec::new();
+    }
+    let Ok(entries) = std::fs::read_dir(root.join(dir.trim_start_matches('/'))) else {
+        return Vec::new();
+    };
+    let mut names: Vec<String> = entries
+        .flatten()
+        .filter(|e| e.path().is_file())
+        .filter_map(|e| e.file_name().into_string().ok())
+        .filter(|n| n.starts_with(before) && n.ends_with(after) && n.len() >= before.len() + after.len())
+        .collect();
+    names.sort();
+    names.into_iter().map(|n| format!("{dir}/{n}")).collect()
 }
 
 /// The found firewall a configuration file loads: its tables as they are now, each saved with
@@ -277,4 +308,44 @@ pub(super) fn restore(saved: &Retired, cx: &mut Cx<'_>) -> Result<()> {
     cx.exec
         .run_ok("nft", &["-f".into(), "-".into()], Some(&script))?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn alpine_s_file_and_its_included_directory_name_every_table() {
+        let root = tempfile_dir();
+        std::fs::create_dir_all(root.join("etc/nftables.d")).unwrap();
+        std::fs::write(
+            root.join("etc/nftables.nft"),
+            "#!/usr/sbin/nft -f\nflush ruleset\ntable inet filter {\n chain input { type filter hook input priority 0; policy drop; }\n}\ninclude \"/etc/nftables.d/*.nft\"\n",
+        )
+        .unwrap();
+        std::fs::write(root.join("etc/nftables.d/b-nat.nft"), "table ip nat {\n}\n").unwrap();
+        std::fs::write(root.join("etc/nftables.d/a-ban.nft"), "table ip6 ban {\n}\n").unwrap();
+        std::fs::write(root.join("etc/nftables.d/skip.conf"), "table ip nope {\n}\n").unwrap();
+        let got = config_tables(&root, "/etc/nftables.nft", &mut Vec::new());
+        assert_eq!(
+            got,
+            [
+                (Family::Inet, "filter".to_string()),
+                (Family::Ipv6, "ban".to_string()),
+                (Family::Ipv4, "nat".to_string())
+            ]
+        );
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    fn tempfile_dir() -> std::path::PathBuf {
+        let d = std::env::temp_dir().join(format!(
+            "mesh-nft-config-{}-{:?}",
+            std::process::id(),
+            std::thread::current().id()
+        ));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
 }
