@@ -146,9 +146,9 @@ pub fn explain_command(
         id: "explain".into(),
         port,
         proto,
-        from: match (networks, interface) {
+        from: match (networks, &interface) {
             (Some(n), _) => firewall::opening::From::Networks(n),
-            (None, Some(i)) => firewall::opening::From::Interface(i),
+            (None, Some(i)) => firewall::opening::From::Interface(i.clone()),
             (None, None) => firewall::opening::From::Anywhere,
         },
         path,
@@ -156,12 +156,14 @@ pub fn explain_command(
     static EXEC: SystemExec = SystemExec;
     let mut fw = Firewall::open(&EXEC).context("reading the found firewall")?;
     let ways = fw
-        .explain(&opening)
+        .explain(&opening, interface.as_deref())
         .context("walking the connection through the found firewall")?;
     let admitted = !ways.is_empty()
-        && ways
-            .iter()
-            .all(|(_, a)| a.parts.iter().all(|p| p.fate == firewall::eval::Fate::Admitted));
+        && ways.iter().all(|(_, a)| {
+            a.parts
+                .iter()
+                .all(|p| p.fate == firewall::eval::Fate::Admitted)
+        });
     let v = json!({
         "port": port,
         "proto": proto.as_str(),

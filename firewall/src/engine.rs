@@ -12,12 +12,12 @@ mod flip;
 use crate::backend::{self, Change, Cx, Driver, TableKey, TableView};
 use crate::detect::{self, Backend, Found, Layer, MESH_TABLE};
 use crate::error::{Error, Result};
-use crate::exec::Exec;
 use crate::eval::{Fam, Model, Placement, Snapshot, Verdict};
+use crate::exec::Exec;
 use crate::netlink::{Batch, Family, NfSocket, Policy, Ruleset, TableFlags};
-use crate::published;
 use crate::opening::Opening;
 use crate::place::{self, Place, Want};
+use crate::published;
 use crate::rules;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path as FsPath, PathBuf};
@@ -219,7 +219,12 @@ impl<'a> Firewall<'a> {
 
     /// The walk of each way an opening's connections come, with the verdicts met on it:
     /// `mesh-host firewall explain`.
-    pub fn explain(&mut self, o: &Opening) -> Result<Vec<(crate::eval::Way, crate::eval::Answer)>> {
+    /// `only_iif` keeps the ways arriving on that interface alone.
+    pub fn explain(
+        &mut self,
+        o: &Opening,
+        only_iif: Option<&str>,
+    ) -> Result<Vec<(crate::eval::Way, crate::eval::Answer)>> {
         let mut snap = self.snapshot()?;
         let listed = self.nf.is_some().then_some(&snap.ruleset);
         let found = detect::detect_in(listed, self.exec, &self.proc)?;
@@ -235,6 +240,9 @@ impl<'a> Firewall<'a> {
         let mut out = Vec::new();
         for fam in crate::eval::families(o) {
             for w in crate::eval::ways(o, fam, &ifaces, &targets) {
+                if only_iif.is_some_and(|i| i != w.conn.iif) {
+                    continue;
+                }
                 let a = model.explain(&w.conn, &w.sources);
                 out.push((w, a));
             }

@@ -66,7 +66,12 @@ fn arch_s_stock_ruleset_places_the_opening_before_the_rate_limited_reject() {
         f => panic!("{f:?}"),
     }
     let p = m
-        .place("inet filter", "input", &conn(Fam::V6, 9000), &Addrs::all(Fam::V6))
+        .place(
+            "inet filter",
+            "input",
+            &conn(Fam::V6, 9000),
+            &Addrs::all(Fam::V6),
+        )
         .unwrap();
     // Eight rules: the reject is the seventh (index 6).
     assert!(
@@ -107,13 +112,22 @@ fn the_wiki_s_server_ruleset_is_walked_through_its_verdict_maps() {
     nft_load(WIKI_SERVER);
     let m = model();
     for fam in [Fam::V4, Fam::V6] {
-        let from = if fam == Fam::V4 { "192.0.2.1" } else { "2001:db8::1" };
+        let from = if fam == Fam::V4 {
+            "192.0.2.1"
+        } else {
+            "2001:db8::1"
+        };
         assert_eq!(fate(&m, fam, 443, from), Fate::Admitted, "{fam:?}");
         assert!(
             matches!(fate(&m, fam, 9000, from), Fate::NotAdmitted { .. }),
             "{fam:?}"
         );
-        let p = m.place("inet firewall", "inbound", &conn(fam, 9000), &Addrs::all(fam));
+        let p = m.place(
+            "inet firewall",
+            "inbound",
+            &conn(fam, 9000),
+            &Addrs::all(fam),
+        );
         assert!(
             matches!(&p, Some(Placement::At { chain, index: None, .. }) if chain == "inbound"),
             "{p:?}"
@@ -145,7 +159,10 @@ table inet f {
         assert!(
             matches!(
                 fate(&m, Fam::V4, port, "192.0.2.1"),
-                Fate::Refused { why: Refusal::Port, .. }
+                Fate::Refused {
+                    why: Refusal::Port,
+                    ..
+                }
             ),
             "port {port}"
         );
@@ -167,8 +184,16 @@ table inet a {
 }
 "#,
     );
-    assert!(matches!(fate(&model(), Fam::V4, 9000, "192.0.2.1"), Fate::NotAdmitted { .. }));
-    let p = model().place("inet a", "input", &conn(Fam::V4, 9000), &Addrs::all(Fam::V4));
+    assert!(matches!(
+        fate(&model(), Fam::V4, 9000, "192.0.2.1"),
+        Fate::NotAdmitted { .. }
+    ));
+    let p = model().place(
+        "inet a",
+        "input",
+        &conn(Fam::V4, 9000),
+        &Addrs::all(Fam::V4),
+    );
     assert!(
         matches!(&p, Some(Placement::At { chain, index: Some(1), .. }) if chain == "wan"),
         "{p:?}"
@@ -182,7 +207,10 @@ table inet a {
             "flush ruleset\ntable inet b {{ chain input {{ type filter hook input priority 0; policy accept; {shape}; }}; }}\n"
         ));
         assert!(
-            matches!(fate(&model(), Fam::V4, 9000, "192.0.2.1"), Fate::NotAdmitted { .. }),
+            matches!(
+                fate(&model(), Fam::V4, 9000, "192.0.2.1"),
+                Fate::NotAdmitted { .. }
+            ),
             "{shape}"
         );
     }
@@ -195,7 +223,10 @@ table inet c {
 }
 "#,
     );
-    assert!(matches!(fate(&model(), Fam::V4, 9000, "192.0.2.1"), Fate::NotAdmitted { .. }));
+    assert!(matches!(
+        fate(&model(), Fam::V4, 9000, "192.0.2.1"),
+        Fate::NotAdmitted { .. }
+    ));
     assert_eq!(fate(&model(), Fam::V4, 9001, "192.0.2.1"), Fate::Admitted);
     // Nine unconditional jumps, the catch-all at the bottom.
     let mut nine = String::from("flush ruleset\ntable inet d {\n");
@@ -204,7 +235,12 @@ table inet c {
     }
     nine += "  chain c10 { drop; }\n  chain input { type filter hook input priority 0; policy accept; jump c1; }\n}\n";
     nft_load(&nine);
-    let p = model().place("inet d", "input", &conn(Fam::V4, 9000), &Addrs::all(Fam::V4));
+    let p = model().place(
+        "inet d",
+        "input",
+        &conn(Fam::V4, 9000),
+        &Addrs::all(Fam::V4),
+    );
     assert!(
         matches!(&p, Some(Placement::At { chain, index: Some(0), .. }) if chain == "c10"),
         "{p:?}"
@@ -238,12 +274,18 @@ table inet filter {
         assert!(
             matches!(
                 a.fate_of(banned.parse().unwrap()),
-                Some(Fate::Refused { why: Refusal::Ban, .. })
+                Some(Fate::Refused {
+                    why: Refusal::Ban,
+                    ..
+                })
             ),
             "{banned}: {a:?}"
         );
     }
-    assert_eq!(a.fate_of("192.0.2.1".parse().unwrap()), Some(&Fate::Admitted));
+    assert_eq!(
+        a.fate_of("192.0.2.1".parse().unwrap()),
+        Some(&Fate::Admitted)
+    );
     assert_eq!(a.summary(), &Fate::Admitted);
     assert_eq!(a.exceptions().count(), 3);
 }
@@ -252,26 +294,64 @@ table inet filter {
 fn iptables_nft_s_x_tables_matches_are_decoded() {
     in_fresh_netns();
     iptables(&["-P", "INPUT", "ACCEPT"]);
-    iptables(&["-A", "INPUT", "-p", "tcp", "-m", "multiport", "!", "--dports", "22,8080", "-j", "DROP"]);
+    iptables(&[
+        "-A",
+        "INPUT",
+        "-p",
+        "tcp",
+        "-m",
+        "multiport",
+        "!",
+        "--dports",
+        "22,8080",
+        "-j",
+        "DROP",
+    ]);
     let m = model();
-    assert!(matches!(fate(&m, Fam::V4, 9000, "192.0.2.1"), Fate::NotAdmitted { .. }));
+    assert!(matches!(
+        fate(&m, Fam::V4, 9000, "192.0.2.1"),
+        Fate::NotAdmitted { .. }
+    ));
     assert_eq!(fate(&m, Fam::V4, 8080, "192.0.2.1"), Fate::Admitted);
     iptables(&["-F", "INPUT"]);
-    iptables(&["-A", "INPUT", "-p", "tcp", "!", "--dport", "22", "-j", "REJECT"]);
-    assert!(matches!(fate(&model(), Fam::V4, 9000, "192.0.2.1"), Fate::NotAdmitted { .. }));
+    iptables(&[
+        "-A", "INPUT", "-p", "tcp", "!", "--dport", "22", "-j", "REJECT",
+    ]);
+    assert!(matches!(
+        fate(&model(), Fam::V4, 9000, "192.0.2.1"),
+        Fate::NotAdmitted { .. }
+    ));
     iptables(&["-F", "INPUT"]);
     iptables(&["-A", "INPUT", "-p", "tcp", "--syn", "-j", "DROP"]);
-    assert!(matches!(fate(&model(), Fam::V4, 9000, "192.0.2.1"), Fate::NotAdmitted { .. }));
+    assert!(matches!(
+        fate(&model(), Fam::V4, 9000, "192.0.2.1"),
+        Fate::NotAdmitted { .. }
+    ));
     iptables(&["-F", "INPUT"]);
     iptables(&["-N", "WAN"]);
     iptables(&["-A", "WAN", "-j", "DROP"]);
     iptables(&["-A", "INPUT", "-i", "eth0", "-j", "WAN"]);
-    iptables(&["-A", "INPUT", "-m", "conntrack", "--ctstate", "NEW", "-p", "tcp", "--dport", "9000", "-j", "ACCEPT"]);
+    iptables(&[
+        "-A",
+        "INPUT",
+        "-m",
+        "conntrack",
+        "--ctstate",
+        "NEW",
+        "-p",
+        "tcp",
+        "--dport",
+        "9000",
+        "-j",
+        "ACCEPT",
+    ]);
     let m = model();
-    assert!(matches!(fate(&m, Fam::V4, 9000, "192.0.2.1"), Fate::NotAdmitted { .. }));
+    assert!(matches!(
+        fate(&m, Fam::V4, 9000, "192.0.2.1"),
+        Fate::NotAdmitted { .. }
+    ));
     let mut other = conn(Fam::V4, 9000);
     other.iif = "eth1".into();
     let a = m.evaluate(&other, &Addrs::all(Fam::V4));
     assert_eq!(a.summary(), &Fate::Admitted, "{a:?}");
 }
-

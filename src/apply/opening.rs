@@ -209,9 +209,7 @@ pub(super) fn apply(cx: &mut Cx<'_>, spec: &OpeningSpec) -> Result<Done, String>
         .map(|p| format!("{}: {}", p.layer, p.state.describe()))
         .collect();
     let mut where_ = match (in_force.is_empty(), &verdict) {
-        (true, Some(_)) => format!(
-            "the found firewall as it is ({kind}), no rule written"
-        ),
+        (true, Some(_)) => format!("the found firewall as it is ({kind}), no rule written"),
         (true, None) => format!(
             "nothing on the {} path refuses it by default (found firewall: {kind}); no rule needed",
             opening.path.as_str()

@@ -258,7 +258,9 @@ fn a_chain_that_drops_through_a_verdict_map_gets_the_rule_where_the_map_sends_it
     let report = host.apply(&declaration(&[opening("web/api", OPENED, "incoming")]));
     assert_eq!(outcome(&report, "web/api"), "created", "{report:#}");
     assert!(
-        report["not_admitted"].as_array().is_none_or(|a| a.is_empty()),
+        report["not_admitted"]
+            .as_array()
+            .is_none_or(|a| a.is_empty()),
         "{report:#}"
     );
     let status = host.status();
@@ -273,15 +275,47 @@ fn a_chain_that_drops_through_a_verdict_map_gets_the_rule_where_the_map_sends_it
         .iter()
         .position(|l| is_marked(l))
         .unwrap_or_else(|| panic!("no marked rule in chain public:\n{listed}"));
-    assert_eq!(lines.get(at + 1), Some(&"drop"), "just before the drop:\n{listed}");
-    expect(&net.outside, &node_public(), OPENED, Probe::Reached, "opened");
-    expect(&net.outside, &node_public(), SERVED, Probe::Reached, "served stays");
-    expect(&net.outside, &node_public(), CLOSED, Probe::TimedOut, "undeclared stays closed");
+    assert_eq!(
+        lines.get(at + 1),
+        Some(&"drop"),
+        "just before the drop:\n{listed}"
+    );
+    expect(
+        &net.outside,
+        &node_public(),
+        OPENED,
+        Probe::Reached,
+        "opened",
+    );
+    expect(
+        &net.outside,
+        &node_public(),
+        SERVED,
+        Probe::Reached,
+        "served stays",
+    );
+    expect(
+        &net.outside,
+        &node_public(),
+        CLOSED,
+        Probe::TimedOut,
+        "undeclared stays closed",
+    );
     let briefing = host.json(&["briefing", "--json"]);
     assert_eq!(briefing["outcome"], "ok", "{briefing:#}");
     host.apply(&declaration(&[]));
-    assert_eq!(View::Nft.read(node), before, "removed, nothing else changed");
-    expect(&net.outside, &node_public(), OPENED, Probe::TimedOut, "closed again");
+    assert_eq!(
+        View::Nft.read(node),
+        before,
+        "removed, nothing else changed"
+    );
+    expect(
+        &net.outside,
+        &node_public(),
+        OPENED,
+        Probe::TimedOut,
+        "closed again",
+    );
 }
 
 #[test]

@@ -221,7 +221,9 @@ fn include_files(root: &FsPath, path: &str) -> Vec<String> {
         .flatten()
         .filter(|e| e.path().is_file())
         .filter_map(|e| e.file_name().into_string().ok())
-        .filter(|n| n.starts_with(before) && n.ends_with(after) && n.len() >= before.len() + after.len())
+        .filter(|n| {
+            n.starts_with(before) && n.ends_with(after) && n.len() >= before.len() + after.len()
+        })
         .collect();
     names.sort();
     names.into_iter().map(|n| format!("{dir}/{n}")).collect()
@@ -324,8 +326,16 @@ mod tests {
         )
         .unwrap();
         std::fs::write(root.join("etc/nftables.d/b-nat.nft"), "table ip nat {\n}\n").unwrap();
-        std::fs::write(root.join("etc/nftables.d/a-ban.nft"), "table ip6 ban {\n}\n").unwrap();
-        std::fs::write(root.join("etc/nftables.d/skip.conf"), "table ip nope {\n}\n").unwrap();
+        std::fs::write(
+            root.join("etc/nftables.d/a-ban.nft"),
+            "table ip6 ban {\n}\n",
+        )
+        .unwrap();
+        std::fs::write(
+            root.join("etc/nftables.d/skip.conf"),
+            "table ip nope {\n}\n",
+        )
+        .unwrap();
         let got = config_tables(&root, "/etc/nftables.nft", &mut Vec::new());
         assert_eq!(
             got,

@@ -22,6 +22,7 @@ impl Fam {
     }
 
     /// The address length in bytes.
+    #[allow(clippy::len_without_is_empty)]
     pub fn len(self) -> usize {
         match self {
             Fam::V4 => 4,
@@ -141,7 +142,16 @@ impl Addrs {
     }
 
     pub fn union(&self, other: &Addrs) -> Addrs {
-        let mut all: Vec<(u128, u128)> = self.spans.iter().chain(&other.spans).copied().collect();
+        let all: Vec<(u128, u128)> = self.spans.iter().chain(&other.spans).copied().collect();
+        Addrs::from_spans(self.fam, all)
+    }
+
+    /// A set from any spans (inclusive, in any order, overlapping or not).
+    pub fn from_spans(fam: Fam, mut all: Vec<(u128, u128)>) -> Addrs {
+        all.retain(|(lo, hi)| lo <= hi);
+        for s in &mut all {
+            s.1 = s.1.min(fam.max());
+        }
         all.sort_unstable();
         let mut spans: Vec<(u128, u128)> = Vec::with_capacity(all.len());
         for (lo, hi) in all {
@@ -150,10 +160,7 @@ impl Addrs {
                 _ => spans.push((lo, hi)),
             }
         }
-        Addrs {
-            fam: self.fam,
-            spans,
-        }
+        Addrs { fam, spans }
     }
 
     pub fn complement(&self) -> Addrs {
@@ -254,7 +261,21 @@ impl fmt::Display for Addrs {
         if self.is_empty() {
             return write!(f, "no address");
         }
-        write!(f, "{}", self.cidrs().join(", "))
+        let nets = self.cidrs();
+        if nets.len() <= 4 {
+            return write!(f, "{}", nets.join(", "));
+        }
+        let count: u128 = self
+            .spans
+            .iter()
+            .map(|(lo, hi)| hi - lo + 1)
+            .fold(0u128, |a, b| a.saturating_add(b));
+        write!(
+            f,
+            "{}, … ({} networks, {count} addresses)",
+            nets[..3].join(", "),
+            nets.len()
+        )
     }
 }
 

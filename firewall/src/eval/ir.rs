@@ -129,7 +129,10 @@ pub enum Act {
     /// No verdict: the packet goes on to the next rule.
     Continue,
     /// `… vmap @set` / `vmap { … }`: the verdict an element of the map gives for the key.
-    Vmap { key: Vec<Load>, set: String },
+    Vmap {
+        key: Vec<Load>,
+        set: String,
+    },
     /// A NAT statement (`dnat`, `masquerade`, `-j DNAT`): the packet leaves this base chain
     /// accepted.
     Nat,
@@ -271,8 +274,11 @@ pub fn from_nft(exprs: &[Expr], key_len: KeyLens<'_>) -> Vec<Item> {
         match e {
             Expr::Meta { key, dreg } => {
                 let len = match key {
-                    MetaKey::IifName | MetaKey::OifName | MetaKey::BriIifName
-                    | MetaKey::BriOifName | MetaKey::SdifName => 16,
+                    MetaKey::IifName
+                    | MetaKey::OifName
+                    | MetaKey::BriIifName
+                    | MetaKey::BriOifName
+                    | MetaKey::SdifName => 16,
                     MetaKey::L4Proto | MetaKey::PktType | MetaKey::NfProto => 1,
                     MetaKey::Protocol | MetaKey::IifType | MetaKey::OifType => 2,
                     _ => 4,

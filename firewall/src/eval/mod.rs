@@ -203,7 +203,12 @@ impl Answer {
     /// admitted; otherwise the first part that is doubtful, then not admitted, then refused.
     pub fn summary(&self) -> &Fate {
         const ADMITTED: Fate = Fate::Admitted;
-        let pick = |w: &str| self.parts.iter().find(|o| o.fate.word() == w).map(|o| &o.fate);
+        let pick = |w: &str| {
+            self.parts
+                .iter()
+                .find(|o| o.fate.word() == w)
+                .map(|o| &o.fate)
+        };
         if let Some(f) = pick("doubtful").or_else(|| pick("not-admitted")) {
             return f;
         }
@@ -320,9 +325,9 @@ impl Model {
         }
         let then = match at {
             Some(p) => p,
-            None if parts.iter().any(|o| o.fate == Fate::Admitted) => Placement::NotNeeded(
-                format!("{table} {chain} lets it on already"),
-            ),
+            None if parts.iter().any(|o| o.fate == Fate::Admitted) => {
+                Placement::NotNeeded(format!("{table} {chain} lets it on already"))
+            }
             None => match parts.iter().find_map(|o| match &o.fate {
                 Fate::Refused { by, .. } => Some(by.clone()),
                 _ => None,

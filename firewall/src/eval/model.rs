@@ -71,9 +71,10 @@ impl SetIr {
             // An interval set lists the start of each interval and, flagged, one past its end.
             let mut sorted: Vec<&Elem> = elems.iter().collect();
             sorted.sort_by(|a, b| {
-                a.key
-                    .cmp(&b.key)
-                    .then((b.flags & NFT_SET_ELEM_INTERVAL_END).cmp(&(a.flags & NFT_SET_ELEM_INTERVAL_END)))
+                a.key.cmp(&b.key).then(
+                    (b.flags & NFT_SET_ELEM_INTERVAL_END)
+                        .cmp(&(a.flags & NFT_SET_ELEM_INTERVAL_END)),
+                )
             });
             let mut open: Option<&Elem> = None;
             for e in sorted {
@@ -125,19 +126,17 @@ impl SetIr {
         if let Some(a) = self.addrs.borrow().get(&fam) {
             return a.clone();
         }
-        let mut spans: Vec<Addrs> = Vec::new();
-        let mut acc = Addrs::none(fam);
-        for e in &self.elems {
-            let (lo, hi) = (
-                e.lo.get(..fam.len()).unwrap_or(&e.lo),
-                e.hi.get(..fam.len()).unwrap_or(&e.hi),
-            );
-            spans.push(Addrs::range(fam, from_be(lo), from_be(hi)));
-            if spans.len() >= 256 {
-                acc = spans.drain(..).fold(acc, |a, b| a.union(&b));
-            }
-        }
-        acc = spans.into_iter().fold(acc, |a, b| a.union(&b));
+        let spans: Vec<(u128, u128)> = self
+            .elems
+            .iter()
+            .map(|e| {
+                (
+                    from_be(e.lo.get(..fam.len()).unwrap_or(&e.lo)),
+                    from_be(e.hi.get(..fam.len()).unwrap_or(&e.hi)),
+                )
+            })
+            .collect();
+        let acc = Addrs::from_spans(fam, spans);
         self.addrs.borrow_mut().insert(fam, acc.clone());
         acc
     }
@@ -167,6 +166,17 @@ fn minus_one(key: &[u8]) -> Option<Vec<u8>> {
     None
 }
 
+/// A run of consecutive rules that each refuse one source or set of sources and nothing else
+/// (a blocklist written as rules: `ip saddr 198.18.0.1 drop`, `-s 10.0.0.0/8 -j DROP`), walked
+/// as one step: the addresses each family's rules refuse, with the first rule of the run.
+#[derive(Debug, Clone)]
+pub struct BanRun {
+    /// One past the run's last rule.
+    pub end: usize,
+    pub v4: Addrs,
+    pub v6: Addrs,
+}
+
 /// A chain's rules, with the index of those about one destination port.
 #[derive(Debug, Default)]
 pub struct ChainIr {
@@ -174,6 +184,154 @@ pub struct ChainIr {
     /// Rules about no one port: the walk reads them for every connection.
     pub generic: Vec<usize>,
     pub by_port: HashMap<u16, Vec<usize>>,
+    /// Runs of ban rules, by the index of their first rule.
+    pub runs: HashMap<usize, BanRun>,
+}
+
+/// Runs shorter than this are walked rule by rule.
+const MIN_RUN: usize = 8;
+
+/// The sources a rule refuses when that is all it does: (family, addresses).
+fn ban_of(
+    r: &IrRule,
+    family: Option<Family>,
+    sets: &HashMap<String, SetIr>,
+) -> Option<(Fam, Addrs)> {
+    use super::ir::{Act, Item, Src, Test};
+    use crate::netlink::{CmpOp, MetaKey, PayloadBase};
+    if r.marked {
+        return None;
+    }
+    let mut fam = match family {
+        Some(Family::Ipv4) => Some(Fam::V4),
+        Some(Family::Ipv6) => Some(Fam::V6),
+        _ => None,
+    };
+    let mut addrs = None;
+    let mut dropped = false;
+    for it in &r.items {
+        match it {
+            Item::Cond(c) if c.key.len() == 1 => {
+                let l = &c.key[0];
+                match (&l.src, &c.test) {
+                    (
+                        Src::Meta(MetaKey::NfProto),
+                        Test::Cmp {
+                            op: CmpOp::Eq,
+                            data,
+                        },
+                    ) => {
+                        fam = match data.first() {
+                            Some(2) => Some(Fam::V4),
+                            Some(10) => Some(Fam::V6),
+                            _ => return None,
+                        }
+                    }
+                    (
+                        Src::Payload {
+                            base: PayloadBase::Network,
+                            offset,
+                            len,
+                        },
+                        test,
+                    ) if addrs.is_none() => {
+                        let f = fam?;
+                        let start = if f == Fam::V4 { 12 } else { 8 };
+                        if *offset != start || *len as usize > f.len() {
+                            return None;
+                        }
+                        let plen = match &l.mask {
+                            None => *len * 8,
+                            Some((m, x)) if x.iter().all(|b| *b == 0) => {
+                                let ones: u32 = m.iter().map(|b| b.count_ones()).sum();
+                                let prefix = m
+                                    .iter()
+                                    .flat_map(|b| (0..8).rev().map(move |i| (b >> i) & 1))
+                                    .skip(ones as usize)
+                                    .all(|bit| bit == 0);
+                                if !prefix {
+                                    return None;
+                                }
+                                ones
+                            }
+                            Some(_) => return None,
+                        };
+                        addrs = Some(match test {
+                            Test::Cmp {
+                                op: CmpOp::Eq,
+                                data,
+                            } => {
+                                let mut b = data.clone();
+                                b.resize(f.len(), 0);
+                                Addrs::cidr(f, from_be(&b), plen)
+                            }
+                            Test::InSet { set, neg: false }
+                                if *len as usize == f.len() && l.mask.is_none() =>
+                            {
+                                sets.get(set)?.addrs(f)
+                            }
+                            _ => return None,
+                        });
+                    }
+                    _ => return None,
+                }
+            }
+            Item::Act(Act::Drop) => dropped = true,
+            _ => return None,
+        }
+    }
+    match (fam, addrs, dropped) {
+        (Some(f), Some(a), true) => Some((f, a)),
+        _ => None,
+    }
+}
+
+impl ChainIr {
+    /// Finds the runs of ban rules, once every rule is in.
+    fn index_runs(&mut self, family: Option<Family>, sets: &HashMap<String, SetIr>) {
+        let mut i = 0;
+        while i < self.rules.len() {
+            let mut j = i;
+            let mut v4 = Addrs::none(Fam::V4);
+            let mut v6 = Addrs::none(Fam::V6);
+            let mut pending: Vec<(Fam, Addrs)> = Vec::new();
+            while j < self.rules.len() {
+                let Some(b) = ban_of(&self.rules[j], family, sets) else {
+                    break;
+                };
+                pending.push(b);
+                if pending.len() >= 256 {
+                    fold(&mut v4, &mut v6, pending.drain(..));
+                }
+                j += 1;
+            }
+            if j - i >= MIN_RUN {
+                fold(&mut v4, &mut v6, pending.drain(..));
+                self.runs.insert(i, BanRun { end: j, v4, v6 });
+                i = j;
+            } else {
+                i += 1;
+            }
+        }
+    }
+}
+
+/// Unions addresses into the two families' sets, a batch at a time.
+fn fold(v4: &mut Addrs, v6: &mut Addrs, items: impl Iterator<Item = (Fam, Addrs)>) {
+    let (mut a4, mut a6): (Vec<Addrs>, Vec<Addrs>) = (Vec::new(), Vec::new());
+    for (f, a) in items {
+        match f {
+            Fam::V4 => a4.push(a),
+            Fam::V6 => a6.push(a),
+        }
+    }
+    for (acc, list) in [(v4, a4), (v6, a6)] {
+        let mut spans: Vec<(u128, u128)> = acc.spans().to_vec();
+        for a in &list {
+            spans.extend_from_slice(a.spans());
+        }
+        *acc = Addrs::from_spans(acc.fam, spans);
+    }
 }
 
 impl ChainIr {
@@ -346,7 +504,11 @@ impl Model {
             };
             let items = ir::from_nft(&r.exprs, &key_len);
             let text = match &r.comment {
-                Some(c) => format!("handle {}: {} comment \"{c}\"", r.handle, ir::render(&items)),
+                Some(c) => format!(
+                    "handle {}: {} comment \"{c}\"",
+                    r.handle,
+                    ir::render(&items)
+                ),
                 None => format!("handle {}: {}", r.handle, ir::render(&items)),
             };
             m.tables[ti]
@@ -363,7 +525,20 @@ impl Model {
         for (fam, table, save) in &snap.legacy {
             m.add_legacy(*fam, table, save);
         }
+        m.index_runs();
         m
+    }
+
+    fn index_runs(&mut self) {
+        for t in &mut self.tables {
+            let family = t.family;
+            let sets = &t.sets;
+            for c in t.chains.values_mut() {
+                if c.runs.is_empty() {
+                    c.index_runs(family, sets);
+                }
+            }
+        }
     }
 
     /// Adds the tables of one `iptables-legacy-save` of family `fam`.
@@ -409,6 +584,14 @@ impl Model {
                     text: format!("-A {chain} {spec}"),
                     marked,
                 });
+            }
+            let sets = HashMap::new();
+            let family = Some(match fam {
+                Fam::V4 => Family::Ipv4,
+                Fam::V6 => Family::Ipv6,
+            });
+            for c in t.chains.values_mut() {
+                c.index_runs(family, &sets);
             }
             self.tables.push(t);
         }

@@ -18,15 +18,15 @@ pub struct Iface {
     pub addrs: Vec<(IpAddr, u8)>,
 }
 
-/// Interfaces that runtimes, tunnels and bridges make: what arrives there is not from outside.
+/// Interfaces that runtimes and bridges make: what arrives there comes from this machine's own
+/// containers, not from a declared source elsewhere.
 const INNER: &[&str] = &[
     "lo", "docker", "br-", "veth", "cni", "podman", "virbr", "flannel", "cali", "vxlan", "kube",
-    "tailscale", "ts", "mesh", "wg",
 ];
 
 impl Iface {
-    /// Whether connections from outside arrive here: not loopback, not a runtime's bridge or
-    /// veth, not a tunnel.
+    /// Whether connections from other machines arrive here: not loopback, not a runtime's
+    /// bridge or veth. Tunnels and the private network's interface are such a way in.
     pub fn outside(&self) -> bool {
         !INNER.iter().any(|p| self.name.starts_with(p))
     }
@@ -67,9 +67,7 @@ pub fn interfaces() -> Vec<Iface> {
             }
         };
         if let Some(a) = sockaddr_ip(ifa.ifa_addr) {
-            let len = sockaddr_ip(ifa.ifa_netmask)
-                .map(|m| num_ones(m))
-                .unwrap_or(0);
+            let len = sockaddr_ip(ifa.ifa_netmask).map(num_ones).unwrap_or(0);
             out[i].addrs.push((a, len));
         }
     }

@@ -43,7 +43,13 @@ fn a_catch_all_reject_is_not_admitted_and_a_banned_source_is_refused() {
     let a = m.evaluate(&conn(8080), &Addrs::all(Fam::V4));
     let banned = a.fate_of(v4("10.200.1.2")).unwrap();
     assert!(
-        matches!(banned, Fate::Refused { why: Refusal::Ban, .. }),
+        matches!(
+            banned,
+            Fate::Refused {
+                why: Refusal::Ban,
+                ..
+            }
+        ),
         "{banned:?}"
     );
     let other = a.fate_of(v4("192.0.2.1")).unwrap();
@@ -67,10 +73,21 @@ fn a_port_in_a_refused_range_is_refused_by_the_operator() {
     let m = legacy(STATEFUL);
     let a = m.evaluate(&conn(9005), &Addrs::all(Fam::V4));
     assert!(
-        matches!(a.fate_of(v4("192.0.2.1")), Some(Fate::Refused { why: Refusal::Port, .. })),
+        matches!(
+            a.fate_of(v4("192.0.2.1")),
+            Some(Fate::Refused {
+                why: Refusal::Port,
+                ..
+            })
+        ),
         "{a:?}"
     );
-    let p = m.place("iptables-legacy filter", "INPUT", &conn(9005), &Addrs::all(Fam::V4));
+    let p = m.place(
+        "iptables-legacy filter",
+        "INPUT",
+        &conn(9005),
+        &Addrs::all(Fam::V4),
+    );
     assert!(matches!(p, Some(Placement::Refused(_))), "{p:?}");
 }
 
@@ -78,7 +95,12 @@ fn a_port_in_a_refused_range_is_refused_by_the_operator() {
 fn placement_goes_before_the_catch_all_and_behind_the_ban() {
     let m = legacy(STATEFUL);
     let p = m
-        .place("iptables-legacy filter", "INPUT", &conn(8080), &Addrs::all(Fam::V4))
+        .place(
+            "iptables-legacy filter",
+            "INPUT",
+            &conn(8080),
+            &Addrs::all(Fam::V4),
+        )
         .unwrap();
     match p {
         Placement::At { chain, index, .. } => {
@@ -106,7 +128,10 @@ fn an_undecidable_test_that_changes_nothing_is_no_doubt() {
     let m = legacy(
         "*filter\n:INPUT DROP [0:0]\n-A INPUT -m recent --name x --rcheck -j LOG\n-A INPUT -p tcp --dport 9000 -j ACCEPT\nCOMMIT\n",
     );
-    assert_eq!(m.evaluate(&conn(9000), &Addrs::all(Fam::V4)).summary(), &Fate::Admitted);
+    assert_eq!(
+        m.evaluate(&conn(9000), &Addrs::all(Fam::V4)).summary(),
+        &Fate::Admitted
+    );
     let m = legacy(
         "*filter\n:INPUT DROP [0:0]\n-A INPUT -m recent --name x --rcheck -j DROP\n-A INPUT -p tcp --dport 9000 -j ACCEPT\nCOMMIT\n",
     );
@@ -134,5 +159,37 @@ fn a_mark_set_earlier_on_the_way_is_followed() {
         m.evaluate(&conn(9000), &Addrs::all(Fam::V4)).summary(),
         Fate::NotAdmitted { .. }
     ));
-    assert_eq!(m.evaluate(&conn(9001), &Addrs::all(Fam::V4)).summary(), &Fate::Admitted);
+    assert_eq!(
+        m.evaluate(&conn(9001), &Addrs::all(Fam::V4)).summary(),
+        &Fate::Admitted
+    );
+}
+
+#[test]
+fn a_blocklist_written_as_rules_refuses_each_source_and_no_other() {
+    let mut save = String::from("*filter\n:INPUT DROP [0:0]\n");
+    for i in 0..40 {
+        save += &format!("-A INPUT -s 198.18.0.{}/32 -j DROP\n", i + 1);
+    }
+    save += "-A INPUT -s 10.9.0.0/16 -j DROP\n-A INPUT -p tcp --dport 9000 -j ACCEPT\nCOMMIT\n";
+    let m = legacy(&save);
+    let chain = &m.tables[0].chains["INPUT"];
+    assert_eq!(chain.runs.len(), 1, "one run of 41 bans");
+    let a = m.evaluate(&conn(9000), &Addrs::all(Fam::V4));
+    for banned in ["198.18.0.1", "198.18.0.40", "10.9.200.3"] {
+        assert!(
+            matches!(
+                a.fate_of(v4(banned)),
+                Some(Fate::Refused {
+                    why: Refusal::Ban,
+                    ..
+                })
+            ),
+            "{banned}"
+        );
+    }
+    for open in ["198.18.0.41", "10.10.0.1", "192.0.2.1"] {
+        assert_eq!(a.fate_of(v4(open)), Some(&Fate::Admitted), "{open}");
+    }
+    assert_eq!(a.summary(), &Fate::Admitted);
 }

@@ -8,8 +8,8 @@ use super::addrs::{from_be, Addrs, Fam};
 use super::ir::{is_dport, is_orig_dport, Act, Cond, Item, Load, MarkOp, Src, Test, XtFixed};
 use super::model::{Base, Model, SetIr, TableIr};
 use super::{Conn, Decider, Fate, Outcome, Path, Refusal};
-use crate::netlink::{CmpOp, CtDirection, CtKey, FibResult, Hook, MetaKey, PayloadBase, Policy};
 use crate::netlink::Verdict;
+use crate::netlink::{CmpOp, CtDirection, CtKey, FibResult, Hook, MetaKey, PayloadBase, Policy};
 use std::net::IpAddr;
 
 /// How deep the kernel lets jumps go (NFT_JUMP_STACK_SIZE).
@@ -281,12 +281,66 @@ impl<'m> Walker<'m> {
                 index: None,
                 text: "a chain that is not listed".into(),
             };
-            out.push((p, Exit::Doubt(by, format!("chain {name} could not be read"))));
+            out.push((
+                p,
+                Exit::Doubt(by, format!("chain {name} could not be read")),
+            ));
             return out;
         };
         let mut live = vec![p];
+        let mut skip_to = 0;
         for i in chain.candidates(at.dport()) {
+            if i < skip_to {
+                continue;
+            }
             let rule = &chain.rules[i];
+            if let Some(run) = chain.runs.get(&i) {
+                // A blocklist written as rules: one step for all of them.
+                skip_to = run.end;
+                let banned = match at.conn.fam {
+                    Fam::V4 => &run.v4,
+                    Fam::V6 => &run.v6,
+                };
+                let by = Decider {
+                    table: table.name.clone(),
+                    chain: name.to_string(),
+                    handle: Some(rule.handle),
+                    index: Some(i),
+                    text: format!(
+                        "{} and the {} ban rules after it",
+                        rule.text,
+                        run.end - i - 1
+                    ),
+                };
+                let mut next_live = Vec::new();
+                for mut q in live {
+                    let yes = q.src.intersect(banned);
+                    if !yes.is_empty() {
+                        let mut b = q.clone();
+                        b.src = yes.clone();
+                        self.note(&mut b, &format!("{}: {} → drop", by.place(), by.text));
+                        out.push((
+                            b,
+                            Exit::Drop(
+                                by.clone(),
+                                Flags {
+                                    port: false,
+                                    source: true,
+                                },
+                            ),
+                        ));
+                        q.src = q.src.minus(&yes);
+                    }
+                    if !q.src.is_empty() {
+                        next_live.push(q);
+                    }
+                }
+                live = next_live;
+                if live.is_empty() {
+                    break;
+                }
+                continue;
+            }
             if skip_marked && rule.marked {
                 continue;
             }
@@ -313,7 +367,18 @@ impl<'m> Walker<'m> {
                                     act_word(&act)
                                 ));
                             }
-                            self.act(table, act, f, at, q, depth, skip_marked, &here, &mut next_live, &mut out)
+                            self.act(
+                                table,
+                                act,
+                                f,
+                                at,
+                                q,
+                                depth,
+                                skip_marked,
+                                &here,
+                                &mut next_live,
+                                &mut out,
+                            )
                         }
                     }
                 }
@@ -355,9 +420,10 @@ impl<'m> Walker<'m> {
             )),
             Act::Continue => next_live.push(q),
             Act::Return => out.push((q, Exit::Fall)),
-            Act::Jump(c) | Act::Goto(c) if depth >= MAX_DEPTH => {
-                out.push((q, Exit::Doubt(here(), format!("jumps deeper than {MAX_DEPTH} to {c}"))))
-            }
+            Act::Jump(c) | Act::Goto(c) if depth >= MAX_DEPTH => out.push((
+                q,
+                Exit::Doubt(here(), format!("jumps deeper than {MAX_DEPTH} to {c}")),
+            )),
             Act::Jump(c) => {
                 let saved = q.via_source;
                 q.via_source |= f.source;
@@ -377,7 +443,10 @@ impl<'m> Walker<'m> {
             }
             Act::Vmap { key, set } => {
                 let Some(s) = table.sets.get(&set) else {
-                    out.push((q, Exit::Doubt(here(), format!("verdict map {set} is not listed"))));
+                    out.push((
+                        q,
+                        Exit::Doubt(here(), format!("verdict map {set} is not listed")),
+                    ));
                     return;
                 };
                 let vals: Vec<Val> = key.iter().map(|l| self.load(l, at, &q)).collect();
@@ -393,7 +462,18 @@ impl<'m> Walker<'m> {
                         Ok(None) => next_live.push(r),
                         Ok(Some(v)) => {
                             let act = verdict_act(&v);
-                            self.act(table, act, f2, at, r, depth, skip_marked, here, next_live, out)
+                            self.act(
+                                table,
+                                act,
+                                f2,
+                                at,
+                                r,
+                                depth,
+                                skip_marked,
+                                here,
+                                next_live,
+                                out,
+                            )
                         }
                     }
                 }
@@ -516,9 +596,7 @@ impl<'m> Walker<'m> {
                 _ => None,
             },
             MarkOp::AndXor { keep, xor } => own.map(|m| (m & keep) ^ xor),
-            MarkOp::SaveToCt { ctmask, nfmask } if ct => {
-                Some((own? & !ctmask) ^ (other? & nfmask))
-            }
+            MarkOp::SaveToCt { ctmask, nfmask } if ct => Some((own? & !ctmask) ^ (other? & nfmask)),
             MarkOp::RestoreFromCt { ctmask, nfmask } if !ct => {
                 Some((own? & !nfmask) ^ (other? & ctmask))
             }
@@ -542,9 +620,11 @@ impl<'m> Walker<'m> {
             Src::Meta(k) => match k {
                 MetaKey::L4Proto => Val::Bytes(vec![c.proto]),
                 MetaKey::NfProto => Val::Bytes(vec![if v4 { 2 } else { 10 }]),
-                MetaKey::Protocol => {
-                    Val::Bytes(if v4 { 0x0800u16 } else { 0x86ddu16 }.to_be_bytes().to_vec())
-                }
+                MetaKey::Protocol => Val::Bytes(
+                    if v4 { 0x0800u16 } else { 0x86ddu16 }
+                        .to_be_bytes()
+                        .to_vec(),
+                ),
                 MetaKey::IifName => name(&c.iif),
                 MetaKey::OifName => match (at.hook, &c.oif) {
                     (Hook::Forward | Hook::Postrouting, Some(o)) => name(o),
@@ -590,7 +670,9 @@ impl<'m> Walker<'m> {
                             }
                         } else if off >= d0 && off + len <= d0 + alen {
                             match c.daddr {
-                                Some(d) => Val::Bytes(ip_bytes(d)[off - d0..off - d0 + len].to_vec()),
+                                Some(d) => {
+                                    Val::Bytes(ip_bytes(d)[off - d0..off - d0 + len].to_vec())
+                                }
                                 None => Val::Unknown("the destination address".into()),
                             }
                         } else if off == proto_at && len == 1 {
@@ -874,7 +956,11 @@ fn apply_mask(v: Val, l: &Load) -> Val {
                 .take(l.len as usize)
                 .collect(),
         ),
-        Val::Saddr { off, len, mask: None } if xor.iter().all(|x| *x == 0) => Val::Saddr {
+        Val::Saddr {
+            off,
+            len,
+            mask: None,
+        } if xor.iter().all(|x| *x == 0) => Val::Saddr {
             off,
             len: len.min(mask.len()),
             mask: Some(mask.clone()),
@@ -939,7 +1025,10 @@ fn fields_in(e: &super::model::SetElem, parts: &[Vec<u8>]) -> bool {
     let mut at = 0;
     for p in parts {
         let end = (at + p.len()).min(e.lo.len());
-        let (lo, hi) = (&e.lo[at.min(end)..end], &e.hi[at.min(end)..end.min(e.hi.len())]);
+        let (lo, hi) = (
+            &e.lo[at.min(end)..end],
+            &e.hi[at.min(end)..end.min(e.hi.len())],
+        );
         let n = lo.len();
         if n == 0 || p[..n.min(p.len())] < *lo || p[..n.min(p.len())] > *hi {
             return false;
@@ -1015,9 +1104,9 @@ fn saddr_set(
             Ok(if *neg { r.complement() } else { r })
         }
         Test::InList { neg, ranges } if whole => {
-            let r = ranges
-                .iter()
-                .fold(Addrs::none(fam), |a, (lo, hi)| a.union(&prefix_range(lo, hi)));
+            let r = ranges.iter().fold(Addrs::none(fam), |a, (lo, hi)| {
+                a.union(&prefix_range(lo, hi))
+            });
             Ok(if *neg { r.complement() } else { r })
         }
         Test::InSet { set, neg } if whole && len == alen => {
@@ -1041,7 +1130,12 @@ fn concat_addrs(s: &SetIr, vals: &[Val], keys: &[Load], fam: Fam) -> Result<Opti
     if !matches!(vals[at], Val::Saddr { off: 0, len, mask: None } if len == fam.len()) {
         return Err("a part of the source address in a concatenation".into());
     }
-    if vals.iter().filter(|v| matches!(v, Val::Saddr { .. })).count() > 1 {
+    if vals
+        .iter()
+        .filter(|v| matches!(v, Val::Saddr { .. }))
+        .count()
+        > 1
+    {
         return Err("the source address twice in a concatenation".into());
     }
     let mut acc = Addrs::none(fam);
@@ -1056,7 +1150,10 @@ fn concat_addrs(s: &SetIr, vals: &[Val], keys: &[Load], fam: Fam) -> Result<Opti
                 e.hi.get(off..off + w).unwrap_or(&[]),
             );
             if i == at {
-                range = Some((from_be(&lo[..fam.len().min(lo.len())]), from_be(&hi[..fam.len().min(hi.len())])));
+                range = Some((
+                    from_be(&lo[..fam.len().min(lo.len())]),
+                    from_be(&hi[..fam.len().min(hi.len())]),
+                ));
             } else if let Val::Bytes(b) = v {
                 let mut b = b.clone();
                 b.resize(w, 0);
@@ -1127,7 +1224,11 @@ fn vmap_parts(
     let mut out = Vec::new();
     let mut rest = q.src.clone();
     for e in &s.elems {
-        let a = Addrs::range(fam, from_be(&e.lo[..fam.len().min(e.lo.len())]), from_be(&e.hi[..fam.len().min(e.hi.len())]));
+        let a = Addrs::range(
+            fam,
+            from_be(&e.lo[..fam.len().min(e.lo.len())]),
+            from_be(&e.hi[..fam.len().min(e.hi.len())]),
+        );
         let part = rest.intersect(&a);
         if part.is_empty() {
             continue;

@@ -109,7 +109,8 @@ pub fn match_items(e: &Expr) -> Vec<Item> {
     let Some((rev, info)) = e.xt_info() else {
         return vec![unknown(format!("x_tables match {name}"))];
     };
-    decode_match(&name, rev, &info).unwrap_or_else(|| vec![unknown(format!("x_tables match {name}"))])
+    decode_match(&name, rev, &info)
+        .unwrap_or_else(|| vec![unknown(format!("x_tables match {name}"))])
 }
 
 fn decode_match(name: &str, rev: u32, b: &[u8]) -> Option<Vec<Item>> {
@@ -118,14 +119,15 @@ fn decode_match(name: &str, rev: u32, b: &[u8]) -> Option<Vec<Item>> {
         "comment" | "nfacct" => {}
         "limit" | "hashlimit" => out.push(Item::Fixed(true, "a rate limit")),
         // struct xt_connlimit_info: a 16-byte mask, limit, flags (bit 0: --connlimit-upto).
-        "connlimit" => out.push(Item::Fixed(
-            u32_at(b, 20)? & 1 != 0,
-            "a connection count",
-        )),
+        "connlimit" => out.push(Item::Fixed(u32_at(b, 20)? & 1 != 0, "a connection count")),
         // struct xt_tcp: spts[2], dpts[2], option, flg_mask, flg_cmp, invflags.
         "tcp" | "udp" => {
             let (s0, s1, d0, d1) = (u16_at(b, 0)?, u16_at(b, 2)?, u16_at(b, 4)?, u16_at(b, 6)?);
-            let inv = if name == "tcp" { *b.get(11)? } else { *b.get(8)? };
+            let inv = if name == "tcp" {
+                *b.get(11)?
+            } else {
+                *b.get(8)?
+            };
             out.extend(port_range(sport(), s0, s1, inv & 1 != 0));
             out.extend(port_range(dport(), d0, d1, inv & 2 != 0));
             if name == "tcp" {
@@ -141,7 +143,9 @@ fn decode_match(name: &str, rev: u32, b: &[u8]) -> Option<Vec<Item>> {
         // struct xt_multiport(_v1): flags, count, ports[15], (pflags[15], invert).
         "multiport" => {
             let (flags, count) = (*b.first()?, *b.get(1)? as usize);
-            let ports: Vec<u16> = (0..count.min(15)).filter_map(|i| u16_at(b, 2 + 2 * i)).collect();
+            let ports: Vec<u16> = (0..count.min(15))
+                .filter_map(|i| u16_at(b, 2 + 2 * i))
+                .collect();
             let (pflags, invert) = if rev >= 1 {
                 (b.get(32..47)?.to_vec(), *b.get(47)? != 0)
             } else {
@@ -152,10 +156,16 @@ fn decode_match(name: &str, rev: u32, b: &[u8]) -> Option<Vec<Item>> {
             let mut j = 0;
             while j < ports.len() {
                 if pflags[j] != 0 && j + 1 < ports.len() {
-                    fixed.push((ports[j].to_be_bytes().to_vec(), ports[j + 1].to_be_bytes().to_vec()));
+                    fixed.push((
+                        ports[j].to_be_bytes().to_vec(),
+                        ports[j + 1].to_be_bytes().to_vec(),
+                    ));
                     j += 2;
                 } else {
-                    fixed.push((ports[j].to_be_bytes().to_vec(), ports[j].to_be_bytes().to_vec()));
+                    fixed.push((
+                        ports[j].to_be_bytes().to_vec(),
+                        ports[j].to_be_bytes().to_vec(),
+                    ));
                     j += 1;
                 }
             }
@@ -254,6 +264,11 @@ fn decode_match(name: &str, rev: u32, b: &[u8]) -> Option<Vec<Item>> {
                 inv_dst: flags & 2 != 0,
             }));
         }
+        // IPv6 extension headers: a new connection's first packet carries none.
+        "rt" | "frag" | "hbh" | "dst" | "mh" => out.push(Item::Fixed(
+            false,
+            "an IPv6 extension header (a new connection's SYN carries none)",
+        )),
         // struct xt_rpfilter_info { u8 flags } (XT_RPFILTER_INVERT is 0x08).
         "rpfilter" => out.push(fixed(XtFixed::RpFilter {
             invert: *b.first()? & 0x08 != 0,
@@ -303,7 +318,10 @@ pub fn target_items(e: &Expr) -> Vec<Item> {
         n if NAT.contains(&n) => vec![Item::Act(Act::Nat)],
         n if GOING_ON.contains(&n) => vec![],
         // struct xt_mark_tginfo2 { mark, mask }: mark = (mark & ~mask) ^ value.
-        "MARK" => match info.as_ref().and_then(|(_, b)| Some((u32_at(b, 0)?, u32_at(b, 4)?))) {
+        "MARK" => match info
+            .as_ref()
+            .and_then(|(_, b)| Some((u32_at(b, 0)?, u32_at(b, 4)?)))
+        {
             Some((mark, mask)) => vec![Item::Mark(MarkOp::AndXor {
                 keep: !mask,
                 xor: mark,
@@ -423,7 +441,11 @@ fn port_text(t: &str) -> Option<(u16, u16)> {
     match t.split_once(':') {
         Some((a, b)) => Some((
             if a.is_empty() { 0 } else { a.parse().ok()? },
-            if b.is_empty() { u16::MAX } else { b.parse().ok()? },
+            if b.is_empty() {
+                u16::MAX
+            } else {
+                b.parse().ok()?
+            },
         )),
         None => {
             let p = t.parse().ok().or_else(|| service_port(t))?;
@@ -560,20 +582,26 @@ pub fn legacy_items(spec: &str, fam: Fam, chains: &[String]) -> Vec<Item> {
                 );
             }
             "-i" | "--in-interface" | "-o" | "--out-interface" => {
-                item = Some(iface_cond(w.starts_with("-o") || w == "--out-interface", arg(i), neg));
+                item = Some(iface_cond(
+                    w.starts_with("-o") || w == "--out-interface",
+                    arg(i),
+                    neg,
+                ));
             }
             "-m" | "--match" => {
                 module = arg(i).to_string();
                 item = match module.as_str() {
                     "limit" | "hashlimit" => Some(Item::Fixed(true, "a rate limit")),
+                    "frag" | "hbh" | "dst" | "rt" | "mh" => Some(Item::Fixed(
+                        false,
+                        "an IPv6 extension header (a new connection's SYN carries none)",
+                    )),
                     "set" | "recent" | "string" | "u32" | "bpf" | "time" | "statistic"
                     | "length" | "ttl" | "hl" | "dscp" | "tos" | "ecn" | "physdev" | "socket"
                     | "owner" | "policy" | "quota" | "helper" | "realm" | "cgroup" | "cluster"
                     | "devgroup" | "cpu" | "tcpmss" | "osf" | "ipvs" | "connbytes" | "dccp"
-                    | "sctp" | "ah" | "esp" | "frag" | "hbh" | "dst" | "rt" | "mh" | "ipv6header"
-                    | "eui64" | "geoip" | "condition" | "account" => {
-                        Some(unknown(format!("the {module} match")))
-                    }
+                    | "sctp" | "ah" | "esp" | "ipv6header" | "eui64" | "geoip" | "condition"
+                    | "account" => Some(unknown(format!("the {module} match"))),
                     _ => None,
                 };
             }
@@ -732,23 +760,34 @@ pub fn legacy_items(spec: &str, fam: Fam, chains: &[String]) -> Vec<Item> {
             "--src-range" | "--dst-range" => {
                 let src = w == "--src-range";
                 item = Some(match arg(i).split_once('-') {
-                    Some((a, b)) => match (a.parse::<std::net::IpAddr>(), b.parse::<std::net::IpAddr>()) {
-                        (Ok(a), Ok(b)) => Item::Cond(Cond {
-                            key: vec![Load::new(addr_load(fam, src), fam.len() as u32)],
-                            test: Test::Range {
-                                neg,
-                                lo: ip_bytes(a),
-                                hi: ip_bytes(b),
-                            },
-                        }),
-                        _ => unknown(format!("address range {}", arg(i))),
-                    },
+                    Some((a, b)) => {
+                        match (a.parse::<std::net::IpAddr>(), b.parse::<std::net::IpAddr>()) {
+                            (Ok(a), Ok(b)) => Item::Cond(Cond {
+                                key: vec![Load::new(addr_load(fam, src), fam.len() as u32)],
+                                test: Test::Range {
+                                    neg,
+                                    lo: ip_bytes(a),
+                                    hi: ip_bytes(b),
+                                },
+                            }),
+                            _ => unknown(format!("address range {}", arg(i))),
+                        }
+                    }
                     None => unknown(format!("address range {}", arg(i))),
                 });
             }
-            "--comment" | "--limit" | "--limit-burst" | "--log-prefix" | "--log-level"
-            | "--hashlimit" | "--hashlimit-upto" | "--hashlimit-burst" | "--hashlimit-mode"
-            | "--hashlimit-name" | "--hashlimit-htable-expire" | "--hashlimit-srcmask" => {}
+            "--comment"
+            | "--limit"
+            | "--limit-burst"
+            | "--log-prefix"
+            | "--log-level"
+            | "--hashlimit"
+            | "--hashlimit-upto"
+            | "--hashlimit-burst"
+            | "--hashlimit-mode"
+            | "--hashlimit-name"
+            | "--hashlimit-htable-expire"
+            | "--hashlimit-srcmask" => {}
             "--hashlimit-above" => item = Some(Item::Fixed(false, "a rate limit")),
             "-c" | "--set-counters" => took = 3,
             "-j" | "--jump" | "-g" | "--goto" => {
@@ -771,10 +810,29 @@ pub fn legacy_items(spec: &str, fam: Fam, chains: &[String]) -> Vec<Item> {
                     item = None;
                 } else if !matches!(
                     module.as_str(),
-                    "comment" | "limit" | "hashlimit" | "tcp" | "udp" | "multiport" | "state"
-                        | "conntrack" | "mark" | "connmark" | "pkttype" | "addrtype" | "iprange"
-                        | "rpfilter" | "icmp" | "icmp6"
-                ) || w.starts_with("--")
+                    "comment"
+                        | "limit"
+                        | "hashlimit"
+                        | "tcp"
+                        | "udp"
+                        | "multiport"
+                        | "state"
+                        | "conntrack"
+                        | "mark"
+                        | "connmark"
+                        | "pkttype"
+                        | "addrtype"
+                        | "iprange"
+                        | "rpfilter"
+                        | "icmp"
+                        | "icmp6"
+                        | "frag"
+                        | "hbh"
+                        | "dst"
+                        | "rt"
+                        | "mh"
+                ) || (w.starts_with("--")
+                    && !matches!(module.as_str(), "frag" | "hbh" | "dst" | "rt" | "mh"))
                 {
                     item = Some(unknown(format!("{} {}", w, arg(i))));
                 }
@@ -782,7 +840,10 @@ pub fn legacy_items(spec: &str, fam: Fam, chains: &[String]) -> Vec<Item> {
         }
         if module == "rpfilter" && w == "-m" {
             // `-m rpfilter` without --invert holds for a real source; --invert replaces it.
-            let inverted = words[i + 2..].iter().take_while(|x| *x != "-m" && *x != "-j").any(|x| x == "--invert");
+            let inverted = words[i + 2..]
+                .iter()
+                .take_while(|x| *x != "-m" && *x != "-j")
+                .any(|x| x == "--invert");
             if !inverted {
                 out.push(fixed(XtFixed::RpFilter { invert: false }));
             }
@@ -835,7 +896,10 @@ fn legacy_target(target: &str, goto: bool, opts: &[String], chains: &[String]) -
         "CONNMARK" => {
             let mask = opt("--mask").and_then(mark_text).map(|(v, _)| v);
             if let Some((v, m)) = opt("--set-xmark").or(opt("--set-mark")).and_then(mark_text) {
-                vec![Item::CtMark(MarkOp::AndXor { keep: !m, xor: v & m })]
+                vec![Item::CtMark(MarkOp::AndXor {
+                    keep: !m,
+                    xor: v & m,
+                })]
             } else if opts.iter().any(|o| o == "--save-mark") {
                 let m = mask.unwrap_or(u32::MAX);
                 vec![Item::CtMark(MarkOp::SaveToCt {
