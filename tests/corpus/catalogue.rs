@@ -110,7 +110,10 @@ pub const CORPUS: &[Fixture] = &[
         ],
     },
     nft_fixture!("debian stock nftables.conf", "debian-nftables.conf"),
-    nft_fixture!("debian example workstation", "debian-example-workstation.nft"),
+    nft_fixture!(
+        "debian example workstation",
+        "debian-example-workstation.nft"
+    ),
     nft_fixture!("arch stock nftables.conf", "arch-nftables.conf"),
     Fixture {
         name: "alpine nftables.nft + .d",

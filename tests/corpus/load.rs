@@ -50,8 +50,11 @@ fn laid_out(dir: &Path, name: &str) -> Result<PathBuf, String> {
     if let Some(parent) = dst.parent() {
         std::fs::create_dir_all(parent).map_err(|e| format!("{}: {e}", parent.display()))?;
     }
-    std::fs::write(&dst, substitute(&text, &etc_dir(dir), &dir.join("f2b/auth.log")))
-        .map_err(|e| format!("writing {}: {e}", dst.display()))?;
+    std::fs::write(
+        &dst,
+        substitute(&text, &etc_dir(dir), &dir.join("f2b/auth.log")),
+    )
+    .map_err(|e| format!("writing {}: {e}", dst.display()))?;
     Ok(dst)
 }
 
@@ -95,7 +98,7 @@ pub fn load(fixture: &Fixture, node: &Machine, dir: &Path) -> Result<Loaded, Str
                 noflush,
             } => {
                 let path = laid_out(dir, file)?;
-                let mut argv = vec![program, "-w"];
+                let mut argv = vec![program, "--wait=10"];
                 if noflush {
                     argv.push("--noflush");
                 }
@@ -114,6 +117,16 @@ pub fn load(fixture: &Fixture, node: &Machine, dir: &Path) -> Result<Loaded, Str
             }
         }
     }
+    // A loader that read nothing (an `*-restore` given no file reads its empty standard input and
+    // succeeds) would leave a node without a firewall, and every cell would agree for nothing.
+    let nft = ok(node, &["nft", "list", "ruleset"])?;
+    let legacy = ok(node, &["iptables-legacy-save"])?;
+    if nft.trim().is_empty() && !legacy.lines().any(|l| l.starts_with("-A ")) {
+        return Err(format!(
+            "after loading {} the node has no rules at all",
+            fixture.name
+        ));
+    }
     Ok(loaded)
 }
 
@@ -122,7 +135,10 @@ pub fn load(fixture: &Fixture, node: &Machine, dir: &Path) -> Result<Loaded, Str
 /// and bans the banned source in both families with `fail2ban-client`; returns once the ban is
 /// in the node's firewall.
 fn fail2ban(node: &Machine, dir: &Path, jail: &str) -> Result<Process, String> {
-    for (program, package) in [("fail2ban-server", "fail2ban"), ("fail2ban-client", "fail2ban")] {
+    for (program, package) in [
+        ("fail2ban-server", "fail2ban"),
+        ("fail2ban-client", "fail2ban"),
+    ] {
         if !Path::new("/usr/bin").join(program).exists() {
             return Err(format!(
                 "{program} is not installed: apt-get install {package} (the corpus never skips it)"

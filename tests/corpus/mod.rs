@@ -229,7 +229,11 @@ fn cidr_contains(cidr: &str, addr: IpAddr) -> Option<bool> {
             if len > 128 {
                 return None;
             }
-            let mask = if len == 0 { 0 } else { u128::MAX << (128 - len) };
+            let mask = if len == 0 {
+                0
+            } else {
+                u128::MAX << (128 - len)
+            };
             u128::from(n) & mask == u128::from(a) & mask
         }
         _ => false,
@@ -241,13 +245,19 @@ fn cidr_contains(cidr: &str, addr: IpAddr) -> Option<bool> {
 fn source_holds(source: &str, addr: IpAddr, interface: &str) -> bool {
     match cidr_contains(source, addr) {
         Some(held) => held,
-        None => source.split(|c: char| !c.is_alphanumeric() && c != '.' && c != '-')
+        None => source
+            .split(|c: char| !c.is_alphanumeric() && c != '.' && c != '-')
             .any(|w| w == interface),
     }
 }
 
 /// What the host's report says of one source: the fate of the verdict's part holding it.
-fn reported(opening: &Value, family: Family, addr: IpAddr, interface: &str) -> Result<String, String> {
+fn reported(
+    opening: &Value,
+    family: Family,
+    addr: IpAddr,
+    interface: &str,
+) -> Result<String, String> {
     let verdict = &opening["verdict"];
     if verdict.is_null() {
         return Err(format!(
@@ -306,7 +316,13 @@ fn layer_states(opening: &Value) -> (String, bool) {
     }
     let shown: Vec<String> = counted
         .iter()
-        .map(|(s, n)| if *n == 1 { (*s).to_owned() } else { format!("{s}×{n}") })
+        .map(|(s, n)| {
+            if *n == 1 {
+                (*s).to_owned()
+            } else {
+                format!("{s}×{n}")
+            }
+        })
         .collect();
     (shown.join(","), in_force)
 }
@@ -418,7 +434,11 @@ fn probe_fixture(fixture: &Fixture) -> Vec<Row> {
     let root = lab.dir().join("root");
     std::fs::create_dir_all(&root).unwrap();
     let decl = dir.join("declaration.json");
-    std::fs::write(&decl, serde_json::to_vec_pretty(&declaration(&declared)).unwrap()).unwrap();
+    std::fs::write(
+        &decl,
+        serde_json::to_vec_pretty(&declaration(&declared)).unwrap(),
+    )
+    .unwrap();
     let applied = mesh(
         node,
         &root,
@@ -456,14 +476,22 @@ fn probe_fixture(fixture: &Fixture) -> Vec<Row> {
                 let port = declared[i].port;
                 let from = source.machine(&net);
                 s.spawn(move || {
-                    from.probe_tcp_from(source.addr(family), source.target(family), port, PROBE_WAIT)
-                        .map_err(|e| e.to_string())
+                    from.probe_tcp_from(
+                        source.addr(family),
+                        source.target(family),
+                        port,
+                        PROBE_WAIT,
+                    )
+                    .map_err(|e| e.to_string())
                 })
             })
             .collect();
         handles
             .into_iter()
-            .map(|h| h.join().unwrap_or_else(|_| Err("the probe panicked".to_owned())))
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err("the probe panicked".to_owned()))
+            })
             .collect()
     });
 
@@ -564,7 +592,11 @@ fn table(ran: &[Ran], total: Duration) -> (String, String) {
         "ruleset", "opening", "apply", "verdict", "layers"
     );
     for (s, f) in COLUMNS {
-        let _ = write!(t, " | {:<13}", format!("{} {}", s.name(), if f == Family::V4 { "v4" } else { "v6" }));
+        let _ = write!(
+            t,
+            " | {:<13}",
+            format!("{} {}", s.name(), if f == Family::V4 { "v4" } else { "v6" })
+        );
     }
     t.push('\n');
     let mut failures = String::new();
@@ -620,7 +652,11 @@ fn table(ran: &[Ran], total: Duration) -> (String, String) {
                                 s.name(),
                                 f.name(),
                                 row.layers,
-                                if c.layers_claim { "in force" } else { "not in force" },
+                                if c.layers_claim {
+                                    "in force"
+                                } else {
+                                    "not in force"
+                                },
                                 short_probe(&c.probed)
                             );
                         }
@@ -657,7 +693,10 @@ fn table(ran: &[Ran], total: Duration) -> (String, String) {
     }
     let _ = writeln!(t, "\ntotal: {:.0} s", total.as_secs_f64());
     if !today_wrong.is_empty() {
-        let _ = write!(t, "\nwhere the per-layer states are wrong (*):\n{today_wrong}");
+        let _ = write!(
+            t,
+            "\nwhere the per-layer states are wrong (*):\n{today_wrong}"
+        );
     }
     if !failures.is_empty() {
         let _ = write!(t, "\nfailures:\n{failures}");
@@ -682,7 +721,11 @@ fn every_found_firewall_of_the_corpus_is_reported_as_real_connections_find_it() 
             );
         }
     }
-    assert!(CORPUS.len() >= 25, "the corpus has {} rulesets", CORPUS.len());
+    assert!(
+        CORPUS.len() >= 25,
+        "the corpus has {} rulesets",
+        CORPUS.len()
+    );
     let next = AtomicUsize::new(0);
     let done: Mutex<Vec<(usize, Ran)>> = Mutex::new(Vec::new());
     std::thread::scope(|s| {
@@ -725,7 +768,10 @@ fn the_cidr_helper_holds_what_it_should() {
         {"family": "ipv4", "sources": ["192.0.2.32/28"], "fate": "refused"},
         {"family": "ipv4", "sources": ["0.0.0.0/1", "128.0.0.0/2", "192.0.2.0/27"], "fate": "admitted"},
     ]}});
-    assert_eq!(reported(&opening, Family::V4, a4, "eth0").as_deref(), Ok("refused"));
+    assert_eq!(
+        reported(&opening, Family::V4, a4, "eth0").as_deref(),
+        Ok("refused")
+    );
     assert_eq!(
         reported(&opening, Family::V4, "192.0.2.20".parse().unwrap(), "eth0").as_deref(),
         Ok("admitted")
