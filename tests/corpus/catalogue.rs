@@ -28,6 +28,12 @@ pub enum Step {
     /// Debian's dockerd 20.10 started in the node, and one container run with the `docker run`
     /// options listed in FILE (one a line) serving on its port 80.
     Docker(&'static str),
+    /// Debian's firewalld started in the node on a bus of its own (lab::Firewalld), its default
+    /// zone `public` being FILE; the host runs with that bus.
+    Firewalld(&'static str),
+    /// ufw with the lab's copies of its files (lab::Ufw), configured by the ufw commands listed
+    /// in FILE (one a line); the host runs in ufw's mount namespace.
+    Ufw(&'static str),
 }
 
 /// One found firewall of the corpus.
@@ -55,7 +61,9 @@ impl Fixture {
                 | Step::Restore { file: f, .. }
                 | Step::Script(f)
                 | Step::Fail2ban(f)
-                | Step::Docker(f) => f,
+                | Step::Docker(f)
+                | Step::Firewalld(f)
+                | Step::Ufw(f) => f,
                 Step::NftWithDropins { file, .. } => file,
             })
             .collect()
@@ -108,6 +116,14 @@ pub const CORPUS: &[Fixture] = &[
             },
             Step::Fail2ban("fail2ban-iptables-multiport.jail.local"),
         ],
+    },
+    Fixture {
+        name: "firewalld default zone",
+        steps: &[Step::Firewalld("firewalld-public.xml")],
+    },
+    Fixture {
+        name: "ubuntu ufw defaults",
+        steps: &[Step::Ufw("ufw-defaults.commands")],
     },
     nft_fixture!("debian stock nftables.conf", "debian-nftables.conf"),
     nft_fixture!(

@@ -7,7 +7,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use lab::addr::*;
-use lab::{Docker, Machine, Probe, Process};
+use lab::{Docker, Firewalld, Machine, Probe, Process, Ufw};
 
 use super::catalogue::{Fixture, Step};
 use super::{BANNED_NET_V4, BANNED_NET_V6, BANNED_V4, BANNED_V6, PUBLISHED};
@@ -22,6 +22,27 @@ const CONTAINER_WAIT: Duration = Duration::from_secs(60);
 pub struct Loaded {
     pub docker: Option<Docker>,
     pub daemons: Vec<Process>,
+    pub firewalld: Option<Firewalld>,
+    pub ufw: Option<Ufw>,
+}
+
+impl Loaded {
+    /// What the host under test runs behind, as a shell on such a machine sees it: ufw's mount
+    /// namespace, firewalld's bus.
+    pub fn wrap(&self) -> Vec<String> {
+        let mut out = match &self.ufw {
+            Some(ufw) => ufw.enter(&[]),
+            None => Vec::new(),
+        };
+        out.push("env".to_owned());
+        if let Some(fw) = &self.firewalld {
+            out.push(fw.env());
+        }
+        if let Some(d) = &self.docker {
+            out.push(format!("DOCKER_HOST={}", d.docker_host()));
+        }
+        out
+    }
 }
 
 /// The folder of the corpus in this checkout.
@@ -114,6 +135,37 @@ pub fn load(fixture: &Fixture, node: &Machine, dir: &Path) -> Result<Loaded, Str
             }
             Step::Docker(file) => {
                 loaded.docker = Some(docker(node, dir, file)?);
+            }
+            Step::Firewalld(file) => {
+                let etc = dir.join("firewalld");
+                let zone = laid_out(dir, file)?;
+                // The machine's /etc/firewalld copied, its default zone the fixture's.
+                let copied = lab::run(Command::new("cp").args(["-a", "/etc/firewalld"]).arg(&etc))
+                    .map_err(|e| e.to_string())?;
+                if !copied.success() {
+                    return Err(format!("copying /etc/firewalld: {}", copied.stderr));
+                }
+                std::fs::create_dir_all(etc.join("zones")).map_err(|e| e.to_string())?;
+                std::fs::copy(&zone, etc.join("zones/public.xml")).map_err(|e| e.to_string())?;
+                let fw = node
+                    .start_firewalld_with(&dir.join("fwd"), &etc)
+                    .map_err(|e| format!("firewalld in the node (firewalld, dbus): {e}"))?;
+                loaded.firewalld = Some(fw);
+            }
+            Step::Ufw(file) => {
+                let ufw = node
+                    .prepare_ufw(&dir.join("ufw"))
+                    .map_err(|e| format!("ufw in the node (ufw): {e}"))?;
+                let path = laid_out(dir, file)?;
+                let text = std::fs::read_to_string(&path).map_err(|e| e.to_string())?;
+                for line in text.lines().map(str::trim) {
+                    if line.is_empty() || line.starts_with('#') {
+                        continue;
+                    }
+                    let args: Vec<&str> = line.split_whitespace().collect();
+                    ufw.cmd(&args).map_err(|e| format!("ufw {line}: {e}"))?;
+                }
+                loaded.ufw = Some(ufw);
             }
         }
     }

@@ -372,10 +372,8 @@ struct Ran {
     took: Duration,
 }
 
-fn mesh(node: &Machine, root: &Path, docker_host: Option<&str>, args: &[&str]) -> lab::Output {
-    let env = docker_host.map(|h| format!("DOCKER_HOST={h}"));
-    let mut argv: Vec<&str> = vec!["env"];
-    argv.extend(env.as_deref());
+fn mesh(node: &Machine, root: &Path, wrap: &[String], args: &[&str]) -> lab::Output {
+    let mut argv: Vec<&str> = wrap.iter().map(String::as_str).collect();
     argv.extend([MESH, "--root", root.to_str().unwrap()]);
     argv.extend_from_slice(args);
     node.run(&argv)
@@ -428,7 +426,7 @@ fn probe_fixture(fixture: &Fixture) -> Vec<Row> {
     if loaded.docker.is_some() {
         load::wait_published(&net.outside).unwrap_or_else(|e| panic!("{e}"));
     }
-    let docker_host = loaded.docker.as_ref().map(|d| d.docker_host().to_owned());
+    let wrap = loaded.wrap();
 
     let declared = openings(fixture);
     let root = lab.dir().join("root");
@@ -442,16 +440,11 @@ fn probe_fixture(fixture: &Fixture) -> Vec<Row> {
     let applied = mesh(
         node,
         &root,
-        docker_host.as_deref(),
+        &wrap,
         &["apply", decl.to_str().unwrap(), "--json"],
     );
     let report = json_of(&applied, "apply");
-    let status_out = mesh(
-        node,
-        &root,
-        docker_host.as_deref(),
-        &["firewall", "status", "--json"],
-    );
+    let status_out = mesh(node, &root, &wrap, &["firewall", "status", "--json"]);
     assert!(
         status_out.success(),
         "firewall status failed ({}): {}",
