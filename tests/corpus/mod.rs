@@ -31,6 +31,9 @@ const MESH: &str = env!("CARGO_BIN_EXE_mesh-host");
 const PORT_ANYWHERE: u16 = 9000;
 const PORT_NETWORK: u16 = 9001;
 const PORT_PRIVATE: u16 = 9002;
+/// A port served on the node that no opening declares: what the found firewall does with a new
+/// connection nobody opened, shown beside the cells.
+const PORT_UNDECLARED: u16 = 9005;
 pub(crate) const PUBLISHED: u16 = 8082;
 
 /// The network the network opening admits: the public network the outside machine, the banned
@@ -366,6 +369,8 @@ struct Row {
 
 struct Ran {
     fixture: Fixture,
+    /// The undeclared port probed from outside, IPv4 and IPv6.
+    undeclared: String,
     /// Why the fixture could not be run at all.
     error: Option<String>,
     rows: Vec<Row>,
@@ -392,20 +397,22 @@ fn json_of(out: &lab::Output, what: &str) -> Value {
 fn run_fixture(fixture: &Fixture) -> Ran {
     let started = Instant::now();
     let mut rows = Vec::new();
+    let mut undeclared = String::new();
     let error = catch_unwind(AssertUnwindSafe(|| {
-        rows = probe_fixture(fixture);
+        (rows, undeclared) = probe_fixture(fixture);
     }))
     .err()
     .map(reason);
     Ran {
         fixture: *fixture,
+        undeclared,
         error,
         rows,
         took: started.elapsed(),
     }
 }
 
-fn probe_fixture(fixture: &Fixture) -> Vec<Row> {
+fn probe_fixture(fixture: &Fixture) -> (Vec<Row>, String) {
     let lab = Lab::new().expect("the lab needs root, iproute2 and nsenter; it never skips");
     let net = Adoption::build(&lab).expect("building the adoption topology");
     net.outside
@@ -415,7 +422,7 @@ fn probe_fixture(fixture: &Fixture) -> Vec<Row> {
         .add_address(PUBLIC_IF, BANNED_V6.into(), 128)
         .expect("the banned source on the outside machine");
     let node = &net.node;
-    let _listeners: Vec<_> = [PORT_ANYWHERE, PORT_NETWORK, PORT_PRIVATE]
+    let _listeners: Vec<_> = [PORT_ANYWHERE, PORT_NETWORK, PORT_PRIVATE, PORT_UNDECLARED]
         .iter()
         .map(|p| node.listen_tcp(*p).expect("a listener on the node"))
         .collect();
@@ -462,31 +469,50 @@ fn probe_fixture(fixture: &Fixture) -> Vec<Row> {
             }
         }
     }
-    let probes: Vec<Result<Probe, String>> = std::thread::scope(|s| {
-        let handles: Vec<_> = jobs
-            .iter()
-            .map(|&(i, source, family)| {
-                let port = declared[i].port;
-                let from = source.machine(&net);
-                s.spawn(move || {
-                    from.probe_tcp_from(
-                        source.addr(family),
-                        source.target(family),
-                        port,
-                        PROBE_WAIT,
-                    )
-                    .map_err(|e| e.to_string())
+    let (probes, undeclared): (Vec<Result<Probe, String>>, Vec<Result<Probe, String>>) =
+        std::thread::scope(|s| {
+            let control: Vec<_> = Family::ALL
+                .iter()
+                .map(|&family| {
+                    let outside = &net.outside;
+                    s.spawn(move || {
+                        outside
+                            .probe_tcp_from(
+                                Source::Outside.addr(family),
+                                Source::Outside.target(family),
+                                PORT_UNDECLARED,
+                                PROBE_WAIT,
+                            )
+                            .map_err(|e| e.to_string())
+                    })
                 })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| {
+                .collect();
+            let handles: Vec<_> = jobs
+                .iter()
+                .map(|&(i, source, family)| {
+                    let port = declared[i].port;
+                    let from = source.machine(&net);
+                    s.spawn(move || {
+                        from.probe_tcp_from(
+                            source.addr(family),
+                            source.target(family),
+                            port,
+                            PROBE_WAIT,
+                        )
+                        .map_err(|e| e.to_string())
+                    })
+                })
+                .collect();
+            let join = |h: std::thread::ScopedJoinHandle<'_, Result<Probe, String>>| {
                 h.join()
                     .unwrap_or_else(|_| Err("the probe panicked".to_owned()))
-            })
-            .collect()
-    });
+            };
+            (
+                handles.into_iter().map(join).collect(),
+                control.into_iter().map(join).collect(),
+            )
+        });
+    let undeclared: Vec<&str> = undeclared.iter().map(short_probe).collect();
 
     let mut rows: Vec<Row> = Vec::new();
     for (i, o) in declared.iter().enumerate() {
@@ -528,7 +554,7 @@ fn probe_fixture(fixture: &Fixture) -> Vec<Row> {
         });
     }
     drop(loaded);
-    rows
+    (rows, undeclared.join(" "))
 }
 
 fn reason(payload: Box<dyn std::any::Any + Send>) -> String {
@@ -581,8 +607,8 @@ fn table(ran: &[Ran], total: Duration) -> (String, String) {
     );
     let _ = write!(
         t,
-        "{:<31} {:<17} {:<9} {:<12} {:<13}",
-        "ruleset", "opening", "apply", "verdict", "layers"
+        "{:<31} {:<5} {:<17} {:<9} {:<12} {:<13}",
+        "ruleset", "undcl", "opening", "apply", "verdict", "layers"
     );
     for (s, f) in COLUMNS {
         let _ = write!(
@@ -604,8 +630,9 @@ fn table(ran: &[Ran], total: Duration) -> (String, String) {
         for row in &r.rows {
             let _ = write!(
                 t,
-                "{:<31} {:<17} {:<9} {:<12} {:<13}",
+                "{:<31} {:<5} {:<17} {:<9} {:<12} {:<13}",
                 r.fixture.name,
+                r.undeclared,
                 row.opening.trim_start_matches("corpus/"),
                 row.outcome,
                 row.state,
@@ -673,7 +700,9 @@ fn table(ran: &[Ran], total: Duration) -> (String, String) {
          (adm admitted, ref refused, not not-admitted, dbt doubtful, none: no verdict); probed is \
          R reached, X refused (reset, port unreachable), U unreachable (prohibited), T timed out. \
          ! the report and the probe disagree; * the per-layer states (layers, the report before \
-         the verdict: in force iff every needed layer is present) disagree with the probe."
+         the verdict: in force iff every needed layer is present) disagree with the probe. \
+         undcl: port {PORT_UNDECLARED}, served and declared by no opening, probed from outside \
+         (v4 v6): what the found firewall does with what nobody opened."
     );
     let _ = writeln!(
         t,
