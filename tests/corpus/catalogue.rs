@@ -43,6 +43,9 @@ pub struct Fixture {
     pub name: &'static str,
     /// How it is loaded, in order.
     pub steps: &'static [Step],
+    /// Whether the ruleset rate-limits a refusal, so one connection proves nothing: the opening
+    /// from anywhere is probed many times from outside.
+    pub burst: bool,
 }
 
 impl Fixture {
@@ -75,6 +78,7 @@ macro_rules! nft_fixture {
         Fixture {
             name: $name,
             steps: &[Step::Nft($file)],
+            burst: false,
         }
     };
 }
@@ -84,6 +88,7 @@ macro_rules! script_fixture {
         Fixture {
             name: $name,
             steps: &[Step::Script($file)],
+            burst: false,
         }
     };
 }
@@ -93,6 +98,7 @@ pub const CORPUS: &[Fixture] = &[
     Fixture {
         name: "docker 20.10 (real dockerd)",
         steps: &[Step::Docker("docker-20.10.run")],
+        burst: false,
     },
     Fixture {
         name: "fail2ban nftables on arch",
@@ -100,6 +106,7 @@ pub const CORPUS: &[Fixture] = &[
             Step::Nft("arch-nftables.conf"),
             Step::Fail2ban("fail2ban-nftables.jail.local"),
         ],
+        burst: true,
     },
     Fixture {
         name: "fail2ban iptables-multiport",
@@ -116,27 +123,35 @@ pub const CORPUS: &[Fixture] = &[
             },
             Step::Fail2ban("fail2ban-iptables-multiport.jail.local"),
         ],
+        burst: false,
     },
     Fixture {
         name: "firewalld default zone",
         steps: &[Step::Firewalld("firewalld-public.xml")],
+        burst: false,
     },
     Fixture {
         name: "ubuntu ufw defaults",
         steps: &[Step::Ufw("ufw-defaults.commands")],
+        burst: false,
     },
     nft_fixture!("debian stock nftables.conf", "debian-nftables.conf"),
     nft_fixture!(
         "debian example workstation",
         "debian-example-workstation.nft"
     ),
-    nft_fixture!("arch stock nftables.conf", "arch-nftables.conf"),
+    Fixture {
+        name: "arch stock nftables.conf",
+        steps: &[Step::Nft("arch-nftables.conf")],
+        burst: true,
+    },
     Fixture {
         name: "alpine nftables.nft + .d",
         steps: &[Step::NftWithDropins {
             file: "alpine-nftables.nft",
             dropins: "alpine-nftables.d",
         }],
+        burst: false,
     },
     Fixture {
         name: "fedora iptables-services",
@@ -152,6 +167,7 @@ pub const CORPUS: &[Fixture] = &[
                 noflush: false,
             },
         ],
+        burst: false,
     },
     Fixture {
         name: "rhel7 iptables-services legacy",
@@ -167,6 +183,7 @@ pub const CORPUS: &[Fixture] = &[
                 noflush: false,
             },
         ],
+        burst: false,
     },
     nft_fixture!("nftables wiki server", "nftables-wiki-server.nft"),
     nft_fixture!("nftables wiki workstation", "nftables-wiki-workstation.nft"),
@@ -184,6 +201,7 @@ pub const CORPUS: &[Fixture] = &[
                 noflush: false,
             },
         ],
+        burst: false,
     },
     nft_fixture!("crowdsec bouncer sets", "crowdsec-firewall-bouncer.nft"),
     script_fixture!("libvirt default network", "libvirt-default-network.sh"),
@@ -201,6 +219,7 @@ pub const CORPUS: &[Fixture] = &[
                 noflush: true,
             },
         ],
+        burst: false,
     },
     Fixture {
         name: "kube-proxy iptables mode",
@@ -209,6 +228,7 @@ pub const CORPUS: &[Fixture] = &[
             file: "kube-proxy-iptables.rules",
             noflush: true,
         }],
+        burst: false,
     },
     nft_fixture!("docker 29 nftables backend", "docker-29-nftables.nft"),
     nft_fixture!("adv: iifname eth0 jump wan", "adv-iifname-jump-wan.nft"),

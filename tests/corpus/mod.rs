@@ -53,6 +53,13 @@ pub(crate) const BANNED_NET_V6: &str = "2001:db8:1::40/124";
 const PROBE_WAIT: Duration = Duration::from_secs(3);
 /// How many fixtures run at once, each in its own lab (two cores, shared).
 const WORKERS: usize = 3;
+/// Where a ruleset rate-limits what it refuses (Arch's `limit rate 5/second ... reject`), one
+/// connection can get through by luck or be refused by luck; there the opening from anywhere is
+/// probed from outside in IPv4 this many times, one every [`SPACING`] (twice the limit's rate,
+/// each waiting on its own), and it agrees with the report only if all or none got through as
+/// the report says.
+const BURST: usize = 30;
+const SPACING: Duration = Duration::from_millis(100);
 
 /// Where a probe comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -333,13 +340,66 @@ fn layer_states(opening: &Value) -> (String, bool) {
 // ---------------------------------------------------------------------------------------------
 // Running one fixture.
 
+/// What the connections of one cell found: how many of how many got through, and what the
+/// first that did not got.
+#[derive(Debug, Clone)]
+struct Probed {
+    reached: usize,
+    of: usize,
+    missed: Option<Probe>,
+}
+
+impl Probed {
+    fn of(results: Vec<Result<Probe, String>>) -> Result<Probed, String> {
+        let mut out = Probed {
+            reached: 0,
+            of: results.len(),
+            missed: None,
+        };
+        for r in results {
+            match r? {
+                Probe::Reached => out.reached += 1,
+                other => {
+                    out.missed.get_or_insert(other);
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Whether this agrees with a claim that the source is admitted (`true`) or not: every
+    /// connection got through, or none did.
+    fn matches(&self, admitted: bool) -> bool {
+        if admitted {
+            self.reached == self.of
+        } else {
+            self.reached == 0
+        }
+    }
+}
+
+impl std::fmt::Display for Probed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let one = match self.missed {
+            _ if self.reached == self.of => "R",
+            Some(p) if self.reached == 0 => short_probe(&Ok(p)),
+            _ => return write!(f, "{}/{}R", self.reached, self.of),
+        };
+        if self.of == 1 {
+            f.write_str(one)
+        } else {
+            write!(f, "{one}×{}", self.of)
+        }
+    }
+}
+
 /// One probed source of one opening.
 struct Cell {
     source: Source,
     family: Family,
     /// The verdict's fate for the source, or why it could not be read.
     reported: Result<String, String>,
-    probed: Result<Probe, String>,
+    probed: Result<Probed, String>,
     /// Whether the per-layer states (the report before the verdict) claim the opening in force.
     layers_claim: bool,
 }
@@ -348,13 +408,20 @@ impl Cell {
     /// Whether the report and the probe agree: admitted exactly where the probe got through.
     fn agrees(&self) -> bool {
         match (&self.reported, &self.probed) {
-            (Ok(fate), Ok(p)) => (fate == "admitted") == p.is_reached(),
+            (Ok(fate), Ok(p)) => p.matches(fate == "admitted"),
             _ => false,
         }
     }
 
     fn layers_agree(&self) -> bool {
-        matches!(&self.probed, Ok(p) if p.is_reached() == self.layers_claim)
+        matches!(&self.probed, Ok(p) if p.matches(self.layers_claim))
+    }
+
+    fn probed_text(&self) -> String {
+        match &self.probed {
+            Ok(p) => p.to_string(),
+            Err(_) => "ERR".to_owned(),
+        }
     }
 }
 
@@ -469,7 +536,7 @@ fn probe_fixture(fixture: &Fixture) -> (Vec<Row>, String) {
             }
         }
     }
-    let (probes, undeclared): (Vec<Result<Probe, String>>, Vec<Result<Probe, String>>) =
+    let (probes, undeclared): (Vec<Result<Probed, String>>, Vec<Result<Probe, String>>) =
         std::thread::scope(|s| {
             let control: Vec<_> = Family::ALL
                 .iter()
@@ -492,25 +559,50 @@ fn probe_fixture(fixture: &Fixture) -> (Vec<Row>, String) {
                 .map(|&(i, source, family)| {
                     let port = declared[i].port;
                     let from = source.machine(&net);
+                    let burst = fixture.burst
+                        && declared[i].id == "corpus/anywhere"
+                        && source == Source::Outside
+                        && family == Family::V4;
                     s.spawn(move || {
-                        from.probe_tcp_from(
-                            source.addr(family),
-                            source.target(family),
-                            port,
-                            PROBE_WAIT,
-                        )
-                        .map_err(|e| e.to_string())
+                        let once = || {
+                            from.probe_tcp_from(
+                                source.addr(family),
+                                source.target(family),
+                                port,
+                                PROBE_WAIT,
+                            )
+                            .map_err(|e| e.to_string())
+                        };
+                        if !burst {
+                            return Probed::of(vec![once()]);
+                        }
+                        let all = std::thread::scope(|w| {
+                            let spaced: Vec<_> = (0..BURST)
+                                .map(|k| {
+                                    w.spawn(move || {
+                                        std::thread::sleep(SPACING * k as u32);
+                                        once()
+                                    })
+                                })
+                                .collect();
+                            spaced
+                                .into_iter()
+                                .map(|h| h.join().unwrap_or_else(|_| Err("panicked".into())))
+                                .collect::<Vec<_>>()
+                        });
+                        Probed::of(all)
                     })
                 })
                 .collect();
-            let join = |h: std::thread::ScopedJoinHandle<'_, Result<Probe, String>>| {
+            let control = control.into_iter().map(|h| {
                 h.join()
                     .unwrap_or_else(|_| Err("the probe panicked".to_owned()))
-            };
-            (
-                handles.into_iter().map(join).collect(),
-                control.into_iter().map(join).collect(),
-            )
+            });
+            let probes = handles.into_iter().map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err("the probe panicked".to_owned()))
+            });
+            (probes.collect(), control.collect())
         });
     let undeclared: Vec<&str> = undeclared.iter().map(short_probe).collect();
 
@@ -677,13 +769,13 @@ fn table(ran: &[Ran], total: Duration) -> (String, String) {
                                 } else {
                                     "not in force"
                                 },
-                                short_probe(&c.probed)
+                                c.probed_text()
                             );
                         }
                         format!(
                             "{}/{}{}{}",
                             short_fate(&c.reported),
-                            short_probe(&c.probed),
+                            c.probed_text(),
                             if c.agrees() { "" } else { " !" },
                             if c.layers_agree() { "" } else { " *" }
                         )
@@ -698,7 +790,8 @@ fn table(ran: &[Ran], total: Duration) -> (String, String) {
         t,
         "\ncell: reported/probed — reported is the verdict's fate for the part holding the source \
          (adm admitted, ref refused, not not-admitted, dbt doubtful, none: no verdict); probed is \
-         R reached, X refused (reset, port unreachable), U unreachable (prohibited), T timed out. \
+         R reached, X refused (reset, port unreachable), U unreachable (prohibited), T timed out; \
+         ×30 or k/30R where a rate-limited ruleset's cell is probed {BURST} times. \
          ! the report and the probe disagree; * the per-layer states (layers, the report before \
          the verdict: in force iff every needed layer is present) disagree with the probe. \
          undcl: port {PORT_UNDECLARED}, served and declared by no opening, probed from outside \
