@@ -340,6 +340,11 @@ fn layer_states(opening: &Value) -> (String, bool) {
 // ---------------------------------------------------------------------------------------------
 // Running one fixture.
 
+/// One connection's outcome, or why it could not be made.
+type OneProbe = Result<Probe, String>;
+/// A cell's connections, or why one could not be made.
+type CellProbes = Result<Probed, String>;
+
 /// What the connections of one cell found: how many of how many got through, and what the
 /// first that did not got.
 #[derive(Debug, Clone)]
@@ -536,74 +541,73 @@ fn probe_fixture(fixture: &Fixture) -> (Vec<Row>, String) {
             }
         }
     }
-    let (probes, undeclared): (Vec<Result<Probed, String>>, Vec<Result<Probe, String>>) =
-        std::thread::scope(|s| {
-            let control: Vec<_> = Family::ALL
-                .iter()
-                .map(|&family| {
-                    let outside = &net.outside;
-                    s.spawn(move || {
-                        outside
-                            .probe_tcp_from(
-                                Source::Outside.addr(family),
-                                Source::Outside.target(family),
-                                PORT_UNDECLARED,
-                                PROBE_WAIT,
-                            )
-                            .map_err(|e| e.to_string())
-                    })
+    let (probes, undeclared): (Vec<CellProbes>, Vec<OneProbe>) = std::thread::scope(|s| {
+        let control: Vec<_> = Family::ALL
+            .iter()
+            .map(|&family| {
+                let outside = &net.outside;
+                s.spawn(move || {
+                    outside
+                        .probe_tcp_from(
+                            Source::Outside.addr(family),
+                            Source::Outside.target(family),
+                            PORT_UNDECLARED,
+                            PROBE_WAIT,
+                        )
+                        .map_err(|e| e.to_string())
                 })
-                .collect();
-            let handles: Vec<_> = jobs
-                .iter()
-                .map(|&(i, source, family)| {
-                    let port = declared[i].port;
-                    let from = source.machine(&net);
-                    let burst = fixture.burst
-                        && declared[i].id == "corpus/anywhere"
-                        && source == Source::Outside
-                        && family == Family::V4;
-                    s.spawn(move || {
-                        let once = || {
-                            from.probe_tcp_from(
-                                source.addr(family),
-                                source.target(family),
-                                port,
-                                PROBE_WAIT,
-                            )
-                            .map_err(|e| e.to_string())
-                        };
-                        if !burst {
-                            return Probed::of(vec![once()]);
-                        }
-                        let all = std::thread::scope(|w| {
-                            let spaced: Vec<_> = (0..BURST)
-                                .map(|k| {
-                                    w.spawn(move || {
-                                        std::thread::sleep(SPACING * k as u32);
-                                        once()
-                                    })
+            })
+            .collect();
+        let handles: Vec<_> = jobs
+            .iter()
+            .map(|&(i, source, family)| {
+                let port = declared[i].port;
+                let from = source.machine(&net);
+                let burst = fixture.burst
+                    && declared[i].id == "corpus/anywhere"
+                    && source == Source::Outside
+                    && family == Family::V4;
+                s.spawn(move || {
+                    let once = || {
+                        from.probe_tcp_from(
+                            source.addr(family),
+                            source.target(family),
+                            port,
+                            PROBE_WAIT,
+                        )
+                        .map_err(|e| e.to_string())
+                    };
+                    if !burst {
+                        return Probed::of(vec![once()]);
+                    }
+                    let all = std::thread::scope(|w| {
+                        let spaced: Vec<_> = (0..BURST)
+                            .map(|k| {
+                                w.spawn(move || {
+                                    std::thread::sleep(SPACING * k as u32);
+                                    once()
                                 })
-                                .collect();
-                            spaced
-                                .into_iter()
-                                .map(|h| h.join().unwrap_or_else(|_| Err("panicked".into())))
-                                .collect::<Vec<_>>()
-                        });
-                        Probed::of(all)
-                    })
+                            })
+                            .collect();
+                        spaced
+                            .into_iter()
+                            .map(|h| h.join().unwrap_or_else(|_| Err("panicked".into())))
+                            .collect::<Vec<_>>()
+                    });
+                    Probed::of(all)
                 })
-                .collect();
-            let control = control.into_iter().map(|h| {
-                h.join()
-                    .unwrap_or_else(|_| Err("the probe panicked".to_owned()))
-            });
-            let probes = handles.into_iter().map(|h| {
-                h.join()
-                    .unwrap_or_else(|_| Err("the probe panicked".to_owned()))
-            });
-            (probes.collect(), control.collect())
+            })
+            .collect();
+        let control = control.into_iter().map(|h| {
+            h.join()
+                .unwrap_or_else(|_| Err("the probe panicked".to_owned()))
         });
+        let probes = handles.into_iter().map(|h| {
+            h.join()
+                .unwrap_or_else(|_| Err("the probe panicked".to_owned()))
+        });
+        (probes.collect(), control.collect())
+    });
     let undeclared: Vec<&str> = undeclared.iter().map(short_probe).collect();
 
     let mut rows: Vec<Row> = Vec::new();
