@@ -6,8 +6,6 @@
 //! table (ruleset × opening × source: reported / probed) is printed whether it passes or not,
 //! with the per-layer `state` beside it, which is what the report said before the verdict.
 
-use std::collections::BTreeMap;
-use std::fmt::Write as _;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::Path;
@@ -21,8 +19,12 @@ use serde_json::{json, Value};
 
 mod catalogue;
 mod load;
+mod report;
+mod table;
 
 use catalogue::{Fixture, CORPUS};
+use report::{layer_states, reported};
+use table::{short_probe, table};
 
 const MESH: &str = env!("CARGO_BIN_EXE_mesh-host");
 
@@ -212,129 +214,6 @@ fn declaration(openings: &[Declared]) -> Value {
         },
         "resources": resources,
     })
-}
-
-// ---------------------------------------------------------------------------------------------
-// Reading the report.
-
-/// Whether `cidr` (an address, or an address with a prefix length) holds `addr`; `None` when it
-/// is not a CIDR at all.
-fn cidr_contains(cidr: &str, addr: IpAddr) -> Option<bool> {
-    let (net, len) = match cidr.split_once('/') {
-        Some((n, l)) => (n, Some(l.parse::<u32>().ok()?)),
-        None => (cidr, None),
-    };
-    let net: IpAddr = net.parse().ok()?;
-    Some(match (net, addr) {
-        (IpAddr::V4(n), IpAddr::V4(a)) => {
-            let len = len.unwrap_or(32);
-            if len > 32 {
-                return None;
-            }
-            let mask = if len == 0 { 0 } else { u32::MAX << (32 - len) };
-            u32::from(n) & mask == u32::from(a) & mask
-        }
-        (IpAddr::V6(n), IpAddr::V6(a)) => {
-            let len = len.unwrap_or(128);
-            if len > 128 {
-                return None;
-            }
-            let mask = if len == 0 {
-                0
-            } else {
-                u128::MAX << (128 - len)
-            };
-            u128::from(n) & mask == u128::from(a) & mask
-        }
-        _ => false,
-    })
-}
-
-/// Whether one of a part's sources holds the probe's source: a CIDR holding its address, or (for
-/// an opening from the private network) a source naming the interface it arrives on.
-fn source_holds(source: &str, addr: IpAddr, interface: &str) -> bool {
-    match cidr_contains(source, addr) {
-        Some(held) => held,
-        None => source
-            .split(|c: char| !c.is_alphanumeric() && c != '.' && c != '-')
-            .any(|w| w == interface),
-    }
-}
-
-/// What the host's report says of one source: the fate of the verdict's part holding it.
-fn reported(
-    opening: &Value,
-    family: Family,
-    addr: IpAddr,
-    interface: &str,
-) -> Result<String, String> {
-    let verdict = &opening["verdict"];
-    if verdict.is_null() {
-        return Err(format!(
-            "no verdict in the report for {} (firewall status --json has no `verdict`)",
-            opening["id"].as_str().unwrap_or("?")
-        ));
-    }
-    let parts = verdict["parts"]
-        .as_array()
-        .ok_or_else(|| format!("the verdict has no parts: {verdict}"))?;
-    let holding: Vec<&Value> = parts
-        .iter()
-        .filter(|p| p["family"] == family.name())
-        .filter(|p| {
-            p["sources"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter_map(Value::as_str)
-                .any(|s| source_holds(s, addr, interface))
-        })
-        .collect();
-    match holding.as_slice() {
-        [part] => part["fate"]
-            .as_str()
-            .map(str::to_owned)
-            .ok_or_else(|| format!("a part has no fate: {part}")),
-        [] => Err(format!(
-            "no {} part of the verdict holds the declared source {addr}: {verdict}",
-            family.name()
-        )),
-        _ => Err(format!(
-            "{} parts of the verdict hold {addr}; they must partition the sources: {verdict}",
-            holding.len()
-        )),
-    }
-}
-
-/// The per-layer states of an opening where a rule is needed, as the report gave them before the
-/// verdict (`present`, `missing`, `refused`, `doubtful`, ...), and whether they claim it in force.
-fn layer_states(opening: &Value) -> (String, bool) {
-    let states: Vec<&str> = opening["layers"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|l| l["state"] != "not-needed")
-        .map(|l| l["state"].as_str().unwrap_or("?"))
-        .collect();
-    if states.is_empty() {
-        return ("not-needed".to_owned(), true);
-    }
-    let in_force = states.iter().all(|s| *s == "present");
-    let mut counted: BTreeMap<&str, usize> = BTreeMap::new();
-    for s in states {
-        *counted.entry(s).or_default() += 1;
-    }
-    let shown: Vec<String> = counted
-        .iter()
-        .map(|(s, n)| {
-            if *n == 1 {
-                (*s).to_owned()
-            } else {
-                format!("{s}×{n}")
-            }
-        })
-        .collect();
-    (shown.join(","), in_force)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -663,171 +542,6 @@ fn reason(payload: Box<dyn std::any::Any + Send>) -> String {
     }
 }
 
-// ---------------------------------------------------------------------------------------------
-// The table.
-
-/// The columns of the table: every source in every family.
-const COLUMNS: [(Source, Family); 6] = [
-    (Source::Outside, Family::V4),
-    (Source::Outside, Family::V6),
-    (Source::Banned, Family::V4),
-    (Source::Banned, Family::V6),
-    (Source::Private, Family::V4),
-    (Source::Private, Family::V6),
-];
-
-fn short_fate(fate: &Result<String, String>) -> &'static str {
-    match fate.as_deref() {
-        Ok("admitted") => "adm",
-        Ok("refused") => "ref",
-        Ok("not-admitted") => "not",
-        Ok("doubtful") => "dbt",
-        Ok(_) => "???",
-        Err(_) => "none",
-    }
-}
-
-fn short_probe(p: &Result<Probe, String>) -> &'static str {
-    match p {
-        Ok(Probe::Reached) => "R",
-        Ok(Probe::Refused) => "X",
-        Ok(Probe::Unreachable) => "U",
-        Ok(Probe::TimedOut) => "T",
-        Err(_) => "ERR",
-    }
-}
-
-fn table(ran: &[Ran], total: Duration) -> (String, String) {
-    let mut t = String::from(
-        "\nThe corpus: the host's report against real probes (ruleset × opening × source)\n\n",
-    );
-    let _ = write!(
-        t,
-        "{:<31} {:<5} {:<17} {:<9} {:<12} {:<13}",
-        "ruleset", "undcl", "opening", "apply", "verdict", "layers"
-    );
-    for (s, f) in COLUMNS {
-        let _ = write!(
-            t,
-            " | {:<13}",
-            format!("{} {}", s.name(), if f == Family::V4 { "v4" } else { "v6" })
-        );
-    }
-    t.push('\n');
-    let mut failures = String::new();
-    let mut today_wrong = String::new();
-    let (mut cells, mut agreeing, mut layers_agreeing) = (0, 0, 0);
-    for r in ran {
-        if let Some(e) = &r.error {
-            let _ = writeln!(t, "{:<31} FAILED: {}", r.fixture.name, first_line(e));
-            let _ = writeln!(failures, "- {}: {e}", r.fixture.name);
-            continue;
-        }
-        for row in &r.rows {
-            let _ = write!(
-                t,
-                "{:<31} {:<5} {:<17} {:<9} {:<12} {:<13}",
-                r.fixture.name,
-                r.undeclared,
-                row.opening.trim_start_matches("corpus/"),
-                row.outcome,
-                row.state,
-                row.layers
-            );
-            for (s, f) in COLUMNS {
-                let shown = match row.cells.iter().find(|c| c.source == s && c.family == f) {
-                    None => "·".to_owned(),
-                    Some(c) => {
-                        cells += 1;
-                        agreeing += usize::from(c.agrees());
-                        layers_agreeing += usize::from(c.layers_agree());
-                        if !c.agrees() {
-                            let why = match (&c.reported, &c.probed) {
-                                (Err(e), _) => e.clone(),
-                                (_, Err(e)) => format!("the probe failed: {e}"),
-                                (Ok(fate), Ok(p)) => format!(
-                                    "reported {fate}, probed {p} ({}: {})",
-                                    row.state, row.detail
-                                ),
-                            };
-                            let _ = writeln!(
-                                failures,
-                                "- {} / {} / {} {}: {why}",
-                                r.fixture.name,
-                                row.opening,
-                                s.name(),
-                                f.name()
-                            );
-                        }
-                        if !c.layers_agree() {
-                            let _ = writeln!(
-                                today_wrong,
-                                "- {} / {} / {} {}: layers {} claim {}, probed {}",
-                                r.fixture.name,
-                                row.opening,
-                                s.name(),
-                                f.name(),
-                                row.layers,
-                                if c.layers_claim {
-                                    "in force"
-                                } else {
-                                    "not in force"
-                                },
-                                c.probed_text()
-                            );
-                        }
-                        format!(
-                            "{}/{}{}{}",
-                            short_fate(&c.reported),
-                            c.probed_text(),
-                            if c.agrees() { "" } else { " !" },
-                            if c.layers_agree() { "" } else { " *" }
-                        )
-                    }
-                };
-                let _ = write!(t, " | {shown:<13}");
-            }
-            t.push('\n');
-        }
-    }
-    let _ = writeln!(
-        t,
-        "\ncell: reported/probed — reported is the verdict's fate for the part holding the source \
-         (adm admitted, ref refused, not not-admitted, dbt doubtful, none: no verdict); probed is \
-         R reached, X refused (reset, port unreachable), U unreachable (prohibited), T timed out; \
-         ×30 or k/30R where a rate-limited ruleset's cell is probed {BURST} times. \
-         ! the report and the probe disagree; * the per-layer states (layers, the report before \
-         the verdict: in force iff every needed layer is present) disagree with the probe. \
-         undcl: port {PORT_UNDECLARED}, served and declared by no opening, probed from outside \
-         (v4 v6): what the found firewall does with what nobody opened."
-    );
-    let _ = writeln!(
-        t,
-        "{cells} cells: {agreeing} agree with the verdict, {layers_agreeing} with the per-layer \
-         states"
-    );
-    let _ = write!(t, "wall time per ruleset:");
-    for r in ran {
-        let _ = write!(t, " {} {:.0} s;", r.fixture.name, r.took.as_secs_f64());
-    }
-    let _ = writeln!(t, "\ntotal: {:.0} s", total.as_secs_f64());
-    if !today_wrong.is_empty() {
-        let _ = write!(
-            t,
-            "\nwhere the per-layer states are wrong (*):\n{today_wrong}"
-        );
-    }
-    if !failures.is_empty() {
-        let _ = write!(t, "\nfailures:\n{failures}");
-    }
-    (t, failures)
-}
-
-fn first_line(s: &str) -> String {
-    let line = s.lines().next().unwrap_or("");
-    line.chars().take(120).collect()
-}
-
 #[test]
 fn every_found_firewall_of_the_corpus_is_reported_as_real_connections_find_it() {
     let started = Instant::now();
@@ -865,38 +579,4 @@ fn every_found_firewall_of_the_corpus_is_reported_as_real_connections_find_it() 
     // the log whether the suite passes or not.
     let _ = std::io::Write::write_all(&mut std::io::stderr().lock(), text.as_bytes());
     assert!(failures.is_empty(), "{text}");
-}
-
-#[test]
-fn the_cidr_helper_holds_what_it_should() {
-    let a4: IpAddr = "192.0.2.40".parse().unwrap();
-    let a6: IpAddr = "2001:db8:1::40".parse().unwrap();
-    assert_eq!(cidr_contains("0.0.0.0/0", a4), Some(true));
-    assert_eq!(cidr_contains("192.0.2.32/28", a4), Some(true));
-    assert_eq!(cidr_contains("192.0.2.0/27", a4), Some(false));
-    assert_eq!(cidr_contains("192.0.2.40", a4), Some(true));
-    assert_eq!(cidr_contains("::/0", a6), Some(true));
-    assert_eq!(cidr_contains("::/0", a4), Some(false));
-    assert_eq!(cidr_contains("2001:db8:1::40/124", a6), Some(true));
-    assert_eq!(cidr_contains("2001:db8:1::/124", a6), Some(false));
-    assert_eq!(cidr_contains("mesh0", a4), None);
-    assert_eq!(cidr_contains("10.0.0.0/33", a4), None);
-    assert!(source_holds("iifname mesh0", a4, "mesh0"));
-    assert!(!source_holds("iifname mesh0", a4, "eth0"));
-    let opening = json!({"id": "x", "verdict": {"state": "present", "parts": [
-        {"family": "ipv4", "sources": ["192.0.2.32/28"], "fate": "refused"},
-        {"family": "ipv4", "sources": ["0.0.0.0/1", "128.0.0.0/2", "192.0.2.0/27"], "fate": "admitted"},
-    ]}});
-    assert_eq!(
-        reported(&opening, Family::V4, a4, "eth0").as_deref(),
-        Ok("refused")
-    );
-    assert_eq!(
-        reported(&opening, Family::V4, "192.0.2.20".parse().unwrap(), "eth0").as_deref(),
-        Ok("admitted")
-    );
-    assert!(reported(&opening, Family::V6, a6, "eth0").is_err());
-    assert!(reported(&json!({"id": "x"}), Family::V4, a4, "eth0")
-        .unwrap_err()
-        .contains("no verdict in the report"));
 }
