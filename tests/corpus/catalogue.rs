@@ -101,6 +101,14 @@ pub const CORPUS: &[Fixture] = &[
         burst: false,
     },
     Fixture {
+        name: "docker 20.10 on arch stock",
+        steps: &[
+            Step::Nft("arch-nftables.conf"),
+            Step::Docker("docker-20.10.run"),
+        ],
+        burst: true,
+    },
+    Fixture {
         name: "fail2ban nftables on arch",
         steps: &[
             Step::Nft("arch-nftables.conf"),

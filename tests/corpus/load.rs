@@ -312,11 +312,13 @@ fn docker(node: &Machine, dir: &Path, file: &str) -> Result<Docker, String> {
     Ok(docker)
 }
 
-/// Waits until `from` reaches the published port on the node's public IPv4 address.
-pub fn wait_published(outside: &Machine) -> Result<(), String> {
+/// Waits until the container answers on its published port, asked from the node itself (a
+/// connection the node makes is translated at output and never crosses the found firewall's
+/// input or forward chains, which may well refuse it from outside before any opening).
+pub fn wait_published(node: &Machine) -> Result<(), String> {
     let deadline = Instant::now() + CONTAINER_WAIT;
     loop {
-        let got = outside
+        let got = node
             .probe_tcp(NODE_PUBLIC_V4.into(), PUBLISHED, Duration::from_secs(2))
             .map_err(|e| e.to_string())?;
         if got == Probe::Reached {
@@ -324,8 +326,8 @@ pub fn wait_published(outside: &Machine) -> Result<(), String> {
         }
         if Instant::now() > deadline {
             return Err(format!(
-                "the container's published port {PUBLISHED} was {got} from outside after \
-                 {CONTAINER_WAIT:?}, before any opening"
+                "the container's published port {PUBLISHED} was {got} from the node itself after \
+                 {CONTAINER_WAIT:?}"
             ));
         }
         std::thread::sleep(Duration::from_millis(300));

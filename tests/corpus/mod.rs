@@ -382,7 +382,7 @@ fn probe_fixture(fixture: &Fixture) -> (Vec<Row>, String) {
     std::fs::create_dir_all(&dir).unwrap();
     let loaded = load::load(fixture, node, &dir).unwrap_or_else(|e| panic!("loading: {e}"));
     if loaded.docker.is_some() {
-        load::wait_published(&net.outside).unwrap_or_else(|e| panic!("{e}"));
+        load::wait_published(node).unwrap_or_else(|e| panic!("{e}"));
     }
     let wrap = loaded.wrap();
 
