@@ -23,7 +23,7 @@ mod report;
 mod table;
 
 use catalogue::{Fixture, CORPUS};
-use report::{layer_states, reported};
+use report::{layer_states, reported, state_contradiction};
 use table::{short_probe, table};
 
 const MESH: &str = env!("CARGO_BIN_EXE_mesh-host");
@@ -311,6 +311,8 @@ impl Cell {
 
 struct Row {
     opening: &'static str,
+    /// Where the verdict's state contradicts its own parts.
+    contradiction: Option<String>,
     outcome: String,
     layers: String,
     state: String,
@@ -521,6 +523,7 @@ fn probe_fixture(fixture: &Fixture) -> (Vec<Row>, String) {
             .collect();
         rows.push(Row {
             opening: o.id,
+            contradiction: state_contradiction(&entry),
             outcome,
             layers,
             state: entry["verdict"]["state"].as_str().unwrap_or("-").to_owned(),

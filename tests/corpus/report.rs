@@ -128,6 +128,31 @@ pub(super) fn layer_states(opening: &Value) -> (String, bool) {
     (shown.join(","), in_force)
 }
 
+/// Whether a verdict's `state` says what its parts say (issue 20: *present* only when every
+/// declared source the operator does not refuse is admitted): `None` when it does, or when there
+/// is no verdict (each cell says that), else what contradicts it.
+pub(super) fn state_contradiction(opening: &Value) -> Option<String> {
+    let verdict = &opening["verdict"];
+    let state = verdict["state"].as_str()?;
+    let fates: Vec<&str> = verdict["parts"]
+        .as_array()?
+        .iter()
+        .map(|p| p["fate"].as_str().unwrap_or("?"))
+        .collect();
+    let admitted = fates.iter().filter(|f| **f == "admitted").count();
+    let open_or_banned = fates.iter().all(|f| *f == "admitted" || *f == "refused");
+    match state {
+        "present" if !(open_or_banned && admitted > 0) => Some(format!(
+            "the verdict says present, but its parts' fates are {fates:?}"
+        )),
+        "present" => None,
+        _ if !fates.is_empty() && admitted == fates.len() => Some(format!(
+            "the verdict says {state}, but every part is admitted"
+        )),
+        _ => None,
+    }
+}
+
 #[test]
 fn the_cidr_helper_holds_what_it_should() {
     let a4: IpAddr = "192.0.2.40".parse().unwrap();
@@ -157,6 +182,14 @@ fn the_cidr_helper_holds_what_it_should() {
         Ok("admitted")
     );
     assert!(reported(&opening, Family::V6, a6, "eth0").is_err());
+    assert_eq!(state_contradiction(&opening), None);
+    let all_in = json!({"verdict": {"state": "not-admitted", "parts": [
+        {"family": "ipv4", "sources": ["0.0.0.0/0"], "fate": "admitted"}]}});
+    assert!(state_contradiction(&all_in).is_some());
+    let doubtful = json!({"verdict": {"state": "present", "parts": [
+        {"family": "ipv4", "sources": ["0.0.0.0/0"], "fate": "doubtful"}]}});
+    assert!(state_contradiction(&doubtful).is_some());
+    assert_eq!(state_contradiction(&json!({"id": "x"})), None);
     assert!(reported(&json!({"id": "x"}), Family::V4, a4, "eth0")
         .unwrap_err()
         .contains("no verdict in the report"));

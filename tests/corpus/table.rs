@@ -66,6 +66,9 @@ pub(super) fn table(ran: &[Ran], total: Duration) -> (String, String) {
             continue;
         }
         for row in &r.rows {
+            if let Some(c) = &row.contradiction {
+                let _ = writeln!(failures, "- {} / {}: {c}", r.fixture.name, row.opening);
+            }
             let _ = write!(
                 t,
                 "{:<31} {:<5} {:<17} {:<9} {:<12} {:<13}",
