@@ -52,7 +52,9 @@ fn source_holds(source: &str, addr: IpAddr, interface: &str) -> bool {
     }
 }
 
-/// What the host's report says of one source: the fate of the verdict's part holding it.
+/// What the host's report says of one source arriving on `interface`: the fate of the verdict's
+/// part holding it, its family's, on that interface (a part naming no `interface` is on any),
+/// with a source holding its address.
 pub(super) fn reported(
     opening: &Value,
     family: Family,
@@ -72,6 +74,10 @@ pub(super) fn reported(
     let holding: Vec<&Value> = parts
         .iter()
         .filter(|p| p["family"] == family.name())
+        .filter(|p| match p["interface"].as_str() {
+            None | Some("") => true,
+            Some(i) => i == interface,
+        })
         .filter(|p| {
             p["sources"]
                 .as_array()
@@ -87,11 +93,12 @@ pub(super) fn reported(
             .map(str::to_owned)
             .ok_or_else(|| format!("a part has no fate: {part}")),
         [] => Err(format!(
-            "no {} part of the verdict holds the declared source {addr}: {verdict}",
+            "no {} part of the verdict holds the declared source {addr} on {interface}: {verdict}",
             family.name()
         )),
         _ => Err(format!(
-            "{} parts of the verdict hold {addr}; they must partition the sources: {verdict}",
+            "{} parts of the verdict hold {addr} on {interface}; they must partition the sources: \
+             {verdict}",
             holding.len()
         )),
     }
@@ -183,6 +190,24 @@ fn the_cidr_helper_holds_what_it_should() {
     );
     assert!(reported(&opening, Family::V6, a6, "eth0").is_err());
     assert_eq!(state_contradiction(&opening), None);
+    let by_interface = json!({"verdict": {"state": "present", "parts": [
+        {"family": "ipv4", "interface": "eth0", "sources": ["0.0.0.0/0"], "fate": "refused"},
+        {"family": "ipv4", "interface": "mesh0", "sources": ["0.0.0.0/0"], "fate": "admitted"},
+    ]}});
+    assert_eq!(
+        reported(&by_interface, Family::V4, a4, "eth0").as_deref(),
+        Ok("refused")
+    );
+    assert_eq!(
+        reported(
+            &by_interface,
+            Family::V4,
+            "10.77.0.2".parse().unwrap(),
+            "mesh0"
+        )
+        .as_deref(),
+        Ok("admitted")
+    );
     let all_in = json!({"verdict": {"state": "not-admitted", "parts": [
         {"family": "ipv4", "sources": ["0.0.0.0/0"], "fate": "admitted"}]}});
     assert!(state_contradiction(&all_in).is_some());
