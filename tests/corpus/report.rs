@@ -93,15 +93,46 @@ pub(super) fn reported(
             .map(str::to_owned)
             .ok_or_else(|| format!("a part has no fate: {part}")),
         [] => Err(format!(
-            "no {} part of the verdict holds the declared source {addr} on {interface}: {verdict}",
-            family.name()
+            "no {} part of the verdict holds the declared source {addr} on {interface}; its parts: \
+             {}",
+            family.name(),
+            parts_shown(parts)
         )),
         _ => Err(format!(
             "{} parts of the verdict hold {addr} on {interface}; they must partition the sources: \
-             {verdict}",
-            holding.len()
+             {}",
+            holding.len(),
+            parts_shown(parts)
         )),
     }
+}
+
+/// A verdict's parts in a line: family, interface, fate and the first of the sources.
+fn parts_shown(parts: &[Value]) -> String {
+    let shown: Vec<String> = parts
+        .iter()
+        .map(|p| {
+            let sources: Vec<&str> = p["sources"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_str)
+                .collect();
+            let more = if sources.len() > 3 {
+                format!(" and {} more", sources.len() - 3)
+            } else {
+                String::new()
+            };
+            format!(
+                "{} on {} {} from {}{more}",
+                p["family"].as_str().unwrap_or("?"),
+                p["interface"].as_str().unwrap_or("any interface"),
+                p["fate"].as_str().unwrap_or("?"),
+                sources[..sources.len().min(3)].join(", ")
+            )
+        })
+        .collect();
+    shown.join("; ")
 }
 
 /// The per-layer states of an opening where a rule is needed, as the report gave them before the
