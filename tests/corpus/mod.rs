@@ -523,7 +523,8 @@ fn probe_fixture(fixture: &Fixture) -> (Vec<Row>, String) {
             .collect();
         rows.push(Row {
             opening: o.id,
-            contradiction: state_contradiction(&entry),
+            contradiction: state_contradiction(&entry)
+                .or_else(|| apply_contradiction(&report, &entry)),
             outcome,
             layers,
             state: entry["verdict"]["state"].as_str().unwrap_or("-").to_owned(),
@@ -533,6 +534,28 @@ fn probe_fixture(fixture: &Fixture) -> (Vec<Row>, String) {
     }
     drop(loaded);
     (rows, undeclared.join(" "))
+}
+
+/// Whether `apply`'s report and `firewall status` say the same of an opening (issue 20: they
+/// say the same thing): apply lists it as not admitted exactly where the status's verdict is
+/// not present. `None` when they agree or there is no verdict to compare.
+fn apply_contradiction(report: &Value, entry: &Value) -> Option<String> {
+    let state = entry["verdict"]["state"].as_str()?;
+    let listed = report["not_admitted"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|n| n["id"] == entry["id"]);
+    match (state == "present", listed) {
+        (true, true) => Some(format!(
+            "firewall status says present, but apply listed it as not admitted: {}",
+            report["not_admitted"]
+        )),
+        (false, false) => Some(format!(
+            "firewall status says {state}, but apply did not list it as not admitted"
+        )),
+        _ => None,
+    }
 }
 
 fn reason(payload: Box<dyn std::any::Any + Send>) -> String {
