@@ -284,6 +284,9 @@ struct Cell {
     /// The verdict's fate for the source, or why it could not be read.
     reported: Result<String, String>,
     probed: Result<Probed, String>,
+    /// What `mesh-host firewall explain` says of a connection from this source: the fate of its
+    /// part, or why it could not be read.
+    explained: Result<String, String>,
     /// Whether the per-layer states (the report before the verdict) claim the opening in force.
     layers_claim: bool,
 }
@@ -292,6 +295,14 @@ impl Cell {
     /// Whether the report and the probe agree: admitted exactly where the probe got through.
     fn agrees(&self) -> bool {
         match (&self.reported, &self.probed) {
+            (Ok(fate), Ok(p)) => p.matches(fate == "admitted"),
+            _ => false,
+        }
+    }
+
+    /// Whether `firewall explain` and the probe agree.
+    fn explain_agrees(&self) -> bool {
+        match (&self.explained, &self.probed) {
             (Ok(fate), Ok(p)) => p.matches(fate == "admitted"),
             _ => false,
         }
@@ -518,6 +529,7 @@ fn probe_fixture(fixture: &Fixture) -> (Vec<Row>, String) {
                 family,
                 reported: reported(&entry, family, source.addr(family), source.interface()),
                 probed: probed.clone(),
+                explained: explained(node, &root, &wrap, o, source, family),
                 layers_claim,
             })
             .collect();
@@ -534,6 +546,61 @@ fn probe_fixture(fixture: &Fixture) -> (Vec<Row>, String) {
     }
     drop(loaded);
     (rows, undeclared.join(" "))
+}
+
+/// What `mesh-host firewall explain PORT --from SOURCE --path PATH --json` says of a connection
+/// from `source` in `family` (issue 20, point 6: its answer checked against the probe): the fate
+/// of the part holding the source's address, on the way that arrives where the probe does.
+fn explained(
+    node: &Machine,
+    root: &Path,
+    wrap: &[String],
+    o: &Declared,
+    source: Source,
+    family: Family,
+) -> Result<String, String> {
+    let (port, addr) = (o.port.to_string(), source.addr(family).to_string());
+    let args = [
+        "firewall", "explain", &port, "--proto", "tcp", "--from", &addr, "--path", o.path, "--json",
+    ];
+    let out = mesh(node, root, wrap, &args);
+    let v: Value = serde_json::from_str(&out.stdout).map_err(|e| {
+        format!(
+            "mesh-host {} printed no JSON ({e}), exit {}: {}",
+            args.join(" "),
+            out.status,
+            out.stderr.trim()
+        )
+    })?;
+    let ways: Vec<&Value> = v["ways"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|w| w["family"] == family.name() && w["interface"] == source.interface())
+        .collect();
+    let [way] = ways.as_slice() else {
+        return Err(format!(
+            "firewall explain has {} {} ways arriving on {} for {addr}: {v}",
+            ways.len(),
+            family.name(),
+            source.interface()
+        ));
+    };
+    // The way's parts read as a verdict's: each with the way's family and interface.
+    let parts: Vec<Value> = way["parts"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|p| {
+            let mut p = p.clone();
+            p["family"] = json!(family.name());
+            p["interface"] = way["interface"].clone();
+            p
+        })
+        .collect();
+    let as_verdict =
+        json!({"id": format!("explain {port} from {addr}"), "verdict": {"parts": parts}});
+    reported(&as_verdict, family, source.addr(family), source.interface())
 }
 
 /// Whether `apply`'s report and `firewall status` say the same of an opening (issue 20: they

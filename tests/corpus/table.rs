@@ -58,7 +58,7 @@ pub(super) fn table(ran: &[Ran], total: Duration) -> (String, String) {
     t.push('\n');
     let mut failures = String::new();
     let mut today_wrong = String::new();
-    let (mut cells, mut agreeing, mut layers_agreeing) = (0, 0, 0);
+    let (mut cells, mut agreeing, mut layers_agreeing, mut explain_agreeing) = (0, 0, 0, 0);
     for r in ran {
         if let Some(e) = &r.error {
             let _ = writeln!(t, "{:<31} FAILED: {}", r.fixture.name, first_line(e));
@@ -104,6 +104,22 @@ pub(super) fn table(ran: &[Ran], total: Duration) -> (String, String) {
                                 f.name()
                             );
                         }
+                        explain_agreeing += usize::from(c.explain_agrees());
+                        if !c.explain_agrees() {
+                            let why = match (&c.explained, &c.probed) {
+                                (Err(e), _) => e.clone(),
+                                (_, Err(e)) => format!("the probe failed: {e}"),
+                                (Ok(fate), Ok(p)) => format!("explain says {fate}, probed {p}"),
+                            };
+                            let _ = writeln!(
+                                failures,
+                                "- {} / {} / {} {}: firewall explain: {why}",
+                                r.fixture.name,
+                                row.opening,
+                                s.name(),
+                                f.name()
+                            );
+                        }
                         if !c.layers_agree() {
                             let _ = writeln!(
                                 today_wrong,
@@ -122,10 +138,11 @@ pub(super) fn table(ran: &[Ran], total: Duration) -> (String, String) {
                             );
                         }
                         format!(
-                            "{}/{}{}{}",
+                            "{}/{}{}{}{}",
                             short_fate(&c.reported),
                             c.probed_text(),
                             if c.agrees() { "" } else { " !" },
+                            if c.explain_agrees() { "" } else { " e" },
                             if c.layers_agree() { "" } else { " *" }
                         )
                     }
@@ -141,15 +158,16 @@ pub(super) fn table(ran: &[Ran], total: Duration) -> (String, String) {
          (adm admitted, ref refused, not not-admitted, dbt doubtful, none: no verdict); probed is \
          R reached, X refused (reset, port unreachable), U unreachable (prohibited), T timed out; \
          ×30 or k/30R where a rate-limited ruleset's cell is probed {BURST} times. \
-         ! the report and the probe disagree; * the per-layer states (layers, the report before \
+         ! the report and the probe disagree; e `firewall explain --from SOURCE` and the probe \
+         disagree; * the per-layer states (layers, the report before \
          the verdict: in force iff every needed layer is present) disagree with the probe. \
          undcl: port {PORT_UNDECLARED}, served and declared by no opening, probed from outside \
          (v4 v6): what the found firewall does with what nobody opened."
     );
     let _ = writeln!(
         t,
-        "{cells} cells: {agreeing} agree with the verdict, {layers_agreeing} with the per-layer \
-         states"
+        "{cells} cells: {agreeing} agree with the verdict, {explain_agreeing} with firewall \
+         explain, {layers_agreeing} with the per-layer states"
     );
     let _ = write!(t, "wall time per ruleset:");
     for r in ran {
