@@ -548,9 +548,10 @@ fn probe_fixture(fixture: &Fixture) -> (Vec<Row>, String) {
     (rows, undeclared.join(" "))
 }
 
-/// What `mesh-host firewall explain PORT --from SOURCE --path PATH --json` says of a connection
-/// from `source` in `family` (issue 20, point 6: its answer checked against the probe): the fate
-/// of the part holding the source's address, on the way that arrives where the probe does.
+/// What `mesh-host firewall explain PORT --from SOURCE --interface IF --path PATH --json` says
+/// of a connection from `source` in `family` arriving where the probe arrives (issue 20, point
+/// 6: its answer checked against the probe): the fate of the part holding the source's address,
+/// on the way arriving on that interface.
 fn explained(
     node: &Machine,
     root: &Path,
@@ -561,7 +562,18 @@ fn explained(
 ) -> Result<String, String> {
     let (port, addr) = (o.port.to_string(), source.addr(family).to_string());
     let args = [
-        "firewall", "explain", &port, "--proto", "tcp", "--from", &addr, "--path", o.path, "--json",
+        "firewall",
+        "explain",
+        &port,
+        "--proto",
+        "tcp",
+        "--from",
+        &addr,
+        "--interface",
+        source.interface(),
+        "--path",
+        o.path,
+        "--json",
     ];
     let out = mesh(node, root, wrap, &args);
     let v: Value = serde_json::from_str(&out.stdout).map_err(|e| {
