@@ -2,9 +2,11 @@
 //! loaded in a fresh lab node as its distribution or tool leaves it, openings applied through the
 //! built binary, then each opening probed with real connections from every source it declares (the
 //! outside machine, a banned source, the private network; both families) and compared with the
-//! host's own report, `firewall status --json`'s `verdict`. Any disagreement fails the suite; the
-//! table (ruleset × opening × source: reported / probed) is printed whether it passes or not,
-//! with the per-layer `state` beside it, which is what the report said before the verdict.
+//! host's own report, `firewall status --json`'s `verdict`, and with `firewall explain` asked of
+//! the same connection. Any disagreement fails the suite, and so does an `apply` that says
+//! otherwise than the status; the table (ruleset × opening × source: reported / probed) is
+//! printed whether it passes or not, with the per-layer `state` beside it, which is what the
+//! report said before the verdict.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::panic::{catch_unwind, AssertUnwindSafe};
