@@ -4,6 +4,7 @@
 mod apply;
 mod bed;
 mod containers;
+mod corpus;
 mod crash;
 mod deadlines;
 mod firewall_lab;

@@ -1,0 +1,256 @@
+//! The corpus of found firewalls: each entry names its files under
+//! `tests/fixtures/found/corpus/` and how its distribution or tool loads them (the fixtures'
+//! README says where each came from).
+
+/// One way a fixture's file reaches the node's kernel, as its distribution or tool does it.
+#[derive(Debug, Clone, Copy)]
+pub enum Step {
+    /// `nft -f FILE`.
+    Nft(&'static str),
+    /// `nft -f FILE` for a file that includes `@ETC@/nftables.d/*.nft`: the folder `dropins` is
+    /// laid out as that `nftables.d` first (Alpine's `/etc/nftables.nft` and its drop-ins).
+    NftWithDropins {
+        file: &'static str,
+        dropins: &'static str,
+    },
+    /// `PROGRAM FILE` for an `*-restore` program (`iptables-nft-restore`, ...); `noflush` as a
+    /// tool that adds its chains to what is there restores them.
+    Restore {
+        program: &'static str,
+        file: &'static str,
+        noflush: bool,
+    },
+    /// `sh FILE` inside the node.
+    Script(&'static str),
+    /// Debian's fail2ban-server run in the node with the jail file FILE as its `jail.local`, and
+    /// the banned source banned with `fail2ban-client set lab-web banip`.
+    Fail2ban(&'static str),
+    /// Debian's dockerd 20.10 started in the node, and one container run with the `docker run`
+    /// options listed in FILE (one a line) serving on its port 80.
+    Docker(&'static str),
+    /// Debian's firewalld started in the node on a bus of its own (lab::Firewalld), its default
+    /// zone `public` being FILE; the host runs with that bus.
+    Firewalld(&'static str),
+    /// ufw with the lab's copies of its files (lab::Ufw), configured by the ufw commands listed
+    /// in FILE (one a line); the host runs in ufw's mount namespace.
+    Ufw(&'static str),
+}
+
+/// One found firewall of the corpus.
+#[derive(Debug, Clone, Copy)]
+pub struct Fixture {
+    /// The name the table shows.
+    pub name: &'static str,
+    /// How it is loaded, in order.
+    pub steps: &'static [Step],
+    /// Whether the ruleset rate-limits a refusal, so one connection proves nothing: the opening
+    /// from anywhere is probed many times from outside.
+    pub burst: bool,
+}
+
+impl Fixture {
+    /// Whether a container runtime publishes a port on this machine, so a forwarded opening is
+    /// declared and probed too.
+    pub fn has_runtime(&self) -> bool {
+        self.steps.iter().any(|s| matches!(s, Step::Docker(_)))
+    }
+
+    /// Every file of the corpus this fixture reads (for the check that each exists).
+    pub fn files(&self) -> Vec<&'static str> {
+        self.steps
+            .iter()
+            .map(|s| match *s {
+                Step::Nft(f)
+                | Step::Restore { file: f, .. }
+                | Step::Script(f)
+                | Step::Fail2ban(f)
+                | Step::Docker(f)
+                | Step::Firewalld(f)
+                | Step::Ufw(f) => f,
+                Step::NftWithDropins { file, .. } => file,
+            })
+            .collect()
+    }
+}
+
+macro_rules! nft_fixture {
+    ($name:literal, $file:literal) => {
+        Fixture {
+            name: $name,
+            steps: &[Step::Nft($file)],
+            burst: false,
+        }
+    };
+}
+
+macro_rules! script_fixture {
+    ($name:literal, $file:literal) => {
+        Fixture {
+            name: $name,
+            steps: &[Step::Script($file)],
+            burst: false,
+        }
+    };
+}
+
+/// The corpus, slowest first (the Docker engine's start), so workers overlap it with the rest.
+pub const CORPUS: &[Fixture] = &[
+    Fixture {
+        name: "docker 20.10 (real dockerd)",
+        steps: &[Step::Docker("docker-20.10.run")],
+        burst: false,
+    },
+    Fixture {
+        name: "docker 20.10 on arch stock",
+        steps: &[
+            Step::Nft("arch-nftables.conf"),
+            Step::Docker("docker-20.10.run"),
+        ],
+        burst: true,
+    },
+    Fixture {
+        name: "fail2ban nftables on arch",
+        steps: &[
+            Step::Nft("arch-nftables.conf"),
+            Step::Fail2ban("fail2ban-nftables.jail.local"),
+        ],
+        burst: true,
+    },
+    Fixture {
+        name: "fail2ban iptables-multiport",
+        steps: &[
+            Step::Restore {
+                program: "iptables-nft-restore",
+                file: "arch-wiki-simple-stateful.rules",
+                noflush: false,
+            },
+            Step::Restore {
+                program: "ip6tables-nft-restore",
+                file: "arch-wiki-simple-stateful.ip6.rules",
+                noflush: false,
+            },
+            Step::Fail2ban("fail2ban-iptables-multiport.jail.local"),
+        ],
+        burst: false,
+    },
+    Fixture {
+        name: "firewalld default zone",
+        steps: &[Step::Firewalld("firewalld-public.xml")],
+        burst: false,
+    },
+    Fixture {
+        name: "ubuntu ufw defaults",
+        steps: &[Step::Ufw("ufw-defaults.commands")],
+        burst: false,
+    },
+    nft_fixture!("debian stock nftables.conf", "debian-nftables.conf"),
+    nft_fixture!(
+        "debian example workstation",
+        "debian-example-workstation.nft"
+    ),
+    Fixture {
+        name: "arch stock nftables.conf",
+        steps: &[Step::Nft("arch-nftables.conf")],
+        burst: true,
+    },
+    Fixture {
+        name: "alpine nftables.nft + .d",
+        steps: &[Step::NftWithDropins {
+            file: "alpine-nftables.nft",
+            dropins: "alpine-nftables.d",
+        }],
+        burst: false,
+    },
+    Fixture {
+        name: "fedora iptables-services",
+        steps: &[
+            Step::Restore {
+                program: "iptables-nft-restore",
+                file: "fedora-sysconfig-iptables",
+                noflush: false,
+            },
+            Step::Restore {
+                program: "ip6tables-nft-restore",
+                file: "fedora-sysconfig-ip6tables",
+                noflush: false,
+            },
+        ],
+        burst: false,
+    },
+    Fixture {
+        name: "rhel7 iptables-services legacy",
+        steps: &[
+            Step::Restore {
+                program: "iptables-legacy-restore",
+                file: "fedora-sysconfig-iptables",
+                noflush: false,
+            },
+            Step::Restore {
+                program: "ip6tables-legacy-restore",
+                file: "fedora-sysconfig-ip6tables",
+                noflush: false,
+            },
+        ],
+        burst: false,
+    },
+    nft_fixture!("nftables wiki server", "nftables-wiki-server.nft"),
+    nft_fixture!("nftables wiki workstation", "nftables-wiki-workstation.nft"),
+    Fixture {
+        name: "arch wiki simple stateful",
+        steps: &[
+            Step::Restore {
+                program: "iptables-nft-restore",
+                file: "arch-wiki-simple-stateful.rules",
+                noflush: false,
+            },
+            Step::Restore {
+                program: "ip6tables-nft-restore",
+                file: "arch-wiki-simple-stateful.ip6.rules",
+                noflush: false,
+            },
+        ],
+        burst: false,
+    },
+    nft_fixture!("crowdsec bouncer sets", "crowdsec-firewall-bouncer.nft"),
+    script_fixture!("libvirt default network", "libvirt-default-network.sh"),
+    Fixture {
+        name: "tailscale ts-input/forward",
+        steps: &[
+            Step::Restore {
+                program: "iptables-nft-restore",
+                file: "tailscale.rules",
+                noflush: true,
+            },
+            Step::Restore {
+                program: "ip6tables-nft-restore",
+                file: "tailscale.ip6.rules",
+                noflush: true,
+            },
+        ],
+        burst: false,
+    },
+    Fixture {
+        name: "kube-proxy iptables mode",
+        steps: &[Step::Restore {
+            program: "iptables-nft-restore",
+            file: "kube-proxy-iptables.rules",
+            noflush: true,
+        }],
+        burst: false,
+    },
+    nft_fixture!("docker 29 nftables backend", "docker-29-nftables.nft"),
+    nft_fixture!("adv: iifname eth0 jump wan", "adv-iifname-jump-wan.nft"),
+    nft_fixture!("adv: dport != 22 != 8080", "adv-dport-not-not.nft"),
+    nft_fixture!("adv: dport != {22, 8080}", "adv-dport-not-set.nft"),
+    nft_fixture!("adv: dport 9000-9010 drop", "adv-dport-range.nft"),
+    nft_fixture!("adv: tcp flags syn / syn,ack", "adv-tcp-flags-syn.nft"),
+    script_fixture!("adv: xt ! --dport 22 REJECT", "adv-xt-not-dport.sh"),
+    script_fixture!("adv: xt multiport ! --dports", "adv-xt-multiport-not.sh"),
+    script_fixture!("adv: xt --syn DROP", "adv-xt-syn-drop.sh"),
+    script_fixture!("adv: xt -i eth0 -j WAN", "adv-xt-iface-jump.sh"),
+    nft_fixture!("adv: ban net jump wan", "adv-ban-chain.nft"),
+    nft_fixture!("adv: mark set, mark drop", "adv-mark-prerouting.nft"),
+    nft_fixture!("adv: nine jumps deep", "adv-nine-jumps.nft"),
+    nft_fixture!("adv: vmap refuses 9000, ban", "adv-vmap-refuse.nft"),
+    nft_fixture!("adv: named set refuses 9001", "adv-named-set-refuse.nft"),
+];

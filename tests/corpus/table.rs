@@ -1,0 +1,192 @@
+//! The corpus's table, printed like the bed's: ruleset × opening, one column per source and
+//! family, each cell the report's fate and what the probe found, and the failures under it.
+
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use lab::Probe;
+
+use super::{Family, Ran, Source, BURST, PORT_UNDECLARED};
+
+/// The columns of the table: every source in every family.
+const COLUMNS: [(Source, Family); 6] = [
+    (Source::Outside, Family::V4),
+    (Source::Outside, Family::V6),
+    (Source::Banned, Family::V4),
+    (Source::Banned, Family::V6),
+    (Source::Private, Family::V4),
+    (Source::Private, Family::V6),
+];
+
+fn short_fate(fate: &Result<String, String>) -> &'static str {
+    match fate.as_deref() {
+        Ok("admitted") => "adm",
+        Ok("refused") => "ref",
+        Ok("not-admitted") => "not",
+        Ok("doubtful") => "dbt",
+        Ok(_) => "???",
+        Err(_) => "none",
+    }
+}
+
+pub(super) fn short_probe(p: &Result<Probe, String>) -> &'static str {
+    match p {
+        Ok(Probe::Reached) => "R",
+        Ok(Probe::Refused) => "X",
+        Ok(Probe::Unreachable) => "U",
+        Ok(Probe::TimedOut) => "T",
+        Err(_) => "ERR",
+    }
+}
+
+pub(super) fn table(ran: &[Ran], total: Duration) -> (String, String) {
+    let mut t = String::from(
+        "\nThe corpus: the host's report against real probes (ruleset × opening × source)\n\n",
+    );
+    let _ = write!(
+        t,
+        "{:<31} {:<5} {:<17} {:<9} {:<12} {:<13}",
+        "ruleset", "undcl", "opening", "apply", "verdict", "layers"
+    );
+    for (s, f) in COLUMNS {
+        let _ = write!(
+            t,
+            " | {:<13}",
+            format!("{} {}", s.name(), if f == Family::V4 { "v4" } else { "v6" })
+        );
+    }
+    t.push('\n');
+    let mut failures = String::new();
+    let mut today_wrong = String::new();
+    let (mut cells, mut agreeing, mut layers_agreeing, mut explain_agreeing) = (0, 0, 0, 0);
+    for r in ran {
+        if let Some(e) = &r.error {
+            let _ = writeln!(t, "{:<31} FAILED: {}", r.fixture.name, first_line(e));
+            let _ = writeln!(failures, "- {}: {e}", r.fixture.name);
+            continue;
+        }
+        for row in &r.rows {
+            if let Some(c) = &row.contradiction {
+                let _ = writeln!(failures, "- {} / {}: {c}", r.fixture.name, row.opening);
+            }
+            let _ = write!(
+                t,
+                "{:<31} {:<5} {:<17} {:<9} {:<12} {:<13}",
+                r.fixture.name,
+                r.undeclared,
+                row.opening.trim_start_matches("corpus/"),
+                row.outcome,
+                row.state,
+                row.layers
+            );
+            for (s, f) in COLUMNS {
+                let shown = match row.cells.iter().find(|c| c.source == s && c.family == f) {
+                    None => "·".to_owned(),
+                    Some(c) => {
+                        cells += 1;
+                        agreeing += usize::from(c.agrees());
+                        layers_agreeing += usize::from(c.layers_agree());
+                        if !c.agrees() {
+                            let why = match (&c.reported, &c.probed) {
+                                (Err(e), _) => e.clone(),
+                                (_, Err(e)) => format!("the probe failed: {e}"),
+                                (Ok(fate), Ok(p)) => format!(
+                                    "reported {fate}, probed {p} ({}: {})",
+                                    row.state, row.detail
+                                ),
+                            };
+                            let _ = writeln!(
+                                failures,
+                                "- {} / {} / {} {}: {why}",
+                                r.fixture.name,
+                                row.opening,
+                                s.name(),
+                                f.name()
+                            );
+                        }
+                        explain_agreeing += usize::from(c.explain_agrees());
+                        if !c.explain_agrees() {
+                            let why = match (&c.explained, &c.probed) {
+                                (Err(e), _) => e.clone(),
+                                (_, Err(e)) => format!("the probe failed: {e}"),
+                                (Ok(fate), Ok(p)) => format!("explain says {fate}, probed {p}"),
+                            };
+                            let _ = writeln!(
+                                failures,
+                                "- {} / {} / {} {}: firewall explain: {why}",
+                                r.fixture.name,
+                                row.opening,
+                                s.name(),
+                                f.name()
+                            );
+                        }
+                        if !c.layers_agree() {
+                            let _ = writeln!(
+                                today_wrong,
+                                "- {} / {} / {} {}: layers {} claim {}, probed {}",
+                                r.fixture.name,
+                                row.opening,
+                                s.name(),
+                                f.name(),
+                                row.layers,
+                                if c.layers_claim {
+                                    "in force"
+                                } else {
+                                    "not in force"
+                                },
+                                c.probed_text()
+                            );
+                        }
+                        format!(
+                            "{}/{}{}{}{}",
+                            short_fate(&c.reported),
+                            c.probed_text(),
+                            if c.agrees() { "" } else { " !" },
+                            if c.explain_agrees() { "" } else { " e" },
+                            if c.layers_agree() { "" } else { " *" }
+                        )
+                    }
+                };
+                let _ = write!(t, " | {shown:<13}");
+            }
+            t.push('\n');
+        }
+    }
+    let _ = writeln!(
+        t,
+        "\ncell: reported/probed — reported is the verdict's fate for the part holding the source \
+         (adm admitted, ref refused, not not-admitted, dbt doubtful, none: no verdict); probed is \
+         R reached, X refused (reset, port unreachable), U unreachable (prohibited), T timed out; \
+         ×30 or k/30R where a rate-limited ruleset's cell is probed {BURST} times. \
+         ! the report and the probe disagree; e `firewall explain --from SOURCE` and the probe \
+         disagree; * the per-layer states (layers, the report before \
+         the verdict: in force iff every needed layer is present) disagree with the probe. \
+         undcl: port {PORT_UNDECLARED}, served and declared by no opening, probed from outside \
+         (v4 v6): what the found firewall does with what nobody opened."
+    );
+    let _ = writeln!(
+        t,
+        "{cells} cells: {agreeing} agree with the verdict, {explain_agreeing} with firewall \
+         explain, {layers_agreeing} with the per-layer states"
+    );
+    let _ = write!(t, "wall time per ruleset:");
+    for r in ran {
+        let _ = write!(t, " {} {:.0} s;", r.fixture.name, r.took.as_secs_f64());
+    }
+    let _ = writeln!(t, "\ntotal: {:.0} s", total.as_secs_f64());
+    if !today_wrong.is_empty() {
+        let _ = write!(
+            t,
+            "\nwhere the per-layer states are wrong (*):\n{today_wrong}"
+        );
+    }
+    if !failures.is_empty() {
+        let _ = write!(t, "\nfailures:\n{failures}");
+    }
+    (t, failures)
+}
+
+fn first_line(s: &str) -> String {
+    let line = s.lines().next().unwrap_or("");
+    line.chars().take(120).collect()
+}
