@@ -223,9 +223,13 @@ table inet c {
 }
 "#,
     );
+    // The mark was set because of the port: its drop is the operator refusing the port.
     assert!(matches!(
         fate(&model(), Fam::V4, 9000, "192.0.2.1"),
-        Fate::NotAdmitted { .. }
+        Fate::Refused {
+            why: Refusal::Port,
+            ..
+        }
     ));
     assert_eq!(fate(&model(), Fam::V4, 9001, "192.0.2.1"), Fate::Admitted);
     // Nine unconditional jumps, the catch-all at the bottom.

@@ -155,9 +155,13 @@ fn a_mark_set_earlier_on_the_way_is_followed() {
         "filter",
         "*filter\n:INPUT ACCEPT [0:0]\n-A INPUT -m mark --mark 0x66 -j DROP\nCOMMIT\n",
     );
+    // The mark was set because of the port: its drop is the operator refusing the port.
     assert!(matches!(
         m.evaluate(&conn(9000), &Addrs::all(Fam::V4)).summary(),
-        Fate::NotAdmitted { .. }
+        Fate::Refused {
+            why: Refusal::Port,
+            ..
+        }
     ));
     assert_eq!(
         m.evaluate(&conn(9001), &Addrs::all(Fam::V4)).summary(),

@@ -40,6 +40,10 @@ struct Pkt {
     forks: Vec<(usize, bool)>,
     /// A jump on this way was taken because of the source: what refuses it further in is a ban.
     via_source: bool,
+    /// The mark (the conntrack mark) was set by a rule that named the port: a later test of
+    /// it is about the port (`tcp dport 9000 meta mark set 0x66` … `meta mark 0x66 drop`).
+    mark_port: bool,
+    ctmark_port: bool,
     trace: Vec<String>,
 }
 
@@ -177,11 +181,39 @@ impl<'m> Walker<'m> {
             hook: base.hook,
             translated: translated(conn, base),
         };
+        // The packet as it arrives here: through the base chains before this one, where what
+        // a catch-all would refuse goes on (the opening's rule admits it there) and what the
+        // operator refuses stops; marks set on the way are kept.
+        let mut parts = vec![self.start(sources)];
+        for before in self.bases(conn) {
+            if std::ptr::eq(before, base) {
+                break;
+            }
+            let at = At {
+                conn,
+                hook: before.hook,
+                translated: translated(conn, before),
+            };
+            let table = &self.model.tables[before.table];
+            let mut next = Vec::new();
+            for p in parts {
+                for (mut q, e) in self.chain(table, &before.chain, &at, p, 0, skip_marked) {
+                    q.via_source = false;
+                    match e {
+                        Exit::Drop(_, f) if f.source || f.port => {}
+                        _ => next.push(q),
+                    }
+                }
+            }
+            parts = next;
+        }
         let mut next = Vec::new();
         let mut finals = Vec::new();
         let table = &self.model.tables[base.table];
-        let exits = self.chain(table, &base.chain, &at, self.start(sources), 0, skip_marked);
-        self.settle(base, exits, &mut next, &mut finals);
+        for p in parts {
+            let exits = self.chain(table, &base.chain, &at, p, 0, skip_marked);
+            self.settle(base, exits, &mut next, &mut finals);
+        }
         for p in next {
             finals.push((p, Fate::Admitted));
         }
@@ -195,6 +227,8 @@ impl<'m> Walker<'m> {
             ctmark: Some(0),
             forks: Vec::new(),
             via_source: false,
+            mark_port: false,
+            ctmark_port: false,
             trace: Vec::new(),
         }
     }
@@ -563,10 +597,14 @@ impl<'m> Walker<'m> {
                     Item::Fixed(false, _) => done.push((q, End::NoMatch)),
                     Item::Mark(op) => {
                         q.mark = self.mark_op(op, q.mark, q.ctmark, at, &q, false);
+                        q.mark_port =
+                            f.port || (matches!(op, MarkOp::RestoreFromCt { .. }) && q.ctmark_port);
                         next.push((q, f));
                     }
                     Item::CtMark(op) => {
                         q.ctmark = self.mark_op(op, q.ctmark, q.mark, at, &q, true);
+                        q.ctmark_port =
+                            f.port || (matches!(op, MarkOp::SaveToCt { .. }) && q.mark_port);
                         next.push((q, f));
                     }
                     Item::Act(a) => done.push((q, End::Act(a.clone(), f))),
@@ -748,7 +786,15 @@ impl<'m> Walker<'m> {
             Test::Cmp { op, .. } => *op != CmpOp::Neq,
             Test::Range { neg, .. } | Test::InList { neg, .. } | Test::InSet { neg, .. } => !neg,
         };
-        let named = about_port && positive;
+        let about_mark = c.key.len() == 1
+            && match &c.key[0].src {
+                Src::Meta(MetaKey::Mark) => q.mark_port,
+                Src::Ct {
+                    key: CtKey::Mark, ..
+                } => q.ctmark_port,
+                _ => false,
+            };
+        let named = (about_port || about_mark) && positive;
         if let Some(Val::Unknown(why)) = vals.iter().find(|v| matches!(v, Val::Unknown(_))) {
             return M::Unknown(why.clone());
         }
