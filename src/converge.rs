@@ -170,6 +170,11 @@ pub struct Reach {
     pub from: Option<String>,
     /// Whether the flip closes it.
     pub closes: bool,
+    /// From where a new connection reaches it now, as the evaluator walks the found firewall.
+    pub now: String,
+    /// What the flip does to it, from the two: `kept`, `NARROWS: from anywhere → from the
+    /// private network (mesh0) only`, `opens: …`, `WILL CLOSE`, `stays closed`.
+    pub change: String,
 }
 
 /// A module the flip takes, with the held files it replaces.
@@ -208,6 +213,9 @@ pub struct Preview {
     pub filter: String,
     /// Why the flip would be refused; empty when it would go ahead.
     pub refusals: Vec<String>,
+    /// The refusals the flip lifts: bans of sources of a port that stays reachable, held in a
+    /// found nftables table the flip deletes, which the derived filter does not carry.
+    pub lifts: Vec<String>,
 }
 
 /// The processes that hold a published port's socket for the runtime, so they are shown as the
@@ -270,6 +278,8 @@ pub fn preview(host: &Host<'_>) -> Result<std::result::Result<Preview, Asked>> {
             admitted_by: None,
             from: None,
             closes: true,
+            now: String::new(),
+            change: String::new(),
         };
         if let Some((id, from)) = admit(l.port, l.protocol, firewall::Path::Incoming) {
             (r.admitted_by, r.from, r.closes) = (Some(id), Some(from), false);
@@ -298,6 +308,8 @@ pub fn preview(host: &Host<'_>) -> Result<std::result::Result<Preview, Asked>> {
                 admitted_by: None,
                 from: None,
                 closes: true,
+                now: String::new(),
+                change: String::new(),
             };
             if let Some((id, from)) = admit(p.host_port, p.proto, firewall::Path::Forwarded) {
                 (r.admitted_by, r.from, r.closes) = (Some(id), Some(from), false);
@@ -328,6 +340,69 @@ pub fn preview(host: &Host<'_>) -> Result<std::result::Result<Preview, Asked>> {
     let surveyed = f
         .survey(host.root)
         .map_err(|e| anyhow::anyhow!("reading the found firewall: {e}"))?;
+    // The nftables tables the flip deletes: a ban held there is lifted by the flip.
+    let retired_tables: Vec<String> = surveyed
+        .iter()
+        .filter(|r| r.backend == firewall::Backend::Nftables)
+        .flat_map(|r| r.saved.iter())
+        .filter_map(|s| s.what.strip_prefix("table ").map(str::to_string))
+        .collect();
+    // Where each is reachable from now: the evaluator's walk of a connection from anywhere
+    // through the found firewall, beside where the derived filter admits it after the flip.
+    let asked: Vec<firewall::Opening> = listening
+        .iter()
+        .map(|r| (r, firewall::Path::Incoming))
+        .chain(published.iter().map(|r| (r, firewall::Path::Forwarded)))
+        .map(|(r, path)| firewall::Opening {
+            id: now_id(r, path),
+            port: r.port,
+            proto: if r.proto == "udp" {
+                firewall::Proto::Udp
+            } else {
+                firewall::Proto::Tcp
+            },
+            from: firewall::opening::From::Anywhere,
+            path,
+        })
+        .collect();
+    let verdicts = f
+        .verdicts(&asked)
+        .map_err(|e| anyhow::anyhow!("walking connections through the found firewall: {e}"))?;
+    let mut lifts: Vec<String> = Vec::new();
+    for (r, path) in listening
+        .iter_mut()
+        .map(|r| (r, firewall::Path::Incoming))
+        .chain(published.iter_mut().map(|r| (r, firewall::Path::Forwarded)))
+    {
+        let Some(v) = verdicts.get(&now_id(r, path)) else {
+            continue;
+        };
+        (r.now, r.change) = reach_change(v, r);
+        if !r.closes {
+            for p in v.parts.iter().filter(|p| {
+                matches!(
+                    p.fate,
+                    firewall::eval::Fate::Refused {
+                        why: firewall::eval::Refusal::Ban,
+                        ..
+                    }
+                )
+            }) {
+                if let Some(by) = p.fate.by().filter(|b| retired_tables.contains(&b.table)) {
+                    let line = format!(
+                        "{} banned by {} ({} {}:{} stays reachable, the derived filter carries no ban)",
+                        p.sources, by, r.proto, r.address, r.port
+                    );
+                    if !lifts
+                        .iter()
+                        .any(|l| l.starts_with(&format!("{} banned by {by}", p.sources)))
+                    {
+                        lifts.push(line);
+                    }
+                }
+            }
+        }
+    }
     let found_firewall = surveyed
         .iter()
         .map(|r| Retiring {
@@ -363,7 +438,87 @@ pub fn preview(host: &Host<'_>) -> Result<std::result::Result<Preview, Asked>> {
             openings.len() - incoming
         ),
         refusals,
+        lifts,
     }))
+}
+
+fn now_id(r: &Reach, path: firewall::Path) -> String {
+    format!("now/{}/{}/{}/{}", path.as_str(), r.proto, r.address, r.port)
+}
+
+/// From where it is reached now, and what the flip changes of that.
+fn reach_change(v: &firewall::eval::Verdict, r: &Reach) -> (String, String) {
+    let now = reached_from(v);
+    let after = r.from.clone().unwrap_or_default();
+    let anywhere = now == "anywhere" || now.starts_with("anywhere except ");
+    let change = match (r.closes, now.as_str(), after.as_str()) {
+        (true, "nowhere", _) => "stays closed".to_string(),
+        (true, _, _) => format!("WILL CLOSE: reached from {now} now, no opening admits it"),
+        (false, _, "anywhere") if anywhere => "kept".to_string(),
+        (false, _, a) if anywhere => format!("NARROWS: from {now} → from {a} only"),
+        (false, "nowhere", a) => format!("opens: from nowhere → from {a}"),
+        (false, n, a) => format!("changes: from {n} → from {a}"),
+    };
+    (now, change)
+}
+
+/// Where a new connection from anywhere is admitted, by the interfaces it arrives on: `anywhere`,
+/// `anywhere except 10.200.1.2/32`, `nowhere`, or each interface's own answer.
+fn reached_from(v: &firewall::eval::Verdict) -> String {
+    use firewall::eval::{Addrs, Fam, Fate};
+    let mut ifaces: Vec<&str> = v.parts.iter().map(|p| p.iif.as_str()).collect();
+    ifaces.sort();
+    ifaces.dedup();
+    // Per interface: the sources admitted and those not, both families.
+    let mut each: Vec<(&str, String)> = Vec::new();
+    for i in &ifaces {
+        let mut refused: Vec<Addrs> = Vec::new();
+        let mut admitted_any = false;
+        let mut refused_all = true;
+        for fam in [Fam::V4, Fam::V6] {
+            let parts = v.parts.iter().filter(|p| p.iif == *i && p.fam == fam);
+            let mut yes = Addrs::none(fam);
+            let mut no = Addrs::none(fam);
+            for p in parts {
+                if p.fate == Fate::Admitted {
+                    yes = yes.union(&p.sources);
+                } else {
+                    no = no.union(&p.sources);
+                }
+            }
+            admitted_any |= !yes.is_empty();
+            refused_all &= yes.is_empty();
+            if !no.is_empty() {
+                refused.push(no);
+            }
+        }
+        let text = if refused.is_empty() {
+            "anywhere".to_string()
+        } else if refused_all || !admitted_any {
+            "nowhere".to_string()
+        } else {
+            format!(
+                "anywhere except {}",
+                refused
+                    .iter()
+                    .map(|a| a.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        };
+        each.push((i, text));
+    }
+    if each.is_empty() {
+        return "nowhere".into();
+    }
+    let first = &each[0].1;
+    if each.iter().all(|(_, t)| t == first) {
+        return first.clone();
+    }
+    each.iter()
+        .map(|(i, t)| format!("on {i} from {t}"))
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 /// How a kind is retired, in a sentence for the operator.
@@ -412,10 +567,13 @@ impl Preview {
         let line = |out: &mut String, r: &Reach| {
             let after = match (&r.admitted_by, r.closes) {
                 (Some(id), false) => format!(
-                    "kept: {id}, from {}",
-                    r.from.as_deref().unwrap_or("anywhere")
+                    "{}: {id}, from {} (now from {})",
+                    r.change,
+                    r.from.as_deref().unwrap_or("anywhere"),
+                    r.now
                 ),
-                _ => "WILL CLOSE: no opening admits it".to_string(),
+                _ if r.change.is_empty() => "WILL CLOSE: no opening admits it".to_string(),
+                _ => r.change.clone(),
             };
             let _ = writeln!(
                 out,
@@ -478,6 +636,12 @@ impl Preview {
             let _ = writeln!(out, "    {}", r.how);
         }
         let _ = writeln!(out, "\nderived filter: {}", self.filter);
+        if !self.lifts.is_empty() {
+            let _ = writeln!(out, "\nrefusals the flip LIFTS:");
+            for l in &self.lifts {
+                let _ = writeln!(out, "  lifts: {l}");
+            }
+        }
         if self.refusals.is_empty() {
             let closes = self
                 .listening

@@ -383,6 +383,61 @@ fn the_flip_and_the_return(kind: Kind) {
     assert_eq!(reach("listening", OPENED)["admitted_by"], "api/port");
     assert_eq!(reach("listening", SERVED)["closes"], true, "{preview:#}");
     assert_eq!(reach("listening", SSH)["admitted_by"], "ssh", "{preview:#}");
+    // Where each is reached from now is the evaluator's walk, checked by a probe; ssh, reached
+    // from anywhere now, is admitted only from the private network after the flip: a narrowing
+    // the preview says as one.
+    let ssh_now = net
+        .outside
+        .probe_tcp(NODE_PUBLIC_V4.into(), SSH, ANSWER)
+        .unwrap();
+    let ssh = reach("listening", SSH);
+    if ssh_now == Probe::Reached {
+        // fail2ban's ban refuses its source at every tcp port, ssh's too.
+        assert_eq!(
+            ssh["now"],
+            format!("anywhere except {BANNED_V4}/32"),
+            "{preview:#}"
+        );
+        assert_eq!(
+            ssh["change"],
+            format!(
+                "NARROWS: from anywhere except {BANNED_V4}/32 → from the private network (mesh0) only"
+            ),
+            "{preview:#}"
+        );
+    } else {
+        assert_ne!(
+            ssh["now"], "anywhere",
+            "ssh is not reached now: {preview:#}"
+        );
+    }
+    // The opened port is reached from anywhere but the banned source now, by a ban the flip
+    // keeps or lifts as the table holding it goes or stays.
+    assert_ne!(
+        net.outside
+            .probe_tcp_from(BANNED_V4.into(), NODE_PUBLIC_V4.into(), OPENED, SILENCE)
+            .unwrap(),
+        Probe::Reached,
+        "adopted: the ban refuses its source"
+    );
+    let opened = reach("listening", OPENED);
+    assert!(
+        opened["now"]
+            .as_str()
+            .unwrap()
+            .starts_with("anywhere except"),
+        "{preview:#}"
+    );
+    assert!(
+        opened["now"]
+            .as_str()
+            .unwrap()
+            .contains(&BANNED_V4.to_string()),
+        "{preview:#}"
+    );
+    // fail2ban's table is not what the found firewall's file loads: it stays through the flip
+    // (probed below), so the preview lifts nothing.
+    assert_eq!(preview["lifts"], json!([]), "{preview:#}");
     let take: Vec<&str> = preview["take"]
         .as_array()
         .unwrap()
