@@ -112,6 +112,18 @@ pub struct Firewall<'a> {
     detected: Option<u32>,
     /// The node whose marks this host writes, recorded in the mesh's table on first write.
     node: Option<String>,
+    /// The last plan's model of the ruleset, with its generation and where each forwarded
+    /// opening's port led: the verdicts of a convergence that wrote nothing read it instead of
+    /// listing again. Never kept where legacy tables are in force (they change with no
+    /// generation).
+    last: Option<LastModel>,
+}
+
+/// A model of one listing, for the verdicts that follow a plan that wrote nothing.
+struct LastModel {
+    generation: u32,
+    model: std::rc::Rc<Model>,
+    targets: std::rc::Rc<BTreeMap<String, Vec<published::Target>>>,
 }
 
 /// How many times a convergence is computed again after the kernel refused its batch because
@@ -159,6 +171,7 @@ impl<'a> Firewall<'a> {
             proc: proc.to_path_buf(),
             detected: None,
             node: None,
+            last: None,
         })
     }
 
@@ -254,6 +267,28 @@ impl<'a> Firewall<'a> {
     /// each of its sources meets on every layer it crosses ([`crate::eval`]). This, not the
     /// presence of rules, is what the host reports.
     pub fn verdicts(&mut self, openings: &[Opening]) -> Result<BTreeMap<String, Verdict>> {
+        let now = if self.last.is_some() {
+            self.generation()?
+        } else {
+            None
+        };
+        if let (Some(last), Some(now)) = (&self.last, now) {
+            if last.generation == now
+                && openings.iter().all(|o| {
+                    o.path == crate::opening::Path::Incoming || last.targets.contains_key(&o.id)
+                })
+            {
+                let ifaces = crate::eval::interfaces();
+                let none = Vec::new();
+                return Ok(openings
+                    .iter()
+                    .map(|o| {
+                        let t = last.targets.get(&o.id).unwrap_or(&none);
+                        (o.id.clone(), last.model.verdict(o, &ifaces, t))
+                    })
+                    .collect());
+            }
+        }
         let mut snap = self.snapshot()?;
         let listed = self.nf.is_some().then_some(&snap.ruleset);
         let found = detect::detect_in(listed, self.exec, &self.proc)?;
@@ -412,9 +447,28 @@ impl<'a> Firewall<'a> {
         }
         let found = self.found.as_ref().expect("detected above");
         snap.legacy = legacy_of(&found.legacy_saves);
-        let model = Model::new(&snap);
+        let model = std::rc::Rc::new(Model::new(&snap));
         let ifaces = crate::eval::interfaces();
         let ruleset = snap.ruleset;
+        // Where each forwarded opening's published port leads, read once for every table.
+        let targets: std::rc::Rc<BTreeMap<String, Vec<published::Target>>> = std::rc::Rc::new(
+            openings
+                .iter()
+                .filter(|o| o.path == crate::opening::Path::Forwarded)
+                .map(|o| {
+                    (
+                        o.id.clone(),
+                        published::targets(&ruleset, &found.legacy_saves, o.proto, o.port),
+                    )
+                })
+                .collect(),
+        );
+        self.last = (self.nf.is_some() && found.legacy_saves.is_empty()).then(|| LastModel {
+            generation: ruleset.generation,
+            model: model.clone(),
+            targets: targets.clone(),
+        });
+        let found = self.found.as_ref().expect("detected above");
         if let Some(reason) = &found.refusal {
             if !openings.is_empty() {
                 return Err(Error::Unsupported {
@@ -501,16 +555,6 @@ impl<'a> Firewall<'a> {
                     continue;
                 }
             };
-            let targets: BTreeMap<String, Vec<published::Target>> = openings
-                .iter()
-                .filter(|o| o.path == crate::opening::Path::Forwarded)
-                .map(|o| {
-                    (
-                        o.id.clone(),
-                        published::targets(&ruleset, &plan.legacy_saves, o.proto, o.port),
-                    )
-                })
-                .collect();
             let eval = Eval {
                 model: &model,
                 ifaces: &ifaces,

@@ -158,12 +158,36 @@ pub struct IrRule {
     pub items: Vec<Item>,
     /// The nf_tables handle, or the line's position in a save for legacy tables.
     pub handle: u64,
-    pub text: String,
+    /// How it is shown: a legacy rule's spec as saved; for nf_tables, its comment (the rule is
+    /// put in words from its steps only when it decides something).
+    pub text: RuleText,
     /// Carries the mesh's mark.
     pub marked: bool,
 }
 
+/// How a rule is shown.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RuleText {
+    /// As iptables-save printed it.
+    Saved(String),
+    /// An nf_tables rule, with its comment.
+    Nft(Option<String>),
+}
+
 impl IrRule {
+    /// The rule as a person reads it: `handle 7: meta l4proto 6 th dport 22 accept comment "…"`.
+    pub fn text(&self) -> String {
+        match &self.text {
+            RuleText::Saved(s) => s.clone(),
+            RuleText::Nft(None) => format!("handle {}: {}", self.handle, render(&self.items)),
+            RuleText::Nft(Some(c)) => format!(
+                "handle {}: {} comment \"{c}\"",
+                self.handle,
+                render(&self.items)
+            ),
+        }
+    }
+
     /// The destination ports the rule is about when its first port test is a plain equality
     /// or a short literal set: the index the walk uses to skip rules that cannot match.
     pub fn port_keys(&self) -> Option<Vec<u16>> {
@@ -177,6 +201,11 @@ impl IrRule {
                     op: CmpOp::Eq,
                     data,
                 } if data.len() == 2 => Some(vec![u16::from_be_bytes([data[0], data[1]])]),
+                // `--dport 9000` reads as the range 9000:9000.
+                Test::Range { neg: false, lo, hi } => {
+                    let (lo, hi) = (be16(lo)?, be16(hi)?);
+                    (hi >= lo && hi - lo <= 64).then(|| (lo..=hi).collect())
+                }
                 Test::InList { neg: false, ranges } if ranges.len() <= 16 => {
                     let mut ports = Vec::new();
                     for (lo, hi) in ranges {

@@ -18,8 +18,10 @@
 
 mod addrs;
 mod ir;
+mod legacy;
 mod model;
 mod opening;
+mod values;
 mod walk;
 mod xt;
 

@@ -4,7 +4,7 @@
 
 use super::addrs::{from_be, Addrs, Fam};
 use super::ir::{self, IrRule};
-use super::xt;
+use super::legacy;
 use crate::netlink::consts::{NFT_SET_ELEM_INTERVAL_END, NFT_SET_INTERVAL};
 use crate::netlink::{ChainType, Elem, ElemData, Family, Hook, NfSocket, Policy, Ruleset, Verdict};
 use std::cell::RefCell;
@@ -503,14 +503,7 @@ impl Model {
                     .map(|s| s.key_len)
             };
             let items = ir::from_nft(&r.exprs, &key_len);
-            let text = match &r.comment {
-                Some(c) => format!(
-                    "handle {}: {} comment \"{c}\"",
-                    r.handle,
-                    ir::render(&items)
-                ),
-                None => format!("handle {}: {}", r.handle, ir::render(&items)),
-            };
+            let text = ir::RuleText::Nft(r.comment.clone());
             m.tables[ti]
                 .chains
                 .entry(r.chain.clone())
@@ -576,12 +569,12 @@ impl Model {
                 }
             }
             for (n, (chain, spec)) in rules.iter().enumerate() {
-                let items = xt::legacy_items(spec, fam, &names);
+                let items = legacy::legacy_items(spec, fam, &names);
                 let marked = crate::rules::spec_mark(spec).is_some();
                 t.chains.entry(chain.clone()).or_default().push(IrRule {
                     items,
                     handle: n as u64 + 1,
-                    text: format!("-A {chain} {spec}"),
+                    text: ir::RuleText::Saved(format!("-A {chain} {spec}")),
                     marked,
                 });
             }
