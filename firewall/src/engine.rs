@@ -230,6 +230,17 @@ impl<'a> Firewall<'a> {
         }
     }
 
+    /// The ruleset read again, with every set's elements and the legacy tables, its layers and
+    /// its model.
+    fn fresh_model(&mut self) -> Result<(Snapshot, Found, Model)> {
+        let mut snap = self.snapshot()?;
+        let listed = self.nf.is_some().then_some(&snap.ruleset);
+        let found = detect::detect_in(listed, self.exec, &self.proc)?;
+        snap.legacy = legacy_of(&found.legacy_saves);
+        let model = Model::new(&snap);
+        Ok((snap, found, model))
+    }
+
     /// The walk of each way an opening's connections come, with the verdicts met on it:
     /// `mesh-host firewall explain`.
     /// `only_iif` keeps the ways arriving on that interface alone.
@@ -238,11 +249,7 @@ impl<'a> Firewall<'a> {
         o: &Opening,
         only_iif: Option<&str>,
     ) -> Result<Vec<(crate::eval::Way, crate::eval::Answer)>> {
-        let mut snap = self.snapshot()?;
-        let listed = self.nf.is_some().then_some(&snap.ruleset);
-        let found = detect::detect_in(listed, self.exec, &self.proc)?;
-        snap.legacy = legacy_of(&found.legacy_saves);
-        let model = Model::new(&snap);
+        let (snap, found, model) = self.fresh_model()?;
         let ifaces = crate::eval::interfaces();
         let targets = match o.path {
             crate::opening::Path::Forwarded => {
@@ -289,11 +296,7 @@ impl<'a> Firewall<'a> {
                     .collect());
             }
         }
-        let mut snap = self.snapshot()?;
-        let listed = self.nf.is_some().then_some(&snap.ruleset);
-        let found = detect::detect_in(listed, self.exec, &self.proc)?;
-        snap.legacy = legacy_of(&found.legacy_saves);
-        let model = Model::new(&snap);
+        let (snap, found, model) = self.fresh_model()?;
         let ifaces = crate::eval::interfaces();
         let mut out = BTreeMap::new();
         for o in openings {

@@ -323,8 +323,9 @@ enum Reg {
     Other,
 }
 
-/// x_tables targets that never end a packet's way through a chain.
-const XT_GOING_ON: &[&str] = &[
+/// x_tables targets that never end a packet's way through a chain (the evaluator reads MARK and
+/// CONNMARK for what they set before it takes the rest as going on).
+pub(crate) const XT_GOING_ON: &[&str] = &[
     "LOG",
     "NFLOG",
     "ULOG",

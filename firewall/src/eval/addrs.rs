@@ -261,8 +261,14 @@ impl fmt::Display for Addrs {
         if self.is_empty() {
             return write!(f, "no address");
         }
-        let nets = self.cidrs();
-        if nets.len() <= 4 {
+        // A few networks in full; a blocklist's thousands as the first few and a count, read
+        // from the first spans alone.
+        let head = Addrs {
+            fam: self.fam,
+            spans: self.spans.iter().take(4).copied().collect(),
+        };
+        let nets = head.cidrs();
+        if self.spans.len() <= 4 && nets.len() <= 4 {
             return write!(f, "{}", nets.join(", "));
         }
         let count: u128 = self
@@ -272,9 +278,9 @@ impl fmt::Display for Addrs {
             .fold(0u128, |a, b| a.saturating_add(b));
         write!(
             f,
-            "{}, … ({} networks, {count} addresses)",
-            nets[..3].join(", "),
-            nets.len()
+            "{}, … ({} ranges, {count} addresses)",
+            nets[..nets.len().min(3)].join(", "),
+            self.spans.len()
         )
     }
 }

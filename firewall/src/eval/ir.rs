@@ -631,23 +631,28 @@ pub fn render(items: &[Item]) -> String {
             Item::Fixed(_, what) => out.push(format!("({what})")),
             Item::Mark(_) => out.push("meta mark set …".into()),
             Item::CtMark(_) => out.push("ct mark set …".into()),
-            Item::Act(a) => out.push(match a {
-                Act::Accept => "accept".into(),
-                Act::Drop => "drop".into(),
-                Act::Jump(c) => format!("jump {c}"),
-                Act::Goto(c) => format!("goto {c}"),
-                Act::Return => "return".into(),
-                Act::Continue => "continue".into(),
-                Act::Vmap { key, set } => format!(
-                    "{} vmap @{set}",
-                    key.iter().map(load_name).collect::<Vec<_>>().join(" . ")
-                ),
-                Act::Nat => "nat".into(),
-                Act::Unknown(w) => w.clone(),
-            }),
+            Item::Act(a) => out.push(act_text(a)),
         }
     }
     out.join(" ")
+}
+
+/// A verdict in words: `accept`, `jump wan`, `tcp dport vmap @ports`.
+pub fn act_text(a: &Act) -> String {
+    match a {
+        Act::Accept => "accept".into(),
+        Act::Drop => "drop".into(),
+        Act::Jump(c) => format!("jump {c}"),
+        Act::Goto(c) => format!("goto {c}"),
+        Act::Return => "return".into(),
+        Act::Continue => "continue".into(),
+        Act::Vmap { key, set } => format!(
+            "{} vmap @{set}",
+            key.iter().map(load_name).collect::<Vec<_>>().join(" . ")
+        ),
+        Act::Nat => "nat".into(),
+        Act::Unknown(w) => w.clone(),
+    }
 }
 
 fn load_name(l: &Load) -> String {

@@ -528,7 +528,6 @@ fn legacy_target(target: &str, goto: bool, opts: &[String], chains: &[String]) -
             Act::Jump(t.to_string())
         })],
         t if NAT.contains(&t) => vec![Item::Act(Act::Nat)],
-        t if GOING_ON.contains(&t) => vec![],
         "MARK" => {
             let op = if let Some((v, m)) = opt("--set-xmark").and_then(mark_text) {
                 MarkOp::AndXor { keep: !m, xor: v }
@@ -568,6 +567,7 @@ fn legacy_target(target: &str, goto: bool, opts: &[String], chains: &[String]) -
                 )))]
             }
         }
+        t if GOING_ON.contains(&t) => vec![],
         other => vec![Item::Act(Act::Unknown(format!("target {other}")))],
     }
 }

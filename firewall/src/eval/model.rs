@@ -313,6 +313,16 @@ impl ChainIr {
                 i += 1;
             }
         }
+        // A run is walked as one step: only its first rule stays in the generic list.
+        if !self.runs.is_empty() {
+            let mut inside: Vec<(usize, usize)> =
+                self.runs.iter().map(|(s, r)| (*s, r.end)).collect();
+            inside.sort_unstable();
+            self.generic.retain(|i| {
+                let k = inside.partition_point(|(s, _)| s < i);
+                k == 0 || *i >= inside[k - 1].1
+            });
+        }
     }
 }
 
@@ -348,27 +358,35 @@ impl ChainIr {
         self.rules.push(r);
     }
 
-    /// The rules a connection to `port` can match, in order.
-    pub fn candidates(&self, port: u16) -> Vec<usize> {
-        let Some(own) = self.by_port.get(&port) else {
-            return self.generic.clone();
-        };
-        let mut out = Vec::with_capacity(self.generic.len() + own.len());
+    /// The rules a connection to `port` can match, in order (a run of bans stands as its first
+    /// rule), without allocating.
+    pub fn candidates(&self, port: u16) -> impl Iterator<Item = usize> + '_ {
+        let own: &[usize] = self.by_port.get(&port).map(Vec::as_slice).unwrap_or(&[]);
         let (mut i, mut j) = (0, 0);
-        while i < self.generic.len() || j < own.len() {
-            let take_generic =
-                j >= own.len() || (i < self.generic.len() && self.generic[i] < own[j]);
-            if take_generic {
-                out.push(self.generic[i]);
-                i += 1;
-            } else {
-                if out.last() != Some(&own[j]) {
-                    out.push(own[j]);
+        std::iter::from_fn(move || {
+            let g = self.generic.get(i).copied();
+            let o = own.get(j).copied();
+            match (g, o) {
+                (Some(a), Some(b)) if a == b => {
+                    i += 1;
+                    j += 1;
+                    Some(a)
                 }
-                j += 1;
+                (Some(a), Some(b)) if a < b => {
+                    i += 1;
+                    Some(a)
+                }
+                (_, Some(b)) => {
+                    j += 1;
+                    Some(b)
+                }
+                (Some(a), None) => {
+                    i += 1;
+                    Some(a)
+                }
+                (None, None) => None,
             }
-        }
-        out
+        })
     }
 }
 

@@ -318,9 +318,9 @@ pub(super) fn in_range(b: &[u8], lo: &[u8], hi: &[u8]) -> bool {
     b[..n] >= lo[..n] && b[..n] <= hi[..n.min(hi.len())]
 }
 
-/// Whether a set holds a key given as its parts (each padded to whole registers).
-pub(super) fn set_has(s: &SetIr, parts: &[Vec<u8>]) -> bool {
-    let padded: Vec<Vec<u8>> = parts
+/// A key's parts as a set stores them: a concatenation's each padded to whole registers.
+fn padded(parts: &[Vec<u8>]) -> Vec<Vec<u8>> {
+    parts
         .iter()
         .map(|p| {
             let mut p = p.clone();
@@ -329,7 +329,12 @@ pub(super) fn set_has(s: &SetIr, parts: &[Vec<u8>]) -> bool {
             }
             p
         })
-        .collect();
+        .collect()
+}
+
+/// Whether a set holds a key given as its parts (each padded to whole registers).
+pub(super) fn set_has(s: &SetIr, parts: &[Vec<u8>]) -> bool {
+    let padded = padded(parts);
     let key: Vec<u8> = padded.concat();
     if let Some(exact) = &s.exact {
         if exact.contains_key(&key) {
@@ -522,17 +527,7 @@ pub(super) fn vmap_parts(
                 _ => Vec::new(),
             })
             .collect();
-        let padded: Vec<Vec<u8>> = parts
-            .iter()
-            .map(|p| {
-                let mut p = p.clone();
-                if parts.len() > 1 {
-                    p.resize(p.len().div_ceil(4) * 4, 0);
-                }
-                p
-            })
-            .collect();
-        let hit = s.elems.iter().find(|e| fields_in(e, &padded));
+        let hit = s.elems.iter().find(|e| fields_in(e, &padded(&parts)));
         return vec![(
             q.src.clone(),
             Ok(hit.and_then(|e| e.verdict.clone())),

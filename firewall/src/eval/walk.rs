@@ -398,7 +398,7 @@ impl<'m> Walker<'m> {
                                     table.name,
                                     name,
                                     rule.text(),
-                                    act_word(&act)
+                                    super::ir::act_text(&act)
                                 ));
                             }
                             self.act(
@@ -745,20 +745,6 @@ fn verdict_act(v: &Verdict) -> Act {
         Verdict::Return => Act::Return,
         Verdict::Continue | Verdict::Break => Act::Continue,
         other => Act::Unknown(format!("verdict code {}", other.code())),
-    }
-}
-
-fn act_word(a: &Act) -> String {
-    match a {
-        Act::Accept => "accept".into(),
-        Act::Drop => "drop".into(),
-        Act::Jump(c) => format!("jump {c}"),
-        Act::Goto(c) => format!("goto {c}"),
-        Act::Return => "return".into(),
-        Act::Continue => "continue".into(),
-        Act::Vmap { set, .. } => format!("verdict map {set}"),
-        Act::Nat => "nat (accepted)".into(),
-        Act::Unknown(w) => w.clone(),
     }
 }
 

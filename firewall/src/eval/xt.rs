@@ -281,30 +281,9 @@ pub(super) fn fixed(f: XtFixed) -> Item {
     cmp(Load::new(Src::XtFixed(f), 1), false, vec![1])
 }
 
-/// x_tables targets that never end a packet's way through a chain.
-pub(super) const GOING_ON: &[&str] = &[
-    "LOG",
-    "NFLOG",
-    "ULOG",
-    "TCPMSS",
-    "NOTRACK",
-    "CT",
-    "CLASSIFY",
-    "DSCP",
-    "TOS",
-    "TTL",
-    "HL",
-    "SECMARK",
-    "CONNSECMARK",
-    "AUDIT",
-    "TRACE",
-    "CHECKSUM",
-    "TEE",
-    "IDLETIMER",
-    "LED",
-    "SET",
-    "comment",
-];
+/// x_tables targets that never end a packet's way through a chain: placement's list, read after
+/// MARK and CONNMARK, which the evaluator follows for what they set.
+pub(super) use crate::place::XT_GOING_ON as GOING_ON;
 
 pub(super) const NAT: &[&str] = &["DNAT", "SNAT", "MASQUERADE", "REDIRECT", "NETMAP"];
 
@@ -315,7 +294,6 @@ pub fn target_items(e: &Expr) -> Vec<Item> {
     match name.as_str() {
         "REJECT" => vec![Item::Act(Act::Drop)],
         n if NAT.contains(&n) => vec![Item::Act(Act::Nat)],
-        n if GOING_ON.contains(&n) => vec![],
         // struct xt_mark_tginfo2 { mark, mask }: mark = (mark & ~mask) ^ value.
         "MARK" => match info
             .as_ref()
@@ -352,6 +330,7 @@ pub fn target_items(e: &Expr) -> Vec<Item> {
                 )))],
             }
         }
+        n if GOING_ON.contains(&n) => vec![],
         other => vec![Item::Act(Act::Unknown(format!("target {other}")))],
     }
 }
