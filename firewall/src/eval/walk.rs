@@ -267,7 +267,9 @@ impl<'m> Walker<'m> {
                         index: None,
                         text: format!("policy {}", policy_word(base.policy)),
                     };
-                    self.note(&mut q, &format!("{}: {}", by.place(), by.text));
+                    if self.trace {
+                        q.trace.push(format!("{}: {}", by.place(), by.text));
+                    }
                     finals.push((q, Fate::NotAdmitted { by }));
                 }
                 Exit::Drop(by, f) => {
@@ -288,12 +290,6 @@ impl<'m> Walker<'m> {
                 }
                 Exit::Doubt(by, what) => finals.push((q, Fate::Doubtful { by, what })),
             }
-        }
-    }
-
-    fn note(&self, p: &mut Pkt, line: &str) {
-        if self.trace {
-            p.trace.push(line.to_string());
         }
     }
 
@@ -322,6 +318,7 @@ impl<'m> Walker<'m> {
             return out;
         };
         let mut live = vec![p];
+        let mut spare = Vec::new();
         let mut skip_to = 0;
         for i in chain.candidates(at.dport()) {
             if i < skip_to {
@@ -352,7 +349,9 @@ impl<'m> Walker<'m> {
                     if !yes.is_empty() {
                         let mut b = q.clone();
                         b.src = yes.clone();
-                        self.note(&mut b, &format!("{}: {} → drop", by.place(), by.text));
+                        if self.trace {
+                            b.trace.push(format!("{}: {} → drop", by.place(), by.text));
+                        }
                         out.push((
                             b,
                             Exit::Drop(
@@ -385,8 +384,8 @@ impl<'m> Walker<'m> {
                 index: Some(i),
                 text: rule.text(),
             };
-            let mut next_live = Vec::new();
-            for p in live {
+            let mut next_live = std::mem::take(&mut spare);
+            for p in live.drain(..) {
                 for (mut q, end) in self.rule(table, &rule.items, at, p, &here) {
                     match end {
                         End::NoMatch => next_live.push(q),
@@ -417,7 +416,7 @@ impl<'m> Walker<'m> {
                     }
                 }
             }
-            live = next_live;
+            spare = std::mem::replace(&mut live, next_live);
             if live.is_empty() {
                 break;
             }
@@ -527,9 +526,10 @@ impl<'m> Walker<'m> {
     ) -> Vec<(Pkt, End)> {
         let mut done = Vec::new();
         let mut cur = vec![(p, Flags::default())];
+        // The two lists swap at each step, so a rule allocates them once.
+        let mut next = Vec::new();
         for item in items {
-            let mut next = Vec::new();
-            for (mut q, f) in cur {
+            for (mut q, f) in cur.drain(..) {
                 match item {
                     Item::Cond(c) => match self.cond(table, c, at, &q) {
                         M::All(named) => next.push((
@@ -610,7 +610,7 @@ impl<'m> Walker<'m> {
                     Item::Act(a) => done.push((q, End::Act(a.clone(), f))),
                 }
             }
-            cur = next;
+            std::mem::swap(&mut cur, &mut next);
             if cur.is_empty() {
                 break;
             }
