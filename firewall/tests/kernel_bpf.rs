@@ -51,8 +51,18 @@ fn v6(next: u8, ext: &[u8], payload: &[u8]) -> Vec<u8> {
     p.extend([0x60, 0, 0, 0]);
     p.extend(len.to_be_bytes());
     p.extend([next, 64]);
-    p.extend([0x20, 0x01, 0x0d, 0xb8].iter().chain([0u8; 11].iter()).chain([1u8].iter()));
-    p.extend([0x20, 0x01, 0x0d, 0xb8].iter().chain([0u8; 11].iter()).chain([2u8].iter()));
+    p.extend(
+        [0x20, 0x01, 0x0d, 0xb8]
+            .iter()
+            .chain([0u8; 11].iter())
+            .chain([1u8].iter()),
+    );
+    p.extend(
+        [0x20, 0x01, 0x0d, 0xb8]
+            .iter()
+            .chain([0u8; 11].iter())
+            .chain([2u8].iter()),
+    );
     p.extend(ext);
     p.extend(payload);
     p
@@ -102,16 +112,86 @@ fn check(p: &Program, pf: u32, hook: u32, packet: &[u8], want: u32, what: &str) 
 fn a_syn_to_a_guarded_port_from_outside_is_dropped_and_other_ports_pass() {
     let p = loaded(false);
     let (v4i, v6i) = ((NFPROTO_IPV4, HOOK_LOCAL_IN), (NFPROTO_IPV6, HOOK_LOCAL_IN));
-    check(&p, v4i.0, v4i.1, &v4(6, 0, &l4(5432, false)), DROP, "v4 syn to 5432");
-    check(&p, v4i.0, v4i.1, &v4(6, 0, &l4(15672, false)), DROP, "v4 syn to 15672");
-    check(&p, v4i.0, v4i.1, &v4(6, 0, &l4(22, false)), ACCEPT, "v4 syn to 22");
-    check(&p, v4i.0, v4i.1, &v4(17, 0, &l4(5432, true)), ACCEPT, "v4 udp to 5432");
-    check(&p, v4i.0, v4i.1, &v4(6, 0, &l4(6432, false)), ACCEPT, "v4 syn to the container port on input");
-    check(&p, v4i.0, v4i.1, &v4(1, 0, &[8, 0, 0, 0, 0, 0, 0, 0]), ACCEPT, "v4 icmp");
-    check(&p, v6i.0, v6i.1, &v6(6, &[], &l4(5432, false)), DROP, "v6 syn to 5432");
-    check(&p, v6i.0, v6i.1, &v6(6, &[], &l4(15672, false)), DROP, "v6 syn to 15672");
-    check(&p, v6i.0, v6i.1, &v6(6, &[], &l4(22, false)), ACCEPT, "v6 syn to 22");
-    check(&p, v6i.0, v6i.1, &v6(58, &[], &[128, 0, 0, 0, 0, 0, 0, 0]), ACCEPT, "v6 echo");
+    check(
+        &p,
+        v4i.0,
+        v4i.1,
+        &v4(6, 0, &l4(5432, false)),
+        DROP,
+        "v4 syn to 5432",
+    );
+    check(
+        &p,
+        v4i.0,
+        v4i.1,
+        &v4(6, 0, &l4(15672, false)),
+        DROP,
+        "v4 syn to 15672",
+    );
+    check(
+        &p,
+        v4i.0,
+        v4i.1,
+        &v4(6, 0, &l4(22, false)),
+        ACCEPT,
+        "v4 syn to 22",
+    );
+    check(
+        &p,
+        v4i.0,
+        v4i.1,
+        &v4(17, 0, &l4(5432, true)),
+        ACCEPT,
+        "v4 udp to 5432",
+    );
+    check(
+        &p,
+        v4i.0,
+        v4i.1,
+        &v4(6, 0, &l4(6432, false)),
+        ACCEPT,
+        "v4 syn to the container port on input",
+    );
+    check(
+        &p,
+        v4i.0,
+        v4i.1,
+        &v4(1, 0, &[8, 0, 0, 0, 0, 0, 0, 0]),
+        ACCEPT,
+        "v4 icmp",
+    );
+    check(
+        &p,
+        v6i.0,
+        v6i.1,
+        &v6(6, &[], &l4(5432, false)),
+        DROP,
+        "v6 syn to 5432",
+    );
+    check(
+        &p,
+        v6i.0,
+        v6i.1,
+        &v6(6, &[], &l4(15672, false)),
+        DROP,
+        "v6 syn to 15672",
+    );
+    check(
+        &p,
+        v6i.0,
+        v6i.1,
+        &v6(6, &[], &l4(22, false)),
+        ACCEPT,
+        "v6 syn to 22",
+    );
+    check(
+        &p,
+        v6i.0,
+        v6i.1,
+        &v6(58, &[], &[128, 0, 0, 0, 0, 0, 0, 0]),
+        ACCEPT,
+        "v6 echo",
+    );
 }
 
 #[test]
@@ -119,29 +199,99 @@ fn extension_headers_are_walked_and_later_fragments_dropped() {
     let p = loaded(false);
     let pf = NFPROTO_IPV6;
     let h = HOOK_LOCAL_IN;
-    check(&p, pf, h, &v6(60, &dstopts(6), &l4(5432, false)), DROP, "dstopts syn to 5432");
-    check(&p, pf, h, &v6(60, &dstopts(6), &l4(22, false)), ACCEPT, "dstopts syn to 22");
-    check(&p, pf, h, &v6(44, &fraghdr(6, 0, false), &l4(5432, false)), DROP, "atomic fragment syn to 5432");
-    check(&p, pf, h, &v6(44, &fraghdr(6, 0, false), &l4(22, false)), ACCEPT, "atomic fragment syn to 22");
-    check(&p, pf, h, &v6(44, &fraghdr(6, 3, false), &l4(22, false)), DROP, "a later fragment");
+    check(
+        &p,
+        pf,
+        h,
+        &v6(60, &dstopts(6), &l4(5432, false)),
+        DROP,
+        "dstopts syn to 5432",
+    );
+    check(
+        &p,
+        pf,
+        h,
+        &v6(60, &dstopts(6), &l4(22, false)),
+        ACCEPT,
+        "dstopts syn to 22",
+    );
+    check(
+        &p,
+        pf,
+        h,
+        &v6(44, &fraghdr(6, 0, false), &l4(5432, false)),
+        DROP,
+        "atomic fragment syn to 5432",
+    );
+    check(
+        &p,
+        pf,
+        h,
+        &v6(44, &fraghdr(6, 0, false), &l4(22, false)),
+        ACCEPT,
+        "atomic fragment syn to 22",
+    );
+    check(
+        &p,
+        pf,
+        h,
+        &v6(44, &fraghdr(6, 3, false), &l4(22, false)),
+        DROP,
+        "a later fragment",
+    );
     let mut chain = Vec::new();
     for _ in 0..3 {
         chain.extend(dstopts(0));
     }
     chain.extend(dstopts(6));
-    check(&p, pf, h, &v6(0, &chain, &l4(5432, false)), DROP, "four headers then 5432");
-    check(&p, pf, h, &v6(0, &chain, &l4(22, false)), ACCEPT, "four headers then 22");
+    check(
+        &p,
+        pf,
+        h,
+        &v6(0, &chain, &l4(5432, false)),
+        DROP,
+        "four headers then 5432",
+    );
+    check(
+        &p,
+        pf,
+        h,
+        &v6(0, &chain, &l4(22, false)),
+        ACCEPT,
+        "four headers then 22",
+    );
     // More headers than the program reads: the transport header is never reached, so dropped.
     let mut long = Vec::new();
     for _ in 0..12 {
         long.extend(dstopts(60));
     }
     long.extend(dstopts(6));
-    check(&p, pf, h, &v6(60, &long, &l4(22, false)), DROP, "thirteen headers");
+    check(
+        &p,
+        pf,
+        h,
+        &v6(60, &long, &l4(22, false)),
+        DROP,
+        "thirteen headers",
+    );
     // A header cut short: unreadable, dropped.
-    check(&p, pf, h, &v6(6, &[], &[0x9c, 0x40]), DROP, "a truncated tcp header");
+    check(
+        &p,
+        pf,
+        h,
+        &v6(6, &[], &[0x9c, 0x40]),
+        DROP,
+        "a truncated tcp header",
+    );
     // IPv4: a later fragment of TCP carries no port; dropped.
-    check(&p, NFPROTO_IPV4, h, &v4(6, 100, &[0; 16]), DROP, "v4 later fragment");
+    check(
+        &p,
+        NFPROTO_IPV4,
+        h,
+        &v4(6, 100, &[0; 16]),
+        DROP,
+        "v4 later fragment",
+    );
 }
 
 #[test]
@@ -150,14 +300,49 @@ fn forwarded_packets_are_left_alone_unless_towards_a_runtime_bridge() {
     // stands for one.
     let p = loaded(false);
     let fwd = HOOK_FORWARD;
-    check(&p, NFPROTO_IPV4, fwd, &v4(6, 0, &l4(6432, false)), ACCEPT, "v4 forward to a lan host");
-    check(&p, NFPROTO_IPV6, fwd, &v6(6, &[], &l4(6432, false)), ACCEPT, "v6 forward to a lan host");
+    check(
+        &p,
+        NFPROTO_IPV4,
+        fwd,
+        &v4(6, 0, &l4(6432, false)),
+        ACCEPT,
+        "v4 forward to a lan host",
+    );
+    check(
+        &p,
+        NFPROTO_IPV6,
+        fwd,
+        &v6(6, &[], &l4(6432, false)),
+        ACCEPT,
+        "v6 forward to a lan host",
+    );
     let mut s = spec(false);
     s.runtimes.push("lo".into());
     p.set(&s).unwrap();
-    check(&p, NFPROTO_IPV4, fwd, &v4(6, 0, &l4(6432, false)), DROP, "v4 forward to a container port");
-    check(&p, NFPROTO_IPV4, fwd, &v4(6, 0, &l4(5432, false)), ACCEPT, "v4 forward to the host port");
-    check(&p, NFPROTO_IPV6, fwd, &v6(6, &[], &l4(6432, false)), DROP, "v6 forward to a container port");
+    check(
+        &p,
+        NFPROTO_IPV4,
+        fwd,
+        &v4(6, 0, &l4(6432, false)),
+        DROP,
+        "v4 forward to a container port",
+    );
+    check(
+        &p,
+        NFPROTO_IPV4,
+        fwd,
+        &v4(6, 0, &l4(5432, false)),
+        ACCEPT,
+        "v4 forward to the host port",
+    );
+    check(
+        &p,
+        NFPROTO_IPV6,
+        fwd,
+        &v6(6, &[], &l4(6432, false)),
+        DROP,
+        "v6 forward to a container port",
+    );
 }
 
 #[test]
@@ -166,15 +351,45 @@ fn the_maps_change_in_place() {
     let c = p.contents().unwrap();
     assert_eq!(
         c.ports,
-        ["tcp/15672 container", "tcp/15672 host", "tcp/5432 host", "tcp/6432 container"]
+        [
+            "tcp/15672 container",
+            "tcp/15672 host",
+            "tcp/5432 host",
+            "tcp/6432 container"
+        ]
     );
     assert_eq!(c.ifaces, ["docker0 exempt runtime", "mesh0 exempt"]);
-    assert!(!p.set(&spec(false)).unwrap(), "the same spec changes nothing");
+    assert!(
+        !p.set(&spec(false)).unwrap(),
+        "the same spec changes nothing"
+    );
     let s = GuardSpec::for_node(7000, 15672, Some("wg0"));
     assert!(p.set(&s).unwrap());
     let c = p.contents().unwrap();
-    assert_eq!(c.ports, ["tcp/15672 container", "tcp/15672 host", "tcp/7000 container", "tcp/7000 host"]);
+    assert_eq!(
+        c.ports,
+        [
+            "tcp/15672 container",
+            "tcp/15672 host",
+            "tcp/7000 container",
+            "tcp/7000 host"
+        ]
+    );
     assert_eq!(c.ifaces, ["lo exempt", "wg0 exempt"]);
-    check(&p, NFPROTO_IPV4, HOOK_LOCAL_IN, &v4(6, 0, &l4(7000, false)), DROP, "the new port");
-    check(&p, NFPROTO_IPV4, HOOK_LOCAL_IN, &v4(6, 0, &l4(5432, false)), ACCEPT, "the old port");
+    check(
+        &p,
+        NFPROTO_IPV4,
+        HOOK_LOCAL_IN,
+        &v4(6, 0, &l4(7000, false)),
+        DROP,
+        "the new port",
+    );
+    check(
+        &p,
+        NFPROTO_IPV4,
+        HOOK_LOCAL_IN,
+        &v4(6, 0, &l4(5432, false)),
+        ACCEPT,
+        "the old port",
+    );
 }

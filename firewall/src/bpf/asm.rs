@@ -212,7 +212,13 @@ impl Asm {
 
     /// `dst = map`, by file descriptor (the kernel swaps in the map's address).
     pub fn load_map(&mut self, dst: Reg, map_fd: i32) -> &mut Asm {
-        self.push(CLASS_LD | MODE_IMM | Size::DW.code(), dst, PSEUDO_MAP_FD, 0, map_fd);
+        self.push(
+            CLASS_LD | MODE_IMM | Size::DW.code(),
+            dst,
+            PSEUDO_MAP_FD,
+            0,
+            map_fd,
+        );
         self.push(0, Reg::R0, 0, 0, 0)
     }
 
@@ -223,7 +229,13 @@ impl Asm {
 
     /// Calls a kernel function by its BTF id in vmlinux.
     pub fn call_kfunc(&mut self, btf_id: u32) -> &mut Asm {
-        self.push(CLASS_JMP | OP_CALL, Reg::R0, PSEUDO_KFUNC_CALL, 0, btf_id as i32)
+        self.push(
+            CLASS_JMP | OP_CALL,
+            Reg::R0,
+            PSEUDO_KFUNC_CALL,
+            0,
+            btf_id as i32,
+        )
     }
 
     /// Jumps to `to`.

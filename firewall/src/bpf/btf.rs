@@ -301,9 +301,29 @@ mod tests {
         // 3: char[16]
         t.extend([0, KIND_ARRAY << 24, 0, 2, 1, 16]);
         // 4: anonymous union { int b; char c[16]; }
-        t.extend([0, (KIND_UNION << 24) | 2, 16, off("b"), 1, 0, off("c"), 3, 0]);
+        t.extend([
+            0,
+            (KIND_UNION << 24) | 2,
+            16,
+            off("b"),
+            1,
+            0,
+            off("c"),
+            3,
+            0,
+        ]);
         // 5: struct s { int a; union; } (size 20; union at byte 4)
-        t.extend([off("s"), (KIND_STRUCT << 24) | 2, 20, off("a"), 1, 0, 0, 4, 32]);
+        t.extend([
+            off("s"),
+            (KIND_STRUCT << 24) | 2,
+            20,
+            off("a"),
+            1,
+            0,
+            0,
+            4,
+            32,
+        ]);
         // 6: func proto void(void); 7: func f
         t.extend([0, KIND_FUNC_PROTO << 24, 0]);
         t.extend([off("f"), KIND_FUNC << 24, 6]);
@@ -326,7 +346,13 @@ mod tests {
         let btf = Btf::parse("sample", &sample()).unwrap();
         assert_eq!(btf.field("s", "a").unwrap(), Field { offset: 0, size: 4 });
         assert_eq!(btf.field("s", "b").unwrap(), Field { offset: 4, size: 4 });
-        assert_eq!(btf.field("s", "c").unwrap(), Field { offset: 4, size: 16 });
+        assert_eq!(
+            btf.field("s", "c").unwrap(),
+            Field {
+                offset: 4,
+                size: 16
+            }
+        );
         assert_eq!(btf.struct_size("s").unwrap(), 20);
         assert_eq!(btf.func_id("f").unwrap(), 7);
         let e = btf.field("s", "d").unwrap_err().to_string();

@@ -181,9 +181,15 @@ fn contents(ports: &OwnedFd, ifaces: &OwnedFd) -> Result<Contents> {
             17 => "udp".to_string(),
             n => format!("proto{n}"),
         };
-        let kind = if k[3] == KIND_CONTAINER { "container" } else { "host" };
-        out.ports
-            .push(format!("{proto}/{} {kind}", u16::from_be_bytes([k[0], k[1]])));
+        let kind = if k[3] == KIND_CONTAINER {
+            "container"
+        } else {
+            "host"
+        };
+        out.ports.push(format!(
+            "{proto}/{} {kind}",
+            u16::from_be_bytes([k[0], k[1]])
+        ));
     }
     for k in sys::map_keys(ifaces, "map mh_guard_ifaces", 16)? {
         let v = sys::map_lookup(ifaces, "map mh_guard_ifaces", &k, 4)?.unwrap_or_default();
@@ -262,14 +268,13 @@ fn is_bpffs(path: &Path) -> bool {
 }
 
 fn mount_bpffs(at: &Path) -> Result<()> {
-    let target = std::ffi::CString::new(at.as_os_str().as_encoded_bytes()).map_err(|_| {
-        Error::Bpf {
+    let target =
+        std::ffi::CString::new(at.as_os_str().as_encoded_bytes()).map_err(|_| Error::Bpf {
             op: "mount",
             what: format!("bpffs at {}", at.display()),
             errno: Errno(libc::EINVAL),
             log: None,
-        }
-    })?;
+        })?;
     // SAFETY: every argument is a NUL-terminated string that outlives the call.
     let rc = unsafe {
         libc::mount(
@@ -400,13 +405,8 @@ pub fn ensure(pins: &Pins, spec: &GuardSpec) -> Result<BpfReport> {
         }
         // A new link is attached before the old one is unpinned and detached: at no moment is
         // neither in place.
-        let new = sys::link_create_netfilter(
-            &program.prog,
-            pf,
-            hook,
-            PRIORITY,
-            F_NETFILTER_IP_DEFRAG,
-        )?;
+        let new =
+            sys::link_create_netfilter(&program.prog, pf, hook, PRIORITY, F_NETFILTER_IP_DEFRAG)?;
         if let Some(old) = old {
             unpin(&path)?;
             // A link whose namespace is gone cannot be detached again; nothing holds it then.

@@ -264,7 +264,12 @@ pub fn map_delete(map: &OwnedFd, what: &str, key: &[u8]) -> Result<()> {
 }
 
 /// Whether `key` is in a map, and its value.
-pub fn map_lookup(map: &OwnedFd, what: &str, key: &[u8], value_size: usize) -> Result<Option<Vec<u8>>> {
+pub fn map_lookup(
+    map: &OwnedFd,
+    what: &str,
+    key: &[u8],
+    value_size: usize,
+) -> Result<Option<Vec<u8>>> {
     let mut value = vec![0u8; value_size];
     let mut a = MapElem {
         map_fd: map.as_raw_fd() as u32,
@@ -373,13 +378,8 @@ pub fn link_detach(link: &OwnedFd, what: &str) -> Result<()> {
 }
 
 fn c_path(path: &Path) -> Result<CString> {
-    CString::new(path.as_os_str().as_encoded_bytes()).map_err(|_| {
-        fail(
-            "pin",
-            &path.display().to_string(),
-            Errno(libc::EINVAL),
-        )
-    })
+    CString::new(path.as_os_str().as_encoded_bytes())
+        .map_err(|_| fail("pin", &path.display().to_string(), Errno(libc::EINVAL)))
 }
 
 /// Pins an object at a path in a bpffs.
@@ -443,7 +443,11 @@ pub fn prog_test_run(prog: &OwnedFd, data: &[u8], ctx: &[u8]) -> Result<u32> {
         data_in: data.as_ptr() as u64,
         repeat: 1,
         ctx_size_in: ctx.len() as u32,
-        ctx_in: if ctx.is_empty() { 0 } else { ctx.as_ptr() as u64 },
+        ctx_in: if ctx.is_empty() {
+            0
+        } else {
+            ctx.as_ptr() as u64
+        },
         ..Default::default()
     };
     bpf(BPF_PROG_TEST_RUN, &mut a).map_err(|e| fail("test run", "netfilter program", e))?;
