@@ -9,8 +9,9 @@ use firewall::{Firewall, SystemExec};
 use serde_json::{json, Value};
 use std::fmt::Write as _;
 
-/// Reads the firewall as it is now, against the stored declaration's openings.
-pub fn firewall_status(state: Option<&State>) -> Result<Value> {
+/// Reads the firewall as it is now, against the stored declaration's openings; the guard's BPF
+/// layer is read from its pins under `root`.
+pub fn firewall_status(root: &std::path::Path, state: Option<&State>) -> Result<Value> {
     static EXEC: SystemExec = SystemExec;
     let mut fw = Firewall::open(&EXEC).context("reading the found firewall")?;
     let found = fw.found().context("reading the found firewall")?.clone();
@@ -32,6 +33,7 @@ pub fn firewall_status(state: Option<&State>) -> Result<Value> {
         }
         None => json!({"present": false, "note": "the kernel has no nf_tables"}),
     };
+    let guard = with_bpf(guard, root);
     Ok(json!({
         "kind": found.kind(),
         "refusal": found.refusal,
@@ -67,6 +69,49 @@ pub fn firewall_status(state: Option<&State>) -> Result<Value> {
         })).collect::<Vec<_>>(),
         "guard": guard,
     }))
+}
+
+/// The guard's JSON with its BPF layer and the layers that hold, named as the briefing names
+/// them.
+fn with_bpf(mut guard: Value, root: &std::path::Path) -> Value {
+    use crate::apply::opening::{LAYERS_BOTH, LAYERS_TABLE_ALONE};
+    let pins = firewall::bpf::Pins::under(root);
+    let (bpf, holds) = match firewall::bpf::status(&pins) {
+        Ok(st) => {
+            let holds = st.holds();
+            // Not pinned: whether this kernel would take the program at all.
+            let kernel = if holds {
+                Value::Null
+            } else {
+                match firewall::bpf::supported() {
+                    Ok(()) => json!("takes the program"),
+                    Err(e) => json!(format!("refuses the program: {e}")),
+                }
+            };
+            (
+                json!({"pinned": holds, "pins": pins.dir, "program": st.program,
+                       "links": st.links, "link_ids": st.link_ids,
+                       "ports": st.contents.ports, "interfaces": st.contents.ifaces,
+                       "kernel": kernel}),
+                holds,
+            )
+        }
+        Err(e) => (
+            json!({"pinned": false, "pins": pins.dir, "error": e.to_string()}),
+            false,
+        ),
+    };
+    let table = guard["present"] == true;
+    guard["layers"] = json!(match (table, holds) {
+        (true, true) => LAYERS_BOTH.to_string(),
+        (false, true) => "guard: netfilter BPF (pinned) alone: holds through any ruleset change; \
+                          the table inet mesh_host is gone until the next apply or reconcile"
+            .to_string(),
+        (true, false) => LAYERS_TABLE_ALONE.to_string(),
+        (false, false) => "guard: no layer in force".to_string(),
+    });
+    guard["bpf"] = bpf;
+    guard
 }
 
 /// One word for a state, for scripts.
@@ -141,6 +186,33 @@ pub fn render(v: &Value) -> String {
     let g = &v["guard"];
     let state = guard_state(g);
     let _ = writeln!(out, "\nguard           {state}");
+    let _ = writeln!(
+        out,
+        "layers          {}",
+        g["layers"].as_str().unwrap_or("")
+    );
+    let b = &g["bpf"];
+    if b["pinned"] == true {
+        let list = |k: &str| -> String {
+            b[k].as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|v| v.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let _ = writeln!(
+            out,
+            "bpf             {} pinned in {}: links {}; ports {}; interfaces {}",
+            b["program"].as_str().unwrap_or(""),
+            b["pins"].as_str().unwrap_or(""),
+            list("links"),
+            list("ports"),
+            list("interfaces")
+        );
+    } else if let Some(k) = b["kernel"].as_str() {
+        let _ = writeln!(out, "bpf             not pinned; this kernel {k}");
+    }
     for r in g["rules"].as_array().into_iter().flatten() {
         let _ = writeln!(out, "  {}", r.as_str().unwrap_or(""));
     }

@@ -33,7 +33,7 @@ impl PinRoot {
     }
 
     fn pins(&self) -> Pins {
-        Pins::under(&self.root)
+        Pins::mounting(&self.root)
     }
 }
 

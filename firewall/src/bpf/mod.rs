@@ -90,7 +90,8 @@ pub struct Program {
     pub prog: OwnedFd,
     pub ports: OwnedFd,
     pub ifaces: OwnedFd,
-    pub layout: Layout,
+    /// The kernel's layout, read when the program was assembled here (not for one reclaimed).
+    pub layout: Option<Layout>,
 }
 
 impl Program {
@@ -109,7 +110,7 @@ impl Program {
             prog,
             ports,
             ifaces,
-            layout,
+            layout: Some(layout),
         })
     }
 
@@ -156,9 +157,13 @@ impl Program {
     /// Runs the program once on `packet` as if at `hook` of family `pf` (`BPF_PROG_TEST_RUN`;
     /// outside LOCAL_OUT the packet starts with its Ethernet header); returns the verdict.
     pub fn test_run(&self, pf: u32, hook: u32, packet: &[u8]) -> Result<u32> {
-        let mut ctx = vec![0u8; self.layout.state_size as usize];
-        ctx[self.layout.state_hook as usize] = hook as u8;
-        ctx[self.layout.state_pf as usize] = pf as u8;
+        let layout = match self.layout {
+            Some(l) => l,
+            None => Layout::from_btf(&btf::Btf::vmlinux()?)?,
+        };
+        let mut ctx = vec![0u8; layout.state_size as usize];
+        ctx[layout.state_hook as usize] = hook as u8;
+        ctx[layout.state_pf as usize] = pf as u8;
         sys::prog_test_run(&self.prog, packet, &ctx)
     }
 }
@@ -216,6 +221,10 @@ pub struct Pins {
     pub fs: PathBuf,
     /// The directory of the pins (`/sys/fs/bpf/mesh-host`).
     pub dir: PathBuf,
+    /// Whether a bpffs may be mounted at `fs` when none is there: on the machine's own `/`,
+    /// where `/sys/fs/bpf` is the standard place; never below another root, where a mount would
+    /// outlive the directory (a test that wants the layer there mounts one itself).
+    pub may_mount: bool,
 }
 
 impl Pins {
@@ -224,6 +233,15 @@ impl Pins {
         Pins {
             fs: root.join(BPFFS_SUBDIR),
             dir: root.join(PIN_SUBDIR),
+            may_mount: root == Path::new("/"),
+        }
+    }
+
+    /// The pins in a bpffs this caller has mounted or lets be mounted at `root/sys/fs/bpf`.
+    pub fn mounting(root: &Path) -> Pins {
+        Pins {
+            may_mount: true,
+            ..Pins::under(root)
         }
     }
 
@@ -234,6 +252,14 @@ impl Pins {
     /// Mounts a bpffs at `fs` unless one is there, and makes the pins' directory.
     fn prepare(&self) -> Result<()> {
         let shown = self.fs.display().to_string();
+        if !is_bpffs(&self.fs) && !self.may_mount {
+            return Err(Error::Bpf {
+                op: "pin",
+                what: format!("the guard's links in {}", self.dir.display()),
+                errno: Errno(libc::ENOENT),
+                log: Some(format!("no bpffs is mounted at {shown}")),
+            });
+        }
         if !is_bpffs(&self.fs) {
             std::fs::create_dir_all(&self.fs).map_err(|e| Error::Bpf {
                 op: "mkdir",
@@ -256,7 +282,8 @@ impl Pins {
     }
 }
 
-fn is_bpffs(path: &Path) -> bool {
+/// Whether `path` is the root of a mounted bpffs.
+pub fn is_bpffs(path: &Path) -> bool {
     let Ok(c) = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()) else {
         return false;
     };
@@ -377,12 +404,11 @@ pub fn ensure(pins: &Pins, spec: &GuardSpec) -> Result<BpfReport> {
     }
     let (program, old_prog, mut loaded) = match reuse {
         Some((p, m, i, id, name)) if name == PROG_NAME => {
-            let layout = Layout::from_btf(&btf::Btf::vmlinux()?)?;
             let prog = Program {
                 prog: p,
                 ports: m,
                 ifaces: i,
-                layout,
+                layout: None,
             };
             (prog, Some(id), Loaded::Reclaimed)
         }
