@@ -74,7 +74,6 @@ pub fn firewall_status(root: &std::path::Path, state: Option<&State>) -> Result<
 /// The guard's JSON with its BPF layer and the layers that hold, named as the briefing names
 /// them.
 fn with_bpf(mut guard: Value, root: &std::path::Path) -> Value {
-    use crate::apply::opening::{LAYERS_BOTH, LAYERS_TABLE_ALONE};
     let pins = firewall::bpf::Pins::under(root);
     let (bpf, holds) = match firewall::bpf::status(&pins) {
         Ok(st) => {
@@ -101,17 +100,23 @@ fn with_bpf(mut guard: Value, root: &std::path::Path) -> Value {
             false,
         ),
     };
-    let table = guard["present"] == true;
-    guard["layers"] = json!(match (table, holds) {
-        (true, true) => LAYERS_BOTH.to_string(),
-        (false, true) => "guard: netfilter BPF (pinned) alone: holds through any ruleset change; \
-                          the table inet mesh_host is gone until the next apply or reconcile"
-            .to_string(),
-        (true, false) => LAYERS_TABLE_ALONE.to_string(),
-        (false, false) => "guard: no layer in force".to_string(),
-    });
+    guard["layers"] = json!(layers_named(guard["present"] == true, holds));
     guard["bpf"] = bpf;
     guard
+}
+
+/// The guard's layers in force, by whether its table is there and its BPF layer holds.
+fn layers_named(table: bool, bpf: bool) -> &'static str {
+    use crate::apply::opening::{LAYERS_BOTH, LAYERS_TABLE_ALONE};
+    match (table, bpf) {
+        (true, true) => LAYERS_BOTH,
+        (false, true) => {
+            "guard: netfilter BPF (pinned) alone: holds through any ruleset change; the table \
+             inet mesh_host is gone until the next apply or reconcile"
+        }
+        (true, false) => LAYERS_TABLE_ALONE,
+        (false, false) => "guard: no layer in force",
+    }
 }
 
 /// One word for a state, for scripts.
@@ -248,6 +253,21 @@ fn guard_state(g: &Value) -> String {
 #[cfg(test)]
 mod tests {
     use serde_json::json;
+
+    #[test]
+    fn the_guards_layers_are_named_by_what_holds() {
+        assert_eq!(
+            super::layers_named(true, true),
+            "guard: table inet mesh_host + netfilter BPF (pinned): holds through any ruleset change"
+        );
+        assert!(super::layers_named(true, false).starts_with("guard: table inet mesh_host alone"));
+        assert!(super::layers_named(true, false).contains("8.6 ms per reload"));
+        assert!(super::layers_named(false, true).starts_with("guard: netfilter BPF (pinned) alone"));
+        assert_eq!(
+            super::layers_named(false, false),
+            "guard: no layer in force"
+        );
+    }
 
     #[test]
     fn the_guard_is_rendered_by_its_table() {

@@ -513,3 +513,57 @@ fn a_fragmented_ipv4_syn_to_the_store_gets_no_answer() {
         "a fragmented syn to {STORE} was answered through the guard"
     );
 }
+
+#[test]
+fn changing_the_port_set_and_the_bridges_in_place_never_opens_a_guarded_port() {
+    let lab = Lab::new().unwrap();
+    let Net { net, _listeners } = build(&lab);
+    let root = PinRoot::new("inplace");
+    let pins = root.pins();
+    ensure(&net.node, &pins, &spec());
+    // Two settings that both guard the store and the broker, differing in everything else: a
+    // third port, a container port, a runtime bridge, another private interface.
+    let mut other = GuardSpec::for_node(STORE, BROKER, Some("wg0")).container_ports(6432, BROKER);
+    other.add_runtime_bridge("docker0");
+    other.ports.push(firewall::GuardedPort {
+        what: "extra".into(),
+        proto: firewall::Proto::Tcp,
+        host_port: 7000,
+        container_port: 7000,
+    });
+    let targets = [
+        (v4(addr::NODE_PUBLIC_V4), STORE),
+        (v6(addr::NODE_PUBLIC_V6), STORE),
+        (v4(addr::NODE_PUBLIC_V4), BROKER),
+        (v6(addr::NODE_PUBLIC_V6), BROKER),
+    ];
+    let stop = Arc::new(AtomicBool::new(false));
+    let g = probe_loop(
+        &net.outside,
+        &targets,
+        Duration::from_millis(15),
+        Duration::ZERO,
+        &stop,
+    );
+    for i in 0..100 {
+        let s = if i % 2 == 0 { &other } else { &spec() };
+        let r = ensure(&net.node, &pins, s);
+        assert_eq!(
+            (r.loaded, r.changed),
+            (Loaded::Reclaimed, true),
+            "change {i}"
+        );
+        // A change takes well under a millisecond: paced, so the probes see each setting.
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    stop.store(true, Ordering::Relaxed);
+    let g: Vec<(u32, u32)> = g.into_iter().map(|h| h.join().unwrap()).collect();
+    eprintln!("guarded (got, probes) through 100 changes {targets:?}: {g:?}");
+    for ((to, port), (got, tries)) in targets.iter().zip(&g) {
+        assert!(*tries >= 20, "only {tries} probes to {to} port {port}");
+        assert_eq!(
+            *got, 0,
+            "{got} of {tries} connections to {to} port {port} got through"
+        );
+    }
+}

@@ -8,15 +8,15 @@ use super::resident::Resident;
 use super::*;
 
 /// The guard's layers when both hold, as the report and the status say.
-const BOTH: &str =
+pub(super) const BOTH: &str =
     "guard: table inet mesh_host + netfilter BPF (pinned): holds through any ruleset change";
 
 /// A bpffs mounted at the host's `ROOT/sys/fs/bpf`, as `/sys/fs/bpf` is on a node (the binary
 /// mounts one only on the machine's own `/`); unmounted on drop, which releases what is pinned.
-struct Bpffs(PathBuf);
+pub(super) struct Bpffs(PathBuf);
 
 impl Bpffs {
-    fn mount(host: &Host) -> Bpffs {
+    pub(super) fn mount(host: &Host) -> Bpffs {
         let at = host.root().join("sys/fs/bpf");
         std::fs::create_dir_all(&at).unwrap();
         let out = std::process::Command::new("mount")
@@ -43,7 +43,7 @@ impl Drop for Bpffs {
     }
 }
 
-fn bpf(host: &Host) -> Value {
+pub(super) fn bpf(host: &Host) -> Value {
     host.status()["guard"]["bpf"].clone()
 }
 

@@ -245,6 +245,36 @@ impl Pins {
         }
     }
 
+    /// An exclusive lock on the pins' directory, held until dropped.
+    fn lock(&self) -> Result<OwnedFd> {
+        use std::os::fd::FromRawFd;
+        let failed = |errno| Error::Bpf {
+            op: "lock",
+            what: format!("pin directory {}", self.dir.display()),
+            errno,
+            log: None,
+        };
+        let c = std::ffi::CString::new(self.dir.as_os_str().as_encoded_bytes())
+            .map_err(|_| failed(Errno(libc::EINVAL)))?;
+        // SAFETY: open reads the NUL-terminated path; the descriptor is owned at once.
+        let fd = unsafe {
+            libc::open(
+                c.as_ptr(),
+                libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
+            )
+        };
+        if fd < 0 {
+            return Err(failed(Errno::last()));
+        }
+        // SAFETY: fd is a new descriptor nothing else owns.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        // SAFETY: flock on a descriptor this function owns.
+        if unsafe { libc::flock(fd.as_raw_fd(), libc::LOCK_EX) } != 0 {
+            return Err(failed(Errno::last()));
+        }
+        Ok(fd)
+    }
+
     fn path(&self, name: &str) -> PathBuf {
         self.dir.join(name)
     }
@@ -390,6 +420,9 @@ fn open_pinned(pins: &Pins) -> Result<Option<(OwnedFd, OwnedFd, OwnedFd)>> {
 /// Must run on a thread in the node's network namespace.
 pub fn ensure(pins: &Pins, spec: &GuardSpec) -> Result<BpfReport> {
     pins.prepare()?;
+    // One host at a time: an apply ensures the guard before it takes the store's lock, so a
+    // resident host's reconcile may be doing the same.
+    let _lock = pins.lock()?;
     // The maps: the pinned ones when they have the right shape (the old program, still attached,
     // keeps using them), new ones otherwise.
     let pinned = open_pinned(pins)?;
@@ -475,11 +508,17 @@ fn unpin(path: &Path) -> Result<()> {
     }
 }
 
-/// Detaches and unpins the layer; returns whether anything was pinned. The bpffs stays mounted.
+/// Detaches and unpins the layer; returns whether anything was pinned. The bpffs and the pins'
+/// directory stay.
 pub fn remove(pins: &Pins) -> Result<bool> {
     if !is_bpffs(&pins.fs) {
         return Ok(false);
     }
+    let _lock = match pins.lock() {
+        Ok(l) => l,
+        Err(_) if !pins.dir.exists() => return Ok(false),
+        Err(e) => return Err(e),
+    };
     let mut found = false;
     for (_, _, name) in HOOKS {
         let path = pins.path(name);
@@ -495,18 +534,7 @@ pub fn remove(pins: &Pins) -> Result<bool> {
         found |= path.exists();
         unpin(&path)?;
     }
-    match std::fs::remove_dir(&pins.dir) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => {
-            return Err(Error::Bpf {
-                op: "rmdir",
-                what: format!("pin directory {}", pins.dir.display()),
-                errno: Errno(e.raw_os_error().unwrap_or(0)),
-                log: None,
-            })
-        }
-    }
+    // The directory stays: a host waiting on its lock finds it there.
     Ok(found)
 }
 
@@ -539,4 +567,49 @@ pub fn status(pins: &Pins) -> Result<BpfStatus> {
 /// attaches nothing. The error says what the kernel refused.
 pub fn supported() -> Result<()> {
     Program::load().map(drop)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pins_live_under_the_root_and_a_bpffs_is_mounted_only_on_the_machines_own() {
+        let node = Pins::under(Path::new("/"));
+        assert_eq!(node.dir, Path::new("/sys/fs/bpf/mesh-host"));
+        assert_eq!(node.fs, Path::new("/sys/fs/bpf"));
+        assert!(node.may_mount);
+        let lab = Pins::under(Path::new("/tmp/x/root"));
+        assert_eq!(lab.dir, Path::new("/tmp/x/root/sys/fs/bpf/mesh-host"));
+        assert!(!lab.may_mount);
+        assert!(Pins::mounting(Path::new("/tmp/x/root")).may_mount);
+    }
+
+    #[test]
+    fn the_maps_say_what_the_spec_says_and_no_pattern_is_trusted() {
+        let mut spec = GuardSpec::for_node(15432, 15672, Some("wg0")).container_ports(5432, 15672);
+        spec.add_runtime_bridge("docker0");
+        let ports: Vec<[u8; 4]> = want_ports(&spec);
+        assert_eq!(
+            ports,
+            [
+                port_key(5432, 6, KIND_CONTAINER),
+                port_key(15432, 6, KIND_HOST),
+                port_key(15672, 6, KIND_HOST),
+                port_key(15672, 6, KIND_CONTAINER),
+            ]
+        );
+        let ifaces = want_ifaces(&spec).unwrap();
+        assert_eq!(
+            ifaces,
+            [
+                (iface_key("lo"), IFACE_EXEMPT),
+                (iface_key("wg0"), IFACE_EXEMPT),
+                (iface_key("docker0"), IFACE_EXEMPT | IFACE_RUNTIME),
+            ]
+        );
+        spec.allowed.push("br-*".into());
+        let e = want_ifaces(&spec).unwrap_err().to_string();
+        assert!(e.contains("\"br-*\" is a pattern"), "{e}");
+    }
 }
