@@ -1,7 +1,8 @@
 //! The guard's BPF layer on the real kernel between lab namespaces, probed from an outside
 //! machine: it holds the guarded ports closed through 50 foreign `nft flush ruleset` and 50
 //! `nft -f` reloads (both families), leaves the private network, a routed LAN host and other
-//! ports reached, covers an interface made after it was loaded, answers no fragmented IPv4 SYN,
+//! ports reached, covers an interface made after it was loaded, answers no fragmented IPv4 SYN
+//! and no IPv6 SYN behind a destination-options or an atomic fragment header,
 //! holds pinned with no process holding it, is reclaimed (never duplicated) and removed.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -566,4 +567,157 @@ fn changing_the_port_set_and_the_bridges_in_place_never_opens_a_guarded_port() {
             "{got} of {tries} connections to {to} port {port} got through"
         );
     }
+}
+
+/// Sends a TCP SYN from `src` to `dst:dport` on a raw IPv6 socket of the calling thread's
+/// namespace, with the extension headers `ext` (their first type `first`) between the IPv6
+/// header and TCP, and says whether a SYN-ACK came back within `wait`.
+fn v6_syn_answered(
+    src: Ipv6Addr,
+    dst: Ipv6Addr,
+    dport: u16,
+    first: u8,
+    ext: &[u8],
+    wait: Duration,
+) -> bool {
+    // SAFETY: plain socket calls on descriptors this function owns.
+    let (tx, rx) = unsafe {
+        let tx = libc::socket(libc::AF_INET6, libc::SOCK_RAW, libc::IPPROTO_RAW);
+        let rx = libc::socket(libc::AF_INET6, libc::SOCK_RAW, libc::IPPROTO_TCP);
+        assert!(
+            tx >= 0 && rx >= 0,
+            "raw sockets: {}",
+            std::io::Error::last_os_error()
+        );
+        (OwnedFd::from_raw_fd(tx), OwnedFd::from_raw_fd(rx))
+    };
+    let sport: u16 = 30000 + (std::process::id() % 10000) as u16 + u16::from(first);
+    let mut tcp = Vec::new();
+    tcp.extend(sport.to_be_bytes());
+    tcp.extend(dport.to_be_bytes());
+    tcp.extend(0x0bad_cafeu32.to_be_bytes());
+    tcp.extend([0, 0, 0, 0, 0x50, 0x02, 0xff, 0xff, 0, 0, 0, 0]);
+    let mut pseudo = Vec::new();
+    pseudo.extend(src.octets());
+    pseudo.extend(dst.octets());
+    pseudo.extend((tcp.len() as u32).to_be_bytes());
+    pseudo.extend([0, 0, 0, 6]);
+    pseudo.extend(&tcp);
+    let sum = checksum(&pseudo);
+    tcp[16..18].copy_from_slice(&sum.to_be_bytes());
+    let mut pkt = vec![0x60, 0, 0, 0];
+    pkt.extend(((ext.len() + tcp.len()) as u16).to_be_bytes());
+    pkt.extend([first, 64]);
+    pkt.extend(src.octets());
+    pkt.extend(dst.octets());
+    pkt.extend(ext);
+    pkt.extend(&tcp);
+    // SAFETY: a zeroed sockaddr_in6 filled in below is a valid address for sendto.
+    let mut to: libc::sockaddr_in6 = unsafe { std::mem::zeroed() };
+    to.sin6_family = libc::AF_INET6 as u16;
+    to.sin6_addr.s6_addr = dst.octets();
+    // SAFETY: the buffer and the address outlive the call.
+    let rc = unsafe {
+        libc::sendto(
+            tx.as_raw_fd(),
+            pkt.as_ptr().cast(),
+            pkt.len(),
+            0,
+            (&to as *const libc::sockaddr_in6).cast(),
+            std::mem::size_of::<libc::sockaddr_in6>() as u32,
+        )
+    };
+    assert_eq!(
+        rc,
+        pkt.len() as isize,
+        "sendto: {}",
+        std::io::Error::last_os_error()
+    );
+    let deadline = Instant::now() + wait;
+    let mut buf = [0u8; 1500];
+    while Instant::now() < deadline {
+        let tv = libc::timeval {
+            tv_sec: 0,
+            tv_usec: 100_000,
+        };
+        // SAFETY: zeroed sockaddr_in6 for recvfrom to fill; setsockopt reads the timeval.
+        let mut from: libc::sockaddr_in6 = unsafe { std::mem::zeroed() };
+        let mut len = std::mem::size_of::<libc::sockaddr_in6>() as u32;
+        // SAFETY: recvfrom writes at most buf.len() bytes into buf and the address into from.
+        let n = unsafe {
+            libc::setsockopt(
+                rx.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_RCVTIMEO,
+                (&tv as *const libc::timeval).cast(),
+                std::mem::size_of::<libc::timeval>() as u32,
+            );
+            libc::recvfrom(
+                rx.as_raw_fd(),
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+                0,
+                (&mut from as *mut libc::sockaddr_in6).cast(),
+                &mut len,
+            )
+        };
+        if n < 20 {
+            continue;
+        }
+        let t = &buf[..n as usize];
+        let from_port = u16::from_be_bytes([t[0], t[1]]);
+        let to_port = u16::from_be_bytes([t[2], t[3]]);
+        if from.sin6_addr.s6_addr == dst.octets()
+            && from_port == dport
+            && to_port == sport
+            && t[13] & 0x12 == 0x12
+        {
+            return true;
+        }
+    }
+    false
+}
+
+#[test]
+fn a_dstopts_syn_and_an_atomic_fragment_syn_to_the_store_get_no_answer() {
+    let lab = Lab::new().unwrap();
+    let Net { net, _listeners } = build(&lab);
+    let root = PinRoot::new("ext6");
+    let (src, dst) = (addr::OUTSIDE_PUBLIC_V6, addr::NODE_PUBLIC_V6);
+    let wait = Duration::from_millis(800);
+    // A destination-options header (a PadN) and an atomic fragment header (offset 0, no more
+    // fragments), each followed by TCP.
+    let dstopts: [u8; 8] = [6, 0, 1, 4, 0, 0, 0, 0];
+    let atomic: [u8; 8] = [6, 0, 0, 0, 0, 0, 0x4d, 0x48];
+    let answered = |first: u8, ext: &[u8], port: u16| {
+        net.outside
+            .in_namespace(|| v6_syn_answered(src, dst, port, first, ext, wait))
+            .unwrap()
+    };
+    // Real SYNs: the node answers them before the guard, and to another port after it.
+    assert!(
+        answered(60, &dstopts, STORE),
+        "the dstopts syn went unanswered before the guard"
+    );
+    assert!(
+        answered(44, &atomic, STORE),
+        "the atomic fragment went unanswered before the guard"
+    );
+    ensure(&net.node, &root.pins(), &spec());
+    assert!(
+        answered(60, &dstopts, OTHER),
+        "the dstopts syn to {OTHER} went unanswered"
+    );
+    assert!(
+        answered(44, &atomic, OTHER),
+        "the atomic fragment to {OTHER} went unanswered"
+    );
+    assert!(
+        !answered(60, &dstopts, STORE),
+        "a dstopts syn to {STORE} was answered"
+    );
+    assert!(
+        !answered(44, &atomic, STORE),
+        "an atomic fragment syn to {STORE} was answered"
+    );
 }
