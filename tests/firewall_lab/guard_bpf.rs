@@ -1,8 +1,8 @@
 //! The guard's second layer through the built binary: a netfilter BPF program pinned under the
 //! node's root that holds the store and the broker's management port closed through a foreign
 //! `flush ruleset` with no mesh-host running, after the resident host is killed with `kill -9`,
-//! and that a restart reclaims (the same four links, never a second set); status and the report
-//! name both layers.
+//! and that a restart reclaims (the same four links, never a second set); status, the report and
+//! the briefing name both layers.
 
 use super::resident::Resident;
 use super::*;
@@ -88,6 +88,8 @@ fn pinned_beside_the_table_the_guard_holds_through_a_flush_with_no_host_running(
         status["guard"]["bpf"]["interfaces"],
         json!(["lo exempt", format!("{PRIVATE_IF} exempt")])
     );
+    let briefing = host.run(&["briefing"]);
+    assert!(briefing.stdout.contains(BOTH), "{}", briefing.stdout);
     let text = host.run(&["firewall", "status"]);
     assert!(
         text.stdout.contains(&format!("layers          {BOTH}")),
