@@ -6,12 +6,14 @@
 //! holds pinned with no process holding it, is reclaimed (never duplicated) and removed.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+mod common;
+
+use common::raw::{fragmented_syn_answered, v6_syn_answered};
 use firewall::bpf::{self, Loaded, Pins};
 use firewall::netlink::NfSocket;
 use firewall::{guard, GuardSpec};
@@ -375,117 +377,6 @@ fn pinned_it_holds_with_nothing_running_is_reclaimed_once_and_removed() {
         .unwrap());
 }
 
-/// Sends a TCP SYN from `src` to `dst:dport` in two IPv4 fragments (8 bytes of TCP header, then
-/// 12) on a raw socket of the calling thread's namespace, and says whether a SYN-ACK came back
-/// within `wait`.
-fn fragmented_syn_answered(src: Ipv4Addr, dst: Ipv4Addr, dport: u16, wait: Duration) -> bool {
-    // SAFETY: plain socket calls on descriptors this function owns.
-    let (tx, rx) = unsafe {
-        let tx = libc::socket(libc::AF_INET, libc::SOCK_RAW, libc::IPPROTO_RAW);
-        let rx = libc::socket(libc::AF_INET, libc::SOCK_RAW, libc::IPPROTO_TCP);
-        assert!(
-            tx >= 0 && rx >= 0,
-            "raw sockets: {}",
-            std::io::Error::last_os_error()
-        );
-        (OwnedFd::from_raw_fd(tx), OwnedFd::from_raw_fd(rx))
-    };
-    let sport: u16 = 40000 + (std::process::id() % 20000) as u16;
-    let mut tcp = Vec::new();
-    tcp.extend(sport.to_be_bytes());
-    tcp.extend(dport.to_be_bytes());
-    tcp.extend(0x1234_5678u32.to_be_bytes());
-    tcp.extend([0, 0, 0, 0, 0x50, 0x02, 0xff, 0xff, 0, 0, 0, 0]);
-    let mut pseudo = Vec::new();
-    pseudo.extend(src.octets());
-    pseudo.extend(dst.octets());
-    pseudo.extend([0, 6, 0, 20]);
-    pseudo.extend(&tcp);
-    let sum = checksum(&pseudo);
-    tcp[16..18].copy_from_slice(&sum.to_be_bytes());
-    let frag = |offset_units: u16, more: bool, payload: &[u8]| -> Vec<u8> {
-        let mut ip = vec![0x45, 0];
-        ip.extend(((20 + payload.len()) as u16).to_be_bytes());
-        ip.extend(0x4d48u16.to_be_bytes());
-        ip.extend((offset_units | if more { 0x2000 } else { 0 }).to_be_bytes());
-        ip.extend([64, 6, 0, 0]);
-        ip.extend(src.octets());
-        ip.extend(dst.octets());
-        let s = checksum(&ip);
-        ip[10..12].copy_from_slice(&s.to_be_bytes());
-        ip.extend(payload);
-        ip
-    };
-    // SAFETY: a zeroed sockaddr_in filled in below is a valid address for sendto.
-    let mut to: libc::sockaddr_in = unsafe { std::mem::zeroed() };
-    to.sin_family = libc::AF_INET as u16;
-    to.sin_addr.s_addr = u32::from_ne_bytes(dst.octets());
-    for pkt in [frag(0, true, &tcp[..8]), frag(1, false, &tcp[8..])] {
-        // SAFETY: the buffer and address outlive the call.
-        let rc = unsafe {
-            libc::sendto(
-                tx.as_raw_fd(),
-                pkt.as_ptr().cast(),
-                pkt.len(),
-                0,
-                (&to as *const libc::sockaddr_in).cast(),
-                std::mem::size_of::<libc::sockaddr_in>() as u32,
-            )
-        };
-        assert_eq!(
-            rc,
-            pkt.len() as isize,
-            "sendto: {}",
-            std::io::Error::last_os_error()
-        );
-    }
-    let deadline = Instant::now() + wait;
-    let mut buf = [0u8; 1500];
-    while Instant::now() < deadline {
-        let tv = libc::timeval {
-            tv_sec: 0,
-            tv_usec: 100_000,
-        };
-        // SAFETY: setsockopt reads the timeval; recv writes at most buf.len() bytes into buf.
-        let n = unsafe {
-            libc::setsockopt(
-                rx.as_raw_fd(),
-                libc::SOL_SOCKET,
-                libc::SO_RCVTIMEO,
-                (&tv as *const libc::timeval).cast(),
-                std::mem::size_of::<libc::timeval>() as u32,
-            );
-            libc::recv(rx.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0)
-        };
-        if n < 40 {
-            continue;
-        }
-        let ihl = usize::from(buf[0] & 0x0f) * 4;
-        let t = &buf[ihl..n as usize];
-        let from_port = u16::from_be_bytes([t[0], t[1]]);
-        let to_port = u16::from_be_bytes([t[2], t[3]]);
-        if buf[12..16] == dst.octets()
-            && from_port == dport
-            && to_port == sport
-            && t[13] & 0x12 == 0x12
-        {
-            return true;
-        }
-    }
-    false
-}
-
-fn checksum(b: &[u8]) -> u16 {
-    let mut sum: u32 = 0;
-    for c in b.chunks(2) {
-        sum += u32::from(u16::from_be_bytes([c[0], *c.get(1).unwrap_or(&0)]));
-    }
-    while sum >> 16 != 0 {
-        sum = (sum & 0xffff) + (sum >> 16);
-    }
-    !(sum as u16)
-}
-
 #[test]
 fn a_fragmented_ipv4_syn_to_the_store_gets_no_answer() {
     let lab = Lab::new().unwrap();
@@ -569,115 +460,6 @@ fn changing_the_port_set_and_the_bridges_in_place_never_opens_a_guarded_port() {
     }
 }
 
-/// Sends a TCP SYN from `src` to `dst:dport` on a raw IPv6 socket of the calling thread's
-/// namespace, with the extension headers `ext` (their first type `first`) between the IPv6
-/// header and TCP, and says whether a SYN-ACK came back within `wait`.
-fn v6_syn_answered(
-    src: Ipv6Addr,
-    dst: Ipv6Addr,
-    dport: u16,
-    first: u8,
-    ext: &[u8],
-    wait: Duration,
-) -> bool {
-    // SAFETY: plain socket calls on descriptors this function owns.
-    let (tx, rx) = unsafe {
-        let tx = libc::socket(libc::AF_INET6, libc::SOCK_RAW, libc::IPPROTO_RAW);
-        let rx = libc::socket(libc::AF_INET6, libc::SOCK_RAW, libc::IPPROTO_TCP);
-        assert!(
-            tx >= 0 && rx >= 0,
-            "raw sockets: {}",
-            std::io::Error::last_os_error()
-        );
-        (OwnedFd::from_raw_fd(tx), OwnedFd::from_raw_fd(rx))
-    };
-    let sport: u16 = 30000 + (std::process::id() % 10000) as u16 + u16::from(first);
-    let mut tcp = Vec::new();
-    tcp.extend(sport.to_be_bytes());
-    tcp.extend(dport.to_be_bytes());
-    tcp.extend(0x0bad_cafeu32.to_be_bytes());
-    tcp.extend([0, 0, 0, 0, 0x50, 0x02, 0xff, 0xff, 0, 0, 0, 0]);
-    let mut pseudo = Vec::new();
-    pseudo.extend(src.octets());
-    pseudo.extend(dst.octets());
-    pseudo.extend((tcp.len() as u32).to_be_bytes());
-    pseudo.extend([0, 0, 0, 6]);
-    pseudo.extend(&tcp);
-    let sum = checksum(&pseudo);
-    tcp[16..18].copy_from_slice(&sum.to_be_bytes());
-    let mut pkt = vec![0x60, 0, 0, 0];
-    pkt.extend(((ext.len() + tcp.len()) as u16).to_be_bytes());
-    pkt.extend([first, 64]);
-    pkt.extend(src.octets());
-    pkt.extend(dst.octets());
-    pkt.extend(ext);
-    pkt.extend(&tcp);
-    // SAFETY: a zeroed sockaddr_in6 filled in below is a valid address for sendto.
-    let mut to: libc::sockaddr_in6 = unsafe { std::mem::zeroed() };
-    to.sin6_family = libc::AF_INET6 as u16;
-    to.sin6_addr.s6_addr = dst.octets();
-    // SAFETY: the buffer and the address outlive the call.
-    let rc = unsafe {
-        libc::sendto(
-            tx.as_raw_fd(),
-            pkt.as_ptr().cast(),
-            pkt.len(),
-            0,
-            (&to as *const libc::sockaddr_in6).cast(),
-            std::mem::size_of::<libc::sockaddr_in6>() as u32,
-        )
-    };
-    assert_eq!(
-        rc,
-        pkt.len() as isize,
-        "sendto: {}",
-        std::io::Error::last_os_error()
-    );
-    let deadline = Instant::now() + wait;
-    let mut buf = [0u8; 1500];
-    while Instant::now() < deadline {
-        let tv = libc::timeval {
-            tv_sec: 0,
-            tv_usec: 100_000,
-        };
-        // SAFETY: zeroed sockaddr_in6 for recvfrom to fill; setsockopt reads the timeval.
-        let mut from: libc::sockaddr_in6 = unsafe { std::mem::zeroed() };
-        let mut len = std::mem::size_of::<libc::sockaddr_in6>() as u32;
-        // SAFETY: recvfrom writes at most buf.len() bytes into buf and the address into from.
-        let n = unsafe {
-            libc::setsockopt(
-                rx.as_raw_fd(),
-                libc::SOL_SOCKET,
-                libc::SO_RCVTIMEO,
-                (&tv as *const libc::timeval).cast(),
-                std::mem::size_of::<libc::timeval>() as u32,
-            );
-            libc::recvfrom(
-                rx.as_raw_fd(),
-                buf.as_mut_ptr().cast(),
-                buf.len(),
-                0,
-                (&mut from as *mut libc::sockaddr_in6).cast(),
-                &mut len,
-            )
-        };
-        if n < 20 {
-            continue;
-        }
-        let t = &buf[..n as usize];
-        let from_port = u16::from_be_bytes([t[0], t[1]]);
-        let to_port = u16::from_be_bytes([t[2], t[3]]);
-        if from.sin6_addr.s6_addr == dst.octets()
-            && from_port == dport
-            && to_port == sport
-            && t[13] & 0x12 == 0x12
-        {
-            return true;
-        }
-    }
-    false
-}
-
 #[test]
 fn a_dstopts_syn_and_an_atomic_fragment_syn_to_the_store_get_no_answer() {
     let lab = Lab::new().unwrap();
@@ -720,4 +502,115 @@ fn a_dstopts_syn_and_an_atomic_fragment_syn_to_the_store_get_no_answer() {
         !answered(44, &atomic, STORE),
         "an atomic fragment syn to {STORE} was answered"
     );
+}
+
+#[test]
+fn an_earlier_versions_pinned_program_is_replaced_with_no_window() {
+    let lab = Lab::new().unwrap();
+    let Net { net, _listeners } = build(&lab);
+    let root = PinRoot::new("upgrade");
+    let pins = root.pins();
+    // What an earlier version left pinned: the same maps and links, its program by another name.
+    std::fs::create_dir_all(&pins.fs).unwrap();
+    let out = std::process::Command::new("mount")
+        .args(["-t", "bpf", "bpf"])
+        .arg(&pins.fs)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    std::fs::create_dir(&pins.dir).unwrap();
+    let old_ids: Vec<u32> = net
+        .node
+        .in_namespace(|| {
+            use firewall::bpf::{prog, sys};
+            use std::os::fd::AsRawFd;
+            let ports = sys::map_create("mh_guard_ports", 4, 1, 256).unwrap();
+            let ifaces = sys::map_create("mh_guard_ifaces", 16, 4, 1024).unwrap();
+            let layout = prog::Layout::from_btf(&bpf::btf::Btf::vmlinux().unwrap()).unwrap();
+            let insns = prog::build(&layout, ports.as_raw_fd(), ifaces.as_raw_fd());
+            let old = sys::prog_load_netfilter("mh_guard_v0", &insns).unwrap();
+            let p = bpf::Program {
+                prog: old,
+                ports,
+                ifaces,
+                layout: Some(layout),
+            };
+            p.set(&spec()).unwrap();
+            for (fd, name) in [
+                (&p.prog, "prog"),
+                (&p.ports, "ports"),
+                (&p.ifaces, "ifaces"),
+            ] {
+                sys::obj_pin(fd, &pins.dir.join(name)).unwrap();
+            }
+            let mut ids = Vec::new();
+            for (pf, hook, name) in bpf::HOOKS {
+                let link = sys::link_create_netfilter(
+                    &p.prog,
+                    pf,
+                    hook,
+                    bpf::PRIORITY,
+                    bpf::F_NETFILTER_IP_DEFRAG,
+                )
+                .unwrap();
+                sys::obj_pin(&link, &pins.dir.join(name)).unwrap();
+                ids.push(sys::link_info(&link, name).unwrap().id);
+            }
+            ids
+        })
+        .unwrap();
+    let before = net
+        .node
+        .in_namespace(|| bpf::status(&pins))
+        .unwrap()
+        .unwrap();
+    assert_eq!(before.program.as_deref(), Some("mh_guard_v0"));
+    assert!(
+        !before.holds(),
+        "another version's program does not count as this one's"
+    );
+
+    let targets = [
+        (v4(addr::NODE_PUBLIC_V4), STORE),
+        (v6(addr::NODE_PUBLIC_V6), STORE),
+    ];
+    let stop = Arc::new(AtomicBool::new(false));
+    let g = probe_loop(
+        &net.outside,
+        &targets,
+        Duration::from_millis(15),
+        Duration::ZERO,
+        &stop,
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    let r = ensure(&net.node, &pins, &spec());
+    std::thread::sleep(Duration::from_millis(300));
+    stop.store(true, Ordering::Relaxed);
+    let g: Vec<(u32, u32)> = g.into_iter().map(|h| h.join().unwrap()).collect();
+    eprintln!("guarded (got, probes) through the replacement {targets:?}: {g:?}");
+    assert_eq!((r.loaded, r.changed), (Loaded::Replaced, false));
+    assert!(
+        r.link_ids.iter().all(|id| !old_ids.contains(id)),
+        "old {old_ids:?}, new {:?}",
+        r.link_ids
+    );
+    let after = net
+        .node
+        .in_namespace(|| bpf::status(&pins))
+        .unwrap()
+        .unwrap();
+    assert!(after.holds(), "{after:?}");
+    assert_eq!(after.link_ids, r.link_ids);
+    assert_eq!(after.contents, before.contents, "the maps were kept");
+    for ((to, port), (got, tries)) in targets.iter().zip(&g) {
+        assert!(*tries >= 10, "only {tries} probes to {to} port {port}");
+        assert_eq!(
+            *got, 0,
+            "{got} of {tries} connections to {to} port {port} got through"
+        );
+    }
 }

@@ -38,6 +38,10 @@ pub const PIN_SUBDIR: &str = "sys/fs/bpf/mesh-host";
 pub const BPFFS_SUBDIR: &str = "sys/fs/bpf";
 /// The hook priority: ahead of destination NAT (-100), after conntrack and defragmentation.
 pub const PRIORITY: i32 = -150;
+/// The kernel refuses two BPF hooks at one priority of one hook (EBUSY), so a link that
+/// replaces another is attached at the other of two neighbouring priorities, and the old one
+/// detached after: the layer is at -150 or at -149.
+pub const PRIORITIES: [i32; 2] = [PRIORITY, PRIORITY + 1];
 
 const BPF_FS_MAGIC: i64 = 0xcafe_4a11;
 const PORTS_MAX: u32 = 256;
@@ -401,7 +405,7 @@ fn link_ok(info: &LinkInfo, pf: u32, hook: u32, prog_id: u32) -> bool {
     info.link_type == sys::LINK_TYPE_NETFILTER
         && info.pf == pf
         && info.hooknum == hook
-        && info.priority == PRIORITY
+        && PRIORITIES.contains(&info.priority)
         && info.flags & F_NETFILTER_IP_DEFRAG != 0
         && info.prog_id == prog_id
 }
@@ -455,17 +459,18 @@ pub fn ensure(pins: &Pins, spec: &GuardSpec) -> Result<BpfReport> {
     for (pf, hook, name) in HOOKS {
         let path = pins.path(name);
         let old = sys::obj_get(&path)?;
+        let mut taken = None;
         if let Some(old) = &old {
             let info = sys::link_info(old, &format!("pinned link {}", path.display()))?;
             if old_prog == Some(prog_id) && link_ok(&info, pf, hook, prog_id) {
                 link_ids.push(info.id);
                 continue;
             }
+            taken = Some(info.priority);
         }
-        // A new link is attached before the old one is unpinned and detached: at no moment is
-        // neither in place.
-        let new =
-            sys::link_create_netfilter(&program.prog, pf, hook, PRIORITY, F_NETFILTER_IP_DEFRAG)?;
+        // A new link is attached before the old one is unpinned and detached, at the priority
+        // the old one does not hold: at no moment is neither in place.
+        let new = attach(&program.prog, pf, hook, taken)?;
         if let Some(old) = old {
             unpin(&path)?;
             // A link whose namespace is gone cannot be detached again; nothing holds it then.
@@ -492,6 +497,30 @@ pub fn ensure(pins: &Pins, spec: &GuardSpec) -> Result<BpfReport> {
         loaded,
         changed,
         link_ids,
+    })
+}
+
+/// Attaches `prog` at one hook, at the first of [`PRIORITIES`] another link does not hold
+/// (`taken`, or one the kernel says is busy).
+fn attach(prog: &OwnedFd, pf: u32, hook: u32, taken: Option<i32>) -> Result<OwnedFd> {
+    for prio in PRIORITIES.into_iter().filter(|p| Some(*p) != taken) {
+        match sys::link_create_netfilter(prog, pf, hook, prio, F_NETFILTER_IP_DEFRAG) {
+            Ok(fd) => return Ok(fd),
+            Err(Error::Bpf {
+                errno: Errno(libc::EBUSY),
+                ..
+            }) => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    Err(Error::Bpf {
+        op: "link create",
+        what: format!(
+            "netfilter link pf {pf} hook {hook}: every free priority of {PRIORITIES:?} is held by \
+             another bpf hook"
+        ),
+        errno: Errno(libc::EBUSY),
+        log: None,
     })
 }
 
