@@ -3,7 +3,9 @@
 //! `nft -f` reloads (both families), leaves the private network, a routed LAN host and other
 //! ports reached, covers an interface made after it was loaded, answers no fragmented IPv4 SYN
 //! and no IPv6 SYN behind a destination-options or an atomic fragment header,
-//! holds pinned with no process holding it, is reclaimed (never duplicated) and removed.
+//! cuts a connection opened before it (every packet, not only new connections), holds pinned
+//! with no process holding it, is reclaimed (never duplicated), replaced across versions with no
+//! window, changed in place with no window, and removed.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::path::{Path, PathBuf};
@@ -613,4 +615,51 @@ fn an_earlier_versions_pinned_program_is_replaced_with_no_window() {
             "{got} of {tries} connections to {to} port {port} got through"
         );
     }
+}
+
+/// A connection from the calling thread's namespace to `to:port`, opened now.
+fn connect(to: IpAddr, port: u16) -> std::net::TcpStream {
+    let s = std::net::TcpStream::connect_timeout(
+        &std::net::SocketAddr::new(to, port),
+        Duration::from_secs(2),
+    )
+    .unwrap_or_else(|e| panic!("connecting to {to} port {port}: {e}"));
+    s.set_read_timeout(Some(Duration::from_millis(1500)))
+        .unwrap();
+    s
+}
+
+/// Whether a request on `s` gets any answer before its read timeout.
+fn answered(mut s: std::net::TcpStream) -> bool {
+    use std::io::{Read, Write};
+    s.write_all(b"GET / HTTP/1.0\r\n\r\n").unwrap();
+    let mut buf = [0u8; 64];
+    matches!(s.read(&mut buf), Ok(n) if n > 0)
+}
+
+#[test]
+fn a_connection_opened_before_the_layer_is_cut_every_packet_not_only_new_ones() {
+    let lab = Lab::new().unwrap();
+    let Net { net, _listeners } = build(&lab);
+    let root = PinRoot::new("established");
+    let to = v4(addr::NODE_PUBLIC_V4);
+    // Connections made while nothing guards the store, to it and to another port.
+    let (store, other) = net
+        .outside
+        .in_namespace(|| (connect(to, STORE), connect(to, OTHER)))
+        .unwrap();
+    let (store6, _) = net
+        .outside
+        .in_namespace(|| (connect(v6(addr::NODE_PUBLIC_V6), STORE), ()))
+        .unwrap();
+    ensure(&net.node, &root.pins(), &spec());
+    assert!(answered(other), "the connection to {OTHER} was cut");
+    assert!(
+        !answered(store),
+        "the connection to {STORE} opened before the guard still answers"
+    );
+    assert!(
+        !answered(store6),
+        "the v6 connection to {STORE} opened before the guard still answers"
+    );
 }
