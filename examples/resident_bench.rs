@@ -7,7 +7,9 @@
 //!    host's legacy period); the window is the span of failed probes around each reload.
 //!    Incoming and forwarded (a DNAT to a machine behind the node) for nftables.
 //! 2. **Guard exposure**: probes of the store's port from outside while another process runs
-//!    `nft flush ruleset` 50 times: connections that got through.
+//!    `nft flush ruleset` 50 times: connections that got through; then the same with the
+//!    guard's netfilter BPF layer pinned beside the table, through 50 flushes and 50 `nft -f`
+//!    reloads.
 //! 3. **Idle cost**: resident memory after 1,000 foreign ruleset changes and a minute of one-second
 //!    timer ticks; CPU per event.
 //!
@@ -497,6 +499,61 @@ fn main() {
         guard_back.contains("mesh-host:guard/store"),
         "the guard is back"
     );
+
+    // 2b. The same with the guard's second layer: a bpffs at the root's /sys/fs/bpf (as on a
+    // node), the host's reconcile loading the netfilter BPF program beside the table; then
+    // 50 foreign flushes and 50 `nft -f` reloads of the found file (`flush ruleset` on top).
+    let r = bed.root.path().join("root");
+    let fs = r.join("sys/fs/bpf");
+    std::fs::create_dir_all(&fs).unwrap();
+    let mounted = std::process::Command::new("mount")
+        .args(["-t", "bpf", "bpf"])
+        .arg(&fs)
+        .status()
+        .expect("mount must exist");
+    assert!(mounted.success(), "mount -t bpf at {}", fs.display());
+    let mh = mesh_host();
+    let line = ok(
+        &bed.net.node,
+        &[
+            mh.to_str().unwrap(),
+            "--root",
+            r.to_str().unwrap(),
+            "reconcile",
+            "--json",
+        ],
+    );
+    assert!(
+        line.contains("netfilter BPF (pinned): holds through any ruleset change"),
+        "the reconcile did not load the bpf layer: {line}"
+    );
+    let stop = Arc::new(AtomicBool::new(false));
+    let probes = probe_loop(
+        &bed.net.outside,
+        SocketAddr::new(IpAddr::V4(node_v4), STORE),
+        stop.clone(),
+    );
+    std::thread::sleep(Duration::from_millis(100));
+    let found = bed.root.path().join("nftables.conf");
+    for _ in 0..n {
+        ok(&bed.net.node, &["nft", "flush", "ruleset"]);
+        std::thread::sleep(Duration::from_millis(50));
+        ok(&bed.net.node, &["nft", "-f", found.to_str().unwrap()]);
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    stop.store(true, Ordering::Relaxed);
+    let probes = probes.join().unwrap();
+    let through = probes.iter().filter(|(_, ok)| *ok).count();
+    println!(
+        "{:<58} {through} of {} probes connected ({n} flushes, {n} reloads)",
+        "guard exposure, table + netfilter BPF (pinned)",
+        probes.len()
+    );
+    // Unmounted, the pins go and the links with them: the rows below measure the host alone.
+    let _ = std::process::Command::new("umount")
+        .arg("-l")
+        .arg(&fs)
+        .status();
 
     // 3. Idle cost: 1,000 foreign changes, then a minute of one-second ticks.
     let pid = bed.pid();

@@ -418,7 +418,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             command: FirewallCommand::Status { json },
         } => {
             let state = store::peek(&cli.root)?;
-            let v = crate::status::firewall_status(state.as_ref())?;
+            let v = crate::status::firewall_status(&cli.root, state.as_ref())?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&v)?);
             } else {

@@ -9,8 +9,9 @@ use firewall::{Firewall, SystemExec};
 use serde_json::{json, Value};
 use std::fmt::Write as _;
 
-/// Reads the firewall as it is now, against the stored declaration's openings.
-pub fn firewall_status(state: Option<&State>) -> Result<Value> {
+/// Reads the firewall as it is now, against the stored declaration's openings; the guard's BPF
+/// layer is read from its pins under `root`.
+pub fn firewall_status(root: &std::path::Path, state: Option<&State>) -> Result<Value> {
     static EXEC: SystemExec = SystemExec;
     let mut fw = Firewall::open(&EXEC).context("reading the found firewall")?;
     let found = fw.found().context("reading the found firewall")?.clone();
@@ -35,6 +36,7 @@ pub fn firewall_status(state: Option<&State>) -> Result<Value> {
         }
         None => json!({"present": false, "note": "the kernel has no nf_tables"}),
     };
+    let guard = with_bpf(guard, root);
     Ok(json!({
         "kind": found.kind(),
         "refusal": found.refusal,
@@ -248,6 +250,54 @@ fn render_explain(v: &Value) -> String {
     out
 }
 
+/// The guard's JSON with its BPF layer and the layers that hold, named as the briefing names
+/// them.
+fn with_bpf(mut guard: Value, root: &std::path::Path) -> Value {
+    let pins = firewall::bpf::Pins::under(root);
+    let (bpf, holds) = match firewall::bpf::status(&pins) {
+        Ok(st) => {
+            let holds = st.holds();
+            // Not pinned: whether this kernel would take the program at all.
+            let kernel = if holds {
+                Value::Null
+            } else {
+                match firewall::bpf::supported() {
+                    Ok(()) => json!("takes the program"),
+                    Err(e) => json!(format!("refuses the program: {e}")),
+                }
+            };
+            (
+                json!({"pinned": holds, "pins": pins.dir, "program": st.program,
+                       "links": st.links, "link_ids": st.link_ids,
+                       "ports": st.contents.ports, "interfaces": st.contents.ifaces,
+                       "kernel": kernel}),
+                holds,
+            )
+        }
+        Err(e) => (
+            json!({"pinned": false, "pins": pins.dir, "error": e.to_string()}),
+            false,
+        ),
+    };
+    guard["layers"] = json!(layers_named(guard["present"] == true, holds));
+    guard["bpf"] = bpf;
+    guard
+}
+
+/// The guard's layers in force, by whether its table is there and its BPF layer holds.
+fn layers_named(table: bool, bpf: bool) -> &'static str {
+    use crate::apply::opening::{LAYERS_BOTH, LAYERS_TABLE_ALONE};
+    match (table, bpf) {
+        (true, true) => LAYERS_BOTH,
+        (false, true) => {
+            "guard: netfilter BPF (pinned) alone: holds through any ruleset change; the table \
+             inet mesh_host is gone until the next apply or reconcile"
+        }
+        (true, false) => LAYERS_TABLE_ALONE,
+        (false, false) => "guard: no layer in force",
+    }
+}
+
 /// One word for a state, for scripts.
 fn state_name(s: &firewall::State) -> &'static str {
     match s {
@@ -322,6 +372,33 @@ pub fn render(v: &Value) -> String {
     let g = &v["guard"];
     let state = guard_state(g);
     let _ = writeln!(out, "\nguard           {state}");
+    let _ = writeln!(
+        out,
+        "layers          {}",
+        g["layers"].as_str().unwrap_or("")
+    );
+    let b = &g["bpf"];
+    if b["pinned"] == true {
+        let list = |k: &str| -> String {
+            b[k].as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|v| v.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let _ = writeln!(
+            out,
+            "bpf             {} pinned in {}: links {}; ports {}; interfaces {}",
+            b["program"].as_str().unwrap_or(""),
+            b["pins"].as_str().unwrap_or(""),
+            list("links"),
+            list("ports"),
+            list("interfaces")
+        );
+    } else if let Some(k) = b["kernel"].as_str() {
+        let _ = writeln!(out, "bpf             not pinned; this kernel {k}");
+    }
     for r in g["rules"].as_array().into_iter().flatten() {
         let _ = writeln!(out, "  {}", r.as_str().unwrap_or(""));
     }
@@ -357,6 +434,21 @@ fn guard_state(g: &Value) -> String {
 #[cfg(test)]
 mod tests {
     use serde_json::json;
+
+    #[test]
+    fn the_guards_layers_are_named_by_what_holds() {
+        assert_eq!(
+            super::layers_named(true, true),
+            "guard: table inet mesh_host + netfilter BPF (pinned): holds through any ruleset change"
+        );
+        assert!(super::layers_named(true, false).starts_with("guard: table inet mesh_host alone"));
+        assert!(super::layers_named(true, false).contains("8.6 ms per reload"));
+        assert!(super::layers_named(false, true).starts_with("guard: netfilter BPF (pinned) alone"));
+        assert_eq!(
+            super::layers_named(false, false),
+            "guard: no layer in force"
+        );
+    }
 
     #[test]
     fn the_guard_is_rendered_by_its_table() {

@@ -165,6 +165,19 @@ pub enum Error {
     /// A D-Bus call (to firewalld) failed or was refused.
     #[error("d-bus: {what}: {reason}")]
     Dbus { what: String, reason: String },
+    /// A `bpf(2)` call failed; names the object and, for a refused program, the verifier's
+    /// last words.
+    #[error("bpf {op} of {what} failed: {errno}{}", detail_suffix(.log))]
+    Bpf {
+        op: &'static str,
+        what: String,
+        errno: Errno,
+        log: Option<String>,
+    },
+
+    /// The kernel's BTF could not be read, or lacks a type or field the BPF guard needs.
+    #[error("kernel btf {path}: {reason}")]
+    Btf { path: String, reason: String },
 }
 
 fn detail_suffix(detail: &Option<String>) -> String {

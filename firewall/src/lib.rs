@@ -1,6 +1,7 @@
 //! The firewall engine: detects the found firewall, converges marked openings through it and keeps the guard.
 
 pub mod backend;
+pub mod bpf;
 pub mod dbus;
 pub mod derive;
 pub mod detect;

@@ -144,6 +144,9 @@ pub(super) fn flip(cx: &mut Cx<'_>) -> Result<(String, FilterSpec), String> {
         .flip(&spec, &saved.retired)
         .map_err(|e| format!("loading the derived filter and retiring the found firewall: {e}"))?;
     crate::failpoint::hit("flip", "loaded");
+    // The derived filter holds the store closed from here on: the guard's BPF layer, which
+    // would refuse the foundation's ports whatever the filter admits, goes with the table.
+    let bpf = opening::remove_bpf_layer(cx.root).unwrap_or_else(|e| e);
     let mut units = Vec::new();
     if let Ok(sm) = crate::system::service_manager(cx.runner) {
         for u in saved.units.iter().filter(|u| u.enabled == Some(true)) {
@@ -175,8 +178,8 @@ pub(super) fn flip(cx: &mut Cx<'_>) -> Result<(String, FilterSpec), String> {
     cx.store.save().map_err(|e| e.to_string())?;
     let retired: Vec<String> = done.iter().map(|r| r.describe()).collect();
     let line = format!(
-        "derived filter loaded (drop by default; {} opening(s), ssh {} from {}){}; found firewall \
-         retired, never flushed: {}{}",
+        "derived filter loaded (drop by default; {} opening(s), ssh {} from {}){}; {}; found \
+         firewall retired, never flushed: {}{}",
         spec.openings.len(),
         spec.ssh
             .iter()
@@ -189,6 +192,7 @@ pub(super) fn flip(cx: &mut Cx<'_>) -> Result<(String, FilterSpec), String> {
         } else {
             ""
         },
+        bpf,
         if retired.is_empty() {
             "none was found".to_string()
         } else {

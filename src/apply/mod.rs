@@ -285,9 +285,13 @@ pub fn apply(host: &Host<'_>, decl: &Declaration, source: Source) -> Result<Repo
         .clone()
         .or_else(|| peeked.ok().flatten().and_then(|s| s.settings));
     let early = match (decl.mode, settings) {
-        (Mode::Adopted, Some(settings)) => {
-            Some(opening::ensure_guard(host.runner, &mut fw, decl, &settings))
-        }
+        (Mode::Adopted, Some(settings)) => Some(opening::ensure_guard(
+            host.root,
+            host.runner,
+            &mut fw,
+            decl,
+            &settings,
+        )),
         _ => None,
     };
     let store = match Store::open(host.root) {
@@ -327,7 +331,7 @@ pub fn reconcile_with(
     let mut fw = None;
     let mut early = memo.and_then(|m| {
         let spec = m.guard.as_ref()?;
-        let line = opening::write_guard(&mut fw, &m.declaration.node, spec);
+        let line = opening::write_guard(host.root, &mut fw, &m.declaration.node, spec);
         Some(opening::Guarded {
             line,
             private: None,
@@ -349,7 +353,13 @@ pub fn reconcile_with(
     // cannot be written never leaves the foundation's ports unguarded.
     if let (None, Some(decl), Some(settings)) = (&early, &peeked.declaration, &peeked.settings) {
         if decl.mode == Mode::Adopted {
-            early = Some(opening::ensure_guard(host.runner, &mut fw, decl, settings));
+            early = Some(opening::ensure_guard(
+                host.root,
+                host.runner,
+                &mut fw,
+                decl,
+                settings,
+            ));
         }
     }
     let store = match Store::open(host.root) {
@@ -376,9 +386,9 @@ pub fn recheck_firewall(host: &Host<'_>, memo: &FirewallMemo) -> Result<Rechecke
     let mut fw = None;
     let mut guard_written = false;
     if let Some(spec) = &memo.guard {
-        let line = opening::write_guard(&mut fw, &memo.declaration.node, spec)
+        let line = opening::write_guard(host.root, &mut fw, &memo.declaration.node, spec)
             .map_err(ApplyError::Safety)?;
-        guard_written = line.ends_with("written)");
+        guard_written = line.contains("; written)");
     }
     let mut openings = 0;
     if let Some(spec) = &memo.filter {

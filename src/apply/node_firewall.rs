@@ -35,7 +35,9 @@ pub(super) fn before_resources(
                         .clone()
                         .unwrap_or_else(|| opening::guard_spec(&settings, &decl.resources)),
                 },
-                (None, None) => opening::ensure_guard(cx.runner, &mut cx.fw, decl, &settings),
+                (None, None) => {
+                    opening::ensure_guard(cx.root, cx.runner, &mut cx.fw, decl, &settings)
+                }
             };
             guard_spec = Some(guarded.spec.clone());
             // An adopted node that is not flipped has no derived filter: one left by a return

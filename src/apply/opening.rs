@@ -360,6 +360,7 @@ pub(crate) struct Guarded {
 /// Ensures the guard for `decl` and `settings` and checks the private network's interface it
 /// lets through. Needs no store: an apply ensures it before the store is read.
 pub(crate) fn ensure_guard(
+    root: &std::path::Path,
     runner: &dyn crate::runner::Runner,
     fw: &mut Option<Firewall<'static>>,
     decl: &declaration::Declaration,
@@ -389,7 +390,7 @@ pub(crate) fn ensure_guard(
         interfaces.as_deref().unwrap_or_default(),
     );
     Guarded {
-        line: write_guard(fw, &decl.node, &spec),
+        line: write_guard(root, fw, &decl.node, &spec),
         private,
         spec,
     }
@@ -436,8 +437,63 @@ pub(crate) fn runtime_bridges(
         .collect()
 }
 
-/// Puts `spec` in force; returns the guard's line for the report and the briefing.
+/// The guard's layers when both hold, as the briefing and `firewall status` name them.
+pub const LAYERS_BOTH: &str =
+    "guard: table inet mesh_host + netfilter BPF (pinned): holds through any ruleset change";
+
+/// The guard's layer where the kernel has no netfilter BPF for it, with its measured window.
+pub const LAYERS_TABLE_ALONE: &str = "guard: table inet mesh_host alone: a foreign flush or \
+     reload removes it until the resident host writes it back (measured on kernel 6.18: about \
+     8.6 ms per reload, 432 of 3,043 probes through across 50 reloads)";
+
+/// Puts `spec` in force in both layers, the table and beside it the netfilter BPF program
+/// pinned under `root`; returns the guard's line for the report and the briefing. The BPF layer
+/// is loaded even when the table cannot be (a table another process holds), and where the
+/// kernel refuses it the line says the table holds alone, and why.
 pub(crate) fn write_guard(
+    root: &std::path::Path,
+    fw: &mut Option<Firewall<'static>>,
+    node: &str,
+    spec: &GuardSpec,
+) -> Result<String, String> {
+    let table = write_guard_table(fw, node, spec);
+    let layers = write_bpf_layer(root, spec);
+    match table {
+        Ok(line) => Ok(format!("{line}; {layers}")),
+        Err(e) => Err(format!("{e}; {layers}")),
+    }
+}
+
+/// The guard's BPF layer for `spec`, pinned under `root`: its clause for the guard's line.
+pub(crate) fn write_bpf_layer(root: &std::path::Path, spec: &GuardSpec) -> String {
+    match firewall::bpf::ensure(&firewall::bpf::Pins::under(root), spec) {
+        Ok(r) => format!(
+            "{LAYERS_BOTH} (links {}, ports and interfaces {})",
+            match r.loaded {
+                firewall::bpf::Loaded::Created => "attached and pinned",
+                firewall::bpf::Loaded::Reclaimed => "reclaimed",
+                firewall::bpf::Loaded::Replaced => "replaced",
+            },
+            if r.changed { "written" } else { "unchanged" }
+        ),
+        Err(e) => {
+            tracing::warn!(error = %e, "the guard's netfilter BPF layer is not loaded");
+            format!("{LAYERS_TABLE_ALONE}; netfilter BPF not loaded: {e}")
+        }
+    }
+}
+
+/// Removes the guard's BPF layer (the flip, where the derived filter takes over): its clause.
+pub(crate) fn remove_bpf_layer(root: &std::path::Path) -> Result<String, String> {
+    match firewall::bpf::remove(&firewall::bpf::Pins::under(root)) {
+        Ok(true) => Ok("the guard's netfilter BPF layer removed".into()),
+        Ok(false) => Ok("no netfilter BPF layer was pinned".into()),
+        Err(e) => Err(format!("removing the guard's netfilter BPF layer: {e}")),
+    }
+}
+
+/// Puts `spec` in force in the table; returns its part of the guard's line.
+fn write_guard_table(
     fw: &mut Option<Firewall<'static>>,
     node: &str,
     spec: &GuardSpec,

@@ -214,6 +214,9 @@ fn the_flip_and_the_return(kind: Kind) {
     let net = adoption(&lab);
     let node = &net.node;
     let host = Host::new(node);
+    // A bpffs where a node has one, so the guard is both layers: the flip removes the BPF layer
+    // once the derived filter holds, the return loads it again.
+    let _bpffs = super::guard_bpf::Bpffs::mount(&host);
     let root = host.root();
     let stub = host.dir.path().join("stub");
     std::fs::create_dir(&stub).unwrap();
@@ -276,6 +279,13 @@ fn the_flip_and_the_return(kind: Kind) {
     let report = json_of(&out, "apply");
     assert_nothing_failed(&report);
     assert_eq!(outcome(&report, "app/web"), "held", "{report:#}");
+    assert!(
+        report["guard"]
+            .as_str()
+            .unwrap_or_default()
+            .contains(super::guard_bpf::BOTH),
+        "{report:#}"
+    );
 
     // The found firewall as it stands adopted, and what serves.
     let v4: [IpAddr; 1] = [NODE_PUBLIC_V4.into()];
@@ -477,6 +487,14 @@ fn the_flip_and_the_return(kind: Kind) {
         !mesh.contains("chain guard"),
         "the guard stays after the flip: {mesh}"
     );
+    assert!(
+        report["flip"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("the guard's netfilter BPF layer removed"),
+        "{report:#}"
+    );
+    assert_eq!(super::guard_bpf::bpf(&host)["pinned"], false);
     for (path, bytes) in &configs {
         assert_eq!(
             &std::fs::read(path).unwrap(),
@@ -577,6 +595,11 @@ fn the_flip_and_the_return(kind: Kind) {
     );
     let mesh = run_ok(node, &["nft", "list", "table", "inet", "mesh_host"]);
     assert!(mesh.contains("chain guard"), "{mesh}");
+    assert_eq!(
+        host.status()["guard"]["layers"],
+        super::guard_bpf::BOTH,
+        "the return did not load the bpf layer again"
+    );
     assert!(
         !mesh.contains("chain input") && !mesh.contains("chain forward"),
         "{mesh}"

@@ -295,7 +295,7 @@ fn an_earlier_versions_owned_guard_is_reported_while_held_and_replaced_once_orph
         report["guard"]
             .as_str()
             .unwrap_or_default()
-            .ends_with("(plain table; unchanged)"),
+            .contains("(plain table; unchanged);"),
         "{report:#}"
     );
 }

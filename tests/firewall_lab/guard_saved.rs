@@ -36,7 +36,7 @@ fn reconciled_unchanged(host: &Host, node: &Machine) {
         report["guard"]
             .as_str()
             .unwrap_or_default()
-            .ends_with("(plain table; unchanged)"),
+            .contains("(plain table; unchanged);"),
         "{report:#}"
     );
     let listing = run_ok(node, &["nft", "list", "ruleset"]);

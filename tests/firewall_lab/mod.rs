@@ -23,6 +23,7 @@ mod firewalld_strict;
 mod forwarded;
 mod found;
 mod guard;
+mod guard_bpf;
 mod guard_container;
 mod guard_routes;
 mod guard_saved;

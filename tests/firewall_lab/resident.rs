@@ -71,13 +71,13 @@ impl Resident {
         }
     }
 
-    fn signal(&self, sig: i32) {
+    pub(super) fn signal(&self, sig: i32) {
         // SAFETY: kill(2) on the child this test started.
         assert_eq!(unsafe { libc::kill(self.pid(), sig) }, 0);
     }
 
     /// Waits for it to exit, within `limit`; returns its exit code.
-    fn wait_exit(&mut self, limit: Duration) -> Option<i32> {
+    pub(super) fn wait_exit(&mut self, limit: Duration) -> Option<i32> {
         let started = Instant::now();
         loop {
             if let Some(status) = self.child.try_wait().unwrap() {

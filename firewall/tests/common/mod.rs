@@ -2,6 +2,8 @@
 //! and runs `nft` (the oracle) from that thread so it sees the same namespace.
 #![allow(dead_code)]
 
+pub mod raw;
+
 use firewall::netlink::{BaseChain, Batch, Family, Hook, Position, RuleBody};
 use std::io::Write;
 use std::process::{Command, Stdio};

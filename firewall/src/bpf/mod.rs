@@ -1,0 +1,644 @@
+//! The guard's second layer: a netfilter BPF program beside the `inet mesh_host` table, which no
+//! ruleset change can lift (`nft flush ruleset`, `nft -f`, `iptables-restore` leave it), pinned
+//! in bpffs so it holds while no mesh-host runs.
+//!
+//! One program is attached by four netfilter links (IPv4 and IPv6, INPUT and FORWARD, priority
+//! -150, fragments reassembled first); two hash maps say what it refuses: the ports (host ports on
+//! INPUT, container ports on FORWARD towards a runtime's bridge) and the interfaces (exempt:
+//! loopback, the private network's, the runtime's bridges; runtime: the bridges). The maps are
+//! changed in place, new entries before stale ones go, so a change never opens a window.
+//!
+//! Links belong to the network namespace of the thread that creates them; everything here acts
+//! in the calling thread's namespace. Pins are found and reclaimed by name, so a restart after
+//! `kill -9` takes the same links back and never attaches a second set.
+
+pub mod asm;
+pub mod btf;
+pub mod prog;
+pub mod sys;
+
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+
+use crate::error::{Errno, Error, Result};
+use crate::guard::GuardSpec;
+use crate::opening::check_exact_interface;
+use prog::{
+    iface_key, port_key, Layout, HOOK_FORWARD, HOOK_LOCAL_IN, IFACE_EXEMPT, IFACE_RUNTIME,
+    KIND_CONTAINER, KIND_HOST, NFPROTO_IPV4, NFPROTO_IPV6,
+};
+pub use sys::{LinkInfo, F_NETFILTER_IP_DEFRAG};
+
+/// The program's name in the kernel; the version after `_v` changes whenever its code does, so
+/// a host of another version replaces a pinned program rather than reclaiming it.
+pub const PROG_NAME: &str = "mh_guard_v1";
+/// Where the pins live under a root (`/` on a node): `sys/fs/bpf/mesh-host`.
+pub const PIN_SUBDIR: &str = "sys/fs/bpf/mesh-host";
+/// The bpffs mount point under a root.
+pub const BPFFS_SUBDIR: &str = "sys/fs/bpf";
+/// The hook priority: ahead of destination NAT (-100), after conntrack and defragmentation.
+pub const PRIORITY: i32 = -150;
+/// The kernel refuses two BPF hooks at one priority of one hook (EBUSY), so a link that
+/// replaces another is attached at the other of two neighbouring priorities, and the old one
+/// detached after: the layer is at -150 or at -149.
+pub const PRIORITIES: [i32; 2] = [PRIORITY, PRIORITY + 1];
+
+const BPF_FS_MAGIC: i64 = 0xcafe_4a11;
+const PORTS_MAX: u32 = 256;
+const IFACES_MAX: u32 = 1024;
+
+/// The four hooks, each with its pin's name.
+pub const HOOKS: [(u32, u32, &str); 4] = [
+    (NFPROTO_IPV4, HOOK_LOCAL_IN, "link-ipv4-input"),
+    (NFPROTO_IPV4, HOOK_FORWARD, "link-ipv4-forward"),
+    (NFPROTO_IPV6, HOOK_LOCAL_IN, "link-ipv6-input"),
+    (NFPROTO_IPV6, HOOK_FORWARD, "link-ipv6-forward"),
+];
+
+/// The ports map's entries a spec asks for.
+fn want_ports(spec: &GuardSpec) -> Vec<[u8; 4]> {
+    let mut out = Vec::new();
+    for p in &spec.ports {
+        out.push(port_key(p.host_port, p.proto.number(), KIND_HOST));
+        out.push(port_key(p.container_port, p.proto.number(), KIND_CONTAINER));
+    }
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// The interfaces map's entries a spec asks for.
+fn want_ifaces(spec: &GuardSpec) -> Result<Vec<([u8; 16], u32)>> {
+    let mut out = Vec::new();
+    for name in spec.allowed.iter().chain(&spec.runtimes) {
+        check_exact_interface(name, "guard").map_err(|reason| Error::InvalidOpening {
+            id: "guard".into(),
+            reason,
+        })?;
+    }
+    for name in &spec.allowed {
+        let runtime = spec.runtimes.iter().any(|r| r == name);
+        let flags = IFACE_EXEMPT | if runtime { IFACE_RUNTIME } else { 0 };
+        out.push((iface_key(name), flags));
+    }
+    for name in &spec.runtimes {
+        if !spec.allowed.contains(name) {
+            out.push((iface_key(name), IFACE_EXEMPT | IFACE_RUNTIME));
+        }
+    }
+    Ok(out)
+}
+
+/// The program and its maps, loaded in the kernel (not yet attached or pinned).
+pub struct Program {
+    pub prog: OwnedFd,
+    pub ports: OwnedFd,
+    pub ifaces: OwnedFd,
+    /// The kernel's layout, read when the program was assembled here (not for one reclaimed).
+    pub layout: Option<Layout>,
+}
+
+impl Program {
+    /// Creates the maps and loads the program for the running kernel's layout.
+    pub fn load() -> Result<Program> {
+        let ports = sys::map_create("mh_guard_ports", 4, 1, PORTS_MAX)?;
+        let ifaces = sys::map_create("mh_guard_ifaces", 16, 4, IFACES_MAX)?;
+        Program::load_with(ports, ifaces)
+    }
+
+    fn load_with(ports: OwnedFd, ifaces: OwnedFd) -> Result<Program> {
+        let layout = Layout::from_btf(&btf::Btf::vmlinux()?)?;
+        let insns = prog::build(&layout, ports.as_raw_fd(), ifaces.as_raw_fd());
+        let prog = sys::prog_load_netfilter(PROG_NAME, &insns)?;
+        Ok(Program {
+            prog,
+            ports,
+            ifaces,
+            layout: Some(layout),
+        })
+    }
+
+    /// Makes the maps say what `spec` says, in place: entries added or changed first, stale
+    /// ones removed last. Returns whether anything changed.
+    pub fn set(&self, spec: &GuardSpec) -> Result<bool> {
+        let ports = want_ports(spec);
+        let ifaces = want_ifaces(spec)?;
+        let mut changed = false;
+        for k in &ports {
+            if sys::map_lookup(&self.ports, "map mh_guard_ports", k, 1)?.is_none() {
+                sys::map_update(&self.ports, "map mh_guard_ports", k, &[1])?;
+                changed = true;
+            }
+        }
+        for (k, flags) in &ifaces {
+            let v = flags.to_ne_bytes();
+            let now = sys::map_lookup(&self.ifaces, "map mh_guard_ifaces", k, 4)?;
+            if now.as_deref() != Some(&v[..]) {
+                sys::map_update(&self.ifaces, "map mh_guard_ifaces", k, &v)?;
+                changed = true;
+            }
+        }
+        for k in sys::map_keys(&self.ports, "map mh_guard_ports", 4)? {
+            if !ports.iter().any(|p| p[..] == k[..]) {
+                sys::map_delete(&self.ports, "map mh_guard_ports", &k)?;
+                changed = true;
+            }
+        }
+        for k in sys::map_keys(&self.ifaces, "map mh_guard_ifaces", 16)? {
+            if !ifaces.iter().any(|(i, _)| i[..] == k[..]) {
+                sys::map_delete(&self.ifaces, "map mh_guard_ifaces", &k)?;
+                changed = true;
+            }
+        }
+        Ok(changed)
+    }
+
+    /// What the maps hold now.
+    pub fn contents(&self) -> Result<Contents> {
+        contents(&self.ports, &self.ifaces)
+    }
+
+    /// Runs the program once on `packet` as if at `hook` of family `pf` (`BPF_PROG_TEST_RUN`;
+    /// outside LOCAL_OUT the packet starts with its Ethernet header); returns the verdict.
+    pub fn test_run(&self, pf: u32, hook: u32, packet: &[u8]) -> Result<u32> {
+        let layout = match self.layout {
+            Some(l) => l,
+            None => Layout::from_btf(&btf::Btf::vmlinux()?)?,
+        };
+        let mut ctx = vec![0u8; layout.state_size as usize];
+        ctx[layout.state_hook as usize] = hook as u8;
+        ctx[layout.state_pf as usize] = pf as u8;
+        sys::prog_test_run(&self.prog, packet, &ctx)
+    }
+}
+
+/// What the two maps hold, as a person reads them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub struct Contents {
+    /// `tcp/5432 host`, `tcp/5432 container`, sorted.
+    pub ports: Vec<String>,
+    /// `lo exempt`, `docker0 exempt runtime`, sorted.
+    pub ifaces: Vec<String>,
+}
+
+fn contents(ports: &OwnedFd, ifaces: &OwnedFd) -> Result<Contents> {
+    let mut out = Contents::default();
+    for k in sys::map_keys(ports, "map mh_guard_ports", 4)? {
+        let proto = match k[2] {
+            6 => "tcp".to_string(),
+            17 => "udp".to_string(),
+            n => format!("proto{n}"),
+        };
+        let kind = if k[3] == KIND_CONTAINER {
+            "container"
+        } else {
+            "host"
+        };
+        out.ports.push(format!(
+            "{proto}/{} {kind}",
+            u16::from_be_bytes([k[0], k[1]])
+        ));
+    }
+    for k in sys::map_keys(ifaces, "map mh_guard_ifaces", 16)? {
+        let v = sys::map_lookup(ifaces, "map mh_guard_ifaces", &k, 4)?.unwrap_or_default();
+        let flags = u32::from_ne_bytes(v.try_into().unwrap_or([0; 4]));
+        let end = k.iter().position(|&b| b == 0).unwrap_or(16);
+        let mut s = String::from_utf8_lossy(&k[..end]).into_owned();
+        if flags & IFACE_EXEMPT != 0 {
+            s.push_str(" exempt");
+        }
+        if flags & IFACE_RUNTIME != 0 {
+            s.push_str(" runtime");
+        }
+        out.ifaces.push(s);
+    }
+    out.ports.sort();
+    out.ifaces.sort();
+    Ok(out)
+}
+
+/// Where the layer's pins live for a root, and the bpffs they live in.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pins {
+    /// The bpffs mount point (`/sys/fs/bpf`).
+    pub fs: PathBuf,
+    /// The directory of the pins (`/sys/fs/bpf/mesh-host`).
+    pub dir: PathBuf,
+    /// Whether a bpffs may be mounted at `fs` when none is there: on the machine's own `/`,
+    /// where `/sys/fs/bpf` is the standard place; never below another root, where a mount would
+    /// outlive the directory (a test that wants the layer there mounts one itself).
+    pub may_mount: bool,
+}
+
+impl Pins {
+    /// The pins under `root` (`/` on a node; a test's directory in the lab).
+    pub fn under(root: &Path) -> Pins {
+        Pins {
+            fs: root.join(BPFFS_SUBDIR),
+            dir: root.join(PIN_SUBDIR),
+            may_mount: root == Path::new("/"),
+        }
+    }
+
+    /// The pins in a bpffs this caller has mounted or lets be mounted at `root/sys/fs/bpf`.
+    pub fn mounting(root: &Path) -> Pins {
+        Pins {
+            may_mount: true,
+            ..Pins::under(root)
+        }
+    }
+
+    /// An exclusive lock on the pins' directory, held until dropped.
+    fn lock(&self) -> Result<OwnedFd> {
+        use std::os::fd::FromRawFd;
+        let failed = |errno| Error::Bpf {
+            op: "lock",
+            what: format!("pin directory {}", self.dir.display()),
+            errno,
+            log: None,
+        };
+        let c = std::ffi::CString::new(self.dir.as_os_str().as_encoded_bytes())
+            .map_err(|_| failed(Errno(libc::EINVAL)))?;
+        // SAFETY: open reads the NUL-terminated path; the descriptor is owned at once.
+        let fd = unsafe {
+            libc::open(
+                c.as_ptr(),
+                libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
+            )
+        };
+        if fd < 0 {
+            return Err(failed(Errno::last()));
+        }
+        // SAFETY: fd is a new descriptor nothing else owns.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        // SAFETY: flock on a descriptor this function owns.
+        if unsafe { libc::flock(fd.as_raw_fd(), libc::LOCK_EX) } != 0 {
+            return Err(failed(Errno::last()));
+        }
+        Ok(fd)
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.join(name)
+    }
+
+    /// Mounts a bpffs at `fs` unless one is there, and makes the pins' directory.
+    fn prepare(&self) -> Result<()> {
+        let shown = self.fs.display().to_string();
+        if !is_bpffs(&self.fs) && !self.may_mount {
+            return Err(Error::Bpf {
+                op: "pin",
+                what: format!("the guard's links in {}", self.dir.display()),
+                errno: Errno(libc::ENOENT),
+                log: Some(format!("no bpffs is mounted at {shown}")),
+            });
+        }
+        if !is_bpffs(&self.fs) {
+            std::fs::create_dir_all(&self.fs).map_err(|e| Error::Bpf {
+                op: "mkdir",
+                what: format!("bpffs mount point {shown}"),
+                errno: Errno(e.raw_os_error().unwrap_or(0)),
+                log: None,
+            })?;
+            mount_bpffs(&self.fs)?;
+        }
+        match std::fs::create_dir(&self.dir) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+            Err(e) => Err(Error::Bpf {
+                op: "mkdir",
+                what: format!("pin directory {}", self.dir.display()),
+                errno: Errno(e.raw_os_error().unwrap_or(0)),
+                log: None,
+            }),
+        }
+    }
+}
+
+/// Whether `path` is the root of a mounted bpffs.
+pub fn is_bpffs(path: &Path) -> bool {
+    let Ok(c) = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()) else {
+        return false;
+    };
+    // SAFETY: statfs writes into the zeroed struct we pass and reads the NUL-terminated path.
+    unsafe {
+        let mut st: libc::statfs = std::mem::zeroed();
+        libc::statfs(c.as_ptr(), &mut st) == 0 && st.f_type as i64 == BPF_FS_MAGIC
+    }
+}
+
+fn mount_bpffs(at: &Path) -> Result<()> {
+    let target =
+        std::ffi::CString::new(at.as_os_str().as_encoded_bytes()).map_err(|_| Error::Bpf {
+            op: "mount",
+            what: format!("bpffs at {}", at.display()),
+            errno: Errno(libc::EINVAL),
+            log: None,
+        })?;
+    // SAFETY: every argument is a NUL-terminated string that outlives the call.
+    let rc = unsafe {
+        libc::mount(
+            c"bpf".as_ptr(),
+            target.as_ptr(),
+            c"bpf".as_ptr(),
+            0,
+            c"mode=0700".as_ptr().cast(),
+        )
+    };
+    if rc != 0 {
+        return Err(Error::Bpf {
+            op: "mount",
+            what: format!("bpffs at {}", at.display()),
+            errno: Errno::last(),
+            log: None,
+        });
+    }
+    Ok(())
+}
+
+/// What [`ensure`] found and did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Loaded {
+    /// Nothing was pinned: the program was loaded, attached and pinned.
+    Created,
+    /// The pinned program and its four links were there and taken back as they are.
+    Reclaimed,
+    /// Something pinned was missing or of another version: what was there was kept until the
+    /// new links were attached, then replaced.
+    Replaced,
+}
+
+/// How the layer stands after [`ensure`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BpfReport {
+    pub loaded: Loaded,
+    /// Whether the maps had to be changed.
+    pub changed: bool,
+    /// The kernel's ids of the four links.
+    pub link_ids: Vec<u32>,
+}
+
+/// The layer as it is pinned, read without changing anything.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub struct BpfStatus {
+    /// The program pinned, by its name (its version).
+    pub program: Option<String>,
+    /// The links pinned and attached, by pin name.
+    pub links: Vec<String>,
+    /// Their kernel ids, in the same order.
+    pub link_ids: Vec<u32>,
+    pub contents: Contents,
+}
+
+impl BpfStatus {
+    /// All four links pinned with the program of this version: the layer holds.
+    pub fn holds(&self) -> bool {
+        self.program.as_deref() == Some(PROG_NAME) && self.links.len() == HOOKS.len()
+    }
+}
+
+/// A pinned link that still is what its name says: a netfilter link of that family and hook,
+/// at the guard's priority, with the defrag flag, running program `prog_id`.
+fn link_ok(info: &LinkInfo, pf: u32, hook: u32, prog_id: u32) -> bool {
+    info.link_type == sys::LINK_TYPE_NETFILTER
+        && info.pf == pf
+        && info.hooknum == hook
+        && PRIORITIES.contains(&info.priority)
+        && info.flags & F_NETFILTER_IP_DEFRAG != 0
+        && info.prog_id == prog_id
+}
+
+fn open_pinned(pins: &Pins) -> Result<Option<(OwnedFd, OwnedFd, OwnedFd)>> {
+    let prog = sys::obj_get(&pins.path("prog"))?;
+    let ports = sys::obj_get(&pins.path("ports"))?;
+    let ifaces = sys::obj_get(&pins.path("ifaces"))?;
+    Ok(match (prog, ports, ifaces) {
+        (Some(p), Some(m), Some(i)) => Some((p, m, i)),
+        _ => None,
+    })
+}
+
+/// Loads, attaches and pins the layer as `spec` says, or reclaims what is pinned; idempotent.
+/// Must run on a thread in the node's network namespace.
+pub fn ensure(pins: &Pins, spec: &GuardSpec) -> Result<BpfReport> {
+    pins.prepare()?;
+    // One host at a time: an apply ensures the guard before it takes the store's lock, so a
+    // resident host's reconcile may be doing the same.
+    let _lock = pins.lock()?;
+    // The maps: the pinned ones when they have the right shape (the old program, still attached,
+    // keeps using them), new ones otherwise.
+    let pinned = open_pinned(pins)?;
+    let mut reuse: Option<(OwnedFd, OwnedFd, OwnedFd, u32, String)> = None;
+    if let Some((p, m, i)) = pinned {
+        let pi = sys::prog_info(&p, "pinned program")?;
+        let mi = sys::map_info(&m, "pinned map mh_guard_ports")?;
+        let ii = sys::map_info(&i, "pinned map mh_guard_ifaces")?;
+        if (mi.key_size, mi.value_size, ii.key_size, ii.value_size) == (4, 1, 16, 4) {
+            reuse = Some((p, m, i, pi.id, pi.name()));
+        }
+    }
+    let (program, old_prog, mut loaded) = match reuse {
+        Some((p, m, i, id, name)) if name == PROG_NAME => {
+            let prog = Program {
+                prog: p,
+                ports: m,
+                ifaces: i,
+                layout: None,
+            };
+            (prog, Some(id), Loaded::Reclaimed)
+        }
+        Some((_, m, i, _, _)) => (Program::load_with(m, i)?, None, Loaded::Replaced),
+        None => (Program::load()?, None, Loaded::Created),
+    };
+    // The maps first: a new link refuses what the settings say from its first packet.
+    let changed = program.set(spec)?;
+    let prog_id = sys::prog_info(&program.prog, "guard program")?.id;
+    let mut link_ids = Vec::new();
+    for (pf, hook, name) in HOOKS {
+        let path = pins.path(name);
+        let old = sys::obj_get(&path)?;
+        let mut taken = None;
+        if let Some(old) = &old {
+            let info = sys::link_info(old, &format!("pinned link {}", path.display()))?;
+            if old_prog == Some(prog_id) && link_ok(&info, pf, hook, prog_id) {
+                link_ids.push(info.id);
+                continue;
+            }
+            taken = Some(info.priority);
+        }
+        // A new link is attached before the old one is unpinned and detached, at the priority
+        // the old one does not hold: at no moment is neither in place.
+        let new = attach(&program.prog, pf, hook, taken)?;
+        if let Some(old) = old {
+            unpin(&path)?;
+            // A link whose namespace is gone cannot be detached again; nothing holds it then.
+            let _ = sys::link_detach(&old, &format!("old link {}", path.display()));
+        }
+        sys::obj_pin(&new, &path)?;
+        link_ids.push(sys::link_info(&new, &format!("link {}", path.display()))?.id);
+        if loaded == Loaded::Reclaimed {
+            loaded = Loaded::Replaced;
+        }
+    }
+    if loaded != Loaded::Reclaimed {
+        for (fd, name) in [
+            (&program.prog, "prog"),
+            (&program.ports, "ports"),
+            (&program.ifaces, "ifaces"),
+        ] {
+            let path = pins.path(name);
+            unpin(&path)?;
+            sys::obj_pin(fd, &path)?;
+        }
+    }
+    Ok(BpfReport {
+        loaded,
+        changed,
+        link_ids,
+    })
+}
+
+/// Attaches `prog` at one hook, at the first of [`PRIORITIES`] another link does not hold
+/// (`taken`, or one the kernel says is busy).
+fn attach(prog: &OwnedFd, pf: u32, hook: u32, taken: Option<i32>) -> Result<OwnedFd> {
+    for prio in PRIORITIES.into_iter().filter(|p| Some(*p) != taken) {
+        match sys::link_create_netfilter(prog, pf, hook, prio, F_NETFILTER_IP_DEFRAG) {
+            Ok(fd) => return Ok(fd),
+            Err(Error::Bpf {
+                errno: Errno(libc::EBUSY),
+                ..
+            }) => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    Err(Error::Bpf {
+        op: "link create",
+        what: format!(
+            "netfilter link pf {pf} hook {hook}: every free priority of {PRIORITIES:?} is held by \
+             another bpf hook"
+        ),
+        errno: Errno(libc::EBUSY),
+        log: None,
+    })
+}
+
+fn unpin(path: &Path) -> Result<()> {
+    match std::fs::remove_file(path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(Error::Bpf {
+            op: "unpin",
+            what: path.display().to_string(),
+            errno: Errno(e.raw_os_error().unwrap_or(0)),
+            log: None,
+        }),
+    }
+}
+
+/// Detaches and unpins the layer; returns whether anything was pinned. The bpffs and the pins'
+/// directory stay.
+pub fn remove(pins: &Pins) -> Result<bool> {
+    if !is_bpffs(&pins.fs) {
+        return Ok(false);
+    }
+    let _lock = match pins.lock() {
+        Ok(l) => l,
+        Err(_) if !pins.dir.exists() => return Ok(false),
+        Err(e) => return Err(e),
+    };
+    let mut found = false;
+    for (_, _, name) in HOOKS {
+        let path = pins.path(name);
+        if let Some(link) = sys::obj_get(&path)? {
+            found = true;
+            // Detached first, so the hook is gone even while another process holds the link.
+            let _ = sys::link_detach(&link, &format!("link {}", path.display()));
+            unpin(&path)?;
+        }
+    }
+    for name in ["prog", "ports", "ifaces"] {
+        let path = pins.path(name);
+        found |= path.exists();
+        unpin(&path)?;
+    }
+    // The directory stays: a host waiting on its lock finds it there.
+    Ok(found)
+}
+
+/// Reads the pinned layer without changing anything.
+pub fn status(pins: &Pins) -> Result<BpfStatus> {
+    let mut st = BpfStatus::default();
+    if !is_bpffs(&pins.fs) {
+        return Ok(st);
+    }
+    let Some((prog, ports, ifaces)) = open_pinned(pins)? else {
+        return Ok(st);
+    };
+    let pi = sys::prog_info(&prog, "pinned program")?;
+    st.program = Some(pi.name());
+    for (pf, hook, name) in HOOKS {
+        let path = pins.path(name);
+        if let Some(link) = sys::obj_get(&path)? {
+            let info = sys::link_info(&link, &format!("pinned link {}", path.display()))?;
+            if link_ok(&info, pf, hook, pi.id) {
+                st.links.push(name.to_string());
+                st.link_ids.push(info.id);
+            }
+        }
+    }
+    st.contents = contents(&ports, &ifaces)?;
+    Ok(st)
+}
+
+/// Whether this kernel takes the program (netfilter programs, the kfunc, BTF): loads it once,
+/// attaches nothing. The error says what the kernel refused.
+pub fn supported() -> Result<()> {
+    Program::load().map(drop)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pins_live_under_the_root_and_a_bpffs_is_mounted_only_on_the_machines_own() {
+        let node = Pins::under(Path::new("/"));
+        assert_eq!(node.dir, Path::new("/sys/fs/bpf/mesh-host"));
+        assert_eq!(node.fs, Path::new("/sys/fs/bpf"));
+        assert!(node.may_mount);
+        let lab = Pins::under(Path::new("/tmp/x/root"));
+        assert_eq!(lab.dir, Path::new("/tmp/x/root/sys/fs/bpf/mesh-host"));
+        assert!(!lab.may_mount);
+        assert!(Pins::mounting(Path::new("/tmp/x/root")).may_mount);
+    }
+
+    #[test]
+    fn the_maps_say_what_the_spec_says_and_no_pattern_is_trusted() {
+        let mut spec = GuardSpec::for_node(15432, 15672, Some("wg0")).container_ports(5432, 15672);
+        spec.add_runtime_bridge("docker0");
+        let ports: Vec<[u8; 4]> = want_ports(&spec);
+        assert_eq!(
+            ports,
+            [
+                port_key(5432, 6, KIND_CONTAINER),
+                port_key(15432, 6, KIND_HOST),
+                port_key(15672, 6, KIND_HOST),
+                port_key(15672, 6, KIND_CONTAINER),
+            ]
+        );
+        let ifaces = want_ifaces(&spec).unwrap();
+        assert_eq!(
+            ifaces,
+            [
+                (iface_key("lo"), IFACE_EXEMPT),
+                (iface_key("wg0"), IFACE_EXEMPT),
+                (iface_key("docker0"), IFACE_EXEMPT | IFACE_RUNTIME),
+            ]
+        );
+        spec.allowed.push("br-*".into());
+        let e = want_ifaces(&spec).unwrap_err().to_string();
+        assert!(e.contains("\"br-*\" is a pattern"), "{e}");
+    }
+}

@@ -1,0 +1,282 @@
+//! The guard's netfilter program, assembled for the running kernel's layout: it drops every
+//! packet to a guarded TCP/UDP port on INPUT, and on FORWARD towards a runtime bridge to a guarded
+//! container port, unless it arrived on an exempt interface; every other packet is accepted.
+//!
+//! It reads the packet through an skb dynptr (`bpf_dynptr_from_skb` kfunc, then the
+//! `bpf_dynptr_read` helper) and the hook's interfaces through BTF-typed loads of the context
+//! (`ctx->state->in->name`), never through `bpf_probe_read_kernel`, which lockdown refuses.
+
+use super::asm::{Alu, Asm, Cond, Reg, Size};
+use super::btf::Btf;
+use crate::error::{Error, Result};
+
+/// `NF_DROP` and `NF_ACCEPT`, the only verdicts a netfilter program may return.
+pub const NF_DROP: i32 = 0;
+pub const NF_ACCEPT: i32 = 1;
+/// Netfilter hooks and families (`NF_INET_*`, `NFPROTO_*`).
+pub const HOOK_LOCAL_IN: u32 = 1;
+pub const HOOK_FORWARD: u32 = 2;
+pub const NFPROTO_IPV4: u32 = 2;
+pub const NFPROTO_IPV6: u32 = 10;
+
+/// An interface's flags in the interfaces map: its packets are not refused; it is a runtime's
+/// bridge, so forwarded packets towards it are refused at the guarded container ports.
+pub const IFACE_EXEMPT: u32 = 1;
+pub const IFACE_RUNTIME: u32 = 2;
+
+/// A port key's kind: a host port (INPUT) or a container port (FORWARD towards a bridge).
+pub const KIND_HOST: u8 = 0;
+pub const KIND_CONTAINER: u8 = 1;
+
+/// How many IPv6 extension headers are walked before the packet counts as unreadable.
+pub const MAX_EXT_HEADERS: usize = 8;
+
+const HELPER_MAP_LOOKUP: i32 = 1;
+const HELPER_DYNPTR_READ: i32 = 201;
+
+/// The kernel's layout the program depends on, read from its BTF.
+#[derive(Debug, Clone, Copy)]
+pub struct Layout {
+    pub ctx_state: i16,
+    pub ctx_skb: i16,
+    pub state_hook: i16,
+    pub state_pf: i16,
+    pub state_in: i16,
+    pub state_out: i16,
+    pub dev_name: i16,
+    /// `sizeof(struct nf_hook_state)`, the context a test run takes.
+    pub state_size: u32,
+    /// The BTF id of the `bpf_dynptr_from_skb` kfunc.
+    pub dynptr_from_skb: u32,
+}
+
+impl Layout {
+    /// Reads the layout from the kernel's BTF; names what is missing.
+    pub fn from_btf(btf: &Btf) -> Result<Layout> {
+        let off = |s: &str, f: &str, size: u32| -> Result<i16> {
+            let field = btf.field(s, f)?;
+            if field.size != size {
+                return Err(Error::Btf {
+                    path: super::btf::VMLINUX.into(),
+                    reason: format!("struct {s} field {f} is {} bytes, not {size}", field.size),
+                });
+            }
+            Ok(field.offset as i16)
+        };
+        Ok(Layout {
+            ctx_state: off("bpf_nf_ctx", "state", 8)?,
+            ctx_skb: off("bpf_nf_ctx", "skb", 8)?,
+            state_hook: off("nf_hook_state", "hook", 1)?,
+            state_pf: off("nf_hook_state", "pf", 1)?,
+            state_in: off("nf_hook_state", "in", 8)?,
+            state_out: off("nf_hook_state", "out", 8)?,
+            dev_name: off("net_device", "name", 16)?,
+            state_size: btf.struct_size("nf_hook_state")?,
+            dynptr_from_skb: btf.func_id("bpf_dynptr_from_skb")?,
+        })
+    }
+}
+
+// The frame: the dynptr (16 bytes, 8-aligned), the interface key (16), the port key (4, in an
+// 8-byte slot), the port kind, and a buffer the packet's headers are read into.
+const FP_DYNPTR: i16 = -16;
+const FP_IFKEY: i16 = -32;
+const FP_PORTKEY: i16 = -40;
+const FP_KIND: i16 = -48;
+const FP_BUF: i16 = -80;
+
+/// Emits: look up the name of the device `state` (in `r8`) points at, at field `dev`, in the
+/// interfaces map; leaves the map value pointer (or 0) in `r0`.
+fn lookup_iface(a: &mut Asm, l: &Layout, ifaces: i32, dev: i16) {
+    a.load(Size::DW, Reg::R1, Reg::R8, dev)
+        .load(Size::DW, Reg::R2, Reg::R1, l.dev_name)
+        .store(Size::DW, Reg::R10, FP_IFKEY, Reg::R2)
+        .load(Size::DW, Reg::R2, Reg::R1, l.dev_name + 8)
+        .store(Size::DW, Reg::R10, FP_IFKEY + 8, Reg::R2)
+        .load_map(Reg::R1, ifaces)
+        .mov(Reg::R2, Reg::R10)
+        .alu_imm(Alu::Add, Reg::R2, FP_IFKEY as i32)
+        .call(HELPER_MAP_LOOKUP);
+}
+
+/// Emits: read `len` bytes of the packet at offset `r9` (plus `plus`) into the buffer; jumps to
+/// `fail` if the packet is shorter.
+fn read(a: &mut Asm, len: i32, plus: i32, fail: super::asm::Label) {
+    a.mov(Reg::R1, Reg::R10)
+        .alu_imm(Alu::Add, Reg::R1, FP_BUF as i32)
+        .mov_imm(Reg::R2, len)
+        .mov(Reg::R3, Reg::R10)
+        .alu_imm(Alu::Add, Reg::R3, FP_DYNPTR as i32)
+        .mov(Reg::R4, Reg::R9);
+    if plus != 0 {
+        a.alu_imm(Alu::Add, Reg::R4, plus);
+    }
+    a.mov_imm(Reg::R5, 0)
+        .call(HELPER_DYNPTR_READ)
+        .jmp_imm(Cond::Ne, Reg::R0, 0, fail);
+}
+
+/// Assembles the program for this layout and these maps (by file descriptor).
+pub fn build(l: &Layout, ports: i32, ifaces: i32) -> Vec<u64> {
+    let mut a = Asm::new();
+    let accept = a.label();
+    let drop = a.label();
+    let input = a.label();
+    let parse = a.label();
+    let v6 = a.label();
+    let l4 = a.label();
+
+    // r6 = ctx, r8 = ctx->state.
+    a.mov(Reg::R6, Reg::R1)
+        .load(Size::DW, Reg::R8, Reg::R6, l.ctx_state);
+
+    // Arrived on an exempt interface: untouched.
+    lookup_iface(&mut a, l, ifaces, l.state_in);
+    let not_exempt = a.label();
+    a.jmp_imm(Cond::Eq, Reg::R0, 0, not_exempt)
+        .load(Size::W, Reg::R1, Reg::R0, 0)
+        .jmp_imm(Cond::Set, Reg::R1, IFACE_EXEMPT as i32, accept)
+        .bind(not_exempt);
+
+    // INPUT: the host ports. FORWARD: the container ports, only towards a runtime's bridge.
+    a.load(Size::B, Reg::R1, Reg::R8, l.state_hook)
+        .jmp_imm(Cond::Eq, Reg::R1, HOOK_LOCAL_IN as i32, input)
+        .jmp_imm(Cond::Ne, Reg::R1, HOOK_FORWARD as i32, accept);
+    lookup_iface(&mut a, l, ifaces, l.state_out);
+    a.jmp_imm(Cond::Eq, Reg::R0, 0, accept)
+        .load(Size::W, Reg::R1, Reg::R0, 0)
+        .alu_imm(Alu::And, Reg::R1, IFACE_RUNTIME as i32)
+        .jmp_imm(Cond::Eq, Reg::R1, 0, accept)
+        .mov_imm(Reg::R1, KIND_CONTAINER as i32)
+        .store(Size::DW, Reg::R10, FP_KIND, Reg::R1)
+        .ja(parse)
+        .bind(input)
+        .mov_imm(Reg::R1, KIND_HOST as i32)
+        .store(Size::DW, Reg::R10, FP_KIND, Reg::R1)
+        .bind(parse);
+
+    // The packet through an skb dynptr; its data starts at the network header at these hooks.
+    a.load(Size::DW, Reg::R1, Reg::R6, l.ctx_skb)
+        .mov_imm(Reg::R2, 0)
+        .mov(Reg::R3, Reg::R10)
+        .alu_imm(Alu::Add, Reg::R3, FP_DYNPTR as i32)
+        .call_kfunc(l.dynptr_from_skb)
+        .jmp_imm(Cond::Ne, Reg::R0, 0, drop)
+        .mov_imm(Reg::R9, 0)
+        .load(Size::B, Reg::R1, Reg::R8, l.state_pf)
+        .jmp_imm(Cond::Eq, Reg::R1, NFPROTO_IPV6 as i32, v6)
+        .jmp_imm(Cond::Ne, Reg::R1, NFPROTO_IPV4 as i32, accept);
+
+    // IPv4: the protocol, a later fragment (no transport header: dropped, it could be for a
+    // guarded port; with the defrag flag none arrive), the header's length.
+    read(&mut a, 20, 0, drop);
+    a.load(Size::B, Reg::R7, Reg::R10, FP_BUF + 9);
+    let v4_l4 = a.label();
+    a.jmp_imm(Cond::Eq, Reg::R7, 6, v4_l4)
+        .jmp_imm(Cond::Ne, Reg::R7, 17, accept)
+        .bind(v4_l4)
+        .load(Size::H, Reg::R1, Reg::R10, FP_BUF + 6)
+        .be16(Reg::R1)
+        .alu_imm(Alu::And, Reg::R1, 0x1fff)
+        .jmp_imm(Cond::Ne, Reg::R1, 0, drop)
+        .load(Size::B, Reg::R9, Reg::R10, FP_BUF)
+        .alu_imm(Alu::And, Reg::R9, 0x0f)
+        .alu_imm(Alu::Lsh, Reg::R9, 2)
+        .ja(l4);
+
+    // IPv6: the next header after the fixed 40 bytes, then each extension header in turn.
+    a.bind(v6);
+    read(&mut a, 8, 0, drop);
+    a.load(Size::B, Reg::R7, Reg::R10, FP_BUF + 6)
+        .mov_imm(Reg::R9, 40);
+    for _ in 0..MAX_EXT_HEADERS {
+        let next = a.label();
+        let frag = a.label();
+        let auth = a.label();
+        let opts = a.label();
+        a.jmp_imm(Cond::Eq, Reg::R7, 6, l4)
+            .jmp_imm(Cond::Eq, Reg::R7, 17, l4)
+            .jmp_imm(Cond::Eq, Reg::R7, 0, opts)
+            .jmp_imm(Cond::Eq, Reg::R7, 43, opts)
+            .jmp_imm(Cond::Eq, Reg::R7, 60, opts)
+            .jmp_imm(Cond::Eq, Reg::R7, 44, frag)
+            .jmp_imm(Cond::Eq, Reg::R7, 51, auth)
+            // Anything else (ICMPv6, no next header, ESP) carries no guarded port.
+            .ja(accept);
+        // Hop-by-hop, routing, destination options: (length + 1) * 8 bytes.
+        a.bind(opts);
+        read(&mut a, 2, 0, drop);
+        a.load(Size::B, Reg::R7, Reg::R10, FP_BUF)
+            .load(Size::B, Reg::R1, Reg::R10, FP_BUF + 1)
+            .alu_imm(Alu::Add, Reg::R1, 1)
+            .alu_imm(Alu::Lsh, Reg::R1, 3)
+            .alu_reg(Alu::Add, Reg::R9, Reg::R1)
+            .ja(next);
+        // Fragment: a later fragment has no transport header, so it is dropped; the first (or an
+        // atomic fragment) goes on to what follows its 8 bytes.
+        a.bind(frag);
+        read(&mut a, 8, 0, drop);
+        a.load(Size::B, Reg::R7, Reg::R10, FP_BUF)
+            .load(Size::H, Reg::R1, Reg::R10, FP_BUF + 2)
+            .be16(Reg::R1)
+            .alu_imm(Alu::And, Reg::R1, 0xfff8)
+            .jmp_imm(Cond::Ne, Reg::R1, 0, drop)
+            .alu_imm(Alu::Add, Reg::R9, 8)
+            .ja(next);
+        // Authentication header: (length + 2) * 4 bytes.
+        a.bind(auth);
+        read(&mut a, 2, 0, drop);
+        a.load(Size::B, Reg::R7, Reg::R10, FP_BUF)
+            .load(Size::B, Reg::R1, Reg::R10, FP_BUF + 1)
+            .alu_imm(Alu::Add, Reg::R1, 2)
+            .alu_imm(Alu::Lsh, Reg::R1, 2)
+            .alu_reg(Alu::Add, Reg::R9, Reg::R1)
+            .bind(next);
+    }
+    // Still a header after the last one read: TCP or UDP may follow, unread, so dropped.
+    a.jmp_imm(Cond::Eq, Reg::R7, 6, l4)
+        .jmp_imm(Cond::Eq, Reg::R7, 17, l4)
+        .jmp_imm(Cond::Eq, Reg::R7, 0, drop)
+        .jmp_imm(Cond::Eq, Reg::R7, 43, drop)
+        .jmp_imm(Cond::Eq, Reg::R7, 60, drop)
+        .jmp_imm(Cond::Eq, Reg::R7, 44, drop)
+        .jmp_imm(Cond::Eq, Reg::R7, 51, drop)
+        .ja(accept);
+
+    // TCP or UDP at r9: the destination port (as the packet carries it), the protocol and the
+    // kind make the key. A header too short to read is dropped.
+    a.bind(l4);
+    read(&mut a, 4, 0, drop);
+    a.load(Size::H, Reg::R1, Reg::R10, FP_BUF + 2)
+        .mov(Reg::R2, Reg::R7)
+        .alu_imm(Alu::Lsh, Reg::R2, 16)
+        .alu_reg(Alu::Or, Reg::R1, Reg::R2)
+        .load(Size::DW, Reg::R2, Reg::R10, FP_KIND)
+        .alu_imm(Alu::Lsh, Reg::R2, 24)
+        .alu_reg(Alu::Or, Reg::R1, Reg::R2)
+        .store(Size::W, Reg::R10, FP_PORTKEY, Reg::R1)
+        .load_map(Reg::R1, ports)
+        .mov(Reg::R2, Reg::R10)
+        .alu_imm(Alu::Add, Reg::R2, FP_PORTKEY as i32)
+        .call(HELPER_MAP_LOOKUP)
+        .jmp_imm(Cond::Ne, Reg::R0, 0, drop);
+
+    a.bind(accept).ret(NF_ACCEPT);
+    a.bind(drop).ret(NF_DROP);
+    a.finish()
+}
+
+/// The ports map's key: the port in network order, the protocol's IP number, the kind.
+pub fn port_key(port: u16, proto: u8, kind: u8) -> [u8; 4] {
+    let p = port.to_be_bytes();
+    [p[0], p[1], proto, kind]
+}
+
+/// The interfaces map's key: the name, NUL-padded to 16 bytes as the kernel keeps it.
+pub fn iface_key(name: &str) -> [u8; 16] {
+    let mut k = [0u8; 16];
+    for (o, b) in k.iter_mut().zip(name.bytes().take(15)) {
+        *o = b;
+    }
+    k
+}

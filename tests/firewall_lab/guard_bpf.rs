@@ -1,0 +1,215 @@
+//! The guard's second layer through the built binary: a netfilter BPF program pinned under the
+//! node's root that holds the store and the broker's management port closed through a foreign
+//! `flush ruleset` with no mesh-host running, after the resident host is killed with `kill -9`,
+//! and that a restart reclaims (the same four links, never a second set); status, the report and
+//! the briefing name both layers.
+
+use super::resident::Resident;
+use super::*;
+
+/// The guard's layers when both hold, as the report and the status say.
+pub(super) const BOTH: &str =
+    "guard: table inet mesh_host + netfilter BPF (pinned): holds through any ruleset change";
+
+/// A bpffs mounted at the host's `ROOT/sys/fs/bpf`, as `/sys/fs/bpf` is on a node (the binary
+/// mounts one only on the machine's own `/`); unmounted on drop, which releases what is pinned.
+pub(super) struct Bpffs(PathBuf);
+
+impl Bpffs {
+    pub(super) fn mount(host: &Host) -> Bpffs {
+        let at = host.root().join("sys/fs/bpf");
+        std::fs::create_dir_all(&at).unwrap();
+        let out = std::process::Command::new("mount")
+            .args(["-t", "bpf", "bpf"])
+            .arg(&at)
+            .output()
+            .expect("mount must exist");
+        assert!(
+            out.status.success(),
+            "mount -t bpf at {}: {}",
+            at.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Bpffs(at)
+    }
+}
+
+impl Drop for Bpffs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .args(["-l"])
+            .arg(&self.0)
+            .output();
+    }
+}
+
+pub(super) fn bpf(host: &Host) -> Value {
+    host.status()["guard"]["bpf"].clone()
+}
+
+fn link_ids(host: &Host) -> Vec<u64> {
+    let b = bpf(host);
+    assert_eq!(b["pinned"], true, "{b:#}");
+    b["link_ids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_u64().unwrap())
+        .collect()
+}
+
+#[test]
+fn pinned_beside_the_table_the_guard_holds_through_a_flush_with_no_host_running() {
+    let lab = new_lab();
+    let net = adoption(&lab);
+    let node = &net.node;
+    let _listeners: Vec<_> = [STORE, BROKER_MANAGEMENT, SERVED]
+        .iter()
+        .map(|p| node.listen_tcp(*p).expect("listener on the node"))
+        .collect();
+    let host = Host::new(node);
+    let _fs = Bpffs::mount(&host);
+    let report = host.apply(&declaration(&[]));
+    let line = report["guard"].as_str().unwrap_or_default();
+    assert!(line.contains(BOTH), "{report:#}");
+    assert!(line.contains("links attached and pinned"), "{line}");
+    let status = host.status();
+    assert_eq!(status["guard"]["layers"], BOTH, "{status:#}");
+    assert_eq!(
+        status["guard"]["bpf"]["links"],
+        json!([
+            "link-ipv4-input",
+            "link-ipv4-forward",
+            "link-ipv6-input",
+            "link-ipv6-forward"
+        ])
+    );
+    assert_eq!(
+        status["guard"]["bpf"]["interfaces"],
+        json!(["lo exempt", format!("{PRIVATE_IF} exempt")])
+    );
+    let briefing = host.run(&["briefing"]);
+    assert!(briefing.stdout.contains(BOTH), "{}", briefing.stdout);
+    let text = host.run(&["firewall", "status"]);
+    assert!(
+        text.stdout.contains(&format!("layers          {BOTH}")),
+        "{}",
+        text.stdout
+    );
+    let ids = link_ids(&host);
+
+    // Another program flushes the whole ruleset; no mesh-host runs to put the table back.
+    run_ok(node, &["nft", "flush", "ruleset"]);
+    assert_eq!(run_ok(node, &["nft", "list", "ruleset"]), "");
+    let public = node_public();
+    expect(
+        &net.outside,
+        &public,
+        STORE,
+        Probe::TimedOut,
+        "store after a flush",
+    );
+    expect(
+        &net.outside,
+        &public,
+        BROKER_MANAGEMENT,
+        Probe::TimedOut,
+        "broker after a flush",
+    );
+    expect(
+        &net.outside,
+        &public,
+        SERVED,
+        Probe::Reached,
+        "another port",
+    );
+    expect(
+        &net.peer,
+        &node_private(),
+        STORE,
+        Probe::Reached,
+        "the private network",
+    );
+    let status = host.status();
+    assert!(
+        status["guard"]["layers"]
+            .as_str()
+            .unwrap()
+            .starts_with("guard: netfilter BPF (pinned) alone"),
+        "{status:#}"
+    );
+
+    // The next reconcile writes the table back and takes the same links back.
+    let report = host.reconcile();
+    let line = report["guard"].as_str().unwrap_or_default();
+    assert!(
+        line.contains("(created; written)") && line.contains("links reclaimed"),
+        "{line}"
+    );
+    assert_eq!(link_ids(&host), ids, "the same links, not a second set");
+}
+
+#[test]
+fn after_kill_9_the_ports_stay_closed_and_the_restart_reclaims_the_same_links() {
+    let lab = new_lab();
+    let net = adoption(&lab);
+    let node = &net.node;
+    let _listeners: Vec<_> = [STORE, BROKER_MANAGEMENT, SERVED]
+        .iter()
+        .map(|p| node.listen_tcp(*p).expect("listener on the node"))
+        .collect();
+    let host = Host::new(node);
+    let _fs = Bpffs::mount(&host);
+    host.apply(&declaration(&[]));
+    let ids = link_ids(&host);
+    let mut resident = Resident::start(&host, &[]);
+    resident.signal(libc::SIGKILL);
+    resident.wait_exit(Duration::from_secs(10));
+    drop(resident);
+    // With no host at all, a foreign flush: the BPF layer alone holds the ports.
+    run_ok(node, &["nft", "flush", "ruleset"]);
+    let public = node_public();
+    expect(
+        &net.outside,
+        &public,
+        STORE,
+        Probe::TimedOut,
+        "store after kill -9 and a flush",
+    );
+    expect(
+        &net.outside,
+        &public,
+        BROKER_MANAGEMENT,
+        Probe::TimedOut,
+        "broker after kill -9 and a flush",
+    );
+    // The restart reclaims the pinned links: one set, the same ids.
+    let resident = Resident::start(&host, &[]);
+    assert_eq!(link_ids(&host), ids, "the restart attached a second set");
+    let pins = host.root().join("sys/fs/bpf/mesh-host");
+    let mut names: Vec<String> = std::fs::read_dir(&pins)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert_eq!(
+        names,
+        [
+            "ifaces",
+            "link-ipv4-forward",
+            "link-ipv4-input",
+            "link-ipv6-forward",
+            "link-ipv6-input",
+            "ports",
+            "prog"
+        ]
+    );
+    drop(resident);
+    expect(
+        &net.outside,
+        &public,
+        STORE,
+        Probe::TimedOut,
+        "store after the restart",
+    );
+}
