@@ -663,3 +663,81 @@ fn a_connection_opened_before_the_layer_is_cut_every_packet_not_only_new_ones() 
         "the v6 connection to {STORE} opened before the guard still answers"
     );
 }
+
+/// What iptables-nft saves reloads with the layer in place (the program is no part of the
+/// x_tables view either), and the guarded ports stay closed through the restore.
+#[test]
+fn iptables_nft_save_reloads_with_the_layer_in_place() {
+    let lab = Lab::new().unwrap();
+    let Net { net, _listeners } = build(&lab);
+    let root = PinRoot::new("iptsave");
+    for argv in [
+        &[
+            "iptables-nft",
+            "-w",
+            "-A",
+            "INPUT",
+            "-p",
+            "tcp",
+            "--dport",
+            "22",
+            "-j",
+            "ACCEPT",
+        ][..],
+        &[
+            "ip6tables-nft",
+            "-w",
+            "-A",
+            "INPUT",
+            "-p",
+            "tcp",
+            "--dport",
+            "22",
+            "-j",
+            "ACCEPT",
+        ][..],
+    ] {
+        net.node.run_ok(argv).unwrap();
+    }
+    let r = ensure(&net.node, &root.pins(), &spec());
+    assert_eq!(r.loaded, Loaded::Created);
+    for (save, restore) in [
+        ("iptables-nft-save", "iptables-nft-restore"),
+        ("ip6tables-nft-save", "ip6tables-nft-restore"),
+    ] {
+        let saved = net.node.run_ok(&[save]).unwrap().stdout;
+        assert!(saved.contains("--dport 22"), "{save}: {saved}");
+        let file = root.root.join(format!("{save}.rules"));
+        std::fs::write(&file, &saved).unwrap();
+        let out = net
+            .node
+            .run(&[restore, "-w", "5", file.to_str().unwrap()])
+            .unwrap();
+        assert!(out.status.success(), "{restore}: {}", out.stderr);
+        assert_eq!(
+            net.node
+                .run_ok(&[save])
+                .unwrap()
+                .stdout
+                .lines()
+                .filter(|l| l.starts_with('-'))
+                .count(),
+            saved.lines().filter(|l| l.starts_with('-')).count(),
+            "{save} after the restore"
+        );
+    }
+    for to in [v4(addr::NODE_PUBLIC_V4), v6(addr::NODE_PUBLIC_V6)] {
+        for port in [STORE, BROKER] {
+            assert_ne!(
+                probe(&net.outside, to, port),
+                Probe::Reached,
+                "{to} port {port} after the restores"
+            );
+        }
+        assert_eq!(
+            probe(&net.outside, to, OTHER),
+            Probe::Reached,
+            "{to} port {OTHER}"
+        );
+    }
+}
