@@ -260,3 +260,97 @@ fn fedora_s_sysconfig_nftables_conf_through_the_flip_and_the_return() {
 fn rhel_s_sysconfig_iptables_through_the_flip_and_the_return() {
     through_the_flip_and_back(&layouts().remove(2));
 }
+
+/// A ban held in the found firewall's own table (a set its file fills) goes with the table at the
+/// flip, since the derived filter carries no ban: the preview names it as a refusal the flip
+/// lifts, and the banned source does reach the declared port once converged (probed).
+#[test]
+fn a_ban_in_the_found_table_is_named_as_lifted_and_the_flip_lifts_it() {
+    const BANNED: std::net::Ipv4Addr = std::net::Ipv4Addr::new(192, 0, 2, 77);
+    let lab = new_lab();
+    let net = adoption(&lab);
+    let node = &net.node;
+    let _listeners: Vec<_> = [SSH, OPENED, STORE]
+        .iter()
+        .map(|p| node.listen_tcp(*p).expect("listener on the node"))
+        .collect();
+    net.outside
+        .add_address(
+            lab::addr::PUBLIC_IF,
+            BANNED.into(),
+            lab::addr::PUBLIC_V4_PREFIX,
+        )
+        .expect("the banned address on the outside machine");
+    let stub = lab.dir().join("stub");
+    std::fs::create_dir_all(&stub).unwrap();
+    stub_systemctl(&stub);
+    let path = format!(
+        "PATH={}:{}",
+        stub.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let host = Host::wrapped(node, vec!["env".into(), path]);
+    let root = host.root();
+    let conf = root.join("etc/nftables.conf");
+    std::fs::create_dir_all(conf.parent().unwrap()).unwrap();
+    std::fs::write(
+        &conf,
+        format!(
+            "flush ruleset\ntable inet filter {{\n\tset banned {{ type ipv4_addr; elements = {{ {BANNED} }} }}\n\
+             \tchain input {{\n\t\ttype filter hook input priority filter; policy drop;\n\
+             \t\tct state established,related accept\n\t\tiifname \"lo\" accept\n\
+             \t\tip saddr @banned drop\n\t\ttcp dport {{ 22, {OPENED} }} accept\n\t}}\n}}\n"
+        ),
+    )
+    .unwrap();
+    run_ok(node, &["nft", "-f", conf.to_str().unwrap()]);
+    host.apply(&declaration(&[
+        opening("api/port", OPENED, "incoming"),
+        json!({"id": "store/port", "type": "opening", "port": STORE, "proto": "tcp",
+               "from": "private", "path": "incoming"}),
+    ]));
+    let public: IpAddr = NODE_PUBLIC_V4.into();
+    let from_banned = || {
+        net.outside
+            .probe_tcp_from(BANNED.into(), public, OPENED, SILENCE)
+            .unwrap()
+    };
+    assert_ne!(
+        from_banned(),
+        Probe::Reached,
+        "adopted: the ban refuses its source"
+    );
+    expect(
+        &net.outside,
+        &[public],
+        OPENED,
+        Probe::Reached,
+        "adopted: the port",
+    );
+
+    let out = host.run(&["converge", "--preview", "--json"]);
+    assert!(out.success(), "{}\n{}", out.stdout, out.stderr);
+    let preview: Value = serde_json::from_str(&out.stdout).unwrap();
+    let lifts = preview["lifts"].as_array().unwrap();
+    assert!(
+        lifts.iter().any(|l| {
+            let l = l.as_str().unwrap();
+            l.contains(&format!("{BANNED}/32")) && l.contains("inet filter input")
+        }),
+        "the preview names the ban it lifts: {preview:#}"
+    );
+    let out = host.run(&["converge", "--preview"]);
+    assert!(
+        out.stdout.contains("refusals the flip LIFTS"),
+        "{}",
+        out.stdout
+    );
+
+    let out = host.run(&["converge", "--json"]);
+    assert!(out.success(), "the flip: {}\n{}", out.stdout, out.stderr);
+    assert_eq!(
+        from_banned(),
+        Probe::Reached,
+        "converged: the derived filter carries no ban, as the preview said"
+    );
+}
