@@ -88,15 +88,18 @@ fn run_within(
         .spawn()
         .map_err(spawn)?;
     // The pipes are drained on threads of their own, so a child that writes a lot never
-    // blocks on a full pipe while the deadline is watched here.
+    // blocks on a full pipe while the deadline is watched here; each hands its bytes over a
+    // channel, so waiting for them is bounded too.
     let drain = |pipe: Option<Box<dyn Read + Send>>| {
+        let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
             let mut buf = Vec::new();
             if let Some(mut p) = pipe {
                 let _ = p.read_to_end(&mut buf);
             }
-            buf
-        })
+            let _ = tx.send(buf);
+        });
+        rx
     };
     let out = drain(
         child
@@ -110,40 +113,80 @@ fn run_within(
             .take()
             .map(|p| Box::new(p) as Box<dyn Read + Send>),
     );
-    if let (Some(text), Some(mut pipe)) = (stdin, child.stdin.take()) {
-        // A child that exits without reading its input is judged by its status, not EPIPE.
-        let _ = pipe.write_all(text.as_bytes());
-    }
     let started = Instant::now();
+    // The input is written on a thread too, inside the deadline: a child that never reads a
+    // large input cannot hold the call on a full pipe.
+    if let (Some(text), Some(mut pipe)) = (stdin, child.stdin.take()) {
+        let text = text.to_string();
+        std::thread::spawn(move || {
+            // A child that exits without reading its input is judged by its status, not EPIPE.
+            let _ = pipe.write_all(text.as_bytes());
+        });
+    }
+    let group = child.id() as i32;
+    let kill_group = || {
+        // SAFETY: kill(2) with the child's own process group id, which process_group(0) made
+        // equal to its pid; what it started and left in the group goes with it.
+        unsafe {
+            libc::kill(-group, libc::SIGKILL);
+        }
+    };
+    let failed = |status: String, err: &std::sync::mpsc::Receiver<Vec<u8>>| Error::Command {
+        program: program.to_string(),
+        args: args.to_vec(),
+        status,
+        stderr: String::from_utf8_lossy(
+            &err.recv_timeout(Duration::from_millis(200))
+                .unwrap_or_default(),
+        )
+        .trim()
+        .to_string(),
+    };
     let status = loop {
         if let Some(status) = child.try_wait().map_err(spawn)? {
             break status;
         }
         if started.elapsed() >= deadline {
-            // SAFETY: kill(2) with the child's own process group id, which process_group(0)
-            // made equal to its pid.
-            unsafe {
-                libc::kill(-(child.id() as i32), libc::SIGKILL);
-            }
+            kill_group();
             let _ = child.wait();
-            return Err(Error::Command {
-                program: program.to_string(),
-                args: args.to_vec(),
-                status: format!(
+            return Err(failed(
+                format!(
                     "did not finish within its deadline of {} ms and was killed",
                     deadline.as_millis()
                 ),
-                stderr: String::from_utf8_lossy(&err.join().unwrap_or_default())
-                    .trim()
-                    .to_string(),
-            });
+                &err,
+            ));
         }
         std::thread::sleep(Duration::from_millis(2));
     };
+    // The child has exited; what it started may still hold its output open (a daemonising
+    // helper, a hung hook). Its output is waited for until the deadline, then that group is
+    // killed, and a pipe still held after that fails the call instead of hanging it.
+    let collect = |rx: &std::sync::mpsc::Receiver<Vec<u8>>| -> Option<Vec<u8>> {
+        let left = deadline.saturating_sub(started.elapsed());
+        rx.recv_timeout(left.max(Duration::from_millis(50)))
+            .or_else(|_| {
+                kill_group();
+                rx.recv_timeout(Duration::from_millis(500))
+            })
+            .ok()
+    };
+    let (Some(stdout), Some(stderr)) = (collect(&out), collect(&err)) else {
+        return Err(Error::Command {
+            program: program.to_string(),
+            args: args.to_vec(),
+            status: format!(
+                "exited ({status}), but something it started kept its output open past its \
+                 deadline of {} ms",
+                deadline.as_millis()
+            ),
+            stderr: String::new(),
+        });
+    };
     Ok(Output {
         code: status.code(),
-        stdout: String::from_utf8_lossy(&out.join().unwrap_or_default()).into_owned(),
-        stderr: String::from_utf8_lossy(&err.join().unwrap_or_default()).into_owned(),
+        stdout: String::from_utf8_lossy(&stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&stderr).into_owned(),
     })
 }
 
@@ -182,6 +225,49 @@ mod tests {
             (out.code, out.stdout.as_str(), out.stderr.trim()),
             (Some(0), "in", "done")
         );
+    }
+
+    /// A child that leaves a process of its group holding its output (what a daemonising
+    /// helper or a hung hook does) ends the call at its deadline with what it printed, that
+    /// process killed; one that never reads a large input cannot hold the call either.
+    #[test]
+    fn a_grandchild_holding_the_output_or_an_unread_input_never_hangs_the_call() {
+        let started = Instant::now();
+        let out = run_within(
+            "sh",
+            &["-c".into(), "echo printed; sleep 37 &".into()],
+            None,
+            Duration::from_millis(300),
+        )
+        .unwrap();
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{:?}",
+            started.elapsed()
+        );
+        assert_eq!((out.code, out.stdout.trim()), (Some(0), "printed"));
+        // The sleep went with the group.
+        let left = std::process::Command::new("pgrep")
+            .args(["-f", "^sleep 37$"])
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+            .unwrap_or_default();
+        assert!(left.is_empty(), "still running: {left}");
+        let started = Instant::now();
+        let big = "x".repeat(1 << 20);
+        let e = run_within(
+            "sh",
+            &["-c".into(), "sleep 30".into()],
+            Some(&big),
+            Duration::from_millis(300),
+        )
+        .unwrap_err();
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{:?}",
+            started.elapsed()
+        );
+        assert!(e.to_string().contains("deadline of 300 ms"), "{e}");
     }
 }
 
