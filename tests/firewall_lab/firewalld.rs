@@ -415,7 +415,25 @@ fn firewalld_with_docker_a_forwarded_opening_is_admitted_and_docker_keeps_its_ru
         !docker_before.contains("mesh-host:"),
         "Docker's chains admit it as they are: {docker_before}"
     );
-    assert_eq!(status_verdict(&host.status(), "web/pub"), "present");
+    // Docker puts its IPv6 rules back a moment after its IPv4 ones: the verdict says present
+    // once both are, and the probes in both families agree.
+    let started = std::time::Instant::now();
+    let mut status = host.status();
+    while status_verdict(&status, "web/pub") != "present"
+        && started.elapsed() < Duration::from_secs(30)
+    {
+        std::thread::sleep(Duration::from_millis(250));
+        status = host.status();
+    }
+    assert_eq!(status_verdict(&status, "web/pub"), "present", "{status:#}");
+    expect(
+        &net.peer,
+        &both,
+        PUBLISHED,
+        Probe::Reached,
+        "after firewalld's reload, as the verdict says",
+    );
+    let docker_before = docker_rules(node);
 
     // The flip's retire: Docker's rules stay exactly as they were, the published port served.
     let address = fw.address();
