@@ -1,0 +1,172 @@
+//! The engine's side of the evaluator: the ruleset read again with its sets' elements for the
+//! verdicts it reports and the walk `firewall explain` prints, and placement asked of the model.
+
+use super::Firewall;
+use crate::detect::{self, Backend, Found, Layer};
+use crate::error::Result;
+use crate::eval::{Fam, Model, Placement, Snapshot, Verdict};
+use crate::netlink::Family;
+use crate::opening::Opening;
+use crate::place::Place;
+use crate::published;
+use std::collections::BTreeMap;
+
+impl Firewall<'_> {
+    /// The ruleset with every set's elements, for the evaluator.
+    pub(super) fn snapshot(&mut self) -> Result<Snapshot> {
+        match self.nf.as_mut() {
+            Some(s) => Snapshot::read(s),
+            None => Ok(Snapshot::default()),
+        }
+    }
+
+    /// The ruleset read again, with every set's elements and the legacy tables, its layers and
+    /// its model.
+    fn fresh_model(&mut self) -> Result<(Snapshot, Found, Model)> {
+        let mut snap = self.snapshot()?;
+        let listed = self.nf.is_some().then_some(&snap.ruleset);
+        let found = detect::detect_in(listed, self.exec, &self.proc)?;
+        snap.legacy = legacy_of(&found.legacy_saves);
+        let model = Model::new(&snap);
+        Ok((snap, found, model))
+    }
+
+    /// The walk of each way an opening's connections come, with the verdicts met on it:
+    /// `mesh-host firewall explain`.
+    /// `only_iif` keeps the ways arriving on that interface alone.
+    pub fn explain(
+        &mut self,
+        o: &Opening,
+        only_iif: Option<&str>,
+    ) -> Result<Vec<(crate::eval::Way, crate::eval::Answer)>> {
+        let (snap, found, model) = self.fresh_model()?;
+        let ifaces = crate::eval::interfaces();
+        let targets = match o.path {
+            crate::opening::Path::Forwarded => {
+                published::targets(&snap.ruleset, &found.legacy_saves, o.proto, o.port)
+            }
+            crate::opening::Path::Incoming => Vec::new(),
+        };
+        let mut out = Vec::new();
+        for fam in crate::eval::families(o) {
+            for w in crate::eval::ways(o, fam, &ifaces, &targets) {
+                if only_iif.is_some_and(|i| i != w.conn.iif) {
+                    continue;
+                }
+                let a = model.explain(&w.conn, &w.sources);
+                out.push((w, a));
+            }
+        }
+        Ok(out)
+    }
+
+    /// Each opening's verdict end to end, read from the kernel now: what a new connection from
+    /// each of its sources meets on every layer it crosses ([`crate::eval`]). This, not the
+    /// presence of rules, is what the host reports.
+    pub fn verdicts(&mut self, openings: &[Opening]) -> Result<BTreeMap<String, Verdict>> {
+        let now = if self.last.is_some() {
+            self.generation()?
+        } else {
+            None
+        };
+        if let (Some(last), Some(now)) = (&self.last, now) {
+            if last.generation == now
+                && openings.iter().all(|o| {
+                    o.path == crate::opening::Path::Incoming || last.targets.contains_key(&o.id)
+                })
+            {
+                let ifaces = crate::eval::interfaces();
+                let none = Vec::new();
+                return Ok(openings
+                    .iter()
+                    .map(|o| {
+                        let t = last.targets.get(&o.id).unwrap_or(&none);
+                        (o.id.clone(), last.model.verdict(o, &ifaces, t))
+                    })
+                    .collect());
+            }
+        }
+        let (snap, found, model) = self.fresh_model()?;
+        let ifaces = crate::eval::interfaces();
+        let mut out = BTreeMap::new();
+        for o in openings {
+            let targets = match o.path {
+                crate::opening::Path::Forwarded => {
+                    published::targets(&snap.ruleset, &found.legacy_saves, o.proto, o.port)
+                }
+                crate::opening::Path::Incoming => Vec::new(),
+            };
+            out.insert(o.id.clone(), model.verdict(o, &ifaces, &targets));
+        }
+        self.found = Some(found);
+        self.detected = self.nf.as_ref().map(|_| snap.ruleset.generation);
+        Ok(out)
+    }
+}
+
+/// The iptables-legacy saves as the evaluator reads them.
+pub(super) fn legacy_of(saves: &BTreeMap<(Family, String), String>) -> Vec<(Fam, String, String)> {
+    saves
+        .iter()
+        .map(|((f, t), text)| {
+            let fam = if *f == Family::Ipv6 { Fam::V6 } else { Fam::V4 };
+            (fam, t.clone(), text.clone())
+        })
+        .collect()
+}
+
+/// What placement asks the evaluator with: the model of this listing, the machine's
+/// interfaces, and where each forwarded opening's published port leads.
+pub(super) struct Eval<'e> {
+    pub(super) model: &'e Model,
+    pub(super) ifaces: &'e [crate::eval::Iface],
+    pub(super) targets: &'e BTreeMap<String, Vec<published::Target>>,
+}
+
+impl Eval<'_> {
+    /// Where `o`'s rule goes in layer `l`, from the verdict of its connections through that
+    /// layer's base chain; `None` when the model does not hold the layer.
+    pub(super) fn place(&self, l: &Layer, o: &Opening) -> Option<Place> {
+        let table = match l.backend {
+            Backend::IptablesLegacy => format!(
+                "{} {}",
+                if l.family == Family::Ipv6 {
+                    "ip6tables-legacy"
+                } else {
+                    "iptables-legacy"
+                },
+                l.table
+            ),
+            _ => format!("{} {}", l.family, l.table),
+        };
+        let none = Vec::new();
+        let targets = self.targets.get(&o.id).unwrap_or(&none);
+        if o.path == crate::opening::Path::Forwarded && targets.is_empty() {
+            // Nothing publishes the port yet: where it would lead is not known, so the layer
+            // is read as before, by the shapes of its rules.
+            return None;
+        }
+        let p = self
+            .model
+            .place_opening(&table, &l.chain, l.family, o, self.ifaces, targets)?;
+        Some(to_place(p))
+    }
+}
+
+fn to_place(p: Placement) -> Place {
+    match p {
+        Placement::NotNeeded(why) => Place::NotNeeded(why),
+        Placement::At { chain, index, .. } => Place::At {
+            chain,
+            before: index,
+        },
+        Placement::Refused(by) => Place::Refused {
+            chain: by.chain.clone(),
+            rule: by.text.clone(),
+        },
+        Placement::Doubtful { by, what, then } => Place::Doubtful {
+            rule: format!("{by}, which tests {what}"),
+            then: Box::new(to_place(*then)),
+        },
+    }
+}
