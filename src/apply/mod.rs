@@ -12,6 +12,7 @@ mod container;
 mod directory;
 mod file;
 pub(crate) mod flip;
+mod guard;
 mod node_firewall;
 pub mod opening;
 mod package;
