@@ -531,6 +531,7 @@ fn host(root: &std::path::Path) -> Host<'_> {
     Host {
         root,
         runner: &RUNNER,
+        firewall: &crate::node_firewall::kernel,
     }
 }
 
@@ -707,11 +708,11 @@ fn derive_openings(
         })
         .collect();
     let openings =
-        crate::apply::opening::derive_for(&settings, &declared).map_err(anyhow::Error::msg)?;
+        crate::node_firewall::derive_for(&settings, &declared).map_err(anyhow::Error::msg)?;
     if json {
         let v: Vec<_> = openings
             .iter()
-            .map(crate::apply::opening::to_resource)
+            .map(crate::node_firewall::to_resource)
             .collect();
         println!("{}", serde_json::to_string_pretty(&v)?);
     } else {

@@ -3,8 +3,9 @@
 //! `local`). The preview changes nothing and shows what the flip would keep, close, take and
 //! retire; the flip itself is refused exactly when the preview says it would be.
 
-use crate::apply::{flip, opening, Host};
+use crate::apply::Host;
 use crate::declaration::{Declaration, Mode, Resource, Shape};
+use crate::node_firewall::{flip, openings as opening};
 use crate::store::{self, State};
 use anyhow::{Context, Result};
 use serde::Serialize;
@@ -335,11 +336,8 @@ pub fn preview(host: &Host<'_>) -> Result<std::result::Result<Preview, Asked>> {
             module: m,
         })
         .collect();
-    let mut fw = None;
-    let f = opening::firewall(&mut fw, &decl.node).map_err(anyhow::Error::msg)?;
-    let surveyed = f
-        .survey(host.root)
-        .map_err(|e| anyhow::anyhow!("reading the found firewall: {e}"))?;
+    let mut f = (host.firewall)(host.root, &decl.node);
+    let surveyed = f.survey().context("reading the found firewall")?;
     // The nftables tables the flip deletes: a ban held there is lifted by the flip.
     let retired_tables: Vec<String> = surveyed
         .iter()

@@ -167,7 +167,7 @@ pub fn run(
         }),
         deadlines: None,
     };
-    let derived = apply::opening::derive_for(&settings, &[]).map_err(ApplyError::Safety)?;
+    let derived = crate::node_firewall::derive_for(&settings, &[]).map_err(ApplyError::Safety)?;
     if let Some(resources) = doc.get_mut("resources").and_then(|r| r.as_array_mut()) {
         let have: Vec<String> = resources
             .iter()
@@ -175,7 +175,7 @@ pub fn run(
             .collect();
         for o in &derived {
             if !have.contains(&o.id) {
-                resources.push(apply::opening::to_resource(o));
+                resources.push(crate::node_firewall::to_resource(o));
             }
         }
     }

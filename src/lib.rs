@@ -12,6 +12,7 @@ pub mod genesis;
 pub mod inventory;
 pub mod launch;
 pub mod link;
+pub mod node_firewall;
 pub mod resident;
 pub mod runner;
 pub mod status;

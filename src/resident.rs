@@ -173,9 +173,10 @@ pub fn run(host: &Host<'_>, opts: &Options) -> Result<ExitCode> {
     // firewalld's Reloaded signal, heard on a thread of its own and passed to this loop through
     // an eventfd: a reload drops firewalld's runtime configuration, the openings with it.
     let reloads = firewalld_reloads();
-    // The socket the guard is put back on the moment another program's change is heard, kept
-    // for the host's whole life so that costs no socket setup.
-    let mut guard_sock = firewall::NfSocket::open().ok();
+    // The node's firewall the guard is put back through the moment another program's change is
+    // heard: its nf_tables socket kept for the host's whole life, so that costs no socket setup.
+    // Only the guard's table and the derived filter go through it, which name no node.
+    let mut put_back_fw = crate::node_firewall::Kernel::new(host.root, "").with_socket();
     let mut memo: Option<FirewallMemo> = None;
     // The store as it was when `memo` was made: another process's apply (a `converge`, an
     // `adopt`, a `take`) changes it before it touches the firewall, so a change heard then is
@@ -309,31 +310,16 @@ pub fn run(host: &Host<'_>, opts: &Options) -> Result<ExitCode> {
                             "the store changed since the last reconcile; nothing put back at once"
                         );
                     }
-                    if current {
-                        if let (Some(sock), Some(spec)) = (
-                            guard_sock.as_mut(),
-                            memo.as_ref().and_then(|m| m.guard.as_ref()),
+                    // Likewise the derived filter on a flipped node, when it is gone: without
+                    // it the node is open (`node_firewall::put_back` says why only when gone).
+                    if let (true, Some(m)) = (current, memo.as_ref()) {
+                        let started = Instant::now();
+                        for (what, result) in crate::node_firewall::put_back(
+                            &mut put_back_fw,
+                            m.guard.as_ref(),
+                            m.filter.as_ref(),
                         ) {
-                            put_back("guard", || {
-                                firewall::guard::ensure(sock, spec).map(|r| r.changed)
-                            });
-                        }
-                        // Likewise the derived filter on a flipped node, when it is gone:
-                        // without it the node is open. Only when gone: a guard beside a filter
-                        // in force is `mesh-host adopt` putting the guard back before it opens
-                        // the store, and ensuring the filter then would delete that guard, so
-                        // that the return's unloading of the filter left neither.
-                        if let (Some(sock), Some(spec)) = (
-                            guard_sock.as_mut(),
-                            memo.as_ref().and_then(|m| m.filter.as_ref()),
-                        ) {
-                            put_back("derived filter", || {
-                                if firewall::filter::in_force(sock, spec).unwrap_or(false) {
-                                    Ok(false)
-                                } else {
-                                    firewall::filter::ensure(sock, spec)
-                                }
-                            });
+                            put_back(what, started, result);
                         }
                     }
                     for e in events {
@@ -369,7 +355,7 @@ pub fn run(host: &Host<'_>, opts: &Options) -> Result<ExitCode> {
             if legacy_due {
                 next_legacy = now + opts.legacy_period;
             }
-            if first.is_some() || crate::apply::opening::legacy_in_force() {
+            if first.is_some() || crate::node_firewall::legacy_in_force() {
                 recheck(host, &mut memo, &mut reconcile_due, &mut why, first, &who);
                 memo_stamp = stamp(host.root);
             }
@@ -461,11 +447,10 @@ pub(crate) fn drain_eventfd(fd: &OwnedFd) -> bool {
     n == 8 && count > 0
 }
 
-/// One immediate restore of the mesh's own table (`restore` says whether it had to write),
-/// logged with how long it took.
-fn put_back(what: &str, restore: impl FnOnce() -> firewall::Result<bool>) {
-    let started = Instant::now();
-    match restore() {
+/// One immediate restore of the mesh's own table (`result` says whether it had to write),
+/// logged with how long it took since `started`.
+fn put_back(what: &str, started: Instant, result: Result<bool, crate::node_firewall::Error>) {
+    match result {
         Ok(true) => tracing::info!(
             micros = started.elapsed().as_micros() as u64,
             "the {what} was gone; put back"

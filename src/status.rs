@@ -1,19 +1,17 @@
 //! `mesh-host firewall status`: the found firewall's kind and layers with their evidence, every
 //! declared opening with present or missing per layer, and the guard's state.
 
-use crate::apply::opening::to_opening;
 use crate::declaration::Resource;
+use crate::node_firewall::{open_found, to_opening};
 use crate::store::State;
 use anyhow::{Context, Result};
-use firewall::{Firewall, SystemExec};
 use serde_json::{json, Value};
 use std::fmt::Write as _;
 
 /// Reads the firewall as it is now, against the stored declaration's openings; the guard's BPF
 /// layer is read from its pins under `root`.
 pub fn firewall_status(root: &std::path::Path, state: Option<&State>) -> Result<Value> {
-    static EXEC: SystemExec = SystemExec;
-    let mut fw = Firewall::open(&EXEC).context("reading the found firewall")?;
+    let mut fw = open_found()?;
     let found = fw.found().context("reading the found firewall")?.clone();
     let settings = state.and_then(|s| s.settings.as_ref());
     let mut openings = Vec::new();
@@ -155,8 +153,7 @@ pub fn explain_command(
         },
         path,
     };
-    static EXEC: SystemExec = SystemExec;
-    let mut fw = Firewall::open(&EXEC).context("reading the found firewall")?;
+    let mut fw = open_found()?;
     let ways = fw
         .explain(&opening, interface.as_deref())
         .context("walking the connection through the found firewall")?;
@@ -286,7 +283,7 @@ fn with_bpf(mut guard: Value, root: &std::path::Path) -> Value {
 
 /// The guard's layers in force, by whether its table is there and its BPF layer holds.
 fn layers_named(table: bool, bpf: bool) -> &'static str {
-    use crate::apply::opening::{LAYERS_BOTH, LAYERS_TABLE_ALONE};
+    use crate::node_firewall::{LAYERS_BOTH, LAYERS_TABLE_ALONE};
     match (table, bpf) {
         (true, true) => LAYERS_BOTH,
         (false, true) => {

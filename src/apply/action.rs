@@ -77,9 +77,16 @@ mod tests {
     #[test]
     fn an_action_past_its_deadline_fails_and_lets_go_of_the_store() {
         let root = tempfile::tempdir().unwrap();
+        // The fake firewall: the sweep every apply makes must not touch this namespace's.
+        let fake = crate::node_firewall::fake::Recording::default();
+        let open =
+            move |_: &std::path::Path, _: &str| -> Box<dyn crate::node_firewall::NodeFirewall> {
+                Box::new(fake.clone())
+            };
         let host = Host {
             root: root.path(),
             runner: &SystemRunner,
+            firewall: &open,
         };
         let decl = |verify: &str| {
             let v = json!({

@@ -11,10 +11,7 @@ mod brief;
 mod container;
 mod directory;
 mod file;
-pub(crate) mod flip;
-mod guard;
-mod node_firewall;
-pub mod opening;
+mod opening;
 mod package;
 mod remove;
 mod report;
@@ -26,6 +23,7 @@ use remove::{moved_away, remove_undeclared, sweep_stale_marks};
 
 use crate::declaration::{Declaration, Mode, Problems, Resource, Shape, Source};
 use crate::failpoint;
+use crate::node_firewall::{self, flip, NodeFirewall, Openings};
 use crate::runner::{Deadlined, Runner};
 use crate::store::{self, Held, Op, Original, Owned, Store, StoreError};
 use std::path::{Path, PathBuf};
@@ -50,16 +48,8 @@ pub enum ApplyError {
     },
 }
 
-/// What the resident host keeps from an apply, to put the firewall back at once when the
-/// ruleset changes under it: the guard written and the openings converged, for this declaration.
-#[derive(Debug, Clone)]
-pub struct FirewallMemo {
-    pub declaration: Declaration,
-    pub guard: Option<firewall::GuardSpec>,
-    pub openings: Vec<firewall::Opening>,
-    /// The derived filter, on a flipped node.
-    pub filter: Option<firewall::FilterSpec>,
-}
+/// What the resident host keeps from an apply, to put the firewall back at once.
+pub use crate::node_firewall::Memo as FirewallMemo;
 
 /// What a re-check of the firewall did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -78,6 +68,8 @@ pub struct Host<'a> {
     /// Every machine path in a declaration resolves under this root (`/` in production).
     pub root: &'a Path,
     pub runner: &'a dyn Runner,
+    /// The node's firewall: the kernel's ([`node_firewall::kernel`]), or a fake in unit tests.
+    pub firewall: node_firewall::Open<'a>,
 }
 
 /// What an applier did to one resource.
@@ -101,10 +93,10 @@ pub(crate) struct Cx<'a> {
     pub runner: &'a dyn Runner,
     pub store: &'a mut Store,
     pub decl: &'a Declaration,
-    /// The found firewall, opened on first use.
-    pub fw: Option<firewall::Firewall<'static>>,
-    /// Every declared opening converged at once, at the first opening of the apply.
-    pub openings: Option<Result<opening::OpeningsDone, String>>,
+    /// The node's firewall (the kernel's opens the found firewall on first use).
+    pub fw: &'a mut dyn NodeFirewall,
+    /// Every declared opening converged at once, before the first opening of the apply.
+    pub openings: Option<Openings>,
     /// Openings a layer still refuses, for the report and the briefing.
     pub not_admitted: Vec<NotAdmitted>,
     /// The ruleset generation is the one recorded after the last apply of this declaration, so
@@ -280,16 +272,16 @@ pub fn apply(host: &Host<'_>, decl: &Declaration, source: Source) -> Result<Repo
     if let Ok(Some(state)) = &peeked {
         check_safety(state, decl)?;
     }
-    let mut fw = check_claim(decl)?;
+    let mut fw = (host.firewall)(host.root, &decl.node);
+    check_claim(&mut *fw, decl)?;
     let settings = decl
         .settings
         .clone()
         .or_else(|| peeked.ok().flatten().and_then(|s| s.settings));
     let early = match (decl.mode, settings) {
-        (Mode::Adopted, Some(settings)) => Some(opening::ensure_guard(
-            host.root,
+        (Mode::Adopted, Some(settings)) => Some(node_firewall::guard::ensure(
+            &mut *fw,
             host.runner,
-            &mut fw,
             decl,
             &settings,
         )),
@@ -299,11 +291,11 @@ pub fn apply(host: &Host<'_>, decl: &Declaration, source: Source) -> Result<Repo
         Ok(s) => s,
         Err(source) => return Err(unrecorded(source, early.as_ref())),
     };
-    apply_locked(host, store, decl, source, fw, early)
+    apply_locked(host, store, decl, source, &mut *fw, early)
 }
 
 /// A store error after the guard was (or was not) ensured.
-fn unrecorded(source: StoreError, early: Option<&opening::Guarded>) -> ApplyError {
+fn unrecorded(source: StoreError, early: Option<&node_firewall::Guarded>) -> ApplyError {
     match early {
         Some(g) => ApplyError::Unrecorded {
             source,
@@ -329,11 +321,12 @@ pub fn reconcile_with(
     host: &Host<'_>,
     memo: Option<&FirewallMemo>,
 ) -> Result<Option<Report>, ApplyError> {
-    let mut fw = None;
+    let node = memo.map(|m| m.declaration.node.clone());
+    let mut fw = (host.firewall)(host.root, node.as_deref().unwrap_or_default());
     let mut early = memo.and_then(|m| {
         let spec = m.guard.as_ref()?;
-        let line = opening::write_guard(host.root, &mut fw, &m.declaration.node, spec);
-        Some(opening::Guarded {
+        let line = node_firewall::guard::write(&mut *fw, spec);
+        Some(node_firewall::Guarded {
             line,
             private: None,
             spec: spec.clone(),
@@ -350,14 +343,20 @@ pub fn reconcile_with(
     if !memo.is_some_and(|m| peeked.declaration.as_ref() == Some(&m.declaration)) {
         early = None;
     }
+    // The stored declaration is for its own node: the firewall is opened for it.
+    if let Some(decl) = &peeked.declaration {
+        if node.as_deref() != Some(decl.node.as_str()) {
+            fw = (host.firewall)(host.root, &decl.node);
+        }
+    }
     // The stored declaration's guard before the store is opened for writing: a store that
     // cannot be written never leaves the foundation's ports unguarded.
     if let (None, Some(decl), Some(settings)) = (&early, &peeked.declaration, &peeked.settings) {
         if decl.mode == Mode::Adopted {
-            early = Some(opening::ensure_guard(
-                host.root,
+            check_claim(&mut *fw, decl)?;
+            early = Some(node_firewall::guard::ensure(
+                &mut *fw,
                 host.runner,
-                &mut fw,
                 decl,
                 settings,
             ));
@@ -372,7 +371,10 @@ pub fn reconcile_with(
     };
     // The store changed between the look and the lock: its own declaration's guard is ensured.
     let early = early.filter(|_| peeked.declaration.as_ref() == Some(&decl));
-    apply_locked(host, store, &decl, source, fw, early).map(Some)
+    if early.is_none() {
+        check_claim(&mut *fw, &decl)?;
+    }
+    apply_locked(host, store, &decl, source, &mut *fw, early).map(Some)
 }
 
 /// Puts the guard and the openings of `memo` back, under the store's lock (so never in the
@@ -384,32 +386,13 @@ pub fn recheck_firewall(host: &Host<'_>, memo: &FirewallMemo) -> Result<Rechecke
     if store.state.declaration.as_ref() != Some(&memo.declaration) {
         return Ok(Rechecked::Stale);
     }
-    let mut fw = None;
-    let mut guard_written = false;
-    if let Some(spec) = &memo.guard {
-        let line = opening::write_guard(host.root, &mut fw, &memo.declaration.node, spec)
-            .map_err(ApplyError::Safety)?;
-        guard_written = line.contains("; written)");
-    }
-    let mut openings = 0;
-    if let Some(spec) = &memo.filter {
-        let f = opening::firewall(&mut fw, &memo.declaration.node).map_err(ApplyError::Safety)?;
-        let written = f
-            .ensure_filter(spec)
-            .map_err(|e| ApplyError::Safety(format!("re-checking the derived filter: {e}")))?;
-        openings += usize::from(written);
-    }
-    if !memo.openings.is_empty() {
-        let f = opening::firewall(&mut fw, &memo.declaration.node).map_err(ApplyError::Safety)?;
-        let done = f
-            .converge(&memo.openings, firewall::Scope::Given)
-            .map_err(|e| ApplyError::Safety(format!("re-checking the openings: {e}")))?;
-        openings = done.added.len() + done.removed.len();
-    }
+    let mut fw = (host.firewall)(host.root, &memo.declaration.node);
+    let done =
+        node_firewall::recheck(&mut *fw, memo).map_err(|e| ApplyError::Safety(e.to_string()))?;
     drop(store);
     Ok(Rechecked::Done {
-        guard_written,
-        openings,
+        guard_written: done.guard_written,
+        openings: done.openings,
     })
 }
 
@@ -418,22 +401,17 @@ fn apply_locked(
     mut store: Store,
     decl: &Declaration,
     source: Source,
-    fw: Option<firewall::Firewall<'static>>,
-    early: Option<opening::Guarded>,
+    fw: &mut dyn NodeFirewall,
+    early: Option<node_firewall::Guarded>,
 ) -> Result<Report, ApplyError> {
     tracing::info!(node = %decl.node, mode = decl.mode.as_str(), source = source.as_str(), resources = decl.resources.len(), "applying");
     check_safety(&store.state, decl)?;
-    let mut fw = match fw {
-        Some(fw) => Some(fw),
-        None => check_claim(decl)?,
-    };
     // A flip saves the found firewall before anything changes: the record goes into the store
     // with the mode's change, and a flip that cannot read what it would retire is refused.
     let transition = flip::transition(&store.state, decl);
     let mut flip_saved = false;
     if transition == flip::Transition::Flip && store.state.flip.is_none() {
-        let f = opening::firewall(&mut fw, &decl.node).map_err(ApplyError::Safety)?;
-        let saved = flip::save(host.root, host.runner, f).map_err(|e| {
+        let saved = flip::save(fw, host.runner).map_err(|e| {
             ApplyError::Safety(format!("node {:?} cannot be converged: {e}", decl.node))
         })?;
         store.state.flip = Some(saved);
@@ -442,16 +420,17 @@ fn apply_locked(
     // Nothing of the firewall to look at when the kernel's ruleset is still at the generation
     // the last apply of this very declaration left it at. Legacy tables send no generation, so
     // where they are in force the firewall is always read.
-    let firewall_unchanged = match (&store.state.firewall_generation, fw.as_mut()) {
-        (Some(recorded), Some(f))
-            if transition == flip::Transition::Stay
+    let mut touched = touches(decl);
+    let firewall_unchanged = match &store.state.firewall_generation {
+        Some(recorded)
+            if touched
+                && transition == flip::Transition::Stay
                 && store.state.declaration.as_ref() == Some(decl)
                 && (decl.mode != Mode::Adopted
                     || store.state.settings.is_none()
-                    || store.state.firewall_guard.is_some())
-                && !opening::legacy_in_force() =>
+                    || store.state.firewall_guard.is_some()) =>
         {
-            f.generation().ok().flatten().filter(|now| now == recorded)
+            fw.generation().filter(|now| now == recorded)
         }
         _ => None,
     };
@@ -489,6 +468,24 @@ fn apply_locked(
     }
 
     let mut report = Report::new(decl, source);
+    // The node's firewall before any resource: the guard, the flip or the return, the filter.
+    let before = node_firewall::before_resources(
+        &mut node_firewall::Node {
+            fw: &mut *fw,
+            runner: &runner,
+            store: &mut store,
+            decl,
+            unchanged: firewall_unchanged,
+        },
+        transition,
+        early,
+    );
+    report.said_firewall(&before);
+    let node_firewall::Before {
+        guard_spec,
+        filter_spec,
+        ..
+    } = before;
     {
         let mut cx = Cx {
             root: host.root,
@@ -500,12 +497,34 @@ fn apply_locked(
             not_admitted: Vec::new(),
             firewall_unchanged,
         };
-        let (guard_spec, filter_spec) =
-            node_firewall::before_resources(&mut cx, transition, early, &mut report);
+        // The openings converge once, all together, just before the first opening: after the
+        // resources declared before it, so a forwarded opening meets the DNAT of the container
+        // declared before it. Not on a flipped node (the filter admits them), nor when the
+        // ruleset is as the last apply left every one of them.
+        let converges = cx.store.state.flip.is_none()
+            && !(firewall_unchanged.is_some() && opening::records(&cx).is_empty());
         let guard_failed = report.failed().is_some();
         for res in decl.resources.iter().filter(|_| !guard_failed) {
             if !moved_away(&mut cx, res, &mut report) {
                 break;
+            }
+            if matches!(res, Resource::Opening(_)) && converges && cx.openings.is_none() {
+                let all = node_firewall::openings::converge(
+                    &mut *cx.fw,
+                    decl,
+                    cx.store.state.settings.as_ref(),
+                );
+                let recorded = if all.result.is_ok() {
+                    let recs = opening::records(&cx);
+                    cx.record_owned_all(recs)
+                } else {
+                    Ok(())
+                };
+                cx.openings = Some(all);
+                if let Err(e) = recorded {
+                    report.push(res.id(), res.shape(), res.key(), Err(e));
+                    break;
+                }
             }
             let result = match res {
                 Resource::File(f) => file::apply(&mut cx, f),
@@ -530,16 +549,13 @@ fn apply_locked(
         // the store has forgotten it and nothing in this declaration opened the firewall.
         // Only when something may be stale: no opening converged this apply (none is declared),
         // or the one convergence saw marked rules of openings it was not given.
-        let may_be_stale = match &cx.openings {
-            Some(Ok(done)) => done.stale > 0,
-            Some(Err(_)) => false,
-            None => true,
-        };
+        let may_be_stale = cx.openings.as_ref().is_none_or(Openings::may_be_stale);
         if report.failed().is_none()
             && cx.firewall_unchanged.is_none()
             && may_be_stale
             && cx.store.state.flip.is_none()
         {
+            touched = true;
             sweep_stale_marks(&mut cx, &mut report);
         }
         let flipped = cx.store.state.flip.is_some();
@@ -557,10 +573,12 @@ fn apply_locked(
         // Everything of the firewall in force: the generation it is now at is recorded, so the
         // next reconcile of this declaration lists nothing if nobody changed the ruleset since.
         if report.failed().is_none() && report.not_admitted.is_empty() {
-            let generation = match (cx.firewall_unchanged, cx.fw.as_mut()) {
-                (Some(g), _) => Some(g),
-                (None, Some(f)) => f.generation().ok().flatten(),
-                (None, None) => None,
+            let generation = match cx.firewall_unchanged {
+                Some(g) => Some(g),
+                None if touched || flipped || transition != flip::Transition::Stay => {
+                    cx.fw.generation()
+                }
+                None => None,
             };
             cx.store.state.firewall_generation = generation;
             cx.store.state.firewall_guard = report.memo.as_ref().and_then(|m| m.guard.clone());
@@ -569,6 +587,22 @@ fn apply_locked(
     store.state.briefing = Some(brief::brief(&store, decl, &report));
     store.save()?;
     Ok(report)
+}
+
+/// Whether `decl` touches the node's firewall: openings, or the guard of an adopted node.
+fn touches(decl: &Declaration) -> bool {
+    decl.resources
+        .iter()
+        .any(|r| matches!(r, Resource::Opening(_)))
+        || (decl.mode == Mode::Adopted && decl.settings.is_some())
+}
+
+/// Refuses a declaration whose firewall carries another node's marks, before anything changes.
+fn check_claim(fw: &mut dyn NodeFirewall, decl: &Declaration) -> Result<(), ApplyError> {
+    if !touches(decl) {
+        return Ok(());
+    }
+    node_firewall::check_claim(fw, &decl.node).map_err(ApplyError::Safety)
 }
 
 fn check_safety(state: &store::State, decl: &Declaration) -> Result<(), ApplyError> {
@@ -609,38 +643,6 @@ fn ports_text(p: &crate::declaration::Ports) -> String {
     )
 }
 
-/// The machine's firewall, opened when the declaration touches it (openings, or the guard of an
-/// adopted node), after checking that no other node's marks are in force here: one store per
-/// firewall, so a second store (a mistaken `--root`) is refused before anything changes.
-fn check_claim(decl: &Declaration) -> Result<Option<firewall::Firewall<'static>>, ApplyError> {
-    let touches = decl
-        .resources
-        .iter()
-        .any(|r| matches!(r, Resource::Opening(_)))
-        || (decl.mode == Mode::Adopted && decl.settings.is_some());
-    if !touches {
-        return Ok(None);
-    }
-    let mut fw = None;
-    // A firewall that cannot be read fails the resources that need it, with the reason.
-    let Ok(opened) = opening::firewall(&mut fw, &decl.node) else {
-        return Ok(None);
-    };
-    if let Ok(Some(other)) = opened.claimed_by() {
-        if other != decl.node {
-            return Err(ApplyError::Safety(format!(
-                "the firewall on this machine carries the marked rules of node {other:?} (table inet \
-                 mesh_host, chain claim), and this store is node {:?}: a second store must not \
-                 converge over another node's rules, so nothing was changed. If this is the wrong \
-                 --root, use the right one; if node {other:?} is gone from this machine, run `nft \
-                 delete chain inet mesh_host claim` and apply again",
-                decl.node
-            )));
-        }
-    }
-    Ok(fw)
-}
-
 /// Resolves an intent left by a host that died mid-write: if the machine holds exactly what it
 /// was about to write, that write was the host's and becomes a record; otherwise it never
 /// happened. Either way the intent is settled.
@@ -665,12 +667,5 @@ fn settle_pending(root: &Path, runner: &dyn Runner, state: &mut store::State) {
 
 /// The openings of the declaration, in the firewall crate's terms.
 pub(crate) fn declared_openings(cx: &Cx<'_>) -> Result<Vec<firewall::Opening>, String> {
-    cx.decl
-        .resources
-        .iter()
-        .filter_map(|r| match r {
-            Resource::Opening(o) => Some(opening::to_opening(o, cx.store.state.settings.as_ref())),
-            _ => None,
-        })
-        .collect()
+    node_firewall::openings::declared(cx.decl, cx.store.state.settings.as_ref())
 }

@@ -9,6 +9,7 @@ use super::{
 };
 use crate::declaration::{Resource, Shape};
 use crate::failpoint;
+use crate::node_firewall;
 use crate::store::{Held, Op, Owned};
 use std::collections::HashSet;
 
@@ -105,13 +106,11 @@ pub(super) fn moved_away(cx: &mut Cx<'_>, res: &Resource, report: &mut Report) -
 /// them (a lost store leaves marks the host can still recognise as its own).
 pub(super) fn sweep_stale_marks(cx: &mut Cx<'_>, report: &mut Report) {
     let result = declared_openings(cx).and_then(|declared| {
-        let fw = opening::firewall(&mut cx.fw, &cx.decl.node)?;
-        fw.converge(&declared, firewall::Scope::All)
-            .map_err(|e| format!("removing stale openings: {e}"))
+        node_firewall::openings::sweep(&mut *cx.fw, &declared).map_err(|e| e.to_string())
     });
     match result {
-        Ok(done) => {
-            for (mark, layer) in done.removed {
+        Ok(removed) => {
+            for (mark, layer) in removed {
                 let id = firewall::rules::id_of(&mark).unwrap_or(&mark).to_string();
                 report.push(
                     &id,

@@ -5,6 +5,7 @@ use serde::Serialize;
 use std::fmt::Write as _;
 
 use super::Done;
+pub use crate::node_firewall::NotAdmitted;
 
 /// What happened to one resource.
 #[derive(Serialize, Debug, Clone, Copy, PartialEq, Eq)]
@@ -83,14 +84,6 @@ pub struct Report {
     pub memo: Option<super::FirewallMemo>,
 }
 
-/// An opening that a layer of the found firewall still refuses.
-#[derive(Serialize, Debug, Clone, PartialEq, Eq)]
-pub struct NotAdmitted {
-    pub id: String,
-    pub layer: String,
-    pub why: String,
-}
-
 impl Report {
     pub fn new(decl: &Declaration, source: Source) -> Self {
         Report {
@@ -137,6 +130,32 @@ impl Report {
     }
 
     /// The resource that stopped the apply, if one did.
+    /// What the node's firewall phase before the resources said: the guard's, the flip's and
+    /// the filter's lines, the private network's, and the step that failed, as an entry.
+    pub(crate) fn said_firewall(&mut self, before: &crate::node_firewall::Before) {
+        if let Some(line) = &before.guard {
+            self.guard = Some(match line {
+                Ok(line) => line.clone(),
+                Err(e) => format!("failed: {e}"),
+            });
+        }
+        if let Some((mark, detail)) = &before.private {
+            self.private_network = Some(Said {
+                mark: *mark,
+                detail: detail.clone(),
+            });
+        }
+        if before.flip.is_some() {
+            self.flip = before.flip.clone();
+        }
+        if before.filter.is_some() {
+            self.filter = before.filter.clone();
+        }
+        if let Some((step, what, why)) = &before.failed {
+            self.push(step, Shape::Opening, what.to_string(), Err(why.clone()));
+        }
+    }
+
     pub fn failed(&self) -> Option<&Entry> {
         self.entries.iter().find(|e| e.outcome == Outcome::Failed)
     }

@@ -283,6 +283,8 @@ pub struct Bed {
     pub dir: tempfile::TempDir,
     pub store: crate::store::Store,
     pub runner: crate::runner::RecordingRunner,
+    /// The node's firewall, a recording fake.
+    pub firewall: crate::node_firewall::fake::Recording,
 }
 
 impl Default for Bed {
@@ -299,6 +301,7 @@ impl Bed {
             dir,
             store,
             runner: crate::runner::RecordingRunner::default(),
+            firewall: crate::node_firewall::fake::Recording::default(),
         }
     }
 
@@ -312,7 +315,7 @@ impl Bed {
             runner: &self.runner,
             store: &mut self.store,
             decl,
-            fw: None,
+            fw: &mut self.firewall,
             openings: None,
             not_admitted: Vec::new(),
             firewall_unchanged: None,

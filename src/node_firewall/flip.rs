@@ -6,14 +6,14 @@
 //! the derived filter unloaded. Whether either may happen at all is [`refusals`]'s to say, before
 //! anything changes.
 
-use super::{opening, Cx};
-use crate::declaration::{Declaration, Mode, Resource, Settings, Shape};
+use super::{guard, openings, Error, Node, NodeFirewall};
+use crate::declaration::{Declaration, Mode, Settings, Shape};
 use crate::store::{BootUnit, Flip, FlipStage, State};
 use firewall::FilterSpec;
 
 /// What an apply of `decl` does to the node's firewall, given what the store says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Transition {
+pub enum Transition {
     /// Nothing changes kind: the guard on an adopted node, the derived filter on a converged one
     /// that was flipped, the found firewall on a node raised converged.
     Stay,
@@ -23,7 +23,7 @@ pub(crate) enum Transition {
     Return,
 }
 
-pub(crate) fn transition(state: &State, decl: &Declaration) -> Transition {
+pub fn transition(state: &State, decl: &Declaration) -> Transition {
     match (decl.mode, &state.flip) {
         (Mode::Converged, Some(f)) if f.stage == FlipStage::Saved => Transition::Flip,
         (Mode::Converged, None) if state.mode == Some(Mode::Adopted) => Transition::Flip,
@@ -35,7 +35,7 @@ pub(crate) fn transition(state: &State, decl: &Declaration) -> Transition {
 /// Why the flip `decl` asks for must not happen: every found container still held by a module
 /// the declaration keeps (each service is taken on its own, when its data has moved, never by the
 /// flip). Empty when it may, or when `decl` asks for no flip.
-pub(crate) fn refusals(state: &State, decl: &Declaration) -> Vec<String> {
+pub fn refusals(state: &State, decl: &Declaration) -> Vec<String> {
     if transition(state, decl) != Transition::Flip {
         return Vec::new();
     }
@@ -57,7 +57,7 @@ pub(crate) fn refusals(state: &State, decl: &Declaration) -> Vec<String> {
 
 /// The ports ssh listens on here (as `sshd`'s sockets say), and 22: kept reachable by the
 /// derived filter from the private network, so the flip never closes ssh silently.
-pub(crate) fn ssh_ports() -> Vec<u16> {
+pub fn ssh_ports() -> Vec<u16> {
     let mut ports = vec![22];
     if let Ok(listeners) = ::genesis::inventory::listeners() {
         for l in listeners {
@@ -75,25 +75,20 @@ pub(crate) fn ssh_ports() -> Vec<u16> {
 
 /// The derived filter for `decl`: its openings, the private network's interface, the runtime's
 /// bridges (asked of the runtime, as the guard's are) and ssh's ports.
-pub(crate) fn filter_spec(
+pub fn filter_spec(
     runner: &dyn crate::runner::Runner,
     decl: &Declaration,
     settings: Option<&Settings>,
     ssh: &[u16],
-) -> Result<FilterSpec, String> {
-    let mut openings = Vec::new();
-    for r in &decl.resources {
-        if let Resource::Opening(o) = r {
-            openings.push(opening::to_opening(o, settings)?);
-        }
-    }
+) -> Result<FilterSpec, Error> {
+    let openings = openings::declared(decl, settings).map_err(Error::Declared)?;
     let interfaces = ::genesis::inventory::interfaces().unwrap_or_default();
     Ok(FilterSpec {
         openings,
         private: settings
             .and_then(|s| s.private_network.as_ref())
             .map(|p| p.interface.clone()),
-        bridges: opening::runtime_bridges(runner, &interfaces),
+        bridges: guard::runtime_bridges(runner, &interfaces),
         ssh: ssh.to_vec(),
     })
 }
@@ -101,14 +96,10 @@ pub(crate) fn filter_spec(
 /// Saves the found firewall as it is now, before anything touches it: the first step of a flip,
 /// made while the store is written for the mode's change, so a host that dies anywhere after
 /// leaves a store that knows what to put back. Errors refuse the whole apply.
-pub(crate) fn save(
-    cx_root: &std::path::Path,
-    runner: &dyn crate::runner::Runner,
-    fw: &mut firewall::Firewall<'static>,
-) -> Result<Flip, String> {
+pub fn save(fw: &mut dyn NodeFirewall, runner: &dyn crate::runner::Runner) -> Result<Flip, Error> {
     let retired = fw
-        .survey(cx_root)
-        .map_err(|e| format!("reading the found firewall to retire it: {e}"))?;
+        .survey()
+        .map_err(|e| e.doing("reading the found firewall to retire it"))?;
     let units = retired
         .iter()
         .filter_map(|r| r.unit.clone())
@@ -133,25 +124,29 @@ pub(crate) fn save(
 /// guard removed in one transaction with the native tables' deletion, the other kinds retired,
 /// the boot units disabled (never stopped: Debian's nftables unit flushes the whole ruleset when
 /// stopped), the mesh's marks left in the runtime's chains removed; then the store says done.
-pub(super) fn flip(cx: &mut Cx<'_>) -> Result<(String, FilterSpec), String> {
+pub(super) fn flip(cx: &mut Node<'_>) -> Result<(String, FilterSpec), Error> {
     let Some(saved) = cx.store.state.flip.clone() else {
-        return Err("no saved found firewall to flip from".into());
+        return Err(Error::Declared(
+            "no saved found firewall to flip from".into(),
+        ));
     };
     let spec = current_spec(cx)?;
     crate::failpoint::hit("flip", "saved");
-    let fw = opening::firewall(&mut cx.fw, &cx.decl.node)?;
-    let (done, guarded) = fw
+    let (done, guarded) = cx
+        .fw
         .flip(&spec, &saved.retired)
-        .map_err(|e| format!("loading the derived filter and retiring the found firewall: {e}"))?;
+        .map_err(|e| e.doing("loading the derived filter and retiring the found firewall"))?;
     crate::failpoint::hit("flip", "loaded");
     // The derived filter holds the store closed from here on: the guard's BPF layer, which
     // would refuse the foundation's ports whatever the filter admits, goes with the table.
-    let bpf = opening::remove_bpf_layer(cx.root).unwrap_or_else(|e| e);
+    let bpf = guard::remove_bpf_layer(cx.fw).unwrap_or_else(|e| e);
     let mut units = Vec::new();
     if let Ok(sm) = crate::system::service_manager(cx.runner) {
         for u in saved.units.iter().filter(|u| u.enabled == Some(true)) {
-            sm.disable(&u.unit).map_err(|e| {
-                format!("disabling {} (the found firewall's boot unit): {e}", u.unit)
+            sm.disable(&u.unit).map_err(|e| Error::Unit {
+                doing: "disabling",
+                unit: u.unit.clone(),
+                why: e.to_string(),
             })?;
             units.push(format!("{} disabled (not stopped)", u.unit));
         }
@@ -167,15 +162,15 @@ pub(super) fn flip(cx: &mut Cx<'_>) -> Result<(String, FilterSpec), String> {
     }
     // Marks the found firewall's own tables took with them are gone; any left in the runtime's
     // chains (DOCKER-USER) would be stale accepts.
-    let fw = opening::firewall(&mut cx.fw, &cx.decl.node)?;
-    fw.converge(&[], firewall::Scope::All)
-        .map_err(|e| format!("removing the mesh's marks from the retired firewall: {e}"))?;
+    cx.fw
+        .converge(&[], firewall::Scope::All)
+        .map_err(|e| e.doing("removing the mesh's marks from the retired firewall"))?;
     cx.store.state.flip = Some(Flip {
         stage: FlipStage::Done,
         retired: done.clone(),
         ..saved
     });
-    cx.store.save().map_err(|e| e.to_string())?;
+    cx.store.save()?;
     let retired: Vec<String> = done.iter().map(|r| r.describe()).collect();
     let line = format!(
         "derived filter loaded (drop by default; {} opening(s), ssh {} from {}){}; {}; found \
@@ -211,33 +206,40 @@ pub(super) fn flip(cx: &mut Cx<'_>) -> Result<(String, FilterSpec), String> {
 /// the found firewall is put back exactly as saved, its boot unit enabled again if it was, and
 /// the derived filter unloaded; then the store forgets the flip and the openings converge
 /// through the found firewall as before.
-pub(super) fn unflip(cx: &mut Cx<'_>) -> Result<String, String> {
+pub(super) fn unflip(cx: &mut Node<'_>) -> Result<String, Error> {
     let Some(saved) = cx.store.state.flip.clone() else {
         return Ok("nothing was flipped".into());
     };
     // A firewall that is a daemon (firewalld) must run before its state can be put back.
     for r in saved.retired.iter().filter(|r| r.daemon) {
         if let Some(unit) = &r.unit {
-            let sm = crate::system::service_manager(cx.runner)?;
-            sm.start(unit)
-                .map_err(|e| format!("starting {unit} to restore {}: {e}", r.backend))?;
+            let unit_error = |why: String| Error::Unit {
+                doing: "starting",
+                unit: unit.clone(),
+                why,
+            };
+            let sm =
+                crate::system::service_manager(cx.runner).map_err(|e| unit_error(e.to_string()))?;
+            sm.start(unit).map_err(|e| unit_error(e.to_string()))?;
         }
     }
-    let fw = opening::firewall(&mut cx.fw, &cx.decl.node)?;
-    fw.unflip(&saved.retired)
-        .map_err(|e| format!("restoring the found firewall: {e}"))?;
+    cx.fw
+        .unflip(&saved.retired)
+        .map_err(|e| e.doing("restoring the found firewall"))?;
     crate::failpoint::hit("return", "restored");
     let mut units = Vec::new();
     if let Ok(sm) = crate::system::service_manager(cx.runner) {
         for u in saved.units.iter().filter(|u| u.enabled == Some(true)) {
-            sm.enable(&u.unit).map_err(|e| {
-                format!("enabling {} (the found firewall's boot unit): {e}", u.unit)
+            sm.enable(&u.unit).map_err(|e| Error::Unit {
+                doing: "enabling",
+                unit: u.unit.clone(),
+                why: e.to_string(),
             })?;
             units.push(format!("{} enabled", u.unit));
         }
     }
     cx.store.state.flip = None;
-    cx.store.save().map_err(|e| e.to_string())?;
+    cx.store.save()?;
     let restored: Vec<String> = saved.retired.iter().map(|r| r.describe()).collect();
     Ok(format!(
         "found firewall restored as saved: {}{}; derived filter unloaded",
@@ -256,7 +258,7 @@ pub(super) fn unflip(cx: &mut Cx<'_>) -> Result<String, String> {
 
 /// The derived filter a flipped node's declaration calls for now, with the ssh ports its flip
 /// kept.
-pub(super) fn current_spec(cx: &Cx<'_>) -> Result<FilterSpec, String> {
+pub(super) fn current_spec(cx: &Node<'_>) -> Result<FilterSpec, Error> {
     let ssh = cx
         .store
         .state
@@ -268,12 +270,12 @@ pub(super) fn current_spec(cx: &Cx<'_>) -> Result<FilterSpec, String> {
 }
 
 /// On a flipped node: the derived filter put in force as the declaration says now.
-pub(super) fn ensure_filter(cx: &mut Cx<'_>) -> Result<(String, FilterSpec), String> {
+pub(super) fn ensure_filter(cx: &mut Node<'_>) -> Result<(String, FilterSpec), Error> {
     let spec = current_spec(cx)?;
-    let fw = opening::firewall(&mut cx.fw, &cx.decl.node)?;
-    let written = fw
+    let written = cx
+        .fw
         .ensure_filter(&spec)
-        .map_err(|e| format!("loading the derived filter: {e}"))?;
+        .map_err(|e| e.doing("loading the derived filter"))?;
     Ok((
         format!(
             "drop by default, admitting {} opening(s) ({})",

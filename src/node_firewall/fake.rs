@@ -1,0 +1,192 @@
+//! A recording fake of the node's firewall for unit tests: every call is logged in order (with
+//! whether a watched path existed at that moment, so a test can tell what came before what), and
+//! answers come from a script (a call named in `fail` fails).
+
+use super::{Error, NodeFirewall};
+use firewall::eval::Verdict;
+use firewall::{Converged, FilterSpec, GuardSpec, GuardTable, Opening, Retired, Scope};
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::rc::Rc;
+
+/// One call the fake was asked, by method name, with what it was given.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Call {
+    pub method: &'static str,
+    /// The ids of the openings given (converge, verdicts, filter specs).
+    pub openings: Vec<String>,
+    /// Whether each watched path existed when the call came.
+    pub watched: Vec<bool>,
+}
+
+/// What the fake answers.
+#[derive(Debug, Default)]
+pub struct Script {
+    /// Methods that fail, with a kernel-like error.
+    pub fail: Vec<&'static str>,
+    pub claimed_by: Option<String>,
+    pub generation: Option<u32>,
+    pub survey: Vec<Retired>,
+    /// Whether a derived filter is loaded (remove_filter answers it, and unloads it).
+    pub filter_loaded: bool,
+}
+
+/// The fake; clones share one log and one script, so a test keeps one to read what an apply
+/// asked of the one it handed over.
+#[derive(Clone, Default)]
+pub struct Recording {
+    pub log: Rc<RefCell<Vec<Call>>>,
+    pub script: Rc<RefCell<Script>>,
+    pub watch: Rc<Vec<PathBuf>>,
+}
+
+impl Recording {
+    pub fn watching(paths: &[PathBuf]) -> Recording {
+        Recording {
+            watch: Rc::new(paths.to_vec()),
+            ..Recording::default()
+        }
+    }
+
+    /// The methods called, in order.
+    pub fn methods(&self) -> Vec<&'static str> {
+        self.log.borrow().iter().map(|c| c.method).collect()
+    }
+
+    /// The first call of `method`.
+    pub fn first(&self, method: &str) -> Option<Call> {
+        self.log
+            .borrow()
+            .iter()
+            .find(|c| c.method == method)
+            .cloned()
+    }
+
+    fn called(&self, method: &'static str, openings: &[Opening]) -> Result<(), Error> {
+        self.log.borrow_mut().push(Call {
+            method,
+            openings: openings.iter().map(|o| o.id.clone()).collect(),
+            watched: self.watch.iter().map(|p| p.exists()).collect(),
+        });
+        if self.script.borrow().fail.contains(&method) {
+            return Err(Error::Kernel(firewall::Error::Socket {
+                op: method,
+                errno: firewall::Errno(libc::EPERM),
+            }));
+        }
+        Ok(())
+    }
+}
+
+impl NodeFirewall for Recording {
+    fn claimed_by(&mut self) -> Result<Option<String>, Error> {
+        self.called("claimed_by", &[])?;
+        Ok(self.script.borrow().claimed_by.clone())
+    }
+
+    fn generation(&mut self) -> Option<u32> {
+        self.called("generation", &[]).ok()?;
+        self.script.borrow().generation
+    }
+
+    fn kind(&mut self) -> String {
+        let _ = self.called("kind", &[]);
+        "nftables (fake)".into()
+    }
+
+    fn guard_table(&mut self, _spec: &GuardSpec) -> Result<firewall::GuardReport, Error> {
+        self.called("guard_table", &[])?;
+        Ok(firewall::GuardReport {
+            table: GuardTable::Created,
+            changed: true,
+        })
+    }
+
+    fn guard_bpf(&mut self, _spec: &GuardSpec) -> Result<firewall::bpf::BpfReport, Error> {
+        self.called("guard_bpf", &[])?;
+        Ok(firewall::bpf::BpfReport {
+            loaded: firewall::bpf::Loaded::Created,
+            changed: true,
+            link_ids: vec![1, 2, 3, 4],
+        })
+    }
+
+    fn remove_guard_bpf(&mut self) -> Result<bool, Error> {
+        self.called("remove_guard_bpf", &[])?;
+        Ok(true)
+    }
+
+    fn converge(&mut self, openings: &[Opening], scope: Scope) -> Result<Converged, Error> {
+        self.called(
+            match scope {
+                Scope::Given => "converge",
+                Scope::All => "converge_all",
+            },
+            openings,
+        )?;
+        Ok(Converged {
+            added: openings
+                .iter()
+                .map(|o| (o.id.clone(), "table inet filter".to_string()))
+                .collect(),
+            removed: Vec::new(),
+            states: openings
+                .iter()
+                .map(|o| {
+                    (
+                        o.id.clone(),
+                        vec![firewall::Presence {
+                            layer: "nftables inet filter input".into(),
+                            chain: None,
+                            state: firewall::State::Present,
+                        }],
+                    )
+                })
+                .collect(),
+            stale: 0,
+        })
+    }
+
+    fn verdicts(&mut self, openings: &[Opening]) -> Result<BTreeMap<String, Verdict>, Error> {
+        self.called("verdicts", openings)?;
+        Ok(BTreeMap::new())
+    }
+
+    fn filter_in_force(&mut self, spec: &FilterSpec) -> Result<bool, Error> {
+        self.called("filter_in_force", &spec.openings)?;
+        Ok(self.script.borrow().filter_loaded)
+    }
+
+    fn ensure_filter(&mut self, spec: &FilterSpec) -> Result<bool, Error> {
+        self.called("ensure_filter", &spec.openings)?;
+        let mut script = self.script.borrow_mut();
+        let written = !script.filter_loaded;
+        script.filter_loaded = true;
+        Ok(written)
+    }
+
+    fn remove_filter(&mut self) -> Result<bool, Error> {
+        self.called("remove_filter", &[])?;
+        Ok(std::mem::take(&mut self.script.borrow_mut().filter_loaded))
+    }
+
+    fn survey(&mut self) -> Result<Vec<Retired>, Error> {
+        self.called("survey", &[])?;
+        Ok(self.script.borrow().survey.clone())
+    }
+
+    fn flip(
+        &mut self,
+        spec: &FilterSpec,
+        saved: &[Retired],
+    ) -> Result<(Vec<Retired>, bool), Error> {
+        self.called("flip", &spec.openings)?;
+        self.script.borrow_mut().filter_loaded = true;
+        Ok((saved.to_vec(), true))
+    }
+
+    fn unflip(&mut self, _saved: &[Retired]) -> Result<(), Error> {
+        self.called("unflip", &[])
+    }
+}

@@ -1,0 +1,152 @@
+//! The kernel's node firewall: the found firewall opened through the firewall crate on first use
+//! (detection reads every layer, so once per apply), the guard's table written on the nf_tables
+//! socket without waiting for detection, and the guard's BPF layer pinned under the node's root.
+
+use super::{Error, NodeFirewall};
+use firewall::eval::Verdict;
+use firewall::{
+    Converged, FilterSpec, Firewall, GuardSpec, NfSocket, Opening, Retired, Scope, SystemExec,
+};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+static EXEC: SystemExec = SystemExec;
+
+/// The found firewall, read as it is now: for the core's read-only questions (`firewall
+/// status`, `firewall explain`), which change nothing and claim nothing.
+pub fn open_found() -> Result<Firewall<'static>, Error> {
+    Firewall::open(&EXEC).map_err(Error::Unreadable)
+}
+
+/// Whether legacy x_tables are in force in this namespace: they send no generation, so what they
+/// hold is never known unchanged without reading it.
+pub fn legacy_in_force() -> bool {
+    ["/proc/net/ip_tables_names", "/proc/net/ip6_tables_names"]
+        .iter()
+        .any(|p| std::fs::read_to_string(p).is_ok_and(|t| !t.trim().is_empty()))
+}
+
+/// The node's firewall in this network namespace, for one node under one root.
+pub struct Kernel {
+    root: PathBuf,
+    node: String,
+    fw: Option<Firewall<'static>>,
+    /// A socket of its own for the guard and the filter until the found firewall is opened.
+    sock: Option<NfSocket>,
+}
+
+impl Kernel {
+    pub fn new(root: &Path, node: &str) -> Kernel {
+        Kernel {
+            root: root.to_path_buf(),
+            node: node.to_string(),
+            fw: None,
+            sock: None,
+        }
+    }
+
+    /// Opens its nf_tables socket now, so the first restore through it costs no socket setup.
+    pub fn with_socket(mut self) -> Kernel {
+        let _ = self.socket();
+        self
+    }
+
+    /// Opens the found firewall once: every write is made for the node, whose name the mesh's
+    /// table records.
+    fn found(&mut self) -> Result<&mut Firewall<'static>, Error> {
+        if self.fw.is_none() {
+            let mut opened = open_found()?;
+            opened.for_node(&self.node);
+            self.fw = Some(opened);
+            self.sock = None;
+        }
+        Ok(self.fw.as_mut().expect("just opened"))
+    }
+
+    /// The nf_tables socket: the found firewall's when it is open, else one of its own.
+    fn socket(&mut self) -> Result<&mut NfSocket, Error> {
+        if let Some(fw) = self.fw.as_mut() {
+            return fw.socket().ok_or(Error::NoNfTables);
+        }
+        if self.sock.is_none() {
+            self.sock = Some(NfSocket::open().map_err(|_| Error::NoNfTables)?);
+        }
+        Ok(self.sock.as_mut().expect("just opened"))
+    }
+
+    fn pins(&self) -> firewall::bpf::Pins {
+        firewall::bpf::Pins::under(&self.root)
+    }
+}
+
+impl NodeFirewall for Kernel {
+    fn claimed_by(&mut self) -> Result<Option<String>, Error> {
+        Ok(self.found()?.claimed_by()?)
+    }
+
+    fn generation(&mut self) -> Option<u32> {
+        if legacy_in_force() {
+            return None;
+        }
+        self.found().ok()?.generation().ok().flatten()
+    }
+
+    fn kind(&mut self) -> String {
+        match self.found() {
+            Ok(fw) => fw
+                .found()
+                .map(|f| f.kind())
+                .unwrap_or_else(|e| format!("unreadable: {e}")),
+            Err(e) => format!("unreadable: {e}"),
+        }
+    }
+
+    fn guard_table(&mut self, spec: &GuardSpec) -> Result<firewall::GuardReport, Error> {
+        Ok(firewall::guard::ensure(self.socket()?, spec)?)
+    }
+
+    fn guard_bpf(&mut self, spec: &GuardSpec) -> Result<firewall::bpf::BpfReport, Error> {
+        Ok(firewall::bpf::ensure(&self.pins(), spec)?)
+    }
+
+    fn remove_guard_bpf(&mut self) -> Result<bool, Error> {
+        Ok(firewall::bpf::remove(&self.pins())?)
+    }
+
+    fn converge(&mut self, openings: &[Opening], scope: Scope) -> Result<Converged, Error> {
+        Ok(self.found()?.converge(openings, scope)?)
+    }
+
+    fn verdicts(&mut self, openings: &[Opening]) -> Result<BTreeMap<String, Verdict>, Error> {
+        Ok(self.found()?.verdicts(openings)?)
+    }
+
+    fn filter_in_force(&mut self, spec: &FilterSpec) -> Result<bool, Error> {
+        Ok(firewall::filter::in_force(self.socket()?, spec)?)
+    }
+
+    fn ensure_filter(&mut self, spec: &FilterSpec) -> Result<bool, Error> {
+        Ok(firewall::filter::ensure(self.socket()?, spec)?)
+    }
+
+    fn remove_filter(&mut self) -> Result<bool, Error> {
+        Ok(self.found()?.remove_filter()?)
+    }
+
+    fn survey(&mut self) -> Result<Vec<Retired>, Error> {
+        let root = self.root.clone();
+        Ok(self.found()?.survey(&root)?)
+    }
+
+    fn flip(
+        &mut self,
+        spec: &FilterSpec,
+        saved: &[Retired],
+    ) -> Result<(Vec<Retired>, bool), Error> {
+        Ok(self.found()?.flip(spec, saved)?)
+    }
+
+    fn unflip(&mut self, saved: &[Retired]) -> Result<(), Error> {
+        Ok(self.found()?.unflip(saved)?)
+    }
+}

@@ -1,0 +1,341 @@
+//! The node's own firewall as the core drives it: one port ([`NodeFirewall`]) with the kernel's
+//! implementation and a recording fake, and the phases an apply enters it by, each once and in
+//! this order: the guard (on an adopted node, before the store is opened), the flip or the
+//! return and the derived filter ([`before_resources`]), the openings ([`openings::converge`]),
+//! the removals and the sweep of stale marks ([`openings::remove`], [`openings::sweep`]). The
+//! resident host puts things back through the same port ([`put_back`], [`recheck`]).
+//!
+//! Every phase returns a typed outcome; the apply loop turns outcomes into its report. Nothing
+//! here knows the apply loop: the dependency runs one way, `apply` → `node_firewall` →
+//! `firewall`.
+
+#[cfg(test)]
+pub(crate) mod fake;
+pub mod flip;
+pub mod guard;
+mod kernel;
+pub mod openings;
+#[cfg(test)]
+mod tests;
+
+pub use guard::{guard_spec, Guarded, LAYERS_BOTH, LAYERS_TABLE_ALONE};
+pub use kernel::{legacy_in_force, open_found, Kernel};
+pub use openings::{derive_for, to_opening, to_resource, NotAdmitted, Openings};
+
+use crate::briefing::Mark;
+use crate::declaration::{Declaration, Mode};
+use crate::runner::Runner;
+use crate::store::{Store, StoreError};
+use firewall::eval::Verdict;
+use firewall::{Converged, FilterSpec, GuardSpec, Opening, Retired, Scope};
+use std::collections::BTreeMap;
+use std::path::Path;
+
+/// What the core asks of the node's firewall. The kernel's implementation ([`Kernel`]) opens the
+/// found firewall on first use, for one node, whose name the mesh's table records; the fake
+/// records each call and answers from a script.
+pub trait NodeFirewall {
+    /// The node whose marked rules are in force here, if any.
+    fn claimed_by(&mut self) -> Result<Option<String>, Error>;
+    /// The ruleset's generation, where it vouches for the whole ruleset: `None` where legacy
+    /// x_tables are in force (they send no generation) or nf_tables cannot say.
+    fn generation(&mut self) -> Option<u32>;
+    /// The found firewall's kind, as the report names it (`nftables`, `firewalld`, …).
+    fn kind(&mut self) -> String;
+    /// The guard's table (`inet mesh_host`) as `spec` says.
+    fn guard_table(&mut self, spec: &GuardSpec) -> Result<firewall::GuardReport, Error>;
+    /// The guard's netfilter BPF layer as `spec` says, pinned under the node's root.
+    fn guard_bpf(&mut self, spec: &GuardSpec) -> Result<firewall::bpf::BpfReport, Error>;
+    /// Removes the guard's BPF layer; whether one was pinned.
+    fn remove_guard_bpf(&mut self) -> Result<bool, Error>;
+    /// The marked rules of `openings` in force through the found firewall.
+    fn converge(&mut self, openings: &[Opening], scope: Scope) -> Result<Converged, Error>;
+    /// What a new connection of each opening meets, read from the kernel's ruleset now.
+    fn verdicts(&mut self, openings: &[Opening]) -> Result<BTreeMap<String, Verdict>, Error>;
+    /// Whether the derived filter `spec` is loaded exactly.
+    fn filter_in_force(&mut self, spec: &FilterSpec) -> Result<bool, Error>;
+    /// The derived filter `spec` loaded; whether it had to be written.
+    fn ensure_filter(&mut self, spec: &FilterSpec) -> Result<bool, Error>;
+    /// The derived filter unloaded; whether one was loaded.
+    fn remove_filter(&mut self) -> Result<bool, Error>;
+    /// The found firewall, saved as it is now (what a flip retires).
+    fn survey(&mut self) -> Result<Vec<Retired>, Error>;
+    /// The derived filter loaded and `saved` retired, in one transaction where nf_tables allows;
+    /// what was retired, and whether the guard went in the same transaction.
+    fn flip(&mut self, spec: &FilterSpec, saved: &[Retired])
+        -> Result<(Vec<Retired>, bool), Error>;
+    /// The found firewall put back exactly as `saved`.
+    fn unflip(&mut self, saved: &[Retired]) -> Result<(), Error>;
+}
+
+/// Why the node's firewall did not do what was asked, naming what it was doing.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The found firewall could not be read at all.
+    #[error("reading the found firewall: {0}")]
+    Unreadable(#[source] firewall::Error),
+    #[error("the kernel has no nf_tables")]
+    NoNfTables,
+    #[error(transparent)]
+    Kernel(#[from] firewall::Error),
+    /// One step of a phase failed; `doing` says which.
+    #[error("{doing}: {source}")]
+    Step {
+        doing: String,
+        #[source]
+        source: Box<Error>,
+    },
+    /// The service manager refused a boot unit of the found firewall.
+    #[error("{doing} {unit} (the found firewall's boot unit): {why}")]
+    Unit {
+        doing: &'static str,
+        unit: String,
+        why: String,
+    },
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// What the declaration asks cannot be put in the firewall's terms.
+    #[error("{0}")]
+    Declared(String),
+}
+
+impl Error {
+    /// This error as the failure of `doing`.
+    pub fn doing(self, doing: impl Into<String>) -> Error {
+        Error::Step {
+            doing: doing.into(),
+            source: Box::new(self),
+        }
+    }
+}
+
+/// Opens the node's firewall for an apply: the kernel's, or a fake in unit tests.
+pub type Open<'a> = &'a dyn Fn(&Path, &str) -> Box<dyn NodeFirewall>;
+
+/// The kernel's firewall for `node` under `root`: what the binary's apply uses.
+pub fn kernel(root: &Path, node: &str) -> Box<dyn NodeFirewall> {
+    Box::new(Kernel::new(root, node))
+}
+
+/// Refuses an apply on a machine whose firewall carries another node's marks: one store per
+/// firewall, so a second store (a mistaken `--root`) never converges over this node's rules.
+/// A firewall that cannot be read is no claim: the resources that need it fail with the reason.
+pub fn check_claim(fw: &mut dyn NodeFirewall, node: &str) -> Result<(), String> {
+    match fw.claimed_by() {
+        Ok(Some(other)) if other != node => Err(format!(
+            "the firewall on this machine carries the marked rules of node {other:?} (table inet \
+             mesh_host, chain claim), and this store is node {node:?}: a second store must not \
+             converge over another node's rules, so nothing was changed. If this is the wrong \
+             --root, use the right one; if node {other:?} is gone from this machine, run `nft \
+             delete chain inet mesh_host claim` and apply again"
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// What the node's firewall phase before the resources did, for the report and the resident
+/// host's memo.
+#[derive(Debug, Default)]
+pub struct Before {
+    /// The guard's line, on an adopted node with settings.
+    pub guard: Option<Result<String, String>>,
+    /// How the declared private network's interface stands.
+    pub private: Option<(Mark, String)>,
+    /// The flip's or the return's line (or a derived filter removed from an adopted node).
+    pub flip: Option<String>,
+    /// The derived filter's line, on a flipped node.
+    pub filter: Option<String>,
+    /// The step that failed, which stops the resources: (step, what, why).
+    pub failed: Option<(&'static str, &'static str, String)>,
+    /// The guard in force, for the memo.
+    pub guard_spec: Option<GuardSpec>,
+    /// The derived filter in force, for the memo.
+    pub filter_spec: Option<FilterSpec>,
+}
+
+/// Everything the phase before the resources needs from the apply.
+pub struct Node<'a> {
+    pub fw: &'a mut dyn NodeFirewall,
+    pub runner: &'a dyn Runner,
+    pub store: &'a mut Store,
+    pub decl: &'a Declaration,
+    /// The ruleset is at the generation the last apply of this declaration left it at.
+    pub unchanged: Option<u32>,
+}
+
+/// The node's firewall as the declaration says, before any resource is applied: on an adopted
+/// node the guard (ensured already as `early` when the apply did so before opening the store)
+/// and no derived filter left beside it; the flip or the return when the declaration changes the
+/// node's mode; on a flipped node the derived filter as the declaration says now.
+pub fn before_resources(
+    node: &mut Node<'_>,
+    transition: flip::Transition,
+    early: Option<Guarded>,
+) -> Before {
+    let mut out = Before::default();
+    let decl = node.decl;
+    if decl.mode == Mode::Adopted {
+        if let Some(settings) = node.store.state.settings.clone() {
+            let guarded = match (early, node.unchanged) {
+                (Some(g), _) => g,
+                (None, Some(generation)) => Guarded {
+                    line: Ok(format!(
+                        "in force as the last apply left it (ruleset generation {generation} unchanged)"
+                    )),
+                    private: None,
+                    spec: node
+                        .store
+                        .state
+                        .firewall_guard
+                        .clone()
+                        .unwrap_or_else(|| guard_spec(&settings, &decl.resources)),
+                },
+                (None, None) => guard::ensure(node.fw, node.runner, decl, &settings),
+            };
+            out.guard_spec = Some(guarded.spec.clone());
+            // An adopted node that is not flipped has no derived filter: one left by a return
+            // that a resident host raced goes, now that the guard is in force. (Not when the
+            // ruleset is at the generation the last apply left: it removed any.)
+            if transition == flip::Transition::Stay
+                && node.store.state.flip.is_none()
+                && node.unchanged.is_none()
+            {
+                match node.fw.remove_filter() {
+                    Ok(true) => {
+                        out.flip =
+                            Some("a derived filter was loaded on this adopted node; removed".into())
+                    }
+                    Ok(false) => {}
+                    Err(e) => {
+                        out.failed = Some((
+                            "filter",
+                            "derived filter",
+                            format!("removing a derived filter from an adopted node: {e}"),
+                        ))
+                    }
+                }
+            }
+            out.private = guarded.private;
+            if let Err(e) = &guarded.line {
+                out.failed = Some(("guard", "guard", e.clone()));
+            }
+            out.guard = Some(guarded.line);
+        }
+    }
+    if out.failed.is_none() {
+        let step = match transition {
+            flip::Transition::Flip => Some((
+                "flip",
+                flip::flip(node).map(|(line, spec)| {
+                    // Loaded by the flip itself: nothing to check again below.
+                    out.filter = Some(format!(
+                        "drop by default, admitting {} opening(s) (loaded by the flip)",
+                        spec.openings.len()
+                    ));
+                    out.filter_spec = Some(spec);
+                    line
+                }),
+            )),
+            flip::Transition::Return => Some(("return", flip::unflip(node))),
+            flip::Transition::Stay => None,
+        };
+        if let Some((what, result)) = step {
+            match result {
+                Ok(line) => out.flip = Some(format!("{what}: {line}")),
+                Err(e) => {
+                    out.flip = Some(format!("{what} failed: {e}"));
+                    out.failed = Some((what, "firewall", e.to_string()));
+                }
+            }
+        }
+    }
+    if out.failed.is_none() && node.store.state.flip.is_some() && out.filter_spec.is_none() {
+        match node.unchanged {
+            Some(generation) => {
+                out.filter = Some(format!(
+                    "in force as the last apply left it (ruleset generation {generation} unchanged)"
+                ));
+                out.filter_spec = flip::current_spec(node).ok();
+            }
+            None => match flip::ensure_filter(node) {
+                Ok((line, spec)) => {
+                    out.filter = Some(line);
+                    out.filter_spec = Some(spec);
+                }
+                Err(e) => {
+                    out.filter = Some(format!("failed: {e}"));
+                    out.failed = Some(("filter", "derived filter", e.to_string()));
+                }
+            },
+        }
+    }
+    out
+}
+
+/// What the resident host keeps from an apply, to put the firewall back at once when the
+/// ruleset changes under it: the guard written and the openings converged, for this declaration.
+#[derive(Debug, Clone)]
+pub struct Memo {
+    pub declaration: Declaration,
+    pub guard: Option<GuardSpec>,
+    pub openings: Vec<Opening>,
+    /// The derived filter, on a flipped node.
+    pub filter: Option<FilterSpec>,
+}
+
+/// What a re-check put back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct PutBack {
+    pub guard_written: bool,
+    /// How many openings (or the derived filter) had to be written again.
+    pub openings: usize,
+}
+
+/// The guard, the derived filter and the openings of `memo` put back through `fw`, nothing
+/// else: what the resident host does when another program changed the ruleset.
+pub fn recheck(fw: &mut dyn NodeFirewall, memo: &Memo) -> Result<PutBack, Error> {
+    let mut done = PutBack::default();
+    if let Some(spec) = &memo.guard {
+        done.guard_written = guard::write(fw, spec)
+            .map_err(Error::Declared)?
+            .contains("; written)");
+    }
+    if let Some(spec) = &memo.filter {
+        let written = fw
+            .ensure_filter(spec)
+            .map_err(|e| e.doing("re-checking the derived filter"))?;
+        done.openings += usize::from(written);
+    }
+    if !memo.openings.is_empty() {
+        let c = fw
+            .converge(&memo.openings, Scope::Given)
+            .map_err(|e| e.doing("re-checking the openings"))?;
+        done.openings = c.added.len() + c.removed.len();
+    }
+    Ok(done)
+}
+
+/// The resident host's immediate restore, within milliseconds of a foreign change: the guard's
+/// table (never its BPF layer, which no ruleset change touches) and, when it is gone, the
+/// derived filter. Only when gone: a guard beside a filter in force is `mesh-host adopt`
+/// putting the guard back before it opens the store, and ensuring the filter then would delete
+/// that guard, so that the return's unloading of the filter left neither. Each part's result:
+/// whether it had to be written.
+pub fn put_back(
+    fw: &mut dyn NodeFirewall,
+    guard: Option<&GuardSpec>,
+    filter: Option<&FilterSpec>,
+) -> Vec<(&'static str, Result<bool, Error>)> {
+    let mut out = Vec::new();
+    if let Some(spec) = guard {
+        out.push(("guard", fw.guard_table(spec).map(|r| r.changed)));
+    }
+    if let Some(spec) = filter {
+        let r = match fw.filter_in_force(spec) {
+            Ok(true) => Ok(false),
+            _ => fw.ensure_filter(spec),
+        };
+        out.push(("derived filter", r));
+    }
+    out
+}

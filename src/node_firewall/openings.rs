@@ -1,0 +1,334 @@
+//! The declared openings through the found firewall: put in the firewall crate's terms, every
+//! one converged at once (one listing, one nf_tables batch, one restore per iptables table) with
+//! its verdict read back, each opening's own outcome and line drawn from that one convergence;
+//! an opening no longer declared removed; stale marks swept.
+
+use super::{Error, NodeFirewall};
+use crate::declaration::{self, FromName, OpeningSpec, PathKind, Resource, Settings};
+use firewall::{Network, Opening, Presence, Scope, State};
+use serde::Serialize;
+use std::collections::{HashMap, HashSet};
+
+/// An opening a layer still refuses (or the kernel's verdict does not admit), for the report and
+/// the briefing.
+#[derive(Serialize, Debug, Clone, PartialEq, Eq)]
+pub struct NotAdmitted {
+    pub id: String,
+    pub layer: String,
+    pub why: String,
+}
+
+/// What the one convergence of an apply's openings did: each converged opening's outcome by id,
+/// or why the convergence failed (every opening then fails with that reason).
+#[derive(Debug)]
+pub struct Openings {
+    /// The found firewall's kind, as the lines name it.
+    pub kind: String,
+    pub result: Result<Converged, String>,
+}
+
+/// The openings in force after the convergence.
+#[derive(Debug, Default)]
+pub struct Converged {
+    /// Ids whose rules were added.
+    pub added: HashSet<String>,
+    /// Ids some of whose marked rules were removed (old versions, misplaced).
+    pub removed: HashSet<String>,
+    pub states: HashMap<String, Vec<Presence>>,
+    /// Marked rules of openings not declared, left for the sweep.
+    pub stale: usize,
+    /// Each opening's verdict, read back after the write.
+    pub verdicts: HashMap<String, firewall::eval::Verdict>,
+    /// Why no verdict could be read, if it could not.
+    pub unverdicted: Option<String>,
+}
+
+/// How one opening's rules changed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Change {
+    Unchanged,
+    Created,
+    Changed,
+}
+
+/// One opening's part of the convergence: how it changed, its line, and every layer (or the
+/// kernel's verdict) that still does not admit it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Outcome {
+    pub change: Change,
+    pub line: String,
+    pub not_admitted: Vec<NotAdmitted>,
+}
+
+/// The firewall crate's opening for a declared one; `private` becomes the private network's
+/// interface from the node's settings.
+pub fn to_opening(spec: &OpeningSpec, settings: Option<&Settings>) -> Result<Opening, String> {
+    let from = match &spec.from {
+        declaration::From::Named(FromName::Anywhere) => firewall::opening::From::Anywhere,
+        declaration::From::Named(FromName::Private) => {
+            let iface = settings
+                .and_then(|s| s.private_network.as_ref())
+                .map(|p| p.interface.clone())
+                .ok_or_else(|| format!("opening {} is from the private network, but the node has no private network in its settings", spec.id))?;
+            firewall::opening::From::Interface(iface)
+        }
+        declaration::From::Cidrs(list) => {
+            let mut nets = Vec::new();
+            for c in list {
+                let (addr, len) = declaration::validate::parse_cidr(c, true)
+                    .map_err(|e| format!("opening {}: {e}", spec.id))?;
+                nets.push(Network { addr, len });
+            }
+            firewall::opening::From::Networks(nets)
+        }
+    };
+    Ok(Opening {
+        id: spec.id.clone(),
+        port: spec.port,
+        proto: spec.proto,
+        from,
+        path: match spec.path {
+            PathKind::Incoming => firewall::Path::Incoming,
+            PathKind::Forwarded => firewall::Path::Forwarded,
+        },
+    })
+}
+
+/// Every opening of `decl` in the firewall crate's terms; the first that cannot be translated
+/// fails the whole list.
+pub fn declared(
+    decl: &declaration::Declaration,
+    settings: Option<&Settings>,
+) -> Result<Vec<Opening>, String> {
+    decl.resources
+        .iter()
+        .filter_map(|r| match r {
+            Resource::Opening(o) => Some(to_opening(o, settings)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Converges every declared opening at once and reads their verdicts back. An opening that
+/// cannot be translated is left out, to fail on its own line, not the others'.
+pub fn converge(
+    fw: &mut dyn NodeFirewall,
+    decl: &declaration::Declaration,
+    settings: Option<&Settings>,
+) -> Openings {
+    let openings: Vec<Opening> = decl
+        .resources
+        .iter()
+        .filter_map(|r| match r {
+            Resource::Opening(o) => to_opening(o, settings).ok(),
+            _ => None,
+        })
+        .collect();
+    let result = fw.converge(&openings, Scope::Given).map(|c| {
+        let mut done = Converged {
+            added: c.added.into_iter().map(|(id, _)| id).collect(),
+            removed: c
+                .removed
+                .iter()
+                .filter_map(|(mark, _)| firewall::rules::id_of(mark).map(str::to_string))
+                .collect(),
+            states: c.states.into_iter().collect(),
+            stale: c.stale,
+            ..Converged::default()
+        };
+        // What is reported is the verdict of the ruleset read back after the write.
+        match fw.verdicts(&openings) {
+            Ok(v) => done.verdicts = v.into_iter().collect(),
+            Err(e) => done.unverdicted = Some(e.to_string()),
+        }
+        done
+    });
+    let kind = fw.kind();
+    Openings {
+        result: result.map_err(|e| format!("openings through the found firewall ({kind}): {e}")),
+        kind,
+    }
+}
+
+impl Openings {
+    /// Whether the convergence saw marked rules of openings it was not given (a sweep is due).
+    pub fn may_be_stale(&self) -> bool {
+        matches!(&self.result, Ok(done) if done.stale > 0)
+    }
+
+    /// One opening's outcome and line, from the one convergence.
+    pub fn of(&self, opening: &Opening) -> Result<Outcome, String> {
+        let done = self
+            .result
+            .as_ref()
+            .map_err(|e| format!("opening {}: {e}", opening.id))?;
+        let id = &opening.id;
+        let added = done.added.contains(id);
+        let removed = done.removed.contains(id);
+        let states = done.states.get(id).cloned().unwrap_or_default();
+        let verdict = done.verdicts.get(id);
+        let mut not_admitted = Vec::new();
+        let mut in_force = Vec::new();
+        let mut not_needed = 0;
+        for p in &states {
+            match &p.state {
+                State::Present => in_force.push(match &p.chain {
+                    Some(c) if !p.layer.contains(&format!(" {c} ")) => {
+                        format!("{} (in chain {c})", p.layer)
+                    }
+                    _ => p.layer.clone(),
+                }),
+                State::NotNeeded(_) => not_needed += 1,
+                // A layer's own account of why it does not admit it (the driver's words),
+                // beside the verdict below.
+                State::Missing | State::Refused(_) | State::Unwritable(_) | State::Doubtful(_) => {
+                    not_admitted.push(NotAdmitted {
+                        id: id.clone(),
+                        layer: p.layer.clone(),
+                        why: p.state.describe(),
+                    })
+                }
+            }
+        }
+        if let Some(v) = verdict {
+            // What a new connection meets in the kernel is reported even where every layer
+            // thinks itself in order.
+            if v.state() != "present" && not_admitted.is_empty() {
+                not_admitted.push(NotAdmitted {
+                    id: id.clone(),
+                    layer: v
+                        .decider()
+                        .and_then(|p| p.fate.by())
+                        .map(|b| b.place())
+                        .unwrap_or_else(|| "the found firewall".into()),
+                    why: v.describe(),
+                });
+            }
+        }
+        let refused: Vec<String> = states
+            .iter()
+            .filter(|p| !p.present())
+            .map(|p| format!("{}: {}", p.layer, p.state.describe()))
+            .collect();
+        let kind = &self.kind;
+        let mut where_ = match (in_force.is_empty(), verdict) {
+            (true, Some(_)) => format!("the found firewall as it is ({kind}), no rule written"),
+            (true, None) => format!(
+                "nothing on the {} path refuses it by default (found firewall: {kind}); no rule needed",
+                opening.path.as_str()
+            ),
+            (false, _) => in_force.join(", "),
+        };
+        if !in_force.is_empty() && not_needed > 0 {
+            where_.push_str(&format!(
+                "; {not_needed} other layer(s) let it on as they are"
+            ));
+        }
+        match verdict {
+            // The line ends in what a new connection meets, as the status and the briefing say.
+            Some(v) => where_.push_str(&format!("; {}", v.describe())),
+            None if !refused.is_empty() => {
+                where_.push_str(&format!("; NOT admitted by {}", refused.join("; ")))
+            }
+            None => {}
+        }
+        let (change, line) = match (added, removed) {
+            (false, false) => (Change::Unchanged, format!("in force in {where_}")),
+            (true, false) => (Change::Created, format!("opened in {where_}")),
+            _ => (Change::Changed, format!("rewritten in {where_}")),
+        };
+        Ok(Outcome {
+            change,
+            line,
+            not_admitted,
+        })
+    }
+}
+
+/// Removes every marked rule of opening `id`, no longer declared (`declared` are the ones that
+/// stay): its line.
+pub fn remove(fw: &mut dyn NodeFirewall, id: &str, declared: &[Opening]) -> Result<String, String> {
+    let done = fw
+        .converge(declared, Scope::All)
+        .map_err(|e| format!("removing opening {id}: {e}"))?;
+    let mine: Vec<&(String, String)> = done
+        .removed
+        .iter()
+        .filter(|(mark, _)| firewall::rules::id_of(mark) == Some(id))
+        .collect();
+    Ok(if mine.is_empty() {
+        "no longer declared; no marked rule of it was in force".to_string()
+    } else {
+        format!(
+            "no longer declared; its marked rules removed from {}",
+            mine.iter()
+                .map(|(_, l)| l.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
+    })
+}
+
+/// Removes marked rules of openings that are not declared, whether or not the store remembers
+/// them (a lost store leaves marks the host can still recognise as its own): (mark, layer) of
+/// each removed.
+pub fn sweep(
+    fw: &mut dyn NodeFirewall,
+    declared: &[Opening],
+) -> Result<Vec<(String, String)>, Error> {
+    fw.converge(declared, Scope::All)
+        .map(|c| c.removed)
+        .map_err(|e| e.doing("removing stale openings"))
+}
+
+/// An opening of the firewall crate as a declaration's resource, its module the part of its id
+/// before the first `/`.
+pub fn to_resource(o: &Opening) -> serde_json::Value {
+    let from = match &o.from {
+        firewall::opening::From::Anywhere => serde_json::json!("anywhere"),
+        // The only interface an opening can name is the private network's.
+        firewall::opening::From::Interface(_) => serde_json::json!("private"),
+        firewall::opening::From::Networks(n) => {
+            serde_json::json!(n.iter().map(|n| n.to_string()).collect::<Vec<_>>())
+        }
+    };
+    let mut v = serde_json::json!({
+        "id": o.id,
+        "type": "opening",
+        "port": o.port,
+        "proto": o.proto.as_str(),
+        "from": from,
+        "path": o.path.as_str(),
+    });
+    if let Some((module, _)) = o.id.split_once('/') {
+        v["module"] = serde_json::json!(module);
+    }
+    v
+}
+
+/// The openings a node needs: the foundation's from its settings, then the listens its modules
+/// declare (the declaration's own openings), through the one function that derives them.
+pub fn derive_for(settings: &Settings, declared: &[OpeningSpec]) -> Result<Vec<Opening>, String> {
+    let private = settings
+        .private_network
+        .as_ref()
+        .map(|p| p.interface.clone())
+        .ok_or("the node has no private network in its settings, so the store's opening has nowhere to come from")?;
+    let mut listens = Vec::new();
+    for spec in declared {
+        let o = to_opening(spec, Some(settings))?;
+        listens.push(firewall::Listen {
+            id: o.id,
+            port: o.port,
+            proto: o.proto,
+            from: o.from,
+            path: o.path,
+        });
+    }
+    let p = settings.ports;
+    Ok(firewall::derive(&firewall::Inputs {
+        ports: p,
+        private_interface: &private,
+        listens: &listens,
+    }))
+}

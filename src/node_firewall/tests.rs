@@ -1,0 +1,263 @@
+//! The apply loop's firewall paths driven through the recording fake: the guard before the store
+//! and every resource, a failed guard stopping everything, a failed convergence reported on each
+//! opening's line, the flip's and the return's stages in order, and a flip that fails part-way
+//! resumed from the store.
+
+use super::fake::Recording;
+use super::NodeFirewall;
+use crate::apply::{apply, Host, Outcome, Report};
+use crate::declaration::{validate_value, Declaration, Source};
+use crate::runner::RecordingRunner;
+use crate::store::{self, FlipStage, State};
+use serde_json::json;
+use std::path::{Path, PathBuf};
+
+fn decl(mode: &str, resources: serde_json::Value) -> Declaration {
+    let v = json!({
+        "version": 1, "node": "n1", "mode": mode,
+        "settings": {
+            "ports": {"store": 15432, "bus": 5672, "broker_management": 15672,
+                      "registry": 5000, "hub": 51820}
+        },
+        "resources": resources
+    });
+    validate_value(&v, Source::Local).unwrap_or_else(|p| panic!("refused:\n{p}"))
+}
+
+fn file_and_openings() -> serde_json::Value {
+    json!([
+        {"id": "web/conf", "type": "file", "path": "/etc/web.conf", "content": "port 80\n"},
+        {"id": "web/http", "type": "opening", "port": 80, "proto": "tcp", "from": "anywhere", "path": "incoming"},
+        {"id": "web/https", "type": "opening", "port": 443, "proto": "tcp", "from": "anywhere", "path": "incoming"}
+    ])
+}
+
+/// One apply of `d` under `root` through `fake`.
+fn run(root: &Path, fake: &Recording, d: &Declaration) -> Report {
+    let runner = RecordingRunner::default();
+    let handed = fake.clone();
+    let open = move |_: &Path, _: &str| -> Box<dyn NodeFirewall> { Box::new(handed.clone()) };
+    let host = Host {
+        root,
+        runner: &runner,
+        firewall: &open,
+    };
+    apply(&host, d, Source::Local).expect("the apply runs")
+}
+
+fn state(root: &Path) -> State {
+    store::peek(root).unwrap().expect("a store")
+}
+
+fn watched(root: &Path) -> Vec<PathBuf> {
+    vec![
+        root.join("var/lib/mesh-host/state.json"),
+        root.join("etc/web.conf"),
+    ]
+}
+
+#[test]
+fn the_guard_is_in_force_before_the_store_and_every_resource() {
+    let root = tempfile::tempdir().unwrap();
+    let fake = Recording::watching(&watched(root.path()));
+    let report = run(root.path(), &fake, &decl("adopted", file_and_openings()));
+    assert!(report.failed().is_none(), "{}", report.render());
+
+    let methods = fake.methods();
+    assert_eq!(
+        &methods[..3],
+        ["claimed_by", "guard_table", "guard_bpf"],
+        "{methods:?}"
+    );
+    // Both layers of the guard were written before the store existed and before the file.
+    for m in ["guard_table", "guard_bpf"] {
+        assert_eq!(fake.first(m).unwrap().watched, [false, false], "{m}");
+    }
+    // The openings converge once, together, after the file declared before them.
+    let converges: Vec<_> = methods.iter().filter(|m| **m == "converge").collect();
+    assert_eq!(converges.len(), 1, "{methods:?}");
+    let converge = fake.first("converge").unwrap();
+    assert_eq!(converge.openings, ["web/http", "web/https"]);
+    assert_eq!(converge.watched, [true, true]);
+    assert!(
+        report
+            .guard
+            .as_deref()
+            .unwrap()
+            .starts_with("refusing store 15432 and broker-management 15672"),
+        "{:?}",
+        report.guard
+    );
+    let http = report.entries.iter().find(|e| e.id == "web/http").unwrap();
+    assert_eq!(http.outcome, Outcome::Created);
+    assert!(
+        http.detail
+            .starts_with("opened in nftables inet filter input"),
+        "{}",
+        http.detail
+    );
+    // Both openings are recorded.
+    let st = state(root.path());
+    assert!(st.owned("web/http").is_some() && st.owned("web/https").is_some());
+}
+
+#[test]
+fn a_guard_that_cannot_be_written_stops_every_resource() {
+    let root = tempfile::tempdir().unwrap();
+    let fake = Recording::watching(&watched(root.path()));
+    fake.script.borrow_mut().fail.push("guard_table");
+    let report = run(root.path(), &fake, &decl("adopted", file_and_openings()));
+    let failed = report.failed().expect("the guard fails");
+    assert_eq!(failed.id, "guard");
+    assert!(
+        failed.detail.starts_with("loading the guard: "),
+        "{}",
+        failed.detail
+    );
+    // The BPF layer is still loaded, and nothing after the guard ran.
+    assert!(fake.methods().contains(&"guard_bpf"));
+    assert!(!fake.methods().contains(&"converge"));
+    assert!(!root.path().join("etc/web.conf").exists());
+    assert_eq!(report.entries.len(), 1, "{}", report.render());
+}
+
+#[test]
+fn a_failed_convergence_is_reported_on_the_opening_and_records_nothing() {
+    let root = tempfile::tempdir().unwrap();
+    let fake = Recording::watching(&watched(root.path()));
+    fake.script.borrow_mut().fail.push("converge");
+    let report = run(root.path(), &fake, &decl("adopted", file_and_openings()));
+    let failed = report.failed().expect("the opening fails");
+    assert_eq!(failed.id, "web/http");
+    assert_eq!(
+        failed.detail,
+        format!(
+            "opening web/http: openings through the found firewall (nftables (fake)): netlink \
+             socket converge failed: {}",
+            firewall::Errno(libc::EPERM)
+        )
+    );
+    // The file before it was applied; the apply stopped at the opening.
+    let conf = report.entries.iter().find(|e| e.id == "web/conf").unwrap();
+    assert_eq!(conf.outcome, Outcome::Created);
+    assert!(!report.entries.iter().any(|e| e.id == "web/https"));
+    let st = state(root.path());
+    assert!(st.owned("web/http").is_none() && st.owned("web/https").is_none());
+    // The next apply converges again, and records both.
+    fake.script.borrow_mut().fail.clear();
+    let report = run(root.path(), &fake, &decl("adopted", file_and_openings()));
+    assert!(report.failed().is_none(), "{}", report.render());
+    assert!(state(root.path()).owned("web/https").is_some());
+}
+
+#[test]
+fn the_flip_saves_then_loads_then_retires_and_the_return_guards_first() {
+    let root = tempfile::tempdir().unwrap();
+    let fake = Recording::watching(&watched(root.path()));
+    let report = run(root.path(), &fake, &decl("adopted", file_and_openings()));
+    assert!(report.failed().is_none(), "{}", report.render());
+
+    fake.log.borrow_mut().clear();
+    let report = run(root.path(), &fake, &decl("converged", file_and_openings()));
+    assert!(report.failed().is_none(), "{}", report.render());
+    let methods = fake.methods();
+    let at = |m: &str| {
+        methods
+            .iter()
+            .position(|x| *x == m)
+            .unwrap_or_else(|| panic!("{m} not called: {methods:?}"))
+    };
+    // Saved before anything, loaded with the declaration's openings, the guard's BPF layer
+    // removed after the filter holds, the mesh's marks left in the retired firewall removed.
+    assert!(at("survey") < at("flip"), "{methods:?}");
+    assert!(at("flip") < at("remove_guard_bpf"), "{methods:?}");
+    assert!(at("remove_guard_bpf") < at("converge_all"), "{methods:?}");
+    assert_eq!(
+        fake.first("flip").unwrap().openings,
+        ["web/http", "web/https"]
+    );
+    // No opening goes into the retired firewall.
+    assert!(!methods.contains(&"converge"), "{methods:?}");
+    let st = state(root.path());
+    assert_eq!(st.flip.as_ref().map(|f| f.stage), Some(FlipStage::Done));
+    assert!(report
+        .flip
+        .as_deref()
+        .unwrap()
+        .starts_with("flip: derived filter loaded"));
+    let http = report.entries.iter().find(|e| e.id == "web/http").unwrap();
+    assert_eq!(
+        http.detail,
+        "admitted by the derived filter (inet mesh_host)"
+    );
+
+    fake.log.borrow_mut().clear();
+    let report = run(root.path(), &fake, &decl("adopted", file_and_openings()));
+    assert!(report.failed().is_none(), "{}", report.render());
+    let methods = fake.methods();
+    let at = |m: &str| methods.iter().position(|x| *x == m).unwrap();
+    // The guard in both layers before the found firewall is restored.
+    assert!(at("guard_table") < at("unflip"), "{methods:?}");
+    assert!(at("guard_bpf") < at("unflip"), "{methods:?}");
+    assert!(state(root.path()).flip.is_none());
+    assert!(report
+        .flip
+        .as_deref()
+        .unwrap()
+        .starts_with("return: found firewall restored"));
+}
+
+#[test]
+fn a_flip_that_fails_part_way_is_resumed_from_the_store() {
+    let root = tempfile::tempdir().unwrap();
+    let fake = Recording::watching(&watched(root.path()));
+    run(root.path(), &fake, &decl("adopted", file_and_openings()));
+    fake.script.borrow_mut().fail.push("flip");
+    let report = run(root.path(), &fake, &decl("converged", file_and_openings()));
+    let failed = report.failed().expect("the flip fails");
+    assert_eq!(failed.id, "flip");
+    assert!(
+        failed
+            .detail
+            .starts_with("loading the derived filter and retiring the found firewall: "),
+        "{}",
+        failed.detail
+    );
+    // The saved firewall is in the store, so the next apply goes on from there.
+    assert_eq!(
+        state(root.path()).flip.as_ref().map(|f| f.stage),
+        Some(FlipStage::Saved)
+    );
+    fake.script.borrow_mut().fail.clear();
+    fake.log.borrow_mut().clear();
+    let report = run(root.path(), &fake, &decl("converged", file_and_openings()));
+    assert!(report.failed().is_none(), "{}", report.render());
+    // Not surveyed again: what was saved first is what is put back on return.
+    assert!(!fake.methods().contains(&"survey"), "{:?}", fake.methods());
+    assert_eq!(
+        state(root.path()).flip.as_ref().map(|f| f.stage),
+        Some(FlipStage::Done)
+    );
+}
+
+#[test]
+fn another_nodes_marks_refuse_the_apply_before_anything_changes() {
+    let root = tempfile::tempdir().unwrap();
+    let fake = Recording::watching(&watched(root.path()));
+    fake.script.borrow_mut().claimed_by = Some("n2".into());
+    let runner = RecordingRunner::default();
+    let handed = fake.clone();
+    let open = move |_: &Path, _: &str| -> Box<dyn NodeFirewall> { Box::new(handed.clone()) };
+    let host = Host {
+        root: root.path(),
+        runner: &runner,
+        firewall: &open,
+    };
+    let err = apply(&host, &decl("adopted", file_and_openings()), Source::Local).unwrap_err();
+    assert!(
+        err.to_string().contains("marked rules of node \"n2\""),
+        "{err}"
+    );
+    assert_eq!(fake.methods(), ["claimed_by"]);
+    assert!(!root.path().join("var/lib/mesh-host").exists());
+}
