@@ -273,20 +273,12 @@ pub fn apply(host: &Host<'_>, decl: &Declaration, source: Source) -> Result<Repo
         check_safety(state, decl)?;
     }
     let mut fw = (host.firewall)(host.root, &decl.node);
-    check_claim(&mut *fw, decl)?;
     let settings = decl
         .settings
         .clone()
         .or_else(|| peeked.ok().flatten().and_then(|s| s.settings));
-    let early = match (decl.mode, settings) {
-        (Mode::Adopted, Some(settings)) => Some(node_firewall::guard::ensure(
-            &mut *fw,
-            host.runner,
-            decl,
-            &settings,
-        )),
-        _ => None,
-    };
+    let early = node_firewall::early(&mut *fw, host.runner, decl, settings.as_ref(), true)
+        .map_err(ApplyError::Safety)?;
     let store = match Store::open(host.root) {
         Ok(s) => s,
         Err(source) => return Err(unrecorded(source, early.as_ref())),
@@ -351,16 +343,9 @@ pub fn reconcile_with(
     }
     // The stored declaration's guard before the store is opened for writing: a store that
     // cannot be written never leaves the foundation's ports unguarded.
-    if let (None, Some(decl), Some(settings)) = (&early, &peeked.declaration, &peeked.settings) {
-        if decl.mode == Mode::Adopted {
-            check_claim(&mut *fw, decl)?;
-            early = Some(node_firewall::guard::ensure(
-                &mut *fw,
-                host.runner,
-                decl,
-                settings,
-            ));
-        }
+    if let (None, Some(decl)) = (&early, &peeked.declaration) {
+        early = node_firewall::early(&mut *fw, host.runner, decl, peeked.settings.as_ref(), true)
+            .map_err(ApplyError::Safety)?;
     }
     let store = match Store::open(host.root) {
         Ok(s) => s,
@@ -372,7 +357,8 @@ pub fn reconcile_with(
     // The store changed between the look and the lock: its own declaration's guard is ensured.
     let early = early.filter(|_| peeked.declaration.as_ref() == Some(&decl));
     if early.is_none() {
-        check_claim(&mut *fw, &decl)?;
+        node_firewall::early(&mut *fw, host.runner, &decl, None, false)
+            .map_err(ApplyError::Safety)?;
     }
     apply_locked(host, store, &decl, source, &mut *fw, early).map(Some)
 }
@@ -406,35 +392,12 @@ fn apply_locked(
 ) -> Result<Report, ApplyError> {
     tracing::info!(node = %decl.node, mode = decl.mode.as_str(), source = source.as_str(), resources = decl.resources.len(), "applying");
     check_safety(&store.state, decl)?;
-    // A flip saves the found firewall before anything changes: the record goes into the store
-    // with the mode's change, and a flip that cannot read what it would retire is refused.
-    let transition = flip::transition(&store.state, decl);
-    let mut flip_saved = false;
-    if transition == flip::Transition::Flip && store.state.flip.is_none() {
-        let saved = flip::save(fw, host.runner).map_err(|e| {
-            ApplyError::Safety(format!("node {:?} cannot be converged: {e}", decl.node))
-        })?;
-        store.state.flip = Some(saved);
-        flip_saved = true;
-    }
-    // Nothing of the firewall to look at when the kernel's ruleset is still at the generation
-    // the last apply of this very declaration left it at. Legacy tables send no generation, so
-    // where they are in force the firewall is always read.
-    let mut touched = touches(decl);
-    let firewall_unchanged = match &store.state.firewall_generation {
-        Some(recorded)
-            if touched
-                && transition == flip::Transition::Stay
-                && store.state.declaration.as_ref() == Some(decl)
-                && (decl.mode != Mode::Adopted
-                    || store.state.settings.is_none()
-                    || store.state.firewall_guard.is_some()) =>
-        {
-            fw.generation().filter(|now| now == recorded)
-        }
-        _ => None,
-    };
-    store.state.firewall_generation = None;
+    // The flip's saving of the found firewall, and whether the ruleset is as the last apply left it.
+    let prepared = node_firewall::flip::prepare(fw, host.runner, &mut store.state, decl)
+        .map_err(ApplyError::Safety)?;
+    let (transition, flip_saved, firewall_unchanged) =
+        (prepared.transition, prepared.saved, prepared.unchanged);
+    let mut touched = node_firewall::touches(decl);
 
     let state = &mut store.state;
     // A reconcile of the same declaration changes nothing here, and then the snapshot is not
@@ -587,22 +550,6 @@ fn apply_locked(
     store.state.briefing = Some(brief::brief(&store, decl, &report));
     store.save()?;
     Ok(report)
-}
-
-/// Whether `decl` touches the node's firewall: openings, or the guard of an adopted node.
-fn touches(decl: &Declaration) -> bool {
-    decl.resources
-        .iter()
-        .any(|r| matches!(r, Resource::Opening(_)))
-        || (decl.mode == Mode::Adopted && decl.settings.is_some())
-}
-
-/// Refuses a declaration whose firewall carries another node's marks, before anything changes.
-fn check_claim(fw: &mut dyn NodeFirewall, decl: &Declaration) -> Result<(), ApplyError> {
-    if !touches(decl) {
-        return Ok(());
-    }
-    node_firewall::check_claim(fw, &decl.node).map_err(ApplyError::Safety)
 }
 
 fn check_safety(state: &store::State, decl: &Declaration) -> Result<(), ApplyError> {

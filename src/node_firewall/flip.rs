@@ -6,7 +6,7 @@
 //! the derived filter unloaded. Whether either may happen at all is [`refusals`]'s to say, before
 //! anything changes.
 
-use super::{guard, openings, Error, Node, NodeFirewall};
+use super::{openings, Error, Node, NodeFirewall};
 use crate::declaration::{Declaration, Mode, Settings, Shape};
 use crate::store::{BootUnit, Flip, FlipStage, State};
 use firewall::FilterSpec;
@@ -30,6 +30,56 @@ pub fn transition(state: &State, decl: &Declaration) -> Transition {
         (Mode::Adopted, Some(_)) => Transition::Return,
         _ => Transition::Stay,
     }
+}
+
+/// What an apply knows of the node's firewall before it records the declaration.
+#[derive(Debug, Clone, Copy)]
+pub struct Prepared {
+    pub transition: Transition,
+    /// The found firewall was saved into `state` for a flip: the store must be written.
+    pub saved: bool,
+    /// The ruleset is at the generation the last apply of this very declaration left it at, so
+    /// nothing of it is listed.
+    pub unchanged: Option<u32>,
+}
+
+/// The flip's first step and the firewall's generation, before the store records `decl`: a flip
+/// saves the found firewall into `state` before anything changes (the record goes into the
+/// store with the mode's change), and a flip that cannot read what it would retire is refused.
+/// Legacy tables send no generation, so where they are in force the firewall is always read.
+pub fn prepare(
+    fw: &mut dyn NodeFirewall,
+    runner: &dyn crate::runner::Runner,
+    state: &mut State,
+    decl: &Declaration,
+) -> Result<Prepared, String> {
+    let transition = transition(state, decl);
+    let mut saved = false;
+    if transition == Transition::Flip && state.flip.is_none() {
+        let flip = save(fw, runner)
+            .map_err(|e| format!("node {:?} cannot be converged: {e}", decl.node))?;
+        state.flip = Some(flip);
+        saved = true;
+    }
+    let unchanged = match &state.firewall_generation {
+        Some(recorded)
+            if super::touches(decl)
+                && transition == Transition::Stay
+                && state.declaration.as_ref() == Some(decl)
+                && (decl.mode != Mode::Adopted
+                    || state.settings.is_none()
+                    || state.firewall_guard.is_some()) =>
+        {
+            fw.generation().filter(|now| now == recorded)
+        }
+        _ => None,
+    };
+    state.firewall_generation = None;
+    Ok(Prepared {
+        transition,
+        saved,
+        unchanged,
+    })
 }
 
 /// Why the flip `decl` asks for must not happen: every found container still held by a module
@@ -88,7 +138,7 @@ pub fn filter_spec(
         private: settings
             .and_then(|s| s.private_network.as_ref())
             .map(|p| p.interface.clone()),
-        bridges: guard::runtime_bridges(runner, &interfaces),
+        bridges: super::bridges::runtime_bridges(runner, &interfaces),
         ssh: ssh.to_vec(),
     })
 }
@@ -139,7 +189,7 @@ pub(super) fn flip(cx: &mut Node<'_>) -> Result<(String, FilterSpec), Error> {
     crate::failpoint::hit("flip", "loaded");
     // The derived filter holds the store closed from here on: the guard's BPF layer, which
     // would refuse the foundation's ports whatever the filter admits, goes with the table.
-    let bpf = guard::remove_bpf_layer(cx.fw).unwrap_or_else(|e| e);
+    let bpf = remove_bpf_layer(cx.fw).unwrap_or_else(|e| e);
     let mut units = Vec::new();
     if let Ok(sm) = crate::system::service_manager(cx.runner) {
         for u in saved.units.iter().filter(|u| u.enabled == Some(true)) {
@@ -284,4 +334,13 @@ pub(super) fn ensure_filter(cx: &mut Node<'_>) -> Result<(String, FilterSpec), E
         ),
         spec,
     ))
+}
+
+/// Removes the guard's BPF layer (the flip, where the derived filter takes over): its clause.
+fn remove_bpf_layer(fw: &mut dyn NodeFirewall) -> Result<String, String> {
+    match fw.remove_guard_bpf() {
+        Ok(true) => Ok("the guard's netfilter BPF layer removed".into()),
+        Ok(false) => Ok("no netfilter BPF layer was pinned".into()),
+        Err(e) => Err(format!("removing the guard's netfilter BPF layer: {e}")),
+    }
 }

@@ -95,37 +95,10 @@ fn guard_for(
     interfaces: &[::genesis::inventory::Interface],
 ) -> GuardSpec {
     let mut spec = guard_spec(settings, resources);
-    for b in runtime_bridges(runner, interfaces) {
+    for b in super::bridges::runtime_bridges(runner, interfaces) {
         spec.add_runtime_bridge(&b);
     }
     spec
-}
-
-/// The bridges the container runtime reports that are bridges on this machine, the only
-/// interfaces the guard lets through and the derived filter forwards from besides loopback and
-/// the private network's.
-pub fn runtime_bridges(
-    runner: &dyn crate::runner::Runner,
-    interfaces: &[::genesis::inventory::Interface],
-) -> Vec<String> {
-    // The runtime's own bridges are the machine's too, asked of the runtime on every apply; no
-    // name is trusted for what it looks like. A runtime that does not answer adds none.
-    let reported = crate::system::container_runtime(runner)
-        .ok()
-        .and_then(|rt| rt.bridges().ok())
-        .unwrap_or_default();
-    // Only a name that is a bridge on this machine is let through: a runtime's answer naming
-    // the uplink (a macvlan's parent) must never open the guard to the outside. If the links
-    // cannot be read, no bridge is added.
-    let here: Vec<String> = interfaces
-        .iter()
-        .filter(|i| i.kind == ::genesis::inventory::InterfaceKind::Bridge)
-        .map(|i| i.name.clone())
-        .collect();
-    real_bridges(reported, &here)
-        .into_iter()
-        .filter(|b| firewall::opening::check_interface(b).is_ok() && !b.ends_with('*'))
-        .collect()
 }
 
 /// The guard's layers when both hold, as the briefing and `firewall status` name them.
@@ -166,15 +139,6 @@ fn write_bpf_layer(fw: &mut dyn NodeFirewall, spec: &GuardSpec) -> String {
             tracing::warn!(error = %e, "the guard's netfilter BPF layer is not loaded");
             format!("{LAYERS_TABLE_ALONE}; netfilter BPF not loaded: {e}")
         }
-    }
-}
-
-/// Removes the guard's BPF layer (the flip, where the derived filter takes over): its clause.
-pub fn remove_bpf_layer(fw: &mut dyn NodeFirewall) -> Result<String, String> {
-    match fw.remove_guard_bpf() {
-        Ok(true) => Ok("the guard's netfilter BPF layer removed".into()),
-        Ok(false) => Ok("no netfilter BPF layer was pinned".into()),
-        Err(e) => Err(format!("removing the guard's netfilter BPF layer: {e}")),
     }
 }
 
@@ -294,14 +258,6 @@ pub fn check_private(
             ),
         },
     }
-}
-
-/// The names a runtime reported that are bridges on this machine (`bridges`), in order.
-fn real_bridges(reported: Vec<String>, bridges: &[String]) -> Vec<String> {
-    reported
-        .into_iter()
-        .filter(|r| bridges.contains(r))
-        .collect()
 }
 
 #[cfg(test)]
@@ -424,13 +380,5 @@ mod tests {
             said.ends_with("no interface of this node carries 10.77.1.0/24"),
             "{said}"
         );
-    }
-
-    #[test]
-    fn only_bridges_of_this_machine_open_the_guard() {
-        let here = vec!["docker0".to_string(), "lanbr".to_string()];
-        let reported = vec!["lanbr".to_string(), "eth0".to_string(), "gone0".to_string()];
-        assert_eq!(super::real_bridges(reported, &here), ["lanbr"]);
-        assert!(super::real_bridges(vec!["eth0".into()], &[]).is_empty());
     }
 }

@@ -9,6 +9,7 @@
 //! here knows the apply loop: the dependency runs one way, `apply` → `node_firewall` →
 //! `firewall`.
 
+mod bridges;
 #[cfg(test)]
 pub(crate) mod fake;
 pub mod flip;
@@ -115,6 +116,34 @@ pub type Open<'a> = &'a dyn Fn(&Path, &str) -> Box<dyn NodeFirewall>;
 /// The kernel's firewall for `node` under `root`: what the binary's apply uses.
 pub fn kernel(root: &Path, node: &str) -> Box<dyn NodeFirewall> {
     Box::new(Kernel::new(root, node))
+}
+
+/// Whether `decl` touches the node's firewall: openings, or the guard of an adopted node.
+pub fn touches(decl: &Declaration) -> bool {
+    decl.resources
+        .iter()
+        .any(|r| matches!(r, crate::declaration::Resource::Opening(_)))
+        || (decl.mode == Mode::Adopted && decl.settings.is_some())
+}
+
+/// The firewall's part of an apply before the store is opened: another node's marks refuse it
+/// (when `decl` touches the firewall), and on an adopted node with `settings` the guard is
+/// ensured, so a store that cannot be read or written never leaves the foundation's ports
+/// unguarded. `guard` false checks the claim alone.
+pub fn early(
+    fw: &mut dyn NodeFirewall,
+    runner: &dyn Runner,
+    decl: &Declaration,
+    settings: Option<&crate::declaration::Settings>,
+    guard: bool,
+) -> Result<Option<Guarded>, String> {
+    if touches(decl) {
+        check_claim(fw, &decl.node)?;
+    }
+    Ok(match (guard, decl.mode, settings) {
+        (true, Mode::Adopted, Some(settings)) => Some(guard::ensure(fw, runner, decl, settings)),
+        _ => None,
+    })
 }
 
 /// Refuses an apply on a machine whose firewall carries another node's marks: one store per
