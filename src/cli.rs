@@ -707,8 +707,7 @@ fn derive_openings(
             _ => None,
         })
         .collect();
-    let openings =
-        crate::node_firewall::derive_for(&settings, &declared).map_err(anyhow::Error::msg)?;
+    let openings = crate::node_firewall::derive_for(&settings, &declared)?;
     if json {
         let v: Vec<_> = openings
             .iter()

@@ -167,7 +167,8 @@ pub fn run(
         }),
         deadlines: None,
     };
-    let derived = crate::node_firewall::derive_for(&settings, &[]).map_err(ApplyError::Safety)?;
+    let derived = crate::node_firewall::derive_for(&settings, &[])
+        .map_err(|e| ApplyError::Safety(e.to_string()))?;
     if let Some(resources) = doc.get_mut("resources").and_then(|r| r.as_array_mut()) {
         let have: Vec<String> = resources
             .iter()

@@ -18,7 +18,7 @@ pub fn firewall_status(root: &std::path::Path, state: Option<&State>) -> Result<
     if let Some(decl) = state.and_then(|s| s.declaration.as_ref()) {
         for r in &decl.resources {
             if let Resource::Opening(o) = r {
-                openings.push(to_opening(o, settings).map_err(anyhow::Error::msg)?);
+                openings.push(to_opening(o, settings)?);
             }
         }
     }

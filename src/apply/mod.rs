@@ -278,7 +278,7 @@ pub fn apply(host: &Host<'_>, decl: &Declaration, source: Source) -> Result<Repo
         .clone()
         .or_else(|| peeked.ok().flatten().and_then(|s| s.settings));
     let early = node_firewall::early(&mut *fw, host.runner, decl, settings.as_ref(), true)
-        .map_err(ApplyError::Safety)?;
+        .map_err(|e| ApplyError::Safety(e.to_string()))?;
     let store = match Store::open(host.root) {
         Ok(s) => s,
         Err(source) => return Err(unrecorded(source, early.as_ref())),
@@ -345,7 +345,7 @@ pub fn reconcile_with(
     // cannot be written never leaves the foundation's ports unguarded.
     if let (None, Some(decl)) = (&early, &peeked.declaration) {
         early = node_firewall::early(&mut *fw, host.runner, decl, peeked.settings.as_ref(), true)
-            .map_err(ApplyError::Safety)?;
+            .map_err(|e| ApplyError::Safety(e.to_string()))?;
     }
     let store = match Store::open(host.root) {
         Ok(s) => s,
@@ -358,7 +358,7 @@ pub fn reconcile_with(
     let early = early.filter(|_| peeked.declaration.as_ref() == Some(&decl));
     if early.is_none() {
         node_firewall::early(&mut *fw, host.runner, &decl, None, false)
-            .map_err(ApplyError::Safety)?;
+            .map_err(|e| ApplyError::Safety(e.to_string()))?;
     }
     apply_locked(host, store, &decl, source, &mut *fw, early).map(Some)
 }
@@ -394,7 +394,7 @@ fn apply_locked(
     check_safety(&store.state, decl)?;
     // The flip's saving of the found firewall, and whether the ruleset is as the last apply left it.
     let prepared = node_firewall::flip::prepare(fw, host.runner, &mut store.state, decl)
-        .map_err(ApplyError::Safety)?;
+        .map_err(|e| ApplyError::Safety(e.to_string()))?;
     let (transition, flip_saved, firewall_unchanged) =
         (prepared.transition, prepared.saved, prepared.unchanged);
     let mut touched = node_firewall::touches(decl);
@@ -615,4 +615,5 @@ fn settle_pending(root: &Path, runner: &dyn Runner, state: &mut store::State) {
 /// The openings of the declaration, in the firewall crate's terms.
 pub(crate) fn declared_openings(cx: &Cx<'_>) -> Result<Vec<firewall::Opening>, String> {
     node_firewall::openings::declared(cx.decl, cx.store.state.settings.as_ref())
+        .map_err(|e| e.to_string())
 }

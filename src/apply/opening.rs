@@ -10,7 +10,7 @@ use firewall::Opening;
 
 /// One declared opening, from the convergence the apply loop made before the first opening.
 pub(super) fn apply(cx: &mut Cx<'_>, spec: &OpeningSpec) -> Result<Done, String> {
-    let opening = to_opening(spec, cx.store.state.settings.as_ref())?;
+    let opening = to_opening(spec, cx.store.state.settings.as_ref()).map_err(|e| e.to_string())?;
     let rec = record_of(spec, &opening);
     // On a flipped node the derived filter admits it: loaded from the whole declaration before
     // the resources, nothing goes into the retired firewall.
@@ -40,7 +40,7 @@ pub(super) fn apply(cx: &mut Cx<'_>, spec: &OpeningSpec) -> Result<Done, String>
         }
     }
     let said = match &cx.openings {
-        Some(all) => all.of(&opening)?,
+        Some(all) => all.of(&opening).map_err(|e| e.to_string())?,
         None => {
             return Err(format!(
                 "opening {}: the openings were not converged",
@@ -103,7 +103,7 @@ pub(super) fn remove(cx: &mut Cx<'_>, id: &str, declared: &[Opening]) -> Result<
             "no longer declared; the derived filter no longer admits it",
         ));
     }
-    let line = openings::remove(&mut *cx.fw, id, declared)?;
+    let line = openings::remove(&mut *cx.fw, id, declared).map_err(|e| e.to_string())?;
     cx.changed(id);
     Ok(Done::new(Outcome::Removed, line))
 }

@@ -52,12 +52,12 @@ pub fn prepare(
     runner: &dyn crate::runner::Runner,
     state: &mut State,
     decl: &Declaration,
-) -> Result<Prepared, String> {
+) -> Result<Prepared, Error> {
     let transition = transition(state, decl);
     let mut saved = false;
     if transition == Transition::Flip && state.flip.is_none() {
         let flip = save(fw, runner)
-            .map_err(|e| format!("node {:?} cannot be converged: {e}", decl.node))?;
+            .map_err(|e| e.doing(format!("node {:?} cannot be converged", decl.node)))?;
         state.flip = Some(flip);
         saved = true;
     }
@@ -131,7 +131,7 @@ pub fn filter_spec(
     settings: Option<&Settings>,
     ssh: &[u16],
 ) -> Result<FilterSpec, Error> {
-    let openings = openings::declared(decl, settings).map_err(Error::Declared)?;
+    let openings = openings::declared(decl, settings)?;
     let interfaces = ::genesis::inventory::interfaces().unwrap_or_default();
     Ok(FilterSpec {
         openings,
@@ -189,7 +189,7 @@ pub(super) fn flip(cx: &mut Node<'_>) -> Result<(String, FilterSpec), Error> {
     crate::failpoint::hit("flip", "loaded");
     // The derived filter holds the store closed from here on: the guard's BPF layer, which
     // would refuse the foundation's ports whatever the filter admits, goes with the table.
-    let bpf = remove_bpf_layer(cx.fw).unwrap_or_else(|e| e);
+    let bpf = remove_bpf_layer(cx.fw).unwrap_or_else(|e| e.to_string());
     let mut units = Vec::new();
     if let Ok(sm) = crate::system::service_manager(cx.runner) {
         for u in saved.units.iter().filter(|u| u.enabled == Some(true)) {
@@ -337,10 +337,10 @@ pub(super) fn ensure_filter(cx: &mut Node<'_>) -> Result<(String, FilterSpec), E
 }
 
 /// Removes the guard's BPF layer (the flip, where the derived filter takes over): its clause.
-fn remove_bpf_layer(fw: &mut dyn NodeFirewall) -> Result<String, String> {
+fn remove_bpf_layer(fw: &mut dyn NodeFirewall) -> Result<String, Error> {
     match fw.remove_guard_bpf() {
         Ok(true) => Ok("the guard's netfilter BPF layer removed".into()),
         Ok(false) => Ok("no netfilter BPF layer was pinned".into()),
-        Err(e) => Err(format!("removing the guard's netfilter BPF layer: {e}")),
+        Err(e) => Err(e.doing("removing the guard's netfilter BPF layer")),
     }
 }

@@ -44,7 +44,7 @@ fn container_port(resources: &[Resource], host_port: u16) -> u16 {
 /// stands on this machine (when the settings have a private network), and the guard written (for
 /// the resident host, which puts exactly that back when the ruleset changes under it).
 pub struct Guarded {
-    pub line: Result<String, String>,
+    pub line: Result<String, super::Error>,
     pub private: Option<(Mark, String)>,
     pub spec: GuardSpec,
 }
@@ -114,12 +114,15 @@ pub const LAYERS_TABLE_ALONE: &str = "guard: table inet mesh_host alone: a forei
 /// pinned under `root`; returns the guard's line for the report and the briefing. The BPF layer
 /// is loaded even when the table cannot be (a table another process holds), and where the
 /// kernel refuses it the line says the table holds alone, and why.
-pub fn write(fw: &mut dyn NodeFirewall, spec: &GuardSpec) -> Result<String, String> {
+pub fn write(fw: &mut dyn NodeFirewall, spec: &GuardSpec) -> Result<String, super::Error> {
     let table = write_table(fw, spec);
     let layers = write_bpf_layer(fw, spec);
     match table {
         Ok(line) => Ok(format!("{line}; {layers}")),
-        Err(e) => Err(format!("{e}; {layers}")),
+        Err(e) => Err(super::Error::Guard {
+            table: Box::new(e),
+            layers,
+        }),
     }
 }
 
@@ -143,12 +146,10 @@ fn write_bpf_layer(fw: &mut dyn NodeFirewall, spec: &GuardSpec) -> String {
 }
 
 /// Puts `spec` in force in the table; returns its part of the guard's line.
-fn write_table(fw: &mut dyn NodeFirewall, spec: &GuardSpec) -> Result<String, String> {
+fn write_table(fw: &mut dyn NodeFirewall, spec: &GuardSpec) -> Result<String, super::Error> {
     let report = fw.guard_table(spec).map_err(|e| match e {
-        super::Error::NoNfTables => {
-            "the kernel has no nf_tables, so the guard cannot be loaded".into()
-        }
-        e => format!("loading the guard: {e}"),
+        super::Error::NoNfTables => e.doing("the guard cannot be loaded"),
+        e => e.doing("loading the guard"),
     })?;
     let table = match report.table {
         GuardTable::Created => "created".to_string(),

@@ -98,6 +98,29 @@ pub enum Error {
     /// What the declaration asks cannot be put in the firewall's terms.
     #[error("{0}")]
     Declared(String),
+    /// Another node's marked rules are in force here.
+    #[error(
+        "the firewall on this machine carries the marked rules of node {other:?} (table inet \
+             mesh_host, chain claim), and this store is node {node:?}: a second store must not \
+             converge over another node's rules, so nothing was changed. If this is the wrong \
+             --root, use the right one; if node {other:?} is gone from this machine, run `nft \
+             delete chain inet mesh_host claim` and apply again"
+    )]
+    Claimed { other: String, node: String },
+    /// The guard's table could not be written; `layers` says how its BPF layer stands.
+    #[error("{table}; {layers}")]
+    Guard {
+        #[source]
+        table: Box<Error>,
+        layers: String,
+    },
+    /// The one convergence of the apply's openings failed, so each opening fails with it.
+    #[error("opening {id}: {source}")]
+    Opening {
+        id: String,
+        #[source]
+        source: std::sync::Arc<Error>,
+    },
 }
 
 impl Error {
@@ -136,7 +159,7 @@ pub fn early(
     decl: &Declaration,
     settings: Option<&crate::declaration::Settings>,
     guard: bool,
-) -> Result<Option<Guarded>, String> {
+) -> Result<Option<Guarded>, Error> {
     if touches(decl) {
         check_claim(fw, &decl.node)?;
     }
@@ -149,15 +172,12 @@ pub fn early(
 /// Refuses an apply on a machine whose firewall carries another node's marks: one store per
 /// firewall, so a second store (a mistaken `--root`) never converges over this node's rules.
 /// A firewall that cannot be read is no claim: the resources that need it fail with the reason.
-pub fn check_claim(fw: &mut dyn NodeFirewall, node: &str) -> Result<(), String> {
+pub fn check_claim(fw: &mut dyn NodeFirewall, node: &str) -> Result<(), Error> {
     match fw.claimed_by() {
-        Ok(Some(other)) if other != node => Err(format!(
-            "the firewall on this machine carries the marked rules of node {other:?} (table inet \
-             mesh_host, chain claim), and this store is node {node:?}: a second store must not \
-             converge over another node's rules, so nothing was changed. If this is the wrong \
-             --root, use the right one; if node {other:?} is gone from this machine, run `nft \
-             delete chain inet mesh_host claim` and apply again"
-        )),
+        Ok(Some(other)) if other != node => Err(Error::Claimed {
+            other,
+            node: node.to_string(),
+        }),
         _ => Ok(()),
     }
 }
@@ -167,7 +187,7 @@ pub fn check_claim(fw: &mut dyn NodeFirewall, node: &str) -> Result<(), String> 
 #[derive(Debug, Default)]
 pub struct Before {
     /// The guard's line, on an adopted node with settings.
-    pub guard: Option<Result<String, String>>,
+    pub guard: Option<Result<String, Error>>,
     /// How the declared private network's interface stands.
     pub private: Option<(Mark, String)>,
     /// The flip's or the return's line (or a derived filter removed from an adopted node).
@@ -246,7 +266,7 @@ pub fn before_resources(
             }
             out.private = guarded.private;
             if let Err(e) = &guarded.line {
-                out.failed = Some(("guard", "guard", e.clone()));
+                out.failed = Some(("guard", "guard", e.to_string()));
             }
             out.guard = Some(guarded.line);
         }
@@ -325,9 +345,7 @@ pub struct PutBack {
 pub fn recheck(fw: &mut dyn NodeFirewall, memo: &Memo) -> Result<PutBack, Error> {
     let mut done = PutBack::default();
     if let Some(spec) = &memo.guard {
-        done.guard_written = guard::write(fw, spec)
-            .map_err(Error::Declared)?
-            .contains("; written)");
+        done.guard_written = guard::write(fw, spec)?.contains("; written)");
     }
     if let Some(spec) = &memo.filter {
         let written = fw

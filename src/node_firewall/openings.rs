@@ -24,7 +24,7 @@ pub struct NotAdmitted {
 pub struct Openings {
     /// The found firewall's kind, as the lines name it.
     pub kind: String,
-    pub result: Result<Converged, String>,
+    pub result: Result<Converged, std::sync::Arc<Error>>,
 }
 
 /// The openings in force after the convergence.
@@ -62,21 +62,21 @@ pub struct Outcome {
 
 /// The firewall crate's opening for a declared one; `private` becomes the private network's
 /// interface from the node's settings.
-pub fn to_opening(spec: &OpeningSpec, settings: Option<&Settings>) -> Result<Opening, String> {
+pub fn to_opening(spec: &OpeningSpec, settings: Option<&Settings>) -> Result<Opening, Error> {
     let from = match &spec.from {
         declaration::From::Named(FromName::Anywhere) => firewall::opening::From::Anywhere,
         declaration::From::Named(FromName::Private) => {
             let iface = settings
                 .and_then(|s| s.private_network.as_ref())
                 .map(|p| p.interface.clone())
-                .ok_or_else(|| format!("opening {} is from the private network, but the node has no private network in its settings", spec.id))?;
+                .ok_or_else(|| Error::Declared(format!("opening {} is from the private network, but the node has no private network in its settings", spec.id)))?;
             firewall::opening::From::Interface(iface)
         }
         declaration::From::Cidrs(list) => {
             let mut nets = Vec::new();
             for c in list {
                 let (addr, len) = declaration::validate::parse_cidr(c, true)
-                    .map_err(|e| format!("opening {}: {e}", spec.id))?;
+                    .map_err(|e| Error::Declared(format!("opening {}: {e}", spec.id)))?;
                 nets.push(Network { addr, len });
             }
             firewall::opening::From::Networks(nets)
@@ -99,7 +99,7 @@ pub fn to_opening(spec: &OpeningSpec, settings: Option<&Settings>) -> Result<Ope
 pub fn declared(
     decl: &declaration::Declaration,
     settings: Option<&Settings>,
-) -> Result<Vec<Opening>, String> {
+) -> Result<Vec<Opening>, Error> {
     decl.resources
         .iter()
         .filter_map(|r| match r {
@@ -145,7 +145,9 @@ pub fn converge(
     });
     let kind = fw.kind();
     Openings {
-        result: result.map_err(|e| format!("openings through the found firewall ({kind}): {e}")),
+        result: result.map_err(|e| {
+            std::sync::Arc::new(e.doing(format!("openings through the found firewall ({kind})")))
+        }),
         kind,
     }
 }
@@ -157,11 +159,11 @@ impl Openings {
     }
 
     /// One opening's outcome and line, from the one convergence.
-    pub fn of(&self, opening: &Opening) -> Result<Outcome, String> {
-        let done = self
-            .result
-            .as_ref()
-            .map_err(|e| format!("opening {}: {e}", opening.id))?;
+    pub fn of(&self, opening: &Opening) -> Result<Outcome, Error> {
+        let done = self.result.as_ref().map_err(|e| Error::Opening {
+            id: opening.id.clone(),
+            source: e.clone(),
+        })?;
         let id = &opening.id;
         let added = done.added.contains(id);
         let removed = done.removed.contains(id);
@@ -247,10 +249,10 @@ impl Openings {
 
 /// Removes every marked rule of opening `id`, no longer declared (`declared` are the ones that
 /// stay): its line.
-pub fn remove(fw: &mut dyn NodeFirewall, id: &str, declared: &[Opening]) -> Result<String, String> {
+pub fn remove(fw: &mut dyn NodeFirewall, id: &str, declared: &[Opening]) -> Result<String, Error> {
     let done = fw
         .converge(declared, Scope::All)
-        .map_err(|e| format!("removing opening {id}: {e}"))?;
+        .map_err(|e| e.doing(format!("removing opening {id}")))?;
     let mine: Vec<&(String, String)> = done
         .removed
         .iter()
@@ -308,12 +310,12 @@ pub fn to_resource(o: &Opening) -> serde_json::Value {
 
 /// The openings a node needs: the foundation's from its settings, then the listens its modules
 /// declare (the declaration's own openings), through the one function that derives them.
-pub fn derive_for(settings: &Settings, declared: &[OpeningSpec]) -> Result<Vec<Opening>, String> {
+pub fn derive_for(settings: &Settings, declared: &[OpeningSpec]) -> Result<Vec<Opening>, Error> {
     let private = settings
         .private_network
         .as_ref()
         .map(|p| p.interface.clone())
-        .ok_or("the node has no private network in its settings, so the store's opening has nowhere to come from")?;
+        .ok_or_else(|| Error::Declared("the node has no private network in its settings, so the store's opening has nowhere to come from".into()))?;
     let mut listens = Vec::new();
     for spec in declared {
         let o = to_opening(spec, Some(settings))?;
