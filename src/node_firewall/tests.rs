@@ -261,3 +261,24 @@ fn another_nodes_marks_refuse_the_apply_before_anything_changes() {
     assert_eq!(fake.methods(), ["claimed_by"]);
     assert!(!root.path().join("var/lib/mesh-host").exists());
 }
+
+#[test]
+fn an_opening_no_longer_declared_is_removed_and_its_record_dropped() {
+    let root = tempfile::tempdir().unwrap();
+    let fake = Recording::watching(&watched(root.path()));
+    let report = run(root.path(), &fake, &decl("adopted", file_and_openings()));
+    assert!(report.failed().is_none(), "{}", report.render());
+
+    fake.log.borrow_mut().clear();
+    let mut fewer = file_and_openings();
+    fewer.as_array_mut().unwrap().pop();
+    let report = run(root.path(), &fake, &decl("adopted", fewer));
+    assert!(report.failed().is_none(), "{}", report.render());
+    let gone = report.entries.iter().find(|e| e.id == "web/https").unwrap();
+    assert_eq!(gone.outcome, Outcome::Removed);
+    // Removed by converging what stays, with every marked rule in scope.
+    let all = fake.first("converge_all").expect("a removal");
+    assert_eq!(all.openings, ["web/http"]);
+    let st = state(root.path());
+    assert!(st.owned("web/https").is_none() && st.owned("web/http").is_some());
+}
