@@ -336,7 +336,7 @@ pub fn preview(host: &Host<'_>) -> Result<std::result::Result<Preview, Asked>> {
         })
         .collect();
     let mut fw = None;
-    let f = opening::firewall(&mut fw, &decl.node).map_err(anyhow::Error::msg)?;
+    let f = opening::firewall(&mut fw, &decl).map_err(anyhow::Error::msg)?;
     let surveyed = f
         .survey(host.root)
         .map_err(|e| anyhow::anyhow!("reading the found firewall: {e}"))?;

@@ -13,7 +13,6 @@ pub mod inventory;
 pub mod launch;
 pub mod link;
 pub mod resident;
-pub mod runner;
 pub mod status;
 pub mod store;
 pub mod system;

@@ -12,10 +12,12 @@ use std::fmt::Write as _;
 /// Reads the firewall as it is now, against the stored declaration's openings; the guard's BPF
 /// layer is read from its pins under `root`.
 pub fn firewall_status(root: &std::path::Path, state: Option<&State>) -> Result<Value> {
-    static EXEC: SystemExec = SystemExec;
-    let mut fw = Firewall::open(&EXEC).context("reading the found firewall")?;
-    let found = fw.found().context("reading the found firewall")?.clone();
     let settings = state.and_then(|s| s.settings.as_ref());
+    // The firewall's programs get the stored declaration's deadlines, as they do in an apply.
+    let deadlines = settings.and_then(|s| s.deadlines).unwrap_or_default();
+    let mut fw = Firewall::open(crate::apply::opening::firewall_exec(deadlines))
+        .context("reading the found firewall")?;
+    let found = fw.found().context("reading the found firewall")?.clone();
     let mut openings = Vec::new();
     if let Some(decl) = state.and_then(|s| s.declaration.as_ref()) {
         for r in &decl.resources {

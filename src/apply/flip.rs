@@ -76,7 +76,7 @@ pub(crate) fn ssh_ports() -> Vec<u16> {
 /// The derived filter for `decl`: its openings, the private network's interface, the runtime's
 /// bridges (asked of the runtime, as the guard's are) and ssh's ports.
 pub(crate) fn filter_spec(
-    runner: &dyn crate::runner::Runner,
+    runner: &dyn run::Runner,
     decl: &Declaration,
     settings: Option<&Settings>,
     ssh: &[u16],
@@ -103,7 +103,7 @@ pub(crate) fn filter_spec(
 /// leaves a store that knows what to put back. Errors refuse the whole apply.
 pub(crate) fn save(
     cx_root: &std::path::Path,
-    runner: &dyn crate::runner::Runner,
+    runner: &dyn run::Runner,
     fw: &mut firewall::Firewall<'static>,
 ) -> Result<Flip, String> {
     let retired = fw
@@ -139,7 +139,7 @@ pub(super) fn flip(cx: &mut Cx<'_>) -> Result<(String, FilterSpec), String> {
     };
     let spec = current_spec(cx)?;
     crate::failpoint::hit("flip", "saved");
-    let fw = opening::firewall(&mut cx.fw, &cx.decl.node)?;
+    let fw = opening::firewall(&mut cx.fw, cx.decl)?;
     let (done, guarded) = fw
         .flip(&spec, &saved.retired)
         .map_err(|e| format!("loading the derived filter and retiring the found firewall: {e}"))?;
@@ -167,7 +167,7 @@ pub(super) fn flip(cx: &mut Cx<'_>) -> Result<(String, FilterSpec), String> {
     }
     // Marks the found firewall's own tables took with them are gone; any left in the runtime's
     // chains (DOCKER-USER) would be stale accepts.
-    let fw = opening::firewall(&mut cx.fw, &cx.decl.node)?;
+    let fw = opening::firewall(&mut cx.fw, cx.decl)?;
     fw.converge(&[], firewall::Scope::All)
         .map_err(|e| format!("removing the mesh's marks from the retired firewall: {e}"))?;
     cx.store.state.flip = Some(Flip {
@@ -223,7 +223,7 @@ pub(super) fn unflip(cx: &mut Cx<'_>) -> Result<String, String> {
                 .map_err(|e| format!("starting {unit} to restore {}: {e}", r.backend))?;
         }
     }
-    let fw = opening::firewall(&mut cx.fw, &cx.decl.node)?;
+    let fw = opening::firewall(&mut cx.fw, cx.decl)?;
     fw.unflip(&saved.retired)
         .map_err(|e| format!("restoring the found firewall: {e}"))?;
     crate::failpoint::hit("return", "restored");
@@ -270,7 +270,7 @@ pub(super) fn current_spec(cx: &Cx<'_>) -> Result<FilterSpec, String> {
 /// On a flipped node: the derived filter put in force as the declaration says now.
 pub(super) fn ensure_filter(cx: &mut Cx<'_>) -> Result<(String, FilterSpec), String> {
     let spec = current_spec(cx)?;
-    let fw = opening::firewall(&mut cx.fw, &cx.decl.node)?;
+    let fw = opening::firewall(&mut cx.fw, cx.decl)?;
     let written = fw
         .ensure_filter(&spec)
         .map_err(|e| format!("loading the derived filter: {e}"))?;

@@ -4,7 +4,7 @@
 
 use super::opening::{check_private, firewall, real_bridges};
 use crate::briefing::Mark;
-use crate::declaration::{self, Resource, Settings};
+use crate::declaration::{self, Declaration, Resource, Settings};
 use firewall::{Firewall, GuardSpec, GuardTable};
 
 /// The guard an adopted node's settings call for. A guarded service's container port is the
@@ -52,7 +52,7 @@ pub(crate) struct Guarded {
 /// lets through. Needs no store: an apply ensures it before the store is read.
 pub(crate) fn ensure_guard(
     root: &std::path::Path,
-    runner: &dyn crate::runner::Runner,
+    runner: &dyn run::Runner,
     fw: &mut Option<Firewall<'static>>,
     decl: &declaration::Declaration,
     settings: &Settings,
@@ -81,7 +81,7 @@ pub(crate) fn ensure_guard(
         interfaces.as_deref().unwrap_or_default(),
     );
     Guarded {
-        line: write_guard(root, fw, &decl.node, &spec),
+        line: write_guard(root, fw, decl, &spec),
         private,
         spec,
     }
@@ -89,7 +89,7 @@ pub(crate) fn ensure_guard(
 
 /// The guard `settings` call for, with the bridges the runtime reports that are bridges here.
 fn guard_for(
-    runner: &dyn crate::runner::Runner,
+    runner: &dyn run::Runner,
     settings: &Settings,
     resources: &[Resource],
     interfaces: &[::genesis::inventory::Interface],
@@ -105,7 +105,7 @@ fn guard_for(
 /// interfaces the guard lets through and the derived filter forwards from besides loopback and
 /// the private network's.
 pub(crate) fn runtime_bridges(
-    runner: &dyn crate::runner::Runner,
+    runner: &dyn run::Runner,
     interfaces: &[::genesis::inventory::Interface],
 ) -> Vec<String> {
     // The runtime's own bridges are the machine's too, asked of the runtime on every apply; no
@@ -144,10 +144,10 @@ pub const LAYERS_TABLE_ALONE: &str = "guard: table inet mesh_host alone: a forei
 pub(crate) fn write_guard(
     root: &std::path::Path,
     fw: &mut Option<Firewall<'static>>,
-    node: &str,
+    decl: &Declaration,
     spec: &GuardSpec,
 ) -> Result<String, String> {
-    let table = write_guard_table(fw, node, spec);
+    let table = write_guard_table(fw, decl, spec);
     let layers = write_bpf_layer(root, spec);
     match table {
         Ok(line) => Ok(format!("{line}; {layers}")),
@@ -186,10 +186,10 @@ pub(crate) fn remove_bpf_layer(root: &std::path::Path) -> Result<String, String>
 /// Puts `spec` in force in the table; returns its part of the guard's line.
 fn write_guard_table(
     fw: &mut Option<Firewall<'static>>,
-    node: &str,
+    decl: &Declaration,
     spec: &GuardSpec,
 ) -> Result<String, String> {
-    let fw = firewall(fw, node)?;
+    let fw = firewall(fw, decl)?;
     let sock = fw
         .socket()
         .ok_or("the kernel has no nf_tables, so the guard cannot be loaded")?;

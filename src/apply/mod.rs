@@ -26,8 +26,8 @@ use remove::{moved_away, remove_undeclared, sweep_stale_marks};
 
 use crate::declaration::{Declaration, Mode, Problems, Resource, Shape, Source};
 use crate::failpoint;
-use crate::runner::{Deadlined, Runner};
 use crate::store::{self, Held, Op, Original, Owned, Store, StoreError};
+use run::{Deadlined, Runner};
 use std::path::{Path, PathBuf};
 
 /// Why an apply did not run at all (as opposed to failing part-way, which is a [`Report`]).
@@ -332,7 +332,7 @@ pub fn reconcile_with(
     let mut fw = None;
     let mut early = memo.and_then(|m| {
         let spec = m.guard.as_ref()?;
-        let line = opening::write_guard(host.root, &mut fw, &m.declaration.node, spec);
+        let line = opening::write_guard(host.root, &mut fw, &m.declaration, spec);
         Some(opening::Guarded {
             line,
             private: None,
@@ -387,20 +387,20 @@ pub fn recheck_firewall(host: &Host<'_>, memo: &FirewallMemo) -> Result<Rechecke
     let mut fw = None;
     let mut guard_written = false;
     if let Some(spec) = &memo.guard {
-        let line = opening::write_guard(host.root, &mut fw, &memo.declaration.node, spec)
+        let line = opening::write_guard(host.root, &mut fw, &memo.declaration, spec)
             .map_err(ApplyError::Safety)?;
         guard_written = line.contains("; written)");
     }
     let mut openings = 0;
     if let Some(spec) = &memo.filter {
-        let f = opening::firewall(&mut fw, &memo.declaration.node).map_err(ApplyError::Safety)?;
+        let f = opening::firewall(&mut fw, &memo.declaration).map_err(ApplyError::Safety)?;
         let written = f
             .ensure_filter(spec)
             .map_err(|e| ApplyError::Safety(format!("re-checking the derived filter: {e}")))?;
         openings += usize::from(written);
     }
     if !memo.openings.is_empty() {
-        let f = opening::firewall(&mut fw, &memo.declaration.node).map_err(ApplyError::Safety)?;
+        let f = opening::firewall(&mut fw, &memo.declaration).map_err(ApplyError::Safety)?;
         let done = f
             .converge(&memo.openings, firewall::Scope::Given)
             .map_err(|e| ApplyError::Safety(format!("re-checking the openings: {e}")))?;
@@ -432,7 +432,7 @@ fn apply_locked(
     let transition = flip::transition(&store.state, decl);
     let mut flip_saved = false;
     if transition == flip::Transition::Flip && store.state.flip.is_none() {
-        let f = opening::firewall(&mut fw, &decl.node).map_err(ApplyError::Safety)?;
+        let f = opening::firewall(&mut fw, decl).map_err(ApplyError::Safety)?;
         let saved = flip::save(host.root, host.runner, f).map_err(|e| {
             ApplyError::Safety(format!("node {:?} cannot be converged: {e}", decl.node))
         })?;
@@ -623,7 +623,7 @@ fn check_claim(decl: &Declaration) -> Result<Option<firewall::Firewall<'static>>
     }
     let mut fw = None;
     // A firewall that cannot be read fails the resources that need it, with the reason.
-    let Ok(opened) = opening::firewall(&mut fw, &decl.node) else {
+    let Ok(opened) = opening::firewall(&mut fw, decl) else {
         return Ok(None);
     };
     if let Ok(Some(other)) = opened.claimed_by() {

@@ -47,7 +47,7 @@ pub(super) fn before_resources(
                 && cx.store.state.flip.is_none()
                 && cx.firewall_unchanged.is_none()
             {
-                let removed = opening::firewall(&mut cx.fw, &decl.node)
+                let removed = opening::firewall(&mut cx.fw, decl)
                     .and_then(|f| f.remove_filter().map_err(|e| e.to_string()));
                 match removed {
                     Ok(true) => {

@@ -5,7 +5,7 @@ use super::{Cx, Done, NotAdmitted, Outcome};
 use crate::briefing::Mark;
 use crate::declaration::{self, FromName, OpeningSpec, PathKind, Resource, Settings, Shape};
 use crate::store::Owned;
-use firewall::{Firewall, Network, Opening, Scope, State, SystemExec};
+use firewall::{Exec, Firewall, Network, Opening, Scope, State};
 use std::net::IpAddr;
 
 pub(crate) use super::guard::{
@@ -13,19 +13,40 @@ pub(crate) use super::guard::{
 };
 pub use super::guard::{guard_spec, LAYERS_BOTH, LAYERS_TABLE_ALONE};
 
-static EXEC: SystemExec = SystemExec;
+/// The firewall engine's programs for a node with `deadlines`: through the `run` crate, with the
+/// node's `firewall_s` (and its other deadlines for anything else the engine runs). The engine
+/// holds its runner for the life of a `Firewall`, which outlives one call, so one adapter per
+/// distinct set of deadlines is made for the life of the process and handed out again.
+pub(crate) fn firewall_exec(deadlines: run::Deadlines) -> &'static dyn Exec {
+    static MADE: std::sync::Mutex<Vec<&'static firewall::DeadlinedExec>> =
+        std::sync::Mutex::new(Vec::new());
+    let mut made = MADE.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(e) = made.iter().find(|e| e.0 == deadlines) {
+        return *e;
+    }
+    let e: &'static firewall::DeadlinedExec =
+        Box::leak(Box::new(firewall::DeadlinedExec(deadlines)));
+    made.push(e);
+    e
+}
 
 /// Opens the firewall once per apply: detection reads every layer, so it is not repeated per
-/// opening. Every write is made for `node`, whose name the mesh's table records, so a second
-/// store on this machine (a mistaken `--root`) never converges over this node's marks.
+/// opening. Every write is made for the declaration's node, whose name the mesh's table records,
+/// so a second store on this machine (a mistaken `--root`) never converges over this node's
+/// marks; every program the engine runs has the declaration's deadlines.
 pub(crate) fn firewall<'c>(
     fw: &'c mut Option<Firewall<'static>>,
-    node: &str,
+    decl: &declaration::Declaration,
 ) -> Result<&'c mut Firewall<'static>, String> {
     if fw.is_none() {
-        let mut opened =
-            Firewall::open(&EXEC).map_err(|e| format!("reading the found firewall: {e}"))?;
-        opened.for_node(node);
+        let deadlines = decl
+            .settings
+            .as_ref()
+            .and_then(|s| s.deadlines)
+            .unwrap_or_default();
+        let mut opened = Firewall::open(firewall_exec(deadlines))
+            .map_err(|e| format!("reading the found firewall: {e}"))?;
+        opened.for_node(&decl.node);
         *fw = Some(opened);
     }
     Ok(fw.as_mut().expect("just opened"))
@@ -109,7 +130,7 @@ pub(super) fn apply(cx: &mut Cx<'_>, spec: &OpeningSpec) -> Result<Done, String>
                 _ => None,
             })
             .collect();
-        let fw = firewall(&mut cx.fw, &cx.decl.node)?;
+        let fw = firewall(&mut cx.fw, cx.decl)?;
         let result = fw.converge(&declared, Scope::Given).map(|c| {
             // What is reported is the verdict of the ruleset read back after the write.
             let verdicts = fw.verdicts(&declared);
@@ -295,7 +316,7 @@ pub(super) fn remove(cx: &mut Cx<'_>, id: &str, declared: &[Opening]) -> Result<
             "no longer declared; the derived filter no longer admits it",
         ));
     }
-    let fw = firewall(&mut cx.fw, &cx.decl.node)?;
+    let fw = firewall(&mut cx.fw, cx.decl)?;
     let done = fw
         .converge(declared, Scope::All)
         .map_err(|e| format!("removing opening {id}: {e}"))?;

@@ -105,7 +105,7 @@ pub(super) fn moved_away(cx: &mut Cx<'_>, res: &Resource, report: &mut Report) -
 /// them (a lost store leaves marks the host can still recognise as its own).
 pub(super) fn sweep_stale_marks(cx: &mut Cx<'_>, report: &mut Report) {
     let result = declared_openings(cx).and_then(|declared| {
-        let fw = opening::firewall(&mut cx.fw, &cx.decl.node)?;
+        let fw = opening::firewall(&mut cx.fw, cx.decl)?;
         fw.converge(&declared, firewall::Scope::All)
             .map_err(|e| format!("removing stale openings: {e}"))
     });
