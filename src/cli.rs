@@ -3,10 +3,10 @@
 use crate::apply::{self, ApplyError, Host, Report};
 use crate::briefing::Briefing;
 use crate::declaration::{self, Source};
-use crate::runner::SystemRunner;
 use crate::store;
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
+use run::SystemRunner;
 use std::path::PathBuf;
 use std::process::ExitCode;
 

@@ -336,7 +336,7 @@ pub fn preview(host: &Host<'_>) -> Result<std::result::Result<Preview, Asked>> {
             module: m,
         })
         .collect();
-    let mut f = (host.firewall)(host.root, &decl.node);
+    let mut f = (host.firewall)(host.root, &decl);
     let surveyed = f.survey().context("reading the found firewall")?;
     // The nftables tables the flip deletes: a ban held there is lifted by the flip.
     let retired_tables: Vec<String> = surveyed

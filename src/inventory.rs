@@ -2,11 +2,11 @@
 //! every running container with its published ports, every interface with its addresses and
 //! kind (tunnels included), and the routes. Genesis and the converge preview read this same view.
 
-use crate::runner::Runner;
 use crate::system::{self, Container};
 use anyhow::{Context, Result};
 use genesis::checks;
 use genesis::inventory::Inventory;
+use run::Runner;
 use serde_json::{json, Value};
 use std::fmt::Write as _;
 
@@ -87,10 +87,7 @@ fn running_with(
                 )),
             ));
         }
-        anyhow::bail!(
-            "listing containers: {}",
-            crate::runner::describe(&argv, &out)
-        );
+        anyhow::bail!("listing containers: {}", run::describe(&argv, &out));
     }
     let names: Vec<String> = String::from_utf8_lossy(&out.stdout)
         .lines()
@@ -310,7 +307,7 @@ impl View {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runner::{RecordingRunner, RunOutput};
+    use run::{Output, RecordingRunner};
 
     /// One container as `docker container inspect` describes it, trimmed to what is read.
     fn inspected(name: &str, running: bool, host_port: u16) -> serde_json::Value {
@@ -326,15 +323,16 @@ mod tests {
         })
     }
 
-    fn answer(code: i32, stdout: &str, stderr: &str) -> RunOutput {
-        RunOutput {
+    fn answer(code: i32, stdout: &str, stderr: &str) -> Output {
+        Output {
             code: Some(code),
+            signal: None,
             stdout: stdout.as_bytes().to_vec(),
             stderr: stderr.as_bytes().to_vec(),
         }
     }
 
-    fn runner(answers: Vec<RunOutput>) -> RecordingRunner {
+    fn runner(answers: Vec<Output>) -> RecordingRunner {
         let r = RecordingRunner::default();
         r.answers.borrow_mut().extend(answers);
         r

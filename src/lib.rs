@@ -14,7 +14,6 @@ pub mod launch;
 pub mod link;
 pub mod node_firewall;
 pub mod resident;
-pub mod runner;
 pub mod status;
 pub mod store;
 pub mod system;

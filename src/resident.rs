@@ -176,7 +176,8 @@ pub fn run(host: &Host<'_>, opts: &Options) -> Result<ExitCode> {
     // The node's firewall the guard is put back through the moment another program's change is
     // heard: its nf_tables socket kept for the host's whole life, so that costs no socket setup.
     // Only the guard's table and the derived filter go through it, which name no node.
-    let mut put_back_fw = crate::node_firewall::Kernel::new(host.root, "").with_socket();
+    let mut put_back_fw =
+        crate::node_firewall::Kernel::new(host.root, "", Default::default()).with_socket();
     let mut memo: Option<FirewallMemo> = None;
     // The store as it was when `memo` was made: another process's apply (a `converge`, an
     // `adopt`, a `take`) changes it before it touches the firewall, so a change heard then is

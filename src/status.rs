@@ -11,7 +11,12 @@ use std::fmt::Write as _;
 /// Reads the firewall as it is now, against the stored declaration's openings; the guard's BPF
 /// layer is read from its pins under `root`.
 pub fn firewall_status(root: &std::path::Path, state: Option<&State>) -> Result<Value> {
-    let mut fw = open_found()?;
+    // The firewall's programs get the stored declaration's deadlines, as they do in an apply.
+    let deadlines = state
+        .and_then(|s| s.settings.as_ref())
+        .and_then(|s| s.deadlines)
+        .unwrap_or_default();
+    let mut fw = open_found(deadlines)?;
     let found = fw.found().context("reading the found firewall")?.clone();
     let settings = state.and_then(|s| s.settings.as_ref());
     let mut openings = Vec::new();
@@ -153,7 +158,7 @@ pub fn explain_command(
         },
         path,
     };
-    let mut fw = open_found()?;
+    let mut fw = open_found(Default::default())?;
     let ways = fw
         .explain(&opening, interface.as_deref())
         .context("walking the connection through the found firewall")?;

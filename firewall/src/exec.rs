@@ -1,12 +1,10 @@
-//! The seam for child programs (iptables and its kin): argv arrays only, and a recording fake.
+//! The seam for child programs (iptables and its kin): a thin adapter over the workspace's `run`
+//! crate (argv arrays only, one deadline over the whole call), and a recording fake.
 
 use crate::error::{Error, Result};
 use std::cell::RefCell;
 use std::collections::VecDeque;
-use std::io::{Read, Write};
-use std::os::unix::process::CommandExt;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// What a finished child left behind.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -43,231 +41,175 @@ pub trait Exec {
     }
 }
 
-/// How long a firewall program may run before it is killed: iptables' restore waits at most 5 s
-/// for the xtables lock, and a save of a large table takes well under a second.
-pub const DEADLINE: Duration = Duration::from_secs(60);
+/// How long a firewall program may run by default (the `firewall_s` deadline of [`run::Kind`]):
+/// iptables' restore waits at most 5 s for the xtables lock, and a save of a large table takes
+/// well under a second.
+pub const DEADLINE: Duration = Duration::from_secs(run::Kind::Firewall.default_s() as u64);
 
-/// The real thing: `std::process::Command`, each child in a process group of its own and
-/// killed with it at [`DEADLINE`].
+/// The firewall's programs through a workspace runner (the `run` crate's one implementation):
+/// built from the core's `run::Deadlined`, every call carries the node's `firewall_s`.
+#[derive(Clone, Copy)]
+pub struct Runs<'a>(pub &'a dyn run::Runner);
+
+impl Exec for Runs<'_> {
+    fn run(&self, program: &str, args: &[String], stdin: Option<&str>) -> Result<Output> {
+        let mut argv = Vec::with_capacity(args.len() + 1);
+        argv.push(program.to_string());
+        argv.extend_from_slice(args);
+        let call = run::Call::new(&argv).stdin(stdin.map(str::as_bytes));
+        match self.0.call(&call) {
+            Ok(out) => Ok(Output {
+                code: out.code,
+                stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+                stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+            }),
+            Err(e) => match e
+                .get_ref()
+                .and_then(|e| e.downcast_ref::<run::PastDeadline>())
+            {
+                Some(past) => Err(Error::Command {
+                    program: program.to_string(),
+                    args: args.to_vec(),
+                    status: past.status_text(),
+                    stderr: String::from_utf8_lossy(&past.stderr).trim().to_string(),
+                }),
+                None => Err(Error::Spawn {
+                    program: program.to_string(),
+                    source: e,
+                }),
+            },
+        }
+    }
+
+    fn exists(&self, program: &str) -> bool {
+        run::on_path(program)
+    }
+}
+
+/// The real thing with a node's deadlines: [`Runs`] over `run::SystemRunner` with them, plain
+/// data so that it can live as long as the engine that holds it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DeadlinedExec(pub run::Deadlines);
+
+impl Exec for DeadlinedExec {
+    fn run(&self, program: &str, args: &[String], stdin: Option<&str>) -> Result<Output> {
+        let node = run::Deadlined {
+            runner: &run::SystemRunner,
+            deadlines: self.0,
+        };
+        Runs(&node).run(program, args, stdin)
+    }
+
+    fn exists(&self, program: &str) -> bool {
+        run::on_path(program)
+    }
+}
+
+/// The real thing with the default deadlines: [`Runs`] over `run::SystemRunner`, each child in a
+/// process group of its own and killed with it at [`DEADLINE`].
 pub struct SystemExec;
 
 impl Exec for SystemExec {
     fn run(&self, program: &str, args: &[String], stdin: Option<&str>) -> Result<Output> {
-        run_within(program, args, stdin, DEADLINE)
+        Runs(&run::SystemRunner).run(program, args, stdin)
     }
 
     fn exists(&self, program: &str) -> bool {
-        std::env::var_os("PATH")
-            .map(|paths| std::env::split_paths(&paths).any(|d| d.join(program).is_file()))
-            .unwrap_or(false)
+        run::on_path(program)
     }
-}
-
-/// Runs a child with `deadline`; past it the child and its process group are killed and the
-/// call fails naming the program and the deadline.
-fn run_within(
-    program: &str,
-    args: &[String],
-    stdin: Option<&str>,
-    deadline: Duration,
-) -> Result<Output> {
-    let spawn = |source| Error::Spawn {
-        program: program.to_string(),
-        source,
-    };
-    let mut child = Command::new(program)
-        .args(args)
-        .stdin(if stdin.is_some() {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0)
-        .spawn()
-        .map_err(spawn)?;
-    // The pipes are drained on threads of their own, so a child that writes a lot never
-    // blocks on a full pipe while the deadline is watched here; each hands its bytes over a
-    // channel, so waiting for them is bounded too.
-    let drain = |pipe: Option<Box<dyn Read + Send>>| {
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let mut buf = Vec::new();
-            if let Some(mut p) = pipe {
-                let _ = p.read_to_end(&mut buf);
-            }
-            let _ = tx.send(buf);
-        });
-        rx
-    };
-    let out = drain(
-        child
-            .stdout
-            .take()
-            .map(|p| Box::new(p) as Box<dyn Read + Send>),
-    );
-    let err = drain(
-        child
-            .stderr
-            .take()
-            .map(|p| Box::new(p) as Box<dyn Read + Send>),
-    );
-    let started = Instant::now();
-    // The input is written on a thread too, inside the deadline: a child that never reads a
-    // large input cannot hold the call on a full pipe.
-    if let (Some(text), Some(mut pipe)) = (stdin, child.stdin.take()) {
-        let text = text.to_string();
-        std::thread::spawn(move || {
-            // A child that exits without reading its input is judged by its status, not EPIPE.
-            let _ = pipe.write_all(text.as_bytes());
-        });
-    }
-    let group = child.id() as i32;
-    let kill_group = || {
-        // SAFETY: kill(2) with the child's own process group id, which process_group(0) made
-        // equal to its pid; what it started and left in the group goes with it.
-        unsafe {
-            libc::kill(-group, libc::SIGKILL);
-        }
-    };
-    let failed = |status: String, err: &std::sync::mpsc::Receiver<Vec<u8>>| Error::Command {
-        program: program.to_string(),
-        args: args.to_vec(),
-        status,
-        stderr: String::from_utf8_lossy(
-            &err.recv_timeout(Duration::from_millis(200))
-                .unwrap_or_default(),
-        )
-        .trim()
-        .to_string(),
-    };
-    let status = loop {
-        if let Some(status) = child.try_wait().map_err(spawn)? {
-            break status;
-        }
-        if started.elapsed() >= deadline {
-            kill_group();
-            let _ = child.wait();
-            return Err(failed(
-                format!(
-                    "did not finish within its deadline of {} ms and was killed",
-                    deadline.as_millis()
-                ),
-                &err,
-            ));
-        }
-        std::thread::sleep(Duration::from_millis(2));
-    };
-    // The child has exited; what it started may still hold its output open (a daemonising
-    // helper, a hung hook). Its output is waited for until the deadline, then that group is
-    // killed, and a pipe still held after that fails the call instead of hanging it.
-    let collect = |rx: &std::sync::mpsc::Receiver<Vec<u8>>| -> Option<Vec<u8>> {
-        let left = deadline.saturating_sub(started.elapsed());
-        rx.recv_timeout(left.max(Duration::from_millis(50)))
-            .or_else(|_| {
-                kill_group();
-                rx.recv_timeout(Duration::from_millis(500))
-            })
-            .ok()
-    };
-    let (Some(stdout), Some(stderr)) = (collect(&out), collect(&err)) else {
-        return Err(Error::Command {
-            program: program.to_string(),
-            args: args.to_vec(),
-            status: format!(
-                "exited ({status}), but something it started kept its output open past its \
-                 deadline of {} ms",
-                deadline.as_millis()
-            ),
-            stderr: String::new(),
-        });
-    };
-    Ok(Output {
-        code: status.code(),
-        stdout: String::from_utf8_lossy(&stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&stderr).into_owned(),
-    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Instant;
 
+    fn args(a: &[&str]) -> Vec<String> {
+        a.iter().map(|s| s.to_string()).collect()
+    }
+
+    /// Through a runner with a short deadline: a child past it is named with the deadline, one
+    /// within it gives its output and what it read.
     #[test]
-    fn a_child_past_its_deadline_is_killed_with_its_group_and_named() {
+    fn a_child_past_its_deadline_is_named_and_one_within_it_answers() {
+        let short = run::Deadlined {
+            runner: &run::SystemRunner,
+            deadlines: run::Deadlines {
+                action_s: Some(1),
+                ..run::Deadlines::default()
+            },
+        };
         let started = Instant::now();
-        let e = run_within(
-            "sh",
-            &["-c".into(), "sleep 30 & sleep 30".into()],
-            None,
-            Duration::from_millis(200),
-        )
-        .unwrap_err();
+        let e = Runs(&short)
+            .run(
+                "sh",
+                &args(&["-c", "echo held >&2; sleep 30 & exit 0"]),
+                None,
+            )
+            .unwrap_err();
         assert!(
-            started.elapsed() < Duration::from_secs(10),
+            started.elapsed() < Duration::from_secs(5),
             "{:?}",
             started.elapsed()
         );
-        let text = e.to_string();
-        assert!(
-            text.contains("sh") && text.contains("deadline of 200 ms"),
-            "{text}"
+        assert_eq!(
+            e.to_string(),
+            "sh [\"-c\", \"echo held >&2; sleep 30 & exit 0\"] did not finish within 1 s and was \
+             killed (it had exited with status 0, but a process it started still held its output): held"
         );
-        let out = run_within(
-            "sh",
-            &["-c".into(), "cat; echo done >&2".into()],
-            Some("in"),
-            DEADLINE,
-        )
-        .unwrap();
+        let out = SystemExec
+            .run("sh", &args(&["-c", "cat; echo done >&2"]), Some("in"))
+            .unwrap();
         assert_eq!(
             (out.code, out.stdout.as_str(), out.stderr.trim()),
             (Some(0), "in", "done")
         );
+        assert!(matches!(
+            SystemExec.run_ok("sh", &args(&["-c", "exit 3"]), None),
+            Err(Error::Command { status, .. }) if status == "exited with status 3"
+        ));
+        assert!(matches!(
+            SystemExec.run("/nonexistent/iptables", &[], None),
+            Err(Error::Spawn { .. })
+        ));
+        assert!(SystemExec.exists("sh") && !SystemExec.exists("no-such-program-here"));
     }
 
-    /// A child that leaves a process of its group holding its output (what a daemonising
-    /// helper or a hung hook does) ends the call at its deadline with what it printed, that
-    /// process killed; one that never reads a large input cannot hold the call either.
+    /// The firewall's programs get the runner's `firewall_s`.
     #[test]
-    fn a_grandchild_holding_the_output_or_an_unread_input_never_hangs_the_call() {
-        let started = Instant::now();
-        let out = run_within(
-            "sh",
-            &["-c".into(), "echo printed; sleep 37 &".into()],
-            None,
-            Duration::from_millis(300),
-        )
-        .unwrap();
-        assert!(
-            started.elapsed() < Duration::from_secs(5),
-            "{:?}",
-            started.elapsed()
+    fn the_firewall_deadline_reaches_its_programs() {
+        let recorded = run::RecordingRunner::answering(&[0]);
+        struct Seen<'a>(&'a run::RecordingRunner, std::cell::Cell<Option<Duration>>);
+        impl run::Runner for Seen<'_> {
+            fn call(&self, call: &run::Call<'_>) -> std::io::Result<run::Output> {
+                self.1.set(call.deadline);
+                self.0.call(call)
+            }
+        }
+        let seen = Seen(&recorded, Default::default());
+        let node = run::Deadlined {
+            runner: &seen,
+            deadlines: run::Deadlines {
+                firewall_s: Some(7),
+                ..run::Deadlines::default()
+            },
+        };
+        Runs(&node)
+            .run_ok(
+                "iptables-nft-restore",
+                &args(&["--noflush"]),
+                Some("*filter\nCOMMIT\n"),
+            )
+            .unwrap();
+        assert_eq!(seen.1.get(), Some(Duration::from_secs(7)));
+        assert_eq!(
+            *recorded.calls.borrow(),
+            [args(&["iptables-nft-restore", "--noflush"])]
         );
-        assert_eq!((out.code, out.stdout.trim()), (Some(0), "printed"));
-        // The sleep went with the group.
-        let left = std::process::Command::new("pgrep")
-            .args(["-f", "^sleep 37$"])
-            .output()
-            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-            .unwrap_or_default();
-        assert!(left.is_empty(), "still running: {left}");
-        let started = Instant::now();
-        let big = "x".repeat(1 << 20);
-        let e = run_within(
-            "sh",
-            &["-c".into(), "sleep 30".into()],
-            Some(&big),
-            Duration::from_millis(300),
-        )
-        .unwrap_err();
-        assert!(
-            started.elapsed() < Duration::from_secs(5),
-            "{:?}",
-            started.elapsed()
+        assert_eq!(
+            *recorded.inputs.borrow(),
+            [Some(b"*filter\nCOMMIT\n".to_vec())]
         );
-        assert!(e.to_string().contains("deadline of 300 ms"), "{e}");
     }
 }
 

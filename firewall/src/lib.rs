@@ -23,7 +23,7 @@ pub use derive::{derive, FoundationPorts, Inputs, Listen};
 pub use detect::{Backend, Found, Layer, MESH_TABLE};
 pub use engine::{Converged, Firewall, Presence, Scope, State};
 pub use error::{Errno, Error, Result};
-pub use exec::{Exec, Output, RecordingExec, SystemExec};
+pub use exec::{DeadlinedExec, Exec, Output, RecordingExec, Runs, SystemExec};
 pub use filter::FilterSpec;
 pub use guard::{GuardReport, GuardSpec, GuardStatus, GuardTable, GuardedPort, OldTable};
 pub use netlink::{

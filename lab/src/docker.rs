@@ -294,8 +294,8 @@ impl Docker {
         }
     }
 
-    /// Lays out busybox-static with its links and pipes `tar -C DIR -c .` into
-    /// `docker import - lab/busybox:1` (two processes joined by a pipe, no shell).
+    /// Lays out busybox-static with its links, packs it with `tar -C DIR -cf image.tar .` and
+    /// imports that as `lab/busybox:1` (no shell).
     fn import_busybox(&self) -> Result<()> {
         let root = self.record.dir.join("image");
         let busybox = static_busybox()?;
@@ -314,38 +314,28 @@ impl Docker {
         let index = root.join("www/index.html");
         fs::write(&index, "lab container\n").map_err(|e| Error::io(&index, e))?;
 
-        let mut tar_cmd = Command::new("tar");
-        tar_cmd.arg("-C").arg(&root).args(["-c", "."]);
-        let tar_what = Described::of_command(&tar_cmd);
-        let mut tar = tar_cmd
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .map_err(|e| tar_what.spawn_error(e))?;
-        let stream = tar.stdout.take().expect("tar stdout was piped");
-        let import_args = [
-            "import",
-            "--change",
-            r#"CMD ["/bin/sh"]"#,
-            "-",
-            BUSYBOX_IMAGE,
+        // The image's files into a tarball beside it, which `docker import` reads by path: two
+        // bounded runs, where a pipe between them would leave tar without a deadline.
+        let tarball = self.record.dir.join("image.tar");
+        exec::run_ok(
+            Command::new("tar")
+                .arg("-C")
+                .arg(&root)
+                .arg("-cf")
+                .arg(&tarball)
+                .arg(".")
+                .stdin(Stdio::null()),
+        )?;
+        let mut import_args = vec![
+            OsStr::new("import"),
+            OsStr::new("--change"),
+            OsStr::new(r#"CMD ["/bin/sh"]"#),
         ];
-        let mut import = self.command(&import_args);
-        import.stdin(Stdio::from(stream));
-        let what = Described::of_argv(None, &[&["docker"][..], &import_args[..]].concat());
-        let imported = exec::run_described(&mut import, &what, exec::DEFAULT_TIMEOUT);
-        let tar_status = tar.wait().map_err(|e| tar_what.spawn_error(e))?;
-        exec::ok(imported?, &what)?;
-        if !tar_status.success() {
-            return Err(Error::Failed {
-                namespace: None,
-                program: tar_what.program,
-                args: tar_what.args,
-                status: tar_status.to_string(),
-                stderr: String::new(),
-            });
-        }
+        import_args.push(tarball.as_os_str());
+        import_args.push(OsStr::new(BUSYBOX_IMAGE));
+        let imported = self.docker(&import_args);
+        let _ = fs::remove_file(&tarball);
+        imported?;
         Ok(())
     }
 }

@@ -1,10 +1,11 @@
-//! Running programs from argv arrays: bounded waits, captured output, errors that carry the program,
-//! its arguments, its exit status and its stderr, and background processes killed on drop.
+//! Running programs from argv arrays: bounded runs through the workspace's `run` crate, captured
+//! output, errors that carry the program, its arguments, its exit status and its stderr, and
+//! background processes (daemons, listeners, started here with `Command` since they outlive any
+//! deadline) killed with their process group on drop.
 
 use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::fs::File;
-use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -115,46 +116,36 @@ pub(crate) fn ok(output: Output, what: &Described) -> Result<Output> {
     }
 }
 
+/// Runs a prepared command through the `run` crate (its process group killed at `timeout`, the
+/// wait covering its output as well as its exit), its stdin as the command has it.
 pub(crate) fn run_described(
     cmd: &mut Command,
     what: &Described,
     timeout: Duration,
 ) -> Result<Output> {
-    cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
-    let mut child = cmd.spawn().map_err(|e| what.spawn_error(e))?;
-    // Both pipes are drained on their own threads so a chatty program cannot block on a full pipe
-    // while we wait for it to exit.
-    let stdout = child.stdout.take().map(drain);
-    let stderr = child.stderr.take().map(drain);
-    let status = match wait_bounded(&mut child, timeout) {
-        Some(status) => status,
-        None => {
-            let _ = child.kill();
-            let _ = child.wait();
-            return Err(what.timed_out(timeout));
-        }
-    };
-    let collect = |h: Option<thread::JoinHandle<Vec<u8>>>| {
-        h.and_then(|h| h.join().ok())
-            .map(|b| String::from_utf8_lossy(&b).into_owned())
-            .unwrap_or_default()
-    };
-    Ok(Output {
-        status,
-        stdout: collect(stdout),
-        stderr: collect(stderr),
+    match run::command(cmd, None, timeout) {
+        Ok(out) => Ok(Output {
+            status: exit_status(&out),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }),
+        Err(e) if e.kind() == std::io::ErrorKind::TimedOut => Err(what.timed_out(timeout)),
+        Err(e) => Err(what.spawn_error(e)),
+    }
+}
+
+/// The status `run` reported, as the `ExitStatus` the lab's callers read.
+fn exit_status(out: &run::Output) -> ExitStatus {
+    use std::os::unix::process::ExitStatusExt;
+    // The wait status encoding: the exit code in the second byte, or the signal in the first.
+    ExitStatus::from_raw(match (out.code, out.signal) {
+        (Some(code), _) => (code & 0xff) << 8,
+        (None, Some(signal)) => signal & 0x7f,
+        (None, None) => 0,
     })
 }
 
-fn drain(mut r: impl Read + Send + 'static) -> thread::JoinHandle<Vec<u8>> {
-    thread::spawn(move || {
-        let mut buf = Vec::new();
-        let _ = r.read_to_end(&mut buf);
-        buf
-    })
-}
-
-/// Waits for a child at most `timeout`; `None` when it is still running.
+/// Waits for a background [`Process`] at most `timeout`; `None` when it is still running.
 pub(crate) fn wait_bounded(child: &mut Child, timeout: Duration) -> Option<ExitStatus> {
     let deadline = Instant::now() + timeout;
     let mut pause = Duration::from_millis(1);

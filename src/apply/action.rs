@@ -5,8 +5,8 @@
 
 use super::{Cx, Done, Outcome};
 use crate::declaration::{ActionSpec, Shape};
-use crate::runner::describe;
 use crate::store::{self, Owned};
+use run::describe;
 
 pub(super) fn apply(cx: &mut Cx<'_>, spec: &ActionSpec) -> Result<Done, String> {
     let root = cx.root.display().to_string();
@@ -63,7 +63,7 @@ pub(super) fn apply(cx: &mut Cx<'_>, spec: &ActionSpec) -> Result<Done, String> 
 mod tests {
     use crate::apply::{apply, Host, Outcome};
     use crate::declaration::{validate_value, Source};
-    use crate::runner::SystemRunner;
+    use run::SystemRunner;
     use serde_json::json;
     use std::os::fd::AsRawFd;
 
@@ -79,10 +79,11 @@ mod tests {
         let root = tempfile::tempdir().unwrap();
         // The fake firewall: the sweep every apply makes must not touch this namespace's.
         let fake = crate::node_firewall::fake::Recording::default();
-        let open =
-            move |_: &std::path::Path, _: &str| -> Box<dyn crate::node_firewall::NodeFirewall> {
-                Box::new(fake.clone())
-            };
+        let open = move |_: &std::path::Path,
+                         _: &crate::declaration::Declaration|
+              -> Box<dyn crate::node_firewall::NodeFirewall> {
+            Box::new(fake.clone())
+        };
         let host = Host {
             root: root.path(),
             runner: &SystemRunner,

@@ -12,9 +12,9 @@
 
 use super::{Cx, Done, Outcome};
 use crate::declaration::{ContainerSpec, PublishedPort, Shape};
-use crate::runner::Runner;
 use crate::store::{self, Held, Owned};
 use crate::system::{self, normalize_image, Container, ContainerRuntime, NewContainer};
+use run::Runner;
 use std::collections::BTreeMap;
 
 /// The label naming the resource a container was created for.

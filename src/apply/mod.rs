@@ -24,8 +24,8 @@ use remove::{moved_away, remove_undeclared, sweep_stale_marks};
 use crate::declaration::{Declaration, Mode, Problems, Resource, Shape, Source};
 use crate::failpoint;
 use crate::node_firewall::{self, flip, NodeFirewall, Openings};
-use crate::runner::{Deadlined, Runner};
 use crate::store::{self, Held, Op, Original, Owned, Store, StoreError};
+use run::{Deadlined, Runner};
 use std::path::{Path, PathBuf};
 
 /// Why an apply did not run at all (as opposed to failing part-way, which is a [`Report`]).
@@ -272,7 +272,7 @@ pub fn apply(host: &Host<'_>, decl: &Declaration, source: Source) -> Result<Repo
     if let Ok(Some(state)) = &peeked {
         check_safety(state, decl)?;
     }
-    let mut fw = (host.firewall)(host.root, &decl.node);
+    let mut fw = (host.firewall)(host.root, decl);
     let settings = decl
         .settings
         .clone()
@@ -313,11 +313,10 @@ pub fn reconcile_with(
     host: &Host<'_>,
     memo: Option<&FirewallMemo>,
 ) -> Result<Option<Report>, ApplyError> {
-    let node = memo.map(|m| m.declaration.node.clone());
-    let mut fw = (host.firewall)(host.root, node.as_deref().unwrap_or_default());
+    let mut fw = memo.map(|m| (host.firewall)(host.root, &m.declaration));
     let mut early = memo.and_then(|m| {
         let spec = m.guard.as_ref()?;
-        let line = node_firewall::guard::write(&mut *fw, spec);
+        let line = node_firewall::guard::write(&mut **fw.as_mut()?, spec);
         Some(node_firewall::Guarded {
             line,
             private: None,
@@ -335,16 +334,17 @@ pub fn reconcile_with(
     if !memo.is_some_and(|m| peeked.declaration.as_ref() == Some(&m.declaration)) {
         early = None;
     }
-    // The stored declaration is for its own node: the firewall is opened for it.
-    if let Some(decl) = &peeked.declaration {
-        if node.as_deref() != Some(decl.node.as_str()) {
-            fw = (host.firewall)(host.root, &decl.node);
-        }
-    }
+    // The firewall is opened for the declaration it acts for (its node and its deadlines).
+    let mut opened_for = memo.map(|m| m.declaration.clone());
     // The stored declaration's guard before the store is opened for writing: a store that
     // cannot be written never leaves the foundation's ports unguarded.
     if let (None, Some(decl)) = (&early, &peeked.declaration) {
-        early = node_firewall::early(&mut *fw, host.runner, decl, peeked.settings.as_ref(), true)
+        if opened_for.as_ref() != Some(decl) {
+            fw = Some((host.firewall)(host.root, decl));
+            opened_for = Some(decl.clone());
+        }
+        let f = fw.as_mut().expect("opened above");
+        early = node_firewall::early(&mut **f, host.runner, decl, peeked.settings.as_ref(), true)
             .map_err(|e| ApplyError::Safety(e.to_string()))?;
     }
     let store = match Store::open(host.root) {
@@ -356,6 +356,10 @@ pub fn reconcile_with(
     };
     // The store changed between the look and the lock: its own declaration's guard is ensured.
     let early = early.filter(|_| peeked.declaration.as_ref() == Some(&decl));
+    let mut fw = match fw {
+        Some(fw) if opened_for.as_ref() == Some(&decl) => fw,
+        _ => (host.firewall)(host.root, &decl),
+    };
     if early.is_none() {
         node_firewall::early(&mut *fw, host.runner, &decl, None, false)
             .map_err(|e| ApplyError::Safety(e.to_string()))?;
@@ -372,7 +376,7 @@ pub fn recheck_firewall(host: &Host<'_>, memo: &FirewallMemo) -> Result<Rechecke
     if store.state.declaration.as_ref() != Some(&memo.declaration) {
         return Ok(Rechecked::Stale);
     }
-    let mut fw = (host.firewall)(host.root, &memo.declaration.node);
+    let mut fw = (host.firewall)(host.root, &memo.declaration);
     let done =
         node_firewall::recheck(&mut *fw, memo).map_err(|e| ApplyError::Safety(e.to_string()))?;
     drop(store);

@@ -20,9 +20,9 @@
 use super::{Cx, Done, Outcome};
 use crate::declaration::validate::OWN_PACKAGE;
 use crate::declaration::{PackageSpec, Shape};
-use crate::runner::Runner;
 use crate::store::{self, Held, Owned};
 use crate::system::{self, PackageManager};
+use run::Runner;
 use std::path::Path;
 use std::time::Duration;
 
@@ -232,7 +232,7 @@ fn check_new_host(root: &Path, runner: &dyn Runner) -> Result<String, String> {
         Err(e) => return fail(spawn_failure(&e)),
     };
     if !out.success() {
-        return fail(crate::runner::describe(&argv, &out));
+        return fail(run::describe(&argv, &out));
     }
     let stdout = String::from_utf8_lossy(&out.stdout);
     let line = stdout.lines().next().unwrap_or("").trim().to_string();
@@ -538,14 +538,12 @@ esac
     }
 
     fn answers(bed: &Bed, code: i32, stdout: &str) {
-        bed.runner
-            .answers
-            .borrow_mut()
-            .push_back(crate::runner::RunOutput {
-                code: Some(code),
-                stdout: stdout.as_bytes().to_vec(),
-                stderr: vec![],
-            });
+        bed.runner.answers.borrow_mut().push_back(run::Output {
+            code: Some(code),
+            signal: None,
+            stdout: stdout.as_bytes().to_vec(),
+            stderr: vec![],
+        });
     }
 
     #[test]

@@ -9,9 +9,9 @@
 
 use super::{Cx, Done, Outcome};
 use crate::declaration::{ServiceSpec, ServiceState, Shape};
-use crate::runner::Runner;
 use crate::store::{self, Held, Owned};
 use crate::system::{self, ServiceManager, ServiceStatus};
+use run::Runner;
 
 /// How a service stands, as compared and stored: `service running enabled`.
 fn fingerprint(running: bool, enabled: bool) -> String {

@@ -87,7 +87,7 @@ pub struct Settings {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub private_network: Option<PrivateNetwork>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub deadlines: Option<crate::runner::Deadlines>,
+    pub deadlines: Option<run::Deadlines>,
 }
 
 /// The ports the foundation binds on this node (the catalogue's numbers are only defaults): the

@@ -402,6 +402,7 @@ impl Walker {
             "container_s",
             "service_s",
             "package_s",
+            "firewall_s",
             "action_s",
         ];
         let Some(map) = self.object(v, path, &names, &[]) else {

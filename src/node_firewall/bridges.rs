@@ -6,7 +6,7 @@
 /// interfaces the guard lets through and the derived filter forwards from besides loopback and
 /// the private network's.
 pub fn runtime_bridges(
-    runner: &dyn crate::runner::Runner,
+    runner: &dyn run::Runner,
     interfaces: &[::genesis::inventory::Interface],
 ) -> Vec<String> {
     // The runtime's own bridges are the machine's too, asked of the runtime on every apply; no

@@ -49,7 +49,7 @@ pub struct Prepared {
 /// Legacy tables send no generation, so where they are in force the firewall is always read.
 pub fn prepare(
     fw: &mut dyn NodeFirewall,
-    runner: &dyn crate::runner::Runner,
+    runner: &dyn run::Runner,
     state: &mut State,
     decl: &Declaration,
 ) -> Result<Prepared, Error> {
@@ -126,7 +126,7 @@ pub fn ssh_ports() -> Vec<u16> {
 /// The derived filter for `decl`: its openings, the private network's interface, the runtime's
 /// bridges (asked of the runtime, as the guard's are) and ssh's ports.
 pub fn filter_spec(
-    runner: &dyn crate::runner::Runner,
+    runner: &dyn run::Runner,
     decl: &Declaration,
     settings: Option<&Settings>,
     ssh: &[u16],
@@ -146,7 +146,7 @@ pub fn filter_spec(
 /// Saves the found firewall as it is now, before anything touches it: the first step of a flip,
 /// made while the store is written for the mode's change, so a host that dies anywhere after
 /// leaves a store that knows what to put back. Errors refuse the whole apply.
-pub fn save(fw: &mut dyn NodeFirewall, runner: &dyn crate::runner::Runner) -> Result<Flip, Error> {
+pub fn save(fw: &mut dyn NodeFirewall, runner: &dyn run::Runner) -> Result<Flip, Error> {
     let retired = fw
         .survey()
         .map_err(|e| e.doing("reading the found firewall to retire it"))?;

@@ -53,7 +53,7 @@ pub struct Guarded {
 /// lets through. Needs no store: an apply ensures it before the store is read.
 pub fn ensure(
     fw: &mut dyn NodeFirewall,
-    runner: &dyn crate::runner::Runner,
+    runner: &dyn run::Runner,
     decl: &declaration::Declaration,
     settings: &Settings,
 ) -> Guarded {
@@ -89,7 +89,7 @@ pub fn ensure(
 
 /// The guard `settings` call for, with the bridges the runtime reports that are bridges here.
 fn guard_for(
-    runner: &dyn crate::runner::Runner,
+    runner: &dyn run::Runner,
     settings: &Settings,
     resources: &[Resource],
     interfaces: &[::genesis::inventory::Interface],

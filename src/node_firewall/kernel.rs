@@ -5,17 +5,33 @@
 use super::{Error, NodeFirewall};
 use firewall::eval::Verdict;
 use firewall::{
-    Converged, FilterSpec, Firewall, GuardSpec, NfSocket, Opening, Retired, Scope, SystemExec,
+    Converged, Exec, FilterSpec, Firewall, GuardSpec, NfSocket, Opening, Retired, Scope,
 };
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-static EXEC: SystemExec = SystemExec;
+/// The firewall engine's programs for a node with `deadlines`: through the `run` crate, with the
+/// node's `firewall_s` (and its other deadlines for anything else the engine runs). The engine
+/// holds its runner for the life of a `Firewall`, which outlives one call, so one adapter per
+/// distinct set of deadlines is made for the life of the process and handed out again.
+fn firewall_exec(deadlines: run::Deadlines) -> &'static dyn Exec {
+    static MADE: std::sync::Mutex<Vec<&'static firewall::DeadlinedExec>> =
+        std::sync::Mutex::new(Vec::new());
+    let mut made = MADE.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(e) = made.iter().find(|e| e.0 == deadlines) {
+        return *e;
+    }
+    let e: &'static firewall::DeadlinedExec =
+        Box::leak(Box::new(firewall::DeadlinedExec(deadlines)));
+    made.push(e);
+    e
+}
 
-/// The found firewall, read as it is now: for the core's read-only questions (`firewall
-/// status`, `firewall explain`), which change nothing and claim nothing.
-pub fn open_found() -> Result<Firewall<'static>, Error> {
-    Firewall::open(&EXEC).map_err(Error::Unreadable)
+/// The found firewall, read as it is now, its programs within `deadlines`: for the core's
+/// read-only questions (`firewall status`, `firewall explain`), which change nothing and claim
+/// nothing.
+pub fn open_found(deadlines: run::Deadlines) -> Result<Firewall<'static>, Error> {
+    Firewall::open(firewall_exec(deadlines)).map_err(Error::Unreadable)
 }
 
 /// Whether legacy x_tables are in force in this namespace: they send no generation, so what they
@@ -30,16 +46,20 @@ pub fn legacy_in_force() -> bool {
 pub struct Kernel {
     root: PathBuf,
     node: String,
+    deadlines: run::Deadlines,
     fw: Option<Firewall<'static>>,
     /// A socket of its own for the guard and the filter until the found firewall is opened.
     sock: Option<NfSocket>,
 }
 
 impl Kernel {
-    pub fn new(root: &Path, node: &str) -> Kernel {
+    /// The node's firewall for `node` under `root`, every program the engine runs within
+    /// `deadlines` (the declaration's `settings.deadlines`).
+    pub fn new(root: &Path, node: &str, deadlines: run::Deadlines) -> Kernel {
         Kernel {
             root: root.to_path_buf(),
             node: node.to_string(),
+            deadlines,
             fw: None,
             sock: None,
         }
@@ -55,7 +75,7 @@ impl Kernel {
     /// table records.
     fn found(&mut self) -> Result<&mut Firewall<'static>, Error> {
         if self.fw.is_none() {
-            let mut opened = open_found()?;
+            let mut opened = open_found(self.deadlines)?;
             opened.for_node(&self.node);
             self.fw = Some(opened);
             self.sock = None;

@@ -25,10 +25,10 @@ pub use openings::{derive_for, to_opening, to_resource, NotAdmitted, Openings};
 
 use crate::briefing::Mark;
 use crate::declaration::{Declaration, Mode};
-use crate::runner::Runner;
 use crate::store::{Store, StoreError};
 use firewall::eval::Verdict;
 use firewall::{Converged, FilterSpec, GuardSpec, Opening, Retired, Scope};
+use run::Runner;
 use std::collections::BTreeMap;
 use std::path::Path;
 
@@ -133,12 +133,18 @@ impl Error {
     }
 }
 
-/// Opens the node's firewall for an apply: the kernel's, or a fake in unit tests.
-pub type Open<'a> = &'a dyn Fn(&Path, &str) -> Box<dyn NodeFirewall>;
+/// Opens the node's firewall for an apply of a declaration: the kernel's, or a fake in unit tests.
+pub type Open<'a> = &'a dyn Fn(&Path, &Declaration) -> Box<dyn NodeFirewall>;
 
-/// The kernel's firewall for `node` under `root`: what the binary's apply uses.
-pub fn kernel(root: &Path, node: &str) -> Box<dyn NodeFirewall> {
-    Box::new(Kernel::new(root, node))
+/// The kernel's firewall for `decl`'s node under `root`, its programs within the declaration's
+/// deadlines: what the binary's apply uses.
+pub fn kernel(root: &Path, decl: &Declaration) -> Box<dyn NodeFirewall> {
+    let deadlines = decl
+        .settings
+        .as_ref()
+        .and_then(|s| s.deadlines)
+        .unwrap_or_default();
+    Box::new(Kernel::new(root, &decl.node, deadlines))
 }
 
 /// Whether `decl` touches the node's firewall: openings, or the guard of an adopted node.

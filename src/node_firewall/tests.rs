@@ -7,8 +7,8 @@ use super::fake::Recording;
 use super::NodeFirewall;
 use crate::apply::{apply, Host, Outcome, Report};
 use crate::declaration::{validate_value, Declaration, Source};
-use crate::runner::RecordingRunner;
 use crate::store::{self, FlipStage, State};
+use run::RecordingRunner;
 use serde_json::json;
 use std::path::{Path, PathBuf};
 
@@ -36,7 +36,9 @@ fn file_and_openings() -> serde_json::Value {
 fn run(root: &Path, fake: &Recording, d: &Declaration) -> Report {
     let runner = RecordingRunner::default();
     let handed = fake.clone();
-    let open = move |_: &Path, _: &str| -> Box<dyn NodeFirewall> { Box::new(handed.clone()) };
+    let open = move |_: &Path, _: &crate::declaration::Declaration| -> Box<dyn NodeFirewall> {
+        Box::new(handed.clone())
+    };
     let host = Host {
         root,
         runner: &runner,
@@ -247,7 +249,9 @@ fn another_nodes_marks_refuse_the_apply_before_anything_changes() {
     fake.script.borrow_mut().claimed_by = Some("n2".into());
     let runner = RecordingRunner::default();
     let handed = fake.clone();
-    let open = move |_: &Path, _: &str| -> Box<dyn NodeFirewall> { Box::new(handed.clone()) };
+    let open = move |_: &Path, _: &crate::declaration::Declaration| -> Box<dyn NodeFirewall> {
+        Box::new(handed.clone())
+    };
     let host = Host {
         root: root.path(),
         runner: &runner,

@@ -2,7 +2,7 @@
 //! installed, `apk add NAME[=VERSION]` installs.
 
 use super::{argv, run_ok, Error, PackageManager};
-use crate::runner::Runner;
+use run::Runner;
 
 pub struct Apk<'r> {
     runner: &'r dyn Runner,

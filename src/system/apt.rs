@@ -2,7 +2,7 @@
 //! `apt-get install` installs.
 
 use super::{argv, run, run_ok, Error, PackageManager};
-use crate::runner::{describe, Runner};
+use run::{describe, Runner};
 
 pub struct Apt<'r> {
     runner: &'r dyn Runner,
@@ -97,7 +97,7 @@ mod tests {
     }
 
     use super::*;
-    use crate::runner::{RecordingRunner, RunOutput};
+    use run::{Output, RecordingRunner};
 
     #[test]
     fn only_an_installed_status_has_a_version() {
@@ -115,8 +115,9 @@ mod tests {
     #[test]
     fn a_package_dpkg_never_heard_of_is_not_installed() {
         let runner = RecordingRunner::default();
-        runner.answers.borrow_mut().push_back(RunOutput {
+        runner.answers.borrow_mut().push_back(Output {
             code: Some(1),
+            signal: None,
             stdout: vec![],
             stderr: b"dpkg-query: no packages found matching sl\n".to_vec(),
         });

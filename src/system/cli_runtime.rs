@@ -8,7 +8,7 @@
 
 use super::{argv, run, run_ok, Container, ContainerRuntime, Error, NewContainer, RuntimeKind};
 use crate::declaration::{Proto, PublishedPort};
-use crate::runner::{describe, Runner};
+use run::{describe, Runner};
 use serde_json::Value;
 use std::collections::BTreeMap;
 
@@ -308,7 +308,7 @@ pub fn sort_ports(ports: &mut [PublishedPort]) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runner::{RecordingRunner, RunOutput};
+    use run::{Output, RecordingRunner};
 
     /// `docker container inspect web` from Docker 20.10, trimmed to what the host reads.
     const DOCKER_INSPECT: &str = r#"[{
@@ -443,8 +443,9 @@ mod tests {
 
     #[test]
     fn an_absent_container_is_none_and_an_engine_that_does_not_answer_is_an_error() {
-        let answer = |code, stderr: &str| RunOutput {
+        let answer = |code, stderr: &str| Output {
             code: Some(code),
+            signal: None,
             stdout: b"[]".to_vec(),
             stderr: stderr.as_bytes().to_vec(),
         };
@@ -474,8 +475,9 @@ mod tests {
         let victim = br#"[{"Id": "e8db792d46880000", "Name": "/victim", "Config": {"Image": "x", "Cmd": [], "Env": [], "Labels": {}},
             "Image": "sha256:1", "State": {"Running": true, "Status": "running", "ExitCode": 0},
             "HostConfig": {"PortBindings": {}, "RestartPolicy": {"Name": "no"}}, "NetworkSettings": {"Networks": {}}}]"#;
-        runner.answers.borrow_mut().push_back(RunOutput {
+        runner.answers.borrow_mut().push_back(Output {
             code: Some(0),
+            signal: None,
             stdout: victim.to_vec(),
             stderr: vec![],
         });

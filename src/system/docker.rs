@@ -7,7 +7,7 @@
 //! `--network`; `Config.Image` keeps the reference as typed.
 
 use super::{CliRuntime, Flavour, RuntimeKind};
-use crate::runner::Runner;
+use run::Runner;
 
 pub static DOCKER: Flavour = Flavour {
     kind: RuntimeKind::Docker,

@@ -282,7 +282,7 @@ impl PackageManager for FakePackages {
 pub struct Bed {
     pub dir: tempfile::TempDir,
     pub store: crate::store::Store,
-    pub runner: crate::runner::RecordingRunner,
+    pub runner: run::RecordingRunner,
     /// The node's firewall, a recording fake.
     pub firewall: crate::node_firewall::fake::Recording,
 }
@@ -300,7 +300,7 @@ impl Bed {
         Bed {
             dir,
             store,
-            runner: crate::runner::RecordingRunner::default(),
+            runner: run::RecordingRunner::default(),
             firewall: crate::node_firewall::fake::Recording::default(),
         }
     }
@@ -390,31 +390,12 @@ impl StubRunner {
     }
 }
 
-impl crate::runner::Runner for StubRunner {
-    fn run(
-        &self,
-        argv: &[String],
-        cwd: &std::path::Path,
-        env: &[(&str, &str)],
-    ) -> std::io::Result<crate::runner::RunOutput> {
+impl run::Runner for StubRunner {
+    fn call(&self, call: &run::Call<'_>) -> std::io::Result<run::Output> {
         let stub = self.dir.path().display().to_string();
-        let mut all = env.to_vec();
+        let mut all = call.env.to_vec();
         all.push(("PATH", &self.path));
         all.push(("STUB", &stub));
-        crate::runner::SystemRunner.run(argv, cwd, &all)
-    }
-
-    fn run_within(
-        &self,
-        argv: &[String],
-        cwd: &std::path::Path,
-        env: &[(&str, &str)],
-        deadline: std::time::Duration,
-    ) -> std::io::Result<crate::runner::RunOutput> {
-        let stub = self.dir.path().display().to_string();
-        let mut all = env.to_vec();
-        all.push(("PATH", &self.path));
-        all.push(("STUB", &stub));
-        crate::runner::SystemRunner.run_within(argv, cwd, &all, deadline)
+        run::SystemRunner.call(&call.env(&all))
     }
 }

@@ -38,7 +38,7 @@ pub mod fake;
 pub use cli_runtime::{normalize_image, parse_inspect, sort_ports, CliRuntime, Flavour};
 
 use crate::declaration::{PublishedPort, Shape};
-use crate::runner::{describe, RunOutput, Runner};
+use run::{describe, Output, Runner};
 use std::collections::BTreeMap;
 use std::path::Path;
 
@@ -75,7 +75,7 @@ pub(crate) fn run(
     runner: &dyn Runner,
     argv: &[String],
     env: &[(&str, &str)],
-) -> Result<RunOutput, Error> {
+) -> Result<Output, Error> {
     runner
         .run(argv, Path::new("/"), env)
         .map_err(|source| match source.kind() {
@@ -93,7 +93,7 @@ pub(crate) fn run_ok(
     runner: &dyn Runner,
     argv: &[String],
     env: &[(&str, &str)],
-) -> Result<RunOutput, Error> {
+) -> Result<Output, Error> {
     let out = run(runner, argv, env)?;
     if out.success() {
         Ok(out)

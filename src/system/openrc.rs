@@ -5,7 +5,7 @@
 //! is `rc-service NAME status` exiting 0; enabled is being in a runlevel (`rc-update show`).
 
 use super::{argv, run, run_ok, Error, ServiceManager, ServiceStatus};
-use crate::runner::Runner;
+use run::Runner;
 
 pub struct OpenRc<'r> {
     runner: &'r dyn Runner,
@@ -109,11 +109,12 @@ impl ServiceManager for OpenRc<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runner::{RecordingRunner, RunOutput};
+    use run::{Output, RecordingRunner};
 
-    fn out(code: i32, stdout: &str) -> RunOutput {
-        RunOutput {
+    fn out(code: i32, stdout: &str) -> Output {
+        Output {
             code: Some(code),
+            signal: None,
             stdout: stdout.as_bytes().to_vec(),
             stderr: vec![],
         }

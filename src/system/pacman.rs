@@ -6,7 +6,7 @@
 //! back, and a repository offering a different one fails the resource rather than passing it.
 
 use super::{argv, run, run_ok, Error, PackageManager};
-use crate::runner::{describe, Runner};
+use run::{describe, Runner};
 
 pub struct Pacman<'r> {
     runner: &'r dyn Runner,
@@ -57,24 +57,27 @@ impl PackageManager for Pacman<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runner::{RecordingRunner, RunOutput};
+    use run::{Output, RecordingRunner};
 
     #[test]
     fn installed_reads_pacman_q_and_not_found_is_none() {
         let runner = RecordingRunner::default();
         runner.answers.borrow_mut().extend([
-            RunOutput {
+            Output {
                 code: Some(0),
+                signal: None,
                 stdout: b"nginx 1.26.1-1\n".to_vec(),
                 stderr: vec![],
             },
-            RunOutput {
+            Output {
                 code: Some(1),
+                signal: None,
                 stdout: vec![],
                 stderr: b"error: package 'nginx' was not found\n".to_vec(),
             },
-            RunOutput {
+            Output {
                 code: Some(1),
+                signal: None,
                 stdout: vec![],
                 stderr: b"error: failed to init transaction (unable to lock database)\n".to_vec(),
             },

@@ -12,7 +12,7 @@
 //! the host's, so the host passes no such flags.
 
 use super::{CliRuntime, Flavour, RuntimeKind};
-use crate::runner::Runner;
+use run::Runner;
 
 pub static PODMAN: Flavour = Flavour {
     kind: RuntimeKind::Podman,

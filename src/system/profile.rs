@@ -4,7 +4,7 @@
 //! what the machine should run, not a diagnostic.
 
 use super::{RuntimeKind, BUILD};
-use crate::runner::Runner;
+use run::Runner;
 use serde::Serialize;
 use std::fmt::Write as _;
 use std::path::Path;
@@ -282,7 +282,7 @@ mod tests {
 
     #[test]
     fn unknown_firewall_facts_are_null_not_false() {
-        let runner = crate::runner::RecordingRunner::default();
+        let runner = run::RecordingRunner::default();
         let dir = tempfile::tempdir().unwrap();
         let p = Profile {
             container_runtime: None,

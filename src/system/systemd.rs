@@ -6,7 +6,7 @@
 //! interface spanning both would have to drop it.
 
 use super::{argv, run_ok, Error, ServiceManager, ServiceStatus};
-use crate::runner::Runner;
+use run::Runner;
 use std::collections::BTreeMap;
 
 pub struct Systemd<'r> {
@@ -88,7 +88,7 @@ impl ServiceManager for Systemd<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runner::{RecordingRunner, RunOutput};
+    use run::{Output, RecordingRunner};
 
     #[test]
     fn not_found_is_not_installed_never_stopped() {
@@ -110,8 +110,9 @@ mod tests {
     #[test]
     fn status_asks_for_exactly_the_three_properties() {
         let runner = RecordingRunner::default();
-        runner.answers.borrow_mut().push_back(RunOutput {
+        runner.answers.borrow_mut().push_back(Output {
             code: Some(0),
+            signal: None,
             stdout: b"LoadState=masked\nActiveState=inactive\nUnitFileState=masked\n".to_vec(),
             stderr: vec![],
         });
@@ -132,8 +133,9 @@ mod tests {
     #[test]
     fn a_systemctl_that_cannot_talk_to_systemd_is_an_error_naming_it() {
         let runner = RecordingRunner::default();
-        runner.answers.borrow_mut().push_back(RunOutput {
+        runner.answers.borrow_mut().push_back(Output {
             code: Some(1),
+            signal: None,
             stdout: vec![],
             stderr:
                 b"System has not been booted with systemd as init system (PID 1). Can't operate.\n"

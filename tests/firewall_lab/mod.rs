@@ -34,6 +34,7 @@ mod reload;
 mod resident;
 mod ufw;
 mod ufw_docker;
+mod ufw_hang;
 
 const MESH: &str = env!("CARGO_BIN_EXE_mesh-host");
 

@@ -104,11 +104,12 @@ fn interface_names_and_ranges_are_checked() {
 #[test]
 fn deadlines_are_whole_seconds_up_to_a_day_and_known_by_name() {
     let mut v = base();
-    v["settings"]["deadlines"] = json!({"container_s": 1, "package_s": 86400});
+    v["settings"]["deadlines"] = json!({"container_s": 1, "package_s": 86400, "firewall_s": 5});
     let d = ok(v.clone());
     let deadlines = d.settings.unwrap().deadlines.unwrap();
     assert_eq!(deadlines.container_s, Some(1));
     assert_eq!(deadlines.package_s, Some(86400));
+    assert_eq!(deadlines.firewall_s, Some(5));
     assert_eq!(deadlines.service_s, None);
 
     v["settings"]["deadlines"] = json!({
@@ -345,7 +346,7 @@ fn declaration() -> impl Strategy<Value = Declaration> {
                         interface: "mesh0".into(),
                         range: "10.77.0.0/24".into(),
                     }),
-                    deadlines: Some(crate::runner::Deadlines {
+                    deadlines: Some(run::Deadlines {
                         package_s: Some(1200),
                         ..Default::default()
                     }),

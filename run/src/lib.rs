@@ -1,0 +1,15 @@
+//! The workspace's one way of starting a child process: an argv array (never a shell line), a
+//! working directory, environment added, optional input, and one deadline over writing the
+//! input, reading the output and waiting, the child's process group killed at it. The core, the
+//! firewall engine and the lab's bounded runs all start their children here.
+
+mod deadlines;
+mod runner;
+mod spawn;
+
+pub use deadlines::{Deadlines, Kind};
+pub use runner::{describe, on_path, Call, Deadlined, RecordingRunner, Runner, SystemRunner};
+pub use spawn::{command, command_line, seconds, Output, PastDeadline};
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,306 @@
+//! The one implementation of starting a child: spawned in a process group of its own, its input
+//! written and its output read on one thread with `poll(2)`, all of it within one deadline, at
+//! which the whole group is killed.
+
+use std::ffi::OsStr;
+use std::fmt;
+use std::io::{self, Read, Write};
+use std::os::fd::AsRawFd;
+use std::os::unix::process::CommandExt;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// What a finished child left behind.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Output {
+    /// The exit code, or `None` when a signal ended it.
+    pub code: Option<i32>,
+    /// The signal that ended it, when one did.
+    pub signal: Option<i32>,
+    pub stdout: Vec<u8>,
+    pub stderr: Vec<u8>,
+}
+
+impl Output {
+    /// Whether the child exited with status 0.
+    pub fn success(&self) -> bool {
+        self.code == Some(0)
+    }
+
+    /// How the child ended, as a message says it: "exited with status 3", "was killed by signal
+    /// 9".
+    pub fn status_text(&self) -> String {
+        match (self.code, self.signal) {
+            (Some(c), _) => format!("exited with status {c}"),
+            (None, Some(s)) => format!("was killed by signal {s}"),
+            (None, None) => "was killed by a signal".to_string(),
+        }
+    }
+}
+
+/// Why a call failed at its deadline: the error inside an [`io::ErrorKind::TimedOut`], so a
+/// caller that wants the parts (an adapter with an error type of its own) can downcast to it.
+#[derive(Debug)]
+pub struct PastDeadline {
+    pub argv: Vec<String>,
+    pub deadline: Duration,
+    /// How the child itself had ended when the deadline came, if it had: then something it
+    /// started (a daemonising helper, a hung hook) was still holding its output.
+    pub exited: Option<String>,
+    /// What the child had written on stderr by then.
+    pub stderr: Vec<u8>,
+}
+
+impl PastDeadline {
+    /// "did not finish within 2 s and was killed", with why when the child itself had ended.
+    pub fn status_text(&self) -> String {
+        let mut text = format!(
+            "did not finish within {} and was killed",
+            seconds(self.deadline)
+        );
+        if let Some(exited) = &self.exited {
+            text.push_str(&format!(
+                " (it had {exited}, but a process it started still held its output)"
+            ));
+        }
+        text
+    }
+}
+
+impl fmt::Display for PastDeadline {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {}", command_line(&self.argv), self.status_text())
+    }
+}
+
+impl std::error::Error for PastDeadline {}
+
+/// Runs a prepared command to completion within `deadline`, with `stdin` fed to it when given
+/// (else its stdin is left as the command has it). Its stdout and stderr are captured.
+///
+/// The child runs in a process group of its own. The deadline covers everything: writing its
+/// input, reading its output and waiting for it. Past it the whole group is killed and the call
+/// fails with [`io::ErrorKind::TimedOut`] holding a [`PastDeadline`], which names the command and
+/// the deadline. Nothing is waited for after that: a grandchild that keeps the output open is
+/// killed with the group, and one that left the group holds nothing of this call (no thread
+/// reads for it). A child that could not be started gives the error `spawn` gave.
+pub fn command(cmd: &mut Command, stdin: Option<&[u8]>, deadline: Duration) -> io::Result<Output> {
+    let argv: Vec<String> = std::iter::once(cmd.get_program())
+        .chain(cmd.get_args())
+        .map(|a: &OsStr| a.to_string_lossy().into_owned())
+        .collect();
+    if stdin.is_some() {
+        cmd.stdin(Stdio::piped());
+    }
+    cmd.stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0);
+    let started = Instant::now();
+    let mut child = cmd.spawn()?;
+    let result = supervise(&mut child, stdin, started, deadline);
+    if let Ok(Ok(out)) = result {
+        return Ok(out);
+    }
+    // The child is not reaped yet, so its pid, the group's id, still names this group.
+    let exited = exited_unreaped(child.id() as i32);
+    // SAFETY: kill(2) has no memory effects; the negative id is the child's own process group
+    // (`process_group(0)` made it equal to the unreaped child's pid).
+    unsafe {
+        libc::kill(-(child.id() as i32), libc::SIGKILL);
+    }
+    // A child that moved to a group of its own goes too.
+    let _ = child.kill();
+    let _ = child.wait();
+    match result {
+        Ok(Err(stderr)) => Err(io::Error::new(
+            io::ErrorKind::TimedOut,
+            PastDeadline {
+                argv,
+                deadline,
+                exited,
+                stderr,
+            },
+        )),
+        Err(e) => Err(e),
+        Ok(Ok(_)) => unreachable!("returned above"),
+    }
+}
+
+/// Feeds the input, reads the output and waits for the child until the deadline: its output once
+/// both pipes closed and the child exited (reaped then), or at the deadline what it wrote on
+/// stderr so far (the caller kills the group).
+fn supervise(
+    child: &mut Child,
+    stdin: Option<&[u8]>,
+    started: Instant,
+    deadline: Duration,
+) -> io::Result<Result<Output, Vec<u8>>> {
+    let mut input = match (stdin, child.stdin.take()) {
+        (Some(bytes), Some(pipe)) => {
+            set_nonblocking(&pipe)?;
+            Some((bytes, pipe))
+        }
+        _ => None,
+    };
+    let mut out = child.stdout.take();
+    let mut err = child.stderr.take();
+    let (mut stdout, mut stderr) = (Vec::new(), Vec::new());
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut pause = Duration::from_millis(1);
+    loop {
+        if out.is_none() && err.is_none() {
+            if let Some(status) = child.try_wait()? {
+                use std::os::unix::process::ExitStatusExt;
+                return Ok(Ok(Output {
+                    code: status.code(),
+                    signal: status.signal(),
+                    stdout,
+                    stderr,
+                }));
+            }
+        }
+        let left = deadline.saturating_sub(started.elapsed());
+        if left.is_zero() {
+            return Ok(Err(stderr));
+        }
+        let mut fds = Vec::with_capacity(3);
+        let watch = |fd: i32, events: i16| libc::pollfd {
+            fd,
+            events,
+            revents: 0,
+        };
+        if let Some(p) = &out {
+            fds.push(watch(p.as_raw_fd(), libc::POLLIN));
+        }
+        if let Some(p) = &err {
+            fds.push(watch(p.as_raw_fd(), libc::POLLIN));
+        }
+        if let Some((_, p)) = &input {
+            fds.push(watch(p.as_raw_fd(), libc::POLLOUT));
+        }
+        // With both outputs closed only the child's exit is left to see, which poll cannot
+        // watch: look again after a short pause, growing to 20 ms.
+        let wait = if out.is_none() && err.is_none() {
+            let w = left.min(pause);
+            pause = (pause * 2).min(Duration::from_millis(20));
+            w
+        } else {
+            left
+        };
+        let ms = wait.as_millis().clamp(1, i32::MAX as u128) as i32;
+        // SAFETY: `fds` is a live array of `fds.len()` pollfd structs for the duration of the
+        // call; poll only writes their `revents`.
+        let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        let ready = |fd: i32| fds.iter().find(|p| p.fd == fd).map_or(0, |p| p.revents);
+        if let Some(p) = &mut out {
+            if ready(p.as_raw_fd()) != 0 && !drain(p, &mut buf, &mut stdout) {
+                out = None;
+            }
+        }
+        if let Some(p) = &mut err {
+            if ready(p.as_raw_fd()) != 0 && !drain(p, &mut buf, &mut stderr) {
+                err = None;
+            }
+        }
+        if let Some((bytes, pipe)) = &mut input {
+            let revents = ready(pipe.as_raw_fd());
+            if revents & libc::POLLOUT != 0 {
+                match pipe.write(bytes) {
+                    Ok(n) => *bytes = &bytes[n..],
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    // A child that exits without reading its input is judged by its status.
+                    Err(_) => *bytes = &[],
+                }
+            } else if revents != 0 {
+                *bytes = &[];
+            }
+            if bytes.is_empty() {
+                // Closing the pipe is the end of the input the child reads.
+                input = None;
+            }
+        }
+    }
+}
+
+/// Reads what one pipe has; false once it is closed (end of file or an error).
+fn drain(pipe: &mut impl Read, buf: &mut [u8], into: &mut Vec<u8>) -> bool {
+    match pipe.read(buf) {
+        Ok(0) => false,
+        Ok(n) => {
+            into.extend_from_slice(&buf[..n]);
+            true
+        }
+        Err(e) => matches!(
+            e.kind(),
+            io::ErrorKind::Interrupted | io::ErrorKind::WouldBlock
+        ),
+    }
+}
+
+fn set_nonblocking(pipe: &impl AsRawFd) -> io::Result<()> {
+    let fd = pipe.as_raw_fd();
+    // SAFETY: fcntl on a descriptor this process owns (the pipe's write end), changing only its
+    // status flags; the child's end is another open file description and keeps blocking reads.
+    unsafe {
+        let flags = libc::fcntl(fd, libc::F_GETFL);
+        if flags < 0 || libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK) < 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+/// How the child ended, if it has, without reaping it: "exited with status 0".
+fn exited_unreaped(pid: i32) -> Option<String> {
+    // SAFETY: a zeroed siginfo_t is a valid value for waitid to fill; WNOWAIT leaves the child
+    // waitable, so the pid stays reserved for the kill that follows.
+    unsafe {
+        let mut info: libc::siginfo_t = std::mem::zeroed();
+        let r = libc::waitid(
+            libc::P_PID,
+            pid as libc::id_t,
+            &mut info,
+            libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
+        );
+        if r != 0 || info.si_pid() == 0 {
+            return None;
+        }
+        Some(if info.si_code == libc::CLD_EXITED {
+            format!("exited with status {}", info.si_status())
+        } else {
+            format!("been killed by signal {}", info.si_status())
+        })
+    }
+}
+
+/// A deadline as an operator writes it: whole seconds, or milliseconds below one second.
+pub fn seconds(d: Duration) -> String {
+    if d.as_millis() % 1000 == 0 {
+        format!("{} s", d.as_secs())
+    } else {
+        format!("{} ms", d.as_millis())
+    }
+}
+
+/// The command as one line for a message: the arguments joined by spaces, each one that is empty
+/// or holds a space or quote shown quoted, so the line can be typed back by hand.
+pub fn command_line(argv: &[String]) -> String {
+    argv.iter()
+        .map(|a| {
+            if a.is_empty() || a.contains(|c: char| c.is_whitespace() || c == '"' || c == '\'') {
+                format!("{a:?}")
+            } else {
+                a.clone()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}

@@ -1,0 +1,375 @@
+//! The runner against real processes: deadlines over input, output and waiting, the process group
+//! killed, statuses, environment and working directory; the kinds of call and their deadlines.
+
+use super::*;
+use std::cell::RefCell;
+use std::io;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+fn argv(parts: &[&str]) -> Vec<String> {
+    parts.iter().map(|s| s.to_string()).collect()
+}
+
+fn sh(script: &str) -> Vec<String> {
+    argv(&["sh", "-c", script])
+}
+
+/// The pids of the processes whose command line is exactly `line`.
+fn running(line: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
+            continue;
+        };
+        let words: Vec<String> = cmdline
+            .split(|b| *b == 0)
+            .filter(|w| !w.is_empty())
+            .map(|w| String::from_utf8_lossy(w).into_owned())
+            .collect();
+        if words.join(" ") == line {
+            found.push(entry.file_name().to_string_lossy().into_owned());
+        }
+    }
+    found
+}
+
+/// Whether every process whose command line is `line` is gone within a second: a SIGKILL is
+/// delivered at once but the process dies when next scheduled, which on a loaded machine is a few
+/// milliseconds later. A process that was not killed lives on for its whole `sleep`.
+fn gone(line: &str) -> bool {
+    let until = Instant::now() + Duration::from_secs(1);
+    loop {
+        if running(line).is_empty() {
+            return true;
+        }
+        if Instant::now() >= until {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn past_deadline(e: &io::Error) -> &PastDeadline {
+    e.get_ref()
+        .and_then(|e| e.downcast_ref::<PastDeadline>())
+        .expect("a past-deadline error")
+}
+
+#[test]
+fn a_grandchild_holding_stdout_ends_the_call_at_the_deadline_and_goes_with_the_group() {
+    let started = Instant::now();
+    let e = SystemRunner
+        .run_within(
+            &sh("echo printed; sleep 41 & exit 0"),
+            Path::new("/"),
+            &[],
+            Duration::from_millis(400),
+        )
+        .unwrap_err();
+    let took = started.elapsed();
+    assert!(
+        took >= Duration::from_millis(400) && took < Duration::from_secs(3),
+        "{took:?}"
+    );
+    assert_eq!(e.kind(), io::ErrorKind::TimedOut);
+    assert_eq!(
+        e.to_string(),
+        "sh -c \"echo printed; sleep 41 & exit 0\" did not finish within 400 ms and was killed \
+         (it had exited with status 0, but a process it started still held its output)"
+    );
+    assert!(gone("sleep 41"), "the grandchild outlived its group");
+}
+
+#[test]
+fn a_child_that_never_reads_a_large_input_is_killed_at_the_deadline() {
+    let big = vec![b'x'; 4 << 20];
+    let started = Instant::now();
+    let e = SystemRunner
+        .call(
+            &Call::new(&argv(&["sleep", "42"]))
+                .stdin(Some(&big))
+                .within(Duration::from_millis(300)),
+        )
+        .unwrap_err();
+    let took = started.elapsed();
+    assert!(took < Duration::from_secs(3), "{took:?}");
+    assert_eq!(e.kind(), io::ErrorKind::TimedOut);
+    assert_eq!(past_deadline(&e).deadline, Duration::from_millis(300));
+    assert_eq!(past_deadline(&e).exited, None);
+    assert!(gone("sleep 42"));
+}
+
+#[test]
+fn a_child_and_its_group_past_the_deadline_are_killed_and_its_stderr_kept() {
+    let started = Instant::now();
+    let e = SystemRunner
+        .run_within(
+            &sh("echo waiting >&2; sleep 43 & sleep 43"),
+            Path::new("/"),
+            &[],
+            Duration::from_millis(300),
+        )
+        .unwrap_err();
+    assert!(started.elapsed() < Duration::from_secs(3));
+    assert_eq!(e.kind(), io::ErrorKind::TimedOut);
+    let past = past_deadline(&e);
+    assert_eq!(past.stderr, b"waiting\n");
+    assert_eq!(
+        past.status_text(),
+        "did not finish within 300 ms and was killed"
+    );
+    assert!(gone("sleep 43"), "a process of the group outlived it");
+}
+
+#[test]
+fn input_is_fed_and_output_read_in_full() {
+    let input: Vec<u8> = (0..3_000_000u32).map(|i| (i % 251) as u8).collect();
+    let out = SystemRunner
+        .call(
+            &Call::new(&sh("cat; head -c 2000000 /dev/zero >&2"))
+                .stdin(Some(&input))
+                .within(Duration::from_secs(20)),
+        )
+        .unwrap();
+    assert!(out.success(), "{}", out.status_text());
+    assert_eq!(out.stdout, input);
+    assert_eq!(out.stderr.len(), 2_000_000);
+}
+
+#[test]
+fn a_child_that_exits_without_reading_its_input_is_judged_by_its_status() {
+    let big = vec![b'x'; 4 << 20];
+    let out = SystemRunner
+        .call(&Call::new(&sh("exit 4")).stdin(Some(&big)))
+        .unwrap();
+    assert_eq!(out.code, Some(4));
+}
+
+#[test]
+fn exit_codes_and_signals_are_reported() {
+    let out = SystemRunner
+        .run(&sh("echo out; echo err >&2; exit 3"), Path::new("/"), &[])
+        .unwrap();
+    assert_eq!((out.code, out.signal), (Some(3), None));
+    assert_eq!(
+        (out.stdout.as_slice(), out.stderr.as_slice()),
+        (&b"out\n"[..], &b"err\n"[..])
+    );
+    assert_eq!(
+        describe(&sh("exit 3"), &out),
+        "sh -c \"exit 3\" exited with status 3: err"
+    );
+
+    let out = SystemRunner
+        .run(&sh("kill -TERM $$"), Path::new("/"), &[])
+        .unwrap();
+    assert_eq!((out.code, out.signal), (None, Some(libc::SIGTERM)));
+    assert_eq!(out.status_text(), "was killed by signal 15");
+    assert!(!out.success());
+}
+
+#[test]
+fn env_is_added_and_cwd_is_where_the_child_runs() {
+    let dir = std::env::temp_dir();
+    let out = SystemRunner
+        .run(
+            &sh("printf '%s %s %s' \"$RUN_TEST_A\" \"$RUN_TEST_B\" \"$(pwd -P)\"; test -n \"$PATH\""),
+            &dir,
+            &[("RUN_TEST_A", "one"), ("RUN_TEST_B", "two words")],
+        )
+        .unwrap();
+    assert!(out.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let real = std::fs::canonicalize(&dir).unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        format!("one two words {}", real.display())
+    );
+}
+
+#[test]
+fn a_missing_program_is_the_spawn_error() {
+    let e = SystemRunner
+        .run(&argv(&["/nonexistent/program"]), Path::new("/"), &[])
+        .unwrap_err();
+    assert_eq!(e.kind(), io::ErrorKind::NotFound);
+    let e = SystemRunner.run(&[], Path::new("/"), &[]).unwrap_err();
+    assert_eq!(e.kind(), io::ErrorKind::InvalidInput);
+}
+
+#[test]
+fn a_quick_child_returns_quickly() {
+    let started = Instant::now();
+    for _ in 0..20 {
+        assert!(SystemRunner
+            .run(&argv(&["true"]), Path::new("/"), &[])
+            .unwrap()
+            .success());
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+#[test]
+fn each_kind_of_call_has_its_deadline() {
+    let kind = |a: &[&str]| Kind::of(&argv(a));
+    assert_eq!(
+        kind(&["docker", "container", "inspect", "web"]),
+        Kind::Query
+    );
+    assert_eq!(
+        kind(&["podman", "network", "ls", "--format", "x"]),
+        Kind::Query
+    );
+    assert_eq!(kind(&["docker", "ps", "--format", "x"]), Kind::Query);
+    assert_eq!(kind(&["docker", "version", "--format", "x"]), Kind::Query);
+    assert_eq!(
+        kind(&["docker", "create", "--name", "web", "nginx"]),
+        Kind::Container
+    );
+    assert_eq!(
+        kind(&["docker", "network", "connect", "n", "web"]),
+        Kind::Container
+    );
+    assert_eq!(
+        kind(&["/usr/bin/podman", "rm", "-f", "web"]),
+        Kind::Container
+    );
+    assert_eq!(
+        kind(&["systemctl", "show", "-p", "LoadState", "x"]),
+        Kind::Query
+    );
+    assert_eq!(kind(&["systemctl", "start", "nginx"]), Kind::Service);
+    assert_eq!(kind(&["rc-service", "nginx", "status"]), Kind::Query);
+    assert_eq!(kind(&["rc-service", "--exists", "nginx"]), Kind::Query);
+    assert_eq!(kind(&["rc-service", "nginx", "start"]), Kind::Service);
+    assert_eq!(kind(&["rc-update", "show"]), Kind::Query);
+    assert_eq!(
+        kind(&["rc-update", "add", "nginx", "default"]),
+        Kind::Service
+    );
+    assert_eq!(kind(&["dpkg-query", "-W", "sl"]), Kind::Query);
+    assert_eq!(kind(&["apt-get", "install", "-y", "sl"]), Kind::Package);
+    assert_eq!(kind(&["pacman", "-Q", "nginx"]), Kind::Query);
+    assert_eq!(
+        kind(&["pacman", "-S", "--noconfirm", "nginx"]),
+        Kind::Package
+    );
+    assert_eq!(kind(&["apk", "list", "--installed", "nginx"]), Kind::Query);
+    assert_eq!(
+        kind(&["apk", "add", "--no-progress", "nginx"]),
+        Kind::Package
+    );
+    for program in [
+        "nft",
+        "iptables",
+        "ip6tables",
+        "/usr/sbin/iptables-nft",
+        "iptables-legacy-save",
+        "ip6tables-nft-restore",
+        "iptables-save",
+        "ebtables",
+        "arptables-nft",
+        "ufw",
+        "/lib/ufw/ufw-init",
+        "firewall-cmd",
+    ] {
+        assert_eq!(kind(&[program, "-L"]), Kind::Firewall, "{program}");
+    }
+    assert_eq!(kind(&["iptablesx"]), Kind::Action);
+    assert_eq!(kind(&["/usr/local/bin/migrate", "--up"]), Kind::Action);
+
+    let d = Deadlines {
+        container_s: Some(7),
+        ..Deadlines::default()
+    };
+    assert_eq!(
+        d.for_argv(&argv(&["docker", "start", "web"])),
+        Duration::from_secs(7)
+    );
+    assert_eq!(
+        d.for_argv(&argv(&["docker", "inspect", "web"])),
+        Duration::from_secs(60)
+    );
+    assert_eq!(
+        d.for_argv(&argv(&["apt-get", "install", "sl"])),
+        Duration::from_secs(900)
+    );
+    assert_eq!(
+        d.for_argv(&argv(&["ufw", "status"])),
+        Duration::from_secs(60)
+    );
+    let d = Deadlines {
+        firewall_s: Some(2),
+        ..Deadlines::default()
+    };
+    assert_eq!(
+        d.for_argv(&argv(&["iptables-nft-restore", "-w", "5"])),
+        Duration::from_secs(2)
+    );
+}
+
+#[test]
+fn a_declared_deadline_reaches_the_runner() {
+    struct Seen(RefCell<Vec<Option<Duration>>>);
+    impl Runner for Seen {
+        fn call(&self, call: &Call<'_>) -> io::Result<Output> {
+            self.0.borrow_mut().push(call.deadline);
+            Ok(Output::default())
+        }
+    }
+    let seen = Seen(RefCell::default());
+    let r = Deadlined {
+        runner: &seen,
+        deadlines: Deadlines {
+            service_s: Some(3),
+            firewall_s: Some(5),
+            ..Deadlines::default()
+        },
+    };
+    r.run(&argv(&["systemctl", "stop", "x"]), Path::new("/"), &[])
+        .unwrap();
+    r.run(&sh("true"), Path::new("/"), &[]).unwrap();
+    r.call(&Call::new(&argv(&["nft", "-f", "-"])).stdin(Some(b"flush ruleset")))
+        .unwrap();
+    r.run_within(
+        &argv(&["ufw", "status"]),
+        Path::new("/"),
+        &[],
+        Duration::from_secs(9),
+    )
+    .unwrap();
+    assert_eq!(
+        *seen.0.borrow(),
+        [3, 600, 5, 9].map(|s| Some(Duration::from_secs(s)))
+    );
+}
+
+#[test]
+fn the_recording_runner_records_argv_and_input_and_answers_in_order() {
+    let r = RecordingRunner::answering(&[0, 2]);
+    assert!(r.run(&argv(&["a"]), Path::new("/"), &[]).unwrap().success());
+    let out = r
+        .call(&Call::new(&argv(&["b", "c"])).stdin(Some(b"in")))
+        .unwrap();
+    assert_eq!(out.code, Some(2));
+    assert!(r.run(&argv(&["d"]), Path::new("/"), &[]).is_err());
+    assert_eq!(
+        *r.calls.borrow(),
+        [argv(&["a"]), argv(&["b", "c"]), argv(&["d"])]
+    );
+    assert_eq!(*r.inputs.borrow(), [None, Some(b"in".to_vec()), None]);
+}
+
+#[test]
+fn a_command_line_quotes_what_a_shell_would_split() {
+    assert_eq!(
+        command_line(&argv(&["ufw", "allow", "", "a b", "it's", "plain"])),
+        "ufw allow \"\" \"a b\" \"it's\" plain"
+    );
+    assert_eq!(seconds(Duration::from_secs(60)), "60 s");
+    assert_eq!(seconds(Duration::from_millis(1500)), "1500 ms");
+}
