@@ -7,192 +7,19 @@
 //! opening must be admitted by every layer on its path that could drop it. Detection only reads:
 //! it never creates a table or chain it looks for (legacy tables are read only when
 //! `/proc/net/ip_tables_names` says they exist, since listing one makes the kernel create it).
+//!
+//! Which kind wrote a layer is each kind's own knowledge ([`backend::Detect`], in its driver's
+//! file); detection keeps only the order the kinds are asked in and the decision (the first that
+//! claims a table), and the layers themselves: hooks, priorities, policies, whether a chain can
+//! drop.
 
+use crate::backend;
 use crate::error::Result;
 use crate::exec::Exec;
-use crate::netlink::consts::{IFNAMSIZ, NFT_REG_VERDICT};
-use crate::netlink::{ChainType, Expr, Family, Hook, MetaKey, NfSocket, Policy, Ruleset, Verdict};
-use crate::opening::{Opening, Path};
-use crate::rules::Site;
-use std::fmt;
+use crate::found::{Backend, Found, Layer, MESH_TABLE};
+use crate::netlink::consts::NFT_REG_VERDICT;
+use crate::netlink::{ChainType, Expr, Family, Hook, NfSocket, Policy, Ruleset, Verdict};
 use std::path::Path as FsPath;
-
-/// The mesh's own table (the guard, and later the derived filter); never a found layer.
-pub const MESH_TABLE: &str = "mesh_host";
-
-/// Who wrote a layer, and so in whose terms an opening is written into it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-#[cfg_attr(
-    feature = "serde",
-    derive(serde::Serialize, serde::Deserialize),
-    serde(rename_all = "kebab-case")
-)]
-pub enum Backend {
-    /// Written with `nft` (a hand-written ruleset): openings are written natively.
-    Nftables,
-    /// Written through `iptables` on the nf_tables backend (the operator, Docker, Podman):
-    /// openings are written with `iptables-nft`, so the tables stay readable by iptables.
-    IptablesNft,
-    /// The legacy x_tables: openings are written with `iptables-legacy`.
-    IptablesLegacy,
-    /// firewalld's own table: openings are rich rules in the mesh's firewalld policy, over
-    /// firewalld's D-Bus API.
-    Firewalld,
-    /// ufw's chains: openings are written with `ufw allow` and `ufw route allow`.
-    Ufw,
-}
-
-impl Backend {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Backend::Nftables => "nftables",
-            Backend::IptablesNft => "iptables-nft",
-            Backend::IptablesLegacy => "iptables-legacy",
-            Backend::Firewalld => "firewalld",
-            Backend::Ufw => "ufw",
-        }
-    }
-}
-
-impl fmt::Display for Backend {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// One base chain (or legacy built-in chain) at a hook a packet crosses on its way to a
-/// service: ingress, prerouting and input on the incoming path; ingress, prerouting and forward
-/// on the forwarded path.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Layer {
-    pub backend: Backend,
-    pub hook: Hook,
-    /// `ip`, `ip6`, `inet` or `netdev`; a legacy layer is `ip` (iptables) or `ip6` (ip6tables).
-    pub family: Family,
-    pub table: String,
-    pub chain: String,
-    pub priority: i32,
-    pub policy: Policy,
-    pub rules: usize,
-    /// Whether anything in it can drop a packet: a drop policy, or a rule that drops, rejects,
-    /// jumps elsewhere or does something this host cannot read.
-    pub can_drop: bool,
-    /// Why the host thinks `backend` wrote it.
-    pub evidence: String,
-    /// The device of an ingress chain: only packets arriving on it cross it.
-    pub device: Option<String>,
-    /// Why the host cannot write in this layer, when it cannot (a table only its owner may
-    /// change): an opening it would refuse is reported missing there, naming the layer.
-    pub unwritable: Option<String>,
-}
-
-impl Layer {
-    /// Whether packets on `path` cross this layer.
-    pub fn on(&self, path: Path) -> bool {
-        match self.hook {
-            Hook::Ingress | Hook::Prerouting => true,
-            Hook::Input => path == Path::Incoming,
-            Hook::Forward => path == Path::Forwarded,
-            _ => false,
-        }
-    }
-
-    /// Whether the packets an opening admits cross this layer: on its path, and for an ingress
-    /// chain of one device, arriving on that device (an opening from an interface arrives only
-    /// there).
-    pub fn crossed_by(&self, o: &Opening) -> bool {
-        self.on(o.path)
-            && match (&self.device, &o.from) {
-                (Some(d), crate::opening::From::Interface(i)) => d == i,
-                _ => true,
-            }
-    }
-
-    /// Whether the chain runs before destination NAT (-100): a published port is still on the
-    /// packet there.
-    pub fn before_dnat(&self) -> bool {
-        self.hook == Hook::Ingress || (self.hook == Hook::Prerouting && self.priority < -100)
-    }
-
-    /// Where the chain runs, for an opening's rule.
-    pub fn site(&self) -> Site {
-        Site {
-            family: self.family,
-            before_dnat: self.before_dnat(),
-        }
-    }
-
-    /// The hook's name, as nft prints it.
-    pub fn hook_name(&self) -> &'static str {
-        match self.hook {
-            Hook::Ingress => "ingress",
-            Hook::Prerouting => "prerouting",
-            Hook::Input => "input",
-            Hook::Forward => "forward",
-            _ => "other",
-        }
-    }
-
-    /// The paths that cross it, for reports: `incoming`, `forwarded` or `both`.
-    pub fn paths(&self) -> &'static str {
-        match (self.on(Path::Incoming), self.on(Path::Forwarded)) {
-            (true, true) => "both",
-            (true, false) => "incoming",
-            (false, true) => "forwarded",
-            _ => "none",
-        }
-    }
-
-    /// `ip filter INPUT (iptables-nft)`, for reports.
-    pub fn describe(&self) -> String {
-        format!(
-            "{} {} {} ({})",
-            self.family, self.table, self.chain, self.backend
-        )
-    }
-}
-
-/// The found firewall.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Found {
-    pub layers: Vec<Layer>,
-    /// Why openings cannot be converged through it, if they cannot.
-    pub refusal: Option<String>,
-    /// What could not be read, if anything (reported, never guessed at).
-    pub notes: Vec<String>,
-    /// The legacy tables as `*-save` printed them while detecting, by family and table: the
-    /// iptables-legacy driver reads them from here within the same convergence instead of
-    /// running the program again.
-    pub legacy_saves: std::collections::BTreeMap<(Family, String), String>,
-}
-
-impl Found {
-    /// The layers that can drop a packet on a path: an opening must be admitted by each.
-    pub fn droppers(&self, path: Path) -> impl Iterator<Item = &Layer> {
-        self.layers.iter().filter(move |l| l.on(path) && l.can_drop)
-    }
-
-    /// `none`, one backend's name, or several joined with `+` (e.g. `iptables-legacy+nftables`).
-    pub fn kind(&self) -> String {
-        let mut kinds: Vec<Backend> = self
-            .layers
-            .iter()
-            .filter(|l| l.can_drop)
-            .map(|l| l.backend)
-            .collect();
-        kinds.sort();
-        kinds.dedup();
-        if kinds.is_empty() {
-            "none".into()
-        } else {
-            kinds
-                .iter()
-                .map(|b| b.as_str())
-                .collect::<Vec<_>>()
-                .join("+")
-        }
-    }
-}
 
 /// Reads the found firewall from nf_tables (through `nf`, when the kernel has it) and from the
 /// legacy x_tables named under `proc` (normally `/proc`).
@@ -233,168 +60,47 @@ fn filters_on_the_way(family: Family, hook: Hook) -> bool {
     }
 }
 
-/// Names of the built-in chains iptables creates.
-const XT_BUILTIN: &[&str] = &["INPUT", "FORWARD", "OUTPUT", "PREROUTING", "POSTROUTING"];
+/// The kinds that may have written an nf_tables table, in the order they are asked: the first
+/// that says it wrote a table is its writer. firewalld's table and its direct chains go first, then
+/// ufw's chains (both live in tables with iptables' names), then iptables-nft's shape, and
+/// hand-written nftables takes what is left.
+const NF_ORDER: [Backend; 4] = [
+    Backend::Firewalld,
+    Backend::Ufw,
+    Backend::IptablesNft,
+    Backend::Nftables,
+];
 
-fn has_xt(ruleset: &Ruleset, family: Family, table: &str) -> bool {
-    ruleset.rules.iter().any(|r| {
-        r.family == family
-            && r.table == table
-            && r.exprs
-                .iter()
-                .any(|e| matches!(e, Expr::Raw { name, .. } if name == "match" || name == "target"))
-    })
-}
+/// The kinds that may have written a legacy table, in the order they are asked; iptables-legacy
+/// takes what is left.
+const LEGACY_ORDER: [Backend; 3] = [Backend::Ufw, Backend::Firewalld, Backend::IptablesLegacy];
 
-/// The priority iptables-nft gives the built-in chain `chain` of its table `table`, if it is one.
-fn xt_priority(table: &str, chain: &str) -> Option<i32> {
-    if !XT_BUILTIN.contains(&chain) {
-        return None;
-    }
-    Some(match (table, chain) {
-        ("filter", _) => 0,
-        ("mangle", _) => -150,
-        ("raw", _) => -300,
-        ("security", _) => 50,
-        ("nat", "PREROUTING" | "OUTPUT") => -100,
-        ("nat", "INPUT" | "POSTROUTING") => 100,
-        _ => return None,
-    })
-}
-
-/// Why a table with iptables' names must have been written with nft: something iptables-nft
-/// never writes. iptables-nft puts a counter in every rule, never uses sets or maps, compares an
-/// interface name with its terminating NUL only (nft compares all 16 bytes), and makes only its
-/// built-in chains base chains, at its own priorities.
-fn nft_sign(ruleset: &Ruleset, family: Family, table: &str) -> Option<String> {
-    for c in ruleset
-        .chains
-        .iter()
-        .filter(|c| c.family == family && c.table == table)
-    {
-        if let Some(h) = &c.hook {
-            if xt_priority(table, &c.name) != Some(h.priority) {
-                return Some(format!(
-                    "base chain {} at priority {}, which iptables never makes",
-                    c.name, h.priority
-                ));
-            }
-        }
-    }
-    if ruleset
-        .sets
-        .iter()
-        .any(|s| s.family == family && s.table == table)
-    {
-        return Some("sets, which iptables never makes".into());
-    }
-    for r in ruleset
-        .rules
-        .iter()
-        .filter(|r| r.family == family && r.table == table)
-    {
-        if !r.exprs.iter().any(|e| matches!(e, Expr::Counter { .. })) {
-            return Some(format!(
-                "a rule in {} without a counter (iptables counts every rule)",
-                r.chain
-            ));
-        }
-        if r.exprs.iter().any(|e| matches!(e, Expr::Lookup { .. })) {
-            return Some(format!("a set or map lookup in {}", r.chain));
-        }
-        // A 15-byte name and its NUL fill 16 bytes either way, so only a shorter name padded
-        // with more than one NUL tells nft's encoding apart.
-        let ifname_16 = r.exprs.windows(2).any(|w| {
-            matches!(
-                (&w[0], &w[1]),
-                (Expr::Meta { key: MetaKey::IifName | MetaKey::OifName, .. }, Expr::Cmp { data, .. })
-                    if data.len() == IFNAMSIZ
-                        && data.iter().position(|b| *b == 0).is_some_and(|n| n < IFNAMSIZ - 1)
-            )
-        });
-        if ifname_16 {
-            return Some(format!(
-                "an interface name in {} compared as nft does (all 16 bytes)",
-                r.chain
-            ));
-        }
-    }
-    None
-}
-
-/// Whether `chain` is firewalld's mark on an iptables table: with FirewallBackend=iptables it
-/// writes iptables' tables itself, always with a `<BUILT-IN>_direct` chain beside each built-in
-/// chain it uses.
-fn firewalld_direct(chain: &str) -> bool {
-    chain
-        .strip_suffix("_direct")
-        .is_some_and(|b| XT_BUILTIN.contains(&b))
-}
-
-/// Who wrote the table a base chain lives in, with the evidence.
+/// Who wrote the table a base chain lives in, with the evidence: the first kind in
+/// [`NF_ORDER`] that says it did.
 fn writer(ruleset: &Ruleset, family: Family, table: &str, chain: &str) -> (Backend, String) {
-    let chains_here = || {
-        ruleset
-            .chains
-            .iter()
-            .filter(move |c| c.family == family && c.table == table)
-    };
-    if table == "firewalld" {
-        return (Backend::Firewalld, format!("table {family} firewalld"));
-    }
-    if let Some(c) = chains_here().find(|c| firewalld_direct(&c.name)) {
-        return (
-            Backend::Firewalld,
-            format!(
-                "firewalld's iptables backend: its chain {} in table {family} {table}",
-                c.name
-            ),
-        );
-    }
-    if chains_here().any(|c| c.name.starts_with("ufw-") || c.name.starts_with("ufw6-")) {
-        return (
-            Backend::Ufw,
-            format!("ufw chains in table {family} {table}"),
-        );
-    }
-    let xt_family = matches!(family, Family::Ipv4 | Family::Ipv6);
-    if xt_family && xt_priority(table, chain).is_some() {
-        let docker = chains_here().any(|c| c.name.starts_with("DOCKER"));
-        let who = if docker {
-            "Docker and the operator, through iptables-nft"
-        } else {
-            "iptables-nft"
-        };
-        // nft itself calls a table iptables-nft's when it holds x_tables compat expressions.
-        if has_xt(ruleset, family, table) {
-            return (
-                Backend::IptablesNft,
-                format!("{who}: x_tables compat expressions in table {family} {table}"),
-            );
-        }
-        match nft_sign(ruleset, family, table) {
-            Some(sign) => {
-                return (
-                    Backend::Nftables,
-                    format!("table {family} {table} has iptables' names but was written with nft: {sign}"),
-                )
-            }
-            // Nothing tells the two apart; writing through iptables-nft keeps the table readable
-            // by both iptables and nft.
-            None => {
-                return (
-                    Backend::IptablesNft,
-                    format!(
-                        "{who}: iptables' table and chain names, a counter on every rule and nothing iptables never writes in table {family} {table}"
-                    ),
-                )
-            }
-        }
-    }
-    (
-        Backend::Nftables,
-        format!("table {family} {table}, written with nft"),
-    )
+    NF_ORDER
+        .into_iter()
+        .find_map(|b| {
+            backend::kind(b)
+                .detect
+                .wrote(ruleset, family, table, chain)
+                .map(|evidence| (b, evidence))
+        })
+        .unwrap_or_else(|| {
+            (
+                Backend::Nftables,
+                format!("table {family} {table}, written with nft"),
+            )
+        })
+}
+
+/// Who wrote a legacy table with these chains: the first kind in [`LEGACY_ORDER`] that says it
+/// did.
+fn legacy_writer(chains: &[&str]) -> Backend {
+    LEGACY_ORDER
+        .into_iter()
+        .find(|b| backend::kind(*b).detect.wrote_legacy(chains))
+        .unwrap_or(Backend::IptablesLegacy)
 }
 
 /// Expressions that never decide a packet's fate, when this crate keeps them raw: matches,
@@ -576,6 +282,7 @@ fn legacy_table(
     }
     let out = exec.run_ok(program, &["-t".into(), name.into()], None)?;
     let table = parse_save(&out.stdout);
+    let chains: Vec<&str> = table.policies.iter().map(|(c, _)| c.as_str()).collect();
     found
         .legacy_saves
         .insert((family, name.to_string()), out.stdout.clone());
@@ -599,15 +306,7 @@ fn legacy_table(
                     Some("ACCEPT") | Some("RETURN")
                 )
             });
-        let ufw = table.policies.iter().any(|(c, _)| c.starts_with("ufw"));
-        let firewalld = table.policies.iter().any(|(c, _)| firewalld_direct(c));
-        let backend = if ufw {
-            Backend::Ufw
-        } else if firewalld {
-            Backend::Firewalld
-        } else {
-            Backend::IptablesLegacy
-        };
+        let backend = legacy_writer(&chains);
         found.layers.push(Layer {
             backend,
             hook,
@@ -633,40 +332,10 @@ fn legacy_table(
     Ok(())
 }
 
+/// The first reason a kind gives that openings cannot be written through one of its layers here.
 fn refuse_what_no_driver_speaks(exec: &dyn Exec, found: &mut Found) {
     for l in &found.layers {
-        let reason = match l.backend {
-            // firewalld is spoken over D-Bus and ufw through its own command; ufw's absence
-            // is named by its driver, firewalld's by each opening's state.
-            Backend::Firewalld | Backend::Ufw => None,
-            Backend::IptablesNft | Backend::IptablesLegacy if l.can_drop => {
-                let variant = if l.backend == Backend::IptablesNft {
-                    "nft"
-                } else {
-                    "legacy"
-                };
-                let base = if l.family == Family::Ipv6 {
-                    "ip6tables"
-                } else {
-                    "iptables"
-                };
-                let missing: Vec<String> = ["-save", "-restore"]
-                    .iter()
-                    .map(|s| format!("{base}-{variant}{s}"))
-                    .filter(|p| !exec.exists(p))
-                    .collect();
-                (!missing.is_empty()).then(|| {
-                    format!(
-                        "{} is in force, and {} {} not installed to write openings in its terms",
-                        l.describe(),
-                        missing.join(" and "),
-                        if missing.len() == 1 { "is" } else { "are" }
-                    )
-                })
-            }
-            _ => None,
-        };
-        if let Some(r) = reason {
+        if let Some(r) = backend::kind(l.backend).detect.refusal(l, exec) {
             found.refusal.get_or_insert(r);
         }
     }

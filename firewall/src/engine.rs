@@ -12,95 +12,20 @@ mod verdict;
 
 use verdict::{legacy_of, Eval};
 
-use crate::backend::{self, Change, Cx, Driver, TableKey, TableView};
-use crate::detect::{self, Backend, Found, Layer, MESH_TABLE};
+use crate::backend::{self, Change, Converger, Cx, TableDriver, TableKey, TableView};
+use crate::detect;
 use crate::error::{Error, Result};
 use crate::eval::Model;
 use crate::exec::Exec;
+use crate::found::{Backend, Found, Layer, MESH_TABLE};
 use crate::netlink::{Batch, Family, NfSocket, Policy, Ruleset, TableFlags};
 use crate::opening::Opening;
+use crate::outcome::{Converged, Presence, Scope, State};
 use crate::place::{self, Place, Want};
 use crate::published;
 use crate::rules;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path as FsPath, PathBuf};
-
-/// Which marked rules a convergence may remove.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Scope {
-    /// Only rules of the openings given (their older versions, or where they no longer belong).
-    Given,
-    /// Every marked rule not of the openings given: a whole declaration's openings.
-    All,
-}
-
-/// How an opening stands in one layer.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum State {
-    /// The layer refuses nothing of it by default, or already accepts it: no rule is needed.
-    NotNeeded(String),
-    /// Its marked rules are in place.
-    Present,
-    /// Its rules are not (yet) in place.
-    Missing,
-    /// The operator's rule refuses exactly its port there; the host does not write ahead of it.
-    Refused(String),
-    /// The layer would refuse it and the host cannot write there.
-    Unwritable(String),
-    /// A rule on its way decides by something the host cannot follow (a verdict map, a
-    /// queue): whether the layer admits it cannot be told, so it is not said to.
-    Doubtful(String),
-}
-
-impl State {
-    /// Whether the layer admits the opening.
-    pub fn admits(&self) -> bool {
-        matches!(self, State::NotNeeded(_) | State::Present)
-    }
-
-    /// How a person reads it.
-    pub fn describe(&self) -> String {
-        match self {
-            State::NotNeeded(why) => format!("no rule needed: {why}"),
-            State::Present => "present".into(),
-            State::Missing => "missing".into(),
-            State::Refused(rule) => format!("refused by the operator's rule {rule}"),
-            State::Unwritable(why) => format!("missing: {why}"),
-            State::Doubtful(rule) => format!(
-                "cannot be told: a rule on its way decides by something the host does not follow ({rule})"
-            ),
-        }
-    }
-}
-
-/// Whether an opening is in force in one layer.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Presence {
-    pub layer: String,
-    /// The chain its rule goes in, when it needs one (a chain the layer jumps to, or its own).
-    pub chain: Option<String>,
-    pub state: State,
-}
-
-impl Presence {
-    pub fn present(&self) -> bool {
-        self.state.admits()
-    }
-}
-
-/// What a convergence changed, per layer, and where each opening stands after it.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Converged {
-    /// (opening id, table) for each opening written into a table.
-    pub added: Vec<(String, String)>,
-    /// (mark, table) for each marked rule removed.
-    pub removed: Vec<(String, String)>,
-    /// Opening id → how it stands in each layer its packets cross.
-    pub states: BTreeMap<String, Vec<Presence>>,
-    /// Marked rules of openings not given, left in place (scope `Given`): what a convergence of
-    /// every declared opening with scope `All` would remove. Zero means there is nothing to sweep.
-    pub stale: usize,
-}
 
 /// The firewall as this host sees it: the nf_tables socket it keeps and the found layers.
 pub struct Firewall<'a> {
@@ -140,7 +65,7 @@ pub const CLAIM_CHAIN: &str = "claim";
 struct TablePlan {
     key: TableKey,
     view: TableView,
-    driver: &'static dyn Driver,
+    driver: &'static dyn TableDriver,
     changes: Vec<Change>,
 }
 
@@ -243,7 +168,7 @@ impl<'a> Firewall<'a> {
     ) -> Result<()> {
         let mut batch = Batch::new();
         for (backend, layers) in &plan.whole {
-            let Some(driver) = backend::driver(*backend) else {
+            let Converger::Whole(driver) = backend::kind(*backend).converge else {
                 continue;
             };
             let mut cx = Cx {
@@ -252,7 +177,7 @@ impl<'a> Firewall<'a> {
                 batch: &mut batch,
                 exec: self.exec,
             };
-            let got = driver.converge_whole(layers, openings, scope, write, &mut cx)?;
+            let got = driver.converge(layers, openings, scope, write, &mut cx)?;
             plan.done.added.extend(got.added);
             plan.done.removed.extend(got.removed);
             plan.done.stale += got.stale;
@@ -436,13 +361,13 @@ impl<'a> Firewall<'a> {
         let given: BTreeSet<&str> = openings.iter().map(|o| o.id.as_str()).collect();
         let mut batch = Batch::new();
         for (key, layers) in by_table {
-            let Some(driver) = backend::driver(key.backend) else {
-                continue;
+            let driver = match backend::kind(key.backend).converge {
+                Converger::Table(d) => d,
+                Converger::Whole(_) => {
+                    plan.whole.entry(key.backend).or_default().extend(layers);
+                    continue;
+                }
             };
-            if driver.whole() {
-                plan.whole.entry(key.backend).or_default().extend(layers);
-                continue;
-            }
             let mut cx = Cx {
                 ruleset: &ruleset,
                 legacy_saves: &plan.legacy_saves,
@@ -517,7 +442,7 @@ fn table_plan(
     openings: &[Opening],
     given: &BTreeSet<&str>,
     scope: Scope,
-    driver: &dyn Driver,
+    driver: &dyn TableDriver,
     eval: &Eval<'_>,
     done: &mut Converged,
 ) -> Vec<Change> {

@@ -12,8 +12,8 @@
 //! proto-dst`), as the runtime translated them at prerouting. Both address families (an `inet`
 //! table).
 
-use crate::detect::MESH_TABLE;
 use crate::error::{Error, Result};
+use crate::found::MESH_TABLE;
 use crate::netlink::{
     BaseChain, Batch, Chain, CtState, Family, Hook, L4Proto, NfSocket, Policy, Position, RuleBody,
 };

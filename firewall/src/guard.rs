@@ -18,8 +18,8 @@
 //! program removes it until the host's next apply or reconcile puts it back. An owned or orphaned
 //! table an earlier version left is replaced by the plain one in one transaction.
 
-use crate::detect::MESH_TABLE;
 use crate::error::{Error, Result};
+use crate::found::MESH_TABLE;
 use crate::netlink::{
     BaseChain, Batch, CmpOp, Family, Hook, NfSocket, Position, RuleBody, Table, TableFlags,
 };

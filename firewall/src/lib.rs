@@ -10,9 +10,11 @@ pub mod error;
 pub mod eval;
 pub mod exec;
 pub mod filter;
+pub mod found;
 pub mod guard;
 pub mod netlink;
 pub mod opening;
+pub mod outcome;
 pub mod place;
 pub mod probe;
 pub mod published;
@@ -20,11 +22,11 @@ pub mod retire;
 pub mod rules;
 
 pub use derive::{derive, FoundationPorts, Inputs, Listen};
-pub use detect::{Backend, Found, Layer, MESH_TABLE};
-pub use engine::{Converged, Firewall, Presence, Scope, State};
+pub use engine::Firewall;
 pub use error::{Errno, Error, Result};
 pub use exec::{DeadlinedExec, Exec, Output, RecordingExec, Runs, SystemExec};
 pub use filter::FilterSpec;
+pub use found::{Backend, Found, Layer, MESH_TABLE};
 pub use guard::{GuardReport, GuardSpec, GuardStatus, GuardTable, GuardedPort, OldTable};
 pub use netlink::{
     BaseChain, Batch, Chain, ChainHook, ChainType, Claim, CmpOp, CtDirection, CtKey, CtState,
@@ -32,4 +34,5 @@ pub use netlink::{
     PayloadBase, Policy, Position, Rule, RuleBody, Ruleset, Set, Table, TableFlags, Verdict,
 };
 pub use opening::{Network, Opening, Path, Proto};
+pub use outcome::{Converged, Presence, Scope, State};
 pub use retire::{Retired, Saved};

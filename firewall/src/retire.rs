@@ -4,14 +4,16 @@
 //! configuration files are never written, and tables other programs keep (the container
 //! runtime's, fail2ban's or crowdsec's) stay in force.
 //!
-//! The order is the caller's: [`survey`](crate::backend::Driver::survey) reads what would be
-//! retired (the preview shows it), the caller keeps the [`Retired`] it returned somewhere durable
-//! (the core's store), then [`retire`](crate::backend::Driver::retire) takes it out, and on return
-//! [`restore`](crate::backend::Driver::restore) puts back exactly what was saved. The firewall
-//! crate knows no service manager: the boot unit is named here and enabled or disabled by the
-//! core.
+//! The seam is its own trait, [`Retire`](crate::backend::Retire), which every kind's driver
+//! answers. The order is the caller's: [`survey`](crate::backend::Retire::survey) reads what
+//! would be retired (the preview shows it), the caller keeps the [`Retired`] it returned
+//! somewhere durable (the core's store), then [`retire`](crate::backend::Retire::retire) takes it
+//! out, and on return [`restore`](crate::backend::Retire::restore) puts back exactly what was
+//! saved. The firewall crate knows no service manager: the boot unit is named here and enabled or
+//! disabled by the core.
 
-use crate::detect::Backend;
+use crate::found::Backend;
+use std::path::Path as FsPath;
 
 /// One kind's found firewall as it stood before the flip: what the flip takes out of the running
 /// ruleset, and what return puts back.
@@ -63,5 +65,24 @@ impl Retired {
             },
             self.unit.as_deref().unwrap_or("none")
         )
+    }
+}
+
+/// The regular files under `dir`, as paths under the machine's root: a kind's configuration,
+/// named in what its survey saves.
+pub(crate) fn config_files(dir: &FsPath, root: &FsPath, out: &mut Vec<String>) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let p = e.path();
+        match e.file_type() {
+            Ok(t) if t.is_dir() => config_files(&p, root, out),
+            Ok(t) if t.is_file() => {
+                let rel = p.strip_prefix(root).unwrap_or(&p);
+                out.push(format!("/{}", rel.display()).replace("//", "/"));
+            }
+            _ => {}
+        }
     }
 }

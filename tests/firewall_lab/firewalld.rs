@@ -6,7 +6,7 @@
 
 use super::found::{files, not_reached};
 use super::*;
-use firewall::backend::{driver, Cx};
+use firewall::backend::{kind, Cx};
 use firewall::{Backend, Batch, SystemExec};
 use std::collections::BTreeMap;
 
@@ -119,7 +119,7 @@ fn firewalld_openings_live_in_the_mesh_policy_and_retire_in_firewallds_own_way()
                 let ruleset = sock.ruleset(None).unwrap();
                 let saves = BTreeMap::new();
                 let mut batch = Batch::new();
-                let d = driver(Backend::Firewalld).expect("firewalld has a driver");
+                let d = kind(Backend::Firewalld).retire;
                 let mut cx = Cx {
                     ruleset: &ruleset,
                     legacy_saves: &saves,
@@ -160,7 +160,7 @@ fn firewalld_openings_live_in_the_mesh_policy_and_retire_in_firewallds_own_way()
             let ruleset = firewall::Ruleset::default();
             let saves = BTreeMap::new();
             let mut batch = Batch::new();
-            let d = driver(Backend::Firewalld).expect("firewalld has a driver");
+            let d = kind(Backend::Firewalld).retire;
             let mut cx = Cx {
                 ruleset: &ruleset,
                 legacy_saves: &saves,
@@ -234,7 +234,7 @@ fn firewalld_openings_live_in_the_mesh_policy_and_retire_in_firewallds_own_way()
 pub(super) fn with_driver<T: Send>(
     node: &Machine,
     address: &str,
-    f: impl FnOnce(&dyn firewall::backend::Driver, &mut Cx<'_>) -> T + Send,
+    f: impl FnOnce(&dyn firewall::backend::Retire, &mut Cx<'_>) -> T + Send,
 ) -> T {
     node.in_namespace(|| {
         firewall::dbus::with_system_bus(address, || {
@@ -242,7 +242,7 @@ pub(super) fn with_driver<T: Send>(
             let ruleset = sock.ruleset(None).unwrap();
             let saves = BTreeMap::new();
             let mut batch = Batch::new();
-            let d = driver(Backend::Firewalld).expect("firewalld has a driver");
+            let d = kind(Backend::Firewalld).retire;
             let mut cx = Cx {
                 ruleset: &ruleset,
                 legacy_saves: &saves,

@@ -7,7 +7,7 @@
 
 use super::found::{files, flipped_to_the_derived_filter, not_reached, stub_systemctl};
 use super::*;
-use firewall::backend::{driver, Cx};
+use firewall::backend::{kind, Cx};
 use firewall::{Backend, Batch, Exec, SystemExec};
 use std::collections::BTreeMap;
 
@@ -152,7 +152,7 @@ fn ufw_openings_carry_the_mark_and_retire_with_ufws_own_init() {
     let config = files(&ufw.config_dir());
     let mut retired = None;
     through_driver(node, &exec, |cx| {
-        let d = driver(Backend::Ufw).expect("ufw has a driver");
+        let d = kind(Backend::Ufw).retire;
         let r = d
             .survey(Path::new("/"), cx)
             .unwrap()
@@ -193,7 +193,7 @@ fn ufw_openings_carry_the_mark_and_retire_with_ufws_own_init() {
         "/etc/ufw byte for byte, retired"
     );
     through_driver(node, &exec, |cx| {
-        let d = driver(Backend::Ufw).expect("ufw has a driver");
+        let d = kind(Backend::Ufw).retire;
         d.restore(&retired, cx).unwrap();
     });
     assert_eq!(
@@ -397,7 +397,7 @@ fn ufw_with_docker_a_forwarded_opening_is_a_marked_route_rule_and_docker_keeps_i
     };
     let mut retired = None;
     through_driver(node, &exec, |cx| {
-        let d = driver(Backend::Ufw).expect("ufw has a driver");
+        let d = kind(Backend::Ufw).retire;
         let r = d.survey(Path::new("/"), cx).unwrap().expect("ufw is found");
         d.retire(&r, cx).unwrap();
         retired = Some(r);
@@ -416,7 +416,7 @@ fn ufw_with_docker_a_forwarded_opening_is_a_marked_route_rule_and_docker_keeps_i
     );
     let retired = retired.unwrap();
     through_driver(node, &exec, |cx| {
-        let d = driver(Backend::Ufw).expect("ufw has a driver");
+        let d = kind(Backend::Ufw).retire;
         d.restore(&retired, cx).unwrap();
     });
     assert_eq!(

@@ -26,39 +26,37 @@
 //! unit starting it again, which loads the same configuration (a container runtime that shares
 //! its bus puts its own rules back then, as it does on every firewalld reload).
 
-use super::{collect_files, Change, Cx, Driver, TableKey, TableView};
+use super::nf::XT_BUILTIN;
+use super::seam::{Converger, Cx, Detect, Kind, Retire, WholeDriver};
 use crate::dbus::Bus;
-use crate::detect::{Backend, Layer};
-use crate::engine::{Converged, Presence, Scope, State};
 use crate::error::{Error, Result};
-use crate::netlink::{Family, Hook, NfSocket};
+use crate::found::{Backend, Layer};
+use crate::netlink::{Family, Hook, NfSocket, Ruleset};
 use crate::opening::{From, Opening, Path};
-use crate::retire::{Retired, Saved};
-use crate::rules::Site;
+use crate::outcome::{Converged, Presence, Scope, State};
+use crate::retire::{config_files, Retired, Saved};
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 use std::path::Path as FsPath;
 use std::time::{Duration, Instant};
 
-/// The mesh's policy in firewalld: every rich rule in it is the mesh's.
-pub const POLICY: &str = "mesh-host";
-/// Its priority: the largest firewalld allows, so it runs after every other policy and after
-/// the zones' own rules.
-const PRIORITY: i32 = 32767;
-
-/// The mesh's zone in firewalld, for the private network's interface (the mesh's own): every
-/// rich rule in it, and the interface bound to it, are the mesh's.
-pub const ZONE: &str = "mesh-private";
-
 mod forward;
 mod fw;
 use forward::ForwardPort;
 use fw::{Fw, IFACE, OBJ};
+pub use fw::{POLICY, ZONE};
 
 /// How long a stopping or starting firewalld is waited for.
 const SETTLE: Duration = Duration::from_secs(60);
 
 pub struct Firewalld;
+
+/// firewalld behind every seam.
+pub const KIND: Kind = Kind {
+    detect: &Firewalld,
+    converge: Converger::Whole(&Firewalld),
+    retire: &Firewalld,
+};
 
 /// An opening's rich rules: one from anywhere or from the private network's interface (the
 /// zone says where from), or one per source network with its family. Values are validated
@@ -98,32 +96,47 @@ fn strict_forward(fw: &mut Fw) -> Result<bool> {
         .is_some_and(|v| v.eq_ignore_ascii_case("yes")))
 }
 
-impl Driver for Firewalld {
-    fn read(&self, key: &TableKey, _cx: &mut Cx<'_>) -> Result<TableView> {
-        Err(Error::Unsupported {
-            reason: format!(
-                "{key} is written only by firewalld; openings go through its D-Bus API"
-            ),
-        })
+impl Detect for Firewalld {
+    /// Its own table `inet firewalld`, or, with its iptables backend, iptables' tables holding
+    /// its `<BUILT-IN>_direct` chains.
+    fn wrote(
+        &self,
+        ruleset: &Ruleset,
+        family: Family,
+        table: &str,
+        _chain: &str,
+    ) -> Option<String> {
+        if table == "firewalld" {
+            return Some(format!("table {family} firewalld"));
+        }
+        ruleset
+            .chains
+            .iter()
+            .find(|c| c.family == family && c.table == table && direct(&c.name))
+            .map(|c| {
+                format!(
+                    "firewalld's iptables backend: its chain {} in table {family} {table}",
+                    c.name
+                )
+            })
     }
 
-    fn write(&self, key: &TableKey, _: &TableView, _: &[Change], _: &mut Cx<'_>) -> Result<()> {
-        Err(Error::Unsupported {
-            reason: format!(
-                "{key} is written only by firewalld; openings go through its D-Bus API"
-            ),
-        })
+    fn wrote_legacy(&self, chains: &[&str]) -> bool {
+        chains.iter().any(|c| direct(c))
     }
+}
 
-    fn rules_for(&self, o: &Opening, _site: Site) -> usize {
-        rich_rules(o).len()
-    }
+/// Whether `chain` is firewalld's mark on an iptables table: with FirewallBackend=iptables it
+/// writes iptables' tables itself, always with a `<BUILT-IN>_direct` chain beside each built-in
+/// chain it uses.
+fn direct(chain: &str) -> bool {
+    chain
+        .strip_suffix("_direct")
+        .is_some_and(|b| XT_BUILTIN.contains(&b))
+}
 
-    fn whole(&self) -> bool {
-        true
-    }
-
-    fn converge_whole(
+impl WholeDriver for Firewalld {
+    fn converge(
         &self,
         layers: &[Layer],
         openings: &[Opening],
@@ -378,7 +391,9 @@ impl Driver for Firewalld {
         }
         Ok(done)
     }
+}
 
+impl Retire for Firewalld {
     fn survey(&self, root: &FsPath, cx: &mut Cx<'_>) -> Result<Option<Retired>> {
         let table = cx.ruleset.table(Family::Inet, "firewalld").is_some();
         let mut fw = match Fw::open() {
@@ -420,7 +435,7 @@ impl Driver for Firewalld {
             .filter(|r| r.table == "firewalld")
             .count();
         let mut config = Vec::new();
-        collect_files(&root.join("etc/firewalld"), root, &mut config);
+        config_files(&root.join("etc/firewalld"), root, &mut config);
         config.sort();
         Ok(Some(Retired {
             backend: Backend::Firewalld,

@@ -2,32 +2,142 @@
 //! nf_tables) and iptables-legacy (the x_tables). A table is read with `PROGRAM-save -t TABLE`
 //! and its changes are written with one `PROGRAM-restore --noflush`, so removals and additions
 //! are one transaction, a failure leaves the table as it was, and the tables stay readable by
-//! iptables. The two differ only in their programs' names. Retiring and restoring the operator's
+//! iptables. The two differ only in their programs' names ([`Variant`]); iptables-nft's tables are
+//! read from the nf_tables listing through the view both table drivers share (`nf.rs`). Retiring and restoring the operator's
 //! own iptables firewall on the flip and return is in `iptables/retire.rs`.
 
 mod retire;
 
-use super::{Change, Cx, Driver, Removal, TableKey, TableView};
+use super::nf::{self, Shape};
+use super::seam::{
+    Change, Converger, Cx, Detect, Kind, Removal, Retire, TableDriver, TableKey, TableView,
+};
 use crate::error::{Error, Result};
-use crate::netlink::Family;
+use crate::exec::Exec;
+use crate::found::{Backend, Layer};
+use crate::netlink::{Family, Ruleset};
 use crate::opening::Opening;
 use crate::place::seen_xt;
 use crate::retire::Retired;
 use crate::rules::{self, Site};
 use std::path::Path as FsPath;
 
-/// The iptables driver for one variant: `nft` or `legacy`.
-pub struct Iptables {
-    pub variant: &'static str,
+/// Which iptables: on the nf_tables backend or the legacy x_tables.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Variant {
+    Nft,
+    Legacy,
 }
 
-impl Driver for Iptables {
+impl Variant {
+    /// The word its programs carry: `iptables-nft`, `iptables-legacy`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Variant::Nft => "nft",
+            Variant::Legacy => "legacy",
+        }
+    }
+
+    /// The kind of found firewall it writes.
+    pub fn backend(self) -> Backend {
+        match self {
+            Variant::Nft => Backend::IptablesNft,
+            Variant::Legacy => Backend::IptablesLegacy,
+        }
+    }
+}
+
+/// The iptables driver for one variant.
+pub struct Iptables {
+    pub variant: Variant,
+}
+
+/// iptables-nft behind every seam.
+pub const NFT: Kind = Kind {
+    detect: &Iptables {
+        variant: Variant::Nft,
+    },
+    converge: Converger::Table(&Iptables {
+        variant: Variant::Nft,
+    }),
+    retire: &Iptables {
+        variant: Variant::Nft,
+    },
+};
+
+/// iptables-legacy behind every seam.
+pub const LEGACY: Kind = Kind {
+    detect: &Iptables {
+        variant: Variant::Legacy,
+    },
+    converge: Converger::Table(&Iptables {
+        variant: Variant::Legacy,
+    }),
+    retire: &Iptables {
+        variant: Variant::Legacy,
+    },
+};
+
+impl Detect for Iptables {
+    /// iptables-nft's tables have iptables' names at its priorities and either its x_tables
+    /// compat expressions or nothing iptables never writes (then writing through iptables-nft
+    /// keeps the table readable by both iptables and nft).
+    fn wrote(&self, ruleset: &Ruleset, family: Family, table: &str, chain: &str) -> Option<String> {
+        if self.variant != Variant::Nft {
+            return None;
+        }
+        let docker = ruleset
+            .chains
+            .iter()
+            .any(|c| c.family == family && c.table == table && c.name.starts_with("DOCKER"));
+        let who = if docker {
+            "Docker and the operator, through iptables-nft"
+        } else {
+            "iptables-nft"
+        };
+        match nf::shape(ruleset, family, table, chain) {
+            Shape::Compat => Some(format!(
+                "{who}: x_tables compat expressions in table {family} {table}"
+            )),
+            Shape::Names => Some(format!(
+                "{who}: iptables' table and chain names, a counter on every rule and nothing iptables never writes in table {family} {table}"
+            )),
+            Shape::Other | Shape::Nft(_) => None,
+        }
+    }
+
+    /// Every legacy table no other kind claims (detection asks this kind last).
+    fn wrote_legacy(&self, _chains: &[&str]) -> bool {
+        self.variant == Variant::Legacy
+    }
+
+    fn refusal(&self, l: &Layer, exec: &dyn Exec) -> Option<String> {
+        if !l.can_drop {
+            return None;
+        }
+        let missing: Vec<String> = ["-save", "-restore"]
+            .iter()
+            .map(|s| program(l.family, self.variant, s))
+            .filter(|p| !exec.exists(p))
+            .collect();
+        (!missing.is_empty()).then(|| {
+            format!(
+                "{} is in force, and {} {} not installed to write openings in its terms",
+                l.describe(),
+                missing.join(" and "),
+                if missing.len() == 1 { "is" } else { "are" }
+            )
+        })
+    }
+}
+
+impl TableDriver for Iptables {
     /// iptables-nft's tables are nf_tables tables: read from the convergence's listing, in the
     /// order iptables shows them, with no program run. Legacy tables come from what detection
     /// read moments before, or from `iptables-legacy-save`.
     fn read(&self, key: &TableKey, cx: &mut Cx<'_>) -> Result<TableView> {
-        if self.variant == "nft" {
-            return Ok(super::nftables::read_nf(key, cx));
+        if self.variant == Variant::Nft {
+            return Ok(nf::read(key, cx.ruleset));
         }
         if let Some(text) = cx.legacy_saves.get(&(key.family, key.table.clone())) {
             return Ok(parse(text));
@@ -48,7 +158,9 @@ impl Driver for Iptables {
     fn rules_for(&self, o: &Opening, site: Site) -> usize {
         rules::source_count(o, site.family)
     }
+}
 
+impl Retire for Iptables {
     fn survey(&self, root: &FsPath, cx: &mut Cx<'_>) -> Result<Option<Retired>> {
         retire::survey(self.variant, root, cx)
     }
@@ -63,17 +175,17 @@ impl Driver for Iptables {
 }
 
 /// `iptables-nft`, `ip6tables-legacy`, …: the program for a family and a variant.
-pub fn program(family: Family, variant: &str, suffix: &str) -> String {
+pub fn program(family: Family, variant: Variant, suffix: &str) -> String {
     let base = if family == Family::Ipv6 {
         "ip6tables"
     } else {
         "iptables"
     };
-    format!("{base}-{variant}{suffix}")
+    format!("{base}-{}{suffix}", variant.as_str())
 }
 
 /// Reads one table with `PROGRAM-save -t TABLE`.
-pub fn read(key: &TableKey, variant: &str, cx: &Cx<'_>) -> Result<TableView> {
+pub fn read(key: &TableKey, variant: Variant, cx: &Cx<'_>) -> Result<TableView> {
     let save = program(key.family, variant, "-save");
     let out = cx
         .exec
@@ -125,7 +237,7 @@ pub fn parse(text: &str) -> TableView {
 /// table read from the nf_tables listing): adding openings runs no save at all.
 fn with_specs(
     key: &TableKey,
-    variant: &str,
+    variant: Variant,
     changes: &[Change],
     cx: &Cx<'_>,
 ) -> Result<Vec<Change>> {
@@ -254,7 +366,7 @@ pub fn restore_input(key: &TableKey, changes: &[Change]) -> String {
 }
 
 /// Writes one table's changes with `PROGRAM-restore --noflush`, one transaction.
-pub fn write(key: &TableKey, variant: &str, changes: &[Change], cx: &mut Cx<'_>) -> Result<()> {
+pub fn write(key: &TableKey, variant: Variant, changes: &[Change], cx: &mut Cx<'_>) -> Result<()> {
     if changes.is_empty() {
         return Ok(());
     }
@@ -286,7 +398,7 @@ mod tests {
             -A INPUT -j REJECT --reject-with icmp-port-unreachable\nCOMMIT\n";
         let view = parse(save);
         let key = TableKey {
-            backend: crate::detect::Backend::IptablesLegacy,
+            backend: crate::found::Backend::IptablesLegacy,
             family: Family::Ipv4,
             table: "filter".into(),
         };

@@ -1,23 +1,49 @@
 //! Hand-written nftables: openings written natively, into the found chain, in the one atomic
 //! batch of the convergence (stamped with the listing's generation by the engine). Retired on the
 //! flip by deleting the tables its configuration file loads (never by stopping its unit, whose
-//! stop flushes the whole ruleset), restored from their saved listings with `nft -f`.
+//! stop flushes the whole ruleset), restored from their saved listings with `nft -f`. Its layers
+//! are every nf_tables table no other kind claims.
 
-use super::{Change, Cx, Driver, Removal, TableKey, TableView};
-use crate::detect::Backend;
+use super::nf::{self, Shape};
+use super::seam::{
+    Change, Converger, Cx, Detect, Kind, Removal, Retire, TableDriver, TableKey, TableView,
+};
 use crate::error::{Error, Result};
-use crate::netlink::{Family, Position};
+use crate::found::{Backend, MESH_TABLE};
+use crate::netlink::{Family, Position, Ruleset};
 use crate::opening::Opening;
-use crate::place::seen_nft;
 use crate::retire::{Retired, Saved};
 use crate::rules::{self, Site};
 use std::path::Path as FsPath;
 
 pub struct Nftables;
 
-impl Driver for Nftables {
+/// Hand-written nftables behind every seam.
+pub const KIND: Kind = Kind {
+    detect: &Nftables,
+    converge: Converger::Table(&Nftables),
+    retire: &Nftables,
+};
+
+impl Detect for Nftables {
+    /// Every nf_tables table no other kind claims (detection asks this kind last).
+    fn wrote(&self, ruleset: &Ruleset, family: Family, table: &str, chain: &str) -> Option<String> {
+        Some(match nf::shape(ruleset, family, table, chain) {
+            Shape::Nft(sign) => format!(
+                "table {family} {table} has iptables' names but was written with nft: {sign}"
+            ),
+            _ => format!("table {family} {table}, written with nft"),
+        })
+    }
+
+    fn wrote_legacy(&self, _chains: &[&str]) -> bool {
+        false
+    }
+}
+
+impl TableDriver for Nftables {
     fn read(&self, key: &TableKey, cx: &mut Cx<'_>) -> Result<TableView> {
-        Ok(read_nf(key, cx))
+        Ok(nf::read(key, cx.ruleset))
     }
 
     fn write(
@@ -58,7 +84,9 @@ impl Driver for Nftables {
     fn rules_for(&self, o: &Opening, site: Site) -> usize {
         rules::source_count(o, site.family)
     }
+}
 
+impl Retire for Nftables {
     fn survey(&self, root: &FsPath, cx: &mut Cx<'_>) -> Result<Option<Retired>> {
         survey(root, cx)
     }
@@ -70,36 +98,6 @@ impl Driver for Nftables {
     fn restore(&self, saved: &Retired, cx: &mut Cx<'_>) -> Result<()> {
         restore(saved, cx)
     }
-}
-
-/// Every chain of an nf_tables table from the listing, each rule reduced for placement and
-/// removable by its handle (also how iptables-nft's tables are read: their order is iptables').
-pub(super) fn read_nf(key: &TableKey, cx: &Cx<'_>) -> TableView {
-    let mut view = TableView::default();
-    for c in cx
-        .ruleset
-        .chains
-        .iter()
-        .filter(|c| c.family == key.family && c.table == key.table)
-    {
-        let mut seen = Vec::new();
-        let mut how = Vec::new();
-        for r in cx.ruleset.rules_of(key.family, &key.table, &c.name) {
-            let mark = rules::listed_mark(r);
-            seen.push(seen_nft(
-                &r.exprs,
-                mark,
-                format!(
-                    "rule handle {} in {} {} {}",
-                    r.handle, key.family, key.table, c.name
-                ),
-            ));
-            how.push(Removal::Handle(r.handle));
-        }
-        view.seen.insert(c.name.clone(), seen);
-        view.how.insert(c.name.clone(), how);
-    }
-    view.index()
 }
 
 /// The files a hand-written nftables firewall boots from, as paths on the machine: Debian's and
@@ -231,7 +229,7 @@ fn include_files(root: &FsPath, path: &str) -> Vec<String> {
 
 /// The found firewall a configuration file loads: its tables as they are now, each saved with
 /// `nft list table` (the machine's own `nft`, which that file's boot unit needs too).
-pub(super) fn survey(root: &FsPath, cx: &mut Cx<'_>) -> Result<Option<Retired>> {
+fn survey(root: &FsPath, cx: &mut Cx<'_>) -> Result<Option<Retired>> {
     let Some(config) = CONFIGS
         .iter()
         .find(|c| root.join(c.trim_start_matches('/')).is_file())
@@ -240,7 +238,7 @@ pub(super) fn survey(root: &FsPath, cx: &mut Cx<'_>) -> Result<Option<Retired>> 
     };
     let mut saved = Vec::new();
     for (family, name) in config_tables(root, config, &mut Vec::new()) {
-        if name == crate::detect::MESH_TABLE || cx.ruleset.table(family, &name).is_none() {
+        if name == MESH_TABLE || cx.ruleset.table(family, &name).is_none() {
             continue;
         }
         let listing = cx.exec.run_ok(
@@ -276,7 +274,7 @@ fn saved_table(s: &Saved) -> Option<(Family, String)> {
 }
 
 /// Each saved table deleted in the caller's batch (one transaction with the derived filter).
-pub(super) fn retire(saved: &Retired, cx: &mut Cx<'_>) -> Result<()> {
+fn retire(saved: &Retired, cx: &mut Cx<'_>) -> Result<()> {
     for s in &saved.saved {
         let (family, name) = saved_table(s).ok_or_else(|| Error::Malformed {
             what: "a saved nftables table".into(),
@@ -291,7 +289,7 @@ pub(super) fn retire(saved: &Retired, cx: &mut Cx<'_>) -> Result<()> {
 
 /// Each saved table loaded again exactly as listed, with `nft -f`, in one transaction that first
 /// deletes a table of the same name if one was made meanwhile.
-pub(super) fn restore(saved: &Retired, cx: &mut Cx<'_>) -> Result<()> {
+fn restore(saved: &Retired, cx: &mut Cx<'_>) -> Result<()> {
     let mut script = String::new();
     for s in &saved.saved {
         let (family, name) = saved_table(s).ok_or_else(|| Error::Malformed {

@@ -14,15 +14,15 @@
 //! byte for byte what it was (`ufw disable` would rewrite `ufw.conf`); the core disables
 //! `ufw.service`. Restored with `ufw-init start`, which loads the same files.
 
-use super::{collect_files, Change, Cx, Driver, TableKey, TableView};
-use crate::detect::{Backend, Layer};
-use crate::engine::{Converged, Presence, Scope, State};
+use super::seam::{Converger, Cx, Detect, Kind, Retire, WholeDriver};
 use crate::error::{Error, Result};
-use crate::netlink::Hook;
-use crate::opening::{From, Opening, Path};
+use crate::found::{Backend, Layer};
+use crate::netlink::{Family, Hook, Ruleset};
+use crate::opening::{Opening, Path};
+use crate::outcome::{Converged, Presence, Scope, State};
 use crate::published::{self, Target};
-use crate::retire::{Retired, Saved};
-use crate::rules::{self, Site};
+use crate::retire::{config_files, Retired, Saved};
+use crate::rules;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path as FsPath;
 
@@ -31,6 +31,13 @@ mod rule;
 use rule::{commands, key, split_quoted, Key};
 
 pub struct Ufw;
+
+/// ufw behind every seam.
+pub const KIND: Kind = Kind {
+    detect: &Ufw,
+    converge: Converger::Whole(&Ufw),
+    retire: &Ufw,
+};
 
 /// Where ufw's init script lives (Debian and Ubuntu; some systems keep it under /usr/lib).
 const UFW_INIT: &[&str] = &["/lib/ufw/ufw-init", "/usr/lib/ufw/ufw-init"];
@@ -160,33 +167,33 @@ fn active(cx: &Cx<'_>) -> Result<bool> {
         .is_some_and(|l| l.trim() == "Status: active"))
 }
 
-impl Driver for Ufw {
-    fn read(&self, key: &TableKey, _cx: &mut Cx<'_>) -> Result<TableView> {
-        Err(Error::Unsupported {
-            reason: format!("{key} is ufw's: openings go through ufw's own commands"),
-        })
+impl Detect for Ufw {
+    /// Tables holding ufw's `ufw-*` (or `ufw6-*`) chains.
+    fn wrote(
+        &self,
+        ruleset: &Ruleset,
+        family: Family,
+        table: &str,
+        _chain: &str,
+    ) -> Option<String> {
+        ruleset
+            .chains
+            .iter()
+            .any(|c| {
+                c.family == family
+                    && c.table == table
+                    && (c.name.starts_with("ufw-") || c.name.starts_with("ufw6-"))
+            })
+            .then(|| format!("ufw chains in table {family} {table}"))
     }
 
-    fn write(&self, key: &TableKey, _: &TableView, _: &[Change], _: &mut Cx<'_>) -> Result<()> {
-        Err(Error::Unsupported {
-            reason: format!("{key} is ufw's: openings go through ufw's own commands"),
-        })
+    fn wrote_legacy(&self, chains: &[&str]) -> bool {
+        chains.iter().any(|c| c.starts_with("ufw"))
     }
+}
 
-    /// One rule per source (for a forwarded opening, per source and destination: how many
-    /// destinations the runtime's DNAT has is known only when converging as a whole).
-    fn rules_for(&self, o: &Opening, _site: Site) -> usize {
-        match &o.from {
-            From::Networks(nets) => nets.len(),
-            _ => 1,
-        }
-    }
-
-    fn whole(&self) -> bool {
-        true
-    }
-
-    fn converge_whole(
+impl WholeDriver for Ufw {
+    fn converge(
         &self,
         layers: &[Layer],
         openings: &[Opening],
@@ -347,14 +354,16 @@ impl Driver for Ufw {
         }
         Ok(done)
     }
+}
 
+impl Retire for Ufw {
     fn survey(&self, root: &FsPath, cx: &mut Cx<'_>) -> Result<Option<Retired>> {
         if !cx.exec.exists("ufw") || !active(cx)? {
             return Ok(None);
         }
         let rules = added(cx)?.len();
         let mut config = Vec::new();
-        collect_files(&root.join("etc/ufw"), root, &mut config);
+        config_files(&root.join("etc/ufw"), root, &mut config);
         if root.join("etc/default/ufw").is_file() {
             config.push("/etc/default/ufw".into());
         }
@@ -396,7 +405,7 @@ impl Driver for Ufw {
 mod tests {
     use super::*;
     use crate::exec::RecordingExec;
-    use crate::opening::Proto;
+    use crate::opening::{From, Proto};
 
     fn opening(from: From, path: Path) -> Opening {
         Opening {
@@ -546,7 +555,7 @@ mod tests {
             exec: &exec,
         };
         let done = Ufw
-            .converge_whole(
+            .converge(
                 &[layer],
                 std::slice::from_ref(o),
                 Scope::Given,

@@ -2,7 +2,7 @@
 //! read, and the kind a set of layers makes.
 
 use super::*;
-use crate::netlink::{Chain, ChainHook, CmpOp, Rule, RuleBody};
+use crate::netlink::{Chain, ChainHook, CmpOp, MetaKey, Rule, RuleBody};
 
 #[test]
 fn parses_iptables_save() {

@@ -4,23 +4,14 @@
 
 use super::Firewall;
 use crate::backend::{self, Cx};
-use crate::detect::{Backend, MESH_TABLE};
 use crate::error::{Error, Result};
 use crate::filter::{self, FilterSpec};
+use crate::found::{Backend, MESH_TABLE};
 use crate::guard::GUARD_CHAIN;
 use crate::netlink::{Batch, Family, Ruleset};
 use crate::retire::Retired;
 use std::collections::BTreeMap;
 use std::path::Path as FsPath;
-
-/// The kinds whose found firewall can be retired, in the order they are surveyed.
-const KINDS: [Backend; 5] = [
-    Backend::Nftables,
-    Backend::IptablesNft,
-    Backend::IptablesLegacy,
-    Backend::Firewalld,
-    Backend::Ufw,
-];
 
 impl Firewall<'_> {
     /// Every kind's found firewall on this machine, as its own configuration under `root` says
@@ -30,21 +21,11 @@ impl Firewall<'_> {
         let ruleset = self.listing()?;
         let found = self.found()?.clone();
         let mut out = Vec::new();
-        for kind in KINDS {
+        for kind in Backend::ALL {
             let layered = found.layers.iter().any(|l| l.backend == kind);
             if kind != Backend::Nftables && !layered {
                 continue;
             }
-            let Some(driver) = backend::driver(kind) else {
-                if layered {
-                    return Err(Error::Unsupported {
-                        reason: format!(
-                            "the found firewall is {kind}, which this build cannot retire"
-                        ),
-                    });
-                }
-                continue;
-            };
             let mut batch = Batch::new();
             let mut cx = Cx {
                 ruleset: &ruleset,
@@ -52,7 +33,7 @@ impl Firewall<'_> {
                 batch: &mut batch,
                 exec: self.exec,
             };
-            if let Some(r) = driver.survey(root, &mut cx)? {
+            if let Some(r) = backend::kind(kind).retire.survey(root, &mut cx)? {
                 out.push(r);
             }
         }
@@ -81,13 +62,13 @@ impl Firewall<'_> {
         // Native tables join the batch; the others wait until it is in force.
         for r in saved.iter().filter(|r| r.backend == Backend::Nftables) {
             let mut cx = self.cx(&ruleset, &legacy, &mut batch);
-            out.push(driver_for(r.backend)?.retire(r, &mut cx)?);
+            out.push(backend::kind(r.backend).retire.retire(r, &mut cx)?);
         }
         self.send(&batch)?;
         for r in saved.iter().filter(|r| r.backend != Backend::Nftables) {
             let mut none = Batch::new();
             let mut cx = self.cx(&ruleset, &legacy, &mut none);
-            out.push(driver_for(r.backend)?.retire(r, &mut cx)?);
+            out.push(backend::kind(r.backend).retire.retire(r, &mut cx)?);
             self.send(&none)?;
         }
         self.found = None;
@@ -102,7 +83,7 @@ impl Firewall<'_> {
         for r in saved {
             let mut none = Batch::new();
             let mut cx = self.cx(&ruleset, &legacy, &mut none);
-            driver_for(r.backend)?.restore(r, &mut cx)?;
+            backend::kind(r.backend).retire.restore(r, &mut cx)?;
             self.send(&none)?;
         }
         if let Some(sock) = self.nf.as_mut() {
@@ -162,12 +143,6 @@ impl Firewall<'_> {
         }
         self.nf.as_mut().ok_or_else(no_nf)?.send(batch)
     }
-}
-
-fn driver_for(kind: Backend) -> Result<&'static dyn backend::Driver> {
-    backend::driver(kind).ok_or_else(|| Error::Unsupported {
-        reason: format!("the found firewall is {kind}, which this build cannot retire or restore"),
-    })
 }
 
 fn no_nf() -> Error {

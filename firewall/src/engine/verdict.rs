@@ -2,9 +2,10 @@
 //! verdicts it reports and the walk `firewall explain` prints, and placement asked of the model.
 
 use super::Firewall;
-use crate::detect::{self, Backend, Found, Layer};
+use crate::detect;
 use crate::error::Result;
 use crate::eval::{Fam, Model, Placement, Snapshot, Verdict};
+use crate::found::{Backend, Found, Layer};
 use crate::netlink::Family;
 use crate::opening::Opening;
 use crate::place::Place;

@@ -14,8 +14,8 @@
 //! protocol: an opening restricted to networks or to the private network's interface would be
 //! widened by it, so such an opening is not written and is reported not admitted, saying why.
 
-use crate::engine::Scope;
 use crate::opening::{From, Opening};
+use crate::outcome::Scope;
 use crate::published::Target;
 use std::collections::{BTreeMap, BTreeSet};
 

@@ -3,9 +3,18 @@
 //! private network's interface) made to exist at run time.
 
 use super::forward::ForwardPort;
-use super::{POLICY, PRIORITY, ZONE};
 use crate::dbus::{Arg, Bus, Value};
 use crate::error::{Error, Result};
+
+/// The mesh's policy in firewalld: every rich rule in it is the mesh's.
+pub const POLICY: &str = "mesh-host";
+/// Its priority: the largest firewalld allows, so it runs after every other policy and after
+/// the zones' own rules.
+const PRIORITY: i32 = 32767;
+
+/// The mesh's zone in firewalld, for the private network's interface (the mesh's own): every
+/// rich rule in it, and the interface bound to it, are the mesh's.
+pub const ZONE: &str = "mesh-private";
 
 pub(super) const DEST: &str = "org.fedoraproject.FirewallD1";
 pub(super) const OBJ: &str = "/org/fedoraproject/FirewallD1";

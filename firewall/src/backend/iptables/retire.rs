@@ -11,9 +11,8 @@
 //! back exactly those rules at the places they held, around whatever the runtime added meanwhile,
 //! and the policies the chains had.
 
-use super::{program, quoted};
+use super::{program, quoted, Variant};
 use crate::backend::Cx;
-use crate::detect::Backend;
 use crate::error::{Error, Result};
 use crate::netlink::Family;
 use crate::retire::{Retired, Saved};
@@ -98,7 +97,7 @@ fn config(root: &FsPath, family: Family) -> Option<(&'static str, &'static str)>
     })
 }
 
-fn save(variant: &str, family: Family, table: &str, cx: &Cx<'_>) -> Result<String> {
+fn save(variant: Variant, family: Family, table: &str, cx: &Cx<'_>) -> Result<String> {
     Ok(cx
         .exec
         .run_ok(
@@ -111,7 +110,7 @@ fn save(variant: &str, family: Family, table: &str, cx: &Cx<'_>) -> Result<Strin
 
 /// Whether the rule `spec` of `chain` is in force, asked of iptables (`-C`).
 fn in_force(
-    variant: &str,
+    variant: Variant,
     family: Family,
     table: &str,
     chain: &str,
@@ -138,12 +137,8 @@ fn in_force(
 /// The found iptables firewall of this variant: the rules its files hold that are in force in
 /// this variant's tables, each table saved. `None` when no file is there, or none of its rules
 /// nor refusing policies are in force in this variant (they are the other variant's).
-pub(crate) fn survey(variant: &str, root: &FsPath, cx: &mut Cx<'_>) -> Result<Option<Retired>> {
-    let backend = if variant == "nft" {
-        Backend::IptablesNft
-    } else {
-        Backend::IptablesLegacy
-    };
+pub(crate) fn survey(variant: Variant, root: &FsPath, cx: &mut Cx<'_>) -> Result<Option<Retired>> {
+    let backend = variant.backend();
     let mut saved = Vec::new();
     let mut configs = Vec::new();
     let mut unit = None;
@@ -241,7 +236,7 @@ fn malformed(s: &Saved) -> Error {
 
 /// Takes the file's rules out, one restore per table; returns the parts with what was taken out
 /// as `iptables-save` printed it before and after, for return.
-pub(crate) fn retire(variant: &str, saved: &Retired, cx: &mut Cx<'_>) -> Result<Retired> {
+pub(crate) fn retire(variant: Variant, saved: &Retired, cx: &mut Cx<'_>) -> Result<Retired> {
     let mut out = saved.clone();
     for part in &mut out.saved {
         let (family, table) = table_of(part).ok_or_else(|| malformed(part))?;
@@ -326,7 +321,7 @@ pub(crate) fn retire(variant: &str, saved: &Retired, cx: &mut Cx<'_>) -> Result<
 /// Puts back what [`retire`] took out: chains it deleted made again, its rules inserted at the
 /// places they held among the rules there now, the built-in chains' policies as they were; one
 /// restore per table.
-pub(crate) fn restore(variant: &str, saved: &Retired, cx: &mut Cx<'_>) -> Result<()> {
+pub(crate) fn restore(variant: Variant, saved: &Retired, cx: &mut Cx<'_>) -> Result<()> {
     for part in &saved.saved {
         let (family, table) = table_of(part).ok_or_else(|| malformed(part))?;
         let (before_text, gone_text) = part
