@@ -218,7 +218,7 @@ pub(super) fn unflip(cx: &mut Cx<'_>) -> Result<String, String> {
     // A firewall that is a daemon (firewalld) must run before its state can be put back.
     for r in saved.retired.iter().filter(|r| r.daemon) {
         if let Some(unit) = &r.unit {
-            let sm = crate::system::service_manager(cx.runner)?;
+            let sm = crate::system::service_manager(cx.runner).map_err(|e| e.to_string())?;
             sm.start(unit)
                 .map_err(|e| format!("starting {unit} to restore {}: {e}", r.backend))?;
         }

@@ -80,7 +80,7 @@ pub(super) fn apply(cx: &mut Cx<'_>, spec: &OpeningSpec) -> Result<Done, String>
                 "admitted by the derived filter (inet mesh_host)",
             ));
         }
-        cx.record_owned(rec)?;
+        cx.record_owned(rec).map_err(|e| e.to_string())?;
         return Ok(Done::new(
             Outcome::Created,
             "admitted by the derived filter (inet mesh_host)",
@@ -146,7 +146,7 @@ pub(super) fn apply(cx: &mut Cx<'_>, spec: &OpeningSpec) -> Result<Done, String>
                     _ => None,
                 })
                 .collect();
-            cx.record_owned_all(recs)?;
+            cx.record_owned_all(recs).map_err(|e| e.to_string())?;
         }
     }
     let (added, removed, states, verdict) = match cx.openings.as_ref().expect("converged above") {
@@ -168,7 +168,7 @@ pub(super) fn apply(cx: &mut Cx<'_>, spec: &OpeningSpec) -> Result<Done, String>
     }
     let rec = record_of(spec, &opening);
     if cx.store.state.owned(&spec.id) != Some(&rec) {
-        cx.record_owned(rec)?;
+        cx.record_owned(rec).map_err(|e| e.to_string())?;
     }
     let mut in_force = Vec::new();
     let mut not_needed = 0;

@@ -5,7 +5,7 @@
 
 use super::{
     container, declared_openings, directory, file, opening, package, service, Cx, Done, Outcome,
-    Report,
+    Report, ResourceError,
 };
 use crate::declaration::{Resource, Shape};
 use crate::failpoint;
@@ -59,7 +59,7 @@ pub(super) fn remove_undeclared(cx: &mut Cx<'_>, report: &mut Report) {
 
 /// Removes (or forgets, by the asymmetry) what an owned record says the host made, then drops
 /// the record.
-fn remove_owned(cx: &mut Cx<'_>, rec: &Owned) -> Result<Done, String> {
+fn remove_owned(cx: &mut Cx<'_>, rec: &Owned) -> Result<Done, ResourceError> {
     let done = match rec.shape {
         Shape::File => file::remove(cx, rec),
         Shape::Directory => directory::remove(cx, rec),
@@ -67,7 +67,9 @@ fn remove_owned(cx: &mut Cx<'_>, rec: &Owned) -> Result<Done, String> {
             Outcome::Forgotten,
             "an action leaves nothing the host owns",
         )),
-        Shape::Opening => declared_openings(cx).and_then(|d| opening::remove(cx, &rec.id, &d)),
+        Shape::Opening => declared_openings(cx)
+            .and_then(|d| opening::remove(cx, &rec.id, &d))
+            .map_err(ResourceError::Firewall),
         Shape::Container => container::remove(cx, rec),
         Shape::Service => service::remove(cx, rec),
         Shape::Package => package::remove(cx, rec),
@@ -117,7 +119,7 @@ pub(super) fn sweep_stale_marks(cx: &mut Cx<'_>, report: &mut Report) {
                     &id,
                     Shape::Opening,
                     id.clone(),
-                    Ok(Done::new(
+                    Ok::<_, String>(Done::new(
                         Outcome::Removed,
                         format!("stale marked rule {mark} removed from {layer}"),
                     )),

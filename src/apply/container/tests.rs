@@ -22,10 +22,10 @@ fn spec(d: &Declaration) -> &ContainerSpec {
 }
 
 fn apply(bed: &mut Bed, rt: &FakeRuntime, d: &Declaration) -> Result<Done, String> {
-    apply_with(&mut bed.cx(d), rt, spec(d))
+    apply_with(&mut bed.cx(d), rt, spec(d)).map_err(|e| e.to_string())
 }
 
-fn outcome(r: Result<Done, String>) -> (Outcome, String) {
+fn outcome(r: Result<Done, impl std::fmt::Display>) -> (Outcome, String) {
     let d = r.unwrap_or_else(|e| panic!("failed: {e}"));
     (d.outcome, d.detail)
 }
