@@ -295,11 +295,15 @@ mod tests {
         v
     }
 
-    fn apply(bed: &mut Bed, pm: &dyn PackageManager, d: &Declaration) -> Result<Done, String> {
+    fn apply(
+        bed: &mut Bed,
+        pm: &dyn PackageManager,
+        d: &Declaration,
+    ) -> Result<Done, ResourceError> {
         let Resource::Package(p) = &d.resources[0] else {
             panic!("not a package")
         };
-        apply_with(&mut bed.cx(d), pm, p).map_err(|e| e.to_string())
+        apply_with(&mut bed.cx(d), pm, p)
     }
 
     fn outcome(r: Result<Done, impl std::fmt::Display>) -> (Outcome, String) {
@@ -332,7 +336,8 @@ mod tests {
         let absent = declaration("converged", &[], json!([pkg(Some("9.9"))]));
         let e = apply(&mut bed, &pm, &absent)
             .err()
-            .expect("no such version");
+            .expect("no such version")
+            .to_string();
         assert!(
             e.contains("installing package sl") && e.contains("9.9"),
             "{e}"
@@ -354,6 +359,8 @@ mod tests {
         pm.inert.set(true);
         let d = declaration("converged", &[], json!([pkg(None)]));
         let e = apply(&mut bed, &pm, &d).err().expect("fails");
+        assert!(matches!(e, ResourceError::NotAsDeclared(_)), "{e:?}");
+        let e = e.to_string();
         assert_eq!(
             e,
             "package sl: fake said it installed it, but it is not installed"
@@ -460,7 +467,10 @@ esac
         let mut other = Bed::new();
         std::fs::remove_file(stub.dir.path().join("installed/sl")).unwrap();
         let pinned = declaration("converged", &[], json!([pkg(Some("5.01-1"))]));
-        let e = apply(&mut other, &pm, &pinned).err().expect("fails");
+        let e = apply(&mut other, &pm, &pinned)
+            .err()
+            .expect("fails")
+            .to_string();
         assert_eq!(
             e,
             "package sl: 5.02-3 is installed, not the declared 5.01-1"
@@ -496,7 +506,10 @@ esac
             (Outcome::Changed, "was 5.02-r0; 5.02-r1 installed".into())
         );
         let absent = declaration("converged", &[], json!([pkg(Some("9-r0"))]));
-        let e = apply(&mut bed, &pm, &absent).err().expect("fails");
+        let e = apply(&mut bed, &pm, &absent)
+            .err()
+            .expect("fails")
+            .to_string();
         assert!(e.contains("unable to select packages: sl=9-r0"), "{e}");
     }
 
@@ -620,6 +633,8 @@ esac
             answers(&bed, code, &stdout);
             let d = declaration("converged", &[], json!([host_pkg("0.2.0")]));
             let e = apply(&mut bed, &pm, &d).err().expect("fails");
+            assert!(matches!(e, ResourceError::NewHost { .. }), "{e:?}");
+            let e = e.to_string();
             assert!(
                 e.starts_with(
                     "package mesh-host: the new binary /usr/bin/mesh-host does not run here"

@@ -226,11 +226,11 @@ mod tests {
                "state": state, "enabled": enabled})
     }
 
-    fn apply(bed: &mut Bed, sm: &FakeServices, d: &Declaration) -> Result<Done, String> {
+    fn apply(bed: &mut Bed, sm: &FakeServices, d: &Declaration) -> Result<Done, ResourceError> {
         let Resource::Service(s) = &d.resources[0] else {
             panic!("not a service")
         };
-        apply_with(&mut bed.cx(d), sm, s).map_err(|e| e.to_string())
+        apply_with(&mut bed.cx(d), sm, s)
     }
 
     fn outcome(r: Result<Done, impl std::fmt::Display>) -> (Outcome, String) {
@@ -246,6 +246,8 @@ mod tests {
             let e = apply(&mut bed, &sm, &d)
                 .err()
                 .expect("a missing service fails");
+            assert!(matches!(e, ResourceError::Refused(_)), "{e:?}");
+            let e = e.to_string();
             assert!(e.contains("nginx is not installed"), "{e}");
         }
         assert!(sm.calls.borrow().is_empty());
@@ -305,7 +307,7 @@ mod tests {
         sm.unit("nginx", false, true);
         sm.inert.set(true);
         let d = declaration("converged", &[], json!([svc("running", true)]));
-        let e = apply(&mut bed, &sm, &d).err().expect("fails");
+        let e = apply(&mut bed, &sm, &d).err().expect("fails").to_string();
         assert!(
             e.contains("was started without an error, but reads back stopped enabled"),
             "{e}"

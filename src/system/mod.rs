@@ -74,6 +74,12 @@ pub enum Error {
     Unavailable(String),
 }
 
+/// Why a program's answer does not read as the host expects (what was missing or malformed):
+/// the detail an [`Error::Unreadable`] gives beside the program's name.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct Unparsed(pub String);
+
 /// Runs `argv` through the runner in `/` (system commands act on the machine, never on `--root`).
 pub(crate) fn run(
     runner: &dyn Runner,
