@@ -15,7 +15,26 @@ pub struct View {
     pub inventory: Inventory,
     pub containers: Vec<Container>,
     /// Which runtime answered, or why none did.
-    pub runtime: Result<String, String>,
+    pub runtime: Runtime,
+}
+
+/// Which container runtime the inventory's containers come from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Runtime {
+    /// This runtime's CLI (or its engine's API) answered.
+    Answered(String),
+    /// None answered, and why (none on this machine, an engine that does not answer): no
+    /// containers are counted.
+    None(String),
+}
+
+impl Runtime {
+    /// The runtime's name, or why there is none.
+    pub fn as_str(&self) -> &str {
+        match self {
+            Runtime::Answered(s) | Runtime::None(s) => s,
+        }
+    }
 }
 
 /// How many containers one `inspect` call names: well inside any argv limit, and one call for
@@ -24,11 +43,11 @@ const INSPECT_AT_ONCE: usize = 200;
 
 /// The running containers, through whichever runtime is on the machine (none is not an error:
 /// a machine without a runtime runs no containers).
-pub fn running_containers(runner: &dyn Runner) -> Result<(Vec<Container>, Result<String, String>)> {
+pub fn running_containers(runner: &dyn Runner) -> Result<(Vec<Container>, Runtime)> {
     let Some(kind) = system::detect_runtime(|k| std::env::var(k).ok(), system::on_path) else {
         return Ok((
             Vec::new(),
-            Err("no container runtime on this machine".into()),
+            Runtime::None("no container runtime on this machine".into()),
         ));
     };
     // The engine's own API first: one request on its socket where the CLI is two processes.
@@ -38,7 +57,7 @@ pub fn running_containers(runner: &dyn Runner) -> Result<(Vec<Container>, Result
         match system::engine_api::running(&socket) {
             Ok(mut containers) => {
                 containers.retain(|c| c.running);
-                return Ok((containers, Ok(kind.as_str().to_string())));
+                return Ok((containers, Runtime::Answered(kind.as_str().to_string())));
             }
             Err(e) => tracing::debug!(error = %e, "asking the engine's CLI instead"),
         }
@@ -65,7 +84,7 @@ fn running_with(
     runner: &dyn Runner,
     program: &str,
     runtime: &dyn system::ContainerRuntime,
-) -> Result<(Vec<Container>, Result<String, String>)> {
+) -> Result<(Vec<Container>, Runtime)> {
     let argv: Vec<String> = [program, "ps", "--format", "{{.Names}}"]
         .iter()
         .map(|s| s.to_string())
@@ -81,7 +100,7 @@ fn running_with(
         if stderr.contains("Cannot connect to the Docker daemon") {
             return Ok((
                 Vec::new(),
-                Err(format!(
+                Runtime::None(format!(
                     "{program} is installed but its engine does not answer ({}); no containers counted",
                     stderr.trim()
                 )),
@@ -100,7 +119,7 @@ fn running_with(
         containers.extend(inspect_all(runner, program, runtime, chunk)?);
     }
     containers.retain(|c| c.running);
-    Ok((containers, Ok(program.to_string())))
+    Ok((containers, Runtime::Answered(program.to_string())))
 }
 
 /// Inspects every named container in one call. A container removed since the listing makes the
@@ -223,7 +242,7 @@ impl View {
                 "process": l.owners.first().map(|o| o.name.clone()),
                 "owners": l.owners.iter().map(|o| json!({"pid": o.pid, "process": o.name})).collect::<Vec<_>>(),
             })).collect::<Vec<_>>(),
-            "runtime": match &self.runtime { Ok(k) => json!(k), Err(e) => json!({"none": e}) },
+            "runtime": match &self.runtime { Runtime::Answered(k) => json!(k), Runtime::None(e) => json!({"none": e}) },
             "containers": self.containers.iter().map(|c| json!({
                 "name": c.name,
                 "image": c.image,
@@ -265,11 +284,7 @@ impl View {
                 std::net::SocketAddr::new(l.address, l.port).to_string()
             );
         }
-        let _ = writeln!(
-            out,
-            "containers ({})",
-            self.runtime.as_deref().unwrap_or_else(|e| e)
-        );
+        let _ = writeln!(out, "containers ({})", self.runtime.as_str());
         for c in &self.containers {
             let ports: Vec<String> = c
                 .ports
@@ -347,7 +362,7 @@ mod tests {
         ]);
         let rt = system::docker::new(&r);
         let (found, kind) = running_with(&r, "docker", &rt).unwrap();
-        assert_eq!(kind.unwrap(), "docker");
+        assert_eq!(kind, Runtime::Answered("docker".into()));
         let names: Vec<&str> = found.iter().map(|c| c.name.as_str()).collect();
         assert_eq!(names, ["web"], "only running containers count");
         assert_eq!(found[0].ports[0].host_port, 8080);
@@ -386,6 +401,9 @@ mod tests {
         let rt = system::docker::new(&r);
         let (found, kind) = running_with(&r, "docker", &rt).unwrap();
         assert!(found.is_empty());
-        assert!(kind.unwrap_err().contains("does not answer"));
+        assert!(
+            matches!(&kind, Runtime::None(why) if why.contains("does not answer")),
+            "{kind:?}"
+        );
     }
 }

@@ -51,8 +51,12 @@ pub enum StoreError {
         "store {path} has format version {found}; this host reads versions 1 and {STORE_VERSION}"
     )]
     Version { path: PathBuf, found: u32 },
-    #[error("store journal {path}: {message}")]
-    Journal { path: PathBuf, message: String },
+    #[error("store journal {path}: {source}")]
+    Journal {
+        path: PathBuf,
+        #[source]
+        source: journal::JournalError,
+    },
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> StoreError + '_ {
@@ -406,9 +410,9 @@ impl Store {
         for (_, op) in &ops {
             self.state
                 .apply_op(op)
-                .map_err(|message| StoreError::Journal {
+                .map_err(|source| StoreError::Journal {
                     path: jpath.clone(),
-                    message,
+                    source,
                 })?;
         }
         let Some(snapshot) = &self.snapshot else {
@@ -521,10 +525,10 @@ fn load(dir: &Path) -> Result<Option<Loaded>, StoreError> {
         len: bytes.len() as u64,
     };
     if let Some(j) = &jbytes {
-        let replayed = journal::replay(j, &snapshot.digest, &mut state).map_err(|message| {
+        let replayed = journal::replay(j, &snapshot.digest, &mut state).map_err(|source| {
             StoreError::Journal {
                 path: jpath.clone(),
-                message,
+                source,
             }
         })?;
         tracing::debug!(?replayed, journal = %jpath.display(), "journal read");

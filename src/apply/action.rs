@@ -3,12 +3,12 @@
 //! The host never learns what an action means; `verify` exiting 0 is the whole of its knowledge,
 //! and it is asked again after `run`, so a command that "succeeded" without doing its work fails.
 
-use super::{Cx, Done, Outcome};
+use super::{Cx, Done, Outcome, ResourceError};
 use crate::declaration::{ActionSpec, Shape};
 use crate::store::{self, Owned};
 use run::describe;
 
-pub(super) fn apply(cx: &mut Cx<'_>, spec: &ActionSpec) -> Result<Done, String> {
+pub(super) fn apply(cx: &mut Cx<'_>, spec: &ActionSpec) -> Result<Done, ResourceError> {
     let root = cx.root.display().to_string();
     let env = [("MESH_HOST_ROOT", root.as_str())];
     let run = |cx: &Cx<'_>, argv: &[String]| {
@@ -16,8 +16,8 @@ pub(super) fn apply(cx: &mut Cx<'_>, spec: &ActionSpec) -> Result<Done, String> 
             .run(argv, cx.root, &env)
             .map_err(|e| match e.kind() {
                 // The message names the command and its deadline already.
-                std::io::ErrorKind::TimedOut => e.to_string(),
-                _ => format!("starting {:?}: {e}", argv[0]),
+                std::io::ErrorKind::TimedOut => ResourceError::Child(e.to_string()),
+                _ => ResourceError::Child(format!("starting {:?}: {e}", argv[0])),
             })
     };
     let rec = Owned {
@@ -31,9 +31,8 @@ pub(super) fn apply(cx: &mut Cx<'_>, spec: &ActionSpec) -> Result<Done, String> 
         found: false,
     };
     if run(cx, &spec.verify)?.success() {
-        if cx.store.state.owned(&spec.id) != Some(&rec) {
-            cx.record_owned(rec)?;
-        }
+        let was = cx.store.state.owned(&spec.id).cloned();
+        cx.refresh_owned(rec, was.as_ref())?;
         return Ok(Done::new(
             Outcome::Unchanged,
             "verify passes; nothing to run",
@@ -41,16 +40,19 @@ pub(super) fn apply(cx: &mut Cx<'_>, spec: &ActionSpec) -> Result<Done, String> 
     }
     let out = run(cx, &spec.run)?;
     if !out.success() {
-        return Err(format!("run {}", describe(&spec.run, &out)));
+        return Err(ResourceError::NotAsDeclared(format!(
+            "run {}",
+            describe(&spec.run, &out)
+        )));
     }
     cx.changed(&spec.id);
     let check = run(cx, &spec.verify)?;
     if !check.success() {
-        return Err(format!(
+        return Err(ResourceError::NotAsDeclared(format!(
             "ran {:?}, but verify {}",
             spec.run[0],
             describe(&spec.verify, &check)
-        ));
+        )));
     }
     cx.record_owned(rec)?;
     Ok(Done::new(

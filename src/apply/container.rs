@@ -10,9 +10,10 @@
 //! module is taken; taking it replaces it with the declared one, which the host then created, so
 //! it is recorded as the host's own (`found: false`) and removed when no longer declared.
 
-use super::{Cx, Done, Outcome};
+use super::adopt::{self, Found, Kept};
+use super::{Cx, Done, Outcome, ResourceError};
 use crate::declaration::{ContainerSpec, PublishedPort, Shape};
-use crate::store::{self, Held, Owned};
+use crate::store::{self, Owned};
 use crate::system::{self, normalize_image, Container, ContainerRuntime, NewContainer};
 use run::Runner;
 use std::collections::BTreeMap;
@@ -189,8 +190,8 @@ fn describe_found(c: &Container) -> String {
     )
 }
 
-pub(super) fn apply(cx: &mut Cx<'_>, spec: &ContainerSpec) -> Result<Done, String> {
-    let rt = system::container_runtime(cx.runner)?;
+pub(super) fn apply(cx: &mut Cx<'_>, spec: &ContainerSpec) -> Result<Done, ResourceError> {
+    let rt = system::container_runtime(cx.runner).map_err(ResourceError::Unavailable)?;
     apply_with(cx, rt.as_ref(), spec)
 }
 
@@ -198,7 +199,7 @@ pub(super) fn apply_with(
     cx: &mut Cx<'_>,
     rt: &dyn ContainerRuntime,
     spec: &ContainerSpec,
-) -> Result<Done, String> {
+) -> Result<Done, ResourceError> {
     let freed = free_ports(cx, rt, spec)?;
     let done = converge_resource(cx, rt, spec)?;
     Ok(if freed.is_empty() {
@@ -223,7 +224,7 @@ fn free_ports(
     cx: &mut Cx<'_>,
     rt: &dyn ContainerRuntime,
     spec: &ContainerSpec,
-) -> Result<Vec<String>, String> {
+) -> Result<Vec<String>, ResourceError> {
     let declared: Vec<&str> = cx.decl.resources.iter().map(|r| r.id()).collect();
     let stale: Vec<Owned> = cx
         .store
@@ -264,7 +265,7 @@ fn converge_resource(
     cx: &mut Cx<'_>,
     rt: &dyn ContainerRuntime,
     spec: &ContainerSpec,
-) -> Result<Done, String> {
+) -> Result<Done, ResourceError> {
     let id = spec.id.as_str();
     let name = spec.name.as_str();
     let digest = spec_digest(spec);
@@ -291,8 +292,15 @@ fn converge_resource(
             owned = None;
         }
     }
-    let held = cx.store.state.held_at(id, name).cloned();
     let keep = cx.keeps_found(spec.module.as_deref());
+    let found = |now: Option<String>| Found {
+        id,
+        module: spec.module.as_deref(),
+        shape: Shape::Container,
+        key: name,
+        keep,
+        now,
+    };
     let record = Owned {
         id: id.to_string(),
         module: spec.module.clone(),
@@ -316,45 +324,26 @@ fn converge_resource(
         (Some(rec), Some(c)) => converge(cx, rt, spec, &digest, record, Some(rec), c),
         (None, Some(c)) if ours(&c) => converge(cx, rt, spec, &digest, record, None, c),
         (None, None) => {
-            if held.is_some() && keep {
-                return Ok(Done::new(
-                    Outcome::ChangedBySomethingElse,
-                    "held container was removed by something else; not recreated",
-                ));
+            if let Some(kept) = adopt::decide(cx, &found(None))? {
+                return Ok(kept.done(|_| {
+                    "held container was removed by something else; not recreated".into()
+                }));
             }
             create(cx, rt, spec, &digest, record)?;
             Ok(Done::new(Outcome::Created, "created and running"))
         }
         (None, Some(c)) => {
             // Found: a container at a declared name with no record of the host creating it.
-            let now = fingerprint(&c);
-            if keep {
-                return match held {
-                    Some(h) if h.digest.as_deref() != Some(now.as_str()) => Ok(Done::new(
-                        Outcome::ChangedBySomethingElse,
-                        format!(
-                            "held container was {}; not restarted or reverted",
-                            what_changed(h.digest.as_deref().unwrap_or(""), &c)
-                        ),
-                    )),
-                    Some(_) => Ok(Done::new(
-                        Outcome::Held,
-                        format!("found {}; kept as it is", describe_found(&c)),
-                    )),
-                    None => {
-                        cx.record_held(Held {
-                            id: id.to_string(),
-                            module: spec.module.clone(),
-                            shape: Shape::Container,
-                            key: name.to_string(),
-                            digest: Some(now),
-                        })?;
-                        Ok(Done::new(
-                            Outcome::Held,
-                            format!("found {}; kept as it is", describe_found(&c)),
-                        ))
+            if let Some(kept) = adopt::decide(cx, &found(Some(fingerprint(&c))))? {
+                return Ok(kept.done(|k| match k {
+                    Kept::Changed { was } => format!(
+                        "held container was {}; not restarted or reverted",
+                        what_changed(was, &c)
+                    ),
+                    Kept::Gone | Kept::Held => {
+                        format!("found {}; kept as it is", describe_found(&c))
                     }
-                };
+                }));
             }
             replace(cx, rt, spec, &digest, record)?;
             Ok(Done::new(
@@ -377,7 +366,7 @@ fn converge(
     record: Owned,
     rec: Option<Owned>,
     c: Container,
-) -> Result<Done, String> {
+) -> Result<Done, ResourceError> {
     let diffs = differences(&c, spec, digest);
     if !diffs.is_empty() {
         replace(cx, rt, spec, digest, record)?;
@@ -388,8 +377,10 @@ fn converge(
     }
     if !c.running {
         cx.intend(&record)?;
-        rt.start(&spec.name)
-            .map_err(|e| format!("starting container {}: {e}", spec.name))?;
+        rt.start(&spec.name).map_err(ResourceError::system(format!(
+            "starting container {}",
+            spec.name
+        )))?;
         cx.changed(&spec.id);
         read_back(rt, spec, digest)?;
         cx.record_owned(record)?;
@@ -401,18 +392,17 @@ fn converge(
             ),
         ));
     }
-    if rec.as_ref() != Some(&record) {
-        cx.record_owned(record)?;
-    }
+    cx.refresh_owned(record, rec.as_ref())?;
     Ok(Done::new(
         Outcome::Unchanged,
         "matches the declaration and is running",
     ))
 }
 
-fn inspect(rt: &dyn ContainerRuntime, name: &str) -> Result<Option<Container>, String> {
-    rt.inspect(name)
-        .map_err(|e| format!("inspecting container {name}: {e}"))
+fn inspect(rt: &dyn ContainerRuntime, name: &str) -> Result<Option<Container>, ResourceError> {
+    rt.inspect(name).map_err(ResourceError::system(format!(
+        "inspecting container {name}"
+    )))
 }
 
 fn create(
@@ -421,7 +411,7 @@ fn create(
     spec: &ContainerSpec,
     digest: &str,
     record: Owned,
-) -> Result<(), String> {
+) -> Result<(), ResourceError> {
     cx.intend(&record)?;
     run_and_record(cx, rt, spec, digest, record)
 }
@@ -434,7 +424,7 @@ fn replace(
     spec: &ContainerSpec,
     digest: &str,
     record: Owned,
-) -> Result<(), String> {
+) -> Result<(), ResourceError> {
     cx.intend(&record)?;
     remove_and_check(cx, rt, &spec.name, &spec.id, " to replace it")?;
     run_and_record(cx, rt, spec, digest, record)
@@ -446,39 +436,49 @@ fn run_and_record(
     spec: &ContainerSpec,
     digest: &str,
     record: Owned,
-) -> Result<(), String> {
+) -> Result<(), ResourceError> {
     rt.run(&wanted(spec, digest))
-        .map_err(|e| format!("creating container {}: {e}", spec.name))?;
+        .map_err(ResourceError::system(format!(
+            "creating container {}",
+            spec.name
+        )))?;
     cx.changed(&spec.id);
     read_back(rt, spec, digest)?;
-    cx.record_owned(record)
+    Ok(cx.record_owned(record)?)
 }
 
 /// Inspects the container the host just made or started: it must match and be running.
-fn read_back(rt: &dyn ContainerRuntime, spec: &ContainerSpec, digest: &str) -> Result<(), String> {
+fn read_back(
+    rt: &dyn ContainerRuntime,
+    spec: &ContainerSpec,
+    digest: &str,
+) -> Result<(), ResourceError> {
     let name = &spec.name;
-    let c = inspect(rt, name)?
-        .ok_or_else(|| format!("container {name} is missing right after it was created"))?;
+    let c = inspect(rt, name)?.ok_or_else(|| {
+        ResourceError::NotAsDeclared(format!(
+            "container {name} is missing right after it was created"
+        ))
+    })?;
     let diffs = differences(&c, spec, digest);
     if !diffs.is_empty() {
-        return Err(format!(
+        return Err(ResourceError::NotAsDeclared(format!(
             "container {name} does not read back as declared: {}",
             diffs.join("; ")
-        ));
+        )));
     }
     if !c.running {
-        return Err(format!(
+        return Err(ResourceError::NotAsDeclared(format!(
             "container {name} was started but is not running ({}, exit code {})",
             c.status, c.exit_code
-        ));
+        )));
     }
     Ok(())
 }
 
 /// Removes an undeclared container the host created. A container now at that name without the
 /// host's label is somebody else's, and is left where it is.
-pub(super) fn remove(cx: &mut Cx<'_>, rec: &Owned) -> Result<Done, String> {
-    let rt = system::container_runtime(cx.runner)?;
+pub(super) fn remove(cx: &mut Cx<'_>, rec: &Owned) -> Result<Done, ResourceError> {
+    let rt = system::container_runtime(cx.runner).map_err(ResourceError::Unavailable)?;
     remove_with(cx, rt.as_ref(), rec)
 }
 
@@ -486,7 +486,7 @@ pub(super) fn remove_with(
     cx: &mut Cx<'_>,
     rt: &dyn ContainerRuntime,
     rec: &Owned,
-) -> Result<Done, String> {
+) -> Result<Done, ResourceError> {
     let name = rec.key.as_str();
     let Some(c) = inspect(rt, name)? else {
         return Ok(Done::new(
@@ -517,14 +517,15 @@ fn remove_and_check(
     name: &str,
     id: &str,
     why: &str,
-) -> Result<(), String> {
-    rt.remove(name)
-        .map_err(|e| format!("removing container {name}{why}: {e}"))?;
+) -> Result<(), ResourceError> {
+    rt.remove(name).map_err(ResourceError::system(format!(
+        "removing container {name}{why}"
+    )))?;
     cx.changed(id);
     if inspect(rt, name)?.is_some() {
-        return Err(format!(
+        return Err(ResourceError::NotAsDeclared(format!(
             "container {name} is still there after it was removed"
-        ));
+        )));
     }
     Ok(())
 }

@@ -1,22 +1,23 @@
 //! The directory applier: a declared directory's existence, mode and ownership.
 
+use super::adopt::{self, Found, Kept};
 use super::file::Want;
-use super::{Cx, Done, Outcome};
+use super::{Cx, Done, Outcome, ResourceError};
 use crate::declaration::{DirectorySpec, Shape};
-use crate::store::{Held, Owned};
+use crate::store::Owned;
 use std::fs;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
-fn read(path: &Path) -> Result<Option<(u32, u32, u32)>, String> {
+fn read(path: &Path) -> Result<Option<(u32, u32, u32)>, ResourceError> {
     match fs::symlink_metadata(path) {
         Ok(m) if m.is_dir() => Ok(Some((m.mode() & 0o7777, m.uid(), m.gid()))),
-        Ok(_) => Err(format!(
+        Ok(_) => Err(ResourceError::Refused(format!(
             "{} exists and is not a directory; the host will not replace it",
             path.display()
-        )),
+        ))),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(format!("reading {}: {e}", path.display())),
+        Err(e) => Err(ResourceError::io(format!("reading {}", path.display()))(e)),
     }
 }
 
@@ -25,7 +26,7 @@ fn fingerprint((mode, uid, gid): (u32, u32, u32)) -> String {
     format!("directory {mode:04o} {uid}:{gid}")
 }
 
-pub(super) fn apply(cx: &mut Cx<'_>, spec: &DirectorySpec) -> Result<Done, String> {
+pub(super) fn apply(cx: &mut Cx<'_>, spec: &DirectorySpec) -> Result<Done, ResourceError> {
     let id = spec.id.as_str();
     let key = spec.path.as_str();
     let path = cx.machine(key)?;
@@ -38,8 +39,15 @@ pub(super) fn apply(cx: &mut Cx<'_>, spec: &DirectorySpec) -> Result<Done, Strin
     )?;
     let cur = read(&path)?;
     let owned = cx.store.state.owned_by_key(Shape::Directory, key).cloned();
-    let held = cx.store.state.held_at(id, key).cloned();
     let keep = cx.keeps_found(spec.module.as_deref());
+    let found = |now: Option<String>| Found {
+        id,
+        module: spec.module.as_deref(),
+        shape: Shape::Directory,
+        key,
+        keep,
+        now,
+    };
     let record = |found: bool| Owned {
         id: id.to_string(),
         module: spec.module.clone(),
@@ -48,16 +56,20 @@ pub(super) fn apply(cx: &mut Cx<'_>, spec: &DirectorySpec) -> Result<Done, Strin
         digest: None,
         found,
     };
-    let ensure = |cx: &mut Cx<'_>, rec: Owned, create: bool| -> Result<(), String> {
+    let ensure = |cx: &mut Cx<'_>, rec: Owned, create: bool| -> Result<(), ResourceError> {
         cx.intend(&rec)?;
         if create {
-            fs::create_dir_all(&path).map_err(|e| format!("creating {}: {e}", path.display()))?;
+            fs::create_dir_all(&path)
+                .map_err(ResourceError::io(format!("creating {}", path.display())))?;
         }
         want.set(&path)?;
         cx.changed(id);
         match read(&path)? {
-            Some((m, u, g)) if want.matches(m, u, g) => cx.record_owned(rec),
-            _ => Err(format!("{} does not read back as declared", path.display())),
+            Some((m, u, g)) if want.matches(m, u, g) => Ok(cx.record_owned(rec)?),
+            _ => Err(ResourceError::NotAsDeclared(format!(
+                "{} does not read back as declared",
+                path.display()
+            ))),
         }
     };
     match (owned, cur) {
@@ -79,37 +91,23 @@ pub(super) fn apply(cx: &mut Cx<'_>, spec: &DirectorySpec) -> Result<Done, Strin
             Ok(Done::new(Outcome::Created, "was missing; created again"))
         }
         (None, None) => {
-            if held.is_some() && keep {
-                return Ok(Done::new(
-                    Outcome::ChangedBySomethingElse,
-                    "held directory was removed by something else; not recreated",
-                ));
+            if let Some(kept) = adopt::decide(cx, &found(None))? {
+                return Ok(kept.done(|_| {
+                    "held directory was removed by something else; not recreated".into()
+                }));
             }
             ensure(cx, record(false), true)?;
             Ok(Done::new(Outcome::Created, "created"))
         }
         (None, Some(now)) => {
             let print = fingerprint(now);
-            if keep {
-                return match held {
-                    Some(h) if h.digest.as_deref() != Some(print.as_str()) => Ok(Done::new(
-                        Outcome::ChangedBySomethingElse,
-                        format!(
-                            "held directory changed by something else (now {print}); not reverted"
-                        ),
-                    )),
-                    Some(_) => Ok(Done::new(Outcome::Held, "found; kept as it is")),
-                    None => {
-                        cx.record_held(Held {
-                            id: id.to_string(),
-                            module: spec.module.clone(),
-                            shape: Shape::Directory,
-                            key: key.to_string(),
-                            digest: Some(print),
-                        })?;
-                        Ok(Done::new(Outcome::Held, "found; kept as it is"))
-                    }
-                };
+            if let Some(kept) = adopt::decide(cx, &found(Some(print.clone())))? {
+                return Ok(kept.done(|k| match k {
+                    Kept::Gone | Kept::Changed { .. } => format!(
+                        "held directory changed by something else (now {print}); not reverted"
+                    ),
+                    Kept::Held => "found; kept as it is".into(),
+                }));
             }
             let (m, u, g) = now;
             if want.matches(m, u, g) {
@@ -129,7 +127,7 @@ pub(super) fn apply(cx: &mut Cx<'_>, spec: &DirectorySpec) -> Result<Done, Strin
 }
 
 /// Removes an undeclared directory the host created, if it is empty; anything else is left.
-pub(super) fn remove(cx: &mut Cx<'_>, rec: &Owned) -> Result<Done, String> {
+pub(super) fn remove(cx: &mut Cx<'_>, rec: &Owned) -> Result<Done, ResourceError> {
     if rec.found {
         return Ok(Done::new(
             Outcome::Forgotten,
@@ -150,6 +148,6 @@ pub(super) fn remove(cx: &mut Cx<'_>, rec: &Owned) -> Result<Done, String> {
             Outcome::Forgotten,
             "no longer declared, but not empty: left in place so nothing in it is lost",
         )),
-        Err(e) => Err(format!("removing {}: {e}", path.display())),
+        Err(e) => Err(ResourceError::io(format!("removing {}", path.display()))(e)),
     }
 }

@@ -1,8 +1,9 @@
 //! The file applier: a declared file's content, mode and ownership, and keeping a found one.
 
-use super::{Cx, Done, Outcome};
+use super::adopt::{self, Found, Kept};
+use super::{Cx, Done, Outcome, ResourceError};
 use crate::declaration::{validate::parse_mode, FileSpec, Shape};
-use crate::store::{self, Held, Owned};
+use crate::store::{self, Owned};
 use std::fs;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
@@ -29,7 +30,7 @@ impl Want {
         default: u32,
         owner: Option<&str>,
         group: Option<&str>,
-    ) -> Result<Want, String> {
+    ) -> Result<Want, ResourceError> {
         Ok(Want {
             mode: mode.map(parse_mode).transpose()?.unwrap_or(default),
             uid: owner.map(|o| crate::accounts::uid(root, o)).transpose()?,
@@ -42,41 +43,53 @@ impl Want {
     }
 
     /// Sets mode and ownership on an open file (`path` only names it in errors).
-    pub fn set_file(&self, file: &fs::File, path: &Path) -> Result<(), String> {
+    pub fn set_file(&self, file: &fs::File, path: &Path) -> Result<(), ResourceError> {
         file.set_permissions(fs::Permissions::from_mode(self.mode))
-            .map_err(|e| format!("setting mode {:o} on {}: {e}", self.mode, path.display()))?;
+            .map_err(ResourceError::io(format!(
+                "setting mode {:o} on {}",
+                self.mode,
+                path.display()
+            )))?;
         if self.uid.is_some() || self.gid.is_some() {
-            std::os::unix::fs::fchown(file, self.uid, self.gid)
-                .map_err(|e| format!("setting owner of {}: {e}", path.display()))?;
+            std::os::unix::fs::fchown(file, self.uid, self.gid).map_err(ResourceError::io(
+                format!("setting owner of {}", path.display()),
+            ))?;
         }
         Ok(())
     }
 
     /// Sets mode and ownership on a path.
-    pub fn set(&self, path: &Path) -> Result<(), String> {
-        fs::set_permissions(path, fs::Permissions::from_mode(self.mode))
-            .map_err(|e| format!("setting mode {:o} on {}: {e}", self.mode, path.display()))?;
+    pub fn set(&self, path: &Path) -> Result<(), ResourceError> {
+        fs::set_permissions(path, fs::Permissions::from_mode(self.mode)).map_err(
+            ResourceError::io(format!(
+                "setting mode {:o} on {}",
+                self.mode,
+                path.display()
+            )),
+        )?;
         if self.uid.is_some() || self.gid.is_some() {
-            std::os::unix::fs::chown(path, self.uid, self.gid)
-                .map_err(|e| format!("setting owner of {}: {e}", path.display()))?;
+            std::os::unix::fs::chown(path, self.uid, self.gid).map_err(ResourceError::io(
+                format!("setting owner of {}", path.display()),
+            ))?;
         }
         Ok(())
     }
 }
 
-fn read(path: &Path) -> Result<Option<Current>, String> {
+fn read(path: &Path) -> Result<Option<Current>, ResourceError> {
+    let reading = || ResourceError::io(format!("reading {}", path.display()));
     let meta = match fs::metadata(path) {
         Ok(m) => m,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(format!("reading {}: {e}", path.display())),
+        Err(e) => return Err(reading()(e)),
     };
     if !meta.is_file() {
-        return Err(format!(
+        return Err(ResourceError::Refused(format!(
             "{} exists and is not a regular file; the host will not replace it",
             path.display()
-        ));
+        )));
     }
-    let bytes = fs::read(path).map_err(|e| format!("reading {}: {e}", path.display()))?;
+    let bytes = fs::read(path).map_err(reading())?;
     Ok(Some(Current {
         bytes,
         mode: meta.mode() & 0o7777,
@@ -86,27 +99,30 @@ fn read(path: &Path) -> Result<Option<Current>, String> {
 }
 
 /// Writes the file atomically next to its final path, then renames it into place.
-fn write(path: &Path, bytes: &[u8], want: &Want) -> Result<(), String> {
-    let dir = path
-        .parent()
-        .ok_or_else(|| format!("{} has no parent directory", path.display()))?;
-    fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
+fn write(path: &Path, bytes: &[u8], want: &Want) -> Result<(), ResourceError> {
+    let dir = path.parent().ok_or_else(|| {
+        ResourceError::Refused(format!("{} has no parent directory", path.display()))
+    })?;
+    fs::create_dir_all(dir).map_err(ResourceError::io(format!("creating {}", dir.display())))?;
     let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("file");
     let tmp = dir.join(format!(".{name}.mesh-host.tmp"));
-    let file =
-        store::create_synced(&tmp, bytes).map_err(|e| format!("writing {}: {e}", tmp.display()))?;
+    let file = store::create_synced(&tmp, bytes)
+        .map_err(ResourceError::io(format!("writing {}", tmp.display())))?;
     // Mode and owner are set on the open file, never through a path that could be swapped.
     want.set_file(&file, &tmp)?;
     drop(file);
-    fs::rename(&tmp, path).map_err(|e| format!("renaming into {}: {e}", path.display()))?;
-    store::sync_dir(dir).map_err(|e| format!("syncing {}: {e}", dir.display()))
+    fs::rename(&tmp, path).map_err(ResourceError::io(format!(
+        "renaming into {}",
+        path.display()
+    )))?;
+    store::sync_dir(dir).map_err(ResourceError::io(format!("syncing {}", dir.display())))
 }
 
 fn matches(cur: &Current, bytes: &[u8], want: &Want) -> bool {
     cur.bytes == bytes && want.matches(cur.mode, cur.uid, cur.gid)
 }
 
-pub(super) fn apply(cx: &mut Cx<'_>, spec: &FileSpec) -> Result<Done, String> {
+pub(super) fn apply(cx: &mut Cx<'_>, spec: &FileSpec) -> Result<Done, ResourceError> {
     let id = spec.id.as_str();
     let key = spec.path.as_str();
     let path = cx.machine(key)?;
@@ -122,6 +138,14 @@ pub(super) fn apply(cx: &mut Cx<'_>, spec: &FileSpec) -> Result<Done, String> {
     let owned = cx.store.state.owned_by_key(Shape::File, key).cloned();
     let held = cx.store.state.held_at(id, key).cloned();
     let keep = cx.keeps_found(spec.module.as_deref()) || spec.create_once;
+    let found = |now: Option<String>| Found {
+        id,
+        module: spec.module.as_deref(),
+        shape: Shape::File,
+        key,
+        keep,
+        now,
+    };
     let record = |found: bool| Owned {
         id: id.to_string(),
         module: spec.module.clone(),
@@ -137,9 +161,7 @@ pub(super) fn apply(cx: &mut Cx<'_>, spec: &FileSpec) -> Result<Done, String> {
                 let mut same = rec.clone();
                 same.id = id.to_string();
                 same.module = spec.module.clone();
-                if same != rec {
-                    cx.record_owned(same)?;
-                }
+                cx.refresh_owned(same, Some(&rec))?;
                 return Ok(Done::new(Outcome::Unchanged, "matches the declaration"));
             }
             let rec = Owned {
@@ -161,11 +183,10 @@ pub(super) fn apply(cx: &mut Cx<'_>, spec: &FileSpec) -> Result<Done, String> {
             Ok(Done::new(Outcome::Created, "was missing; written again"))
         }
         (None, None) => {
-            if held.is_some() && keep {
-                return Ok(Done::new(
-                    Outcome::ChangedBySomethingElse,
-                    "held file was removed by something else; not recreated",
-                ));
+            if let Some(kept) = adopt::decide(cx, &found(None))? {
+                return Ok(
+                    kept.done(|_| "held file was removed by something else; not recreated".into())
+                );
             }
             write_and_record(cx, &path, &bytes, &want, record(false))?;
             Ok(Done::new(Outcome::Created, "written"))
@@ -185,32 +206,13 @@ pub(super) fn apply(cx: &mut Cx<'_>, spec: &FileSpec) -> Result<Done, String> {
             // Found: present with no record. Its original is saved before anything else.
             let saved = cx.keep_original(id, key, &cur.bytes)?;
             let now = store::digest(&cur.bytes);
-            if keep {
-                return match held {
-                    Some(h) if h.digest.as_deref() != Some(now.as_str()) => Ok(Done::new(
-                        Outcome::ChangedBySomethingElse,
-                        format!(
-                            "held file was rewritten by something else (now {now}); not reverted"
-                        ),
-                    )),
-                    Some(_) => Ok(Done::new(
-                        Outcome::Held,
-                        format!("found; kept as it is; original saved at {saved}"),
-                    )),
-                    None => {
-                        cx.record_held(Held {
-                            id: id.to_string(),
-                            module: spec.module.clone(),
-                            shape: Shape::File,
-                            key: key.to_string(),
-                            digest: Some(now),
-                        })?;
-                        Ok(Done::new(
-                            Outcome::Held,
-                            format!("found; kept as it is; original saved at {saved}"),
-                        ))
-                    }
-                };
+            if let Some(kept) = adopt::decide(cx, &found(Some(now.clone())))? {
+                return Ok(kept.done(|k| match k {
+                    Kept::Gone | Kept::Changed { .. } => format!(
+                        "held file was rewritten by something else (now {now}); not reverted"
+                    ),
+                    Kept::Held => format!("found; kept as it is; original saved at {saved}"),
+                }));
             }
             if matches(&cur, &bytes, &want) {
                 cx.record_owned(record(true))?;
@@ -234,20 +236,27 @@ fn write_and_record(
     bytes: &[u8],
     want: &Want,
     rec: Owned,
-) -> Result<(), String> {
+) -> Result<(), ResourceError> {
     cx.intend(&rec)?;
     write(path, bytes, want)?;
     cx.changed(&rec.id);
-    let back = read(path)?
-        .ok_or_else(|| format!("{} is missing right after it was written", path.display()))?;
+    let back = read(path)?.ok_or_else(|| {
+        ResourceError::NotAsDeclared(format!(
+            "{} is missing right after it was written",
+            path.display()
+        ))
+    })?;
     if !matches(&back, bytes, want) {
-        return Err(format!("{} does not read back as written", path.display()));
+        return Err(ResourceError::NotAsDeclared(format!(
+            "{} does not read back as written",
+            path.display()
+        )));
     }
-    cx.record_owned(rec)
+    Ok(cx.record_owned(rec)?)
 }
 
 /// Removes an undeclared file the host created; one it took over is forgotten, never removed.
-pub(super) fn remove(cx: &mut Cx<'_>, rec: &Owned) -> Result<Done, String> {
+pub(super) fn remove(cx: &mut Cx<'_>, rec: &Owned) -> Result<Done, ResourceError> {
     if rec.found {
         let original = cx
             .store
@@ -270,6 +279,6 @@ pub(super) fn remove(cx: &mut Cx<'_>, rec: &Owned) -> Result<Done, String> {
             Outcome::Removed,
             "no longer declared; already gone",
         )),
-        Err(e) => Err(format!("removing {}: {e}", path.display())),
+        Err(e) => Err(ResourceError::io(format!("removing {}", path.display()))(e)),
     }
 }

@@ -7,9 +7,11 @@
 //! cannot implement (no service or package manager, see `system`) is refused at validation.
 
 mod action;
+mod adopt;
 mod brief;
 mod container;
 mod directory;
+mod error;
 mod file;
 mod opening;
 mod package;
@@ -17,6 +19,7 @@ mod remove;
 mod report;
 mod service;
 
+pub use error::{OriginalError, PathError, ResourceError};
 pub use report::{count, Entry, NotAdmitted, Outcome, Report};
 
 use remove::{moved_away, remove_undeclared, sweep_stale_marks};
@@ -108,7 +111,7 @@ impl Cx<'_> {
     /// The machine path of a declared path, under the root, refused if a symbolic link on the
     /// way takes it out of the root or onto one of the host's own paths (validation saw only
     /// the declared spelling; `/bin` may be a link to `/usr/bin`, `/etc` to somewhere else).
-    pub fn machine(&self, path: &str) -> Result<PathBuf, String> {
+    pub fn machine(&self, path: &str) -> Result<PathBuf, PathError> {
         let p = self.root.join(path.trim_start_matches('/'));
         // A link at the path itself is followed when it is read, so it is judged like its folders.
         let is_link = std::fs::symlink_metadata(&p).is_ok_and(|m| m.file_type().is_symlink());
@@ -124,23 +127,24 @@ impl Cx<'_> {
             existing = a.parent();
         }
         let Some(anchor) = existing else { return Ok(p) };
-        let resolved = anchor
-            .canonicalize()
-            .map_err(|e| format!("resolving {}: {e}", anchor.display()))?;
-        let root = self
-            .root
-            .canonicalize()
-            .map_err(|e| format!("resolving the root {}: {e}", self.root.display()))?;
+        let resolved = anchor.canonicalize().map_err(|source| PathError::Resolve {
+            path: anchor.to_path_buf(),
+            source,
+        })?;
+        let root = self.root.canonicalize().map_err(|source| PathError::Root {
+            root: self.root.to_path_buf(),
+            source,
+        })?;
         let Ok(inside) = resolved.strip_prefix(&root) else {
-            return Err(format!(
-                "{path} resolves through a symbolic link to {}, outside the machine's root",
-                resolved.display()
-            ));
+            return Err(PathError::OutsideRoot {
+                declared: path.to_string(),
+                resolved,
+            });
         };
         if is_link && !p.exists() {
-            return Err(format!(
-                "{path} is a symbolic link to nothing; the host will not write through it"
-            ));
+            return Err(PathError::Dangling {
+                declared: path.to_string(),
+            });
         }
         let rest = p.strip_prefix(anchor).unwrap_or(Path::new(""));
         let machine = Path::new("/").join(inside).join(rest);
@@ -148,10 +152,11 @@ impl Cx<'_> {
             .to_str()
             .and_then(crate::declaration::validate::own_path)
         {
-            return Err(format!(
-                "{path} resolves to {}, the host's own (named after it under {folder}); no declaration may name it",
-                machine.display()
-            ));
+            return Err(PathError::HostOwn {
+                declared: path.to_string(),
+                machine,
+                folder: folder.to_string(),
+            });
         }
         Ok(p)
     }
@@ -162,12 +167,12 @@ impl Cx<'_> {
     }
 
     /// Records one change to the store, durable when this returns.
-    fn record(&mut self, id: &str, op: Op) -> Result<(), String> {
-        self.store.record(id, op).map_err(|e| e.to_string())
+    fn record(&mut self, id: &str, op: Op) -> Result<(), StoreError> {
+        self.store.record(id, op)
     }
 
     /// Records, before a change, what the host is about to write.
-    pub fn intend(&mut self, record: &Owned) -> Result<(), String> {
+    pub fn intend(&mut self, record: &Owned) -> Result<(), StoreError> {
         self.record(&record.id, Op::Intend(record.clone()))
     }
 
@@ -177,7 +182,7 @@ impl Cx<'_> {
     }
 
     /// Records an owned resource after it worked and was read back.
-    pub fn record_owned(&mut self, rec: Owned) -> Result<(), String> {
+    pub fn record_owned(&mut self, rec: Owned) -> Result<(), StoreError> {
         let id = rec.id.clone();
         // The record the intent already spelled out is journaled as one short line.
         let op = match &self.store.state.pending {
@@ -191,20 +196,20 @@ impl Cx<'_> {
 
     /// Records owned resources that changed together (the openings of one firewall transaction)
     /// in one durable append.
-    pub fn record_owned_all(&mut self, recs: Vec<Owned>) -> Result<(), String> {
+    pub fn record_owned_all(&mut self, recs: Vec<Owned>) -> Result<(), StoreError> {
         let ids: Vec<String> = recs.iter().map(|r| r.id.clone()).collect();
         let ops = recs
             .into_iter()
             .map(|r| (r.id.clone(), Op::Own(r)))
             .collect();
-        self.store.record_all(ops).map_err(|e| e.to_string())?;
+        self.store.record_all(ops)?;
         for id in &ids {
             failpoint::hit("after-record", id);
         }
         Ok(())
     }
 
-    pub fn record_held(&mut self, rec: Held) -> Result<(), String> {
+    pub fn record_held(&mut self, rec: Held) -> Result<(), StoreError> {
         let id = rec.id.clone();
         self.record(&id, Op::Hold(rec))?;
         failpoint::hit("after-record", &id);
@@ -212,7 +217,7 @@ impl Cx<'_> {
     }
 
     /// Drops an owned record: what it names was removed, or is forgotten by the asymmetry.
-    pub fn forget(&mut self, rec: &Owned) -> Result<(), String> {
+    pub fn forget(&mut self, rec: &Owned) -> Result<(), StoreError> {
         self.record(
             &rec.id,
             Op::Unown {
@@ -225,13 +230,20 @@ impl Cx<'_> {
 
     /// Saves the original bytes of a found file before anything else happens to it, once per
     /// path; returns where they are kept.
-    pub fn keep_original(&mut self, id: &str, key: &str, bytes: &[u8]) -> Result<String, String> {
+    pub fn keep_original(
+        &mut self,
+        id: &str,
+        key: &str,
+        bytes: &[u8],
+    ) -> Result<String, OriginalError> {
         if let Some(o) = self.store.state.original(key) {
             return Ok(o.saved.clone());
         }
         let dir = self.store.originals_dir();
-        std::fs::create_dir_all(&dir)
-            .map_err(|e| format!("originals directory {}: {e}", dir.display()))?;
+        std::fs::create_dir_all(&dir).map_err(|source| OriginalError::Directory {
+            dir: dir.clone(),
+            source,
+        })?;
         let base = Path::new(key)
             .file_name()
             .and_then(|n| n.to_str())
@@ -241,10 +253,13 @@ impl Cx<'_> {
         // An original saved by a host that died before recording it is the first one; keep it.
         if !saved.exists() {
             let tmp = dir.join(format!(".{tag}.tmp"));
-            store::write_synced(&tmp, bytes)
-                .map_err(|e| format!("saving original of {key}: {e}"))?;
-            std::fs::rename(&tmp, &saved).map_err(|e| format!("saving original of {key}: {e}"))?;
-            store::sync_dir(&dir).map_err(|e| format!("saving original of {key}: {e}"))?;
+            let save = |source| OriginalError::Save {
+                key: key.to_string(),
+                source,
+            };
+            store::write_synced(&tmp, bytes).map_err(save)?;
+            std::fs::rename(&tmp, &saved).map_err(save)?;
+            store::sync_dir(&dir).map_err(save)?;
         }
         self.changed(id);
         // Recorded as a machine path, so the store reads the same under any root.
@@ -617,7 +632,9 @@ fn settle_pending(root: &Path, runner: &dyn Runner, state: &mut store::State) {
 }
 
 /// The openings of the declaration, in the firewall crate's terms.
-pub(crate) fn declared_openings(cx: &Cx<'_>) -> Result<Vec<firewall::Opening>, String> {
-    node_firewall::openings::declared(cx.decl, cx.store.state.settings.as_ref())
-        .map_err(|e| e.to_string())
+pub(crate) fn declared_openings(cx: &Cx<'_>) -> Result<Vec<firewall::Opening>, ResourceError> {
+    Ok(node_firewall::openings::declared(
+        cx.decl,
+        cx.store.state.settings.as_ref(),
+    )?)
 }

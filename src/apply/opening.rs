@@ -1,7 +1,7 @@
 //! The opening applier: a declared opening's own outcome read from the one convergence of the
 //! apply's openings (`node_firewall::openings`), recorded in the store and reported on its line.
 
-use super::{Cx, Done, Outcome};
+use super::{Cx, Done, Outcome, ResourceError};
 use crate::declaration::{OpeningSpec, Shape};
 use crate::node_firewall::openings::{self, Change};
 use crate::node_firewall::to_opening;
@@ -9,8 +9,8 @@ use crate::store::Owned;
 use firewall::Opening;
 
 /// One declared opening, from the convergence the apply loop made before the first opening.
-pub(super) fn apply(cx: &mut Cx<'_>, spec: &OpeningSpec) -> Result<Done, String> {
-    let opening = to_opening(spec, cx.store.state.settings.as_ref()).map_err(|e| e.to_string())?;
+pub(super) fn apply(cx: &mut Cx<'_>, spec: &OpeningSpec) -> Result<Done, ResourceError> {
+    let opening = to_opening(spec, cx.store.state.settings.as_ref())?;
     let rec = record_of(spec, &opening);
     // On a flipped node the derived filter admits it: loaded from the whole declaration before
     // the resources, nothing goes into the retired firewall.
@@ -40,12 +40,13 @@ pub(super) fn apply(cx: &mut Cx<'_>, spec: &OpeningSpec) -> Result<Done, String>
         }
     }
     let said = match &cx.openings {
-        Some(all) => all.of(&opening).map_err(|e| e.to_string())?,
+        Some(all) => all.of(&opening)?,
         None => {
-            return Err(format!(
+            return Err(crate::node_firewall::Error::Declared(format!(
                 "opening {}: the openings were not converged",
                 spec.id
             ))
+            .into())
         }
     };
     if said.change != Change::Unchanged {
@@ -95,7 +96,11 @@ fn record_of(spec: &OpeningSpec, opening: &Opening) -> Owned {
 }
 
 /// Removes every marked rule of an opening that is no longer declared.
-pub(super) fn remove(cx: &mut Cx<'_>, id: &str, declared: &[Opening]) -> Result<Done, String> {
+pub(super) fn remove(
+    cx: &mut Cx<'_>,
+    id: &str,
+    declared: &[Opening],
+) -> Result<Done, ResourceError> {
     if cx.store.state.flip.is_some() {
         cx.changed(id);
         return Ok(Done::new(
@@ -103,7 +108,7 @@ pub(super) fn remove(cx: &mut Cx<'_>, id: &str, declared: &[Opening]) -> Result<
             "no longer declared; the derived filter no longer admits it",
         ));
     }
-    let line = openings::remove(&mut *cx.fw, id, declared).map_err(|e| e.to_string())?;
+    let line = openings::remove(&mut *cx.fw, id, declared)?;
     cx.changed(id);
     Ok(Done::new(Outcome::Removed, line))
 }

@@ -17,10 +17,11 @@
 //! binary ([`Report::restarts_host`](super::Report::restarts_host)). The host's own package is
 //! never held: the installation put it there, not a predecessor.
 
-use super::{Cx, Done, Outcome};
+use super::adopt::{self, Found, Kept};
+use super::{Cx, Done, Outcome, ResourceError};
 use crate::declaration::validate::OWN_PACKAGE;
 use crate::declaration::{PackageSpec, Shape};
-use crate::store::{self, Held, Owned};
+use crate::store::{self, Owned};
 use crate::system::{self, PackageManager};
 use run::Runner;
 use std::path::Path;
@@ -41,13 +42,15 @@ fn wanted_digest(version: Option<&str>) -> Option<String> {
     version.map(|v| store::digest(fingerprint(v).as_bytes()))
 }
 
-fn installed(pm: &dyn PackageManager, name: &str) -> Result<Option<String>, String> {
-    pm.installed(name)
-        .map_err(|e| format!("reading package {name} through {}: {e}", pm.name()))
+fn installed(pm: &dyn PackageManager, name: &str) -> Result<Option<String>, ResourceError> {
+    pm.installed(name).map_err(ResourceError::system(format!(
+        "reading package {name} through {}",
+        pm.name()
+    )))
 }
 
-pub(super) fn apply(cx: &mut Cx<'_>, spec: &PackageSpec) -> Result<Done, String> {
-    let pm = system::package_manager(cx.runner)?;
+pub(super) fn apply(cx: &mut Cx<'_>, spec: &PackageSpec) -> Result<Done, ResourceError> {
+    let pm = system::package_manager(cx.runner).map_err(ResourceError::Unavailable)?;
     apply_with(cx, pm.as_ref(), spec)
 }
 
@@ -55,14 +58,21 @@ pub(super) fn apply_with(
     cx: &mut Cx<'_>,
     pm: &dyn PackageManager,
     spec: &PackageSpec,
-) -> Result<Done, String> {
+) -> Result<Done, ResourceError> {
     let id = spec.id.as_str();
     let name = spec.name.as_str();
     let want = spec.version.as_deref();
     let cur = installed(pm, name)?;
     let owned = cx.store.state.owned_by_key(Shape::Package, name).cloned();
-    let held = cx.store.state.held_at(id, name).cloned();
     let keep = name != OWN_PACKAGE && cx.keeps_found(spec.module.as_deref());
+    let found = |now: Option<String>| Found {
+        id,
+        module: spec.module.as_deref(),
+        shape: Shape::Package,
+        key: name,
+        keep,
+        now,
+    };
     let record = |found: bool| Owned {
         id: id.to_string(),
         module: spec.module.clone(),
@@ -88,9 +98,7 @@ pub(super) fn apply_with(
                         format!("{v} is installed, as declared; {}", restarts(&runs)),
                     ));
                 }
-                if same != rec {
-                    cx.record_owned(same)?;
-                }
+                cx.refresh_owned(same, Some(&rec))?;
                 return Ok(Done::new(
                     Outcome::Unchanged,
                     format!("{v} is installed, as declared"),
@@ -110,49 +118,25 @@ pub(super) fn apply_with(
             ))
         }
         (None, None) => {
-            if held.is_some() && keep {
-                return Ok(Done::new(
-                    Outcome::ChangedBySomethingElse,
-                    "held package was removed by something else; not reinstalled",
-                ));
+            if let Some(kept) = adopt::decide(cx, &found(None))? {
+                return Ok(kept.done(|_| {
+                    "held package was removed by something else; not reinstalled".into()
+                }));
             }
             let got = install(cx, pm, spec, record(false))?;
             Ok(Done::new(Outcome::Created, format!("{got} installed")))
         }
         (None, Some(v)) => {
             // Found: installed with no record of the host installing it.
-            let print = fingerprint(&v);
-            if keep {
-                return match held {
-                    Some(h) if h.digest.as_deref() != Some(print.as_str()) => Ok(Done::new(
-                        Outcome::ChangedBySomethingElse,
-                        format!(
-                            "held package was at {} and is at {v} now, changed by something \
-                             else; not reverted",
-                            h.digest
-                                .as_deref()
-                                .and_then(|d| d.strip_prefix("package "))
-                                .unwrap_or("?")
-                        ),
-                    )),
-                    Some(_) => Ok(Done::new(
-                        Outcome::Held,
-                        format!("found {v} installed; kept as it is"),
-                    )),
-                    None => {
-                        cx.record_held(Held {
-                            id: id.to_string(),
-                            module: spec.module.clone(),
-                            shape: Shape::Package,
-                            key: name.to_string(),
-                            digest: Some(print),
-                        })?;
-                        Ok(Done::new(
-                            Outcome::Held,
-                            format!("found {v} installed; kept as it is"),
-                        ))
-                    }
-                };
+            if let Some(kept) = adopt::decide(cx, &found(Some(fingerprint(&v))))? {
+                return Ok(kept.done(|k| match k {
+                    Kept::Changed { was } => format!(
+                        "held package was at {} and is at {v} now, changed by something else; \
+                         not reverted",
+                        was.strip_prefix("package ").unwrap_or("?")
+                    ),
+                    Kept::Gone | Kept::Held => format!("found {v} installed; kept as it is"),
+                }));
             }
             if fits(&v) {
                 if name == OWN_PACKAGE {
@@ -179,22 +163,25 @@ fn install(
     pm: &dyn PackageManager,
     spec: &PackageSpec,
     record: Owned,
-) -> Result<String, String> {
+) -> Result<String, ResourceError> {
     let name = spec.name.as_str();
     let want = spec.version.as_deref();
     cx.intend(&record)?;
     pm.install(name, want)
-        .map_err(|e| format!("installing package {name} through {}: {e}", pm.name()))?;
+        .map_err(ResourceError::system(format!(
+            "installing package {name} through {}",
+            pm.name()
+        )))?;
     cx.changed(&spec.id);
     match installed(pm, name)? {
-        None => Err(format!(
+        None => Err(ResourceError::NotAsDeclared(format!(
             "package {name}: {} said it installed it, but it is not installed",
             pm.name()
-        )),
-        Some(v) if want.is_some_and(|w| w != v) => Err(format!(
+        ))),
+        Some(v) if want.is_some_and(|w| w != v) => Err(ResourceError::NotAsDeclared(format!(
             "package {name}: {v} is installed, not the declared {}",
             want.unwrap_or_default()
-        )),
+        ))),
         Some(v) if name == OWN_PACKAGE => {
             let runs = check_new_host(cx.root, cx.runner)?;
             cx.record_owned(record)?;
@@ -213,15 +200,15 @@ fn restarts(runs: &str) -> String {
 
 /// Runs the newly installed host's `version` once, with a deadline: its line when it runs and was
 /// built for this system, else why not, in words an operator can act on.
-fn check_new_host(root: &Path, runner: &dyn Runner) -> Result<String, String> {
+fn check_new_host(root: &Path, runner: &dyn Runner) -> Result<String, ResourceError> {
     let bin = root.join(INSTALLED_BINARY);
     let shown = Path::new("/").join(INSTALLED_BINARY);
-    let shown = shown.display();
     let fail = |why: String| {
-        Err(format!(
-            "package {OWN_PACKAGE}: the new binary {shown} does not run here: {why}; the running host \
-             stays as it is and does not restart"
-        ))
+        Err(ResourceError::NewHost {
+            package: OWN_PACKAGE,
+            binary: shown.display().to_string(),
+            why,
+        })
     };
     if !bin.is_file() {
         return fail("the package installed no file there".into());
@@ -268,7 +255,7 @@ fn spawn_failure(e: &std::io::Error) -> String {
 }
 
 /// A package is never uninstalled; an undeclared one is forgotten and stays installed.
-pub(super) fn remove(_cx: &mut Cx<'_>, _rec: &Owned) -> Result<Done, String> {
+pub(super) fn remove(_cx: &mut Cx<'_>, _rec: &Owned) -> Result<Done, ResourceError> {
     Ok(Done::new(
         Outcome::Forgotten,
         "packages are never uninstalled; left installed",
@@ -308,14 +295,18 @@ mod tests {
         v
     }
 
-    fn apply(bed: &mut Bed, pm: &dyn PackageManager, d: &Declaration) -> Result<Done, String> {
+    fn apply(
+        bed: &mut Bed,
+        pm: &dyn PackageManager,
+        d: &Declaration,
+    ) -> Result<Done, ResourceError> {
         let Resource::Package(p) = &d.resources[0] else {
             panic!("not a package")
         };
         apply_with(&mut bed.cx(d), pm, p)
     }
 
-    fn outcome(r: Result<Done, String>) -> (Outcome, String) {
+    fn outcome(r: Result<Done, impl std::fmt::Display>) -> (Outcome, String) {
         let d = r.unwrap_or_else(|e| panic!("failed: {e}"));
         (d.outcome, d.detail)
     }
@@ -345,7 +336,8 @@ mod tests {
         let absent = declaration("converged", &[], json!([pkg(Some("9.9"))]));
         let e = apply(&mut bed, &pm, &absent)
             .err()
-            .expect("no such version");
+            .expect("no such version")
+            .to_string();
         assert!(
             e.contains("installing package sl") && e.contains("9.9"),
             "{e}"
@@ -367,6 +359,8 @@ mod tests {
         pm.inert.set(true);
         let d = declaration("converged", &[], json!([pkg(None)]));
         let e = apply(&mut bed, &pm, &d).err().expect("fails");
+        assert!(matches!(e, ResourceError::NotAsDeclared(_)), "{e:?}");
+        let e = e.to_string();
         assert_eq!(
             e,
             "package sl: fake said it installed it, but it is not installed"
@@ -473,7 +467,10 @@ esac
         let mut other = Bed::new();
         std::fs::remove_file(stub.dir.path().join("installed/sl")).unwrap();
         let pinned = declaration("converged", &[], json!([pkg(Some("5.01-1"))]));
-        let e = apply(&mut other, &pm, &pinned).err().expect("fails");
+        let e = apply(&mut other, &pm, &pinned)
+            .err()
+            .expect("fails")
+            .to_string();
         assert_eq!(
             e,
             "package sl: 5.02-3 is installed, not the declared 5.01-1"
@@ -509,7 +506,10 @@ esac
             (Outcome::Changed, "was 5.02-r0; 5.02-r1 installed".into())
         );
         let absent = declaration("converged", &[], json!([pkg(Some("9-r0"))]));
-        let e = apply(&mut bed, &pm, &absent).err().expect("fails");
+        let e = apply(&mut bed, &pm, &absent)
+            .err()
+            .expect("fails")
+            .to_string();
         assert!(e.contains("unable to select packages: sl=9-r0"), "{e}");
     }
 
@@ -579,7 +579,7 @@ esac
             "host",
             Shape::Package,
             "mesh-host".into(),
-            Ok(Done::new(o, detail)),
+            Ok::<_, ResourceError>(Done::new(o, detail)),
         );
         assert!(report.restarts_host());
         // Applied again, nothing changes and nothing restarts.
@@ -590,7 +590,7 @@ esac
             "host",
             Shape::Package,
             "mesh-host".into(),
-            Ok(Done::new(o, "")),
+            Ok::<_, ResourceError>(Done::new(o, "")),
         );
         assert!(!again.restarts_host());
     }
@@ -631,6 +631,8 @@ esac
             answers(&bed, code, &stdout);
             let d = declaration("converged", &[], json!([host_pkg("0.2.0")]));
             let e = apply(&mut bed, &pm, &d).err().expect("fails");
+            assert!(matches!(e, ResourceError::NewHost { .. }), "{e:?}");
+            let e = e.to_string();
             assert!(
                 e.starts_with(
                     "package mesh-host: the new binary /usr/bin/mesh-host does not run here"

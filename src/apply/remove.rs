@@ -5,7 +5,7 @@
 
 use super::{
     container, declared_openings, directory, file, opening, package, service, Cx, Done, Outcome,
-    Report,
+    Report, ResourceError,
 };
 use crate::declaration::{Resource, Shape};
 use crate::failpoint;
@@ -60,7 +60,7 @@ pub(super) fn remove_undeclared(cx: &mut Cx<'_>, report: &mut Report) {
 
 /// Removes (or forgets, by the asymmetry) what an owned record says the host made, then drops
 /// the record.
-fn remove_owned(cx: &mut Cx<'_>, rec: &Owned) -> Result<Done, String> {
+fn remove_owned(cx: &mut Cx<'_>, rec: &Owned) -> Result<Done, ResourceError> {
     let done = match rec.shape {
         Shape::File => file::remove(cx, rec),
         Shape::Directory => directory::remove(cx, rec),
@@ -105,9 +105,8 @@ pub(super) fn moved_away(cx: &mut Cx<'_>, res: &Resource, report: &mut Report) -
 /// Removes marked rules of openings that are not declared, whether or not the store remembers
 /// them (a lost store leaves marks the host can still recognise as its own).
 pub(super) fn sweep_stale_marks(cx: &mut Cx<'_>, report: &mut Report) {
-    let result = declared_openings(cx).and_then(|declared| {
-        node_firewall::openings::sweep(&mut *cx.fw, &declared).map_err(|e| e.to_string())
-    });
+    let result = declared_openings(cx)
+        .and_then(|declared| Ok(node_firewall::openings::sweep(&mut *cx.fw, &declared)?));
     match result {
         Ok(removed) => {
             for (mark, layer) in removed {
@@ -116,7 +115,7 @@ pub(super) fn sweep_stale_marks(cx: &mut Cx<'_>, report: &mut Report) {
                     &id,
                     Shape::Opening,
                     id.clone(),
-                    Ok(Done::new(
+                    Ok::<_, String>(Done::new(
                         Outcome::Removed,
                         format!("stale marked rule {mark} removed from {layer}"),
                     )),

@@ -100,16 +100,18 @@ impl Report {
         }
     }
 
+    /// Adds one resource's line: what its applier did, or why it failed (the error's text is
+    /// the line's detail).
     pub(crate) fn push(
         &mut self,
         id: &str,
         shape: Shape,
         key: String,
-        result: Result<Done, String>,
+        result: Result<Done, impl std::fmt::Display>,
     ) {
         let (outcome, detail) = match result {
             Ok(d) => (d.outcome, d.detail),
-            Err(reason) => (Outcome::Failed, reason),
+            Err(reason) => (Outcome::Failed, reason.to_string()),
         };
         match outcome {
             Outcome::Failed => tracing::error!(resource = id, %shape, key = %key, "{detail}"),

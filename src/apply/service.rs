@@ -7,9 +7,10 @@
 //! a service found running with no record serves something, so until its module is taken it is
 //! kept as it is and reported held, like a found file.
 
-use super::{Cx, Done, Outcome};
+use super::adopt::{self, Found, Kept};
+use super::{Cx, Done, Outcome, ResourceError};
 use crate::declaration::{ServiceSpec, ServiceState, Shape};
-use crate::store::{self, Held, Owned};
+use crate::store::{self, Owned};
 use crate::system::{self, ServiceManager, ServiceStatus};
 use run::Runner;
 
@@ -30,13 +31,15 @@ fn words(print: &str) -> &str {
     print.strip_prefix("service ").unwrap_or(print)
 }
 
-fn status(sm: &dyn ServiceManager, name: &str) -> Result<ServiceStatus, String> {
-    sm.status(name)
-        .map_err(|e| format!("reading service {name} through {}: {e}", sm.name()))
+fn status(sm: &dyn ServiceManager, name: &str) -> Result<ServiceStatus, ResourceError> {
+    sm.status(name).map_err(ResourceError::system(format!(
+        "reading service {name} through {}",
+        sm.name()
+    )))
 }
 
-pub(super) fn apply(cx: &mut Cx<'_>, spec: &ServiceSpec) -> Result<Done, String> {
-    let sm = system::service_manager(cx.runner)?;
+pub(super) fn apply(cx: &mut Cx<'_>, spec: &ServiceSpec) -> Result<Done, ResourceError> {
+    let sm = system::service_manager(cx.runner).map_err(ResourceError::Unavailable)?;
     apply_with(cx, sm.as_ref(), spec)
 }
 
@@ -44,54 +47,47 @@ pub(super) fn apply_with(
     cx: &mut Cx<'_>,
     sm: &dyn ServiceManager,
     spec: &ServiceSpec,
-) -> Result<Done, String> {
+) -> Result<Done, ResourceError> {
     let id = spec.id.as_str();
     let name = spec.name.as_str();
     let want_running = spec.state == ServiceState::Running;
     let want = fingerprint(want_running, spec.enabled);
     let st = status(sm, name)?;
     if !st.installed {
-        return Err(format!(
+        return Err(ResourceError::Refused(format!(
             "service {name} is not installed ({}); the host installs no unit files, and a \
              missing service is never reported as {}",
             st.detail,
             words(&want)
-        ));
+        )));
     }
     let cur = now(&st);
     let owned = cx.store.state.owned_by_key(Shape::Service, name).cloned();
     let held = cx.store.state.held_at(id, name).cloned();
     let keep = cx.keeps_found(spec.module.as_deref());
 
-    if owned.is_none() && keep && (held.is_some() || st.running) {
-        return match held {
-            Some(h) if h.digest.as_deref() != Some(cur.as_str()) => Ok(Done::new(
-                Outcome::ChangedBySomethingElse,
-                format!(
+    // A service found stopped serves nothing, so only a running one (or one already held) is
+    // something found to keep.
+    let found = Found {
+        id,
+        module: spec.module.as_deref(),
+        shape: Shape::Service,
+        key: name,
+        keep,
+        now: (held.is_some() || st.running).then(|| cur.clone()),
+    };
+    if owned.is_none() {
+        if let Some(kept) = adopt::decide(cx, &found)? {
+            return Ok(kept.done(|k| match k {
+                Kept::Changed { was } => format!(
                     "held service was {} when found and is {} now, changed by something else; \
                      not reverted",
-                    words(h.digest.as_deref().unwrap_or("")),
+                    words(was),
                     words(&cur)
                 ),
-            )),
-            Some(_) => Ok(Done::new(
-                Outcome::Held,
-                format!("found {}; kept as it is", words(&cur)),
-            )),
-            None => {
-                cx.record_held(Held {
-                    id: id.to_string(),
-                    module: spec.module.clone(),
-                    shape: Shape::Service,
-                    key: name.to_string(),
-                    digest: Some(cur.clone()),
-                })?;
-                Ok(Done::new(
-                    Outcome::Held,
-                    format!("found {}; kept as it is", words(&cur)),
-                ))
-            }
-        };
+                Kept::Gone | Kept::Held => format!("found {}; kept as it is", words(&cur)),
+            }));
+        }
     }
 
     let record = Owned {
@@ -104,9 +100,7 @@ pub(super) fn apply_with(
         found: owned.as_ref().map_or(st.running, |o| o.found),
     };
     if cur == want {
-        if owned.as_ref() != Some(&record) {
-            cx.record_owned(record)?;
-        }
+        cx.refresh_owned(record, owned.as_ref())?;
         return Ok(Done::new(
             Outcome::Unchanged,
             format!("{}, as declared", words(&want)),
@@ -116,7 +110,10 @@ pub(super) fn apply_with(
     cx.intend(&record)?;
     let mut did = Vec::new();
     let verb = |r: Result<(), system::Error>, what: &str| {
-        r.map_err(|e| format!("{what} service {name} through {}: {e}", sm.name()))
+        r.map_err(ResourceError::system(format!(
+            "{what} service {name} through {}",
+            sm.name()
+        )))
     };
     if want_running && !st.running {
         verb(sm.start(name), "starting")?;
@@ -137,13 +134,13 @@ pub(super) fn apply_with(
     cx.changed(id);
     let back = status(sm, name)?;
     if now(&back) != want {
-        return Err(format!(
+        return Err(ResourceError::NotAsDeclared(format!(
             "service {name} was {} without an error, but reads back {} ({}), not {}",
             did.join(" and "),
             words(&now(&back)),
             back.detail,
             words(&want)
-        ));
+        )));
     }
     cx.record_owned(record)?;
     Ok(Done::new(
@@ -154,8 +151,8 @@ pub(super) fn apply_with(
 
 /// Stops an undeclared service and leaves it installed: its unit file is the package's, never the
 /// host's to delete.
-pub(super) fn remove(cx: &mut Cx<'_>, rec: &Owned) -> Result<Done, String> {
-    let sm = system::service_manager(cx.runner)?;
+pub(super) fn remove(cx: &mut Cx<'_>, rec: &Owned) -> Result<Done, ResourceError> {
+    let sm = system::service_manager(cx.runner).map_err(ResourceError::Unavailable)?;
     remove_with(cx, sm.as_ref(), rec)
 }
 
@@ -163,7 +160,7 @@ pub(super) fn remove_with(
     cx: &mut Cx<'_>,
     sm: &dyn ServiceManager,
     rec: &Owned,
-) -> Result<Done, String> {
+) -> Result<Done, ResourceError> {
     let name = rec.key.as_str();
     if rec.found {
         // The host took this service over as it found it, running; it did not start it, so it
@@ -186,15 +183,17 @@ pub(super) fn remove_with(
             "already stopped; left installed: its unit file is not the host's to delete",
         ));
     }
-    sm.stop(name)
-        .map_err(|e| format!("stopping service {name} through {}: {e}", sm.name()))?;
+    sm.stop(name).map_err(ResourceError::system(format!(
+        "stopping service {name} through {}",
+        sm.name()
+    )))?;
     cx.changed(&rec.id);
     let back = status(sm, name)?;
     if back.running {
-        return Err(format!(
+        return Err(ResourceError::NotAsDeclared(format!(
             "service {name} was stopped without an error, but is still running ({})",
             back.detail
-        ));
+        )));
     }
     Ok(Done::new(
         Outcome::Forgotten,
@@ -227,14 +226,14 @@ mod tests {
                "state": state, "enabled": enabled})
     }
 
-    fn apply(bed: &mut Bed, sm: &FakeServices, d: &Declaration) -> Result<Done, String> {
+    fn apply(bed: &mut Bed, sm: &FakeServices, d: &Declaration) -> Result<Done, ResourceError> {
         let Resource::Service(s) = &d.resources[0] else {
             panic!("not a service")
         };
         apply_with(&mut bed.cx(d), sm, s)
     }
 
-    fn outcome(r: Result<Done, String>) -> (Outcome, String) {
+    fn outcome(r: Result<Done, impl std::fmt::Display>) -> (Outcome, String) {
         let d = r.unwrap_or_else(|e| panic!("failed: {e}"));
         (d.outcome, d.detail)
     }
@@ -247,6 +246,8 @@ mod tests {
             let e = apply(&mut bed, &sm, &d)
                 .err()
                 .expect("a missing service fails");
+            assert!(matches!(e, ResourceError::Refused(_)), "{e:?}");
+            let e = e.to_string();
             assert!(e.contains("nginx is not installed"), "{e}");
         }
         assert!(sm.calls.borrow().is_empty());
@@ -306,7 +307,7 @@ mod tests {
         sm.unit("nginx", false, true);
         sm.inert.set(true);
         let d = declaration("converged", &[], json!([svc("running", true)]));
-        let e = apply(&mut bed, &sm, &d).err().expect("fails");
+        let e = apply(&mut bed, &sm, &d).err().expect("fails").to_string();
         assert!(
             e.contains("was started without an error, but reads back stopped enabled"),
             "{e}"
@@ -388,7 +389,8 @@ esac
 
         let e = apply_with(&mut bed.cx(&d), &sm, spec)
             .err()
-            .expect("no init script");
+            .expect("no init script")
+            .to_string();
         assert!(e.contains("nginx is not installed"), "{e}");
         assert_eq!(stub.calls(), ["rc-service --exists nginx"]);
 

@@ -280,7 +280,7 @@ impl Walker {
         map: &Map<String, Value>,
         key: &str,
         path: &str,
-        check: impl Fn(&str) -> Result<(), String>,
+        check: impl Fn(&str) -> Result<(), Invalid>,
     ) -> Option<Vec<String>> {
         let v = map.get(key)?;
         let p = join(path, key);
@@ -297,7 +297,7 @@ impl Walker {
             match item.as_str() {
                 Some(s) => match check(s) {
                     Ok(()) => out.push(s.to_string()),
-                    Err(m) => self.err(ip, m),
+                    Err(m) => self.err(ip, m.0),
                 },
                 None => self.err(ip, format!("must be a string, found {}", type_name(item))),
             }
@@ -305,9 +305,9 @@ impl Walker {
         Some(out)
     }
 
-    fn checked(&mut self, path: String, result: Result<(), String>) {
+    fn checked(&mut self, path: String, result: Result<(), Invalid>) {
         if let Err(m) = result {
-            self.err(path, m);
+            self.err(path, m.0);
         }
     }
 
@@ -464,7 +464,7 @@ impl Walker {
             };
             if let Some(id) = self.string(map, "id", &path) {
                 match check_id(id) {
-                    Err(m) => self.err(join(&path, "id"), m),
+                    Err(m) => self.err(join(&path, "id"), m.0),
                     Ok(()) => {
                         if let Some(first) = ids.insert(id.to_string(), i) {
                             self.err(
@@ -542,7 +542,7 @@ impl Walker {
         match check_path(p) {
             Ok(()) => Some(p.to_string()),
             Err(m) => {
-                self.err(join(path, "path"), m);
+                self.err(join(path, "path"), m.0);
                 None
             }
         }
@@ -595,7 +595,7 @@ impl Walker {
             // `nginx` and `nginx.service` are one service: compared without the suffix.
             Ok(()) => Some(name.strip_suffix(".service").unwrap_or(name).to_string()),
             Err(m) => {
-                self.err(join(path, "name"), m);
+                self.err(join(path, "name"), m.0);
                 None
             }
         }
@@ -617,7 +617,7 @@ impl Walker {
         match check_package_name(name) {
             Ok(()) => Some(name.to_string()),
             Err(m) => {
-                self.err(join(path, "name"), m);
+                self.err(join(path, "name"), m.0);
                 None
             }
         }
@@ -696,7 +696,7 @@ impl Walker {
         match check_container_name(name) {
             Ok(()) => Some(name.to_string()),
             Err(m) => {
-                self.err(join(path, "name"), m);
+                self.err(join(path, "name"), m.0);
                 None
             }
         }

@@ -53,10 +53,35 @@ pub enum Op {
     Original(Original),
 }
 
+/// Why a journal does not apply over its snapshot.
+#[derive(Debug, thiserror::Error)]
+pub enum JournalError {
+    /// A commit with no intent of the same resource before it.
+    #[error("resource {id:?} is committed without its pending intent")]
+    Uncommitted { id: String },
+    #[error("line 1 is not a header: {0}")]
+    Header(#[source] serde_json::Error),
+    #[error("journal format version {0}; this host reads version {JOURNAL_VERSION}")]
+    Version(u32),
+    #[error("line {line} does not read: {source}")]
+    Unreadable {
+        line: usize,
+        #[source]
+        source: serde_json::Error,
+    },
+    /// A line that reads but does not apply.
+    #[error("line {line}: {source}")]
+    Line {
+        line: usize,
+        #[source]
+        source: Box<JournalError>,
+    },
+}
+
 impl State {
     /// Applies one change: the same function records it live and replays it from the journal,
     /// so the two can never disagree.
-    pub fn apply_op(&mut self, op: &Op) -> Result<(), String> {
+    pub fn apply_op(&mut self, op: &Op) -> Result<(), JournalError> {
         match op {
             Op::Intend(rec) => {
                 self.pending = Some(super::Pending {
@@ -67,9 +92,7 @@ impl State {
                 Some(p) if p.record.id == *id => self.record_owned(p.record),
                 other => {
                     self.pending = other;
-                    return Err(format!(
-                        "resource {id:?} is committed without its pending intent"
-                    ));
+                    return Err(JournalError::Uncommitted { id: id.clone() });
                 }
             },
             Op::Own(rec) => {
@@ -104,7 +127,7 @@ pub enum Replayed {
 
 /// Applies the journal's lines over `state`, whose snapshot has digest `snapshot`. Errors name
 /// the line.
-pub fn replay(bytes: &[u8], snapshot: &str, state: &mut State) -> Result<Replayed, String> {
+pub fn replay(bytes: &[u8], snapshot: &str, state: &mut State) -> Result<Replayed, JournalError> {
     let (complete, torn) = match bytes.iter().rposition(|&b| b == b'\n') {
         Some(end) => (&bytes[..=end], end + 1 < bytes.len()),
         None => (&bytes[..0], !bytes.is_empty()),
@@ -114,24 +137,22 @@ pub fn replay(bytes: &[u8], snapshot: &str, state: &mut State) -> Result<Replaye
         // Not even the header was finished: the journal never held a record.
         return Ok(Replayed::Applied { ops: 0, torn });
     };
-    let header: Header =
-        serde_json::from_slice(first).map_err(|e| format!("line 1 is not a header: {e}"))?;
+    let header: Header = serde_json::from_slice(first).map_err(JournalError::Header)?;
     if header.journal != JOURNAL_VERSION {
-        return Err(format!(
-            "journal format version {}; this host reads version {JOURNAL_VERSION}",
-            header.journal
-        ));
+        return Err(JournalError::Version(header.journal));
     }
     if header.over != snapshot {
         return Ok(Replayed::Stale);
     }
     let mut ops = 0;
     for (n, l) in lines.enumerate() {
-        let op: Op =
-            serde_json::from_slice(l).map_err(|e| format!("line {} does not read: {e}", n + 2))?;
-        state
-            .apply_op(&op)
-            .map_err(|e| format!("line {}: {e}", n + 2))?;
+        let line = n + 2;
+        let op: Op = serde_json::from_slice(l)
+            .map_err(|source| JournalError::Unreadable { line, source })?;
+        state.apply_op(&op).map_err(|e| JournalError::Line {
+            line,
+            source: Box::new(e),
+        })?;
         ops += 1;
     }
     Ok(Replayed::Applied { ops, torn })
@@ -233,10 +254,14 @@ mod tests {
         let mut bytes = journal(&[Op::Own(owned("a"))]);
         bytes.extend(b"{\"own\": nonsense}\n");
         bytes.extend(line(&Op::Own(owned("b"))));
-        let e = replay(&bytes, "sha256:snap", &mut State::default()).unwrap_err();
+        let e = replay(&bytes, "sha256:snap", &mut State::default())
+            .unwrap_err()
+            .to_string();
         assert!(e.starts_with("line 3 does not read"), "{e}");
         let bytes = journal(&[Op::Commit("a".into())]);
-        let e = replay(&bytes, "sha256:snap", &mut State::default()).unwrap_err();
+        let e = replay(&bytes, "sha256:snap", &mut State::default())
+            .unwrap_err()
+            .to_string();
         assert_eq!(
             e,
             "line 2: resource \"a\" is committed without its pending intent"

@@ -101,10 +101,23 @@ impl<'de, T: Record + Deserialize<'de>> Deserialize<'de> for List<T> {
     }
 }
 
+/// A stored list that names one key twice: not written by any version of the host.
+#[derive(Debug, thiserror::Error)]
+pub enum ListError {
+    #[error("{what} {primary:?} is recorded twice")]
+    Primary { what: &'static str, primary: String },
+    #[error("{what} {shape} {key:?} is recorded twice")]
+    Secondary {
+        what: &'static str,
+        shape: Shape,
+        key: String,
+    },
+}
+
 impl<T: Record> List<T> {
     /// Builds a list from stored records. Every version of the host kept each key once; a list
     /// that names one twice was not written by it, and is refused rather than guessed at.
-    pub fn from_vec(items: Vec<T>) -> Result<Self, String> {
+    pub fn from_vec(items: Vec<T>) -> Result<Self, ListError> {
         let mut list = List {
             items,
             ..List::default()
@@ -112,11 +125,18 @@ impl<T: Record> List<T> {
         for pos in 0..list.items.len() {
             let rec = &list.items[pos];
             if list.primary.contains_key(rec.primary()) {
-                return Err(format!("{} {:?} is recorded twice", T::WHAT, rec.primary()));
+                return Err(ListError::Primary {
+                    what: T::WHAT,
+                    primary: rec.primary().to_string(),
+                });
             }
             if let Some((shape, key)) = rec.secondary() {
                 if list.position_at(shape, key).is_some() {
-                    return Err(format!("{} {shape} {key:?} is recorded twice", T::WHAT));
+                    return Err(ListError::Secondary {
+                        what: T::WHAT,
+                        shape,
+                        key: key.to_string(),
+                    });
                 }
             }
             list.index(pos);
@@ -279,9 +299,13 @@ mod tests {
 
     #[test]
     fn a_list_naming_a_key_twice_is_refused() {
-        let e = List::from_vec(vec![owned("a", "/a"), owned("a", "/b")]).unwrap_err();
+        let e = List::from_vec(vec![owned("a", "/a"), owned("a", "/b")])
+            .unwrap_err()
+            .to_string();
         assert_eq!(e, "owned resource \"a\" is recorded twice");
-        let e = List::from_vec(vec![owned("a", "/a"), owned("b", "/a")]).unwrap_err();
+        let e = List::from_vec(vec![owned("a", "/a"), owned("b", "/a")])
+            .unwrap_err()
+            .to_string();
         assert_eq!(e, "owned resource file \"/a\" is recorded twice");
         let l = List::from_vec(vec![owned("a", "/a"), owned("b", "/b")]).unwrap();
         consistent(&l);

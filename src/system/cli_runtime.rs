@@ -6,7 +6,9 @@
 //! host runs can be typed by hand to check it. Every value reaches it as its own argv element, and
 //! every answer is read as JSON.
 
-use super::{argv, run, run_ok, Container, ContainerRuntime, Error, NewContainer, RuntimeKind};
+use super::{
+    argv, run, run_ok, Container, ContainerRuntime, Error, NewContainer, RuntimeKind, Unparsed,
+};
 use crate::declaration::{Proto, PublishedPort};
 use run::{describe, Runner};
 use serde_json::Value;
@@ -48,7 +50,7 @@ impl ContainerRuntime for CliRuntime<'_> {
         let out = run_ok(self.runner, &argv, &[])?;
         parse_version(&out.stdout).map_err(|detail| Error::Unreadable {
             program: self.flavour.program.into(),
-            detail,
+            detail: detail.0,
         })
     }
 
@@ -184,8 +186,9 @@ pub fn normalize_image(image: &str) -> String {
 
 /// The engine's version from `version --format '{{json .}}'`: the server's, else the client's
 /// (Podman without a service has only a client).
-fn parse_version(stdout: &[u8]) -> Result<String, String> {
-    let v: Value = serde_json::from_slice(stdout).map_err(|e| format!("version JSON: {e}"))?;
+fn parse_version(stdout: &[u8]) -> Result<String, Unparsed> {
+    let v: Value =
+        serde_json::from_slice(stdout).map_err(|e| Unparsed(format!("version JSON: {e}")))?;
     let server = v["Server"]["Version"].as_str().or_else(|| {
         v["Server"]["Components"]
             .as_array()?
@@ -196,16 +199,22 @@ fn parse_version(stdout: &[u8]) -> Result<String, String> {
     server
         .or_else(|| v["Client"]["Version"].as_str())
         .map(str::to_string)
-        .ok_or_else(|| "no Server.Version or Client.Version".into())
+        .ok_or_else(|| Unparsed("no Server.Version or Client.Version".into()))
 }
 
 /// One container from `container inspect NAME` (a JSON array of one object).
-pub fn parse_inspect(stdout: &[u8]) -> Result<Container, String> {
-    let all: Value = serde_json::from_slice(stdout).map_err(|e| format!("not JSON: {e}"))?;
+pub fn parse_inspect(stdout: &[u8]) -> Result<Container, Unparsed> {
+    let all: Value =
+        serde_json::from_slice(stdout).map_err(|e| Unparsed(format!("not JSON: {e}")))?;
     let c = match &all {
         Value::Array(items) if items.len() == 1 => &items[0],
-        Value::Array(items) => return Err(format!("{} containers, expected one", items.len())),
-        _ => return Err("not a JSON array".into()),
+        Value::Array(items) => {
+            return Err(Unparsed(format!(
+                "{} containers, expected one",
+                items.len()
+            )))
+        }
+        _ => return Err(Unparsed("not a JSON array".into())),
     };
     let text = |v: &Value| v.as_str().unwrap_or_default().to_string();
     let strings = |v: &Value| -> Vec<String> {
@@ -220,7 +229,7 @@ pub fn parse_inspect(stdout: &[u8]) -> Result<Container, String> {
     };
     let id = text(&c["Id"]);
     if id.is_empty() {
-        return Err("no Id".into());
+        return Err(Unparsed("no Id".into()));
     }
     let config = &c["Config"];
     let env = strings(&config["Env"])
@@ -244,15 +253,15 @@ pub fn parse_inspect(stdout: &[u8]) -> Result<Container, String> {
             let proto = match proto {
                 "tcp" => Proto::Tcp,
                 "udp" => Proto::Udp,
-                other => return Err(format!("port {spec}: protocol {other:?}")),
+                other => return Err(Unparsed(format!("port {spec}: protocol {other:?}"))),
             };
             let container_port = cport
                 .parse()
-                .map_err(|_| format!("port {spec}: not a port number"))?;
+                .map_err(|_| Unparsed(format!("port {spec}: not a port number")))?;
             for b in list.as_array().into_iter().flatten() {
                 let host_port = text(&b["HostPort"])
                     .parse()
-                    .map_err(|_| format!("port {spec}: host port {:?}", b["HostPort"]))?;
+                    .map_err(|_| Unparsed(format!("port {spec}: host port {:?}", b["HostPort"])))?;
                 let addr = text(&b["HostIp"]);
                 ports.push(PublishedPort {
                     host_address: (!addr.is_empty()).then_some(addr),
@@ -496,10 +505,13 @@ mod tests {
 }
 
 /// The bridge interfaces named by `network inspect` JSON, Docker's or Podman's.
-fn parse_bridges(json: &[u8]) -> Result<Vec<String>, String> {
-    let v: Value = serde_json::from_slice(json).map_err(|e| e.to_string())?;
+fn parse_bridges(json: &[u8]) -> Result<Vec<String>, Unparsed> {
+    let v: Value = serde_json::from_slice(json).map_err(|e| Unparsed(e.to_string()))?;
     let mut out = Vec::new();
-    for n in v.as_array().ok_or("not an array")? {
+    for n in v
+        .as_array()
+        .ok_or_else(|| Unparsed("not an array".into()))?
+    {
         // Podman names the interface itself; for a macvlan or ipvlan network that is the parent
         // uplink (the machine's own outside interface), never a bridge of the runtime's.
         if let Some(i) = n["network_interface"].as_str() {

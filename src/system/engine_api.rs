@@ -30,16 +30,44 @@ pub fn socket(kind: RuntimeKind, var: impl Fn(&str) -> Option<String>) -> Option
     }
 }
 
+/// Why the engine's API did not answer with a container list.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    #[error("engine API at {}: {source}", socket.display())]
+    Io {
+        socket: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("engine API at {}: no end of headers", socket.display())]
+    NoHeaders { socket: PathBuf },
+    #[error("engine API at {}: GET {path} answered {status:?}", socket.display())]
+    Status {
+        socket: PathBuf,
+        path: String,
+        status: String,
+    },
+    #[error("engine API at {}: a chunked answer to HTTP/1.0", socket.display())]
+    Chunked { socket: PathBuf },
+    #[error("engine API: not JSON: {0}")]
+    NotJson(#[source] serde_json::Error),
+    #[error("engine API: the container list is not a JSON array")]
+    NotArray,
+}
+
 /// The running containers, from one `GET /containers/json`.
-pub fn running(socket: &std::path::Path) -> Result<Vec<Container>, String> {
+pub fn running(socket: &std::path::Path) -> Result<Vec<Container>, ApiError> {
     let body = get(socket, "/containers/json")?;
     parse_list(&body)
 }
 
 /// One HTTP/1.0 GET (the engine closes the connection after answering, so the body is what
 /// follows the headers up to the end), refused unless the status is 200.
-fn get(socket: &std::path::Path, path: &str) -> Result<Vec<u8>, String> {
-    let what = |e: std::io::Error| format!("engine API at {}: {e}", socket.display());
+fn get(socket: &std::path::Path, path: &str) -> Result<Vec<u8>, ApiError> {
+    let what = |source: std::io::Error| ApiError::Io {
+        socket: socket.to_path_buf(),
+        source,
+    };
     let mut s = UnixStream::connect(socket).map_err(what)?;
     s.set_read_timeout(Some(ANSWER)).map_err(what)?;
     s.set_write_timeout(Some(ANSWER)).map_err(what)?;
@@ -50,35 +78,34 @@ fn get(socket: &std::path::Path, path: &str) -> Result<Vec<u8>, String> {
     let split = answer
         .windows(4)
         .position(|w| w == b"\r\n\r\n")
-        .ok_or_else(|| format!("engine API at {}: no end of headers", socket.display()))?;
+        .ok_or_else(|| ApiError::NoHeaders {
+            socket: socket.to_path_buf(),
+        })?;
     let head = String::from_utf8_lossy(&answer[..split]);
     let status = head.lines().next().unwrap_or_default();
     if status.split_whitespace().nth(1) != Some("200") {
-        return Err(format!(
-            "engine API at {}: GET {path} answered {status:?}",
-            socket.display()
-        ));
+        return Err(ApiError::Status {
+            socket: socket.to_path_buf(),
+            path: path.to_string(),
+            status: status.to_string(),
+        });
     }
     if head.lines().any(|l| {
         l.to_ascii_lowercase()
             .starts_with("transfer-encoding: chunked")
     }) {
-        return Err(format!(
-            "engine API at {}: a chunked answer to HTTP/1.0",
-            socket.display()
-        ));
+        return Err(ApiError::Chunked {
+            socket: socket.to_path_buf(),
+        });
     }
     Ok(answer[split + 4..].to_vec())
 }
 
 /// The listing's containers: name, image, published ports, labels and state (what the preflight
 /// and `inventory` read; a container's full configuration is the CLI's `inspect`).
-fn parse_list(body: &[u8]) -> Result<Vec<Container>, String> {
-    let all: Value =
-        serde_json::from_slice(body).map_err(|e| format!("engine API: not JSON: {e}"))?;
-    let items = all
-        .as_array()
-        .ok_or("engine API: the container list is not a JSON array")?;
+fn parse_list(body: &[u8]) -> Result<Vec<Container>, ApiError> {
+    let all: Value = serde_json::from_slice(body).map_err(ApiError::NotJson)?;
+    let items = all.as_array().ok_or(ApiError::NotArray)?;
     let text = |v: &Value| v.as_str().unwrap_or_default().to_string();
     let mut out = Vec::new();
     for c in items {

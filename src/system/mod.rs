@@ -68,7 +68,17 @@ pub enum Error {
     /// The program's answer could not be read.
     #[error("{program} gave an answer the host cannot read: {detail}")]
     Unreadable { program: String, detail: String },
+    /// This build or this machine has no system of the kind asked for (a build for a system
+    /// without a service manager, no container runtime on PATH).
+    #[error("{0}")]
+    Unavailable(String),
 }
+
+/// Why a program's answer does not read as the host expects (what was missing or malformed):
+/// the detail an [`Error::Unreadable`] gives beside the program's name.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct Unparsed(pub String);
 
 /// Runs `argv` through the runner in `/` (system commands act on the machine, never on `--root`).
 pub(crate) fn run(
@@ -238,16 +248,16 @@ pub fn find_on_path(program: &str) -> Option<std::path::PathBuf> {
 /// `CONTAINER_HOST` from the host's own environment, which the runner passes through.
 pub fn container_runtime<'r>(
     runner: &'r dyn Runner,
-) -> Result<Box<dyn ContainerRuntime + 'r>, String> {
+) -> Result<Box<dyn ContainerRuntime + 'r>, Error> {
     if let Some(why) = BUILD.refusal(Shape::Container) {
-        return Err(why);
+        return Err(Error::Unavailable(why));
     }
     match detect_runtime(|k| std::env::var(k).ok(), on_path) {
         Some(RuntimeKind::Docker) => Ok(Box::new(docker::new(runner))),
         Some(RuntimeKind::Podman) => Ok(Box::new(podman::new(runner))),
-        None => {
-            Err("no container runtime on this machine: neither docker nor podman is on PATH".into())
-        }
+        None => Err(Error::Unavailable(
+            "no container runtime on this machine: neither docker nor podman is on PATH".into(),
+        )),
     }
 }
 
@@ -362,20 +372,24 @@ impl Build {
 }
 
 /// This build's service manager.
-pub fn service_manager<'r>(runner: &'r dyn Runner) -> Result<Box<dyn ServiceManager + 'r>, String> {
+pub fn service_manager<'r>(runner: &'r dyn Runner) -> Result<Box<dyn ServiceManager + 'r>, Error> {
     build_service_manager(runner).ok_or_else(|| {
-        BUILD
-            .refusal(Shape::Service)
-            .unwrap_or_else(|| "no service manager in this build".into())
+        Error::Unavailable(
+            BUILD
+                .refusal(Shape::Service)
+                .unwrap_or_else(|| "no service manager in this build".into()),
+        )
     })
 }
 
 /// This build's package manager.
-pub fn package_manager<'r>(runner: &'r dyn Runner) -> Result<Box<dyn PackageManager + 'r>, String> {
+pub fn package_manager<'r>(runner: &'r dyn Runner) -> Result<Box<dyn PackageManager + 'r>, Error> {
     build_package_manager(runner).ok_or_else(|| {
-        BUILD
-            .refusal(Shape::Package)
-            .unwrap_or_else(|| "no package manager in this build".into())
+        Error::Unavailable(
+            BUILD
+                .refusal(Shape::Package)
+                .unwrap_or_else(|| "no package manager in this build".into()),
+        )
     })
 }
 

@@ -5,7 +5,7 @@
 //! exist fails instead of being reported as stopped-and-fine. OpenRC has no equivalent, and an
 //! interface spanning both would have to drop it.
 
-use super::{argv, run_ok, Error, ServiceManager, ServiceStatus};
+use super::{argv, run_ok, Error, ServiceManager, ServiceStatus, Unparsed};
 use run::Runner;
 use std::collections::BTreeMap;
 
@@ -24,7 +24,7 @@ impl<'r> Systemd<'r> {
 }
 
 /// Reads `systemctl show -p LoadState,ActiveState,UnitFileState` (`Key=Value` lines).
-pub fn parse_show(stdout: &str) -> Result<ServiceStatus, String> {
+pub fn parse_show(stdout: &str) -> Result<ServiceStatus, Unparsed> {
     let props: BTreeMap<&str, &str> = stdout
         .lines()
         .filter_map(|l| l.split_once('='))
@@ -34,7 +34,7 @@ pub fn parse_show(stdout: &str) -> Result<ServiceStatus, String> {
         props
             .get(k)
             .copied()
-            .ok_or_else(|| format!("no {k} in {stdout:?}"))
+            .ok_or_else(|| Unparsed(format!("no {k} in {stdout:?}")))
     };
     let load = get("LoadState")?;
     let active = get("ActiveState")?;
@@ -64,7 +64,7 @@ impl ServiceManager for Systemd<'_> {
         let out = run_ok(self.runner, &argv, &[])?;
         parse_show(&String::from_utf8_lossy(&out.stdout)).map_err(|detail| Error::Unreadable {
             program: "systemctl".into(),
-            detail,
+            detail: detail.0,
         })
     }
 

@@ -21,11 +21,11 @@ fn spec(d: &Declaration) -> &ContainerSpec {
     }
 }
 
-fn apply(bed: &mut Bed, rt: &FakeRuntime, d: &Declaration) -> Result<Done, String> {
+fn apply(bed: &mut Bed, rt: &FakeRuntime, d: &Declaration) -> Result<Done, ResourceError> {
     apply_with(&mut bed.cx(d), rt, spec(d))
 }
 
-fn outcome(r: Result<Done, String>) -> (Outcome, String) {
+fn outcome(r: Result<Done, impl std::fmt::Display>) -> (Outcome, String) {
     let d = r.unwrap_or_else(|e| panic!("failed: {e}"));
     (d.outcome, d.detail)
 }
@@ -161,7 +161,7 @@ fn a_container_that_does_not_keep_running_fails_and_is_not_recorded() {
     let (mut bed, rt) = (Bed::new(), FakeRuntime::default());
     rt.exits.set(true);
     let d = declaration("converged", &[], json!([web("one")]));
-    let e = apply(&mut bed, &rt, &d).err().expect("fails");
+    let e = apply(&mut bed, &rt, &d).err().expect("fails").to_string();
     assert!(e.contains("is not running") && e.contains("web"), "{e}");
     assert!(bed.store.state.owned("app/web").is_none());
     assert!(

@@ -470,7 +470,7 @@ fn everything_named_after_the_host_in_its_folders_is_refused() {
         "/etc/mesh-host",
     ] {
         assert!(
-            check_path(p).unwrap_err().contains("is the host's own"),
+            check_path(p).unwrap_err().0.contains("is the host's own"),
             "{p}"
         );
     }
