@@ -5,6 +5,8 @@
 //! killed, so a runtime or service manager that never answers fails its resource instead of
 //! holding the store's lock for ever.
 
+use nix::sys::signal::{killpg, Signal};
+use nix::unistd::Pid;
 use serde::{Deserialize, Serialize};
 use std::cell::RefCell;
 use std::collections::VecDeque;
@@ -135,11 +137,9 @@ fn run_within(
             }
         }
         if started.elapsed() >= deadline {
-            // SAFETY: kill(2) on the child's own process group, whose id process_group(0) made
-            // equal to the child's pid; the child is not reaped yet, so the id is still its.
-            unsafe {
-                libc::kill(-pgid, libc::SIGKILL);
-            }
+            // The child's own process group, whose id process_group(0) made equal to the
+            // child's pid; the child is not reaped yet, so the id is still its.
+            let _ = killpg(Pid::from_raw(pgid), Signal::SIGKILL);
             let _ = child.wait();
             return Err(past_deadline(argv, deadline));
         }

@@ -23,6 +23,7 @@ use crate::declaration::{PackageSpec, Shape};
 use crate::runner::Runner;
 use crate::store::{self, Held, Owned};
 use crate::system::{self, PackageManager};
+use nix::errno::Errno;
 use std::path::Path;
 use std::time::Duration;
 
@@ -250,15 +251,15 @@ fn check_new_host(root: &Path, runner: &dyn Runner) -> Result<String, String> {
 
 /// Why the kernel would not start a binary, as the operator should read it.
 fn spawn_failure(e: &std::io::Error) -> String {
-    match e.raw_os_error() {
-        Some(libc::ENOEXEC) => {
+    match e.raw_os_error().map(Errno::from_raw) {
+        Some(Errno::ENOEXEC) => {
             "exec format error: it is not a program for this machine (another architecture?)".into()
         }
         // The file is there (checked first), so "not found" is the program loader it names.
-        Some(libc::ENOENT) => "the program loader or C library it needs is not on this machine \
+        Some(Errno::ENOENT) => "the program loader or C library it needs is not on this machine \
                                (a dynamically linked build?)"
             .into(),
-        Some(libc::EACCES) => "it is not executable".into(),
+        Some(Errno::EACCES) => "it is not executable".into(),
         _ if e.kind() == std::io::ErrorKind::TimedOut => format!(
             "`version` did not answer within {}s",
             VERSION_DEADLINE.as_secs()
@@ -647,9 +648,9 @@ esac
     #[test]
     fn why_a_binary_does_not_start_is_said_in_an_operators_words() {
         use std::io::{Error, ErrorKind};
-        let enoexec = spawn_failure(&Error::from_raw_os_error(libc::ENOEXEC));
+        let enoexec = spawn_failure(&Error::from_raw_os_error(Errno::ENOEXEC as i32));
         assert!(enoexec.contains("exec format error"), "{enoexec}");
-        let enoent = spawn_failure(&Error::from_raw_os_error(libc::ENOENT));
+        let enoent = spawn_failure(&Error::from_raw_os_error(Errno::ENOENT as i32));
         assert!(enoent.contains("C library"), "{enoent}");
         let late = spawn_failure(&Error::new(ErrorKind::TimedOut, "x"));
         assert!(late.contains("did not answer within 10s"), "{late}");

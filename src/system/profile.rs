@@ -98,18 +98,12 @@ pub fn parse_os_release(text: &str) -> OsRelease {
 }
 
 fn uname() -> (String, String) {
-    // SAFETY: uname fills the zeroed struct we own; its fields are NUL-terminated.
-    unsafe {
-        let mut u: libc::utsname = std::mem::zeroed();
-        if libc::uname(&mut u) != 0 {
-            return (std::env::consts::ARCH.into(), String::new());
-        }
-        let field = |f: &[libc::c_char]| {
-            std::ffi::CStr::from_ptr(f.as_ptr())
-                .to_string_lossy()
-                .into_owned()
-        };
-        (field(&u.machine), field(&u.release))
+    match nix::sys::utsname::uname() {
+        Ok(u) => (
+            u.machine().to_string_lossy().into_owned(),
+            u.release().to_string_lossy().into_owned(),
+        ),
+        Err(_) => (std::env::consts::ARCH.into(), String::new()),
     }
 }
 
