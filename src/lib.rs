@@ -4,6 +4,7 @@
 pub mod accounts;
 pub mod apply;
 pub mod briefing;
+pub mod build;
 pub mod cli;
 pub mod converge;
 pub mod declaration;

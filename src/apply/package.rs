@@ -18,6 +18,7 @@
 //! never held: the installation put it there, not a predecessor.
 
 use super::{Cx, Done, Outcome};
+use crate::build::BUILD;
 use crate::declaration::validate::OWN_PACKAGE;
 use crate::declaration::{PackageSpec, Shape};
 use crate::runner::Runner;
@@ -238,10 +239,10 @@ fn check_new_host(root: &Path, runner: &dyn Runner) -> Result<String, String> {
     let stdout = String::from_utf8_lossy(&out.stdout);
     let line = stdout.lines().next().unwrap_or("").trim().to_string();
     match crate::launch::parse_version_line(&line) {
-        Some((_, system)) if system == system::BUILD.system => Ok(line),
+        Some((_, system)) if system == BUILD.system => Ok(line),
         Some((_, system)) => fail(format!(
             "it is built for system {system}, and this machine's host is built for {}",
-            system::BUILD.system
+            BUILD.system
         )),
         None => fail(format!(
             "`version` printed {line:?}, not a mesh-host version line"
@@ -557,11 +558,7 @@ esac
             .borrow_mut()
             .insert("mesh-host".into(), "0.1.0".into());
         new_host_on_disk(&bed);
-        answers(
-            &bed,
-            0,
-            &format!("mesh-host 0.2.0 ({})\n", system::BUILD.system),
-        );
+        answers(&bed, 0, &format!("mesh-host 0.2.0 ({})\n", BUILD.system));
         // Adopted, module not taken: the host's own package is still not held, it is upgraded.
         let d = declaration("adopted", &[], json!([host_pkg("0.2.0")]));
         let (o, detail) = outcome(apply(&mut bed, &pm, &d));
@@ -600,7 +597,7 @@ esac
 
     #[test]
     fn a_new_host_that_does_not_run_fails_the_resource_and_records_nothing() {
-        let other = if system::BUILD.system == "arch" {
+        let other = if BUILD.system == "arch" {
             "alpine"
         } else {
             "arch"

@@ -3,7 +3,8 @@
 //! version. A node reports it upward when it enrols; it is the controller's input for deciding
 //! what the machine should run, not a diagnostic.
 
-use super::{RuntimeKind, BUILD};
+use super::RuntimeKind;
+use crate::build::BUILD;
 use crate::runner::Runner;
 use serde::Serialize;
 use std::fmt::Write as _;
