@@ -3,6 +3,7 @@
 use crate::apply::{self, ApplyError, Host, Report};
 use crate::briefing::Briefing;
 use crate::declaration::{self, Source};
+use crate::error::error_text;
 use crate::store;
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
@@ -288,7 +289,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             };
             let result = apply::apply(&host(&cli.root), &decl, source);
             // A resident host on this root reconciles the new declaration at once.
-            if result.is_ok() && crate::resident::tell_resident(&cli.root) {
+            if result.is_ok() && crate::pid_file::tell_resident(&cli.root) {
                 tracing::info!("told the resident host that a new declaration is stored");
             }
             finish(result, json)
@@ -508,24 +509,6 @@ fn generate(what: GenerateCommand) -> Result<()> {
     Ok(())
 }
 
-/// An error and its causes on one line, each cause said once: an error whose message already
-/// ends with its cause's text (`store X: permission denied`, whose source is `permission
-/// denied`) is not followed by that text again.
-pub fn error_text(e: &anyhow::Error) -> String {
-    let mut text = String::new();
-    for cause in e.chain() {
-        let said = cause.to_string();
-        if text.contains(&said) {
-            continue;
-        }
-        if !text.is_empty() {
-            text.push_str(": ");
-        }
-        text.push_str(&said);
-    }
-    text
-}
-
 fn host(root: &std::path::Path) -> Host<'_> {
     static RUNNER: SystemRunner = SystemRunner;
     Host {
@@ -572,7 +555,7 @@ fn act(root: &std::path::Path, asked: crate::converge::Asked, json: bool) -> Res
         }
         crate::converge::Asked::Apply(decl) => {
             let result = apply::apply(&host(root), &decl, Source::Local);
-            if result.is_ok() && crate::resident::tell_resident(root) {
+            if result.is_ok() && crate::pid_file::tell_resident(root) {
                 tracing::info!("told the resident host that a new declaration is stored");
             }
             finish(result, json)

@@ -63,9 +63,6 @@ pub fn armed(kind: &str, id: &str) -> bool {
 
 /// Kills the host at once, as a power cut or the OOM killer would.
 pub fn kill() -> ! {
-    // SAFETY: sending a signal to our own process.
-    unsafe {
-        libc::kill(libc::getpid(), libc::SIGKILL);
-    }
+    let _ = nix::sys::signal::kill(nix::unistd::getpid(), nix::sys::signal::Signal::SIGKILL);
     unreachable!("SIGKILL is not survived")
 }

@@ -21,7 +21,7 @@ pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 
 /// `mesh-host version`'s line: the running version and the system this binary was built for.
 pub fn version_line() -> String {
-    format!("mesh-host {VERSION} ({})", crate::system::BUILD.system)
+    format!("mesh-host {VERSION} ({})", crate::build::BUILD.system)
 }
 
 /// Reads a `version` line back: the version and the system, when the line is one.
@@ -74,7 +74,7 @@ mod tests {
         let line = version_line();
         assert_eq!(
             parse_version_line(&line),
-            Some((env!("CARGO_PKG_VERSION"), crate::system::BUILD.system))
+            Some((env!("CARGO_PKG_VERSION"), crate::build::BUILD.system))
         );
         assert_eq!(
             parse_version_line("mesh-host 0.2.0 (arch)\n"),

@@ -4,18 +4,23 @@
 pub mod accounts;
 pub mod apply;
 pub mod briefing;
+pub mod build;
 pub mod cli;
 pub mod converge;
 pub mod declaration;
+pub mod error;
 pub mod failpoint;
 pub mod genesis;
 pub mod inventory;
 pub mod launch;
 pub mod link;
 pub mod node_firewall;
+pub mod pid_file;
 pub mod resident;
 pub mod status;
 pub mod store;
 pub mod system;
+mod wakeup;
 
-pub use cli::{error_text, run, Cli};
+pub use cli::{run, Cli};
+pub use error::error_text;

@@ -8,11 +8,12 @@
 use crate::apply::{self, Host};
 use crate::declaration::{self, Source};
 use crate::store;
+use crate::wakeup::Wakeup;
 use anyhow::{Context, Result};
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine as _;
 use serde::{Deserialize, Serialize};
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::{mpsc, Arc};
@@ -115,7 +116,7 @@ pub fn enrol(host: &Host<'_>, text: &str) -> Result<ExitCode> {
     let profile = crate::system::profile::Profile::gather(host.root, host.runner);
     let inventory = match crate::inventory::read(host.runner) {
         Ok(v) => v.to_json(),
-        Err(e) => serde_json::json!({"unreadable": crate::cli::error_text(&e)}),
+        Err(e) => serde_json::json!({"unreadable": crate::error::error_text(&e)}),
     };
     let request = link::EnrolRequest {
         token: token.id.clone(),
@@ -177,7 +178,7 @@ pub fn enrol(host: &Host<'_>, text: &str) -> Result<ExitCode> {
         &token.fingerprint[..16]
     );
     // A resident host already running takes the new identity up at once.
-    if crate::resident::tell_resident(host.root) {
+    if crate::pid_file::tell_resident(host.root) {
         tracing::info!("told the resident host that a new enrolment is stored");
     }
     Ok(ExitCode::SUCCESS)
@@ -193,7 +194,7 @@ pub fn changed(root: &Path, running: Option<&Resident>) -> bool {
 /// The core's side of the seam: events queued for the poll loop, which an eventfd wakes.
 struct Wake {
     tx: std::sync::Mutex<mpsc::Sender<link::Event>>,
-    fd: OwnedFd,
+    wakeup: Wakeup,
 }
 
 impl link::Sink for Wake {
@@ -201,7 +202,7 @@ impl link::Sink for Wake {
         if let Ok(tx) = self.tx.lock() {
             let _ = tx.send(event);
         }
-        crate::resident::poke(&self.fd);
+        self.wakeup.ring();
     }
 }
 
@@ -235,11 +236,11 @@ impl Resident {
         let key = load_key(root)?;
         let controller = link::controller_key(&state.controller)
             .map_err(|e| anyhow::anyhow!("{}: controller: {e}", link_file(root).display()))?;
-        let fd = crate::resident::eventfd().context("opening an eventfd")?;
+        let wakeup = Wakeup::new().context("opening an eventfd")?;
         let (tx, rx) = mpsc::channel();
         let wake = Arc::new(Wake {
             tx: std::sync::Mutex::new(tx),
-            fd,
+            wakeup,
         });
         let config = link::Config {
             node: state.node.clone(),
@@ -266,8 +267,8 @@ impl Resident {
     }
 
     /// The fd the poll loop watches.
-    pub fn fd(&self) -> i32 {
-        self.wake.fd.as_raw_fd()
+    pub fn fd(&self) -> BorrowedFd<'_> {
+        self.wake.wakeup.as_fd()
     }
 
     /// Tells the link what the node now runs (the heartbeat's content) from the store.
@@ -293,7 +294,7 @@ impl Resident {
     /// them, keeps the version and the last contact.
     pub fn handle_events(&mut self, host: &Host<'_>) -> Heard {
         // The wake-up is spent; the events are what the queue holds, read below.
-        crate::resident::drain_eventfd(&self.wake.fd);
+        self.wake.wakeup.heard();
         let mut heard = Heard::default();
         while let Ok(event) = self.events.try_recv() {
             match event {
@@ -393,6 +394,7 @@ impl Resident {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
     use std::os::unix::fs::PermissionsExt;
     use std::time::SystemTime;
 
@@ -420,20 +422,15 @@ mod tests {
 
     #[test]
     fn the_sink_queues_the_event_and_wakes_the_poll_loop() {
-        let fd = crate::resident::eventfd().expect("an eventfd");
+        let wakeup = Wakeup::new().expect("an eventfd");
         let (tx, rx) = mpsc::channel();
         let wake = Wake {
             tx: std::sync::Mutex::new(tx),
-            fd,
+            wakeup,
         };
         link::Sink::event(&wake, link::Event::Contact(SystemTime::now()));
-        let mut pfd = libc::pollfd {
-            fd: wake.fd.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // SAFETY: one valid pollfd.
-        let ready = unsafe { libc::poll(&mut pfd, 1, 0) };
+        let mut pfd = [PollFd::new(wake.wakeup.as_fd(), PollFlags::POLLIN)];
+        let ready = poll(&mut pfd, PollTimeout::ZERO).expect("poll");
         assert_eq!(ready, 1, "the eventfd is readable");
         assert!(matches!(rx.try_recv(), Ok(link::Event::Contact(_))));
     }

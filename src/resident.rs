@@ -10,11 +10,17 @@
 //! SIGTERM and SIGINT end it after the apply under way (never half way), with exit 0.
 
 use crate::apply::{self, FirewallMemo, Host, Rechecked};
+use crate::pid_file::pid_file;
 use crate::store;
+use crate::wakeup::Wakeup;
 use anyhow::{Context, Result};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::path::{Path, PathBuf};
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+use nix::sys::signal::{SigSet, Signal};
+use nix::sys::signalfd::{SfdFlags, SignalFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
+use std::path::Path;
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// How the resident host paces itself.
@@ -44,37 +50,10 @@ impl Default for Options {
     }
 }
 
-/// The file beside the store that names the resident host's pid, for `mesh-host apply` to
-/// rouse it after storing a new declaration.
-pub fn pid_file(root: &Path) -> PathBuf {
-    store::store_dir(root).join("run.pid")
-}
-
-/// Tells a resident host on this root that a new declaration is stored (SIGUSR1), if one runs.
-/// Returns whether one was told.
-pub fn tell_resident(root: &Path) -> bool {
-    let Ok(text) = std::fs::read_to_string(pid_file(root)) else {
-        return false;
-    };
-    let Ok(pid) = text.trim().parse::<i32>() else {
-        return false;
-    };
-    if pid <= 1 || pid == std::process::id() as i32 {
-        return false;
-    }
-    // Only a process that is mesh-host, so a stale pid file never signals a stranger.
-    let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
-    if comm.trim() != "mesh-host" {
-        return false;
-    }
-    // SAFETY: kill(2) with a plain pid and signal number.
-    unsafe { libc::kill(pid, libc::SIGUSR1) == 0 }
-}
-
 /// Signals, read from a signalfd: the resident host blocks them and reads them in its loop, so a
 /// signal never interrupts an apply half way.
 struct Signals {
-    fd: OwnedFd,
+    fd: SignalFd,
 }
 
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -86,69 +65,46 @@ struct Heard {
 
 impl Signals {
     fn open() -> Result<Signals> {
-        // SAFETY: the sigset is initialised by sigemptyset before use; the mask is changed for
-        // this thread, before any other thread is started, so every thread inherits it (the
-        // standard library resets the mask in children it spawns).
-        unsafe {
-            let mut set: libc::sigset_t = std::mem::zeroed();
-            libc::sigemptyset(&mut set);
-            for s in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP, libc::SIGUSR1] {
-                libc::sigaddset(&mut set, s);
-            }
-            if libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) != 0 {
-                anyhow::bail!("blocking signals: {}", std::io::Error::last_os_error());
-            }
-            let fd = libc::signalfd(-1, &set, libc::SFD_CLOEXEC | libc::SFD_NONBLOCK);
-            if fd < 0 {
-                anyhow::bail!("opening a signalfd: {}", std::io::Error::last_os_error());
-            }
-            Ok(Signals {
-                fd: OwnedFd::from_raw_fd(fd),
-            })
+        let mut set = SigSet::empty();
+        for s in [
+            Signal::SIGTERM,
+            Signal::SIGINT,
+            Signal::SIGHUP,
+            Signal::SIGUSR1,
+        ] {
+            set.add(s);
         }
+        // Blocked for this thread, before any other thread is started, so every thread inherits
+        // the mask (the standard library resets it in children it spawns).
+        set.thread_block().context("blocking signals")?;
+        let fd = SignalFd::with_flags(&set, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK)
+            .context("opening a signalfd")?;
+        Ok(Signals { fd })
     }
 
     /// Everything queued: two rouses at once are one.
     fn drain(&self) -> Heard {
         let mut heard = Heard::default();
-        loop {
-            // SAFETY: reading one signalfd_siginfo into a buffer of exactly its size.
-            let mut info: libc::signalfd_siginfo = unsafe { std::mem::zeroed() };
-            let n = unsafe {
-                libc::read(
-                    self.fd.as_raw_fd(),
-                    (&mut info as *mut libc::signalfd_siginfo).cast(),
-                    std::mem::size_of::<libc::signalfd_siginfo>(),
-                )
-            };
-            if n != std::mem::size_of::<libc::signalfd_siginfo>() as isize {
-                return heard;
-            }
-            match info.ssi_signo as i32 {
-                libc::SIGTERM | libc::SIGINT => heard.stop = true,
-                libc::SIGHUP => heard.rouse = true,
-                libc::SIGUSR1 => heard.new_declaration = true,
+        while let Ok(Some(info)) = self.fd.read_signal() {
+            match Signal::try_from(info.ssi_signo as i32) {
+                Ok(Signal::SIGTERM | Signal::SIGINT) => heard.stop = true,
+                Ok(Signal::SIGHUP) => heard.rouse = true,
+                Ok(Signal::SIGUSR1) => heard.new_declaration = true,
                 _ => {}
             }
         }
+        heard
     }
 }
 
-/// Waits until one of `fds` is readable or `timeout` passes.
-fn wait(fds: &[i32], timeout: Duration) {
-    let mut pfds: Vec<libc::pollfd> = fds
+/// Waits until one of `fds` is readable or `timeout` passes; EINTR is simply another wake-up.
+fn wait(fds: &[BorrowedFd<'_>], timeout: Duration) {
+    let mut pfds: Vec<PollFd<'_>> = fds
         .iter()
-        .map(|fd| libc::pollfd {
-            fd: *fd,
-            events: libc::POLLIN,
-            revents: 0,
-        })
+        .map(|fd| PollFd::new(*fd, PollFlags::POLLIN))
         .collect();
-    let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
-    // SAFETY: a valid array of pollfds with its length; EINTR is simply another wake-up.
-    unsafe {
-        libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, ms);
-    }
+    let timeout = PollTimeout::try_from(timeout).unwrap_or(PollTimeout::MAX);
+    let _ = poll(&mut pfds, timeout);
 }
 
 /// Runs the resident host until SIGTERM or SIGINT.
@@ -285,8 +241,8 @@ pub fn run(host: &Host<'_>, opts: &Options) -> Result<ExitCode> {
         if reconcile_due {
             continue;
         }
-        if let Some(fd) = &reloads {
-            if drain_eventfd(fd) {
+        if let Some(w) = &reloads {
+            if w.heard() {
                 let now = Instant::now();
                 changed = Some(match changed.take() {
                     Some((first, _, _)) => (first, now, "firewalld (Reloaded)".into()),
@@ -375,15 +331,17 @@ pub fn run(host: &Host<'_>, opts: &Options) -> Result<ExitCode> {
         if let Some(at) = recheck_at {
             until = until.min(at);
         }
-        let mut fds = vec![signals.fd.as_raw_fd()];
+        let mut fds = vec![signals.fd.as_fd()];
         if let Some(m) = &monitor {
-            fds.push(m.as_raw_fd());
+            // SAFETY: the monitor owns this descriptor and outlives the `wait` below, the only
+            // use of the borrow (the firewall crate gives the monitor no `AsFd`).
+            fds.push(unsafe { BorrowedFd::borrow_raw(m.as_raw_fd()) });
         }
         if let Some(l) = &linked {
             fds.push(l.fd());
         }
-        if let Some(fd) = &reloads {
-            fds.push(fd.as_raw_fd());
+        if let Some(w) = &reloads {
+            fds.push(w.as_fd());
         }
         wait(&fds, until.saturating_duration_since(Instant::now()));
     }
@@ -393,59 +351,30 @@ pub fn run(host: &Host<'_>, opts: &Options) -> Result<ExitCode> {
 /// still reconciles against its store. `which` names the link in the log.
 fn start_link(root: &Path, heartbeat: Duration, which: &str) -> Option<crate::link::Resident> {
     crate::link::Resident::start(root, heartbeat).unwrap_or_else(|e| {
-        tracing::error!(error = %crate::cli::error_text(&e), "{which} cannot start; running disconnected");
+        tracing::error!(error = %crate::error::error_text(&e), "{which} cannot start; running disconnected");
         None
     })
 }
 
-/// An eventfd written by a thread that listens for firewalld's `Reloaded` signal; `None` when
+/// A wake-up written by a thread that listens for firewalld's `Reloaded` signal; `None` when
 /// neither can be made (the host then hears firewalld's reload through nf_tables alone).
-fn firewalld_reloads() -> Option<OwnedFd> {
-    let owned = match eventfd() {
-        Ok(fd) => fd,
+fn firewalld_reloads() -> Option<Arc<Wakeup>> {
+    let wakeup = match Wakeup::new() {
+        Ok(w) => Arc::new(w),
         Err(e) => {
             tracing::warn!(error = %e, "cannot make an eventfd; firewalld's reloads are heard through nf_tables only");
             return None;
         }
     };
-    let writer = owned.try_clone().ok()?;
-    let listening = firewall::backend::firewalld_reloads(move || poke(&writer));
+    let writer = Arc::clone(&wakeup);
+    let listening = firewall::backend::firewalld_reloads(move || writer.ring());
     match listening {
-        Ok(_) => Some(owned),
+        Ok(_) => Some(wakeup),
         Err(e) => {
             tracing::warn!(error = %e, "cannot listen for firewalld's reloads");
             None
         }
     }
-}
-
-/// A new non-blocking eventfd: how a thread of the resident host (firewalld's reloads, the
-/// link) wakes the poll loop.
-pub(crate) fn eventfd() -> std::io::Result<OwnedFd> {
-    // SAFETY: eventfd returns a new descriptor or -1.
-    let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
-    if fd < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: fd was just returned by eventfd and is owned here alone.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
-}
-
-/// Wakes the poll loop watching the eventfd `fd`.
-pub(crate) fn poke(fd: &OwnedFd) {
-    let one: u64 = 1;
-    // SAFETY: writing 8 bytes from a u64 to an eventfd the caller owns.
-    unsafe {
-        libc::write(fd.as_raw_fd(), (&one as *const u64).cast(), 8);
-    }
-}
-
-/// Whether the eventfd was written since it was last read (and resets it).
-pub(crate) fn drain_eventfd(fd: &OwnedFd) -> bool {
-    let mut count: u64 = 0;
-    // SAFETY: reading 8 bytes into a u64 from a non-blocking eventfd.
-    let n = unsafe { libc::read(fd.as_raw_fd(), (&mut count as *mut u64).cast(), 8) };
-    n == 8 && count > 0
 }
 
 /// One immediate restore of the mesh's own table (`result` says whether it had to write),

@@ -22,10 +22,10 @@ pub use records::List;
 use crate::briefing::Briefing;
 use crate::declaration::{Declaration, Mode, Settings, Shape, Source};
 use crate::failpoint;
+use nix::fcntl::{Flock, FlockArg, OFlag};
 use serde::{Deserialize, Serialize};
 use std::fs::{self, File, OpenOptions};
 use std::io::Write;
-use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 
 /// The store's own format version. Version 2 may have a journal beside its snapshot; a host that
@@ -252,7 +252,7 @@ impl State {
 /// The store of one root, open and locked.
 pub struct Store {
     dir: PathBuf,
-    _lock: File,
+    _lock: Flock<File>,
     pub state: State,
     /// The snapshot on disk that the journal applies over, once this process has read or written
     /// one.
@@ -302,14 +302,12 @@ impl Store {
             .write(true)
             .open(&lock_path)
             .map_err(io(&lock_path))?;
-        // SAFETY: flock on a descriptor we own; it blocks until the other holder lets go.
-        let rc = unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX) };
-        if rc != 0 {
-            return Err(StoreError::Io {
+        // Blocks until the other holder lets go; held until the store is dropped.
+        let lock =
+            Flock::lock(lock, FlockArg::LockExclusive).map_err(|(_, errno)| StoreError::Io {
                 path: lock_path,
-                source: std::io::Error::last_os_error(),
-            });
-        }
+                source: errno.into(),
+            })?;
         let loaded = load(&dir)?;
         let mut store = Store {
             dir,
@@ -552,7 +550,7 @@ fn create_appending(path: &Path) -> std::io::Result<File> {
     OpenOptions::new()
         .append(true)
         .create_new(true)
-        .custom_flags(libc::O_NOFOLLOW)
+        .custom_flags(OFlag::O_NOFOLLOW.bits())
         .mode(0o600)
         .open(path)
 }
@@ -571,7 +569,7 @@ pub fn create_synced(path: &Path, bytes: &[u8]) -> std::io::Result<File> {
     let mut f = OpenOptions::new()
         .write(true)
         .create_new(true)
-        .custom_flags(libc::O_NOFOLLOW)
+        .custom_flags(OFlag::O_NOFOLLOW.bits())
         .mode(0o600)
         .open(path)?;
     f.write_all(bytes)?;

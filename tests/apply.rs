@@ -426,7 +426,7 @@ fn version_owned_and_help_say_what_they_should() {
         format!(
             "mesh-host {} ({})",
             env!("CARGO_PKG_VERSION"),
-            mesh_host::system::BUILD.system
+            mesh_host::build::BUILD.system
         )
     );
     let help = node.run(&["--help"]).stdout;

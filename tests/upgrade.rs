@@ -58,7 +58,7 @@ fn the_host_upgrades_itself_only_to_a_binary_that_runs_here() {
     let s = stub.path();
     write_exe(&s.join("bin/apt-get"), APT_GET.as_bytes());
     write_exe(&s.join("bin/dpkg-query"), DPKG_QUERY.as_bytes());
-    let system = mesh_host::system::BUILD.system;
+    let system = mesh_host::build::BUILD.system;
     let built = std::fs::read(env!("CARGO_BIN_EXE_mesh-host")).unwrap();
 
     // A second build: a program printing a later version of this system's host.

@@ -17,14 +17,10 @@ fn in_fresh_netns<T: Send>(f: impl FnOnce() -> T + Send) -> T {
     thread::scope(|scope| {
         scope
             .spawn(|| {
-                // SAFETY: unshare only changes the calling thread's namespaces.
-                let rc = unsafe { libc::unshare(libc::CLONE_NEWNET) };
-                assert_eq!(
-                    rc,
-                    0,
-                    "unshare(CLONE_NEWNET) failed (these tests need root): {}",
-                    std::io::Error::last_os_error()
-                );
+                // Only the calling thread's namespace changes.
+                if let Err(e) = nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET) {
+                    panic!("unshare(CLONE_NEWNET) failed (these tests need root): {e}");
+                }
                 ip(&["link", "set", "lo", "up"]);
                 f()
             })

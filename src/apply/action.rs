@@ -67,13 +67,12 @@ mod tests {
     use crate::declaration::{validate_value, Source};
     use run::SystemRunner;
     use serde_json::json;
-    use std::os::fd::AsRawFd;
 
     /// Whether another holder could take the store's lock now, without waiting.
     fn lock_is_free(root: &std::path::Path) -> bool {
         let f = std::fs::File::open(root.join("var/lib/mesh-host/lock")).expect("lock file");
-        // SAFETY: flock on a descriptor owned by `f`, which closes it (and so lets go) on drop.
-        unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) == 0 }
+        // Let go of again when the lock is dropped, at the end of this call.
+        nix::fcntl::Flock::lock(f, nix::fcntl::FlockArg::LockExclusiveNonblock).is_ok()
     }
 
     #[test]

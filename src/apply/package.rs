@@ -19,10 +19,12 @@
 
 use super::adopt::{self, Found, Kept};
 use super::{Cx, Done, Outcome, ResourceError};
+use crate::build::BUILD;
 use crate::declaration::validate::OWN_PACKAGE;
 use crate::declaration::{PackageSpec, Shape};
 use crate::store::{self, Owned};
 use crate::system::{self, PackageManager};
+use nix::errno::Errno;
 use run::Runner;
 use std::path::Path;
 use std::time::Duration;
@@ -224,10 +226,10 @@ fn check_new_host(root: &Path, runner: &dyn Runner) -> Result<String, ResourceEr
     let stdout = String::from_utf8_lossy(&out.stdout);
     let line = stdout.lines().next().unwrap_or("").trim().to_string();
     match crate::launch::parse_version_line(&line) {
-        Some((_, system)) if system == system::BUILD.system => Ok(line),
+        Some((_, system)) if system == BUILD.system => Ok(line),
         Some((_, system)) => fail(format!(
             "it is built for system {system}, and this machine's host is built for {}",
-            system::BUILD.system
+            BUILD.system
         )),
         None => fail(format!(
             "`version` printed {line:?}, not a mesh-host version line"
@@ -237,15 +239,15 @@ fn check_new_host(root: &Path, runner: &dyn Runner) -> Result<String, ResourceEr
 
 /// Why the kernel would not start a binary, as the operator should read it.
 fn spawn_failure(e: &std::io::Error) -> String {
-    match e.raw_os_error() {
-        Some(libc::ENOEXEC) => {
+    match e.raw_os_error().map(Errno::from_raw) {
+        Some(Errno::ENOEXEC) => {
             "exec format error: it is not a program for this machine (another architecture?)".into()
         }
         // The file is there (checked first), so "not found" is the program loader it names.
-        Some(libc::ENOENT) => "the program loader or C library it needs is not on this machine \
+        Some(Errno::ENOENT) => "the program loader or C library it needs is not on this machine \
                                (a dynamically linked build?)"
             .into(),
-        Some(libc::EACCES) => "it is not executable".into(),
+        Some(Errno::EACCES) => "it is not executable".into(),
         _ if e.kind() == std::io::ErrorKind::TimedOut => format!(
             "`version` did not answer within {}s",
             VERSION_DEADLINE.as_secs()
@@ -554,11 +556,7 @@ esac
             .borrow_mut()
             .insert("mesh-host".into(), "0.1.0".into());
         new_host_on_disk(&bed);
-        answers(
-            &bed,
-            0,
-            &format!("mesh-host 0.2.0 ({})\n", system::BUILD.system),
-        );
+        answers(&bed, 0, &format!("mesh-host 0.2.0 ({})\n", BUILD.system));
         // Adopted, module not taken: the host's own package is still not held, it is upgraded.
         let d = declaration("adopted", &[], json!([host_pkg("0.2.0")]));
         let (o, detail) = outcome(apply(&mut bed, &pm, &d));
@@ -597,7 +595,7 @@ esac
 
     #[test]
     fn a_new_host_that_does_not_run_fails_the_resource_and_records_nothing() {
-        let other = if system::BUILD.system == "arch" {
+        let other = if BUILD.system == "arch" {
             "alpine"
         } else {
             "arch"
@@ -647,9 +645,9 @@ esac
     #[test]
     fn why_a_binary_does_not_start_is_said_in_an_operators_words() {
         use std::io::{Error, ErrorKind};
-        let enoexec = spawn_failure(&Error::from_raw_os_error(libc::ENOEXEC));
+        let enoexec = spawn_failure(&Error::from_raw_os_error(Errno::ENOEXEC as i32));
         assert!(enoexec.contains("exec format error"), "{enoexec}");
-        let enoent = spawn_failure(&Error::from_raw_os_error(libc::ENOENT));
+        let enoent = spawn_failure(&Error::from_raw_os_error(Errno::ENOENT as i32));
         assert!(enoent.contains("C library"), "{enoent}");
         let late = spawn_failure(&Error::new(ErrorKind::TimedOut, "x"));
         assert!(late.contains("did not answer within 10s"), "{late}");

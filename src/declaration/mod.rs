@@ -6,6 +6,7 @@
 
 pub mod validate;
 
+use crate::build::Build;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -152,6 +153,26 @@ impl Shape {
 
     pub fn from_name(name: &str) -> Option<Shape> {
         Shape::ALL.into_iter().find(|s| s.as_str() == name)
+    }
+}
+
+// What a build refuses is a question about shapes, so it is answered here, beside them: the
+// build itself (`build.rs`) knows nothing of declarations.
+impl Build {
+    /// Why this build refuses a shape, if it does: it has no way to implement it. The refusal is
+    /// the one an unknown type gets, with this reason.
+    pub fn refusal(&self, shape: Shape) -> Option<String> {
+        let (missing, what) = match shape {
+            Shape::Service if self.service_manager.is_none() => ("service manager", "service"),
+            Shape::Package if self.package_manager.is_none() => ("package manager", "package"),
+            Shape::Container if !self.containers => ("container runtime", "container"),
+            _ => return None,
+        };
+        Some(format!(
+            "this mesh-host is built for system {:?}, which has no {missing} it may drive, so it \
+             cannot apply a {what}; a host that cannot implement a shape refuses it",
+            self.system
+        ))
     }
 }
 

@@ -487,7 +487,7 @@ impl Walker {
             };
             // A host built for a system without the means to implement a shape refuses it,
             // as it refuses an unknown type, with the reason.
-            if let Some(why) = crate::system::BUILD.refusal(shape) {
+            if let Some(why) = crate::build::BUILD.refusal(shape) {
                 self.err(join(&path, "type"), why);
             }
             use super::Shape::*;

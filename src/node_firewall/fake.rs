@@ -72,7 +72,7 @@ impl Recording {
         if self.script.borrow().fail.contains(&method) {
             return Err(Error::Kernel(firewall::Error::Socket {
                 op: method,
-                errno: firewall::Errno(libc::EPERM),
+                errno: firewall::Errno(nix::errno::Errno::EPERM as i32),
             }));
         }
         Ok(())

@@ -136,7 +136,7 @@ fn a_failed_convergence_is_reported_on_the_opening_and_records_nothing() {
         format!(
             "opening web/http: openings through the found firewall (nftables (fake)): netlink \
              socket converge failed: {}",
-            firewall::Errno(libc::EPERM)
+            firewall::Errno(nix::errno::Errno::EPERM as i32)
         )
     );
     // The file before it was applied; the apply stopped at the opening.

@@ -37,20 +37,11 @@ pub mod fake;
 
 pub use cli_runtime::{normalize_image, parse_inspect, sort_ports, CliRuntime, Flavour};
 
+use crate::build::BUILD;
 use crate::declaration::{PublishedPort, Shape};
 use run::{describe, Output, Runner};
 use std::collections::BTreeMap;
 use std::path::Path;
-
-#[cfg(any(
-    all(feature = "debian", feature = "arch"),
-    all(feature = "debian", feature = "alpine"),
-    all(feature = "arch", feature = "alpine"),
-))]
-compile_error!(
-    "mesh-host is built for one system: enable exactly one of the features debian, arch, alpine \
-     (for example `--no-default-features --features arch`)"
-);
 
 /// Why a system command did not give the host what it needed.
 #[derive(Debug, thiserror::Error)]
@@ -302,75 +293,6 @@ pub trait PackageManager {
     fn install(&self, name: &str, version: Option<&str>) -> Result<(), Error>;
 }
 
-// ---------------------------------------------------------------------------------------------
-// The build
-
-/// What this binary was built for: its system and the service and package managers that come
-/// with it. A build without one refuses the shape that needs it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-pub struct Build {
-    /// The system's name (`debian`, `arch`, `alpine`), or `none` for a partial host.
-    pub system: &'static str,
-    /// The service manager (`systemd`, `openrc`) and the program the host drives.
-    pub service_manager: Option<(&'static str, &'static str)>,
-    /// The package manager (`apt`, `pacman`, `apk`) and the program the host drives.
-    pub package_manager: Option<(&'static str, &'static str)>,
-    /// Whether it drives a container runtime (detected at run time: Docker or Podman).
-    pub containers: bool,
-}
-
-#[cfg(feature = "debian")]
-pub const BUILD: Build = Build {
-    system: "debian",
-    service_manager: Some(("systemd", "systemctl")),
-    package_manager: Some(("apt", "apt-get")),
-    containers: true,
-};
-
-// Each definition below yields to the ones before it, so that a build with two systems enabled
-// stops at the compile_error above and at nothing else.
-#[cfg(all(feature = "arch", not(feature = "debian")))]
-pub const BUILD: Build = Build {
-    system: "arch",
-    service_manager: Some(("systemd", "systemctl")),
-    package_manager: Some(("pacman", "pacman")),
-    containers: true,
-};
-
-#[cfg(all(feature = "alpine", not(any(feature = "debian", feature = "arch"))))]
-pub const BUILD: Build = Build {
-    system: "alpine",
-    service_manager: Some(("openrc", "rc-service")),
-    package_manager: Some(("apk", "apk")),
-    containers: true,
-};
-
-#[cfg(not(any(feature = "debian", feature = "arch", feature = "alpine")))]
-pub const BUILD: Build = Build {
-    system: "none",
-    service_manager: None,
-    package_manager: None,
-    containers: false,
-};
-
-impl Build {
-    /// Why this build refuses a shape, if it does: it has no way to implement it. The refusal is
-    /// the one an unknown type gets, with this reason.
-    pub fn refusal(&self, shape: Shape) -> Option<String> {
-        let (missing, what) = match shape {
-            Shape::Service if self.service_manager.is_none() => ("service manager", "service"),
-            Shape::Package if self.package_manager.is_none() => ("package manager", "package"),
-            Shape::Container if !self.containers => ("container runtime", "container"),
-            _ => return None,
-        };
-        Some(format!(
-            "this mesh-host is built for system {:?}, which has no {missing} it may drive, so it \
-             cannot apply a {what}; a host that cannot implement a shape refuses it",
-            self.system
-        ))
-    }
-}
-
 /// This build's service manager.
 pub fn service_manager<'r>(runner: &'r dyn Runner) -> Result<Box<dyn ServiceManager + 'r>, Error> {
     build_service_manager(runner).ok_or_else(|| {
@@ -431,6 +353,7 @@ fn build_package_manager<'r>(_runner: &'r dyn Runner) -> Option<Box<dyn PackageM
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::build::Build;
 
     #[test]
     fn a_set_host_variable_names_its_runtime_and_otherwise_docker_comes_first() {

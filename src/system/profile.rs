@@ -3,7 +3,8 @@
 //! version. A node reports it upward when it enrols; it is the controller's input for deciding
 //! what the machine should run, not a diagnostic.
 
-use super::{RuntimeKind, BUILD};
+use super::RuntimeKind;
+use crate::build::BUILD;
 use run::Runner;
 use serde::Serialize;
 use std::fmt::Write as _;
@@ -98,18 +99,12 @@ pub fn parse_os_release(text: &str) -> OsRelease {
 }
 
 fn uname() -> (String, String) {
-    // SAFETY: uname fills the zeroed struct we own; its fields are NUL-terminated.
-    unsafe {
-        let mut u: libc::utsname = std::mem::zeroed();
-        if libc::uname(&mut u) != 0 {
-            return (std::env::consts::ARCH.into(), String::new());
-        }
-        let field = |f: &[libc::c_char]| {
-            std::ffi::CStr::from_ptr(f.as_ptr())
-                .to_string_lossy()
-                .into_owned()
-        };
-        (field(&u.machine), field(&u.release))
+    match nix::sys::utsname::uname() {
+        Ok(u) => (
+            u.machine().to_string_lossy().into_owned(),
+            u.release().to_string_lossy().into_owned(),
+        ),
+        Err(_) => (std::env::consts::ARCH.into(), String::new()),
     }
 }
 

@@ -1,10 +1,10 @@
 //! Interfaces with their kind and addresses: links from an rtnetlink dump, addresses from
 //! `getifaddrs`, both in the calling thread's network namespace.
 
+use nix::sys::socket::SockaddrStorage;
 use std::collections::BTreeMap;
-use std::ffi::CStr;
 use std::fmt;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::net::IpAddr;
 
 use super::netlink::{self, Link};
 use crate::error::{Error, Result};
@@ -151,69 +151,37 @@ fn mac(address: &[u8]) -> Option<String> {
 
 /// Addresses by interface name, from getifaddrs (which asks rtnetlink in the caller's namespace).
 fn addresses() -> Result<BTreeMap<String, Vec<InterfaceAddress>>> {
-    let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
-    // SAFETY: head is a valid out-pointer; the list is freed below.
-    if unsafe { libc::getifaddrs(&mut head) } != 0 {
-        return Err(Error::Addresses {
-            source: std::io::Error::last_os_error(),
-        });
-    }
+    let list = nix::ifaddrs::getifaddrs().map_err(|errno| Error::Addresses {
+        source: errno.into(),
+    })?;
     let mut found: BTreeMap<String, Vec<InterfaceAddress>> = BTreeMap::new();
-    let mut cursor = head;
-    while !cursor.is_null() {
-        // SAFETY: cursor walks the list getifaddrs returned, which stays valid until freed.
-        let entry = unsafe { &*cursor };
-        cursor = entry.ifa_next;
-        // SAFETY: the address pointers, when non-null, point at sockaddrs of their family.
-        let (address, netmask) = unsafe { (ip_of(entry.ifa_addr), ip_of(entry.ifa_netmask)) };
-        let Some(address) = address else { continue };
-        if entry.ifa_name.is_null() {
+    for entry in list {
+        let Some(address) = entry.address.as_ref().and_then(ip_of) else {
             continue;
-        }
-        // SAFETY: ifa_name is a NUL-terminated string owned by the list.
-        let name = unsafe { CStr::from_ptr(entry.ifa_name) }
-            .to_string_lossy()
-            .into_owned();
-        let prefix_len = match netmask {
+        };
+        let prefix_len = match entry.netmask.as_ref().and_then(ip_of) {
             Some(IpAddr::V4(m)) => u32::from(m).count_ones() as u8,
             Some(IpAddr::V6(m)) => u128::from(m).count_ones() as u8,
             None if address.is_ipv4() => 32,
             None => 128,
         };
-        found.entry(name).or_default().push(InterfaceAddress {
-            address,
-            prefix_len,
-        });
+        found
+            .entry(entry.interface_name)
+            .or_default()
+            .push(InterfaceAddress {
+                address,
+                prefix_len,
+            });
     }
-    // SAFETY: head came from getifaddrs and is freed exactly once.
-    unsafe { libc::freeifaddrs(head) };
     Ok(found)
 }
 
-/// The IP address in a sockaddr of family AF_INET or AF_INET6; `None` for any other.
-///
-/// # Safety
-/// `sa` is null or points at a sockaddr whose size matches its family.
-unsafe fn ip_of(sa: *const libc::sockaddr) -> Option<IpAddr> {
-    if sa.is_null() {
-        return None;
+/// The IP address of an AF_INET or AF_INET6 socket address; `None` for any other family.
+fn ip_of(sa: &SockaddrStorage) -> Option<IpAddr> {
+    if let Some(v4) = sa.as_sockaddr_in() {
+        return Some(IpAddr::V4(v4.ip()));
     }
-    // SAFETY: the caller guarantees sa points at a sockaddr of the family it declares.
-    unsafe {
-        match i32::from((*sa).sa_family) {
-            libc::AF_INET => {
-                let sin = &*(sa as *const libc::sockaddr_in);
-                Some(IpAddr::V4(Ipv4Addr::from(
-                    sin.sin_addr.s_addr.to_ne_bytes(),
-                )))
-            }
-            libc::AF_INET6 => {
-                let sin6 = &*(sa as *const libc::sockaddr_in6);
-                Some(IpAddr::V6(Ipv6Addr::from(sin6.sin6_addr.s6_addr)))
-            }
-            _ => None,
-        }
-    }
+    sa.as_sockaddr_in6().map(|v6| IpAddr::V6(v6.ip()))
 }
 
 #[cfg(test)]

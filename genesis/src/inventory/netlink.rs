@@ -1,10 +1,17 @@
 //! A minimal rtnetlink client: one `RTM_GETLINK` dump of the calling thread's namespace, parsed
 //! into what the inventory needs (name, index, hardware type, flags, MTU, address, master, and the
-//! link kind with its tun/tap type).
+//! link kind with its tun/tap type). A dump the kernel marks interrupted (the table changed while
+//! it was read) is read again, a few times at most; the errno a dump ends with is its error; and
+//! the whole dump has a deadline, so a kernel that never answers cannot hang the inventory.
 
+use nix::errno::Errno;
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+use nix::sys::socket::{
+    recv, sendto, socket, AddressFamily, MsgFlags, NetlinkAddr, SockFlag, SockProtocol, SockType,
+};
 use std::io;
-use std::mem;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd};
+use std::time::{Duration, Instant};
 
 const NLMSG_HDRLEN: usize = 16;
 const IFINFOMSG_LEN: usize = 16;
@@ -15,6 +22,9 @@ const RTM_GETLINK: u16 = 18;
 const NLM_F_REQUEST: u16 = 0x1;
 const NLM_F_DUMP: u16 = 0x300;
 const NLM_F_MULTI: u16 = 0x2;
+/// Set by the kernel on a message of a dump during which the table changed: what was read may
+/// be inconsistent (a link missed or seen twice).
+const NLM_F_DUMP_INTR: u16 = 0x10;
 
 const IFLA_ADDRESS: u16 = 1;
 const IFLA_IFNAME: u16 = 3;
@@ -26,6 +36,11 @@ const IFLA_INFO_DATA: u16 = 2;
 const IFLA_TUN_TYPE: u16 = 3;
 /// The nested and byte-order bits a kernel may set on an attribute type.
 const NLA_TYPE_MASK: u16 = 0x3fff;
+
+/// How many times a dump is read when the kernel says each was interrupted.
+const DUMP_ATTEMPTS: u32 = 5;
+/// The longest one dump may take, from the request to its end (a link dump takes milliseconds).
+const DUMP_DEADLINE: Duration = Duration::from_secs(5);
 
 /// One link as the kernel describes it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -46,20 +61,35 @@ pub(crate) struct Link {
 
 /// Dumps every link of the calling thread's network namespace.
 pub(crate) fn dump_links() -> io::Result<Vec<Link>> {
-    // SAFETY: plain socket(2); the result is checked before it is owned.
-    let raw = unsafe {
-        libc::socket(
-            libc::AF_NETLINK,
-            libc::SOCK_RAW | libc::SOCK_CLOEXEC,
-            libc::NETLINK_ROUTE,
-        )
-    };
-    if raw < 0 {
-        return Err(io::Error::last_os_error());
+    consistent(DUMP_ATTEMPTS, |seq| dump_once(seq, DUMP_DEADLINE))
+}
+
+/// The links of the first of `attempts` dumps the kernel did not mark interrupted; each attempt
+/// is given its own sequence number.
+fn consistent(
+    attempts: u32,
+    mut dump: impl FnMut(u32) -> io::Result<Dump>,
+) -> io::Result<Vec<Link>> {
+    for seq in 1..=attempts {
+        let read = dump(seq)?;
+        if !read.interrupted {
+            return Ok(read.links);
+        }
     }
-    // SAFETY: raw is a fresh descriptor nobody else owns.
-    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
-    let seq: u32 = 1;
+    Err(io::Error::other(format!(
+        "the link table changed during each of {attempts} dumps (NLM_F_DUMP_INTR)"
+    )))
+}
+
+/// One dump on a socket of its own, so nothing of an earlier one is read.
+fn dump_once(seq: u32, deadline: Duration) -> io::Result<Dump> {
+    let until = Instant::now() + deadline;
+    let fd = socket(
+        AddressFamily::Netlink,
+        SockType::Raw,
+        SockFlag::SOCK_CLOEXEC,
+        SockProtocol::NetlinkRoute,
+    )?;
     let mut request = Vec::with_capacity(NLMSG_HDRLEN + IFINFOMSG_LEN);
     request.extend_from_slice(&((NLMSG_HDRLEN + IFINFOMSG_LEN) as u32).to_ne_bytes());
     request.extend_from_slice(&RTM_GETLINK.to_ne_bytes());
@@ -68,40 +98,63 @@ pub(crate) fn dump_links() -> io::Result<Vec<Link>> {
     request.extend_from_slice(&0u32.to_ne_bytes());
     // ifinfomsg: family AF_UNSPEC, everything else zero (no filter).
     request.extend_from_slice(&[0u8; IFINFOMSG_LEN]);
-    // SAFETY: the zeroed sockaddr_nl addresses the kernel (pid 0); request is a valid buffer.
-    let sent = unsafe {
-        let mut kernel: libc::sockaddr_nl = mem::zeroed();
-        kernel.nl_family = libc::AF_NETLINK as libc::sa_family_t;
-        libc::sendto(
-            fd.as_raw_fd(),
-            request.as_ptr().cast(),
-            request.len(),
-            0,
-            &kernel as *const libc::sockaddr_nl as *const libc::sockaddr,
-            mem::size_of::<libc::sockaddr_nl>() as libc::socklen_t,
-        )
-    };
-    if sent < 0 {
-        return Err(io::Error::last_os_error());
-    }
+    // To the kernel: port id 0, no groups.
+    sendto(
+        fd.as_raw_fd(),
+        &request,
+        &NetlinkAddr::new(0, 0),
+        MsgFlags::empty(),
+    )?;
+    read_dump(&fd, seq, until)
+}
+
+/// Reads the datagrams of dump `seq` until its end, or fails at `until`.
+fn read_dump(fd: &impl AsFd, seq: u32, until: Instant) -> io::Result<Dump> {
     // Large enough for any one datagram of a link dump (the kernel sizes them to a few pages).
     let mut buf = vec![0u8; 1 << 16];
-    let mut links = Vec::new();
+    let mut dump = Dump::default();
     loop {
-        // SAFETY: buf is a writable buffer of the length given.
-        let n = unsafe { libc::recv(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
-        if n < 0 {
-            let err = io::Error::last_os_error();
-            if err.kind() == io::ErrorKind::Interrupted {
-                continue;
-            }
-            return Err(err);
-        }
-        match parse_messages(&buf[..n as usize], seq, &mut links)? {
-            Step::More => continue,
-            Step::Done => return Ok(links),
+        let n = receive(fd, &mut buf, until)?;
+        if parse_messages(&buf[..n], seq, &mut dump)? == Step::Done {
+            return Ok(dump);
         }
     }
+}
+
+/// One datagram, waited for no later than `until`.
+fn receive(fd: &impl AsFd, buf: &mut [u8], until: Instant) -> io::Result<usize> {
+    loop {
+        let left = until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!(
+                    "the kernel did not finish the dump within {}s",
+                    DUMP_DEADLINE.as_secs()
+                ),
+            ));
+        }
+        let mut ready = [PollFd::new(fd.as_fd(), PollFlags::POLLIN)];
+        let timeout = PollTimeout::try_from(left).unwrap_or(PollTimeout::MAX);
+        match poll(&mut ready, timeout) {
+            Ok(0) | Err(Errno::EINTR) => continue,
+            Ok(_) => {}
+            Err(e) => return Err(e.into()),
+        }
+        match recv(fd.as_fd().as_raw_fd(), buf, MsgFlags::MSG_DONTWAIT) {
+            Ok(n) => return Ok(n),
+            Err(Errno::EINTR | Errno::EAGAIN) => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+/// What a dump has read so far.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct Dump {
+    links: Vec<Link>,
+    /// The kernel marked a message of it `NLM_F_DUMP_INTR`.
+    interrupted: bool,
 }
 
 #[derive(Debug, PartialEq, Eq)]
@@ -110,9 +163,17 @@ enum Step {
     Done,
 }
 
-/// Parses one datagram of the dump, appending links; `Done` at NLMSG_DONE.
-fn parse_messages(mut data: &[u8], seq: u32, links: &mut Vec<Link>) -> io::Result<Step> {
+/// Parses one datagram of dump `seq` into `dump`; `Done` at its end (NLMSG_DONE, or an
+/// NLMSG_ERROR, which fails with its errno unless it is 0). An NLMSG_DONE carrying a negative
+/// errno is the dump failing part-way.
+fn parse_messages(mut data: &[u8], seq: u32, dump: &mut Dump) -> io::Result<Step> {
     let invalid = |what: &str| io::Error::new(io::ErrorKind::InvalidData, what.to_owned());
+    let errno = |payload: &[u8], what: &str| {
+        payload
+            .get(..4)
+            .map(|b| i32::from_ne_bytes(b.try_into().expect("four bytes")))
+            .ok_or_else(|| invalid(what))
+    };
     while data.len() >= NLMSG_HDRLEN {
         let len = u32_at(data, 0).ok_or_else(|| invalid("short header"))? as usize;
         let kind = u16_at(data, 4).ok_or_else(|| invalid("short header"))?;
@@ -123,19 +184,32 @@ fn parse_messages(mut data: &[u8], seq: u32, links: &mut Vec<Link>) -> io::Resul
         }
         let payload = &data[NLMSG_HDRLEN..len];
         if msg_seq == seq {
+            if flags & NLM_F_DUMP_INTR != 0 {
+                dump.interrupted = true;
+            }
             match kind {
-                NLMSG_DONE => return Ok(Step::Done),
+                NLMSG_DONE => {
+                    // Older kernels may end a dump with an empty DONE: no errno is none.
+                    let code = if payload.is_empty() {
+                        0
+                    } else {
+                        errno(payload, "short done message")?
+                    };
+                    if code < 0 {
+                        return Err(io::Error::from_raw_os_error(-code));
+                    }
+                    return Ok(Step::Done);
+                }
                 NLMSG_ERROR => {
-                    let code = payload
-                        .get(..4)
-                        .map(|b| i32::from_ne_bytes(b.try_into().expect("four bytes")))
-                        .ok_or_else(|| invalid("short error message"))?;
+                    let code = errno(payload, "short error message")?;
                     if code != 0 {
                         return Err(io::Error::from_raw_os_error(-code));
                     }
                     return Ok(Step::Done);
                 }
-                RTM_NEWLINK => links.push(parse_link(payload).ok_or_else(|| invalid("bad link"))?),
+                RTM_NEWLINK => dump
+                    .links
+                    .push(parse_link(payload).ok_or_else(|| invalid("bad link"))?),
                 _ => {}
             }
         }
@@ -252,33 +326,150 @@ mod tests {
         payload
     }
 
+    fn done(flags: u16, seq: u32, errno: i32) -> Vec<u8> {
+        message(NLMSG_DONE, NLM_F_MULTI | flags, seq, &errno.to_ne_bytes())
+    }
+
+    fn tap() -> Link {
+        Link {
+            index: 7,
+            name: "tap0".into(),
+            hw_type: 1,
+            flags: 1,
+            mtu: 1500,
+            address: vec![2, 0, 0, 0, 0, 1],
+            master: None,
+            kind: Some("tun".into()),
+            tun_type: Some(2),
+        }
+    }
+
     #[test]
     fn a_tap_link_is_parsed_from_a_dump() {
         let mut data = message(RTM_NEWLINK, NLM_F_MULTI, 1, &tap_link());
-        data.extend(message(NLMSG_DONE, NLM_F_MULTI, 1, &[0, 0, 0, 0]));
-        let mut links = Vec::new();
-        assert_eq!(parse_messages(&data, 1, &mut links).unwrap(), Step::Done);
+        data.extend(done(0, 1, 0));
+        let mut dump = Dump::default();
+        assert_eq!(parse_messages(&data, 1, &mut dump).unwrap(), Step::Done);
         assert_eq!(
-            links,
-            [Link {
-                index: 7,
-                name: "tap0".into(),
-                hw_type: 1,
-                flags: 1,
-                mtu: 1500,
-                address: vec![2, 0, 0, 0, 0, 1],
-                master: None,
-                kind: Some("tun".into()),
-                tun_type: Some(2),
-            }]
+            dump,
+            Dump {
+                links: vec![tap()],
+                interrupted: false
+            }
         );
     }
 
     #[test]
     fn a_netlink_error_is_returned_as_errno() {
-        let data = message(NLMSG_ERROR, 0, 1, &(-libc::EPERM).to_ne_bytes());
-        let err = parse_messages(&data, 1, &mut Vec::new()).unwrap_err();
-        assert_eq!(err.raw_os_error(), Some(libc::EPERM));
+        let data = message(NLMSG_ERROR, 0, 1, &(-(Errno::EPERM as i32)).to_ne_bytes());
+        let err = parse_messages(&data, 1, &mut Dump::default()).unwrap_err();
+        assert_eq!(err.raw_os_error(), Some(Errno::EPERM as i32));
+    }
+
+    #[test]
+    fn a_dump_that_ends_with_an_errno_fails_with_it() {
+        let mut data = message(RTM_NEWLINK, NLM_F_MULTI, 1, &tap_link());
+        data.extend(done(0, 1, -(Errno::ENOBUFS as i32)));
+        let err = parse_messages(&data, 1, &mut Dump::default()).unwrap_err();
+        assert_eq!(err.raw_os_error(), Some(Errno::ENOBUFS as i32));
+        // A done without its errno (no payload) ends the dump cleanly; one cut short fails.
+        let empty = message(NLMSG_DONE, NLM_F_MULTI, 1, &[]);
+        assert_eq!(
+            parse_messages(&empty, 1, &mut Dump::default()).unwrap(),
+            Step::Done
+        );
+        let short = message(NLMSG_DONE, NLM_F_MULTI, 1, &[0, 0]);
+        assert!(parse_messages(&short, 1, &mut Dump::default()).is_err());
+    }
+
+    #[test]
+    fn an_interrupted_dump_is_marked_whichever_message_says_so() {
+        // On a link of the dump.
+        let mut data = message(RTM_NEWLINK, NLM_F_MULTI | NLM_F_DUMP_INTR, 1, &tap_link());
+        data.extend(done(0, 1, 0));
+        let mut dump = Dump::default();
+        assert_eq!(parse_messages(&data, 1, &mut dump).unwrap(), Step::Done);
+        assert!(dump.interrupted);
+        assert_eq!(dump.links, [tap()], "what was read is still parsed");
+        // On the done alone, in a datagram of its own after the links.
+        let mut dump = Dump::default();
+        let links = message(RTM_NEWLINK, NLM_F_MULTI, 1, &tap_link());
+        assert_eq!(parse_messages(&links, 1, &mut dump).unwrap(), Step::More);
+        assert!(!dump.interrupted);
+        let end = done(NLM_F_DUMP_INTR, 1, 0);
+        assert_eq!(parse_messages(&end, 1, &mut dump).unwrap(), Step::Done);
+        assert!(dump.interrupted);
+        // A message of another dump (another sequence number) says nothing of this one.
+        let mut dump = Dump::default();
+        let mut data = message(RTM_NEWLINK, NLM_F_MULTI | NLM_F_DUMP_INTR, 9, &tap_link());
+        data.extend(done(0, 1, 0));
+        assert_eq!(parse_messages(&data, 1, &mut dump).unwrap(), Step::Done);
+        assert_eq!(dump, Dump::default());
+    }
+
+    #[test]
+    fn an_interrupted_dump_is_read_again_a_bounded_number_of_times() {
+        let interrupted = || Dump {
+            links: vec![tap()],
+            interrupted: true,
+        };
+        // Interrupted twice, then whole: the third dump's links, each under its own sequence.
+        let mut seqs = Vec::new();
+        let links = consistent(5, |seq| {
+            seqs.push(seq);
+            Ok(if seq < 3 {
+                interrupted()
+            } else {
+                Dump {
+                    links: vec![Link::default()],
+                    interrupted: false,
+                }
+            })
+        })
+        .unwrap();
+        assert_eq!(links, [Link::default()]);
+        assert_eq!(seqs, [1, 2, 3]);
+        // Interrupted every time: an error after the last attempt, not a loop.
+        let mut tries = 0;
+        let err = consistent(5, |_| {
+            tries += 1;
+            Ok(interrupted())
+        })
+        .unwrap_err();
+        assert_eq!(tries, 5);
+        assert!(err.to_string().contains("NLM_F_DUMP_INTR"), "{err}");
+        // A dump that fails is not tried again.
+        let mut tries = 0;
+        let err = consistent(5, |_| {
+            tries += 1;
+            Err(io::Error::from_raw_os_error(Errno::EPERM as i32))
+        })
+        .unwrap_err();
+        assert_eq!((tries, err.raw_os_error()), (1, Some(Errno::EPERM as i32)));
+    }
+
+    #[test]
+    fn a_dump_is_read_across_datagrams_and_a_silent_peer_times_out() {
+        use std::os::unix::net::UnixDatagram;
+        let (kernel, host) = UnixDatagram::pair().unwrap();
+        kernel
+            .send(&message(RTM_NEWLINK, NLM_F_MULTI, 4, &tap_link()))
+            .unwrap();
+        kernel.send(&done(0, 4, 0)).unwrap();
+        let until = Instant::now() + Duration::from_secs(5);
+        assert_eq!(read_dump(&host, 4, until).unwrap().links, [tap()]);
+        // Half a dump and then nothing: the deadline ends the wait.
+        kernel
+            .send(&message(RTM_NEWLINK, NLM_F_MULTI, 5, &tap_link()))
+            .unwrap();
+        let started = Instant::now();
+        let err = read_dump(&host, 5, started + Duration::from_millis(100)).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::TimedOut, "{err}");
+        let waited = started.elapsed();
+        assert!(
+            waited >= Duration::from_millis(100) && waited < Duration::from_secs(2),
+            "{waited:?}"
+        );
     }
 
     #[test]
@@ -286,6 +477,13 @@ mod tests {
         let mut data = message(RTM_NEWLINK, NLM_F_MULTI, 1, &tap_link());
         data.truncate(20);
         data[0] = 200;
-        assert!(parse_messages(&data, 1, &mut Vec::new()).is_err());
+        assert!(parse_messages(&data, 1, &mut Dump::default()).is_err());
+    }
+
+    #[test]
+    fn the_links_of_this_namespace_are_dumped() {
+        // Every namespace has its loopback; the dump reads it from the kernel itself.
+        let links = dump_links().unwrap();
+        assert!(links.iter().any(|l| l.name == "lo"), "{links:?}");
     }
 }
