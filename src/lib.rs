@@ -12,6 +12,8 @@ pub mod genesis;
 pub mod inventory;
 pub mod launch;
 pub mod link;
+pub mod logging;
+pub mod man;
 pub mod resident;
 pub mod runner;
 pub mod status;
