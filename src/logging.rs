@@ -142,7 +142,10 @@ mod tests {
             style_for(Some("nonsense"), fd2, true, false),
             Style::Plain { ansi: true }
         );
-        assert_eq!(style_for(None, fd2, true, false), Style::Plain { ansi: true });
+        assert_eq!(
+            style_for(None, fd2, true, false),
+            Style::Plain { ansi: true }
+        );
         // The journal is never coloured, terminal or not.
         assert_eq!(
             style_for(Some("64769:1234"), fd2, true, false),
@@ -152,9 +155,18 @@ mod tests {
 
     #[test]
     fn colour_only_for_a_terminal_without_no_color() {
-        assert_eq!(style_for(None, None, true, false), Style::Plain { ansi: true });
-        assert_eq!(style_for(None, None, true, true), Style::Plain { ansi: false });
-        assert_eq!(style_for(None, None, false, false), Style::Plain { ansi: false });
+        assert_eq!(
+            style_for(None, None, true, false),
+            Style::Plain { ansi: true }
+        );
+        assert_eq!(
+            style_for(None, None, true, true),
+            Style::Plain { ansi: false }
+        );
+        assert_eq!(
+            style_for(None, None, false, false),
+            Style::Plain { ansi: false }
+        );
     }
 
     #[test]

@@ -14,14 +14,23 @@ const SECTION: &str = "1";
 fn exit_status(name: &str) -> &'static [(&'static str, &'static str)] {
     match name {
         "mesh-host-run" => &[
-            ("0", "stopped when asked (SIGTERM or SIGINT) after the apply under way, or finished \
-                   because a new mesh-host binary was installed: the launcher starts it at once"),
-            ("1", "the host could not start (the message says why); the launcher counts it"),
+            (
+                "0",
+                "stopped when asked (SIGTERM or SIGINT) after the apply under way, or finished \
+                   because a new mesh-host binary was installed: the launcher starts it at once",
+            ),
+            (
+                "1",
+                "the host could not start (the message says why); the launcher counts it",
+            ),
         ],
         "mesh-host-briefing" => &[
             ("0", "the briefing was shown"),
             ("1", "the store could not be read"),
-            ("2", "nothing has been applied on this node yet, so there is no briefing"),
+            (
+                "2",
+                "nothing has been applied on this node yet, so there is no briefing",
+            ),
         ],
         "mesh-host-firewall-explain" => &[
             ("0", "a new connection to the port is admitted"),
@@ -37,31 +46,64 @@ fn exit_status(name: &str) -> &'static [(&'static str, &'static str)] {
 }
 
 const ENVIRONMENT: &[(&str, &str)] = &[
-    ("RUST_LOG", "what is logged to standard error, as tracing's filter directives (default: \
+    (
+        "RUST_LOG",
+        "what is logged to standard error, as tracing's filter directives (default: \
                   warnings, and the resident host's reconciles, restores and link changes at \
-                  info); RUST_LOG=debug says more"),
-    ("JOURNAL_STREAM", "set by systemd; when it names standard error's device and inode, each \
+                  info); RUST_LOG=debug says more",
+    ),
+    (
+        "JOURNAL_STREAM",
+        "set by systemd; when it names standard error's device and inode, each \
                         log line carries its syslog priority (<3> error, <4> warning, <6> info, \
-                        <7> debug) and no timestamp, so journalctl -p warning filters them"),
-    ("NO_COLOR", "when set and not empty, log lines are never coloured (they are coloured only \
-                  on a terminal in any case)"),
-    ("DOCKER_HOST, CONTAINER_HOST", "where the Docker engine or the Podman service is reached, \
-                                     as their own CLIs read it"),
+                        <7> debug) and no timestamp, so journalctl -p warning filters them",
+    ),
+    (
+        "NO_COLOR",
+        "when set and not empty, log lines are never coloured (they are coloured only \
+                  on a terminal in any case)",
+    ),
+    (
+        "DOCKER_HOST, CONTAINER_HOST",
+        "where the Docker engine or the Podman service is reached, \
+                                     as their own CLIs read it",
+    ),
 ];
 
 const FILES: &[(&str, &str)] = &[
-    ("/var/lib/mesh-host/state.json, state.journal", "the store: what the host owns and holds, \
-      the declaration, the briefing (under --root DIR when given)"),
-    ("/var/lib/mesh-host/originals/", "the original of every found file, saved before anything \
-      touched it"),
-    ("/var/lib/mesh-host/run.pid", "the resident host's pid, which apply, take, converge and \
-      adopt signal when they stored a new declaration"),
-    ("/var/lib/mesh-host/node.key, link.json", "the node's private key and its link to the \
-      mesh, after mesh-host enrol"),
-    ("/var/lib/mesh-host/known-good, attempts, rolled-back, halted", "the launcher's state: the \
-      version it rolls back to, its count of failed starts, the rollback made, why it halted"),
-    ("/usr/lib/mesh-host/launch", "the launcher the init starts, which starts mesh-host run"),
-    ("/usr/lib/systemd/system/mesh-host.service, /etc/init.d/mesh-host", "the init file"),
+    (
+        "/var/lib/mesh-host/state.json, state.journal",
+        "the store: what the host owns and holds, \
+      the declaration, the briefing (under --root DIR when given)",
+    ),
+    (
+        "/var/lib/mesh-host/originals/",
+        "the original of every found file, saved before anything \
+      touched it",
+    ),
+    (
+        "/var/lib/mesh-host/run.pid",
+        "the resident host's pid, which apply, take, converge and \
+      adopt signal when they stored a new declaration",
+    ),
+    (
+        "/var/lib/mesh-host/node.key, link.json",
+        "the node's private key and its link to the \
+      mesh, after mesh-host enrol",
+    ),
+    (
+        "/var/lib/mesh-host/known-good, attempts, rolled-back, halted",
+        "the launcher's state: the \
+      version it rolls back to, its count of failed starts, the rollback made, why it halted",
+    ),
+    (
+        "/usr/lib/mesh-host/launch",
+        "the launcher the init starts, which starts mesh-host run",
+    ),
+    (
+        "/usr/lib/systemd/system/mesh-host.service, /etc/init.d/mesh-host",
+        "the init file",
+    ),
 ];
 
 /// Pages cited that are not this program's own, with the section they are in.
@@ -229,7 +271,12 @@ fn page(cmd: &clap::Command, parent: Option<&str>, names: &[String]) -> String {
 }
 
 fn tagged(out: &mut String, tag: &str, what: &str) {
-    let _ = write!(out, ".TP\n\\fB{}\\fR\n{}\n", escape(tag), escape(&squash(what)));
+    let _ = write!(
+        out,
+        ".TP\n\\fB{}\\fR\n{}\n",
+        escape(tag),
+        escape(&squash(what))
+    );
 }
 
 fn paragraph(out: &mut String, text: &str) {
@@ -271,7 +318,12 @@ mod tests {
         let pages = pages();
         assert_eq!(pages.len(), names.len());
         for (file, roff) in &pages {
-            for section in [".SH \"EXIT STATUS\"", ".SH ENVIRONMENT", ".SH FILES", ".SH \"SEE ALSO\""] {
+            for section in [
+                ".SH \"EXIT STATUS\"",
+                ".SH ENVIRONMENT",
+                ".SH FILES",
+                ".SH \"SEE ALSO\"",
+            ] {
                 assert!(roff.contains(section), "{file} has no {section}");
             }
         }
