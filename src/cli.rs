@@ -171,8 +171,12 @@ pub enum GenerateCommand {
         #[arg(value_enum)]
         shell: CompletionShell,
     },
-    /// The man page (roff), on standard output.
-    Man,
+    /// The man pages (roff): `mesh-host.1` on standard output, or, given a directory, every
+    /// page (`mesh-host.1` and one per subcommand) written into it.
+    Man {
+        #[arg(value_name = "DIR")]
+        dir: Option<PathBuf>,
+    },
 }
 
 /// The shells the packages ship completions for.
@@ -502,9 +506,22 @@ fn generate(what: GenerateCommand) -> Result<()> {
                 .subcommands(cmd.get_subcommands().filter(|c| !c.is_hide_set()).cloned());
             clap_complete::generate(shell, &mut visible, "mesh-host", &mut out);
         }
-        GenerateCommand::Man => clap_mangen::Man::new(cmd)
-            .render(&mut out)
-            .context("writing the man page")?,
+        GenerateCommand::Man { dir } => {
+            use std::io::Write as _;
+            for (file, roff) in crate::man::pages() {
+                match &dir {
+                    Some(d) => {
+                        let path = d.join(&file);
+                        std::fs::write(&path, roff)
+                            .with_context(|| format!("writing man page {}", path.display()))?;
+                    }
+                    None if file == "mesh-host.1" => out
+                        .write_all(roff.as_bytes())
+                        .context("writing the man page")?,
+                    None => {}
+                }
+            }
+        }
     }
     Ok(())
 }

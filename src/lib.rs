@@ -14,6 +14,8 @@ pub mod genesis;
 pub mod inventory;
 pub mod launch;
 pub mod link;
+pub mod logging;
+pub mod man;
 pub mod node_firewall;
 pub mod pid_file;
 pub mod resident;

@@ -5,6 +5,8 @@
 //! what they were asked and "install" a version by writing it down. Every launcher runs with a
 //! deadline and is killed, failing the test, if it outlives it.
 
+mod init;
+
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -14,6 +16,10 @@ use std::time::{Duration, Instant};
 const SHELLS: &[&[&str]] = &[&["/bin/sh"], &["busybox", "sh"]];
 
 const DEADLINE: Duration = Duration::from_secs(30);
+
+/// A halted launcher's exit status (packaging/launch's HALTED; the unit's
+/// RestartPreventExitStatus, checked in `init`).
+const HALTED: i32 = 78;
 
 /// The stub host: each start takes the next line of `$T/plan` and logs the version "installed"
 /// and the launcher's attempt count as it found them.
@@ -213,7 +219,7 @@ fn failed_starts_are_counted_rolled_back_once_then_halted() {
         let bed = Bed::new(shell, "0.2.0", &["exit1", "crash", "exit1", "exit1"]);
         bed.write("state/known-good", "0.1.0\n");
         let r = bed.run(&[]);
-        assert_eq!(r.code, Some(1), "{shell:?}: {}", r.stderr);
+        assert_eq!(r.code, Some(HALTED), "{shell:?}: {}", r.stderr);
         assert_eq!(
             bed.lines("log"),
             [
@@ -243,7 +249,7 @@ fn failed_starts_are_counted_rolled_back_once_then_halted() {
 
         // Halted, it says so and starts nothing, however often the init starts it again.
         let again = bed.run(&[]);
-        assert_eq!(again.code, Some(1));
+        assert_eq!(again.code, Some(HALTED));
         assert!(
             again.stderr.contains("halted: 2 failed starts"),
             "{}",
@@ -265,7 +271,7 @@ fn a_completed_reconcile_clears_the_count_so_failures_count_afresh() {
             &["exit1", "reconcile", "exit1", "exit1", "exit1", "exit1"],
         );
         let r = bed.run(&[]);
-        assert_eq!(r.code, Some(1), "{shell:?}: {}", r.stderr);
+        assert_eq!(r.code, Some(HALTED), "{shell:?}: {}", r.stderr);
         assert_eq!(
             bed.lines("log"),
             [
@@ -405,7 +411,7 @@ fn a_rollback_that_cannot_happen_halts_and_says_why() {
         // Nothing recorded as known good: nothing to roll back to.
         let bed = Bed::new(shell, "0.2.0", &["exit1", "exit1"]);
         let r = bed.run(&[]);
-        assert_eq!(r.code, Some(1));
+        assert_eq!(r.code, Some(HALTED));
         assert!(
             r.stderr.contains("no known-good version is recorded"),
             "{}",
@@ -422,7 +428,7 @@ fn a_rollback_that_cannot_happen_halts_and_says_why() {
         bed.write("state/known-good", "0.1.0\n");
         bed.write("fail", "");
         let r = bed.run(&[]);
-        assert_eq!(r.code, Some(1));
+        assert_eq!(r.code, Some(HALTED));
         assert_eq!(bed.lines("log").len(), 2, "{shell:?}: {}", r.stderr);
         assert_eq!(bed.lines("calls").len(), 1);
         assert!(!bed.path("state/rolled-back").exists());

@@ -145,3 +145,129 @@ fn apt_installs_a_real_package_on_this_machine_reads_it_back_and_never_uninstall
     assert_eq!(r.outcome("fun/sl"), "changed-by-something-else");
     assert_eq!(dpkg_version(), None, "not reinstalled while held");
 }
+
+/// The .deb's maintainer scripts, run with every argument dpkg can give them against stub
+/// deb-systemd-helper, deb-systemd-invoke and systemctl (first on PATH, recording their calls):
+/// each argument is honoured, an unknown one refused, the enablement kept through
+/// deb-systemd-helper, and nothing ever started or restarted.
+#[test]
+fn the_maintainer_scripts_honour_every_argument_and_start_nothing() {
+    use std::os::unix::fs::PermissionsExt;
+    let stub = tempfile::tempdir().unwrap();
+    let bin = stub.path().join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    for tool in ["deb-systemd-helper", "deb-systemd-invoke", "systemctl"] {
+        let p = bin.join(tool);
+        std::fs::write(
+            &p,
+            format!(
+                "#!/bin/sh\necho \"{tool} $*\" >> \"$STUB/calls\"\n\
+                 case \"$*\" in *was-enabled*) [ -f \"$STUB/enabled\" ] ;; *debian-installed*) [ -f \"$STUB/installed\" ] ;; esac\n"
+            ),
+        )
+        .unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let run = |script: &str, arg: &str| -> (Option<i32>, Vec<String>) {
+        let _ = std::fs::remove_file(stub.path().join("calls"));
+        let out = Command::new("/bin/sh")
+            .arg(
+                std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                    .join("packaging/debian")
+                    .join(script),
+            )
+            .arg(arg)
+            .arg("0.1.0")
+            .env("STUB", stub.path())
+            .env("PATH", format!("{}:/usr/bin:/bin", bin.display()))
+            .output()
+            .unwrap();
+        let calls = std::fs::read_to_string(stub.path().join("calls"))
+            .unwrap_or_default()
+            .lines()
+            .map(String::from)
+            .collect();
+        (out.status.code(), calls)
+    };
+    let args: &[(&str, &[&str])] = &[
+        (
+            "postinst",
+            &[
+                "configure",
+                "abort-upgrade",
+                "abort-deconfigure",
+                "abort-remove",
+                "triggered",
+            ],
+        ),
+        (
+            "prerm",
+            &["remove", "upgrade", "deconfigure", "failed-upgrade"],
+        ),
+        (
+            "postrm",
+            &[
+                "remove",
+                "purge",
+                "upgrade",
+                "failed-upgrade",
+                "abort-install",
+                "abort-upgrade",
+                "disappear",
+            ],
+        ),
+    ];
+    for (script, list) in args {
+        for arg in *list {
+            let (code, calls) = run(script, arg);
+            assert_eq!(code, Some(0), "{script} {arg}: {calls:?}");
+            for c in &calls {
+                assert!(
+                    !c.contains(" start") && !c.contains("restart") && !c.contains("enable --now"),
+                    "{script} {arg} started something: {c}"
+                );
+            }
+        }
+        let (code, _) = run(script, "no-such-argument");
+        assert_eq!(code, Some(1), "{script} refuses an unknown argument");
+    }
+    // A first install keeps the unit's state through deb-systemd-helper and enables nothing.
+    let (_, calls) = run("postinst", "configure");
+    assert!(
+        calls
+            .iter()
+            .any(|c| c == "deb-systemd-helper update-state mesh-host.service"),
+        "{calls:?}"
+    );
+    assert!(!calls.iter().any(|c| c.contains(" enable ")), "{calls:?}");
+    // An upgrade of an enabled unit keeps it enabled; an aborted upgrade does the same.
+    std::fs::write(stub.path().join("installed"), "").unwrap();
+    std::fs::write(stub.path().join("enabled"), "").unwrap();
+    for arg in ["configure", "abort-upgrade"] {
+        let (_, calls) = run("postinst", arg);
+        assert!(
+            calls
+                .iter()
+                .any(|c| c == "deb-systemd-helper enable mesh-host.service"),
+            "{arg}: {calls:?}"
+        );
+    }
+    // An upgrade never stops the host (it may be the one upgrading); a removal does, through
+    // deb-systemd-invoke, only where systemd runs (not here: nothing is called).
+    assert!(run("prerm", "upgrade").1.is_empty());
+    // Purge forgets the enablement and lifts the removal's mask.
+    let (_, calls) = run("postrm", "purge");
+    assert!(
+        calls
+            .iter()
+            .any(|c| c == "deb-systemd-helper purge mesh-host.service"),
+        "{calls:?}"
+    );
+    let (_, calls) = run("postrm", "remove");
+    assert!(
+        calls
+            .iter()
+            .any(|c| c == "deb-systemd-helper mask mesh-host.service"),
+        "{calls:?}"
+    );
+}

@@ -12,6 +12,8 @@ mod genesis_lab;
 mod inventory_lab;
 mod launcher;
 mod link;
+mod logs;
+mod manpages;
 mod output;
 mod packages;
 mod services;
