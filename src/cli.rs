@@ -3,7 +3,6 @@
 use crate::apply::{self, ApplyError, Host, Report};
 use crate::briefing::Briefing;
 use crate::declaration::{self, Source};
-use crate::error::error_text;
 use crate::store;
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
@@ -399,11 +398,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
                 bundle,
             };
             let h = host(&cli.root);
-            let read = || {
-                crate::inventory::read(h.runner)
-                    .map(|v| v.machine())
-                    .map_err(|e| error_text(&e))
-            };
+            let read = || crate::inventory::read(h.runner).map(|v| v.machine());
             match crate::genesis::run(&cli.root, &h, &req, &read) {
                 Ok(crate::genesis::Outcome::Refused(p)) => genesis_refused(&p, json, 2),
                 Ok(crate::genesis::Outcome::Unsafe(p)) => genesis_refused(&p, json, 3),

@@ -104,7 +104,7 @@ pub fn run(
     root: &Path,
     host: &Host<'_>,
     req: &Request,
-    machine: &dyn Fn() -> Result<checks::Machine, String>,
+    machine: &dyn Fn() -> anyhow::Result<checks::Machine>,
 ) -> Result<Outcome, ApplyError> {
     let c = match check(req) {
         Ok(c) => c,
@@ -118,7 +118,7 @@ pub fn run(
             )]));
         }
     }
-    let m = machine().map_err(ApplyError::Safety)?;
+    let m = machine().map_err(|e| ApplyError::Safety(crate::error_text(&e)))?;
     let findings: Vec<Finding> = checks::preflight(
         &m,
         c.mode == Mode::Converged,
