@@ -131,7 +131,10 @@ fn parse_messages(mut data: &[u8], seq: u32, links: &mut Vec<Link>) -> io::Resul
                         .map(|b| i32::from_ne_bytes(b.try_into().expect("four bytes")))
                         .ok_or_else(|| invalid("short error message"))?;
                     if code != 0 {
-                        return Err(io::Error::from_raw_os_error(-code));
+                        // i32::MIN has no positive errno; it is still an error.
+                        return Err(io::Error::from_raw_os_error(
+                            code.checked_neg().unwrap_or(i32::MAX),
+                        ));
                     }
                     return Ok(Step::Done);
                 }
@@ -289,3 +292,7 @@ mod tests {
         assert!(parse_messages(&data, 1, &mut Vec::new()).is_err());
     }
 }
+
+#[cfg(test)]
+#[path = "netlink_fuzz.rs"]
+mod fuzz;
