@@ -347,34 +347,33 @@ fn decode_message(whole: &[u8]) -> Result<Message> {
         pos: 12,
         depth: 0,
     };
-        let fields = r.value(&mut "a(yv)".as_bytes())?;
-        let mut m = Message {
-            kind: fixed[1],
-            serial: u32::from_le_bytes(fixed[8..12].try_into().expect("4 bytes")),
-            reply_to: None,
-            interface: None,
-            member: None,
-            error: None,
-            body: Vec::new(),
-        };
-        let mut signature = String::new();
-        if let Value::Array(fields) = fields {
-            for f in fields {
-                let Value::Struct(kv) = f else { continue };
-                let (Some(Value::Byte(code)), Some(Value::Variant(v))) = (kv.first(), kv.get(1))
-                else {
-                    continue;
-                };
-                match (code, v.as_ref()) {
-                    (2, Value::Str(s)) => m.interface = Some(s.clone()),
-                    (3, Value::Str(s)) => m.member = Some(s.clone()),
-                    (4, Value::Str(s)) => m.error = Some(s.clone()),
-                    (5, Value::U32(n)) => m.reply_to = Some(*n),
-                    (8, Value::Str(s)) => signature = s.clone(),
-                    _ => {}
-                }
+    let fields = r.value(&mut "a(yv)".as_bytes())?;
+    let mut m = Message {
+        kind: fixed[1],
+        serial: u32::from_le_bytes(fixed[8..12].try_into().expect("4 bytes")),
+        reply_to: None,
+        interface: None,
+        member: None,
+        error: None,
+        body: Vec::new(),
+    };
+    let mut signature = String::new();
+    if let Value::Array(fields) = fields {
+        for f in fields {
+            let Value::Struct(kv) = f else { continue };
+            let (Some(Value::Byte(code)), Some(Value::Variant(v))) = (kv.first(), kv.get(1)) else {
+                continue;
+            };
+            match (code, v.as_ref()) {
+                (2, Value::Str(s)) => m.interface = Some(s.clone()),
+                (3, Value::Str(s)) => m.member = Some(s.clone()),
+                (4, Value::Str(s)) => m.error = Some(s.clone()),
+                (5, Value::U32(n)) => m.reply_to = Some(*n),
+                (8, Value::Str(s)) => signature = s.clone(),
+                _ => {}
             }
         }
+    }
     let mut body = Reader {
         buf: &whole[body_start..],
         pos: 0,

@@ -24,7 +24,14 @@ fn call(rng: &mut Rng) -> (Vec<u8>, String, Vec<String>) {
         });
     }
     let member = format!("M{}", w(1));
-    let bytes = encode_call(rng.u32(), "org.fedoraproject.FirewallD1", "/x", w(2), &member, &args);
+    let bytes = encode_call(
+        rng.u32(),
+        "org.fedoraproject.FirewallD1",
+        "/x",
+        w(2),
+        &member,
+        &args,
+    );
     (bytes, member, words)
 }
 

@@ -57,6 +57,6 @@ pub fn mark() {
 }
 
 /// The largest single allocation on this thread since [`mark`].
-pub fn largest_since(_: ()) -> usize {
+pub fn largest() -> usize {
     LARGEST.with(|l| l.get())
 }

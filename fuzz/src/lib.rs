@@ -16,7 +16,6 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Once;
 use std::time::Instant;
 
-use alloc::largest_since;
 pub use alloc::Counting;
 
 /// A small, fast, seeded generator (SplitMix64): the same seed gives the same cases.
@@ -242,11 +241,11 @@ pub fn run(
     let start = Instant::now();
     for _ in 0..n {
         let input = generate(&mut rng);
-        let mark = alloc::mark();
+        alloc::mark();
         IN_CASE.with(|c| c.set(true));
         let outcome = catch_unwind(AssertUnwindSafe(|| check(&input)));
         IN_CASE.with(|c| c.set(false));
-        let largest = largest_since(mark);
+        let largest = alloc::largest();
         let why = match outcome {
             Err(panic) => Some(format!("panic: {}", panic_text(&*panic))),
             Ok(()) if largest > allocation_bound(input.len()) => Some(format!(
@@ -315,10 +314,7 @@ pub fn hex(bytes: &[u8]) -> String {
 
 /// The bytes of a hex string (whitespace ignored), for regression cases.
 pub fn unhex(text: &str) -> Vec<u8> {
-    let digits: Vec<u8> = text
-        .bytes()
-        .filter(|b| !b.is_ascii_whitespace())
-        .collect();
+    let digits: Vec<u8> = text.bytes().filter(|b| !b.is_ascii_whitespace()).collect();
     digits
         .chunks(2)
         .map(|pair| u8::from_str_radix(std::str::from_utf8(pair).expect("ascii"), 16).expect("hex"))

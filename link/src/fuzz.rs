@@ -29,7 +29,10 @@ fn token(rng: &mut Rng) -> Token {
             let n = 4 + rng.below(29);
             hex(rng, n)
         },
-        node: format!("n{}", rng.word(20).replace(|c: char| !c.is_ascii_lowercase(), "-")),
+        node: format!(
+            "n{}",
+            rng.word(20).replace(|c: char| !c.is_ascii_lowercase(), "-")
+        ),
         brokers,
         fingerprint: hex(rng, 32),
         controller: STANDARD.encode(key.verifying_key().as_bytes()),
@@ -50,7 +53,11 @@ fn fuzz_enrolment_token() {
         |rng| {
             let t = token(rng);
             let text = t.encode();
-            assert_eq!(Token::parse(&text, 999).ok(), Some(t.clone()), "a valid token reads back");
+            assert_eq!(
+                Token::parse(&text, 999).ok(),
+                Some(t.clone()),
+                "a valid token reads back"
+            );
             match rng.below(4) {
                 // The text as pasted, mutated.
                 0 => {
@@ -78,7 +85,11 @@ fn fuzz_enrolment_token() {
                     assert!(split_addr(b).is_ok());
                 }
             }
-            let _ = (split_addr(&text), check_node_id(&text), controller_key(&text));
+            let _ = (
+                split_addr(&text),
+                check_node_id(&text),
+                controller_key(&text),
+            );
         },
     );
 }

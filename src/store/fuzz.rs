@@ -24,7 +24,9 @@ fn owned(rng: &mut Rng) -> Owned {
         module: rng.bool().then(|| rng.word(6)),
         shape: shape(rng),
         key: format!("/etc/{}", rng.below(6)),
-        digest: rng.bool().then(|| format!("sha256:{}", fuzz::hex(&rng.bytes(4)))),
+        digest: rng
+            .bool()
+            .then(|| format!("sha256:{}", fuzz::hex(&rng.bytes(4)))),
         found: rng.bool(),
     }
 }

@@ -136,7 +136,14 @@ fn attributes(rng: &mut Rng, buf: &mut Vec<u8>, depth: usize) {
 fn message(rng: &mut Rng, ty: u8, body: impl FnOnce(&mut Rng, &mut Vec<u8>)) -> Vec<u8> {
     let mut buf = Vec::new();
     let family = *rng.pick(&[1u8, 2, 3, 5, 7, 10, 99]);
-    let start = msg::begin(&mut buf, msg::nft_type(ty), NLM_F_MULTI, rng.u32(), family, 0);
+    let start = msg::begin(
+        &mut buf,
+        msg::nft_type(ty),
+        NLM_F_MULTI,
+        rng.u32(),
+        family,
+        0,
+    );
     body(rng, &mut buf);
     msg::end(&mut buf, start);
     buf
@@ -201,7 +208,11 @@ fn listing(rng: &mut Rng) -> Vec<u8> {
             }
             attr::nest_end(b, hook);
             attr::put_be32(b, NFTA_CHAIN_POLICY, rng.below(3) as u32);
-            attr::put_str(b, NFTA_CHAIN_TYPE, *rng.pick(&["filter", "nat", "route"]));
+            attr::put_str(
+                b,
+                NFTA_CHAIN_TYPE,
+                rng.pick::<&str>(&["filter", "nat", "route"]),
+            );
         }),
         2 => message(rng, NFT_MSG_NEWRULE, |rng, b| {
             attr::put_str(b, NFTA_RULE_TABLE, &name(rng));
@@ -254,7 +265,11 @@ fn listing(rng: &mut Rng) -> Vec<u8> {
 fn datagram(rng: &mut Rng) -> Vec<u8> {
     let mut out = Vec::new();
     for _ in 0..1 + rng.below(3) {
-        let m = if rng.one_in(3) { ack(rng) } else { listing(rng) };
+        let m = if rng.one_in(3) {
+            ack(rng)
+        } else {
+            listing(rng)
+        };
         out.extend_from_slice(&m);
         attr::pad(&mut out);
     }
@@ -425,7 +440,8 @@ fn fuzz_comment_user_data_round_trip() {
 #[test]
 fn regression_an_ack_with_errno_i32_min_is_a_refusal_not_an_overflow() {
     // `-error` overflowed: an NLMSG_ERROR carrying 0x80000000.
-    let bytes = fuzz::unhex("24000000020000010549162e000700000000008024010000060a0200f007d74700000000");
+    let bytes =
+        fuzz::unhex("24000000020000010549162e000700000000008024010000060a0200f007d74700000000");
     let msgs = msg::split(&bytes).unwrap();
     let ack = msg::parse_ack(&msgs[0]).unwrap();
     assert_ne!(ack.errno, 0);
