@@ -203,7 +203,10 @@ fn parse_messages(mut data: &[u8], seq: u32, dump: &mut Dump) -> io::Result<Step
                 NLMSG_ERROR => {
                     let code = errno(payload, "short error message")?;
                     if code != 0 {
-                        return Err(io::Error::from_raw_os_error(-code));
+                        // i32::MIN has no positive errno; it is still an error.
+                        return Err(io::Error::from_raw_os_error(
+                            code.checked_neg().unwrap_or(i32::MAX),
+                        ));
                     }
                     return Ok(Step::Done);
                 }
@@ -487,3 +490,7 @@ mod tests {
         assert!(links.iter().any(|l| l.name == "lo"), "{links:?}");
     }
 }
+
+#[cfg(test)]
+#[path = "netlink_fuzz.rs"]
+mod fuzz;
