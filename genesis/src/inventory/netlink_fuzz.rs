@@ -111,3 +111,10 @@ fn regression_an_error_of_i32_min_is_an_error_not_an_overflow() {
     let data = message(NLMSG_ERROR, 0, 1, &i32::MIN.to_ne_bytes());
     assert!(parse_messages(&data, 1, &mut Dump::default()).is_err());
 }
+
+#[test]
+fn regression_a_done_carrying_i32_min_is_an_error_not_an_overflow() {
+    // `-code` overflowed on an NLMSG_DONE carrying 0x80000000, found by the fuzz test above.
+    let data = message(NLMSG_DONE, NLM_F_MULTI, 1, &i32::MIN.to_ne_bytes());
+    assert!(parse_messages(&data, 1, &mut Dump::default()).is_err());
+}
