@@ -16,6 +16,9 @@
 mod journal;
 mod records;
 
+#[cfg(test)]
+mod fuzz;
+
 pub use journal::Op;
 pub use records::List;
 

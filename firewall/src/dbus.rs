@@ -293,64 +293,97 @@ impl Bus {
         self.sock
             .read_exact(&mut fixed)
             .map_err(|e| bus_error(&self.address, e))?;
-        if fixed[0] != b'l' {
-            return Err(bus_error(&self.address, "a big-endian message"));
-        }
-        let body_len = u32::from_le_bytes(fixed[4..8].try_into().expect("4 bytes")) as usize;
-        let fields_len = u32::from_le_bytes(fixed[12..16].try_into().expect("4 bytes")) as usize;
-        let header_end = 16 + fields_len;
-        let body_start = header_end.div_ceil(8) * 8;
-        if body_start + body_len > 128 * 1024 * 1024 {
-            return Err(bus_error(&self.address, "a message over 128 MiB"));
-        }
-        let mut rest = vec![0u8; body_start - 16 + body_len];
-        self.sock
-            .read_exact(&mut rest)
-            .map_err(|e| bus_error(&self.address, e))?;
+        let total = message_len(&fixed).map_err(|e| bus_error(&self.address, e))?;
+        // Read as the bytes arrive: the lengths in the header size nothing before they are there.
         let mut whole = fixed.to_vec();
-        whole.extend_from_slice(&rest);
-        let mut r = Reader {
-            buf: &whole,
-            pos: 12,
-        };
-        let fields = r.value(&mut "a(yv)".as_bytes())?;
-        let mut m = Message {
-            kind: fixed[1],
-            serial: u32::from_le_bytes(fixed[8..12].try_into().expect("4 bytes")),
-            reply_to: None,
-            interface: None,
-            member: None,
-            error: None,
-            body: Vec::new(),
-        };
-        let mut signature = String::new();
-        if let Value::Array(fields) = fields {
-            for f in fields {
-                let Value::Struct(kv) = f else { continue };
-                let (Some(Value::Byte(code)), Some(Value::Variant(v))) = (kv.first(), kv.get(1))
-                else {
-                    continue;
-                };
-                match (code, v.as_ref()) {
-                    (2, Value::Str(s)) => m.interface = Some(s.clone()),
-                    (3, Value::Str(s)) => m.member = Some(s.clone()),
-                    (4, Value::Str(s)) => m.error = Some(s.clone()),
-                    (5, Value::U32(n)) => m.reply_to = Some(*n),
-                    (8, Value::Str(s)) => signature = s.clone(),
-                    _ => {}
-                }
+        (&mut self.sock)
+            .take((total - fixed.len()) as u64)
+            .read_to_end(&mut whole)
+            .map_err(|e| bus_error(&self.address, e))?;
+        if whole.len() != total {
+            return Err(bus_error(
+                &self.address,
+                "the bus closed in the middle of a message",
+            ));
+        }
+        decode_message(&whole)
+    }
+}
+
+/// The most values nest inside each other, as the D-Bus specification limits them (32 arrays
+/// and 32 structs); a variant holding a variant holding … would otherwise recurse until the
+/// stack ran out.
+const MAX_DEPTH: usize = 64;
+
+/// The length of the whole message whose first 16 bytes are `fixed`, from the body's and the
+/// header fields' lengths.
+fn message_len(fixed: &[u8]) -> std::result::Result<usize, &'static str> {
+    if fixed.len() < 16 {
+        return Err("a message shorter than its fixed header");
+    }
+    if fixed[0] != b'l' {
+        return Err("a big-endian message");
+    }
+    let body_len = u32::from_le_bytes(fixed[4..8].try_into().expect("4 bytes")) as usize;
+    let fields_len = u32::from_le_bytes(fixed[12..16].try_into().expect("4 bytes")) as usize;
+    let body_start = (16 + fields_len).div_ceil(8) * 8;
+    if body_start + body_len > 128 * 1024 * 1024 {
+        return Err("a message over 128 MiB");
+    }
+    Ok(body_start + body_len)
+}
+
+/// Decodes one whole message: its header fields, then its body by the signature they carry.
+fn decode_message(whole: &[u8]) -> Result<Message> {
+    let total = message_len(whole).map_err(malformed)?;
+    let whole = whole
+        .get(..total)
+        .ok_or_else(|| malformed("a message shorter than its header says"))?;
+    let fixed = &whole[..16];
+    let fields_len = u32::from_le_bytes(fixed[12..16].try_into().expect("4 bytes")) as usize;
+    let body_start = (16 + fields_len).div_ceil(8) * 8;
+    let mut r = Reader {
+        buf: whole,
+        pos: 12,
+        depth: 0,
+    };
+    let fields = r.value(&mut "a(yv)".as_bytes())?;
+    let mut m = Message {
+        kind: fixed[1],
+        serial: u32::from_le_bytes(fixed[8..12].try_into().expect("4 bytes")),
+        reply_to: None,
+        interface: None,
+        member: None,
+        error: None,
+        body: Vec::new(),
+    };
+    let mut signature = String::new();
+    if let Value::Array(fields) = fields {
+        for f in fields {
+            let Value::Struct(kv) = f else { continue };
+            let (Some(Value::Byte(code)), Some(Value::Variant(v))) = (kv.first(), kv.get(1)) else {
+                continue;
+            };
+            match (code, v.as_ref()) {
+                (2, Value::Str(s)) => m.interface = Some(s.clone()),
+                (3, Value::Str(s)) => m.member = Some(s.clone()),
+                (4, Value::Str(s)) => m.error = Some(s.clone()),
+                (5, Value::U32(n)) => m.reply_to = Some(*n),
+                (8, Value::Str(s)) => signature = s.clone(),
+                _ => {}
             }
         }
-        let mut body = Reader {
-            buf: &whole[body_start..],
-            pos: 0,
-        };
-        let mut sig = signature.as_bytes();
-        while !sig.is_empty() {
-            m.body.push(body.value(&mut sig)?);
-        }
-        Ok(m)
     }
+    let mut body = Reader {
+        buf: &whole[body_start..],
+        pos: 0,
+        depth: 0,
+    };
+    let mut sig = signature.as_bytes();
+    while !sig.is_empty() {
+        m.body.push(body.value(&mut sig)?);
+    }
+    Ok(m)
 }
 
 fn read_line(sock: &mut UnixStream) -> std::io::Result<String> {
@@ -479,6 +512,8 @@ fn encode_call(
 struct Reader<'a> {
     buf: &'a [u8],
     pos: usize,
+    /// How many containers (arrays, structs, variants) the value being read is inside.
+    depth: usize,
 }
 
 fn malformed(reason: &str) -> Error {
@@ -548,7 +583,18 @@ impl Reader<'_> {
         let n = one_type(sig)?;
         let (this, rest) = sig.split_at(n);
         *sig = rest;
+        if self.depth > MAX_DEPTH {
+            return Err(malformed("values nested more than 64 deep"));
+        }
         self.align(alignment(this[0]));
+        self.depth += 1;
+        let value = self.one_value(this);
+        self.depth -= 1;
+        value
+    }
+
+    /// Reads one value of the complete type `this`, aligned already.
+    fn one_value(&mut self, this: &[u8]) -> Result<Value> {
         Ok(match this[0] {
             b'y' => Value::Byte(self.take(1)?[0]),
             b'b' => Value::Bool(self.u32()? != 0),
@@ -581,7 +627,12 @@ impl Reader<'_> {
                 let mut items = Vec::new();
                 while self.pos < end {
                     let mut s = elem;
+                    let at = self.pos;
                     items.push(self.value(&mut s)?);
+                    // An element of no bytes (an empty struct) would repeat for ever.
+                    if self.pos == at {
+                        return Err(malformed("an array of elements with no bytes"));
+                    }
                 }
                 Value::Array(items)
             }
@@ -635,6 +686,7 @@ mod tests {
         let mut r = Reader {
             buf: &w.buf,
             pos: 0,
+            depth: 0,
         };
         let mut sig: &[u8] = b"siasa{sv}";
         let mut got = Vec::new();
@@ -688,7 +740,11 @@ mod tests {
     #[test]
     fn call_header_reads_back() {
         let m = encode_call(7, "org.x", "/org/x", "org.x.I", "Do", &[Arg::Str("a")]);
-        let mut r = Reader { buf: &m, pos: 12 };
+        let mut r = Reader {
+            buf: &m,
+            pos: 12,
+            depth: 0,
+        };
         let Value::Array(fields) = r.value(&mut "a(yv)".as_bytes()).unwrap() else {
             panic!("fields")
         };
@@ -709,3 +765,7 @@ mod tests {
         assert_eq!(m.len() % 8, (body_len) % 8);
     }
 }
+
+#[cfg(test)]
+#[path = "dbus_fuzz.rs"]
+mod fuzz;

@@ -17,6 +17,9 @@ mod pin;
 mod session;
 mod token;
 
+#[cfg(test)]
+mod fuzz;
+
 pub use crate::{
     backoff::Backoff,
     driver::{link, spawn_thread, Config, Event, Handle, Receipt, Sink},

@@ -210,7 +210,8 @@ impl IrRule {
                     let mut ports = Vec::new();
                     for (lo, hi) in ranges {
                         let (lo, hi) = (be16(lo)?, be16(hi)?);
-                        if hi - lo > 64 {
+                        // A reversed range (8200:8100) holds no port; it is no list of them.
+                        if hi < lo || hi - lo > 64 {
                             return None;
                         }
                         ports.extend(lo..=hi);

@@ -443,7 +443,8 @@ pub fn legacy_items(spec: &str, fam: Fam, chains: &[String]) -> Vec<Item> {
                 out.extend(legacy_target(
                     arg(i),
                     matches!(w, "-g" | "--goto"),
-                    &words[i + 2..],
+                    // A `-j` that ends the spec has no target and no options.
+                    words.get(i + 2..).unwrap_or(&[]),
                     chains,
                 ));
                 break;
@@ -489,7 +490,9 @@ pub fn legacy_items(spec: &str, fam: Fam, chains: &[String]) -> Vec<Item> {
         }
         if module == "rpfilter" && w == "-m" {
             // `-m rpfilter` without --invert holds for a real source; --invert replaces it.
-            let inverted = words[i + 2..]
+            let inverted = words
+                .get(i + 2..)
+                .unwrap_or(&[])
                 .iter()
                 .take_while(|x| *x != "-m" && *x != "-j")
                 .any(|x| x == "--invert");

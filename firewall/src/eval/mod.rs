@@ -25,6 +25,9 @@ mod values;
 mod walk;
 mod xt;
 
+#[cfg(test)]
+mod fuzz;
+
 pub use addrs::{Addrs, Fam};
 pub use model::{parse_save, Model, Snapshot};
 pub use opening::{families, interfaces, ways, Iface, Part, Verdict, Way};

@@ -245,6 +245,9 @@ impl Expr {
             Expr::Raw { data, .. } => buf.extend_from_slice(data),
         }
         attr::nest_end(buf, data);
+        // Raw bytes may end off the 4-byte boundary: the element is padded so the next one
+        // starts aligned (the data keeps its own length, so it reads back as it was).
+        attr::pad(buf);
         attr::nest_end(buf, elem);
     }
 

@@ -15,6 +15,9 @@ mod rule;
 mod socket;
 mod types;
 
+#[cfg(test)]
+mod fuzz;
+
 pub use batch::{BaseChain, Batch, Position};
 pub use expr::{CmpOp, CtDirection, CtKey, Expr, FibResult, ImmediateData, MetaKey, PayloadBase};
 pub use list::{Chain, ChainHook, Elem, ElemData, Rule, Ruleset, Set, Table};

@@ -117,7 +117,8 @@ pub fn parse_ack(msg: &NlMsg<'_>) -> Result<Ack, String> {
     let orig_len = u32::from_ne_bytes(p[4..8].try_into().unwrap()) as usize;
     let orig_seq = u32::from_ne_bytes(p[12..16].try_into().unwrap());
     let mut ack = Ack {
-        errno: -error,
+        // i32::MIN has no positive counterpart; it is still a refusal.
+        errno: error.checked_neg().unwrap_or(i32::MAX),
         seq: orig_seq,
         message: None,
         offset: None,

@@ -196,14 +196,20 @@ fn parse_messages(mut data: &[u8], seq: u32, dump: &mut Dump) -> io::Result<Step
                         errno(payload, "short done message")?
                     };
                     if code < 0 {
-                        return Err(io::Error::from_raw_os_error(-code));
+                        // i32::MIN has no positive errno; it is still an error.
+                        return Err(io::Error::from_raw_os_error(
+                            code.checked_neg().unwrap_or(i32::MAX),
+                        ));
                     }
                     return Ok(Step::Done);
                 }
                 NLMSG_ERROR => {
                     let code = errno(payload, "short error message")?;
                     if code != 0 {
-                        return Err(io::Error::from_raw_os_error(-code));
+                        // i32::MIN has no positive errno; it is still an error.
+                        return Err(io::Error::from_raw_os_error(
+                            code.checked_neg().unwrap_or(i32::MAX),
+                        ));
                     }
                     return Ok(Step::Done);
                 }
@@ -487,3 +493,7 @@ mod tests {
         assert!(links.iter().any(|l| l.name == "lo"), "{links:?}");
     }
 }
+
+#[cfg(test)]
+#[path = "netlink_fuzz.rs"]
+mod fuzz;

@@ -1,0 +1,175 @@
+//! Fuzz tests of the store's readers: the snapshot (`state.json`) and the journal replayed over
+//! it, from stores written by the store's own functions, then mutated (a flipped byte, a torn
+//! tail, a line duplicated or dropped). What reads must also save and read back the same. On
+//! the seeded harness in `fuzz/`; `MESH_FUZZ_CASES` scales them (`bench/fuzz`).
+
+use super::journal::{self, Header, Op, Replayed, JOURNAL_VERSION};
+use super::{Held, Original, Owned, State, STORE_VERSION};
+use crate::declaration::Shape;
+use fuzz::{mutate, run, Rng};
+
+const SNAPSHOT: &str = "sha256:snap";
+
+fn id(rng: &mut Rng) -> String {
+    format!("r{}", rng.below(6))
+}
+
+fn shape(rng: &mut Rng) -> Shape {
+    *rng.pick(&Shape::ALL)
+}
+
+fn owned(rng: &mut Rng) -> Owned {
+    Owned {
+        id: id(rng),
+        module: rng.bool().then(|| rng.word(6)),
+        shape: shape(rng),
+        key: format!("/etc/{}", rng.below(6)),
+        digest: rng
+            .bool()
+            .then(|| format!("sha256:{}", fuzz::hex(&rng.bytes(4)))),
+        found: rng.bool(),
+    }
+}
+
+/// One record as the store writes it, about the few ids and keys a case shares.
+fn op(rng: &mut Rng) -> Op {
+    match rng.below(7) {
+        0 => Op::Intend(owned(rng)),
+        1 => Op::Commit(id(rng)),
+        2 => Op::Own(owned(rng)),
+        3 => Op::Hold(Held {
+            id: id(rng),
+            module: None,
+            shape: shape(rng),
+            key: format!("/srv/{}", rng.below(6)),
+            digest: None,
+        }),
+        4 => Op::Unown {
+            id: id(rng),
+            shape: shape(rng),
+            key: format!("/etc/{}", rng.below(6)),
+        },
+        5 => Op::Release(id(rng)),
+        _ => Op::Original(Original {
+            key: format!("/etc/{}", rng.below(6)),
+            saved: format!("originals/{}", rng.below(6)),
+            digest: "sha256:00".into(),
+        }),
+    }
+}
+
+/// A store as the host leaves it: a snapshot, and a journal of the records since.
+fn store(rng: &mut Rng) -> (Vec<u8>, Vec<u8>, State) {
+    let mut state = State {
+        version: STORE_VERSION,
+        node: rng.bool().then(|| "node-a".to_string()),
+        ..State::default()
+    };
+    for _ in 0..rng.below(8) {
+        let _ = state.apply_op(&op(rng));
+    }
+    let snapshot = serde_json::to_vec_pretty(&state).unwrap();
+    let mut journal_bytes = journal::line(&Header {
+        journal: JOURNAL_VERSION,
+        over: SNAPSHOT.into(),
+    });
+    let mut live = state.clone();
+    for _ in 0..rng.below(12) {
+        let o = op(rng);
+        // Only what applied live is appended, as the store does.
+        if live.apply_op(&o).is_ok() {
+            journal_bytes.extend(journal::line(&o));
+        }
+    }
+    (snapshot, journal_bytes, live)
+}
+
+/// A line of the journal duplicated, dropped or swapped, whole.
+fn shuffle_lines(rng: &mut Rng, bytes: &[u8]) -> Vec<u8> {
+    let mut lines: Vec<&[u8]> = bytes.split_inclusive(|&b| b == b'\n').collect();
+    if lines.is_empty() {
+        return bytes.to_vec();
+    }
+    let i = rng.below(lines.len());
+    match rng.below(3) {
+        0 => lines.insert(i, lines[i]),
+        1 => {
+            lines.remove(i);
+        }
+        _ => {
+            let j = rng.below(lines.len());
+            lines.swap(i, j);
+        }
+    }
+    lines.concat()
+}
+
+/// Reads back what a replayed state saves as: a state the host can hold is one it can store.
+fn saves_and_reads_back(state: &State) {
+    let bytes = serde_json::to_vec(state).unwrap();
+    let again: State = serde_json::from_slice(&bytes).expect("a replayed state reads back");
+    assert_eq!(&again, state);
+}
+
+#[test]
+fn fuzz_store_snapshot() {
+    run(
+        "store-snapshot",
+        3_000,
+        |rng| {
+            let (mut snapshot, _, _) = store(rng);
+            if !rng.one_in(5) {
+                mutate(rng, &mut snapshot);
+            }
+            snapshot
+        },
+        |bytes| {
+            if let Ok(state) = serde_json::from_slice::<State>(bytes) {
+                saves_and_reads_back(&state);
+            }
+        },
+    );
+}
+
+#[test]
+fn fuzz_store_journal_replay() {
+    run(
+        "store-journal",
+        2_000,
+        |rng| {
+            let (snapshot, journal_bytes, live) = store(rng);
+            // An untouched journal replays to the state the live applies reached.
+            let mut replayed: State = serde_json::from_slice(&snapshot).unwrap();
+            journal::replay(&journal_bytes, SNAPSHOT, &mut replayed).expect("a journal replays");
+            assert_eq!(replayed, live);
+            let mut case = snapshot;
+            case.push(0xff);
+            let mutated = match rng.below(4) {
+                0 => journal_bytes,
+                1 => shuffle_lines(rng, &journal_bytes),
+                _ => {
+                    let mut j = journal_bytes;
+                    mutate(rng, &mut j);
+                    j
+                }
+            };
+            case.extend(mutated);
+            case
+        },
+        |bytes| {
+            // The case is the snapshot, a 0xff (never in JSON), then the journal.
+            let at = bytes.iter().position(|&b| b == 0xff).unwrap_or(bytes.len());
+            let (snapshot, journal_bytes) = (&bytes[..at], bytes.get(at + 1..).unwrap_or(&[]));
+            let Ok(mut state) = serde_json::from_slice::<State>(snapshot) else {
+                return;
+            };
+            match journal::replay(journal_bytes, SNAPSHOT, &mut state) {
+                Ok(Replayed::Applied { ops, .. }) => {
+                    assert!(ops <= journal_bytes.len() / 2);
+                    saves_and_reads_back(&state);
+                }
+                Ok(Replayed::Stale) | Err(_) => {}
+            }
+        },
+    );
+}
