@@ -296,7 +296,8 @@ fn c_string(value: &[u8]) -> String {
 mod tests {
     use super::*;
 
-    fn attr(kind: u16, value: &[u8]) -> Vec<u8> {
+    /// One netlink attribute, padded (the fuzz test builds its inputs with it too).
+    pub(super) fn attr(kind: u16, value: &[u8]) -> Vec<u8> {
         let mut out = Vec::new();
         out.extend_from_slice(&((4 + value.len()) as u16).to_ne_bytes());
         out.extend_from_slice(&kind.to_ne_bytes());
@@ -305,7 +306,8 @@ mod tests {
         out
     }
 
-    fn message(kind: u16, flags: u16, seq: u32, payload: &[u8]) -> Vec<u8> {
+    /// One netlink message of `payload`, padded.
+    pub(super) fn message(kind: u16, flags: u16, seq: u32, payload: &[u8]) -> Vec<u8> {
         let mut out = Vec::new();
         out.extend_from_slice(&((NLMSG_HDRLEN + payload.len()) as u32).to_ne_bytes());
         out.extend_from_slice(&kind.to_ne_bytes());

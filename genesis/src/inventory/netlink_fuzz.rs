@@ -3,29 +3,9 @@
 //! in their lengths, types, nesting and ends. On the seeded harness in `fuzz/`;
 //! `MESH_FUZZ_CASES` scales it (`bench/fuzz`).
 
+use super::tests::{attr, message};
 use super::*;
 use ::fuzz::{mutate, run, Rng};
-
-fn attr(kind: u16, value: &[u8]) -> Vec<u8> {
-    let mut out = Vec::new();
-    out.extend_from_slice(&((4 + value.len()) as u16).to_ne_bytes());
-    out.extend_from_slice(&kind.to_ne_bytes());
-    out.extend_from_slice(value);
-    out.resize(align(out.len()), 0);
-    out
-}
-
-fn message(kind: u16, flags: u16, seq: u32, payload: &[u8]) -> Vec<u8> {
-    let mut out = Vec::new();
-    out.extend_from_slice(&((NLMSG_HDRLEN + payload.len()) as u32).to_ne_bytes());
-    out.extend_from_slice(&kind.to_ne_bytes());
-    out.extend_from_slice(&flags.to_ne_bytes());
-    out.extend_from_slice(&seq.to_ne_bytes());
-    out.extend_from_slice(&0u32.to_ne_bytes());
-    out.extend_from_slice(payload);
-    out.resize(align(out.len()), 0);
-    out
-}
 
 /// A link as the kernel describes it, and the bytes of its RTM_NEWLINK payload.
 fn link(rng: &mut Rng) -> (Link, Vec<u8>) {
