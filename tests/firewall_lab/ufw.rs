@@ -40,6 +40,18 @@ impl Exec for InUfw {
     }
 }
 
+/// The node's ufw in the lab, set up with the operator's `rules` (each one `ufw` command's
+/// arguments, ending in `--force enable`). ufw is installed for the lab tests: never skipped.
+pub(super) fn ufw_with(lab: &Lab, node: &Machine, rules: &[&[&str]]) -> lab::Ufw {
+    let ufw = node
+        .prepare_ufw(&lab.dir().join("ufw"))
+        .expect("ufw is installed (apt-get install ufw); never skipped");
+    for args in rules {
+        ufw.cmd(args).unwrap();
+    }
+    ufw
+}
+
 /// The running ruleset of both families as iptables-nft prints it, counters left out.
 fn saved(node: &Machine) -> String {
     format!(
@@ -77,20 +89,19 @@ fn ufw_openings_carry_the_mark_and_retire_with_ufws_own_init() {
         .map(|p| node.listen_tcp(*p).expect("listener on the node"))
         .collect();
     let public = node_public();
-    let ufw = node
-        .prepare_ufw(&lab.dir().join("ufw"))
-        .expect("ufw is installed (apt-get install ufw); never skipped");
     // The found firewall: ssh and the served port allowed, the outside machine banned in both
     // families the way fail2ban's ufw action does it, everything else denied.
-    for args in [
-        vec!["allow", "22/tcp"],
-        vec!["allow", "8080/tcp"],
-        vec!["prepend", "deny", "from", "192.0.2.20"],
-        vec!["prepend", "deny", "from", "2001:db8:1::20"],
-        vec!["--force", "enable"],
-    ] {
-        ufw.cmd(&args).unwrap();
-    }
+    let ufw = ufw_with(
+        &lab,
+        node,
+        &[
+            &["allow", "22/tcp"],
+            &["allow", "8080/tcp"],
+            &["prepend", "deny", "from", "192.0.2.20"],
+            &["prepend", "deny", "from", "2001:db8:1::20"],
+            &["--force", "enable"],
+        ],
+    );
     expect(&net.peer, &public, SERVED, Probe::Reached, "served, before");
     not_reached(&net.peer, &public, OPENED, "not yet opened");
     let added_before = ufw.cmd(&["show", "added"]).unwrap().stdout;
@@ -243,17 +254,16 @@ fn ufw_an_operators_rule_for_the_same_traffic_is_never_rewritten() {
         .map(|p| node.listen_tcp(*p).expect("listener on the node"))
         .collect();
     let public = node_public();
-    let ufw = node
-        .prepare_ufw(&lab.dir().join("ufw"))
-        .expect("ufw is installed (apt-get install ufw); never skipped");
-    for args in [
-        vec!["allow", "22/tcp"],
-        vec!["allow", "8080/tcp"],
-        vec!["deny", "9000/tcp"],
-        vec!["--force", "enable"],
-    ] {
-        ufw.cmd(&args).unwrap();
-    }
+    let ufw = ufw_with(
+        &lab,
+        node,
+        &[
+            &["allow", "22/tcp"],
+            &["allow", "8080/tcp"],
+            &["deny", "9000/tcp"],
+            &["--force", "enable"],
+        ],
+    );
     let added_before = ufw.cmd(&["show", "added"]).unwrap().stdout;
     let host = Host::wrapped(node, ufw.enter(&[]));
     host.apply(&declaration(&[
@@ -325,12 +335,7 @@ fn ufw_with_docker_a_forwarded_opening_is_a_marked_route_rule_and_docker_keeps_i
     let lab = new_lab();
     let net = adoption(&lab);
     let node = &net.node;
-    let ufw = node
-        .prepare_ufw(&lab.dir().join("ufw"))
-        .expect("ufw is installed (apt-get install ufw); never skipped");
-    for args in [vec!["allow", "22/tcp"], vec!["--force", "enable"]] {
-        ufw.cmd(&args).unwrap();
-    }
+    let ufw = ufw_with(&lab, node, &[&["allow", "22/tcp"], &["--force", "enable"]]);
     let docker = node
         .start_docker(&lab.dir().join("docker"))
         .expect("a Docker engine in the node's namespace (docker.io, busybox-static)");
@@ -458,16 +463,15 @@ fn ufw_the_flip_and_the_return_through_the_binary() {
         .map(|p| node.listen_tcp(*p).expect("listener on the node"))
         .collect();
     let public = node_public();
-    let ufw = node
-        .prepare_ufw(&lab.dir().join("ufw"))
-        .expect("ufw is installed (apt-get install ufw); never skipped");
-    for args in [
-        vec!["allow", "22/tcp"],
-        vec!["allow", "8080/tcp"],
-        vec!["--force", "enable"],
-    ] {
-        ufw.cmd(&args).unwrap();
-    }
+    let ufw = ufw_with(
+        &lab,
+        node,
+        &[
+            &["allow", "22/tcp"],
+            &["allow", "8080/tcp"],
+            &["--force", "enable"],
+        ],
+    );
     let stub = lab.dir().join("stub");
     std::fs::create_dir_all(&stub).unwrap();
     stub_systemctl(&stub);

@@ -6,6 +6,7 @@
 //! opening: the store's lock was let go. Without the deadline over the output the first apply would wait for the `sleep`.
 
 use super::found::not_reached;
+use super::ufw::ufw_with;
 use super::*;
 use std::os::unix::fs::PermissionsExt;
 use std::time::Instant;
@@ -31,16 +32,15 @@ fn a_ufw_whose_grandchild_holds_its_output_fails_at_the_deadline_and_the_next_ap
         .map(|p| node.listen_tcp(*p).expect("listener on the node"))
         .collect();
     let public = node_public();
-    let ufw = node
-        .prepare_ufw(&lab.dir().join("ufw"))
-        .expect("ufw is installed (apt-get install ufw); never skipped");
-    for args in [
-        vec!["allow", "22/tcp"],
-        vec!["allow", "8080/tcp"],
-        vec!["--force", "enable"],
-    ] {
-        ufw.cmd(&args).unwrap();
-    }
+    let ufw = ufw_with(
+        &lab,
+        node,
+        &[
+            &["allow", "22/tcp"],
+            &["allow", "8080/tcp"],
+            &["--force", "enable"],
+        ],
+    );
     not_reached(&net.peer, &public, OPENED, "not yet opened");
 
     let real = run_ok(node, &["sh", "-c", "command -v ufw"]);
