@@ -353,6 +353,8 @@ pub fn reconcile_with(
     let mut opened_for = memo.map(|m| m.declaration.clone());
     // The stored declaration's guard before the store is opened for writing: a store that
     // cannot be written never leaves the foundation's ports unguarded.
+    // The declaration whose claim was checked, so it is asked once per reconcile.
+    let mut claimed = None;
     if let (None, Some(decl)) = (&early, &peeked.declaration) {
         if opened_for.as_ref() != Some(decl) {
             fw = Some((host.firewall)(host.root, decl));
@@ -361,6 +363,7 @@ pub fn reconcile_with(
         let f = fw.as_mut().expect("opened above");
         early = node_firewall::early(&mut **f, host.runner, decl, peeked.settings.as_ref(), true)
             .map_err(|e| ApplyError::Safety(e.to_string()))?;
+        claimed = Some(decl);
     }
     let store = match Store::open(host.root) {
         Ok(s) => s,
@@ -375,7 +378,7 @@ pub fn reconcile_with(
         Some(fw) if opened_for.as_ref() == Some(&decl) => fw,
         _ => (host.firewall)(host.root, &decl),
     };
-    if early.is_none() {
+    if early.is_none() && claimed != Some(&decl) {
         node_firewall::early(&mut *fw, host.runner, &decl, None, false)
             .map_err(|e| ApplyError::Safety(e.to_string()))?;
     }
