@@ -342,4 +342,4 @@ fn refuse_what_no_driver_speaks(exec: &dyn Exec, found: &mut Found) {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

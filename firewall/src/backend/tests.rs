@@ -2,12 +2,10 @@
 //! kind a `Backend` names ([`kind`]) and nothing else, against the recording fake.
 
 use super::*;
+use crate::detect::tests::chain;
 use crate::exec::{Output, RecordingExec};
 use crate::found::Layer;
-use crate::netlink::{
-    Batch, Chain, ChainHook, ChainType, Family, Hook, Policy, Rule, RuleBody, Ruleset, Table,
-    TableFlags,
-};
+use crate::netlink::{Batch, Family, Hook, Policy, Rule, RuleBody, Ruleset, Table, TableFlags};
 use crate::opening::{From, Opening, Path, Proto};
 use crate::outcome::{Scope, State};
 use crate::rules::{self, Site};
@@ -21,27 +19,6 @@ fn table(family: Family, name: &str) -> Table {
         handle: 1,
         use_count: 0,
         owner: None,
-        userdata: None,
-        comment: None,
-    }
-}
-
-fn chain(family: Family, table: &str, name: &str, priority: Option<i32>) -> Chain {
-    Chain {
-        family,
-        table: table.into(),
-        name: name.into(),
-        handle: 1,
-        hook: priority.map(|priority| ChainHook {
-            hook: Hook::Input,
-            hook_num: 1,
-            priority,
-            device: None,
-        }),
-        policy: priority.map(|_| Policy::Drop),
-        chain_type: priority.map(|_| ChainType::Filter),
-        flags: 0,
-        use_count: 0,
         userdata: None,
         comment: None,
     }

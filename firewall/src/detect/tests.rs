@@ -18,7 +18,8 @@ fn parses_iptables_save() {
     );
 }
 
-fn chain(family: Family, table: &str, name: &str, priority: Option<i32>) -> Chain {
+/// A chain of `table`, a base chain at input with a drop policy when it has a `priority`.
+pub(crate) fn chain(family: Family, table: &str, name: &str, priority: Option<i32>) -> Chain {
     Chain {
         family,
         table: table.into(),
