@@ -41,7 +41,7 @@ fn decl() -> Value {
 }
 
 /// Whether a process is still alive (a zombie awaiting its reaper counts as gone).
-fn alive(pid: &str) -> bool {
+pub(crate) fn alive(pid: &str) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
         Ok(stat) => !stat
             .rsplit(')')

@@ -8,19 +8,9 @@
 use super::found::not_reached;
 use super::ufw::ufw_with;
 use super::*;
+use crate::deadlines::alive;
 use std::os::unix::fs::PermissionsExt;
 use std::time::Instant;
-
-/// Whether a process is still alive (a zombie awaiting its reaper counts as gone).
-fn alive(pid: &str) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => !stat
-            .rsplit(')')
-            .next()
-            .is_some_and(|rest| rest.trim_start().starts_with('Z')),
-        Err(_) => false,
-    }
-}
 
 #[test]
 fn a_ufw_whose_grandchild_holds_its_output_fails_at_the_deadline_and_the_next_apply_runs() {
