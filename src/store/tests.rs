@@ -1,0 +1,197 @@
+//! The store's unit tests: records journaled, replayed and folded, a stale or torn journal, the
+//! first format read and written back as the second, a resource named twice refused.
+
+use super::*;
+
+fn owned(id: &str) -> Owned {
+    Owned {
+        id: id.into(),
+        module: None,
+        shape: Shape::File,
+        key: format!("/etc/{id}"),
+        digest: Some(digest(id.as_bytes())),
+        found: false,
+    }
+}
+
+fn ids(state: &State) -> Vec<&str> {
+    state.owned.iter().map(|o| o.id.as_str()).collect()
+}
+
+fn journal_of(root: &Path) -> Option<Vec<u8>> {
+    fs::read(store_dir(root).join(journal::FILE)).ok()
+}
+
+#[test]
+fn records_are_journaled_and_replayed_and_the_fold_empties_the_journal() {
+    let root = tempfile::tempdir().unwrap();
+    let mut s = Store::open(root.path()).unwrap();
+    s.state.node = Some("n1".into());
+    s.save().unwrap();
+    s.record("a", Op::Intend(owned("a"))).unwrap();
+    s.record("a", Op::Commit("a".into())).unwrap();
+    s.record("b", Op::Own(owned("b"))).unwrap();
+    // The snapshot still says nothing of them; the journal does.
+    let snap: State =
+        serde_json::from_slice(&fs::read(store_dir(root.path()).join("state.json")).unwrap())
+            .unwrap();
+    assert!(snap.owned.is_empty());
+    let j = String::from_utf8(journal_of(root.path()).unwrap()).unwrap();
+    assert_eq!(j.lines().count(), 4, "{j}");
+    assert!(j.lines().nth(2).unwrap() == r#"{"commit":"a"}"#, "{j}");
+    // Without the lock, a look replays it and writes nothing.
+    let seen = peek(root.path()).unwrap().unwrap();
+    assert_eq!(ids(&seen), ["a", "b"]);
+    assert!(journal_of(root.path()).is_some());
+    drop(s);
+    // Opening under the lock replays and folds.
+    let s = Store::open(root.path()).unwrap();
+    assert_eq!(ids(&s.state), ["a", "b"]);
+    assert_eq!(s.state.pending, None);
+    assert!(journal_of(root.path()).is_none());
+    let snap = peek(root.path()).unwrap().unwrap();
+    assert_eq!(snap, s.state);
+}
+
+#[test]
+fn the_journal_is_folded_when_it_outgrows_the_snapshot() {
+    let root = tempfile::tempdir().unwrap();
+    let snapshot_len = || {
+        fs::metadata(store_dir(root.path()).join("state.json"))
+            .unwrap()
+            .len()
+    };
+    let mut s = Store::open(root.path()).unwrap();
+    s.save().unwrap();
+    let (mut appended, mut folded, mut folds) = (0u64, 0u64, 0);
+    for i in 0..3000 {
+        let before = journal_of(root.path()).map_or(0, |j| j.len() as u64);
+        let id = format!("r{i}");
+        s.record(&id, Op::Own(owned(&id))).unwrap();
+        let after = journal_of(root.path()).map_or(0, |j| j.len() as u64);
+        if after < before {
+            folds += 1;
+            folded += snapshot_len();
+            appended += journal::line(&Op::Own(owned(&id))).len() as u64;
+        } else {
+            appended += after - before;
+        }
+        assert!(
+            after <= (2 * snapshot_len()).max(FOLD_FLOOR) + 300,
+            "journal {after} bytes over a snapshot of {}",
+            snapshot_len()
+        );
+    }
+    // The folds rewrote no more than was appended.
+    assert!(folds >= 2, "{folds} folds");
+    assert!(
+        folded <= appended,
+        "folds wrote {folded}, appends {appended}"
+    );
+    drop(s);
+    let s = Store::open(root.path()).unwrap();
+    assert_eq!(s.state.owned.len(), 3000);
+    assert_eq!(s.state.owned[2999].id, "r2999");
+}
+
+#[test]
+fn a_stale_journal_is_ignored_and_a_torn_line_is_left_out() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = store_dir(root.path());
+    let mut s = Store::open(root.path()).unwrap();
+    s.save().unwrap();
+    s.record("a", Op::Own(owned("a"))).unwrap();
+    let journal = journal_of(root.path()).unwrap();
+    // A fold that renamed its snapshot and died before removing the journal.
+    s.save().unwrap();
+    drop(s);
+    fs::write(dir.join(journal::FILE), &journal).unwrap();
+    let mut extra = journal.clone();
+    extra.extend(journal::line(&Op::Own(owned("ghost"))));
+    fs::write(dir.join(journal::FILE), &extra).unwrap();
+    let seen = peek(root.path()).unwrap().unwrap();
+    assert_eq!(ids(&seen), ["a"], "a stale journal invents nothing");
+    // A torn last line over the current snapshot.
+    let s = Store::open(root.path()).unwrap();
+    drop(s);
+    let mut s = Store::open(root.path()).unwrap();
+    s.record("b", Op::Own(owned("b"))).unwrap();
+    drop(s);
+    let mut torn = journal_of(root.path()).unwrap();
+    let line = journal::line(&Op::Own(owned("c")));
+    torn.extend(&line[..line.len() - 3]);
+    fs::write(dir.join(journal::FILE), &torn).unwrap();
+    assert_eq!(ids(&peek(root.path()).unwrap().unwrap()), ["a", "b"]);
+    let s = Store::open(root.path()).unwrap();
+    assert_eq!(ids(&s.state), ["a", "b"]);
+    assert!(journal_of(root.path()).is_none());
+}
+
+#[test]
+fn a_store_of_the_first_format_opens_and_is_written_back_as_the_second() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = store_dir(root.path());
+    fs::create_dir_all(&dir).unwrap();
+    // As the host before the journal wrote it: state.json alone, version 1.
+    let v1 = r#"{
+  "version": 1,
+  "node": "n1",
+  "mode": "converged",
+  "taken": [],
+  "owned": [
+{"id": "a", "shape": "file", "key": "/etc/a", "digest": "sha256:aa"},
+{"id": "d", "shape": "directory", "key": "/srv/d"}
+  ],
+  "held": [{"id": "h", "shape": "file", "key": "/etc/h", "digest": "sha256:hh"}],
+  "originals": [{"key": "/etc/h", "saved": "/var/lib/mesh-host/originals/x-h", "digest": "sha256:hh"}],
+  "pending": {"record": {"id": "p", "shape": "file", "key": "/etc/p", "digest": "sha256:pp"}}
+}
+"#;
+    fs::write(dir.join("state.json"), v1).unwrap();
+    let seen = peek(root.path()).unwrap().unwrap();
+    assert_eq!(seen.version, 1);
+    assert_eq!(ids(&seen), ["a", "d"]);
+    let mut s = Store::open(root.path()).unwrap();
+    assert_eq!(
+        s.state.owned_by_key(Shape::Directory, "/srv/d").unwrap().id,
+        "d"
+    );
+    assert_eq!(
+        s.state.held_at("h", "/etc/h").unwrap().digest.as_deref(),
+        Some("sha256:hh")
+    );
+    assert_eq!(
+        s.state.original("/etc/h").unwrap().saved,
+        "/var/lib/mesh-host/originals/x-h"
+    );
+    assert_eq!(s.state.pending.as_ref().unwrap().record.id, "p");
+    s.record("p", Op::Commit("p".into())).unwrap();
+    drop(s);
+    let s = Store::open(root.path()).unwrap();
+    assert_eq!(ids(&s.state), ["a", "d", "p"]);
+    let mut s = s;
+    s.save().unwrap();
+    assert_eq!(peek(root.path()).unwrap().unwrap().version, STORE_VERSION);
+    // A store of a later format than this host reads is refused, naming it.
+    fs::write(dir.join("state.json"), r#"{"version": 9}"#).unwrap();
+    drop(s);
+    let e = peek(root.path()).unwrap_err().to_string();
+    assert!(e.contains("format version 9"), "{e}");
+}
+
+#[test]
+fn a_store_naming_a_resource_twice_is_refused_with_its_path() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = store_dir(root.path());
+    fs::create_dir_all(&dir).unwrap();
+    fs::write(
+        dir.join("state.json"),
+        r#"{"version": 2, "owned": [{"id": "a", "shape": "file", "key": "/a"}, {"id": "a", "shape": "file", "key": "/b"}]}"#,
+    )
+    .unwrap();
+    let e = peek(root.path()).unwrap_err().to_string();
+    assert!(
+        e.contains("state.json") && e.contains("\"a\" is recorded twice"),
+        "{e}"
+    );
+}
