@@ -702,11 +702,11 @@ fn derive_openings(
             _ => None,
         })
         .collect();
-    let openings = crate::node_firewall::derive_for(&settings, &declared)?;
+    let openings = crate::declaration::openings::derive_for(&settings, &declared)?;
     if json {
         let v: Vec<_> = openings
             .iter()
-            .map(crate::node_firewall::to_resource)
+            .map(crate::declaration::openings::to_resource)
             .collect();
         println!("{}", serde_json::to_string_pretty(&v)?);
     } else {

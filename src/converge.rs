@@ -4,8 +4,9 @@
 //! retire; the flip itself is refused exactly when the preview says it would be.
 
 use crate::apply::Host;
+use crate::declaration::openings as opening;
 use crate::declaration::{Declaration, Mode, Resource, Shape};
-use crate::node_firewall::{flip, openings as opening};
+use crate::node_firewall::save::ssh_ports;
 use crate::store::{self, State};
 use anyhow::{Context, Result};
 use serde::Serialize;
@@ -254,7 +255,7 @@ pub fn preview(host: &Host<'_>) -> Result<std::result::Result<Preview, Asked>> {
             .find(|(o, _)| o.port == port && o.proto == proto && o.path == path)
             .map(|(o, id)| (id.clone(), o.from.describe()))
     };
-    let ssh = flip::ssh_ports();
+    let ssh = ssh_ports();
     let private = settings
         .and_then(|s| s.private_network.as_ref())
         .map(|p| p.interface.clone());
@@ -411,7 +412,7 @@ pub fn preview(host: &Host<'_>) -> Result<std::result::Result<Preview, Asked>> {
             how: retiring_how(r),
         })
         .collect();
-    let refusals = flip::refusals(&state, &target);
+    let refusals = crate::apply::refusals(&state, &target);
     let incoming = openings
         .iter()
         .filter(|(o, _)| o.path == firewall::Path::Incoming)

@@ -167,7 +167,7 @@ pub fn run(
         }),
         deadlines: None,
     };
-    let derived = crate::node_firewall::derive_for(&settings, &[])
+    let derived = crate::declaration::openings::derive_for(&settings, &[])
         .map_err(|e| ApplyError::Safety(e.to_string()))?;
     if let Some(resources) = doc.get_mut("resources").and_then(|r| r.as_array_mut()) {
         let have: Vec<String> = resources
@@ -176,7 +176,7 @@ pub fn run(
             .collect();
         for o in &derived {
             if !have.contains(&o.id) {
-                resources.push(crate::node_firewall::to_resource(o));
+                resources.push(crate::declaration::openings::to_resource(o));
             }
         }
     }

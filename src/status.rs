@@ -1,8 +1,9 @@
 //! `mesh-host firewall status`: the found firewall's kind and layers with their evidence, every
 //! declared opening with present or missing per layer, and the guard's state.
 
+use crate::declaration::openings::to_opening;
 use crate::declaration::Resource;
-use crate::node_firewall::{open_found, to_opening};
+use crate::node_firewall::open_found;
 use crate::store::State;
 use anyhow::{Context, Result};
 use serde_json::{json, Value};

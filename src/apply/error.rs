@@ -67,6 +67,8 @@ pub enum ResourceError {
     /// An opening or the node's firewall failed.
     #[error(transparent)]
     Firewall(#[from] crate::node_firewall::Error),
+    #[error(transparent)]
+    Untranslatable(#[from] crate::declaration::openings::Untranslatable),
 }
 
 impl ResourceError {

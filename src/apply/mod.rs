@@ -17,16 +17,18 @@ mod opening;
 mod package;
 mod remove;
 mod report;
+mod safety;
 mod service;
 
 pub use error::{OriginalError, PathError, ResourceError};
 pub use report::{count, Entry, NotAdmitted, Outcome, Report};
+pub use safety::{refusals, transition};
 
 use remove::{moved_away, remove_undeclared, sweep_stale_marks};
 
-use crate::declaration::{Declaration, Mode, Problems, Resource, Shape, Source};
+use crate::declaration::{openings, Declaration, Mode, Problems, Resource, Shape, Source};
 use crate::failpoint;
-use crate::node_firewall::{self, flip, NodeFirewall, Openings};
+use crate::node_firewall::{self, NodeFirewall, Openings, Transition};
 use crate::store::{self, Held, Op, Original, Owned, Store, StoreError};
 use run::{Deadlined, Runner};
 use std::path::{Path, PathBuf};
@@ -105,6 +107,11 @@ pub(crate) struct Cx<'a> {
     /// The ruleset generation is the one recorded after the last apply of this declaration, so
     /// the guard and every opening are as that apply left them: nothing is listed.
     pub firewall_unchanged: Option<u32>,
+    /// The one removal of the openings no longer declared, made the first time one is removed
+    /// (or the stale marks are swept): (mark, layer) of each marked rule it removed.
+    pub removal: Option<node_firewall::removal::Removed>,
+    /// Ids whose removed marks an opening's removal reported, so the sweep does not again.
+    pub removal_said: std::collections::HashSet<String>,
 }
 
 impl Cx<'_> {
@@ -285,15 +292,23 @@ pub fn apply(host: &Host<'_>, decl: &Declaration, source: Source) -> Result<Repo
     // before anything changes; read again under the lock below.
     let peeked = store::peek(host.root);
     if let Ok(Some(state)) = &peeked {
-        check_safety(state, decl)?;
+        safety::check_safety(state, decl)?;
     }
     let mut fw = (host.firewall)(host.root, decl);
     let settings = decl
         .settings
         .clone()
         .or_else(|| peeked.ok().flatten().and_then(|s| s.settings));
-    let early = node_firewall::early(&mut *fw, host.runner, decl, settings.as_ref(), true)
-        .map_err(|e| ApplyError::Safety(e.to_string()))?;
+    let touches = decl.touches_firewall();
+    let early = node_firewall::guard::early(
+        &mut *fw,
+        host.runner,
+        decl,
+        settings.as_ref(),
+        touches,
+        true,
+    )
+    .map_err(|e| ApplyError::Safety(e.to_string()))?;
     let store = match Store::open(host.root) {
         Ok(s) => s,
         Err(source) => return Err(unrecorded(source, early.as_ref())),
@@ -361,8 +376,16 @@ pub fn reconcile_with(
             opened_for = Some(decl.clone());
         }
         let f = fw.as_mut().expect("opened above");
-        early = node_firewall::early(&mut **f, host.runner, decl, peeked.settings.as_ref(), true)
-            .map_err(|e| ApplyError::Safety(e.to_string()))?;
+        let touches = decl.touches_firewall();
+        early = node_firewall::guard::early(
+            &mut **f,
+            host.runner,
+            decl,
+            peeked.settings.as_ref(),
+            touches,
+            true,
+        )
+        .map_err(|e| ApplyError::Safety(e.to_string()))?;
         claimed = Some(decl);
     }
     let store = match Store::open(host.root) {
@@ -378,10 +401,24 @@ pub fn reconcile_with(
         Some(fw) if opened_for.as_ref() == Some(&decl) => fw,
         _ => (host.firewall)(host.root, &decl),
     };
-    if early.is_none() && claimed != Some(&decl) {
-        node_firewall::early(&mut *fw, host.runner, &decl, None, false)
-            .map_err(|e| ApplyError::Safety(e.to_string()))?;
-    }
+    // The store changed between the look and the lock: its own declaration's claim and guard,
+    // now, with the settings the store holds.
+    let early = match early {
+        Some(g) => Some(g),
+        None => {
+            let claim = claimed != Some(&decl) && decl.touches_firewall();
+            let settings = decl.settings.clone().or(store.state.settings.clone());
+            node_firewall::guard::early(
+                &mut *fw,
+                host.runner,
+                &decl,
+                settings.as_ref(),
+                claim,
+                true,
+            )
+            .map_err(|e| ApplyError::Safety(e.to_string()))?
+        }
+    };
     apply_locked(host, store, &decl, source, &mut *fw, early).map(Some)
 }
 
@@ -413,19 +450,37 @@ fn apply_locked(
     early: Option<node_firewall::Guarded>,
 ) -> Result<Report, ApplyError> {
     tracing::info!(node = %decl.node, mode = decl.mode.as_str(), source = source.as_str(), resources = decl.resources.len(), "applying");
-    check_safety(&store.state, decl)?;
-    // The flip's saving of the found firewall, and whether the ruleset is as the last apply left it.
-    let prepared = node_firewall::flip::prepare(fw, host.runner, &mut store.state, decl)
-        .map_err(|e| ApplyError::Safety(e.to_string()))?;
-    let (transition, flip_saved, firewall_unchanged) =
-        (prepared.transition, prepared.saved, prepared.unchanged);
-    let mut touched = node_firewall::touches(decl);
+    safety::check_safety(&store.state, decl)?;
+    let transition = safety::transition(&store.state, decl);
+    let mut touched = decl.touches_firewall();
+    // The guard phase ensured the guard of an adopted node with settings before the store was
+    // opened; settings another apply recorded meanwhile were not that guard's.
+    let settled_settings = decl.settings.is_some() || store.state.settings.is_some();
+    if decl.mode == Mode::Adopted && settled_settings && early.is_none() {
+        return Err(ApplyError::Safety(format!(
+            "node {:?}: the store's settings changed while this apply waited for its lock, so \
+             the guard was not ensured for them and nothing was changed; apply again",
+            decl.node
+        )));
+    }
 
     let state = &mut store.state;
+    // Whether the ruleset may be as the last apply of this very declaration left it, so nothing
+    // of it is listed: the generation recorded then, compared with the kernel's below. Never
+    // recorded again until this apply has everything of the firewall in force.
+    let may_be_unchanged = touched
+        && transition == Transition::Stay
+        && state.declaration.as_ref() == Some(decl)
+        && (decl.mode != Mode::Adopted
+            || state.settings.is_none()
+            || state.firewall_guard.is_some());
+    let recorded = state
+        .firewall_generation
+        .take()
+        .filter(|_| may_be_unchanged);
     // A reconcile of the same declaration changes nothing here, and then the snapshot is not
     // rewritten before the loop (the end of the apply folds it anyway).
-    let same = !flip_saved
-        && state.node.as_deref() == Some(decl.node.as_str())
+    let same = state.node.as_deref() == Some(decl.node.as_str())
         && state.mode == Some(decl.mode)
         && state.taken == decl.taken
         && (decl.settings.is_none() || state.settings == decl.settings)
@@ -448,29 +503,33 @@ fn apply_locked(
         deadlines: deadlines.unwrap_or_default(),
     };
     settle_pending(host.root, &runner, &mut store.state);
-    if !same {
-        store.save()?;
-    }
 
     let mut report = Report::new(decl, source);
-    // The node's firewall before any resource: the guard, the flip or the return, the filter.
-    let before = node_firewall::before_resources(
+    // The node's firewall before any resource: the flip's saving of the found firewall with the
+    // store's record of the declaration, the guard's outcome, the flip or the return, the filter.
+    let firewall_before = node_firewall::before::before_resources(
         &mut node_firewall::Node {
             fw: &mut *fw,
             runner: &runner,
             store: &mut store,
-            decl,
-            unchanged: firewall_unchanged,
+            record: !same,
         },
+        decl,
         transition,
         early,
-    );
-    report.said_firewall(&before);
+        recorded,
+    )
+    .map_err(|e| match e {
+        node_firewall::Error::Store(e) => ApplyError::Store(e),
+        e => ApplyError::Safety(e.to_string()),
+    })?;
+    let firewall_unchanged = firewall_before.unchanged;
+    report.said_firewall(&firewall_before);
     let node_firewall::Before {
         guard_spec,
         filter_spec,
         ..
-    } = before;
+    } = firewall_before;
     {
         let mut cx = Cx {
             root: host.root,
@@ -481,6 +540,8 @@ fn apply_locked(
             openings: None,
             not_admitted: Vec::new(),
             firewall_unchanged,
+            removal: None,
+            removal_said: Default::default(),
         };
         // The openings converge once, all together, just before the first opening: after the
         // resources declared before it, so a forwarded opening meets the DNAT of the container
@@ -494,11 +555,8 @@ fn apply_locked(
                 break;
             }
             if matches!(res, Resource::Opening(_)) && converges && cx.openings.is_none() {
-                let all = node_firewall::openings::converge(
-                    &mut *cx.fw,
-                    decl,
-                    cx.store.state.settings.as_ref(),
-                );
+                let translatable = openings::translatable(decl, cx.store.state.settings.as_ref());
+                let all = node_firewall::openings::converge(&mut *cx.fw, &translatable);
                 let recorded = if all.result.is_ok() {
                     let recs = opening::records(&cx);
                     cx.record_owned_all(recs)
@@ -560,9 +618,7 @@ fn apply_locked(
         if report.failed().is_none() && report.not_admitted.is_empty() {
             let generation = match cx.firewall_unchanged {
                 Some(g) => Some(g),
-                None if touched || flipped || transition != flip::Transition::Stay => {
-                    cx.fw.generation()
-                }
+                None if touched || flipped || transition != Transition::Stay => cx.fw.generation(),
                 None => None,
             };
             cx.store.state.firewall_generation = generation;
@@ -572,44 +628,6 @@ fn apply_locked(
     store.state.briefing = Some(brief::brief(&store, decl, &report));
     store.save()?;
     Ok(report)
-}
-
-fn check_safety(state: &store::State, decl: &Declaration) -> Result<(), ApplyError> {
-    if let Some(node) = &state.node {
-        if *node != decl.node {
-            return Err(ApplyError::Safety(format!(
-                "this store belongs to node {node:?}; a declaration for node {:?} is refused",
-                decl.node
-            )));
-        }
-    }
-    if let (Some(have), Some(want)) = (&state.settings, &decl.settings) {
-        if have.ports != want.ports {
-            return Err(ApplyError::Safety(format!(
-                "the foundation's ports are this node's settings, fixed at genesis ({}); a \
-                 declaration with other ports ({}) would move them back, and is refused",
-                ports_text(&have.ports),
-                ports_text(&want.ports)
-            )));
-        }
-    }
-    let refused = flip::refusals(state, decl);
-    if !refused.is_empty() {
-        return Err(ApplyError::Safety(format!(
-            "node {:?} cannot be converged yet, so nothing was changed: {}",
-            decl.node,
-            refused.join("; ")
-        )));
-    }
-    Ok(())
-}
-
-/// The ports as the operator writes them in `settings.ports`, in that order.
-fn ports_text(p: &crate::declaration::Ports) -> String {
-    format!(
-        "store {}, bus {}, broker_management {}, registry {}, hub {}",
-        p.store, p.bus, p.broker_management, p.registry, p.hub
-    )
 }
 
 /// Resolves an intent left by a host that died mid-write: if the machine holds exactly what it
@@ -636,8 +654,24 @@ fn settle_pending(root: &Path, runner: &dyn Runner, state: &mut store::State) {
 
 /// The openings of the declaration, in the firewall crate's terms.
 pub(crate) fn declared_openings(cx: &Cx<'_>) -> Result<Vec<firewall::Opening>, ResourceError> {
-    Ok(node_firewall::openings::declared(
+    Ok(openings::declared(
         cx.decl,
         cx.store.state.settings.as_ref(),
     )?)
+}
+
+impl Cx<'_> {
+    /// The one removal of the marked rules of openings no longer declared, made through the
+    /// node's firewall the first time an opening is removed or stale marks are swept, and read
+    /// from then on: (mark, layer) of each marked rule removed.
+    pub(crate) fn removal(&mut self) -> &node_firewall::removal::Removed {
+        if self.removal.is_none() {
+            let done = openings::declared(self.decl, self.store.state.settings.as_ref())
+                .map_err(node_firewall::Error::from)
+                .and_then(|declared| node_firewall::removal::remove(&mut *self.fw, &declared))
+                .map_err(std::sync::Arc::new);
+            self.removal = Some(done);
+        }
+        self.removal.as_ref().expect("made above")
+    }
 }

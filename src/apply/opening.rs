@@ -2,9 +2,9 @@
 //! apply's openings (`node_firewall::openings`), recorded in the store and reported on its line.
 
 use super::{Cx, Done, Outcome, ResourceError};
+use crate::declaration::openings::to_opening;
 use crate::declaration::{OpeningSpec, Shape};
-use crate::node_firewall::openings::{self, Change};
-use crate::node_firewall::to_opening;
+use crate::node_firewall::openings::Change;
 use crate::store::Owned;
 use firewall::Opening;
 
@@ -95,12 +95,9 @@ fn record_of(spec: &OpeningSpec, opening: &Opening) -> Owned {
     }
 }
 
-/// Removes every marked rule of an opening that is no longer declared.
-pub(super) fn remove(
-    cx: &mut Cx<'_>,
-    id: &str,
-    declared: &[Opening],
-) -> Result<Done, ResourceError> {
+/// Removes every marked rule of an opening that is no longer declared: its part of the apply's
+/// one removal.
+pub(super) fn remove(cx: &mut Cx<'_>, id: &str) -> Result<Done, ResourceError> {
     if cx.store.state.flip.is_some() {
         cx.changed(id);
         return Ok(Done::new(
@@ -108,7 +105,32 @@ pub(super) fn remove(
             "no longer declared; the derived filter no longer admits it",
         ));
     }
-    let line = openings::remove(&mut *cx.fw, id, declared)?;
+    let removed = match cx.removal() {
+        Ok(removed) => removed.clone(),
+        Err(e) => {
+            return Err(crate::node_firewall::Error::Opening {
+                id: id.to_string(),
+                source: e.clone(),
+            }
+            .into())
+        }
+    };
+    let mine: Vec<&str> = removed
+        .iter()
+        .filter(|(mark, _)| firewall::rules::id_of(mark) == Some(id))
+        .map(|(_, layer)| layer.as_str())
+        .collect();
+    cx.removal_said.insert(id.to_string());
     cx.changed(id);
-    Ok(Done::new(Outcome::Removed, line))
+    Ok(Done::new(
+        Outcome::Removed,
+        if mine.is_empty() {
+            "no longer declared; no marked rule of it was in force".to_string()
+        } else {
+            format!(
+                "no longer declared; its marked rules removed from {}",
+                mine.join(", ")
+            )
+        },
+    ))
 }

@@ -4,12 +4,10 @@
 //! no longer declared are swept even when the store has forgotten them.
 
 use super::{
-    container, declared_openings, directory, file, opening, package, service, Cx, Done, Outcome,
-    Report, ResourceError,
+    container, directory, file, opening, package, service, Cx, Done, Outcome, Report, ResourceError,
 };
 use crate::declaration::{Resource, Shape};
 use crate::failpoint;
-use crate::node_firewall;
 use crate::store::{Held, Op, Owned};
 use std::collections::HashSet;
 
@@ -68,7 +66,7 @@ fn remove_owned(cx: &mut Cx<'_>, rec: &Owned) -> Result<Done, ResourceError> {
             Outcome::Forgotten,
             "an action leaves nothing the host owns",
         )),
-        Shape::Opening => declared_openings(cx).and_then(|d| opening::remove(cx, &rec.id, &d)),
+        Shape::Opening => opening::remove(cx, &rec.id),
         Shape::Container => container::remove(cx, rec),
         Shape::Service => service::remove(cx, rec),
         Shape::Package => package::remove(cx, rec),
@@ -105,12 +103,15 @@ pub(super) fn moved_away(cx: &mut Cx<'_>, res: &Resource, report: &mut Report) -
 /// Removes marked rules of openings that are not declared, whether or not the store remembers
 /// them (a lost store leaves marks the host can still recognise as its own).
 pub(super) fn sweep_stale_marks(cx: &mut Cx<'_>, report: &mut Report) {
-    let result = declared_openings(cx)
-        .and_then(|declared| Ok(node_firewall::openings::sweep(&mut *cx.fw, &declared)?));
+    let result = cx.removal().clone();
     match result {
         Ok(removed) => {
             for (mark, layer) in removed {
                 let id = firewall::rules::id_of(&mark).unwrap_or(&mark).to_string();
+                // Reported already on the line of the opening whose record was removed.
+                if cx.removal_said.contains(&id) {
+                    continue;
+                }
                 report.push(
                     &id,
                     Shape::Opening,
@@ -122,6 +123,11 @@ pub(super) fn sweep_stale_marks(cx: &mut Cx<'_>, report: &mut Report) {
                 );
             }
         }
-        Err(e) => report.push("openings", Shape::Opening, "stale marks".into(), Err(e)),
+        Err(e) => report.push(
+            "openings",
+            Shape::Opening,
+            "stale marks".into(),
+            Err(e.to_string()),
+        ),
     }
 }

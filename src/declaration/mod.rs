@@ -4,6 +4,7 @@
 //! problem named at once, each with its JSON path) lives in [`validate`], which runs over the raw
 //! JSON before these types are ever built, so a document that reaches them is already known good.
 
+pub mod openings;
 pub mod validate;
 
 use crate::build::Build;
@@ -69,6 +70,15 @@ pub struct Declaration {
 }
 
 impl Declaration {
+    /// Whether this declaration touches the node's firewall: openings, or the guard of an
+    /// adopted node.
+    pub fn touches_firewall(&self) -> bool {
+        self.resources
+            .iter()
+            .any(|r| matches!(r, Resource::Opening(_)))
+            || (self.mode == Mode::Adopted && self.settings.is_some())
+    }
+
     /// Whether a resource of this module converges on an adopted node. A resource with no
     /// module belongs to no module that could ever be taken, so what it finds stays held.
     pub fn is_taken(&self, module: Option<&str>) -> bool {

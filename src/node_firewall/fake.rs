@@ -30,6 +30,11 @@ pub struct Script {
     pub survey: Vec<Retired>,
     /// Whether a derived filter is loaded (remove_filter answers it, and unloads it).
     pub filter_loaded: bool,
+    /// The runtime's bridges, as `runtime_bridges` answers them.
+    pub bridges: Vec<String>,
+    /// Marked rules in force (mark → id): a convergence of the given openings adds theirs, one
+    /// of every marked rule removes the others'.
+    pub in_force: BTreeMap<String, String>,
 }
 
 /// The fake; clones share one log and one script, so a test keeps one to read what an apply
@@ -125,12 +130,34 @@ impl NodeFirewall for Recording {
             },
             openings,
         )?;
+        let mut script = self.script.borrow_mut();
+        let given: Vec<String> = openings.iter().map(firewall::rules::mark).collect();
+        let removed = match scope {
+            Scope::Given => Vec::new(),
+            Scope::All => {
+                let gone: Vec<String> = script
+                    .in_force
+                    .keys()
+                    .filter(|m| !given.contains(m))
+                    .cloned()
+                    .collect();
+                for m in &gone {
+                    script.in_force.remove(m);
+                }
+                gone.into_iter()
+                    .map(|m| (m, "table inet filter".to_string()))
+                    .collect()
+            }
+        };
+        for (o, m) in openings.iter().zip(given) {
+            script.in_force.insert(m, o.id.clone());
+        }
         Ok(Converged {
             added: openings
                 .iter()
                 .map(|o| (o.id.clone(), "table inet filter".to_string()))
                 .collect(),
-            removed: Vec::new(),
+            removed,
             states: openings
                 .iter()
                 .map(|o| {
@@ -188,5 +215,15 @@ impl NodeFirewall for Recording {
 
     fn unflip(&mut self, _saved: &[Retired]) -> Result<(), Error> {
         self.called("unflip", &[])
+    }
+
+    /// Answered from the script and not logged: a question about the machine's runtime, which
+    /// changes nothing of the firewall.
+    fn runtime_bridges(
+        &mut self,
+        _runner: &dyn run::Runner,
+        _interfaces: &[::genesis::inventory::Interface],
+    ) -> Vec<String> {
+        self.script.borrow().bridges.clone()
     }
 }

@@ -1,12 +1,48 @@
-//! The guard on an adopted node: its spec from the settings and the declared containers, its
-//! two layers written (the `inet mesh_host` table, then the netfilter BPF layer pinned beside it),
-//! the runtime's bridges it exempts, and the words the report and the status name its layers by.
+//! The guard phase, the first an apply enters the node's firewall by, before the store is
+//! opened: another node's claim refuses the apply, and on an adopted node the guard's spec is
+//! made from the settings and the declared containers and its two layers written (the `inet
+//! mesh_host` table, then the netfilter BPF layer pinned beside it), exempting the runtime's
+//! bridges; and the words the report and the status name its layers by.
 
-use super::NodeFirewall;
+use super::{Error, NodeFirewall};
 use crate::briefing::Mark;
-use crate::declaration::{self, Resource, Settings};
+use crate::declaration::{self, Mode, Resource, Settings};
 use firewall::{GuardSpec, GuardTable};
 use std::net::IpAddr;
+
+/// The firewall's part of an apply before the store is opened: another node's marks refuse it
+/// (when `claim`: the declaration touches the firewall), and with `guard` on an adopted node with
+/// `settings` the guard is ensured, so a store that cannot be read or written never leaves the
+/// foundation's ports unguarded.
+pub fn early(
+    fw: &mut dyn NodeFirewall,
+    runner: &dyn run::Runner,
+    decl: &declaration::Declaration,
+    settings: Option<&Settings>,
+    claim: bool,
+    guard: bool,
+) -> Result<Option<Guarded>, Error> {
+    if claim {
+        check_claim(fw, &decl.node)?;
+    }
+    Ok(match (guard, decl.mode, settings) {
+        (true, Mode::Adopted, Some(settings)) => Some(ensure(fw, runner, decl, settings)),
+        _ => None,
+    })
+}
+
+/// Refuses an apply on a machine whose firewall carries another node's marks: one store per
+/// firewall, so a second store (a mistaken `--root`) never converges over this node's rules.
+/// A firewall that cannot be read is no claim: the resources that need it fail with the reason.
+fn check_claim(fw: &mut dyn NodeFirewall, node: &str) -> Result<(), Error> {
+    match fw.claimed_by() {
+        Ok(Some(other)) if other != node => Err(Error::Claimed {
+            other,
+            node: node.to_string(),
+        }),
+        _ => Ok(()),
+    }
+}
 
 /// The guard an adopted node's settings call for. A guarded service's container port is the
 /// `container_port` of the declared container that publishes its host port (tcp); with no such
@@ -44,7 +80,7 @@ fn container_port(resources: &[Resource], host_port: u16) -> u16 {
 /// stands on this machine (when the settings have a private network), and the guard written (for
 /// the resident host, which puts exactly that back when the ruleset changes under it).
 pub struct Guarded {
-    pub line: Result<String, super::Error>,
+    pub line: Result<String, Error>,
     pub private: Option<(Mark, String)>,
     pub spec: GuardSpec,
 }
@@ -75,6 +111,7 @@ pub fn ensure(
             ),
         });
     let spec = guard_for(
+        fw,
         runner,
         settings,
         &decl.resources,
@@ -89,13 +126,14 @@ pub fn ensure(
 
 /// The guard `settings` call for, with the bridges the runtime reports that are bridges here.
 fn guard_for(
+    fw: &mut dyn NodeFirewall,
     runner: &dyn run::Runner,
     settings: &Settings,
     resources: &[Resource],
     interfaces: &[::genesis::inventory::Interface],
 ) -> GuardSpec {
     let mut spec = guard_spec(settings, resources);
-    for b in super::bridges::runtime_bridges(runner, interfaces) {
+    for b in fw.runtime_bridges(runner, interfaces) {
         spec.add_runtime_bridge(&b);
     }
     spec
@@ -114,12 +152,12 @@ pub const LAYERS_TABLE_ALONE: &str = "guard: table inet mesh_host alone: a forei
 /// pinned under `root`; returns the guard's line for the report and the briefing. The BPF layer
 /// is loaded even when the table cannot be (a table another process holds), and where the
 /// kernel refuses it the line says the table holds alone, and why.
-pub fn write(fw: &mut dyn NodeFirewall, spec: &GuardSpec) -> Result<String, super::Error> {
+pub fn write(fw: &mut dyn NodeFirewall, spec: &GuardSpec) -> Result<String, Error> {
     let table = write_table(fw, spec);
     let layers = write_bpf_layer(fw, spec);
     match table {
         Ok(line) => Ok(format!("{line}; {layers}")),
-        Err(e) => Err(super::Error::Guard {
+        Err(e) => Err(Error::Guard {
             table: Box::new(e),
             layers,
         }),
@@ -146,9 +184,9 @@ fn write_bpf_layer(fw: &mut dyn NodeFirewall, spec: &GuardSpec) -> String {
 }
 
 /// Puts `spec` in force in the table; returns its part of the guard's line.
-fn write_table(fw: &mut dyn NodeFirewall, spec: &GuardSpec) -> Result<String, super::Error> {
+fn write_table(fw: &mut dyn NodeFirewall, spec: &GuardSpec) -> Result<String, Error> {
     let report = fw.guard_table(spec).map_err(|e| match e {
-        super::Error::NoNfTables => e.doing("the guard cannot be loaded"),
+        Error::NoNfTables => e.doing("the guard cannot be loaded"),
         e => e.doing("loading the guard"),
     })?;
     let table = match report.table {

@@ -169,4 +169,12 @@ impl NodeFirewall for Kernel {
     fn unflip(&mut self, saved: &[Retired]) -> Result<(), Error> {
         Ok(self.found()?.unflip(saved)?)
     }
+
+    fn runtime_bridges(
+        &mut self,
+        runner: &dyn run::Runner,
+        interfaces: &[::genesis::inventory::Interface],
+    ) -> Vec<String> {
+        crate::system::runtime_bridges(runner, interfaces)
+    }
 }

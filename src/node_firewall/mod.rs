@@ -1,30 +1,39 @@
 //! The node's own firewall as the core drives it: one port ([`NodeFirewall`]) with the kernel's
-//! implementation and a recording fake, and the phases an apply enters it by, each once and in
-//! this order: the guard (on an adopted node, before the store is opened), the flip or the
-//! return and the derived filter ([`before_resources`]), the openings ([`openings::converge`]),
-//! the removals and the sweep of stale marks ([`openings::remove`], [`openings::sweep`]). The
-//! resident host puts things back through the same port ([`put_back`], [`recheck`]).
+//! implementation and a recording fake, and the phases an apply enters it by, each once, each a
+//! straight line through its own files that never comes back to one it left:
+//! 1. the guard ([`guard::early`]), on an adopted node before the store is opened;
+//! 2. before the resources ([`before::before_resources`]): the flip's saving of the found
+//!    firewall, the store's record of the declaration, the flip or the return, the derived filter;
+//! 3. the openings ([`openings::converge`]), all at once;
+//! 4. the removal of openings no longer declared and of stale marks ([`removal::remove`]), once.
 //!
+//! The resident host puts things back through the same port ([`put_back`], [`recheck`]).
 //! Every phase returns a typed outcome; the apply loop turns outcomes into its report. Nothing
 //! here knows the apply loop: the dependency runs one way, `apply` → `node_firewall` →
-//! `firewall`.
+//! `firewall`; the declaration's openings are put in the firewall crate's terms by
+//! `declaration::openings`, before they reach a phase.
 
-mod bridges;
+pub mod before;
 #[cfg(test)]
 pub(crate) mod fake;
-pub mod flip;
+mod flip;
 pub mod guard;
 mod kernel;
 pub mod openings;
+pub mod removal;
+mod restore;
+pub mod save;
+mod spec;
 #[cfg(test)]
 mod tests;
 
+pub use before::before_resources;
 pub use guard::{guard_spec, Guarded, LAYERS_BOTH, LAYERS_TABLE_ALONE};
 pub use kernel::{legacy_in_force, open_found, Kernel};
-pub use openings::{derive_for, to_opening, to_resource, NotAdmitted, Openings};
+pub use openings::{NotAdmitted, Openings};
 
 use crate::briefing::Mark;
-use crate::declaration::{Declaration, Mode};
+use crate::declaration::Declaration;
 use crate::store::{Store, StoreError};
 use firewall::eval::Verdict;
 use firewall::{Converged, FilterSpec, GuardSpec, Opening, Retired, Scope};
@@ -67,6 +76,14 @@ pub trait NodeFirewall {
         -> Result<(Vec<Retired>, bool), Error>;
     /// The found firewall put back exactly as `saved`.
     fn unflip(&mut self, saved: &[Retired]) -> Result<(), Error>;
+    /// The bridges the container runtime reports (asked through `runner`) that are bridges among
+    /// `interfaces`: the only interfaces besides loopback and the private network's that the guard
+    /// lets through and the derived filter forwards from.
+    fn runtime_bridges(
+        &mut self,
+        runner: &dyn Runner,
+        interfaces: &[::genesis::inventory::Interface],
+    ) -> Vec<String>;
 }
 
 /// Why the node's firewall did not do what was asked, naming what it was doing.
@@ -95,6 +112,15 @@ pub enum Error {
     },
     #[error(transparent)]
     Store(#[from] StoreError),
+    #[error(transparent)]
+    Untranslatable(#[from] crate::declaration::openings::Untranslatable),
+    /// The flip cannot save what it would retire, so the node is not converged.
+    #[error("node {node:?} cannot be converged: {source}")]
+    NotConvergeable {
+        node: String,
+        #[source]
+        source: Box<Error>,
+    },
     /// What the declaration asks cannot be put in the firewall's terms.
     #[error("{0}")]
     Declared(String),
@@ -114,7 +140,8 @@ pub enum Error {
         table: Box<Error>,
         layers: String,
     },
-    /// The one convergence of the apply's openings failed, so each opening fails with it.
+    /// The one convergence (or the one removal) of the apply's openings failed, so each opening
+    /// fails with it.
     #[error("opening {id}: {source}")]
     Opening {
         id: String,
@@ -147,45 +174,17 @@ pub fn kernel(root: &Path, decl: &Declaration) -> Box<dyn NodeFirewall> {
     Box::new(Kernel::new(root, &decl.node, deadlines))
 }
 
-/// Whether `decl` touches the node's firewall: openings, or the guard of an adopted node.
-pub fn touches(decl: &Declaration) -> bool {
-    decl.resources
-        .iter()
-        .any(|r| matches!(r, crate::declaration::Resource::Opening(_)))
-        || (decl.mode == Mode::Adopted && decl.settings.is_some())
-}
-
-/// The firewall's part of an apply before the store is opened: another node's marks refuse it
-/// (when `decl` touches the firewall), and on an adopted node with `settings` the guard is
-/// ensured, so a store that cannot be read or written never leaves the foundation's ports
-/// unguarded. `guard` false checks the claim alone.
-pub fn early(
-    fw: &mut dyn NodeFirewall,
-    runner: &dyn Runner,
-    decl: &Declaration,
-    settings: Option<&crate::declaration::Settings>,
-    guard: bool,
-) -> Result<Option<Guarded>, Error> {
-    if touches(decl) {
-        check_claim(fw, &decl.node)?;
-    }
-    Ok(match (guard, decl.mode, settings) {
-        (true, Mode::Adopted, Some(settings)) => Some(guard::ensure(fw, runner, decl, settings)),
-        _ => None,
-    })
-}
-
-/// Refuses an apply on a machine whose firewall carries another node's marks: one store per
-/// firewall, so a second store (a mistaken `--root`) never converges over this node's rules.
-/// A firewall that cannot be read is no claim: the resources that need it fail with the reason.
-pub fn check_claim(fw: &mut dyn NodeFirewall, node: &str) -> Result<(), Error> {
-    match fw.claimed_by() {
-        Ok(Some(other)) if other != node => Err(Error::Claimed {
-            other,
-            node: node.to_string(),
-        }),
-        _ => Ok(()),
-    }
+/// What an apply of a declaration does to the node's firewall, given what the store says (the
+/// apply decides it: `apply::safety::transition`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transition {
+    /// Nothing changes kind: the guard on an adopted node, the derived filter on a converged one
+    /// that was flipped, the found firewall on a node raised converged.
+    Stay,
+    /// Adopted to converged (or a flip that was saved and did not finish).
+    Flip,
+    /// Converged back to adopted.
+    Return,
 }
 
 /// What the node's firewall phase before the resources did, for the report and the resident
@@ -206,6 +205,9 @@ pub struct Before {
     pub guard_spec: Option<GuardSpec>,
     /// The derived filter in force, for the memo.
     pub filter_spec: Option<FilterSpec>,
+    /// The ruleset is at the generation the last apply of this very declaration left it at, so
+    /// nothing of it is listed.
+    pub unchanged: Option<u32>,
 }
 
 /// Everything the phase before the resources needs from the apply.
@@ -213,118 +215,9 @@ pub struct Node<'a> {
     pub fw: &'a mut dyn NodeFirewall,
     pub runner: &'a dyn Runner,
     pub store: &'a mut Store,
-    pub decl: &'a Declaration,
-    /// The ruleset is at the generation the last apply of this declaration left it at.
-    pub unchanged: Option<u32>,
-}
-
-/// The node's firewall as the declaration says, before any resource is applied: on an adopted
-/// node the guard (ensured already as `early` when the apply did so before opening the store)
-/// and no derived filter left beside it; the flip or the return when the declaration changes the
-/// node's mode; on a flipped node the derived filter as the declaration says now.
-pub fn before_resources(
-    node: &mut Node<'_>,
-    transition: flip::Transition,
-    early: Option<Guarded>,
-) -> Before {
-    let mut out = Before::default();
-    let decl = node.decl;
-    if decl.mode == Mode::Adopted {
-        if let Some(settings) = node.store.state.settings.clone() {
-            let guarded = match (early, node.unchanged) {
-                (Some(g), _) => g,
-                (None, Some(generation)) => Guarded {
-                    line: Ok(format!(
-                        "in force as the last apply left it (ruleset generation {generation} unchanged)"
-                    )),
-                    private: None,
-                    spec: node
-                        .store
-                        .state
-                        .firewall_guard
-                        .clone()
-                        .unwrap_or_else(|| guard_spec(&settings, &decl.resources)),
-                },
-                (None, None) => guard::ensure(node.fw, node.runner, decl, &settings),
-            };
-            out.guard_spec = Some(guarded.spec.clone());
-            // An adopted node that is not flipped has no derived filter: one left by a return
-            // that a resident host raced goes, now that the guard is in force. (Not when the
-            // ruleset is at the generation the last apply left: it removed any.)
-            if transition == flip::Transition::Stay
-                && node.store.state.flip.is_none()
-                && node.unchanged.is_none()
-            {
-                match node.fw.remove_filter() {
-                    Ok(true) => {
-                        out.flip =
-                            Some("a derived filter was loaded on this adopted node; removed".into())
-                    }
-                    Ok(false) => {}
-                    Err(e) => {
-                        out.failed = Some((
-                            "filter",
-                            "derived filter",
-                            format!("removing a derived filter from an adopted node: {e}"),
-                        ))
-                    }
-                }
-            }
-            out.private = guarded.private;
-            if let Err(e) = &guarded.line {
-                out.failed = Some(("guard", "guard", e.to_string()));
-            }
-            out.guard = Some(guarded.line);
-        }
-    }
-    if out.failed.is_none() {
-        let step = match transition {
-            flip::Transition::Flip => Some((
-                "flip",
-                flip::flip(node).map(|(line, spec)| {
-                    // Loaded by the flip itself: nothing to check again below.
-                    out.filter = Some(format!(
-                        "drop by default, admitting {} opening(s) (loaded by the flip)",
-                        spec.openings.len()
-                    ));
-                    out.filter_spec = Some(spec);
-                    line
-                }),
-            )),
-            flip::Transition::Return => Some(("return", flip::unflip(node))),
-            flip::Transition::Stay => None,
-        };
-        if let Some((what, result)) = step {
-            match result {
-                Ok(line) => out.flip = Some(format!("{what}: {line}")),
-                Err(e) => {
-                    out.flip = Some(format!("{what} failed: {e}"));
-                    out.failed = Some((what, "firewall", e.to_string()));
-                }
-            }
-        }
-    }
-    if out.failed.is_none() && node.store.state.flip.is_some() && out.filter_spec.is_none() {
-        match node.unchanged {
-            Some(generation) => {
-                out.filter = Some(format!(
-                    "in force as the last apply left it (ruleset generation {generation} unchanged)"
-                ));
-                out.filter_spec = flip::current_spec(node).ok();
-            }
-            None => match flip::ensure_filter(node) {
-                Ok((line, spec)) => {
-                    out.filter = Some(line);
-                    out.filter_spec = Some(spec);
-                }
-                Err(e) => {
-                    out.filter = Some(format!("failed: {e}"));
-                    out.failed = Some(("filter", "derived filter", e.to_string()));
-                }
-            },
-        }
-    }
-    out
+    /// The store must be written before the firewall changes: the declaration's record differs
+    /// from the store's.
+    pub record: bool,
 }
 
 /// What the resident host keeps from an apply, to put the firewall back at once when the

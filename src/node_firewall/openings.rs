@@ -1,11 +1,10 @@
-//! The declared openings through the found firewall: put in the firewall crate's terms, every
-//! one converged at once (one listing, one nf_tables batch, one restore per iptables table) with
-//! its verdict read back, each opening's own outcome and line drawn from that one convergence;
-//! an opening no longer declared removed; stale marks swept.
+//! The openings phase: every declared opening (in the firewall crate's terms already) converged
+//! through the found firewall at once (one listing, one nf_tables batch, one restore per iptables
+//! table) with its verdict read back, each opening's own outcome and line drawn from that one
+//! convergence.
 
 use super::{Error, NodeFirewall};
-use crate::declaration::{self, FromName, OpeningSpec, PathKind, Resource, Settings};
-use firewall::{Network, Opening, Presence, Scope, State};
+use firewall::{Opening, Presence, Scope, State};
 use serde::Serialize;
 use std::collections::{HashMap, HashSet};
 
@@ -60,71 +59,11 @@ pub struct Outcome {
     pub not_admitted: Vec<NotAdmitted>,
 }
 
-/// The firewall crate's opening for a declared one; `private` becomes the private network's
-/// interface from the node's settings.
-pub fn to_opening(spec: &OpeningSpec, settings: Option<&Settings>) -> Result<Opening, Error> {
-    let from = match &spec.from {
-        declaration::From::Named(FromName::Anywhere) => firewall::opening::From::Anywhere,
-        declaration::From::Named(FromName::Private) => {
-            let iface = settings
-                .and_then(|s| s.private_network.as_ref())
-                .map(|p| p.interface.clone())
-                .ok_or_else(|| Error::Declared(format!("opening {} is from the private network, but the node has no private network in its settings", spec.id)))?;
-            firewall::opening::From::Interface(iface)
-        }
-        declaration::From::Cidrs(list) => {
-            let mut nets = Vec::new();
-            for c in list {
-                let (addr, len) = declaration::validate::parse_cidr(c, true)
-                    .map_err(|e| Error::Declared(format!("opening {}: {e}", spec.id)))?;
-                nets.push(Network { addr, len });
-            }
-            firewall::opening::From::Networks(nets)
-        }
-    };
-    Ok(Opening {
-        id: spec.id.clone(),
-        port: spec.port,
-        proto: spec.proto,
-        from,
-        path: match spec.path {
-            PathKind::Incoming => firewall::Path::Incoming,
-            PathKind::Forwarded => firewall::Path::Forwarded,
-        },
-    })
-}
-
-/// Every opening of `decl` in the firewall crate's terms; the first that cannot be translated
-/// fails the whole list.
-pub fn declared(
-    decl: &declaration::Declaration,
-    settings: Option<&Settings>,
-) -> Result<Vec<Opening>, Error> {
-    decl.resources
-        .iter()
-        .filter_map(|r| match r {
-            Resource::Opening(o) => Some(to_opening(o, settings)),
-            _ => None,
-        })
-        .collect()
-}
-
-/// Converges every declared opening at once and reads their verdicts back. An opening that
-/// cannot be translated is left out, to fail on its own line, not the others'.
-pub fn converge(
-    fw: &mut dyn NodeFirewall,
-    decl: &declaration::Declaration,
-    settings: Option<&Settings>,
-) -> Openings {
-    let openings: Vec<Opening> = decl
-        .resources
-        .iter()
-        .filter_map(|r| match r {
-            Resource::Opening(o) => to_opening(o, settings).ok(),
-            _ => None,
-        })
-        .collect();
-    let result = fw.converge(&openings, Scope::Given).map(|c| {
+/// Converges every declared opening at once and reads their verdicts back: `openings` are the
+/// declared ones that could be put in the firewall's terms (one that cannot fails on its own
+/// line, not the others').
+pub fn converge(fw: &mut dyn NodeFirewall, openings: &[Opening]) -> Openings {
+    let result = fw.converge(openings, Scope::Given).map(|c| {
         let mut done = Converged {
             added: c.added.into_iter().map(|(id, _)| id).collect(),
             removed: c
@@ -137,7 +76,7 @@ pub fn converge(
             ..Converged::default()
         };
         // What is reported is the verdict of the ruleset read back after the write.
-        match fw.verdicts(&openings) {
+        match fw.verdicts(openings) {
             Ok(v) => done.verdicts = v.into_iter().collect(),
             Err(e) => done.unverdicted = Some(e.to_string()),
         }
@@ -245,92 +184,4 @@ impl Openings {
             not_admitted,
         })
     }
-}
-
-/// Removes every marked rule of opening `id`, no longer declared (`declared` are the ones that
-/// stay): its line.
-pub fn remove(fw: &mut dyn NodeFirewall, id: &str, declared: &[Opening]) -> Result<String, Error> {
-    let done = fw
-        .converge(declared, Scope::All)
-        .map_err(|e| e.doing(format!("removing opening {id}")))?;
-    let mine: Vec<&(String, String)> = done
-        .removed
-        .iter()
-        .filter(|(mark, _)| firewall::rules::id_of(mark) == Some(id))
-        .collect();
-    Ok(if mine.is_empty() {
-        "no longer declared; no marked rule of it was in force".to_string()
-    } else {
-        format!(
-            "no longer declared; its marked rules removed from {}",
-            mine.iter()
-                .map(|(_, l)| l.as_str())
-                .collect::<Vec<_>>()
-                .join(", ")
-        )
-    })
-}
-
-/// Removes marked rules of openings that are not declared, whether or not the store remembers
-/// them (a lost store leaves marks the host can still recognise as its own): (mark, layer) of
-/// each removed.
-pub fn sweep(
-    fw: &mut dyn NodeFirewall,
-    declared: &[Opening],
-) -> Result<Vec<(String, String)>, Error> {
-    fw.converge(declared, Scope::All)
-        .map(|c| c.removed)
-        .map_err(|e| e.doing("removing stale openings"))
-}
-
-/// An opening of the firewall crate as a declaration's resource, its module the part of its id
-/// before the first `/`.
-pub fn to_resource(o: &Opening) -> serde_json::Value {
-    let from = match &o.from {
-        firewall::opening::From::Anywhere => serde_json::json!("anywhere"),
-        // The only interface an opening can name is the private network's.
-        firewall::opening::From::Interface(_) => serde_json::json!("private"),
-        firewall::opening::From::Networks(n) => {
-            serde_json::json!(n.iter().map(|n| n.to_string()).collect::<Vec<_>>())
-        }
-    };
-    let mut v = serde_json::json!({
-        "id": o.id,
-        "type": "opening",
-        "port": o.port,
-        "proto": o.proto.as_str(),
-        "from": from,
-        "path": o.path.as_str(),
-    });
-    if let Some((module, _)) = o.id.split_once('/') {
-        v["module"] = serde_json::json!(module);
-    }
-    v
-}
-
-/// The openings a node needs: the foundation's from its settings, then the listens its modules
-/// declare (the declaration's own openings), through the one function that derives them.
-pub fn derive_for(settings: &Settings, declared: &[OpeningSpec]) -> Result<Vec<Opening>, Error> {
-    let private = settings
-        .private_network
-        .as_ref()
-        .map(|p| p.interface.clone())
-        .ok_or_else(|| Error::Declared("the node has no private network in its settings, so the store's opening has nowhere to come from".into()))?;
-    let mut listens = Vec::new();
-    for spec in declared {
-        let o = to_opening(spec, Some(settings))?;
-        listens.push(firewall::Listen {
-            id: o.id,
-            port: o.port,
-            proto: o.proto,
-            from: o.from,
-            path: o.path,
-        });
-    }
-    let p = settings.ports;
-    Ok(firewall::derive(&firewall::Inputs {
-        ports: p,
-        private_interface: &private,
-        listens: &listens,
-    }))
 }

@@ -286,3 +286,63 @@ fn an_opening_no_longer_declared_is_removed_and_its_record_dropped() {
     let st = state(root.path());
     assert!(st.owned("web/https").is_none() && st.owned("web/http").is_some());
 }
+
+#[test]
+fn openings_no_longer_declared_are_removed_by_one_removal_each_on_its_own_line() {
+    let root = tempfile::tempdir().unwrap();
+    let fake = Recording::watching(&watched(root.path()));
+    let report = run(root.path(), &fake, &decl("adopted", file_and_openings()));
+    assert!(report.failed().is_none(), "{}", report.render());
+    // A marked rule of an opening the store never recorded (a lost store's, say).
+    let stale = firewall::Opening {
+        id: "old/ssh".into(),
+        port: 2222,
+        proto: firewall::Proto::Tcp,
+        from: firewall::opening::From::Anywhere,
+        path: firewall::Path::Incoming,
+    };
+    fake.script
+        .borrow_mut()
+        .in_force
+        .insert(firewall::rules::mark(&stale), stale.id.clone());
+
+    fake.log.borrow_mut().clear();
+    let only_the_file = json!([file_and_openings()[0].clone()]);
+    let report = run(root.path(), &fake, &decl("adopted", only_the_file));
+    assert!(report.failed().is_none(), "{}", report.render());
+    // One removal for both openings and the stale mark: every marked rule in scope, none kept.
+    let removals: Vec<_> = fake
+        .log
+        .borrow()
+        .iter()
+        .filter(|c| c.method == "converge_all")
+        .cloned()
+        .collect();
+    assert_eq!(removals.len(), 1, "{:?}", fake.methods());
+    assert!(removals[0].openings.is_empty());
+    // Each removed opening's line names its own rules, and the stale one is reported once.
+    for id in ["web/http", "web/https"] {
+        let e = report.entries.iter().find(|e| e.id == id).unwrap();
+        assert_eq!(e.outcome, Outcome::Removed, "{id}");
+        assert!(
+            e.detail
+                .contains("its marked rules removed from table inet filter"),
+            "{id}: {}",
+            e.detail
+        );
+    }
+    let swept: Vec<_> = report
+        .entries
+        .iter()
+        .filter(|e| e.id == "old/ssh")
+        .collect();
+    assert_eq!(swept.len(), 1, "{}", report.render());
+    assert!(
+        swept[0].detail.starts_with("stale marked rule"),
+        "{}",
+        swept[0].detail
+    );
+    assert!(fake.script.borrow().in_force.is_empty());
+    let st = state(root.path());
+    assert!(st.owned("web/http").is_none() && st.owned("web/https").is_none());
+}

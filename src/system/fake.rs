@@ -319,6 +319,8 @@ impl Bed {
             openings: None,
             not_admitted: Vec::new(),
             firewall_unchanged: None,
+            removal: None,
+            removal_said: Default::default(),
         }
     }
 }

@@ -11,6 +11,7 @@
 //! whether they are idempotent; none of them is trusted on its exit status alone — the appliers
 //! read back what they changed.
 
+mod bridges;
 mod cli_runtime;
 pub mod docker;
 pub mod engine_api;
@@ -35,6 +36,7 @@ pub mod apk;
 #[cfg(test)]
 pub mod fake;
 
+pub use bridges::runtime_bridges;
 pub use cli_runtime::{normalize_image, parse_inspect, sort_ports, CliRuntime, Flavour};
 
 use crate::build::BUILD;

@@ -11,7 +11,7 @@ pub fn runtime_bridges(
 ) -> Vec<String> {
     // The runtime's own bridges are the machine's too, asked of the runtime on every apply; no
     // name is trusted for what it looks like. A runtime that does not answer adds none.
-    let reported = crate::system::container_runtime(runner)
+    let reported = super::container_runtime(runner)
         .ok()
         .and_then(|rt| rt.bridges().ok())
         .unwrap_or_default();

@@ -1,0 +1,29 @@
+//! The derived filter a flipped (or flipping) node's declaration calls for: its openings, the
+//! private network's interface, the runtime's bridges (asked of the runtime, as the guard's are)
+//! and the ssh ports the flip kept reachable.
+
+use super::{Error, NodeFirewall};
+use crate::declaration::{Declaration, Settings};
+use firewall::FilterSpec;
+
+/// The derived filter for `decl`: its openings, the private network's interface, the runtime's
+/// bridges that are bridges here and `ssh`'s ports.
+pub fn filter_spec(
+    fw: &mut dyn NodeFirewall,
+    runner: &dyn run::Runner,
+    decl: &Declaration,
+    settings: Option<&Settings>,
+    ssh: &[u16],
+) -> Result<FilterSpec, Error> {
+    let interfaces = ::genesis::inventory::interfaces().unwrap_or_default();
+    let bridges = fw.runtime_bridges(runner, &interfaces);
+    let openings = crate::declaration::openings::declared(decl, settings)?;
+    Ok(FilterSpec {
+        openings,
+        private: settings
+            .and_then(|s| s.private_network.as_ref())
+            .map(|p| p.interface.clone()),
+        bridges,
+        ssh: ssh.to_vec(),
+    })
+}
