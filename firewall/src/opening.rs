@@ -150,12 +150,6 @@ impl Opening {
         }
         Ok(())
     }
-
-    /// The id an opening's mark carries, if `comment` is a full mesh-host mark
-    /// (see [`crate::rules::parse_mark`]).
-    pub fn id_of_mark(comment: &str) -> Option<&str> {
-        crate::rules::id_of(comment)
-    }
 }
 
 /// A Linux interface name, or a prefix pattern ending in `*`: 1 to 15 bytes of [A-Za-z0-9._-].
@@ -231,12 +225,6 @@ mod tests {
     fn marks_carry_the_id() {
         let o = opening(From::Anywhere);
         assert_eq!(o.mark(), "mesh-host:web/https");
-        assert_eq!(
-            Opening::id_of_mark("mesh-host:web/https#0011aabb"),
-            Some("web/https")
-        );
-        assert_eq!(Opening::id_of_mark("mesh-host:web/https"), None);
-        assert_eq!(Opening::id_of_mark("ssh+http"), None);
     }
 
     #[test]

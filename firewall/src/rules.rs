@@ -277,6 +277,13 @@ fn split_words(spec: &str) -> Option<Vec<(String, bool)>> {
 mod tests {
     use super::*;
 
+    #[test]
+    fn a_full_mark_carries_the_id_and_nothing_else_does() {
+        assert_eq!(id_of("mesh-host:web/https#0011aabb"), Some("web/https"));
+        assert_eq!(id_of("mesh-host:web/https"), None);
+        assert_eq!(id_of("ssh+http"), None);
+    }
+
     fn o(from: From, path: Path) -> Opening {
         Opening {
             id: "web/https".into(),

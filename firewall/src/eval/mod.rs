@@ -19,6 +19,7 @@
 mod addrs;
 mod ir;
 mod legacy;
+mod lower;
 mod model;
 mod opening;
 mod values;

@@ -5,6 +5,7 @@
 use super::addrs::{from_be, Addrs, Fam};
 use super::ir::{self, IrRule};
 use super::legacy;
+use super::lower;
 use crate::netlink::consts::{NFT_SET_ELEM_INTERVAL_END, NFT_SET_INTERVAL};
 use crate::netlink::{ChainType, Elem, ElemData, Family, Hook, NfSocket, Policy, Ruleset, Verdict};
 use std::cell::RefCell;
@@ -520,7 +521,7 @@ impl Model {
                     .find(|s| s.family == r.family && s.table == r.table && s.name == set)
                     .map(|s| s.key_len)
             };
-            let items = ir::from_nft(&r.exprs, &key_len);
+            let items = lower::from_nft(&r.exprs, &key_len);
             let text = ir::RuleText::Nft(r.comment.clone());
             m.tables[ti]
                 .chains
