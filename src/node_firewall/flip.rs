@@ -140,6 +140,7 @@ pub fn filter_spec(
             .map(|p| p.interface.clone()),
         bridges: super::bridges::runtime_bridges(runner, &interfaces),
         ssh: ssh.to_vec(),
+        ssh_from: Vec::new(),
     })
 }
 
@@ -167,6 +168,7 @@ pub fn save(fw: &mut dyn NodeFirewall, runner: &dyn run::Runner) -> Result<Flip,
         retired,
         units,
         ssh: ssh_ports(),
+        ssh_from: Vec::new(),
     })
 }
 
@@ -231,7 +233,18 @@ pub(super) fn flip(cx: &mut Node<'_>) -> Result<(String, FilterSpec), Error> {
             .map(u16::to_string)
             .collect::<Vec<_>>()
             .join(","),
-        spec.private.as_deref().unwrap_or("anywhere"),
+        match (spec.private.as_deref(), spec.ssh_from.is_empty()) {
+            (None, _) => "anywhere".to_string(),
+            (Some(i), true) => i.to_string(),
+            (Some(i), false) => format!(
+                "{i} and {}",
+                spec.ssh_from
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        },
         if guarded {
             ", the guard removed in the same transaction"
         } else {
@@ -307,16 +320,13 @@ pub(super) fn unflip(cx: &mut Node<'_>) -> Result<String, Error> {
 }
 
 /// The derived filter a flipped node's declaration calls for now, with the ssh ports its flip
-/// kept.
+/// kept (and, on a node raised converged, the operator's addresses genesis saw).
 pub(super) fn current_spec(cx: &Node<'_>) -> Result<FilterSpec, Error> {
-    let ssh = cx
-        .store
-        .state
-        .flip
-        .as_ref()
-        .map(|f| f.ssh.clone())
-        .unwrap_or_default();
-    filter_spec(cx.runner, cx.decl, cx.store.state.settings.as_ref(), &ssh)
+    let flip = cx.store.state.flip.as_ref();
+    let ssh = flip.map(|f| f.ssh.clone()).unwrap_or_default();
+    let mut spec = filter_spec(cx.runner, cx.decl, cx.store.state.settings.as_ref(), &ssh)?;
+    spec.ssh_from = flip.map(|f| f.ssh_from.clone()).unwrap_or_default();
+    Ok(spec)
 }
 
 /// On a flipped node: the derived filter put in force as the declaration says now.
