@@ -41,8 +41,9 @@ fn echoed(session: &mut TcpStream) -> bool {
 
 #[test]
 fn converged_genesis_loads_the_filter_before_the_first_container_listens_and_keeps_ssh() {
-    let lab = Lab::new()
-        .unwrap_or_else(|e| panic!("the lab needs root, iproute2 and nsenter; it never skips: {e}"));
+    let lab = Lab::new().unwrap_or_else(|e| {
+        panic!("the lab needs root, iproute2 and nsenter; it never skips: {e}")
+    });
     let net = Adoption::build(&lab).expect("building the adoption topology");
     let (node, outside, peer) = (&net.node, &net.outside, &net.peer);
     let docker = node
@@ -191,7 +192,10 @@ fn converged_genesis_loads_the_filter_before_the_first_container_listens_and_kee
     let state = store_state(root.path());
     assert_eq!(state["mode"], "converged");
     assert_eq!(state["flip"]["stage"], "done", "{state:#}");
-    assert_eq!(state["flip"]["ssh_from"], json!([PEER_PUBLIC_V4.to_string()]));
+    assert_eq!(
+        state["flip"]["ssh_from"],
+        json!([PEER_PUBLIC_V4.to_string()])
+    );
 
     // Afterwards: an undeclared listener is refused (dropped unanswered), the declared bus
     // opening admitted, and the foundation's store only over the private network.
@@ -253,7 +257,10 @@ fn converged_genesis_loads_the_filter_before_the_first_container_listens_and_kee
     let again = mesh(&["reconcile", "--json"]);
     assert_eq!(again.status.code(), Some(0), "{}", shown(&again));
     check_after("after a reconcile");
-    assert!(echoed(&mut session), "the operator's session after a reconcile");
+    assert!(
+        echoed(&mut session),
+        "the operator's session after a reconcile"
+    );
     drop(late);
     drop(sshd);
     drop(docker);
