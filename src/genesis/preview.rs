@@ -282,5 +282,30 @@ mod tests {
         );
         assert_eq!(f(listener("127.0.0.1", 6379, "redis")).fate, "kept");
         assert_eq!(f(listener("::", 5672, "docker-proxy")).fate, "kept");
+
+        let preview = Preview {
+            node: "n1".into(),
+            mode: "converged",
+            refused: vec!["in use: tcp 192.0.2.10:8081 is listened on by busybox (pid 7)".into()],
+            filter: Some(Filter {
+                ssh: vec![22],
+                private_interface: Some("mesh0".into()),
+                ssh_from: peers.clone(),
+                openings: vec![opening_words(&bus)],
+                listeners: vec![ssh, web],
+            }),
+        };
+        let text = preview.render();
+        for line in [
+            "genesis of node n1 (converged), a preview: nothing was changed",
+            "firewall: the derived filter is loaded before anything else, drop by default; ssh 22 \
+             admitted over mesh0 and from 192.0.2.30 (the ssh sessions open now)",
+            "  opening broker/bus tcp/5672 from anywhere (to a container)",
+            "  closed    tcp 192.0.2.10:8081 (busybox, pid 7): the derived filter admits no opening \
+             to it",
+            "refused: in use: tcp 192.0.2.10:8081 is listened on by busybox (pid 7)",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line:?} not in:\n{text}");
+        }
     }
 }
