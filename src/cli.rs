@@ -116,6 +116,10 @@ pub enum Command {
         /// Another bundle than the one carried in the binary.
         #[arg(long, value_name = "FILE")]
         bundle: Option<PathBuf>,
+        /// Show what genesis would do and change nothing: on a converged raise, the derived
+        /// filter and every listener it keeps, narrows or closes (exit 3 when it would refuse).
+        #[arg(long)]
+        preview: bool,
         #[arg(long)]
         json: bool,
     },
@@ -387,6 +391,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             private_range,
             private_interface,
             bundle,
+            preview,
             json,
         } => {
             let req = crate::genesis::Request {
@@ -396,6 +401,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
                 private_range,
                 private_interface,
                 bundle,
+                preview,
             };
             let h = host(&cli.root);
             let read = || crate::inventory::read(h.runner).map(|v| v.machine());
@@ -403,6 +409,18 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
                 Ok(crate::genesis::Outcome::Refused(p)) => genesis_refused(&p, json, 2),
                 Ok(crate::genesis::Outcome::Unsafe(p)) => genesis_refused(&p, json, 3),
                 Ok(crate::genesis::Outcome::Applied(r)) => finish(Ok(*r), json),
+                Ok(crate::genesis::Outcome::Previewed(p)) => {
+                    if json {
+                        println!("{}", serde_json::to_string_pretty(&p)?);
+                    } else {
+                        print!("{}", p.render());
+                    }
+                    Ok(if p.refused.is_empty() {
+                        ExitCode::SUCCESS
+                    } else {
+                        ExitCode::from(3)
+                    })
+                }
                 Err(e) => finish(Err(e), json),
             }
         }

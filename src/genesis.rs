@@ -1,9 +1,15 @@
 //! Genesis in the core: the request checked, the preflight, the node's settings from the
-//! foundation's ports, and the bundle applied through the core.
+//! foundation's ports, the derived filter made the node's firewall first on a converged raise,
+//! and the bundle applied through the core; or the preview of all that, changing nothing.
+
+mod preview;
+
+pub use preview::Preview;
 
 use crate::apply::{self, ApplyError, Host, Report};
-use crate::declaration::{validate, Mode, PrivateNetwork, Settings, Source};
-use crate::store;
+use crate::declaration::{validate, Declaration, Mode, PrivateNetwork, Settings, Source};
+use crate::node_firewall::save;
+use crate::store::{self, Store};
 use genesis::checks::{self, Finding};
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
@@ -17,6 +23,8 @@ pub struct Request {
     pub private_range: Option<String>,
     pub private_interface: Option<String>,
     pub bundle: Option<PathBuf>,
+    /// Say what genesis would do and change nothing.
+    pub preview: bool,
 }
 
 /// How genesis ended.
@@ -28,6 +36,8 @@ pub enum Outcome {
     Unsafe(Vec<String>),
     /// The foundation was applied; the report says how it went.
     Applied(Box<Report>),
+    /// `--preview`: what genesis would do (and whether it would refuse); nothing was changed.
+    Previewed(Box<Preview>),
 }
 
 /// The request, checked: every problem named at once.
@@ -126,6 +136,7 @@ pub fn run(
         c.range,
         &c.interface,
     );
+    let mut unsafe_why = Vec::new();
     if !findings.is_empty() {
         let mut why: Vec<String> = findings.iter().map(|f| f.to_string()).collect();
         if c.mode == Mode::Converged
@@ -139,14 +150,10 @@ pub fn run(
                     .into(),
             );
         }
-        return Ok(Outcome::Unsafe(why));
-    }
-    if c.mode == Mode::Converged {
-        return Ok(Outcome::Unsafe(vec![
-            "a converged genesis loads the mesh's derived filter, which this build does not have yet; \
-             raise the node adopted (--adopted), or wait for converge"
-                .into(),
-        ]));
+        if !req.preview {
+            return Ok(Outcome::Unsafe(why));
+        }
+        unsafe_why = why;
     }
     let values = genesis::bundle::Values {
         node: &c.node,
@@ -203,5 +210,61 @@ pub fn run(
             "bundle: its settings must be the node's settings (write them as {\"$setting\": …} references)".into(),
         ]));
     }
+    let ssh = save::ssh_ports();
+    let ssh_from = operator_addresses(&ssh);
+    if req.preview {
+        return preview::of(host, &decl, &settings, &m, &ssh, &ssh_from, unsafe_why)
+            .map(|p| Outcome::Previewed(Box::new(p)));
+    }
+    if decl.mode == Mode::Converged {
+        filter_first(root, host, &decl, ssh, ssh_from)?;
+    }
     apply::apply(host, &decl, Source::Bundle).map(|r| Outcome::Applied(Box::new(r)))
+}
+
+/// A converged raise makes the derived filter the node's firewall before anything is applied:
+/// the found firewall is saved as a flip's first step (on a machine not in use there is little
+/// or nothing to retire) with ssh's ports and the addresses the operator's ssh sessions come
+/// from now, into the store. The apply then finds a flip saved and not done, as after a crash
+/// between a flip's two steps, and its phase before the resources loads the filter (retiring
+/// what was found, never flushing it) before the first container or service starts. From then
+/// on the node is a flipped one: every apply of the converged declaration keeps the filter in
+/// force, and `mesh-host adopt` returns it to the guard.
+fn filter_first(
+    root: &Path,
+    host: &Host<'_>,
+    decl: &Declaration,
+    ssh: Vec<u16>,
+    ssh_from: Vec<IpAddr>,
+) -> Result<(), ApplyError> {
+    let mut fw = (host.firewall)(root, decl);
+    let mut saved = save::record_found(&mut *fw, host.runner).map_err(|e| {
+        ApplyError::Safety(format!(
+            "node {:?} cannot be raised converged: {e}",
+            decl.node
+        ))
+    })?;
+    saved.ssh = ssh;
+    saved.ssh_from = ssh_from;
+    let mut store = Store::open(root)?;
+    store.state.flip = Some(saved);
+    store.save()?;
+    Ok(())
+}
+
+/// Where the operator reaches ssh from now: the remote ends of the established connections to
+/// ssh's ports on this machine (the sessions open as genesis runs, whoever started it, through
+/// `sudo` or not) and the client of `SSH_CONNECTION` when genesis runs in one; loopback left out.
+pub fn operator_addresses(ssh: &[u16]) -> Vec<IpAddr> {
+    let mut out = genesis::inventory::peers_of(ssh).unwrap_or_else(|e| {
+        tracing::warn!("reading the ssh sessions open now: {e}");
+        Vec::new()
+    });
+    let client = std::env::var("SSH_CONNECTION")
+        .ok()
+        .and_then(|v| v.split_whitespace().next().and_then(|a| a.parse().ok()));
+    out.extend(client.filter(|a: &IpAddr| !a.is_loopback()));
+    out.sort();
+    out.dedup();
+    out
 }

@@ -158,8 +158,9 @@ pub struct State {
     /// The guard that apply left in force (with the runtime's bridges it was told then).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub firewall_guard: Option<firewall::GuardSpec>,
-    /// The flip: written before an adopted node's found firewall is touched, and kept until the
-    /// return put it back. While it is here, the derived filter is the node's firewall.
+    /// The flip: written before an adopted node's found firewall is touched (or by a converged
+    /// genesis, before anything is applied), and kept until the return put it back. While it is
+    /// here, the derived filter is the node's firewall.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub flip: Option<Flip>,
 }
@@ -175,6 +176,10 @@ pub struct Flip {
     pub units: Vec<BootUnit>,
     /// The ports ssh listened on at the flip, kept reachable by the derived filter.
     pub ssh: Vec<u16>,
+    /// Where the operator's ssh sessions came from when genesis raised the node converged, kept
+    /// reachable on ssh's ports by the derived filter (empty for the flip of an adopted node).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ssh_from: Vec<std::net::IpAddr>,
 }
 
 /// How far a flip got: `saved` when the found firewall's state is kept and nothing else may

@@ -5,8 +5,9 @@
 //! store is never reachable from outside at any instant).
 //!
 //! On input: established and related traffic, loopback, the ICMP and ICMPv6 a machine needs
-//! (errors, echo, neighbour discovery, multicast listeners), ssh from the private network, and
-//! every incoming opening from where it says. On forward: established and related traffic,
+//! (errors, echo, neighbour discovery, multicast listeners), ssh from the private network and
+//! from the operator's addresses a converged genesis saw, and every incoming opening from where
+//! it says. On forward: established and related traffic,
 //! traffic leaving the runtime's bridges (a container's own connections out), and every forwarded
 //! opening by the port its packets were originally sent to (`ct status dnat ct original
 //! proto-dst`), as the runtime translated them at prerouting. Both address families (an `inet`
@@ -19,6 +20,7 @@ use crate::netlink::{
 };
 use crate::opening::{check_exact_interface, Opening, Path};
 use crate::rules::{self, Site};
+use std::net::IpAddr;
 
 /// The filter's chains in the mesh's table.
 pub const INPUT_CHAIN: &str = "input";
@@ -55,6 +57,10 @@ pub struct FilterSpec {
     /// The ports ssh listens on, kept reachable from the private network (from anywhere when the
     /// node has no private network: ssh is never closed by the flip).
     pub ssh: Vec<u16>,
+    /// Where the operator reached ssh from when the node was raised converged (the peers of the
+    /// ssh sessions open then): ssh's ports stay reachable from each of these addresses too, so
+    /// a converged genesis never locks out the session it runs in.
+    pub ssh_from: Vec<IpAddr>,
 }
 
 impl FilterSpec {
@@ -124,6 +130,17 @@ impl FilterSpec {
                     .accept()
                     .comment(&mark(&format!("ssh/{port}"))),
             );
+            for addr in &self.ssh_from {
+                let b = match addr {
+                    IpAddr::V4(a) => RuleBody::new().ip_saddr(*a, 32),
+                    IpAddr::V6(a) => RuleBody::new().ip6_saddr(*a, 128),
+                };
+                out.push(
+                    b.tcp_dport(*port)
+                        .accept()
+                        .comment(&mark(&format!("ssh/{port}/from/{addr}"))),
+                );
+            }
         }
         for o in self.openings.iter().filter(|o| o.path == Path::Incoming) {
             out.extend(rules::nft_bodies(o, Site::late(Family::Inet)));
@@ -286,6 +303,7 @@ mod tests {
             private: Some("wg0".into()),
             bridges: vec!["docker0".into()],
             ssh: vec![22],
+            ssh_from: Vec::new(),
         }
     }
 
@@ -335,6 +353,41 @@ mod tests {
         assert_eq!(marks[2], "mesh-host:filter/leaving/docker0");
         assert!(marks[3].starts_with("mesh-host:app/api#"));
         assert_eq!(marks.len(), 4);
+    }
+
+    #[test]
+    fn ssh_is_admitted_from_each_operator_address_beside_the_private_network() {
+        let mut s = spec();
+        s.ssh_from = vec![
+            "192.0.2.30".parse().unwrap(),
+            "2001:db8::30".parse().unwrap(),
+        ];
+        let bodies = s.input().unwrap();
+        let find = |m: &str| {
+            bodies
+                .iter()
+                .find(|b| b.comment.as_deref() == Some(m))
+                .unwrap_or_else(|| panic!("no rule {m}"))
+        };
+        assert_eq!(
+            find("mesh-host:filter/ssh/22/from/192.0.2.30").exprs,
+            RuleBody::new()
+                .ip_saddr("192.0.2.30".parse().unwrap(), 32)
+                .tcp_dport(22)
+                .accept()
+                .exprs
+        );
+        assert_eq!(
+            find("mesh-host:filter/ssh/22/from/2001:db8::30").exprs,
+            RuleBody::new()
+                .ip6_saddr("2001:db8::30".parse().unwrap(), 128)
+                .tcp_dport(22)
+                .accept()
+                .exprs
+        );
+        assert!(bodies
+            .iter()
+            .any(|b| b.comment.as_deref() == Some("mesh-host:filter/ssh/22")));
     }
 
     #[test]

@@ -78,24 +78,21 @@ pub fn before_resources(
         }
     }
     // The derived filter's spec, made once, for the flip or the flipped node's filter, with the
-    // ssh ports the flip kept.
+    // ssh ports the flip kept (and the operator's addresses a converged genesis saw).
     let mut spec = (out.failed.is_none()
         && transition != Transition::Return
         && node.store.state.flip.is_some())
     .then(|| {
-        let ssh = node
-            .store
-            .state
-            .flip
-            .as_ref()
-            .map(|f| f.ssh.clone())
-            .unwrap_or_default();
+        let flip = node.store.state.flip.as_ref();
+        let ssh = flip.map(|f| f.ssh.clone()).unwrap_or_default();
+        let ssh_from = flip.map(|f| f.ssh_from.clone()).unwrap_or_default();
         filter_spec(
             node.fw,
             node.runner,
             decl,
             node.store.state.settings.as_ref(),
             &ssh,
+            &ssh_from,
         )
     });
     if out.failed.is_none() {

@@ -67,7 +67,18 @@ pub(super) fn flip(cx: &mut Node<'_>, spec: FilterSpec) -> Result<(String, Filte
             .map(u16::to_string)
             .collect::<Vec<_>>()
             .join(","),
-        spec.private.as_deref().unwrap_or("anywhere"),
+        match (spec.private.as_deref(), spec.ssh_from.is_empty()) {
+            (None, _) => "anywhere".to_string(),
+            (Some(i), true) => i.to_string(),
+            (Some(i), false) => format!(
+                "{i} and {}",
+                spec.ssh_from
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        },
         if guarded {
             ", the guard removed in the same transaction"
         } else {

@@ -23,7 +23,7 @@ pub mod openings;
 pub mod removal;
 mod restore;
 pub mod save;
-mod spec;
+pub mod spec;
 #[cfg(test)]
 mod tests;
 

@@ -29,6 +29,7 @@ pub fn record_found(fw: &mut dyn NodeFirewall, runner: &dyn run::Runner) -> Resu
         retired,
         units,
         ssh: ssh_ports(),
+        ssh_from: Vec::new(),
     })
 }
 

@@ -7,13 +7,15 @@ use crate::declaration::{Declaration, Settings};
 use firewall::FilterSpec;
 
 /// The derived filter for `decl`: its openings, the private network's interface, the runtime's
-/// bridges that are bridges here and `ssh`'s ports.
+/// bridges that are bridges here, `ssh`'s ports, and reachable on them from `ssh_from` (on a node
+/// raised converged, the addresses the operator's ssh sessions came from at genesis).
 pub fn filter_spec(
     fw: &mut dyn NodeFirewall,
     runner: &dyn run::Runner,
     decl: &Declaration,
     settings: Option<&Settings>,
     ssh: &[u16],
+    ssh_from: &[std::net::IpAddr],
 ) -> Result<FilterSpec, Error> {
     let interfaces = ::genesis::inventory::interfaces().unwrap_or_default();
     let bridges = fw.runtime_bridges(runner, &interfaces);
@@ -25,5 +27,6 @@ pub fn filter_spec(
             .map(|p| p.interface.clone()),
         bridges,
         ssh: ssh.to_vec(),
+        ssh_from: ssh_from.to_vec(),
     })
 }

@@ -774,3 +774,4 @@ fn after_adopted_genesis_the_store_is_reached_only_over_the_private_network_and_
 }
 
 mod bare;
+mod converged;

@@ -20,7 +20,7 @@ use std::path::PathBuf;
 pub use self::interfaces::{interfaces, Interface, InterfaceAddress, InterfaceKind};
 pub use self::owners::Owner;
 pub use self::routes::{routes, Route};
-pub use self::sockets::{listeners, Listener, Proto};
+pub use self::sockets::{listeners, peers_of, Listener, Proto};
 
 use crate::error::Result;
 

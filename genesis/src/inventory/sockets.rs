@@ -123,6 +123,65 @@ pub(crate) fn parse_table(text: &str, protocol: Proto, path: &Path) -> Result<Ve
     Ok(found)
 }
 
+/// TCP_ESTABLISHED in the `st` column.
+const TCP_ESTABLISHED: u8 = 0x01;
+
+/// The remote addresses of the established TCP connections to any of `ports` on this machine
+/// (the calling thread's namespace), loopback left out and IPv4-mapped IPv6 addresses read as
+/// IPv4, sorted and each once: where the ssh sessions open now came from, when `ports` are ssh's.
+pub fn peers_of(ports: &[u16]) -> Result<Vec<IpAddr>> {
+    let mut all = Vec::new();
+    for table in ["tcp", "tcp6"] {
+        let path = net_table(table);
+        let text = match std::fs::read_to_string(&path) {
+            Ok(text) => text,
+            Err(e) if e.kind() == io::ErrorKind::NotFound && table.ends_with('6') => continue,
+            Err(source) => return Err(Error::Read { path, source }),
+        };
+        all.extend(parse_peers(&text, ports, &path)?);
+    }
+    all.sort();
+    all.dedup();
+    Ok(all)
+}
+
+/// The remote addresses of one TCP table's established connections to any of `ports`.
+pub(crate) fn parse_peers(text: &str, ports: &[u16], path: &Path) -> Result<Vec<IpAddr>> {
+    let mut found = Vec::new();
+    for (index, line) in text.lines().enumerate().skip(1) {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        if fields.is_empty() {
+            continue;
+        }
+        let malformed = |reason: &str| Error::Malformed {
+            path: path.to_owned(),
+            line: index + 1,
+            reason: reason.to_owned(),
+        };
+        if fields.len() < 4 {
+            return Err(malformed("fewer than 4 columns"));
+        }
+        let state = u8::from_str_radix(fields[3], 16).map_err(|_| malformed("bad state"))?;
+        if state != TCP_ESTABLISHED {
+            continue;
+        }
+        let (_, local) = parse_endpoint(fields[1]).ok_or_else(|| malformed("bad local address"))?;
+        if !ports.contains(&local) {
+            continue;
+        }
+        let (remote, _) =
+            parse_endpoint(fields[2]).ok_or_else(|| malformed("bad remote address"))?;
+        let remote = match remote {
+            IpAddr::V6(a) => a.to_ipv4_mapped().map(IpAddr::V4).unwrap_or(IpAddr::V6(a)),
+            v4 => v4,
+        };
+        if !remote.is_loopback() {
+            found.push(remote);
+        }
+    }
+    Ok(found)
+}
+
 /// `0100007F:1F90` or a 32-digit IPv6 form, port in hex. The kernel prints each 32-bit word of the
 /// address as a number in host byte order, so each word is turned back into bytes that way.
 fn parse_endpoint(field: &str) -> Option<(IpAddr, u16)> {
@@ -178,6 +237,34 @@ mod tests {
             .map(|(a, p, i)| (a.parse().unwrap(), *p, *i))
             .collect();
         assert_eq!(got, expected);
+    }
+
+    #[test]
+    fn peers_are_the_remote_ends_of_established_connections_to_the_ports_given() {
+        // 192.0.2.30:40000 -> 192.0.2.10:22 established, a loopback one to 22, one to 80, and a
+        // listener on 22.
+        let tcp = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
+   0: 00000000:0016 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 1 1 0 100 0 0 10 0
+   1: 0A0200C0:0016 1E0200C0:9C40 01 00000000:00000000 00:00000000 00000000     0        0 2 1 0 20 4 30 10 -1
+   2: 0100007F:0016 0100007F:9C41 01 00000000:00000000 00:00000000 00000000     0        0 3 1 0 20 4 30 10 -1
+   3: 0A0200C0:0050 140200C0:9C42 01 00000000:00000000 00:00000000 00000000     0        0 4 1 0 20 4 30 10 -1
+";
+        let got = parse_peers(tcp, &[22], Path::new("/proc/test")).unwrap();
+        assert_eq!(got, ["192.0.2.30".parse::<IpAddr>().unwrap()]);
+        // An IPv4 client of an IPv6 socket (::ffff:192.0.2.31) is read as IPv4; an IPv6 one as
+        // it is.
+        let tcp6 = "  sl  local_address                         remote_address                        st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
+   0: 0000000000000000FFFF00000A0200C0:0016 0000000000000000FFFF00001F0200C0:9C40 01 00000000:00000000 00:00000000 00000000     0        0 5 1 0 20 4 30 10 -1
+   1: B80D0120000000000000000010000000:0016 B80D0120000000000000000030000000:9C41 01 00000000:00000000 00:00000000 00000000     0        0 6 1 0 20 4 30 10 -1
+";
+        let got = parse_peers(tcp6, &[22], Path::new("/proc/test")).unwrap();
+        assert_eq!(
+            got,
+            [
+                "192.0.2.31".parse::<IpAddr>().unwrap(),
+                "2001:db8::30".parse().unwrap()
+            ]
+        );
     }
 
     #[test]
