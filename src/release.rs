@@ -1,0 +1,158 @@
+//! A release (graceful retirement, seed 000 "enrolled → hosted"): the controller's last
+//! declaration to a node names nothing and says so (`"release": true`). The host removes what it
+//! owns by the asymmetry through the one apply (applied as adopted: held things and the found
+//! firewall are left as they are, a flipped node gets its found firewall back), takes away both
+//! layers of the guard (the table `inet mesh_host`, with the node's claim, and the BPF layer),
+//! and retires its store. `link` then sends the report as the last thing it sends and drops the
+//! node's identity, and the resident host runs on, hosted.
+
+use crate::apply::{self, ApplyError, Host, Report};
+use crate::declaration::{Declaration, Mode, Source};
+use crate::node_firewall;
+use crate::store::{self, Store, StoreError};
+use std::path::PathBuf;
+
+/// Why a release did not complete; the node then stays enrolled, so the controller can send it
+/// again.
+#[derive(Debug, thiserror::Error)]
+pub enum ReleaseError {
+    /// The apply that removes what the node owns did not run.
+    #[error("releasing node {node}: {source}")]
+    Apply {
+        node: String,
+        #[source]
+        source: ApplyError,
+    },
+    /// Something the node owns could not be removed; the report names it.
+    #[error("releasing node {node}: {id} could not be removed ({why}); the node stays enrolled")]
+    Removal {
+        node: String,
+        id: String,
+        why: String,
+        report: Box<Report>,
+    },
+    /// One layer of the guard could not be taken away.
+    #[error("releasing node {node}: removing the guard's {layer}: {source}; the node stays enrolled")]
+    Guard {
+        node: String,
+        layer: &'static str,
+        #[source]
+        source: node_firewall::Error,
+        report: Box<Report>,
+    },
+    /// The store could not be retired.
+    #[error("releasing node {node}: retiring the store at {}: {source}", path.display())]
+    Store {
+        node: String,
+        path: PathBuf,
+        #[source]
+        source: StoreError,
+        report: Box<Report>,
+    },
+}
+
+impl ReleaseError {
+    /// The apply's report, when the apply ran.
+    pub fn report(&self) -> Option<&Report> {
+        match self {
+            ReleaseError::Apply { .. } => None,
+            ReleaseError::Removal { report, .. }
+            | ReleaseError::Guard { report, .. }
+            | ReleaseError::Store { report, .. } => Some(report),
+        }
+    }
+}
+
+/// What a release did.
+#[derive(Debug)]
+pub struct Released {
+    /// The apply that removed what the node owned.
+    pub report: Report,
+    /// How each layer of the guard was taken away, one line each.
+    pub guard: Vec<String>,
+}
+
+/// Carries out a verified release `decl`: everything the node owns removed by the asymmetry,
+/// the guard's two layers removed, then `marker` (what the link keeps of a released identity)
+/// written as [`store::RELEASED`] and the store retired under its lock.
+pub fn carry_out(
+    host: &Host<'_>,
+    decl: &Declaration,
+    marker: &[u8],
+) -> Result<Released, ReleaseError> {
+    debug_assert!(decl.release && decl.resources.is_empty());
+    let node = decl.node.clone();
+    // Applied as adopted whatever its mode: found things are left as they are, and a flipped
+    // node's found firewall is put back by the return, as `mesh-host adopt` would.
+    let mut adopted = decl.clone();
+    adopted.mode = Mode::Adopted;
+    adopted.taken.clear();
+    let report =
+        apply::apply(host, &adopted, Source::Link).map_err(|source| ReleaseError::Apply {
+            node: node.clone(),
+            source,
+        })?;
+    if let Some(e) = report.failed() {
+        return Err(ReleaseError::Removal {
+            node,
+            id: e.id.clone(),
+            why: e.detail.clone(),
+            report: Box::new(report),
+        });
+    }
+    let mut fw = (host.firewall)(host.root, &adopted);
+    let mut guard = Vec::new();
+    match fw.remove_guard_bpf() {
+        Ok(true) => guard.push("guard: netfilter BPF layer detached and unpinned".to_string()),
+        Ok(false) => guard.push("guard: no netfilter BPF layer was pinned".to_string()),
+        Err(source) => {
+            return Err(ReleaseError::Guard {
+                node,
+                layer: "netfilter BPF layer",
+                source,
+                report: Box::new(report),
+            })
+        }
+    }
+    match fw.remove_guard_table() {
+        Ok(true) => guard.push(format!(
+            "guard: table inet {} removed (with the node's claim)",
+            firewall::MESH_TABLE
+        )),
+        Ok(false) => guard.push(format!(
+            "guard: no table inet {} was there",
+            firewall::MESH_TABLE
+        )),
+        Err(source) => {
+            return Err(ReleaseError::Guard {
+                node,
+                layer: "table",
+                source,
+                report: Box::new(report),
+            })
+        }
+    }
+    drop(fw);
+    let dir = store::store_dir(host.root);
+    let retired = (|| {
+        let store = Store::open(host.root)?;
+        let path = dir.join(store::RELEASED);
+        let tmp = dir.join(format!(".{}.tmp", store::RELEASED));
+        let io = |source| StoreError::Io {
+            path: path.clone(),
+            source,
+        };
+        store::write_synced(&tmp, marker).map_err(io)?;
+        std::fs::rename(&tmp, &path).map_err(io)?;
+        store.retire()
+    })();
+    if let Err(source) = retired {
+        return Err(ReleaseError::Store {
+            node,
+            path: dir,
+            source,
+            report: Box::new(report),
+        });
+    }
+    Ok(Released { report, guard })
+}
