@@ -382,8 +382,12 @@ impl Resident {
                             tracing::warn!(version = v.version, "the release's report could not be sent; the node is released all the same");
                         }
                         match forget_identity(host.root) {
-                            Ok(()) => tracing::info!(version = v.version, node = %self.state.node, report_sent = sent, "released by the controller: what the node owned is removed, its identity is dropped; hosted, waiting for `mesh-host enrol`"),
-                            Err(e) => tracing::error!(error = %crate::error::error_text(&e), "dropping the released identity"),
+                            Ok(()) => {
+                                tracing::info!(version = v.version, node = %self.state.node, report_sent = sent, "released by the controller: what the node owned is removed, its identity is dropped; hosted, waiting for `mesh-host enrol`")
+                            }
+                            Err(e) => {
+                                tracing::error!(error = %crate::error::error_text(&e), "dropping the released identity")
+                            }
                         }
                         heard.released = true;
                         // The link is stopped: nothing queued after the release is applied.

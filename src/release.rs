@@ -32,7 +32,9 @@ pub enum ReleaseError {
         report: Box<Report>,
     },
     /// One layer of the guard could not be taken away.
-    #[error("releasing node {node}: removing the guard's {layer}: {source}; the node stays enrolled")]
+    #[error(
+        "releasing node {node}: removing the guard's {layer}: {source}; the node stays enrolled"
+    )]
     Guard {
         node: String,
         layer: &'static str,

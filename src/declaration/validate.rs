@@ -312,7 +312,15 @@ impl Walker {
     }
 
     fn document(&mut self, value: &Value, source: Source) {
-        let top = &["version", "node", "mode", "taken", "settings", "resources", "release"];
+        let top = &[
+            "version",
+            "node",
+            "mode",
+            "taken",
+            "settings",
+            "resources",
+            "release",
+        ];
         let Some(map) = self.object(value, "", top, &["version", "node", "mode", "resources"])
         else {
             return;
