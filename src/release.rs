@@ -158,3 +158,83 @@ pub fn carry_out(
     }
     Ok(Released { report, guard })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::declaration::validate_value;
+    use crate::node_firewall::fake::Recording;
+    use crate::node_firewall::NodeFirewall;
+    use run::RecordingRunner;
+    use serde_json::json;
+    use std::path::Path;
+
+    fn settings() -> serde_json::Value {
+        json!({"ports": {"store": 15432, "bus": 5672, "broker_management": 15672,
+                         "registry": 5000, "hub": 51820}})
+    }
+
+    #[test]
+    fn a_release_removes_what_the_node_made_then_both_guard_layers_then_retires_the_store() {
+        let root = tempfile::tempdir().unwrap();
+        let fake = Recording::watching(&[]);
+        let runner = RecordingRunner::default();
+        let handed = fake.clone();
+        let open =
+            move |_: &Path, _: &Declaration| -> Box<dyn NodeFirewall> { Box::new(handed.clone()) };
+        let host = Host {
+            root: root.path(),
+            runner: &runner,
+            firewall: &open,
+        };
+        std::fs::create_dir_all(root.path().join("etc")).unwrap();
+        std::fs::write(root.path().join("etc/found.conf"), "found\n").unwrap();
+        let declared = validate_value(
+            &json!({"version": 1, "node": "n1", "mode": "adopted", "settings": settings(),
+                    "resources": [
+                {"id": "made", "type": "file", "path": "/etc/made.conf", "content": "x\n"},
+                {"id": "app/found", "module": "app", "type": "file", "path": "/etc/found.conf",
+                 "content": "the mesh's\n"}
+            ]}),
+            Source::Link,
+        )
+        .unwrap();
+        let first = apply::apply(&host, &declared, Source::Link).unwrap();
+        assert!(first.failed().is_none(), "{}", first.render());
+        assert!(root.path().join("etc/made.conf").exists());
+
+        let release = validate_value(
+            &json!({"version": 1, "node": "n1", "mode": "converged", "taken": [],
+                    "resources": [], "release": true}),
+            Source::Link,
+        )
+        .unwrap();
+        let done = carry_out(&host, &release, b"{\"node\": \"n1\"}\n").unwrap();
+        assert!(done.report.failed().is_none(), "{}", done.report.render());
+        assert!(
+            !root.path().join("etc/made.conf").exists(),
+            "what it made is gone"
+        );
+        assert_eq!(
+            std::fs::read_to_string(root.path().join("etc/found.conf")).unwrap(),
+            "found\n",
+            "what it held is left as it is"
+        );
+        let methods = fake.methods();
+        assert_eq!(
+            &methods[methods.len() - 2..],
+            ["remove_guard_bpf", "remove_guard_table"],
+            "both layers of the guard go last: {methods:?}"
+        );
+        assert_eq!(done.guard.len(), 2, "{:?}", done.guard);
+        let dir = store::store_dir(root.path());
+        assert!(
+            store::peek(root.path()).unwrap().is_none(),
+            "nothing to reconcile"
+        );
+        assert_eq!(
+            std::fs::read(dir.join(store::RELEASED)).unwrap(),
+            b"{\"node\": \"n1\"}\n"
+        );
+    }
+}
