@@ -279,6 +279,17 @@ impl Resident {
         let Some(state) = load(root)? else {
             return Ok(None);
         };
+        // A host that stopped after carrying out a release and before dropping the identity
+        // (enrolled before the release was, and never since) finishes dropping it now.
+        if released(root).is_some_and(|r| {
+            r.node == state.node
+                && r.controller == state.controller
+                && state.enrolled_at < r.released_at
+        }) {
+            forget_identity(root)?;
+            tracing::info!(node = %state.node, "this node was released; the identity left behind is dropped; hosted, waiting for `mesh-host enrol`");
+            return Ok(None);
+        }
         let key = load_key(root)?;
         let controller = link::controller_key(&state.controller)
             .map_err(|e| anyhow::anyhow!("{}: controller: {e}", link_file(root).display()))?;
@@ -523,6 +534,63 @@ mod tests {
         assert_eq!(mode, 0o600);
         let left: Vec<_> = std::fs::read_dir(d.path()).unwrap().collect();
         assert_eq!(left.len(), 1, "no temporary file is left behind");
+    }
+
+    fn identity_at(root: &Path, enrolled_at: u64) {
+        std::fs::create_dir_all(store::store_dir(root)).unwrap();
+        let key = link::generate_key().unwrap();
+        let controller = STANDARD.encode(key.verifying_key().as_bytes());
+        save(
+            root,
+            &Linked {
+                node: "n1".into(),
+                broker: link::Broker {
+                    addrs: vec!["127.0.0.1:1".into()],
+                    fingerprint: "00".repeat(32),
+                    vhost: "/".into(),
+                },
+                controller: controller.clone(),
+                credentials: link::Credentials {
+                    user: "n1".into(),
+                    password: "p".into(),
+                },
+                token: "t".into(),
+                enrolled_at,
+                last_version: 7,
+                last_contact: None,
+            },
+        )
+        .unwrap();
+        write_private(&key_file(root), STANDARD.encode(key.to_bytes()).as_bytes()).unwrap();
+        let marker = ReleasedIdentity {
+            node: "n1".into(),
+            controller,
+            last_version: 7,
+            released_at: 200,
+        };
+        std::fs::write(
+            store::store_dir(root).join(store::RELEASED),
+            serde_json::to_vec(&marker).unwrap(),
+        )
+        .unwrap();
+    }
+
+    #[test]
+    fn an_identity_a_release_left_behind_is_dropped_at_start_and_a_newer_one_is_kept() {
+        let d = tempfile::tempdir().unwrap();
+        identity_at(d.path(), 100);
+        let started = Resident::start(d.path(), Duration::from_secs(1)).unwrap();
+        assert!(started.is_none(), "released: no link");
+        assert!(!key_file(d.path()).exists() && !link_file(d.path()).exists());
+
+        // Enrolled again after the release: that identity is the node's and its link starts.
+        let d = tempfile::tempdir().unwrap();
+        identity_at(d.path(), 300);
+        let started = Resident::start(d.path(), Duration::from_secs(1)).unwrap();
+        let link = started.expect("a link");
+        link.handle.stop();
+        assert!(key_file(d.path()).exists() && link_file(d.path()).exists());
+        assert_eq!(released(d.path()).unwrap().last_version, 7);
     }
 
     #[test]
