@@ -268,7 +268,7 @@ pub struct Heard {
 /// What one declaration from the link came to.
 enum Applied {
     /// Applied (or refused) and reported: whether the host must restart, and the firewall memo.
-    Declaration(bool, Option<apply::FirewallMemo>),
+    Declaration(bool, Option<Box<apply::FirewallMemo>>),
     /// A release carried out: the report still to send, as the link's last.
     Release(Vec<u8>),
 }
@@ -378,8 +378,8 @@ impl Resident {
                     Applied::Declaration(restarts, memo) => {
                         heard.applied = true;
                         heard.restarts_host |= restarts;
-                        if memo.is_some() {
-                            heard.memo = memo;
+                        if let Some(m) = memo {
+                            heard.memo = Some(*m);
                         }
                         receipt.done();
                     }
@@ -477,7 +477,7 @@ impl Resident {
             .report(serde_json::to_vec(&payload).expect("json"));
         // The heartbeat from the same reading of the store as the report.
         self.heartbeat_from(state.as_ref());
-        Applied::Declaration(restarts, memo)
+        Applied::Declaration(restarts, memo.map(Box::new))
     }
 
     /// Carries out a release: its report (the apply's, with the guard's lines), and whether the

@@ -21,7 +21,7 @@ pub enum ReleaseError {
     Apply {
         node: String,
         #[source]
-        source: ApplyError,
+        source: Box<ApplyError>,
     },
     /// Something the node owns could not be removed; the report names it.
     #[error("releasing node {node}: {id} could not be removed ({why}); the node stays enrolled")]
@@ -39,7 +39,7 @@ pub enum ReleaseError {
         node: String,
         layer: &'static str,
         #[source]
-        source: node_firewall::Error,
+        source: Box<node_firewall::Error>,
         report: Box<Report>,
     },
     /// The store could not be retired.
@@ -48,7 +48,7 @@ pub enum ReleaseError {
         node: String,
         path: PathBuf,
         #[source]
-        source: StoreError,
+        source: Box<StoreError>,
         report: Box<Report>,
     },
 }
@@ -92,7 +92,7 @@ pub fn carry_out(
     let report =
         apply::apply(host, &adopted, Source::Link).map_err(|source| ReleaseError::Apply {
             node: node.clone(),
-            source,
+            source: Box::new(source),
         })?;
     if let Some(e) = report.failed() {
         return Err(ReleaseError::Removal {
@@ -111,7 +111,7 @@ pub fn carry_out(
             return Err(ReleaseError::Guard {
                 node,
                 layer: "netfilter BPF layer",
-                source,
+                source: Box::new(source),
                 report: Box::new(report),
             })
         }
@@ -129,7 +129,7 @@ pub fn carry_out(
             return Err(ReleaseError::Guard {
                 node,
                 layer: "table",
-                source,
+                source: Box::new(source),
                 report: Box::new(report),
             })
         }
@@ -152,7 +152,7 @@ pub fn carry_out(
         return Err(ReleaseError::Store {
             node,
             path: dir,
-            source,
+            source: Box::new(source),
             report: Box::new(report),
         });
     }
