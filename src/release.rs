@@ -237,4 +237,52 @@ mod tests {
             b"{\"node\": \"n1\"}\n"
         );
     }
+
+    #[test]
+    fn a_release_of_a_flipped_node_puts_its_found_firewall_back_first() {
+        let root = tempfile::tempdir().unwrap();
+        let fake = Recording::watching(&[]);
+        let runner = RecordingRunner::default();
+        let handed = fake.clone();
+        let open =
+            move |_: &Path, _: &Declaration| -> Box<dyn NodeFirewall> { Box::new(handed.clone()) };
+        let host = Host {
+            root: root.path(),
+            runner: &runner,
+            firewall: &open,
+        };
+        let declared = |mode: &str| {
+            validate_value(
+                &json!({"version": 1, "node": "n1", "mode": mode, "settings": settings(),
+                        "resources": [{"id": "web/http", "type": "opening", "port": 80,
+                                       "proto": "tcp", "from": "anywhere", "path": "incoming"}]}),
+                Source::Link,
+            )
+            .unwrap()
+        };
+        for mode in ["adopted", "converged"] {
+            let r = apply::apply(&host, &declared(mode), Source::Link).unwrap();
+            assert!(r.failed().is_none(), "{}", r.render());
+        }
+        assert!(
+            store::peek(root.path()).unwrap().unwrap().flip.is_some(),
+            "flipped"
+        );
+        let release = validate_value(
+            &json!({"version": 1, "node": "n1", "mode": "converged", "taken": [],
+                    "resources": [], "release": true}),
+            Source::Link,
+        )
+        .unwrap();
+        let done = carry_out(&host, &release, b"{}").unwrap();
+        assert!(done.report.failed().is_none(), "{}", done.report.render());
+        let methods = fake.methods();
+        let unflip = methods.iter().rposition(|m| *m == "unflip");
+        let removed = methods.iter().position(|m| *m == "remove_guard_table");
+        assert!(
+            unflip.is_some() && unflip < removed,
+            "the return, then the guard goes: {methods:?}"
+        );
+        assert!(store::peek(root.path()).unwrap().is_none());
+    }
 }
