@@ -294,6 +294,15 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
                 Ok(d) => d,
                 Err(problems) => return Ok(refused(&problems)),
             };
+            if decl.release {
+                // Only the resident host releases: it alone holds the identity a release drops.
+                eprintln!(
+                    "error: release: a release is carried out by `mesh-host run` when it comes \
+                     from the controller over the link; `apply` does not release"
+                );
+                eprintln!("the declaration was refused; nothing was changed");
+                return Ok(ExitCode::from(2));
+            }
             let result = apply::apply(&host(&cli.root), &decl, source);
             // A resident host on this root reconciles the new declaration at once.
             if result.is_ok() && crate::pid_file::tell_resident(&cli.root) {

@@ -147,10 +147,14 @@ pub fn enrol(host: &Host<'_>, text: &str) -> Result<ExitCode> {
     std::fs::create_dir_all(&dir).with_context(|| format!("store {}", dir.display()))?;
     // A re-enrolment with the same controller keeps the version high-water mark, so declarations
     // the node already applied cannot be replayed to it under its new identity.
+    // So does one after a release, from what the release left of the identity it dropped.
     let last_version = match load(host.root) {
         Ok(Some(old)) if old.node == token.node && old.controller == token.controller => {
             old.last_version
         }
+        Ok(None) => released(host.root)
+            .filter(|r| r.node == token.node && r.controller == token.controller)
+            .map_or(0, |r| r.last_version),
         _ => 0,
     };
     write_private(
@@ -182,6 +186,37 @@ pub fn enrol(host: &Host<'_>, text: &str) -> Result<ExitCode> {
         tracing::info!("told the resident host that a new enrolment is stored");
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// What a release keeps of the identity it dropped (`<store>/released.json`): no key and no
+/// credentials, only whom it was and the newest version it accepted, so that a re-enrolment as
+/// the same node with the same controller is never replayed an older declaration.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ReleasedIdentity {
+    pub node: String,
+    pub controller: String,
+    pub last_version: u64,
+    pub released_at: u64,
+}
+
+/// The identity a release dropped, if the last store here was released.
+pub fn released(root: &Path) -> Option<ReleasedIdentity> {
+    let bytes = std::fs::read(store::store_dir(root).join(store::RELEASED)).ok()?;
+    serde_json::from_slice(&bytes).ok()
+}
+
+/// Drops the node's identity: its key and the link's state. A release does this last, once its
+/// report was sent.
+fn forget_identity(root: &Path) -> Result<()> {
+    for path in [key_file(root), link_file(root)] {
+        match std::fs::remove_file(&path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e).with_context(|| format!("removing {}", path.display())),
+        }
+    }
+    let dir = store::store_dir(root);
+    store::sync_dir(&dir).with_context(|| format!("syncing {}", dir.display()))
 }
 
 /// Whether the enrolment stored differs from the one `running` was started with (a new token
@@ -225,6 +260,17 @@ pub struct Heard {
     pub restarts_host: bool,
     /// The guard and openings the last apply put in force.
     pub memo: Option<apply::FirewallMemo>,
+    /// The node was released: its link is stopped, its identity and store are gone, and
+    /// whatever the last apply put in force is not the host's to put back any more.
+    pub released: bool,
+}
+
+/// What one declaration from the link came to.
+enum Applied {
+    /// Applied (or refused) and reported: whether the host must restart, and the firewall memo.
+    Declaration(bool, Option<Box<apply::FirewallMemo>>),
+    /// A release carried out: the report still to send, as the link's last.
+    Release(Vec<u8>),
 }
 
 impl Resident {
@@ -233,6 +279,17 @@ impl Resident {
         let Some(state) = load(root)? else {
             return Ok(None);
         };
+        // A host that stopped after carrying out a release and before dropping the identity
+        // (enrolled before the release was, and never since) finishes dropping it now.
+        if released(root).is_some_and(|r| {
+            r.node == state.node
+                && r.controller == state.controller
+                && state.enrolled_at < r.released_at
+        }) {
+            forget_identity(root)?;
+            tracing::info!(node = %state.node, "this node was released; the identity left behind is dropped; hosted, waiting for `mesh-host enrol`");
+            return Ok(None);
+        }
         let key = load_key(root)?;
         let controller = link::controller_key(&state.controller)
             .map_err(|e| anyhow::anyhow!("{}: controller: {e}", link_file(root).display()))?;
@@ -317,15 +374,37 @@ impl Resident {
                 link::Event::Refused(r) => {
                     tracing::warn!(kind = r.kind(), reason = %r, "refused a delivery from the link; nothing was changed");
                 }
-                link::Event::Declaration(v, receipt) => {
-                    let (restarts, memo) = self.apply(host, &v);
-                    heard.applied = true;
-                    heard.restarts_host |= restarts;
-                    if memo.is_some() {
-                        heard.memo = memo;
+                link::Event::Declaration(v, receipt) => match self.apply(host, &v) {
+                    Applied::Declaration(restarts, memo) => {
+                        heard.applied = true;
+                        heard.restarts_host |= restarts;
+                        if let Some(m) = memo {
+                            heard.memo = Some(*m);
+                        }
+                        receipt.done();
                     }
-                    receipt.done();
-                }
+                    Applied::Release(payload) => {
+                        // Acknowledged first, so the release is never delivered again (the
+                        // link acks it before it reads the report), then the report, the last
+                        // thing this link sends, then the identity goes.
+                        receipt.done();
+                        let sent = self.handle.report_last(payload, ATTEMPT_DEADLINE);
+                        if !sent {
+                            tracing::warn!(version = v.version, "the release's report could not be sent; the node is released all the same");
+                        }
+                        match forget_identity(host.root) {
+                            Ok(()) => {
+                                tracing::info!(version = v.version, node = %self.state.node, report_sent = sent, "released by the controller: what the node owned is removed, its identity is dropped; hosted, waiting for `mesh-host enrol`")
+                            }
+                            Err(e) => {
+                                tracing::error!(error = %crate::error::error_text(&e), "dropping the released identity")
+                            }
+                        }
+                        heard.released = true;
+                        // The link is stopped: nothing queued after the release is applied.
+                        return heard;
+                    }
+                },
             }
         }
         heard
@@ -340,19 +419,21 @@ impl Resident {
 
     /// Applies one verified declaration and reports it; returns whether the host must restart,
     /// and the apply's firewall memo.
-    fn apply(
-        &mut self,
-        host: &Host<'_>,
-        v: &link::Verified,
-    ) -> (bool, Option<apply::FirewallMemo>) {
+    fn apply(&mut self, host: &Host<'_>, v: &link::Verified) -> Applied {
         let text = String::from_utf8_lossy(&v.declaration);
         let mut restarts = false;
         let mut memo = None;
+        let mut release = None;
         let report = match declaration::parse(&text, Source::Link) {
             Err(problems) => {
                 let list: Vec<String> = problems.0.iter().map(|p| p.to_string()).collect();
                 tracing::warn!(version = v.version, problems = ?list, "a declaration from the link was refused; nothing was changed");
                 serde_json::json!({"refused": list})
+            }
+            Ok(decl) if decl.release => {
+                let (report, done) = self.release(host, &decl, v.version);
+                release = Some(done);
+                report
             }
             Ok(decl) => match apply::apply(host, &decl, Source::Link) {
                 Ok(report) => {
@@ -374,7 +455,7 @@ impl Resident {
             tracing::error!(error = %e, "recording the declaration's version");
         }
         let state = store::peek(host.root).ok().flatten();
-        let payload = serde_json::json!({
+        let mut payload = serde_json::json!({
             "node": self.state.node,
             "version": v.version,
             "report": report,
@@ -383,11 +464,55 @@ impl Resident {
             "owned": state.as_ref().map(|s| serde_json::to_value(&s.owned).unwrap_or_default()),
             "held": state.as_ref().map(|s| serde_json::to_value(&s.held).unwrap_or_default()),
         });
+        if let Some(done) = release {
+            payload["release"] = serde_json::json!({"released": done});
+            if done {
+                // Retired with the store: the released node owns and holds nothing.
+                payload["owned"] = serde_json::json!([]);
+                payload["held"] = serde_json::json!([]);
+                return Applied::Release(serde_json::to_vec(&payload).expect("json"));
+            }
+        }
         self.handle
             .report(serde_json::to_vec(&payload).expect("json"));
         // The heartbeat from the same reading of the store as the report.
         self.heartbeat_from(state.as_ref());
-        (restarts, memo)
+        Applied::Declaration(restarts, memo.map(Box::new))
+    }
+
+    /// Carries out a release: its report (the apply's, with the guard's lines), and whether the
+    /// node is released. One that did not complete leaves the node enrolled, said in the report.
+    fn release(
+        &self,
+        host: &Host<'_>,
+        decl: &declaration::Declaration,
+        version: u64,
+    ) -> (serde_json::Value, bool) {
+        let marker = ReleasedIdentity {
+            node: self.state.node.clone(),
+            controller: self.state.controller.clone(),
+            last_version: version,
+            released_at: link::now_secs(),
+        };
+        let marker = serde_json::to_vec_pretty(&marker).expect("json");
+        match crate::release::carry_out(host, decl, &marker) {
+            Ok(done) => {
+                let mut report = serde_json::to_value(&done.report).unwrap_or_default();
+                report["guard_removed"] = serde_json::json!(done.guard);
+                (report, true)
+            }
+            Err(e) => {
+                let e = anyhow::Error::new(e);
+                tracing::error!(version, error = %crate::error::error_text(&e), "a release from the link did not complete; the node stays enrolled");
+                let mut report = e
+                    .downcast_ref::<crate::release::ReleaseError>()
+                    .and_then(|e| e.report())
+                    .and_then(|r| serde_json::to_value(r).ok())
+                    .unwrap_or_else(|| serde_json::json!({}));
+                report["error"] = serde_json::json!(crate::error::error_text(&e));
+                (report, false)
+            }
+        }
     }
 }
 
@@ -409,6 +534,63 @@ mod tests {
         assert_eq!(mode, 0o600);
         let left: Vec<_> = std::fs::read_dir(d.path()).unwrap().collect();
         assert_eq!(left.len(), 1, "no temporary file is left behind");
+    }
+
+    fn identity_at(root: &Path, enrolled_at: u64) {
+        std::fs::create_dir_all(store::store_dir(root)).unwrap();
+        let key = link::generate_key().unwrap();
+        let controller = STANDARD.encode(key.verifying_key().as_bytes());
+        save(
+            root,
+            &Linked {
+                node: "n1".into(),
+                broker: link::Broker {
+                    addrs: vec!["127.0.0.1:1".into()],
+                    fingerprint: "00".repeat(32),
+                    vhost: "/".into(),
+                },
+                controller: controller.clone(),
+                credentials: link::Credentials {
+                    user: "n1".into(),
+                    password: "p".into(),
+                },
+                token: "t".into(),
+                enrolled_at,
+                last_version: 7,
+                last_contact: None,
+            },
+        )
+        .unwrap();
+        write_private(&key_file(root), STANDARD.encode(key.to_bytes()).as_bytes()).unwrap();
+        let marker = ReleasedIdentity {
+            node: "n1".into(),
+            controller,
+            last_version: 7,
+            released_at: 200,
+        };
+        std::fs::write(
+            store::store_dir(root).join(store::RELEASED),
+            serde_json::to_vec(&marker).unwrap(),
+        )
+        .unwrap();
+    }
+
+    #[test]
+    fn an_identity_a_release_left_behind_is_dropped_at_start_and_a_newer_one_is_kept() {
+        let d = tempfile::tempdir().unwrap();
+        identity_at(d.path(), 100);
+        let started = Resident::start(d.path(), Duration::from_secs(1)).unwrap();
+        assert!(started.is_none(), "released: no link");
+        assert!(!key_file(d.path()).exists() && !link_file(d.path()).exists());
+
+        // Enrolled again after the release: that identity is the node's and its link starts.
+        let d = tempfile::tempdir().unwrap();
+        identity_at(d.path(), 300);
+        let started = Resident::start(d.path(), Duration::from_secs(1)).unwrap();
+        let link = started.expect("a link");
+        link.handle.stop();
+        assert!(key_file(d.path()).exists() && link_file(d.path()).exists());
+        assert_eq!(released(d.path()).unwrap().last_version, 7);
     }
 
     #[test]

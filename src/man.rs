@@ -92,6 +92,11 @@ const FILES: &[(&str, &str)] = &[
       mesh, after mesh-host enrol",
     ),
     (
+        "/var/lib/mesh-host/released.json",
+        "left by a release: whom the dropped identity \
+      was and the newest version it accepted (no key, no credentials)",
+    ),
+    (
         "/var/lib/mesh-host/known-good, attempts, rolled-back, halted",
         "the launcher's state: the \
       version it rolls back to, its count of failed starts, the rollback made, why it halted",

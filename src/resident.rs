@@ -215,6 +215,14 @@ pub fn run(host: &Host<'_>, opts: &Options) -> Result<ExitCode> {
                 let _ = std::fs::remove_file(&pid_path);
                 return Ok(ExitCode::SUCCESS);
             }
+            if from_link.released {
+                // Hosted again: no link, and nothing of the mesh's to put back or reconcile.
+                linked = None;
+                memo = None;
+                memo_stamp = None;
+                changed = None;
+                continue;
+            }
             if from_link.reconnected {
                 // Declarations may have been missed while unlinked.
                 reconcile_due = true;

@@ -274,6 +274,8 @@ pub struct Store {
     /// The store was lost and is being rebuilt: no `state.json` (nor journal), beside files an
     /// earlier store left (its lock, the launcher's state, saved originals).
     pub rebuilt: bool,
+    /// A release left [`RELEASED`] here, which the first save removes.
+    released: bool,
 }
 
 /// What identifies a snapshot on disk.
@@ -286,6 +288,11 @@ struct Snapshot {
 /// holds this many: a small store is not rewritten every few records, and a fold costs no more
 /// than half of the appends since the last one.
 const FOLD_FLOOR: u64 = 64 * 1024;
+
+/// Left in the store's directory by a release (`link::release`): the store is gone because the
+/// node was released, not lost, so the next store made here is not a rebuilt one. Removed by that
+/// store's first save.
+pub const RELEASED: &str = "released.json";
 
 /// The directory of the store under a root.
 pub fn store_dir(root: &Path) -> PathBuf {
@@ -317,6 +324,7 @@ impl Store {
                 source: errno.into(),
             })?;
         let loaded = load(&dir)?;
+        let released = dir.join(RELEASED).exists();
         let mut store = Store {
             dir,
             _lock: lock,
@@ -328,7 +336,8 @@ impl Store {
             journal: None,
             journal_len: 0,
             journal_on_disk: false,
-            rebuilt: loaded.is_none() && earlier,
+            rebuilt: loaded.is_none() && earlier && !released,
+            released: loaded.is_none() && released,
         };
         if let Some(l) = loaded {
             store.state = l.state;
@@ -373,6 +382,16 @@ impl Store {
             len: bytes.len() as u64,
         });
         failpoint::hit("fold-renamed", "store");
+        if self.released {
+            // A store again: a loss from now on is a loss.
+            let marker = self.dir.join(RELEASED);
+            match fs::remove_file(&marker) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(io(&marker)(e)),
+            }
+            self.released = false;
+        }
         // From here the journal is stale (it names the snapshot just replaced), so a host that
         // dies before it is gone ignores it on the next start.
         self.journal = None;
@@ -393,6 +412,23 @@ impl Store {
             self.journal_on_disk = false;
         }
         Ok(())
+    }
+
+    /// Ends this store, for a release: its snapshot and journal are removed under its lock, so
+    /// nothing is left to reconcile. The saved originals, the lock and the launcher's files stay;
+    /// the caller has written [`RELEASED`] first, so the next store is not taken for a rebuilt one.
+    pub fn retire(mut self) -> Result<(), StoreError> {
+        for f in ["state.json", journal::FILE] {
+            let path = self.dir.join(f);
+            match fs::remove_file(&path) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(io(&path)(e)),
+            }
+        }
+        self.journal = None;
+        self.snapshot = None;
+        sync_dir(&self.dir).map_err(io(&self.dir))
     }
 
     /// Records one change: applied to the state, then appended to the journal and fsynced, so

@@ -293,6 +293,32 @@ pub fn ensure(sock: &mut NfSocket, spec: &GuardSpec) -> Result<GuardReport> {
     })
 }
 
+/// Removes the mesh's table (`inet mesh_host`) whole, in one transaction: the guard's chain,
+/// the node's claim and anything else of the mesh's that is in it. Whether there was one. A table
+/// another live process holds cannot be removed from here, and that is said.
+pub fn remove(sock: &mut NfSocket) -> Result<bool> {
+    let Some(table) = sock
+        .tables(Some(Family::Inet))?
+        .into_iter()
+        .find(|t| t.name == MESH_TABLE)
+    else {
+        return Ok(false);
+    };
+    if table.is_owned() && table.owner != Some(sock.portid()) {
+        return Err(Error::Unsupported {
+            reason: format!(
+                "the guard table inet {MESH_TABLE} is held by netlink port {}; its holder must \
+                 remove it",
+                table.owner.unwrap_or(0)
+            ),
+        });
+    }
+    let mut batch = Batch::new();
+    batch.del_table(Family::Inet, MESH_TABLE)?;
+    sock.send(&batch)?;
+    Ok(true)
+}
+
 /// Whether the guard chain is there, at its hook and priority, with exactly these rules.
 fn in_force(sock: &mut NfSocket, bodies: &[RuleBody]) -> Result<bool> {
     let chain = sock

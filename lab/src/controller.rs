@@ -447,6 +447,13 @@ impl Controller {
         self.send_raw(node, sealed)
     }
 
+    /// Signs and publishes `node`'s release at `version`, valid `ttl`: the final declaration,
+    /// which names nothing and says so (`"release": true`). The node removes what it owns, sends
+    /// its report as the last thing it sends, drops its identity and is hosted again.
+    pub fn release(&self, node: &str, version: u64, ttl: Duration) -> Result<()> {
+        self.declare(node, version, ttl, release_declaration(node))
+    }
+
     /// Publishes any bytes to `node`'s queue (the tests' forged and replayed envelopes).
     pub fn send_raw(&self, node: &str, body: Vec<u8>) -> Result<()> {
         self.publish("", &names::node_queue(node), body)
@@ -584,4 +591,13 @@ impl Controller {
             }
         }
     }
+}
+
+/// The release of `node` as the controller signs it: mode, nothing taken, no resources, and
+/// `"release": true`.
+pub fn release_declaration(node: &str) -> Value {
+    serde_json::json!({
+        "version": 1, "node": node, "mode": "adopted", "taken": [],
+        "resources": [], "release": true
+    })
 }

@@ -77,6 +77,8 @@ pub trait Sink: Send + Sync + 'static {
 
 enum Out {
     Report(Vec<u8>),
+    /// The last report: published, then the link stops; the sender is told it went.
+    Last(Vec<u8>, std::sync::mpsc::Sender<()>),
 }
 
 /// The core's handle on a running link.
@@ -92,6 +94,16 @@ impl Handle {
     /// Publishes an apply's report (JSON bytes), now or as soon as the link is back.
     pub fn report(&self, payload: Vec<u8>) {
         let _ = self.out.send(Out::Report(payload));
+    }
+
+    /// Publishes the last report this link sends (a release's) after every report queued
+    /// before it, then stops the link: nothing, not even a heartbeat, follows it. Whether it was
+    /// published within `wait`; the link is stopped either way.
+    pub fn report_last(&self, payload: Vec<u8>, wait: Duration) -> bool {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let sent = self.out.send(Out::Last(payload, tx)).is_ok() && rx.recv_timeout(wait).is_ok();
+        self.stop();
+        sent
     }
 
     /// What the next heartbeats carry (JSON bytes: the version applied, the briefing's outcome).
@@ -140,6 +152,7 @@ pub fn link(
         stop: stop_rx,
         state: handle.state.clone(),
         pending: VecDeque::new(),
+        last: None,
         seq: 0,
     };
     (handle, run.run())
@@ -165,6 +178,8 @@ struct Runner {
     stop: watch::Receiver<bool>,
     state: Arc<std::sync::Mutex<Vec<u8>>>,
     pending: VecDeque<Vec<u8>>,
+    /// The last report, when it could not be published yet.
+    last: Option<(Vec<u8>, std::sync::mpsc::Sender<()>)>,
     seq: u64,
 }
 
@@ -266,6 +281,9 @@ impl Runner {
                 return Ended::Lost(e.to_string());
             }
         }
+        if let Some((r, done)) = self.last.take() {
+            return self.send_last(s, r, done).await;
+        }
         let mut beat = tokio::time::interval(self.config.heartbeat);
         beat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         beat.tick().await;
@@ -284,6 +302,7 @@ impl Runner {
                             return Ended::Lost(e.to_string());
                         }
                     }
+                    Some(Out::Last(r, done)) => return self.send_last(s, r, done).await,
                     None => return Ended::Stopped,
                 },
                 _ = beat.tick() => {
@@ -302,6 +321,26 @@ impl Runner {
                 }
                 _ = self.rouse.notified() => return Ended::Roused,
                 _ = self.stop.changed() => return Ended::Stopped,
+            }
+        }
+    }
+
+    /// The last report published and the sender told, then the session ends as stopped; one
+    /// that cannot be published waits for the next session, ahead of nothing.
+    async fn send_last(
+        &mut self,
+        s: &Session,
+        r: Vec<u8>,
+        done: std::sync::mpsc::Sender<()>,
+    ) -> Ended {
+        match self.send_report(s, &r).await {
+            Ok(()) => {
+                let _ = done.send(());
+                Ended::Stopped
+            }
+            Err(e) => {
+                self.last = Some((r, done));
+                Ended::Lost(e.to_string())
             }
         }
     }

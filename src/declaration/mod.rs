@@ -67,6 +67,11 @@ pub struct Declaration {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub settings: Option<Settings>,
     pub resources: Vec<Resource>,
+    /// The controller's last word to this node: it releases it. A release names nothing (no
+    /// resources, no module taken); the host removes what it owns, reports, drops its identity
+    /// and is hosted again. A declaration that merely lists no resources is never a release.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub release: bool,
 }
 
 impl Declaration {

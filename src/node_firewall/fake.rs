@@ -122,6 +122,11 @@ impl NodeFirewall for Recording {
         Ok(true)
     }
 
+    fn remove_guard_table(&mut self) -> Result<bool, Error> {
+        self.called("remove_guard_table", &[])?;
+        Ok(true)
+    }
+
     fn converge(&mut self, openings: &[Opening], scope: Scope) -> Result<Converged, Error> {
         self.called(
             match scope {

@@ -133,6 +133,10 @@ impl NodeFirewall for Kernel {
         Ok(firewall::bpf::remove(&self.pins())?)
     }
 
+    fn remove_guard_table(&mut self) -> Result<bool, Error> {
+        Ok(firewall::guard::remove(self.socket()?)?)
+    }
+
     fn converge(&mut self, openings: &[Opening], scope: Scope) -> Result<Converged, Error> {
         Ok(self.found()?.converge(openings, scope)?)
     }

@@ -58,6 +58,8 @@ pub trait NodeFirewall {
     fn guard_bpf(&mut self, spec: &GuardSpec) -> Result<firewall::bpf::BpfReport, Error>;
     /// Removes the guard's BPF layer; whether one was pinned.
     fn remove_guard_bpf(&mut self) -> Result<bool, Error>;
+    /// Removes the mesh's table whole (the guard's chain, the claim); whether there was one.
+    fn remove_guard_table(&mut self) -> Result<bool, Error>;
     /// The marked rules of `openings` in force through the found firewall.
     fn converge(&mut self, openings: &[Opening], scope: Scope) -> Result<Converged, Error>;
     /// What a new connection of each opening meets, read from the kernel's ruleset now.

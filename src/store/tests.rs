@@ -195,3 +195,28 @@ fn a_store_naming_a_resource_twice_is_refused_with_its_path() {
         "{e}"
     );
 }
+
+#[test]
+fn a_retired_store_leaves_nothing_to_reconcile_and_the_next_is_not_taken_for_a_lost_one() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = store_dir(root.path());
+    let mut s = Store::open(root.path()).unwrap();
+    s.state.node = Some("n1".into());
+    s.save().unwrap();
+    s.record("a", Op::Own(owned("a"))).unwrap();
+    fs::create_dir_all(dir.join("originals")).unwrap();
+    fs::write(dir.join(RELEASED), b"{}").unwrap();
+    s.retire().unwrap();
+    assert!(!dir.join("state.json").exists());
+    assert!(journal_of(root.path()).is_none());
+    assert!(peek(root.path()).unwrap().is_none(), "nothing to reconcile");
+    // The next store here follows a release, not a loss; its first save ends the marker.
+    let mut next = Store::open(root.path()).unwrap();
+    assert!(!next.rebuilt);
+    next.save().unwrap();
+    assert!(!dir.join(RELEASED).exists());
+    drop(next);
+    // From then on a missing state beside the earlier files is a loss again.
+    fs::remove_file(dir.join("state.json")).unwrap();
+    assert!(Store::open(root.path()).unwrap().rebuilt);
+}

@@ -144,6 +144,52 @@ fn actions_are_refused_from_the_link_only() {
     assert!(p[0].starts_with("resources[3].type: an action is refused from the link"));
 }
 
+fn release() -> Value {
+    json!({"version": 1, "node": "workstation", "mode": "adopted", "taken": [], "resources": [],
+           "release": true})
+}
+
+#[test]
+fn a_release_names_nothing_and_comes_from_the_link_only() {
+    let d = validate_value(&release(), Source::Link).unwrap();
+    assert!(d.release && d.resources.is_empty());
+    for source in [Source::Local, Source::Bundle] {
+        let p = problems(release(), source);
+        assert_eq!(p.len(), 1, "{p:?}");
+        assert!(p[0].starts_with("release: a release is accepted from the link only"));
+    }
+    let mut named = release();
+    named["resources"] = json!([base()["resources"][0].clone()]);
+    named["taken"] = json!(["proxy"]);
+    let p = problems(named, Source::Link);
+    assert!(p
+        .iter()
+        .any(|p| p.starts_with("resources: a release names nothing")));
+    assert!(p
+        .iter()
+        .any(|p| p.starts_with("taken: a release names nothing")));
+    let mut word = release();
+    word["release"] = json!("yes");
+    let p = problems(word, Source::Link);
+    assert!(
+        p.iter()
+            .any(|p| p == "release: must be a boolean, found a string"),
+        "{p:?}"
+    );
+}
+
+#[test]
+fn a_declaration_listing_no_resources_is_not_a_release() {
+    let mut empty = release();
+    empty.as_object_mut().unwrap().remove("release");
+    let d = validate_value(&empty, Source::Link).unwrap();
+    assert!(!d.release, "nothing assigned is not a release");
+    empty["release"] = json!(false);
+    assert!(!validate_value(&empty, Source::Link).unwrap().release);
+    // And it is written back without the field.
+    assert!(serde_json::to_value(&d).unwrap().get("release").is_none());
+}
+
 #[test]
 fn unknown_type_and_wrong_types_are_named() {
     let mut v = base();
@@ -352,6 +398,7 @@ fn declaration() -> impl Strategy<Value = Declaration> {
                     }),
                 }),
                 resources,
+                release: false,
             }
         })
 }
