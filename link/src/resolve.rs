@@ -95,6 +95,14 @@ impl Resolver {
                         tracing::debug!(host, addrs = ?v4, nameserver = %ns, "resolved");
                         return Ok(v4);
                     }
+                    // A nameserver that answers one kind and drops the other (some drop AAAA
+                    // queries) still gives the addresses it answered.
+                    (Ok(Answer::Addrs(v)), Err(e)) | (Err(e), Ok(Answer::Addrs(v)))
+                        if !v.is_empty() =>
+                    {
+                        tracing::debug!(host, addrs = ?v, nameserver = %ns, error = %e, "resolved one kind");
+                        return Ok(v);
+                    }
                     (Err(e), _) | (_, Err(e)) => problems.push(format!("nameserver {ns}: {e}")),
                     _ => problems.push(format!("nameserver {ns}: truncated over TCP too")),
                 }

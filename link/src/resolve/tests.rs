@@ -60,6 +60,8 @@ enum Behaviour {
     NoSuchName,
     /// Nothing at all.
     Silent,
+    /// The A query answered, the AAAA query dropped.
+    NoAaaa,
 }
 
 /// A nameserver on a loopback port: its port and how many queries it has had.
@@ -103,6 +105,7 @@ fn nameserver(rt: &tokio::runtime::Runtime, how: Behaviour) -> (u16, Arc<AtomicU
             let q = buf[..len].to_vec();
             match how {
                 Behaviour::Silent => continue,
+                Behaviour::NoAaaa if q[len - 3] == 28 => continue,
                 Behaviour::Spoofed => {
                     let mut other = q.clone();
                     other[0] ^= 0xff;
@@ -205,6 +208,17 @@ fn a_name_is_asked_for_a_and_aaaa_over_udp_and_its_aliases_followed() {
         );
         assert_eq!(queries.load(Ordering::Relaxed), 2, "one A, one AAAA");
     }
+}
+
+#[test]
+fn a_nameserver_that_drops_aaaa_queries_still_gives_the_a_records() {
+    let rt = runtime();
+    let (port, _) = nameserver(&rt, Behaviour::NoAaaa);
+    let (_d, r) = resolver("", CONF, port);
+    assert_eq!(
+        rt.block_on(r.lookup("broker.mesh")).unwrap(),
+        vec![ip("10.0.0.1"), ip("10.0.0.2")]
+    );
 }
 
 #[test]
