@@ -138,37 +138,14 @@ fn nameserver(rt: &tokio::runtime::Runtime, how: Behaviour) -> (u16, Arc<AtomicU
 }
 
 /// A resolver whose files are written in a temporary directory.
-fn resolver(hosts: &str, conf: &str, port: u16) -> (tempfile_dir::Dir, Resolver) {
-    let d = tempfile_dir::Dir::new();
-    std::fs::create_dir_all(d.0.join("etc")).unwrap();
-    std::fs::write(d.0.join("etc/hosts"), hosts).unwrap();
-    std::fs::write(d.0.join("etc/resolv.conf"), conf).unwrap();
-    let mut r = Resolver::under(&d.0);
+fn resolver(hosts: &str, conf: &str, port: u16) -> (tempfile::TempDir, Resolver) {
+    let d = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(d.path().join("etc")).unwrap();
+    std::fs::write(d.path().join("etc/hosts"), hosts).unwrap();
+    std::fs::write(d.path().join("etc/resolv.conf"), conf).unwrap();
+    let mut r = Resolver::under(d.path());
     r.port = port;
     (d, r)
-}
-
-/// A directory removed when dropped (the link crate has no tempfile dependency).
-mod tempfile_dir {
-    pub struct Dir(pub std::path::PathBuf);
-
-    impl Dir {
-        pub fn new() -> Dir {
-            let p = std::env::temp_dir().join(format!(
-                "link-resolve-{}-{}",
-                std::process::id(),
-                crate::random_hex(8).unwrap()
-            ));
-            std::fs::create_dir_all(&p).unwrap();
-            Dir(p)
-        }
-    }
-
-    impl Drop for Dir {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
 }
 
 fn runtime() -> tokio::runtime::Runtime {
