@@ -57,15 +57,22 @@ pub enum Command {
         #[arg(long, value_name = "SECONDS", default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..))]
         heartbeat: u64,
     },
-    /// Join the mesh with a one-time token: dial the broker it names, check its certificate
+    /// Join the mesh with a one-time token: dial the broker it names (by address, or by host name
+    /// resolved from /etc/hosts and the nameservers of /etc/resolv.conf), check its certificate
     /// against the token's fingerprint before sending anything, present the token's secret and
     /// this node's own public key (made here; the private key never leaves the store), report the
     /// profile and inventory, and keep the identity and credentials received. A malformed,
     /// expired or already-used token is refused (exit 2) and nothing is stored.
     #[command(after_help = EXIT_CODES)]
+    #[command(group(clap::ArgGroup::new("from").required(true).args(["token_file", "token"])))]
     Enrol {
+        /// Read the token from this file (`-` for standard input), so it never appears on a
+        /// command line (`ps`, shell history).
+        #[arg(long, value_name = "PATH")]
+        token_file: Option<PathBuf>,
+        /// The token itself, for scripts: it is visible to every user in `ps` while enrol runs.
         #[arg(long, value_name = "TOKEN")]
-        token: String,
+        token: Option<String>,
     },
     /// Apply the stored declaration again: repairs drift, puts back what is missing.
     #[command(after_help = EXIT_CODES)]
@@ -349,7 +356,22 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
                 ..Default::default()
             },
         ),
-        Command::Enrol { token } => crate::link::enrol(&host(&cli.root), &token),
+        Command::Enrol { token_file, token } => {
+            let text = match (token_file, token) {
+                (Some(path), None) => match crate::link::read_token_file(&path) {
+                    Ok(t) => t,
+                    Err(e) => {
+                        eprintln!("error: {e}");
+                        eprintln!("nothing was stored");
+                        return Ok(ExitCode::from(2));
+                    }
+                },
+                (None, Some(t)) => t,
+                // clap requires exactly one of the two.
+                _ => unreachable!("enrol takes --token-file or --token"),
+            };
+            crate::link::enrol(&host(&cli.root), &text)
+        }
         Command::Reconcile { json } => match apply::reconcile(&host(&cli.root)) {
             // A reconcile that did not fail proves this binary works on this machine: it is the
             // version the launcher rolls back to, and its start attempts are no longer counted.

@@ -1,4 +1,4 @@
-//! The core's side of the link: `mesh-host enrol --token` (the node's key made here and kept in
+//! The core's side of the link: `mesh-host enrol --token-file` (the node's key made here and kept in
 //! the store directory, 0600, never sent anywhere) and, for `mesh-host run`, the link started on a
 //! thread of its own, its events handed to the resident host's poll loop through an eventfd, so
 //! the loop stays the one place that applies. A declaration from the link is applied with source
@@ -98,7 +98,38 @@ fn load_key(root: &Path) -> Result<ed25519_dalek::SigningKey> {
     Ok(ed25519_dalek::SigningKey::from_bytes(&seed))
 }
 
-/// `mesh-host enrol --token TOKEN`.
+/// The longest token file read (a token is a few hundred bytes).
+const TOKEN_FILE_MAX: u64 = 64 * 1024;
+
+/// The token of `enrol --token-file PATH` (`-`: standard input), whitespace around it dropped.
+/// A missing, unreadable, oversized or empty file is an error naming it.
+pub fn read_token_file(path: &Path) -> std::result::Result<String, String> {
+    use std::io::Read as _;
+    let (shown, reader): (String, Box<dyn std::io::Read>) = if path == Path::new("-") {
+        ("standard input".into(), Box::new(std::io::stdin()))
+    } else {
+        let f =
+            std::fs::File::open(path).map_err(|e| format!("token file {}: {e}", path.display()))?;
+        (format!("token file {}", path.display()), Box::new(f))
+    };
+    let mut text = String::new();
+    reader
+        .take(TOKEN_FILE_MAX + 1)
+        .read_to_string(&mut text)
+        .map_err(|e| format!("{shown}: {e}"))?;
+    if text.len() as u64 > TOKEN_FILE_MAX {
+        return Err(format!(
+            "{shown}: longer than {TOKEN_FILE_MAX} bytes, not a token"
+        ));
+    }
+    let token = text.trim();
+    if token.is_empty() {
+        return Err(format!("{shown} is empty: it holds no token"));
+    }
+    Ok(token.to_string())
+}
+
+/// `mesh-host enrol --token-file PATH` or `--token TOKEN`, with the token's text.
 pub fn enrol(host: &Host<'_>, text: &str) -> Result<ExitCode> {
     let token = match link::Token::parse(text, link::now_secs()) {
         Ok(t) => t,
@@ -129,7 +160,12 @@ pub fn enrol(host: &Host<'_>, text: &str) -> Result<ExitCode> {
         .enable_all()
         .build()
         .context("starting the link's runtime")?;
-    let identity = match rt.block_on(link::enrol(&token, &request, ATTEMPT_DEADLINE)) {
+    let identity = match rt.block_on(link::enrol(
+        &token,
+        &request,
+        &link::Resolver::under(host.root),
+        ATTEMPT_DEADLINE,
+    )) {
         Ok(i) => i,
         Err(e @ (link::Error::Enrolment { .. } | link::Error::Refused { .. })) => {
             eprintln!("error: {e}");
@@ -302,6 +338,7 @@ impl Resident {
         let config = link::Config {
             node: state.node.clone(),
             broker: state.broker.clone(),
+            resolver: link::Resolver::under(root),
             credentials: state.credentials.clone(),
             controller,
             node_key: key,

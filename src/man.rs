@@ -97,6 +97,11 @@ const FILES: &[(&str, &str)] = &[
       was and the newest version it accepted (no key, no credentials)",
     ),
     (
+        "/etc/hosts, /etc/resolv.conf",
+        "where a broker named by host name is looked up, by enrol and by the link \
+      (mesh-host resolves names itself: the C library's name service is not used)",
+    ),
+    (
         "/var/lib/mesh-host/known-good, attempts, rolled-back, halted",
         "the launcher's state: the \
       version it rolls back to, its count of failed starts, the rollback made, why it halted",
@@ -219,6 +224,26 @@ fn page(cmd: &clap::Command, parent: Option<&str>, names: &[String]) -> String {
     text.push_str(".SH FILES\n");
     for (path, what) in FILES {
         tagged(&mut text, path, what);
+    }
+
+    if name == "mesh-host-enrol" {
+        text.push_str(".SH EXAMPLES\n");
+        paragraph(
+            &mut text,
+            "Save the token the controller printed into a file only root can read, enrol from \
+             it, then remove it: mesh-host enrol --token-file /root/mesh.token. From standard \
+             input: mesh-host enrol --token-file - < /root/mesh.token. The token given with \
+             --token is visible to every user of the machine in ps while enrol runs, and \
+             stays in the shell's history: it is for scripts that have no file.",
+        );
+        text.push_str(".PP\n");
+        paragraph(
+            &mut text,
+            "A broker the token names by host name is looked up by mesh-host itself: \
+             /etc/hosts, then the nameservers of /etc/resolv.conf (A and AAAA records), again \
+             at every attempt to reach it. A spoofed answer gains nothing: every address is \
+             dialled with the broker's certificate pinned by the token's fingerprint.",
+        );
     }
 
     text.push_str(".SH \"SEE ALSO\"\n");

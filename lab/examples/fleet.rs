@@ -91,6 +91,7 @@ fn nodes(a: &[String]) {
                     fingerprint: fingerprint.clone(),
                     vhost: "/".into(),
                 },
+                resolver: link::Resolver::default(),
                 credentials: link::Credentials {
                     user: link::names::node_user(&node),
                     password,

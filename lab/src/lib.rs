@@ -11,7 +11,8 @@
 //!
 //! For the link there is a real RabbitMQ broker with TLS ([`Rabbit`]), the controller's stand-in
 //! ([`Controller`]: tokens, signed declarations, verified reports), and [`Relay`] and [`Hung`] to
-//! give a node in a namespace a path to the broker that can be cut, or one that never answers.
+//! give a node in a namespace a path to the broker that can be cut, or one that never answers;
+//! [`Nameserver`] (dnsmasq) names the broker for a node that is given it by host name.
 //!
 //! The lab needs root, `iproute2` and `util-linux` (`nsenter`); listeners need `busybox-static`;
 //! the Docker engine needs `docker.io`. A missing prerequisite is an error, never a silent skip.
@@ -52,6 +53,7 @@ mod found;
 mod kinds;
 mod lab;
 mod machine;
+mod nameserver;
 mod netns;
 mod probe;
 mod relay;
@@ -73,6 +75,7 @@ pub use crate::{
     kinds::{FoundFirewall, FoundKind, Live, Policy},
     lab::{Lab, SweepReport, Switch, LAB_ROOT, PREFIX_STEM},
     machine::Machine,
+    nameserver::Nameserver,
     netns::NETNS_DIR,
     probe::{Probe, UdpEcho},
     relay::{Hung, Relay},

@@ -8,6 +8,7 @@ use crate::backoff::Backoff;
 use crate::envelope::{self, Refusal, Verified};
 use crate::error::Error;
 use crate::names;
+use crate::resolve::Resolver;
 use crate::session::{self, Broker, Credentials, Session};
 use ed25519_dalek::{SigningKey, VerifyingKey};
 use serde_json::json;
@@ -21,6 +22,8 @@ use tokio::sync::{mpsc, oneshot, watch, Notify};
 pub struct Config {
     pub node: String,
     pub broker: Broker,
+    /// Where the broker's host names are looked up, again at every attempt.
+    pub resolver: Resolver,
     pub credentials: Credentials,
     /// The controller's key every declaration must be signed by.
     pub controller: VerifyingKey,
@@ -199,9 +202,10 @@ impl Runner {
                 return;
             }
             let started = Instant::now();
-            let attempt = session::open(
+            let attempt = session::open_with(
                 &self.config.broker,
                 &self.config.credentials,
+                &self.config.resolver,
                 self.config.attempt_deadline,
             );
             let opened = tokio::select! {

@@ -18,6 +18,10 @@ pub enum Error {
         pinned: String,
     },
 
+    /// A broker's host name did not resolve to any address.
+    #[error("broker name {name}: {what}")]
+    Resolve { name: String, what: String },
+
     /// The TCP connection or the TLS handshake failed.
     #[error("broker {addr}: {what}")]
     Dial { addr: String, what: String },

@@ -1,6 +1,7 @@
 //! mesh-host's link to the mesh: the enrolment token, one outbound TLS connection to the broker
-//! (RabbitMQ, AMQP 0-9-1) with the broker's certificate pinned by fingerprint and checked before
-//! anything is sent, declarations verified every time by the controller's Ed25519 signature
+//! (RabbitMQ, AMQP 0-9-1; a broker named by host name resolved by the link itself, from the hosts
+//! file and the nameservers of `resolv.conf`) with the broker's certificate pinned by fingerprint
+//! and checked before anything is sent, declarations verified every time by the controller's Ed25519 signature
 //! (bound to the node, a growing version and an expiry), reports and heartbeats sent upward
 //! signed by the node's own key, and reconnection with capped, jittered backoff that a rouse cuts
 //! short.
@@ -9,11 +10,13 @@
 //! through [`Sink`] and takes report bytes through [`Handle`].
 
 mod backoff;
+mod dns;
 mod driver;
 pub mod envelope;
 mod error;
 pub mod names;
 mod pin;
+mod resolve;
 mod session;
 mod token;
 
@@ -26,7 +29,8 @@ pub use crate::{
     envelope::{Refusal, Verified},
     error::{Error, Result},
     pin::{fingerprint, hex, Pinned},
-    session::{enrol, open, Broker, Credentials, EnrolRequest, Identity, Session},
+    resolve::Resolver,
+    session::{enrol, open, open_with, Broker, Credentials, EnrolRequest, Identity, Session},
     token::{check_node_id, controller_key, now_secs, split_addr, Token, PREFIX},
 };
 

@@ -1,10 +1,12 @@
 //! One AMQP 0-9-1 session with the broker over TLS pinned by fingerprint: dial (each address in
-//! turn, the first that answers wins), consume the node's own queue, publish upward, and the
+//! turn, a host name resolved at each attempt and each of its addresses tried, the first that
+//! answers wins), consume the node's own queue, publish upward, and the
 //! one-time enrolment exchange. Built on amqprs over tokio and rustls.
 
 use crate::error::{Error, Result};
 use crate::names;
 use crate::pin::Pinned;
+use crate::resolve::Resolver;
 use crate::token::{split_addr, Token};
 use amqprs::channel::{
     BasicAckArguments, BasicConsumeArguments, BasicGetArguments, BasicPublishArguments,
@@ -14,6 +16,7 @@ use amqprs::connection::{Connection, OpenConnectionArguments};
 use amqprs::tls::TlsAdaptor;
 use amqprs::BasicProperties;
 use serde::{Deserialize, Serialize};
+use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::mpsc::UnboundedReceiver;
@@ -85,25 +88,73 @@ fn amqp(addr: &str, what: &str, e: impl std::fmt::Display) -> Error {
     }
 }
 
-/// Opens a session with the first address of `broker` that answers, each attempt within
-/// `deadline`. A certificate that is not the pinned one fails that address before anything is
-/// sent; the error of the last address is returned when none answers.
+/// Opens a session with the first address of `broker` that answers, names resolved by the
+/// system's files (`/etc/hosts`, `/etc/resolv.conf`): [`open_with`] and [`Resolver::default`].
 pub async fn open(broker: &Broker, creds: &Credentials, deadline: Duration) -> Result<Session> {
+    open_with(broker, creds, &Resolver::default(), deadline).await
+}
+
+/// Opens a session with the first address of `broker` that answers: each of its `host:port` in
+/// turn, a host name resolved now by `resolver` (so again on every attempt) and each of its
+/// addresses tried in turn, the resolution and each address within `deadline`. A certificate
+/// that is not the pinned one fails that address before anything is sent; the error of the last
+/// address is returned when none answers.
+pub async fn open_with(
+    broker: &Broker,
+    creds: &Credentials,
+    resolver: &Resolver,
+    deadline: Duration,
+) -> Result<Session> {
     let mut last = Error::Dial {
         addr: "-".into(),
         what: "no broker address".into(),
     };
     for addr in &broker.addrs {
-        match tokio::time::timeout(deadline, open_one(addr, broker, creds)).await {
-            Ok(Ok(s)) => return Ok(s),
+        let (host, port) = match split_addr(addr) {
+            Ok(hp) => hp,
+            Err(what) => {
+                last = Error::Dial {
+                    addr: addr.clone(),
+                    what,
+                };
+                continue;
+            }
+        };
+        let ips = match tokio::time::timeout(deadline, resolver.lookup(&host)).await {
+            Ok(Ok(ips)) => ips,
             Ok(Err(e)) => {
-                tracing::debug!(addr = %addr, error = %e, "broker address did not answer");
+                tracing::debug!(addr = %addr, error = %e, "broker name did not resolve");
                 last = e;
+                continue;
             }
             Err(_) => {
-                last = Error::TimedOut {
-                    addr: addr.clone(),
-                    waited: deadline,
+                last = Error::Resolve {
+                    name: host.clone(),
+                    what: format!("no address within {deadline:?}"),
+                };
+                continue;
+            }
+        };
+        let named = host.parse::<IpAddr>().is_err();
+        for ip in ips {
+            // The address named in messages: the token's, and what its name resolved to.
+            let shown = if named {
+                format!("{addr} at {ip}")
+            } else {
+                addr.clone()
+            };
+            let dial = open_one(&shown, ip, port, &host, broker, creds);
+            match tokio::time::timeout(deadline, dial).await {
+                Ok(Ok(s)) => return Ok(s),
+                Ok(Err(e)) => {
+                    tracing::debug!(addr = %shown, error = %e, "broker address did not answer");
+                    last = e;
+                }
+                Err(_) => {
+                    last = Error::TimedOut {
+                        addr: shown,
+                        waited: deadline,
+                    }
                 }
             }
         }
@@ -111,18 +162,29 @@ pub async fn open(broker: &Broker, creds: &Credentials, deadline: Duration) -> R
     Err(last)
 }
 
-async fn open_one(addr: &str, broker: &Broker, creds: &Credentials) -> Result<Session> {
-    let (host, port) = split_addr(addr).map_err(|what| Error::Dial {
-        addr: addr.into(),
-        what,
-    })?;
+/// One TLS connection to `ip:port`, the certificate checked against the pin (the server name
+/// sent is `host`, the token's, which the pin does not depend on).
+async fn open_one(
+    addr: &str,
+    ip: IpAddr,
+    port: u16,
+    host: &str,
+    broker: &Broker,
+    creds: &Credentials,
+) -> Result<Session> {
     let pinned = Pinned::new(&broker.fingerprint);
     let connector = tokio_rustls::TlsConnector::from(Arc::new(pinned.config()));
-    let mut args = OpenConnectionArguments::new(&host, port, &creds.user, &creds.password);
+    // amqprs dials `host:port` as one string: an IPv6 address goes in brackets, so that it is
+    // read as an address and never handed to the C library's resolver.
+    let dial_host = match ip {
+        IpAddr::V4(v4) => v4.to_string(),
+        IpAddr::V6(v6) => format!("[{v6}]"),
+    };
+    let mut args = OpenConnectionArguments::new(&dial_host, port, &creds.user, &creds.password);
     args.virtual_host(&broker.vhost)
         .heartbeat(30)
         .connection_name(&creds.user)
-        .tls_adaptor(TlsAdaptor::new(connector, host.clone()));
+        .tls_adaptor(TlsAdaptor::new(connector, host.to_string()));
     let conn = match Connection::open(&args).await {
         Ok(c) => c,
         Err(e) => {
@@ -221,14 +283,19 @@ impl Session {
 /// node's public key, profile and inventory, and only then acknowledges the reply, so an
 /// enrolment cut off half way leaves the token usable. An empty reply queue means the token was
 /// already used.
-pub async fn enrol(token: &Token, request: &EnrolRequest, deadline: Duration) -> Result<Identity> {
+pub async fn enrol(
+    token: &Token,
+    request: &EnrolRequest,
+    resolver: &Resolver,
+    deadline: Duration,
+) -> Result<Identity> {
     let broker = token.broker();
     let creds = Credentials {
         user: names::enrol_user(&token.id),
         password: token.secret.clone(),
     };
     let work = async {
-        let s = open(&broker, &creds, deadline).await?;
+        let s = open_with(&broker, &creds, resolver, deadline).await?;
         let mut get = BasicGetArguments::new(&names::enrol_queue(&token.id));
         get.no_ack(false);
         let got = s

@@ -21,7 +21,8 @@ pub struct Token {
     pub id: String,
     /// The node record this token was issued for.
     pub node: String,
-    /// The broker's addresses, `host:port`, tried in order (a cluster names several).
+    /// The broker's addresses, `host:port`, tried in order (a cluster names several); a host is
+    /// an IP address or a name the node resolves itself.
     pub brokers: Vec<String>,
     /// The SHA-256 of the broker certificate's DER, 64 lowercase hex digits.
     pub fingerprint: String,
@@ -96,13 +97,14 @@ impl Token {
             p.push("brokers: no broker address".into());
         }
         for (i, b) in self.brokers.iter().enumerate() {
+            // An address, or a host name the host resolves itself (`resolve`).
             match split_addr(b) {
                 Err(e) => p.push(format!("brokers[{i}]: {e}")),
-                // The host is one static binary that never uses the C library's name service,
-                // so the broker is named by its address on the underlay.
-                Ok((host, _)) if host.parse::<std::net::IpAddr>().is_err() => p.push(format!(
-                    "brokers[{i}]: {b:?} names a host, not an IP address (the host resolves no names)"
-                )),
+                Ok((host, _)) if host.parse::<std::net::IpAddr>().is_err() => {
+                    if let Err(e) = crate::dns::check_name(&host) {
+                        p.push(format!("brokers[{i}]: {e}"));
+                    }
+                }
                 Ok(_) => {}
             }
         }
@@ -258,7 +260,7 @@ mod tests {
         let mut t = sample();
         t.id = "xyz".into();
         t.node = "Node_A".into();
-        t.brokers = vec!["nohost".into(), "h:0".into(), "broker.example:5671".into()];
+        t.brokers = vec!["nohost".into(), "h:0".into(), "bad_name!:5671".into()];
         t.fingerprint = "12".into();
         t.controller = STANDARD.encode([0u8; 31]);
         t.secret = "short".into();
@@ -276,6 +278,15 @@ mod tests {
             assert!(p.iter().any(|x| x.starts_with(field)), "{field} in {p:?}");
         }
         assert_eq!(p.len(), 8, "{p:?}");
+    }
+
+    #[test]
+    fn a_broker_may_be_named_by_host_name() {
+        let mut t = sample();
+        t.brokers = vec!["broker.mesh.lab:5671".into(), "rabbit-2:5671".into()];
+        assert_eq!(Token::parse(&t.encode(), 0).unwrap(), t);
+        t.brokers = vec!["-bad.lab:5671".into()];
+        assert!(problems(&t.encode(), 0)[0].contains("not a host name"));
     }
 
     #[test]

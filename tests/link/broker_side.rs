@@ -28,7 +28,12 @@ fn enrol(ctl: &mut lab::Controller, rt: &tokio::runtime::Runtime, node: &str) ->
         inventory: json!({}),
     };
     let id = rt
-        .block_on(link::enrol(&issued.token, &req, Duration::from_secs(30)))
+        .block_on(link::enrol(
+            &issued.token,
+            &req,
+            &link::Resolver::default(),
+            Duration::from_secs(30),
+        ))
         .unwrap();
     ctl.take_enrolments(Duration::from_secs(20)).unwrap();
     Credentials {

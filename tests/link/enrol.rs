@@ -1,4 +1,4 @@
-//! `mesh-host enrol --token`: the identity kept with the key private, every bad token refused with
+//! `mesh-host enrol --token-file`: the identity kept with the key private, every bad token refused with
 //! its reason and nothing stored, and a wrong fingerprint refused before the broker sees anything.
 
 use super::{bed, root};

@@ -6,10 +6,12 @@
 //! controller is the lab's stand-in (`lab::Controller`).
 
 mod broker_side;
+mod by_name;
 mod cluster;
 mod enrol;
 mod release;
 mod resident;
+mod token_file;
 
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
@@ -55,20 +57,27 @@ impl Bed {
         lab::Controller::connect_to(&self.rabbit, vec![self.relay.addr()]).expect("controller")
     }
 
-    /// `mesh-host --root ROOT enrol --token TOKEN` inside the node's namespace.
+    /// `mesh-host --root ROOT enrol --token-file FILE` inside the node's namespace, the token
+    /// written to a file beside the root (mode 0600), as an operator is told to.
     pub fn enrol(&self, root: &Path, token: &str) -> lab::Output {
+        let file = root.with_file_name("token");
+        std::fs::write(&file, token).unwrap();
+        std::fs::set_permissions(&file, std::os::unix::fs::PermissionsExt::from_mode(0o600))
+            .unwrap();
+        self.enrol_with(root, &["--token-file", file.to_str().unwrap()])
+    }
+
+    /// `mesh-host --root ROOT enrol ARGS…` inside the node's namespace.
+    pub fn enrol_with(&self, root: &Path, args: &[&str]) -> lab::Output {
+        let mut argv = vec![
+            bin(),
+            "--root".into(),
+            root.to_str().unwrap().into(),
+            "enrol".into(),
+        ];
+        argv.extend(args.iter().map(|a| a.to_string()));
         self.node
-            .run_timeout(
-                &[
-                    bin().as_str(),
-                    "--root",
-                    root.to_str().unwrap(),
-                    "enrol",
-                    "--token",
-                    token,
-                ],
-                Duration::from_secs(120),
-            )
+            .run_timeout(&argv, Duration::from_secs(120))
             .expect("running mesh-host enrol")
     }
 
