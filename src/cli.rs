@@ -15,7 +15,11 @@ Exit codes:
   0  done
   1  an apply failed part-way (the report names the resource), or the host could not work
   2  the input was refused and nothing changed
-  3  a safety rule refused the act and nothing changed";
+  3  a safety rule refused the act and nothing changed
+  4  --preview: the act would change something (changes pending); nothing was changed
+
+With --json every outcome is one JSON document on standard output, refusals included:
+{\"refused\": {\"exit_code\": N, \"problems\": [...]}}; with --preview, 0 means nothing would change.";
 
 /// mesh-host makes this machine match a declaration, adopting what it finds.
 #[derive(Parser, Debug)]
@@ -31,7 +35,10 @@ pub struct Cli {
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Print the version of this running binary and the system it was built for, one line.
-    Version,
+    Version {
+        #[arg(long)]
+        json: bool,
+    },
     /// Apply a declaration from a file (`-` for standard input).
     #[command(after_help = EXIT_CODES)]
     Apply {
@@ -39,6 +46,9 @@ pub enum Command {
         /// Where the declaration came from; actions are refused from the link.
         #[arg(long, value_enum, default_value_t = SourceArg::Local)]
         source: SourceArg,
+        /// Show what the apply would do and change nothing (exit 4 when changes are pending).
+        #[arg(long)]
+        preview: bool,
         #[arg(long)]
         json: bool,
     },
@@ -66,10 +76,16 @@ pub enum Command {
     Enrol {
         #[arg(long, value_name = "TOKEN")]
         token: String,
+        /// Refusals and failures as JSON on standard output.
+        #[arg(long)]
+        json: bool,
     },
     /// Apply the stored declaration again: repairs drift, puts back what is missing.
     #[command(after_help = EXIT_CODES)]
     Reconcile {
+        /// Show what the reconcile would do and change nothing (exit 4 when changes are pending).
+        #[arg(long)]
+        preview: bool,
         #[arg(long)]
         json: bool,
     },
@@ -78,7 +94,8 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// The briefing: what was found, kept, taken over and could not be done.
+    /// The briefing: what was found, kept, taken over and could not be done. With `--json` and
+    /// nothing applied yet it prints `null` and exits 0.
     Briefing {
         #[arg(long)]
         json: bool,
@@ -116,6 +133,10 @@ pub enum Command {
         /// Another bundle than the one carried in the binary.
         #[arg(long, value_name = "FILE")]
         bundle: Option<PathBuf>,
+        /// Check everything and show what the foundation's apply would do; change nothing (exit
+        /// 4 when changes are pending).
+        #[arg(long)]
+        preview: bool,
         #[arg(long)]
         json: bool,
     },
@@ -124,6 +145,10 @@ pub enum Command {
     #[command(after_help = EXIT_CODES)]
     Take {
         module: String,
+        /// Show what taking the module would do and change nothing (exit 4 when changes are
+        /// pending).
+        #[arg(long)]
+        preview: bool,
         #[arg(long)]
         json: bool,
     },
@@ -142,6 +167,9 @@ pub enum Command {
     /// and enabled, the derived filter unloaded. What was taken stays taken.
     #[command(after_help = EXIT_CODES)]
     Adopt {
+        /// Show what the return would do and change nothing (exit 4 when changes are pending).
+        #[arg(long)]
+        preview: bool,
         #[arg(long)]
         json: bool,
     },
@@ -253,15 +281,29 @@ impl From<SourceArg> for Source {
 /// Runs one command and returns the process's exit code.
 pub fn run(cli: Cli) -> Result<ExitCode> {
     match cli.command {
-        Command::Version => {
-            println!("{}", crate::launch::version_line());
+        Command::Version { json } => {
+            if json {
+                let v = serde_json::json!({
+                    "version": crate::launch::VERSION,
+                    "system": crate::build::BUILD.system,
+                    "line": crate::launch::version_line(),
+                });
+                println!("{}", serde_json::to_string_pretty(&v)?);
+            } else {
+                println!("{}", crate::launch::version_line());
+            }
             Ok(ExitCode::SUCCESS)
         }
         Command::Generate { what } => {
             generate(what)?;
             Ok(ExitCode::SUCCESS)
         }
-        Command::Apply { file, source, json } => {
+        Command::Apply {
+            file,
+            source,
+            preview,
+            json,
+        } => {
             let (name, bytes) = if file.as_os_str() == "-" {
                 let mut bytes = Vec::new();
                 std::io::Read::read_to_end(&mut std::io::stdin(), &mut bytes)
@@ -277,19 +319,25 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             let text = match String::from_utf8(bytes) {
                 Ok(t) => t,
                 Err(e) => {
-                    eprintln!(
-                        "error: declaration {name} is not UTF-8 text (invalid byte at offset {})",
-                        e.utf8_error().valid_up_to()
+                    return refusal(
+                        json,
+                        2,
+                        &[format!(
+                            "declaration {name} is not UTF-8 text (invalid byte at offset {})",
+                            e.utf8_error().valid_up_to()
+                        )],
+                        "the declaration was refused; nothing was changed",
                     );
-                    eprintln!("the declaration was refused; nothing was changed");
-                    return Ok(ExitCode::from(2));
                 }
             };
             let source = Source::from(source);
             let decl = match declaration::parse(&text, source) {
                 Ok(d) => d,
-                Err(problems) => return Ok(refused(&problems)),
+                Err(problems) => return refused(&problems, json),
             };
+            if preview {
+                return previewed(&cli.root, "apply", &decl, source, json);
+            }
             let result = apply::apply(&host(&cli.root), &decl, source);
             // A resident host on this root reconciles the new declaration at once.
             if result.is_ok() && crate::pid_file::tell_resident(&cli.root) {
@@ -297,11 +345,17 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             }
             finish(result, json)
         }
-        Command::Take { module, json } => act(
-            &cli.root,
-            crate::converge::taking(&cli.root, &module)?,
+        Command::Take {
+            module,
+            preview,
             json,
-        ),
+        } => {
+            let asked = crate::converge::taking(&cli.root, &module)?;
+            if preview {
+                return preview_asked(&cli.root, "take", asked, json);
+            }
+            act(&cli.root, asked, json)
+        }
         Command::Converge { preview, json } => {
             if preview {
                 return match crate::converge::preview(&host(&cli.root))? {
@@ -322,7 +376,13 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             }
             act(&cli.root, crate::converge::converging(&cli.root)?, json)
         }
-        Command::Adopt { json } => act(&cli.root, crate::converge::adopting(&cli.root)?, json),
+        Command::Adopt { preview, json } => {
+            let asked = crate::converge::adopting(&cli.root)?;
+            if preview {
+                return preview_asked(&cli.root, "adopt", asked, json);
+            }
+            act(&cli.root, asked, json)
+        }
         Command::Run {
             period,
             legacy_period,
@@ -336,21 +396,35 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
                 ..Default::default()
             },
         ),
-        Command::Enrol { token } => crate::link::enrol(&host(&cli.root), &token),
-        Command::Reconcile { json } => match apply::reconcile(&host(&cli.root)) {
+        Command::Enrol { token, json } => crate::link::enrol(&host(&cli.root), &token, json),
+        Command::Reconcile {
+            preview: true,
+            json,
+        } => {
+            let stored =
+                store::peek(&cli.root)?.and_then(|s| s.declaration.clone().map(|d| (d, s.source)));
+            match stored {
+                Some((decl, source)) => previewed(
+                    &cli.root,
+                    "reconcile",
+                    &decl,
+                    source.unwrap_or(Source::Local),
+                    json,
+                ),
+                None => nothing_applied(&cli.root, json),
+            }
+        }
+        Command::Reconcile {
+            preview: false,
+            json,
+        } => match apply::reconcile(&host(&cli.root)) {
             // A reconcile that did not fail proves this binary works on this machine: it is the
             // version the launcher rolls back to, and its start attempts are no longer counted.
             Ok(Some(report)) if report.failed().is_none() => {
                 crate::launch::reconciled(&store::store_dir(&cli.root))?;
                 finish(Ok(report), json)
             }
-            Ok(None) => {
-                eprintln!(
-                    "error: {}: no declaration has been applied on this node yet",
-                    store::store_dir(&cli.root).display()
-                );
-                Ok(ExitCode::from(2))
-            }
+            Ok(None) => nothing_applied(&cli.root, json),
             Ok(Some(report)) => finish(Ok(report), json),
             Err(e) => finish(Err(e), json),
         },
@@ -387,6 +461,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             private_range,
             private_interface,
             bundle,
+            preview,
             json,
         } => {
             let req = crate::genesis::Request {
@@ -396,6 +471,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
                 private_range,
                 private_interface,
                 bundle,
+                preview,
             };
             let h = host(&cli.root);
             let read = || crate::inventory::read(h.runner).map(|v| v.machine());
@@ -403,6 +479,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
                 Ok(crate::genesis::Outcome::Refused(p)) => genesis_refused(&p, json, 2),
                 Ok(crate::genesis::Outcome::Unsafe(p)) => genesis_refused(&p, json, 3),
                 Ok(crate::genesis::Outcome::Applied(r)) => finish(Ok(*r), json),
+                Ok(crate::genesis::Outcome::Previewed(p)) => show_plan(&p, json),
                 Err(e) => finish(Err(e), json),
             }
         }
@@ -440,6 +517,12 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Command::Briefing { json } => {
             let state = store::peek(&cli.root)?;
             let Some(b) = state.and_then(|s| s.briefing) else {
+                // A script asking for the briefing of a node not raised yet gets a document
+                // that says so (`null`), not a refusal.
+                if json {
+                    println!("null");
+                    return Ok(ExitCode::SUCCESS);
+                }
                 eprintln!(
                     "error: {}: no briefing yet; nothing has been applied on this node",
                     store::store_dir(&cli.root).display()
@@ -532,39 +615,147 @@ fn host(root: &std::path::Path) -> Host<'_> {
 
 /// Genesis said no: every reason on stderr (and as JSON when asked), nothing changed.
 fn genesis_refused(reasons: &[String], json: bool, code: u8) -> Result<ExitCode> {
+    refusal(
+        json,
+        code,
+        reasons,
+        "genesis was refused; nothing was changed",
+    )
+}
+
+/// A refusal: each problem on stderr (`error: …`) and the summary after them, and with `--json`
+/// the same as one document on stdout, `{"refused": {"exit_code": N, "problems": [...]}}`; the
+/// process exits `code`.
+pub fn refusal(json: bool, code: u8, problems: &[String], summary: &str) -> Result<ExitCode> {
     if json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&serde_json::json!({"refused": reasons}))?
-        );
+        let v = serde_json::json!({"refused": {
+            "exit_code": code,
+            "problems": problems,
+            "summary": summary,
+        }});
+        println!("{}", serde_json::to_string_pretty(&v)?);
     }
-    for x in reasons {
-        eprintln!("error: {x}");
+    for p in problems {
+        eprintln!("error: {p}");
     }
-    eprintln!("genesis was refused; nothing was changed");
+    eprintln!("{summary}");
     Ok(ExitCode::from(code))
 }
 
-fn refused(problems: &declaration::Problems) -> ExitCode {
-    for p in &problems.0 {
-        eprintln!("error: {p}");
+/// The document `main` prints on stdout for an error that ended a command run with `--json`.
+pub fn error_json(text: &str) -> String {
+    serde_json::json!({"error": {"exit_code": 1, "message": text}}).to_string()
+}
+
+impl Cli {
+    /// Whether the command asked for JSON, so even its errors are JSON on stdout.
+    pub fn json(&self) -> bool {
+        match &self.command {
+            Command::Version { json }
+            | Command::Apply { json, .. }
+            | Command::Enrol { json, .. }
+            | Command::Reconcile { json, .. }
+            | Command::Owned { json }
+            | Command::Briefing { json }
+            | Command::Profile { json }
+            | Command::Inventory { json }
+            | Command::Genesis { json, .. }
+            | Command::Take { json, .. }
+            | Command::Converge { json, .. }
+            | Command::Adopt { json, .. }
+            | Command::Openings {
+                command: OpeningsCommand::Derive { json, .. },
+            }
+            | Command::Firewall {
+                command: FirewallCommand::Status { json } | FirewallCommand::Explain { json, .. },
+            } => *json,
+            Command::Run { .. } | Command::Generate { .. } => false,
+        }
     }
-    eprintln!(
-        "the declaration was refused ({}); nothing was changed",
-        apply::count(problems.0.len(), "problem", "problems")
-    );
-    ExitCode::from(2)
+}
+
+fn refused(problems: &declaration::Problems, json: bool) -> Result<ExitCode> {
+    let lines: Vec<String> = problems.0.iter().map(|p| p.to_string()).collect();
+    refusal(
+        json,
+        2,
+        &lines,
+        &format!(
+            "the declaration was refused ({}); nothing was changed",
+            apply::count(problems.0.len(), "problem", "problems")
+        ),
+    )
+}
+
+fn nothing_applied(root: &std::path::Path, json: bool) -> Result<ExitCode> {
+    refusal(
+        json,
+        2,
+        &[format!(
+            "{}: no declaration has been applied on this node yet",
+            store::store_dir(root).display()
+        )],
+        "nothing was changed",
+    )
+}
+
+/// The preview of an act: its plan printed (as JSON with `--json`), exit 0 when nothing would
+/// change and 4 when changes are pending, or the act's own refusal.
+fn previewed(
+    root: &std::path::Path,
+    act: &str,
+    decl: &declaration::Declaration,
+    source: Source,
+    json: bool,
+) -> Result<ExitCode> {
+    static RUNNER: SystemRunner = SystemRunner;
+    match apply::plan::plan(root, &RUNNER, act, decl, source) {
+        Ok(p) => show_plan(&p, json),
+        Err(r) => refusal(
+            json,
+            r.code,
+            &[format!("refused: {}", r.why)],
+            "nothing was changed",
+        ),
+    }
+}
+
+fn show_plan(p: &apply::plan::Plan, json: bool) -> Result<ExitCode> {
+    if json {
+        println!("{}", serde_json::to_string_pretty(p)?);
+    } else {
+        print!("{}", p.render());
+    }
+    Ok(ExitCode::from(p.exit_code()))
+}
+
+fn preview_asked(
+    root: &std::path::Path,
+    act: &str,
+    asked: crate::converge::Asked,
+    json: bool,
+) -> Result<ExitCode> {
+    match asked {
+        crate::converge::Asked::Refused { code, why } => refusal(
+            json,
+            code,
+            &[format!("refused: {why}")],
+            "nothing was changed",
+        ),
+        crate::converge::Asked::Apply(decl) => previewed(root, act, &decl, Source::Local, json),
+    }
 }
 
 /// An operator's act on the stored declaration: refused with its reason, or applied (source
 /// `local`) and the resident host told.
 fn act(root: &std::path::Path, asked: crate::converge::Asked, json: bool) -> Result<ExitCode> {
     match asked {
-        crate::converge::Asked::Refused { code, why } => {
-            eprintln!("error: refused: {why}");
-            eprintln!("nothing was changed");
-            Ok(ExitCode::from(code))
-        }
+        crate::converge::Asked::Refused { code, why } => refusal(
+            json,
+            code,
+            &[format!("refused: {why}")],
+            "nothing was changed",
+        ),
         crate::converge::Asked::Apply(decl) => {
             let result = apply::apply(&host(root), &decl, Source::Local);
             if result.is_ok() && crate::pid_file::tell_resident(root) {
@@ -578,11 +769,9 @@ fn act(root: &std::path::Path, asked: crate::converge::Asked, json: bool) -> Res
 fn finish(result: Result<Report, ApplyError>, json: bool) -> Result<ExitCode> {
     let report = match result {
         Ok(r) => r,
-        Err(ApplyError::Refused(p)) => return Ok(refused(&p)),
+        Err(ApplyError::Refused(p)) => return refused(&p, json),
         Err(ApplyError::Safety(why)) => {
-            eprintln!("error: refused: {why}");
-            eprintln!("nothing was changed");
-            return Ok(ExitCode::from(3));
+            return refusal(json, 3, &[format!("refused: {why}")], "nothing was changed");
         }
         Err(e @ (ApplyError::Store(_) | ApplyError::Unrecorded { .. })) => return Err(e.into()),
     };
@@ -682,10 +871,7 @@ fn derive_openings(
         });
     }
     if !problems.is_empty() {
-        for p in &problems {
-            eprintln!("error: {p}");
-        }
-        return Ok(ExitCode::from(2));
+        return refusal(json, 2, &problems, "nothing was derived");
     }
     if settings.private_network.is_none() {
         settings.private_network = Some(PrivateNetwork {

@@ -17,6 +17,8 @@ pub struct Request {
     pub private_range: Option<String>,
     pub private_interface: Option<String>,
     pub bundle: Option<PathBuf>,
+    /// Check everything and preview the foundation's apply; change nothing.
+    pub preview: bool,
 }
 
 /// How genesis ended.
@@ -28,6 +30,8 @@ pub enum Outcome {
     Unsafe(Vec<String>),
     /// The foundation was applied; the report says how it went.
     Applied(Box<Report>),
+    /// `--preview`: what the foundation's apply would do; nothing changed.
+    Previewed(Box<apply::plan::Plan>),
 }
 
 /// The request, checked: every problem named at once.
@@ -202,6 +206,15 @@ pub fn run(
         return Ok(Outcome::Refused(vec![
             "bundle: its settings must be the node's settings (write them as {\"$setting\": …} references)".into(),
         ]));
+    }
+    if req.preview {
+        return Ok(
+            match apply::plan::plan(root, host.runner, "genesis", &decl, Source::Bundle) {
+                Ok(p) => Outcome::Previewed(Box::new(p)),
+                Err(r) if r.code == 2 => Outcome::Refused(vec![r.why]),
+                Err(r) => Outcome::Unsafe(vec![r.why]),
+            },
+        );
     }
     apply::apply(host, &decl, Source::Bundle).map(|r| Outcome::Applied(Box::new(r)))
 }

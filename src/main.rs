@@ -7,10 +7,16 @@ fn main() -> ExitCode {
     // The journal's form under systemd, plain lines elsewhere, colour only for a terminal.
     mesh_host::logging::init();
     let cli = mesh_host::Cli::parse();
+    let json = cli.json();
     match mesh_host::run(cli) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {}", mesh_host::error_text(&e));
+            let text = mesh_host::error_text(&e);
+            // Asked for JSON, a script reads even the failure as a document on stdout.
+            if json {
+                println!("{}", mesh_host::cli::error_json(&text));
+            }
+            eprintln!("error: {text}");
             ExitCode::from(1)
         }
     }
