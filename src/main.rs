@@ -6,6 +6,8 @@ use std::process::ExitCode;
 fn main() -> ExitCode {
     // The journal's form under systemd, plain lines elsewhere, colour only for a terminal.
     mesh_host::logging::init();
+    // Long steps (an install, an image pull) are said on stderr while they run.
+    mesh_host::progress::install();
     let cli = mesh_host::Cli::parse();
     let json = cli.json();
     match mesh_host::run(cli) {

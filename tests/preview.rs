@@ -333,3 +333,50 @@ fn refusals_are_json_with_their_exit_code_and_briefing_json_is_null_before_any_a
     assert_eq!(r.code, Some(2), "{}", r.stderr);
     assert_eq!(r.json()["refused"]["exit_code"], json!(2));
 }
+
+/// A package install that takes five seconds: said on stderr while it runs (what and how long)
+/// and when it ends, never on stdout, where `--json` stays one document.
+#[test]
+fn a_slow_install_is_said_while_it_runs_and_never_on_json_stdout() {
+    let node = Node::new();
+    let stub = tempfile::tempdir().unwrap();
+    write_exe(
+        &stub.path().join("bin/apt-get"),
+        &format!(
+            "#!/bin/sh\nsleep 5\n{}",
+            APT_GET.trim_start_matches("#!/bin/sh\n")
+        ),
+    );
+    write_exe(&stub.path().join("bin/dpkg-query"), DPKG_QUERY);
+    let path = format!(
+        "{}:{}",
+        stub.path().join("bin").display(),
+        std::env::var("PATH").unwrap()
+    );
+    let d = json!({"version": 1, "node": "n1", "mode": "converged", "resources": [
+        {"id": "fun/sl", "module": "fun", "type": "package", "name": "sl"}]});
+    let r = node.apply_env(
+        &d,
+        &[],
+        &[
+            ("PATH", &path),
+            ("STUB", stub.path().to_str().unwrap()),
+            ("RUST_LOG", mesh_host::logging::DEFAULT_FILTER),
+        ],
+    );
+    assert_eq!(r.code, Some(0), "{}\n{}", r.stdout, r.stderr);
+    assert_eq!(r.outcome("fun/sl"), "created");
+    let running = r
+        .stderr
+        .lines()
+        .find(|l| l.contains("apt-get install sl: still running after 3 s"));
+    assert!(running.is_some(), "no progress line:\n{}", r.stderr);
+    assert!(
+        r.stderr
+            .lines()
+            .any(|l| l.contains("apt-get install sl: finished after ")),
+        "no end line:\n{}",
+        r.stderr
+    );
+    assert!(!r.stdout.contains("still running"), "{}", r.stdout);
+}
