@@ -22,12 +22,14 @@ Exit codes:
   1  an apply failed part-way (the report names the resource), or the host could not work
   2  the input was refused and nothing changed
   3  a safety rule refused the act and nothing changed
-  4  --preview: the act would change something (changes pending); nothing was changed
-
-With --json every outcome is one JSON document on standard output, refusals included:
-{\"refused\": {\"exit_code\": N, \"problems\": [...]}}; with --preview, 0 means nothing would change.";
+  4  --preview: the act would change something (changes pending); nothing was changed";
 
 /// mesh-host makes this machine match a declaration, adopting what it finds.
+///
+/// With `--json` a command's outcome is one JSON document on standard output, its refusals
+/// included (`{"refused": {"exit_code": N, "problems": [...], "summary": ...}}`) and an error
+/// that ended it (`{"error": {"exit_code": 1, "message": ...}}`); progress and logs go to
+/// standard error only.
 #[derive(Parser, Debug)]
 #[command(name = "mesh-host", version, about, after_help = EXIT_CODES)]
 pub struct Cli {
@@ -163,7 +165,8 @@ pub enum Command {
     /// what would close, be taken and be retired, and changes nothing.
     #[command(after_help = EXIT_CODES)]
     Converge {
-        /// Show what the flip would do and change nothing (exit 3 when it would be refused).
+        /// Show what the flip would do and change nothing (exit 0 when it may go ahead, 3 when
+        /// it would be refused; the flip is always a change, so it never exits 4).
         #[arg(long)]
         preview: bool,
         #[arg(long)]
