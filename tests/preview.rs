@@ -329,6 +329,29 @@ fn refusals_are_json_with_their_exit_code_and_briefing_json_is_null_before_any_a
     let r = node.run(&["version", "--json"]);
     assert_eq!(r.code, Some(0));
     assert_eq!(r.json()["version"], json!(env!("CARGO_PKG_VERSION")));
+    let r = node.run(&["adopt", "--preview", "--json"]);
+    assert_eq!(r.code, Some(3));
+    assert_eq!(r.json()["refused"]["exit_code"], json!(3));
+    // Genesis previewed: checked as genesis checks, its plan shown, nothing written.
+    let r = node.run(&[
+        "genesis",
+        "--adopted",
+        "--node",
+        "n1",
+        "--preview",
+        "--json",
+    ]);
+    assert_eq!(r.code, Some(4), "{}\n{}", r.stdout, r.stderr);
+    let plan = r.json();
+    assert_eq!(
+        (plan["act"].as_str(), plan["pending"].as_bool()),
+        (Some("genesis"), Some(true))
+    );
+    assert_eq!(plan["entries"][0]["outcome"], "created", "{plan:#}");
+    assert!(
+        node.snapshot().is_empty(),
+        "genesis --preview wrote under the root"
+    );
     let r = node.run(&["enrol", "--token", "nonsense", "--json"]);
     assert_eq!(r.code, Some(2), "{}", r.stderr);
     assert_eq!(r.json()["refused"]["exit_code"], json!(2));
