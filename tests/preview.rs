@@ -306,6 +306,14 @@ fn a_preview_of_each_act_changes_nothing_and_says_what_the_act_then_does() {
     let (code, taken) = bed.preview_then_act(&["take", "web"], &["take", "web", "--preview"]);
     assert_eq!(code, 4);
     assert_eq!(taken["web/found"], "changed");
+    // Converged, then back to adopted: the return's preview says what the return then does.
+    let (code, flip) = bed.mesh(&["converge"]);
+    assert_eq!(code, 0, "{flip:#}");
+    let (code, back) = bed.preview_then_act(&["adopt"], &["adopt", "--preview"]);
+    assert_eq!(code, 4, "{back:?}");
+    // Back where it was: nothing pending.
+    let (code, after) = bed.preview_then_act(&["reconcile"], &["reconcile", "--preview"]);
+    assert_eq!(code, 0, "{after:?}");
     let _ = std::fs::remove_file(&file);
 }
 

@@ -342,6 +342,15 @@ pub(super) fn plan_opening(
     };
     let rec = opening::record_of(spec, &opening);
     let recorded = r.state.owned(&spec.id) == Some(&rec);
+    // The return: the found firewall comes back as it was saved before the flip, without the
+    // mesh's marked rules, and the opening is written through it again.
+    if r.state.flip.is_some() && r.decl.mode == Mode::Adopted {
+        return (
+            Outcome::Created,
+            "would be written through the found firewall once the return restores it".into(),
+            None,
+        );
+    }
     if r.state.flip.is_some() || r.decl.mode == Mode::Converged {
         let o = if recorded {
             Outcome::Unchanged
