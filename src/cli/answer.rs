@@ -81,6 +81,8 @@ pub(super) fn previewed(
     static RUNNER: SystemRunner = SystemRunner;
     match apply::plan::plan(root, &RUNNER, act, decl, source) {
         Ok(p) => show_plan(&p, json),
+        // The store could not be read: an error of the host, not a refusal.
+        Err(r) if r.code == 1 => Err(anyhow::anyhow!(r.why)),
         Err(r) => refusal(
             json,
             r.code,
