@@ -1,10 +1,16 @@
 //! The command line: what an operator types, and the one `run` that does the work.
 
-use crate::apply::{self, ApplyError, Host, Report};
-use crate::briefing::Briefing;
+use crate::apply::{self, Host};
 use crate::declaration::{self, Source};
 use crate::store;
+use answer::{
+    act, derive_openings, finish, genesis_refused, nothing_applied, preview_asked, previewed,
+    print_briefing, refused, render_owned,
+};
+pub use answer::{error_json, refusal};
 use anyhow::{Context, Result};
+
+mod answer;
 use clap::{Parser, Subcommand, ValueEnum};
 use run::SystemRunner;
 use std::path::PathBuf;
@@ -15,9 +21,15 @@ Exit codes:
   0  done
   1  an apply failed part-way (the report names the resource), or the host could not work
   2  the input was refused and nothing changed
-  3  a safety rule refused the act and nothing changed";
+  3  a safety rule refused the act and nothing changed
+  4  --preview: the act would change something (changes pending); nothing was changed";
 
 /// mesh-host makes this machine match a declaration, adopting what it finds.
+///
+/// With `--json` a command's outcome is one JSON document on standard output, its refusals
+/// included (`{"refused": {"exit_code": N, "problems": [...], "summary": ...}}`) and an error
+/// that ended it (`{"error": {"exit_code": 1, "message": ...}}`); progress and logs go to
+/// standard error only.
 #[derive(Parser, Debug)]
 #[command(name = "mesh-host", version, about, after_help = EXIT_CODES)]
 pub struct Cli {
@@ -31,7 +43,10 @@ pub struct Cli {
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Print the version of this running binary and the system it was built for, one line.
-    Version,
+    Version {
+        #[arg(long)]
+        json: bool,
+    },
     /// Apply a declaration from a file (`-` for standard input).
     #[command(after_help = EXIT_CODES)]
     Apply {
@@ -39,6 +54,9 @@ pub enum Command {
         /// Where the declaration came from; actions are refused from the link.
         #[arg(long, value_enum, default_value_t = SourceArg::Local)]
         source: SourceArg,
+        /// Show what the apply would do and change nothing (exit 4 when changes are pending).
+        #[arg(long)]
+        preview: bool,
         #[arg(long)]
         json: bool,
     },
@@ -73,10 +91,16 @@ pub enum Command {
         /// The token itself, for scripts: it is visible to every user in `ps` while enrol runs.
         #[arg(long, value_name = "TOKEN")]
         token: Option<String>,
+        /// Refusals and failures as JSON on standard output.
+        #[arg(long)]
+        json: bool,
     },
     /// Apply the stored declaration again: repairs drift, puts back what is missing.
     #[command(after_help = EXIT_CODES)]
     Reconcile {
+        /// Show what the reconcile would do and change nothing (exit 4 when changes are pending).
+        #[arg(long)]
+        preview: bool,
         #[arg(long)]
         json: bool,
     },
@@ -85,7 +109,8 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// The briefing: what was found, kept, taken over and could not be done.
+    /// The briefing: what was found, kept, taken over and could not be done. With `--json` and
+    /// nothing applied yet it prints `null` and exits 0.
     Briefing {
         #[arg(long)]
         json: bool,
@@ -124,7 +149,8 @@ pub enum Command {
         #[arg(long, value_name = "FILE")]
         bundle: Option<PathBuf>,
         /// Show what genesis would do and change nothing: on a converged raise, the derived
-        /// filter and every listener it keeps, narrows or closes (exit 3 when it would refuse).
+        /// filter and every listener it keeps, narrows or closes; the foundation's apply, resource
+        /// by resource (exit 3 when it would refuse, 4 when changes are pending).
         #[arg(long)]
         preview: bool,
         #[arg(long)]
@@ -135,6 +161,10 @@ pub enum Command {
     #[command(after_help = EXIT_CODES)]
     Take {
         module: String,
+        /// Show what taking the module would do and change nothing (exit 4 when changes are
+        /// pending).
+        #[arg(long)]
+        preview: bool,
         #[arg(long)]
         json: bool,
     },
@@ -143,7 +173,8 @@ pub enum Command {
     /// what would close, be taken and be retired, and changes nothing.
     #[command(after_help = EXIT_CODES)]
     Converge {
-        /// Show what the flip would do and change nothing (exit 3 when it would be refused).
+        /// Show what the flip would do and change nothing (exit 0 when it may go ahead, 3 when
+        /// it would be refused; the flip is always a change, so it never exits 4).
         #[arg(long)]
         preview: bool,
         #[arg(long)]
@@ -153,6 +184,9 @@ pub enum Command {
     /// and enabled, the derived filter unloaded. What was taken stays taken.
     #[command(after_help = EXIT_CODES)]
     Adopt {
+        /// Show what the return would do and change nothing (exit 4 when changes are pending).
+        #[arg(long)]
+        preview: bool,
         #[arg(long)]
         json: bool,
     },
@@ -264,15 +298,29 @@ impl From<SourceArg> for Source {
 /// Runs one command and returns the process's exit code.
 pub fn run(cli: Cli) -> Result<ExitCode> {
     match cli.command {
-        Command::Version => {
-            println!("{}", crate::launch::version_line());
+        Command::Version { json } => {
+            if json {
+                let v = serde_json::json!({
+                    "version": crate::launch::VERSION,
+                    "system": crate::build::BUILD.system,
+                    "line": crate::launch::version_line(),
+                });
+                println!("{}", serde_json::to_string_pretty(&v)?);
+            } else {
+                println!("{}", crate::launch::version_line());
+            }
             Ok(ExitCode::SUCCESS)
         }
         Command::Generate { what } => {
             generate(what)?;
             Ok(ExitCode::SUCCESS)
         }
-        Command::Apply { file, source, json } => {
+        Command::Apply {
+            file,
+            source,
+            preview,
+            json,
+        } => {
             let (name, bytes) = if file.as_os_str() == "-" {
                 let mut bytes = Vec::new();
                 std::io::Read::read_to_end(&mut std::io::stdin(), &mut bytes)
@@ -288,27 +336,37 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             let text = match String::from_utf8(bytes) {
                 Ok(t) => t,
                 Err(e) => {
-                    eprintln!(
-                        "error: declaration {name} is not UTF-8 text (invalid byte at offset {})",
-                        e.utf8_error().valid_up_to()
+                    return refusal(
+                        json,
+                        2,
+                        &[format!(
+                            "declaration {name} is not UTF-8 text (invalid byte at offset {})",
+                            e.utf8_error().valid_up_to()
+                        )],
+                        "the declaration was refused; nothing was changed",
                     );
-                    eprintln!("the declaration was refused; nothing was changed");
-                    return Ok(ExitCode::from(2));
                 }
             };
             let source = Source::from(source);
             let decl = match declaration::parse(&text, source) {
                 Ok(d) => d,
-                Err(problems) => return Ok(refused(&problems)),
+                Err(problems) => return refused(&problems, json),
             };
             if decl.release {
                 // Only the resident host releases: it alone holds the identity a release drops.
-                eprintln!(
-                    "error: release: a release is carried out by `mesh-host run` when it comes \
-                     from the controller over the link; `apply` does not release"
+                return refusal(
+                    json,
+                    2,
+                    &[
+                        "release: a release is carried out by `mesh-host run` when it comes from \
+                       the controller over the link; `apply` does not release"
+                            .to_string(),
+                    ],
+                    "the declaration was refused; nothing was changed",
                 );
-                eprintln!("the declaration was refused; nothing was changed");
-                return Ok(ExitCode::from(2));
+            }
+            if preview {
+                return previewed(&cli.root, "apply", &decl, source, json);
             }
             let result = apply::apply(&host(&cli.root), &decl, source);
             // A resident host on this root reconciles the new declaration at once.
@@ -317,11 +375,17 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             }
             finish(result, json)
         }
-        Command::Take { module, json } => act(
-            &cli.root,
-            crate::converge::taking(&cli.root, &module)?,
+        Command::Take {
+            module,
+            preview,
             json,
-        ),
+        } => {
+            let asked = crate::converge::taking(&cli.root, &module)?;
+            if preview {
+                return preview_asked(&cli.root, "take", asked, json);
+            }
+            act(&cli.root, asked, json)
+        }
         Command::Converge { preview, json } => {
             if preview {
                 return match crate::converge::preview(&host(&cli.root))? {
@@ -342,7 +406,13 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             }
             act(&cli.root, crate::converge::converging(&cli.root)?, json)
         }
-        Command::Adopt { json } => act(&cli.root, crate::converge::adopting(&cli.root)?, json),
+        Command::Adopt { preview, json } => {
+            let asked = crate::converge::adopting(&cli.root)?;
+            if preview {
+                return preview_asked(&cli.root, "adopt", asked, json);
+            }
+            act(&cli.root, asked, json)
+        }
         Command::Run {
             period,
             legacy_period,
@@ -356,36 +426,50 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
                 ..Default::default()
             },
         ),
-        Command::Enrol { token_file, token } => {
+        Command::Enrol {
+            token_file,
+            token,
+            json,
+        } => {
             let text = match (token_file, token) {
                 (Some(path), None) => match crate::link::read_token_file(&path) {
                     Ok(t) => t,
-                    Err(e) => {
-                        eprintln!("error: {e}");
-                        eprintln!("nothing was stored");
-                        return Ok(ExitCode::from(2));
-                    }
+                    Err(e) => return refusal(json, 2, &[e], "nothing was stored"),
                 },
                 (None, Some(t)) => t,
                 // clap requires exactly one of the two.
                 _ => unreachable!("enrol takes --token-file or --token"),
             };
-            crate::link::enrol(&host(&cli.root), &text)
+            crate::link::enrol(&host(&cli.root), &text, json)
         }
-        Command::Reconcile { json } => match apply::reconcile(&host(&cli.root)) {
+        Command::Reconcile {
+            preview: true,
+            json,
+        } => {
+            let stored =
+                store::peek(&cli.root)?.and_then(|s| s.declaration.clone().map(|d| (d, s.source)));
+            match stored {
+                Some((decl, source)) => previewed(
+                    &cli.root,
+                    "reconcile",
+                    &decl,
+                    source.unwrap_or(Source::Local),
+                    json,
+                ),
+                None => nothing_applied(&cli.root, json),
+            }
+        }
+        Command::Reconcile {
+            preview: false,
+            json,
+        } => match apply::reconcile(&host(&cli.root)) {
             // A reconcile that did not fail proves this binary works on this machine: it is the
             // version the launcher rolls back to, and its start attempts are no longer counted.
             Ok(Some(report)) if report.failed().is_none() => {
                 crate::launch::reconciled(&store::store_dir(&cli.root))?;
                 finish(Ok(report), json)
             }
-            Ok(None) => {
-                eprintln!(
-                    "error: {}: no declaration has been applied on this node yet",
-                    store::store_dir(&cli.root).display()
-                );
-                Ok(ExitCode::from(2))
-            }
+            Ok(None) => nothing_applied(&cli.root, json),
             Ok(Some(report)) => finish(Ok(report), json),
             Err(e) => finish(Err(e), json),
         },
@@ -446,11 +530,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
                     } else {
                         print!("{}", p.render());
                     }
-                    Ok(if p.refused.is_empty() {
-                        ExitCode::SUCCESS
-                    } else {
-                        ExitCode::from(3)
-                    })
+                    Ok(ExitCode::from(p.exit_code()))
                 }
                 Err(e) => finish(Err(e), json),
             }
@@ -489,6 +569,12 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Command::Briefing { json } => {
             let state = store::peek(&cli.root)?;
             let Some(b) = state.and_then(|s| s.briefing) else {
+                // A script asking for the briefing of a node not raised yet gets a document
+                // that says so (`null`), not a refusal.
+                if json {
+                    println!("null");
+                    return Ok(ExitCode::SUCCESS);
+                }
                 eprintln!(
                     "error: {}: no briefing yet; nothing has been applied on this node",
                     store::store_dir(&cli.root).display()
@@ -579,196 +665,29 @@ fn host(root: &std::path::Path) -> Host<'_> {
     }
 }
 
-/// Genesis said no: every reason on stderr (and as JSON when asked), nothing changed.
-fn genesis_refused(reasons: &[String], json: bool, code: u8) -> Result<ExitCode> {
-    if json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&serde_json::json!({"refused": reasons}))?
-        );
-    }
-    for x in reasons {
-        eprintln!("error: {x}");
-    }
-    eprintln!("genesis was refused; nothing was changed");
-    Ok(ExitCode::from(code))
-}
-
-fn refused(problems: &declaration::Problems) -> ExitCode {
-    for p in &problems.0 {
-        eprintln!("error: {p}");
-    }
-    eprintln!(
-        "the declaration was refused ({}); nothing was changed",
-        apply::count(problems.0.len(), "problem", "problems")
-    );
-    ExitCode::from(2)
-}
-
-/// An operator's act on the stored declaration: refused with its reason, or applied (source
-/// `local`) and the resident host told.
-fn act(root: &std::path::Path, asked: crate::converge::Asked, json: bool) -> Result<ExitCode> {
-    match asked {
-        crate::converge::Asked::Refused { code, why } => {
-            eprintln!("error: refused: {why}");
-            eprintln!("nothing was changed");
-            Ok(ExitCode::from(code))
-        }
-        crate::converge::Asked::Apply(decl) => {
-            let result = apply::apply(&host(root), &decl, Source::Local);
-            if result.is_ok() && crate::pid_file::tell_resident(root) {
-                tracing::info!("told the resident host that a new declaration is stored");
+impl Cli {
+    /// Whether the command asked for JSON, so even its errors are JSON on stdout.
+    pub fn json(&self) -> bool {
+        match &self.command {
+            Command::Version { json }
+            | Command::Apply { json, .. }
+            | Command::Enrol { json, .. }
+            | Command::Reconcile { json, .. }
+            | Command::Owned { json }
+            | Command::Briefing { json }
+            | Command::Profile { json }
+            | Command::Inventory { json }
+            | Command::Genesis { json, .. }
+            | Command::Take { json, .. }
+            | Command::Converge { json, .. }
+            | Command::Adopt { json, .. }
+            | Command::Openings {
+                command: OpeningsCommand::Derive { json, .. },
             }
-            finish(result, json)
+            | Command::Firewall {
+                command: FirewallCommand::Status { json } | FirewallCommand::Explain { json, .. },
+            } => *json,
+            Command::Run { .. } | Command::Generate { .. } => false,
         }
     }
-}
-
-fn finish(result: Result<Report, ApplyError>, json: bool) -> Result<ExitCode> {
-    let report = match result {
-        Ok(r) => r,
-        Err(ApplyError::Refused(p)) => return Ok(refused(&p)),
-        Err(ApplyError::Safety(why)) => {
-            eprintln!("error: refused: {why}");
-            eprintln!("nothing was changed");
-            return Ok(ExitCode::from(3));
-        }
-        Err(e @ (ApplyError::Store(_) | ApplyError::Unrecorded { .. })) => return Err(e.into()),
-    };
-    if json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
-    } else {
-        print!("{}", report.render());
-    }
-    if report.restarts_host() {
-        eprintln!(
-            "mesh-host's own package changed and its new binary runs; this host has finished, \
-             and the launcher starts the new binary when the host exits"
-        );
-    }
-    Ok(if report.failed().is_some() {
-        ExitCode::from(1)
-    } else {
-        ExitCode::SUCCESS
-    })
-}
-
-fn print_briefing(b: &Briefing, json: bool) -> Result<()> {
-    if json {
-        println!("{}", serde_json::to_string_pretty(&b.shown())?);
-    } else {
-        print!("{}", b.render());
-    }
-    Ok(())
-}
-
-fn render_owned(state: &store::State) -> String {
-    use std::fmt::Write as _;
-    let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "node {} ({})",
-        state.node.as_deref().unwrap_or("-"),
-        state
-            .mode
-            .map(|m| m.as_str())
-            .unwrap_or("nothing applied yet")
-    );
-    for o in &state.owned {
-        let how = if o.found {
-            "owned (taken over)"
-        } else {
-            "owned"
-        };
-        let _ = writeln!(out, "{how:<20} {:<24} {} {}", o.id, o.shape, o.key);
-    }
-    for h in &state.held {
-        let original = state
-            .original(&h.key)
-            .map(|o| format!(" (original at {})", o.saved))
-            .unwrap_or_default();
-        let _ = writeln!(
-            out,
-            "{:<20} {:<24} {} {}{original}",
-            "held", h.id, h.shape, h.key
-        );
-    }
-    out
-}
-
-fn derive_openings(
-    root: &std::path::Path,
-    ports: Option<&str>,
-    iface: Option<String>,
-    json: bool,
-) -> Result<ExitCode> {
-    use crate::declaration::{validate::check_interface, PrivateNetwork, Resource, Settings};
-    let state = store::peek(root)?.unwrap_or_default();
-    let mut settings = state.settings.clone().unwrap_or(Settings {
-        ports: Default::default(),
-        private_network: None,
-        deadlines: None,
-    });
-    let mut problems = Vec::new();
-    if let Some(spec) = ports {
-        match genesis::ports::with_overrides(settings.ports, spec) {
-            Ok(g) => settings.ports = g,
-            Err(e) => problems.extend(e),
-        }
-    }
-    if let Some(i) = iface {
-        if let Err(e) = check_interface(&i) {
-            problems.push(format!("--private-interface: {e}"));
-        }
-        let range = settings
-            .private_network
-            .as_ref()
-            .map(|p| p.range.clone())
-            .unwrap_or_else(|| genesis::ports::DEFAULT_PRIVATE_RANGE.into());
-        settings.private_network = Some(PrivateNetwork {
-            interface: i,
-            range,
-        });
-    }
-    if !problems.is_empty() {
-        for p in &problems {
-            eprintln!("error: {p}");
-        }
-        return Ok(ExitCode::from(2));
-    }
-    if settings.private_network.is_none() {
-        settings.private_network = Some(PrivateNetwork {
-            interface: genesis::ports::DEFAULT_PRIVATE_INTERFACE.into(),
-            range: genesis::ports::DEFAULT_PRIVATE_RANGE.into(),
-        });
-    }
-    let declared: Vec<_> = state
-        .declaration
-        .iter()
-        .flat_map(|d| d.resources.iter())
-        .filter_map(|r| match r {
-            Resource::Opening(o) => Some(o.clone()),
-            _ => None,
-        })
-        .collect();
-    let openings = crate::declaration::openings::derive_for(&settings, &declared)?;
-    if json {
-        let v: Vec<_> = openings
-            .iter()
-            .map(crate::declaration::openings::to_resource)
-            .collect();
-        println!("{}", serde_json::to_string_pretty(&v)?);
-    } else {
-        for o in &openings {
-            let from = o.from.describe();
-            println!(
-                "{:<22} {}/{:<6} {:<9} from {from}",
-                o.id,
-                o.proto.as_str(),
-                o.port,
-                o.path.as_str()
-            );
-        }
-    }
-    Ok(ExitCode::SUCCESS)
 }

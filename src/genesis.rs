@@ -213,8 +213,13 @@ pub fn run(
     let ssh = save::ssh_ports();
     let ssh_from = operator_addresses(&ssh);
     if req.preview {
-        return preview::of(host, &decl, &settings, &m, &ssh, &ssh_from, unsafe_why)
-            .map(|p| Outcome::Previewed(Box::new(p)));
+        let mut p = preview::of(host, &decl, &settings, &m, &ssh, &ssh_from, unsafe_why)?;
+        // The foundation's apply, planned as the act would make it: a refusal of it is genesis's.
+        match apply::plan::plan(root, host.runner, "genesis", &decl, Source::Bundle) {
+            Ok(plan) => p.apply = Some(plan),
+            Err(r) => p.refused.push(r.why),
+        }
+        return Ok(Outcome::Previewed(Box::new(p)));
     }
     if decl.mode == Mode::Converged {
         filter_first(root, host, &decl, ssh, ssh_from)?;

@@ -18,6 +18,7 @@ pub mod logging;
 pub mod man;
 pub mod node_firewall;
 pub mod pid_file;
+pub mod progress;
 pub mod release;
 pub mod resident;
 pub mod status;

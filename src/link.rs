@@ -129,16 +129,19 @@ pub fn read_token_file(path: &Path) -> std::result::Result<String, String> {
     Ok(token.to_string())
 }
 
-/// `mesh-host enrol --token-file PATH` or `--token TOKEN`, with the token's text.
-pub fn enrol(host: &Host<'_>, text: &str) -> Result<ExitCode> {
+/// `mesh-host enrol --token-file PATH` or `--token TOKEN` (`--json`), with the token's text.
+pub fn enrol(host: &Host<'_>, text: &str, json: bool) -> Result<ExitCode> {
+    use crate::cli::refusal;
     let token = match link::Token::parse(text, link::now_secs()) {
         Ok(t) => t,
         Err(link::Error::Token(problems)) => {
-            for p in &problems {
-                eprintln!("error: token: {p}");
-            }
-            eprintln!("the token was refused; nothing was stored");
-            return Ok(ExitCode::from(2));
+            let problems: Vec<String> = problems.iter().map(|p| format!("token: {p}")).collect();
+            return refusal(
+                json,
+                2,
+                &problems,
+                "the token was refused; nothing was stored",
+            );
         }
         Err(e) => return Err(e.into()),
     };
@@ -168,14 +171,15 @@ pub fn enrol(host: &Host<'_>, text: &str) -> Result<ExitCode> {
     )) {
         Ok(i) => i,
         Err(e @ (link::Error::Enrolment { .. } | link::Error::Refused { .. })) => {
-            eprintln!("error: {e}");
-            eprintln!("the token was refused; nothing was stored");
-            return Ok(ExitCode::from(2));
+            return refusal(
+                json,
+                2,
+                &[e.to_string()],
+                "the token was refused; nothing was stored",
+            );
         }
         Err(e @ link::Error::Fingerprint { .. }) => {
-            eprintln!("error: refused: {e}");
-            eprintln!("nothing was stored");
-            return Ok(ExitCode::from(3));
+            return refusal(json, 3, &[format!("refused: {e}")], "nothing was stored");
         }
         Err(e) => return Err(anyhow::Error::new(e).context("enrolling")),
     };
@@ -211,12 +215,22 @@ pub fn enrol(host: &Host<'_>, text: &str) -> Result<ExitCode> {
         last_contact: Some(link::now_secs()),
     };
     save(host.root, &linked)?;
-    println!(
-        "enrolled as node {} through broker {} (certificate {}); `mesh-host run` keeps the link",
-        linked.node,
-        token.brokers.join(", "),
-        &token.fingerprint[..16]
-    );
+    if json {
+        let v = serde_json::json!({"enrolled": {
+            "node": linked.node,
+            "brokers": token.brokers,
+            "certificate_sha256": token.fingerprint,
+        }});
+        println!("{}", serde_json::to_string_pretty(&v)?);
+    } else {
+        println!(
+            "enrolled as node {} through broker {} (certificate {}); `mesh-host run` keeps the \
+             link",
+            linked.node,
+            token.brokers.join(", "),
+            &token.fingerprint[..16]
+        );
+    }
     // A resident host already running takes the new identity up at once.
     if crate::pid_file::tell_resident(host.root) {
         tracing::info!("told the resident host that a new enrolment is stored");

@@ -18,8 +18,10 @@ use tracing_subscriber::registry::LookupSpan;
 
 /// The filter when `RUST_LOG` is not set: warnings and errors from everything, and what the
 /// resident host does (its reconciles, the guard and openings put back, firewalld's reloads, the
-/// link's changes and the declarations it applies) at info, so an operator's journal shows them.
-pub const DEFAULT_FILTER: &str = "warn,mesh_host::resident=info,mesh_host::link=info";
+/// link's changes and the declarations it applies) and the progress of long steps at info, so an
+/// operator's journal shows them.
+pub const DEFAULT_FILTER: &str =
+    "warn,mesh_host::resident=info,mesh_host::link=info,mesh_host::progress=info";
 
 /// Where the lines go and how they are written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -6,11 +6,19 @@ use std::process::ExitCode;
 fn main() -> ExitCode {
     // The journal's form under systemd, plain lines elsewhere, colour only for a terminal.
     mesh_host::logging::init();
+    // Long steps (an install, an image pull) are said on stderr while they run.
+    mesh_host::progress::install();
     let cli = mesh_host::Cli::parse();
+    let json = cli.json();
     match mesh_host::run(cli) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {}", mesh_host::error_text(&e));
+            let text = mesh_host::error_text(&e);
+            // Asked for JSON, a script reads even the failure as a document on stdout.
+            if json {
+                println!("{}", mesh_host::cli::error_json(&text));
+            }
+            eprintln!("error: {text}");
             ExitCode::from(1)
         }
     }

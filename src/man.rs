@@ -25,11 +25,16 @@ fn exit_status(name: &str) -> &'static [(&'static str, &'static str)] {
             ),
         ],
         "mesh-host-briefing" => &[
-            ("0", "the briefing was shown"),
+            (
+                "0",
+                "the briefing was shown; with --json also when nothing has been applied yet, \
+                 and the document is then null",
+            ),
             ("1", "the store could not be read"),
             (
                 "2",
-                "nothing has been applied on this node yet, so there is no briefing",
+                "nothing has been applied on this node yet, so there is no briefing (without \
+                 --json)",
             ),
         ],
         "mesh-host-firewall-explain" => &[
@@ -49,8 +54,8 @@ const ENVIRONMENT: &[(&str, &str)] = &[
     (
         "RUST_LOG",
         "what is logged to standard error, as tracing's filter directives (default: \
-                  warnings, and the resident host's reconciles, restores and link changes at \
-                  info); RUST_LOG=debug says more",
+                  warnings, and the resident host's reconciles, restores and link changes and \
+                  the progress of steps past 3 s at info); RUST_LOG=debug says more",
     ),
     (
         "JOURNAL_STREAM",

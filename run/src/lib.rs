@@ -4,10 +4,12 @@
 //! firewall engine and the lab's bounded runs all start their children here.
 
 mod deadlines;
+mod progress;
 mod runner;
 mod spawn;
 
 pub use deadlines::{Deadlines, Kind};
+pub use progress::{set_progress_hook, Hook, Progress, REPORT_AFTER, REPORT_EVERY};
 pub use runner::{describe, on_path, Call, Deadlined, RecordingRunner, Runner, SystemRunner};
 pub use spawn::{command, command_line, seconds, Output, PastDeadline};
 

@@ -97,7 +97,9 @@ pub fn command(cmd: &mut Command, stdin: Option<&[u8]>, deadline: Duration) -> i
         .process_group(0);
     let started = Instant::now();
     let mut child = cmd.spawn()?;
-    let result = supervise(&mut child, stdin, started, deadline);
+    let mut told = Told::new(&argv, started);
+    let result = supervise(&mut child, stdin, started, deadline, &mut told);
+    told.ended();
     if let Ok(Ok(out)) = result {
         return Ok(out);
     }
@@ -134,6 +136,7 @@ fn supervise(
     stdin: Option<&[u8]>,
     started: Instant,
     deadline: Duration,
+    told: &mut Told<'_>,
 ) -> io::Result<Result<Output, Vec<u8>>> {
     let mut input = match (stdin, child.stdin.take()) {
         (Some(bytes), Some(pipe)) => {
@@ -163,6 +166,7 @@ fn supervise(
         if left.is_zero() {
             return Ok(Err(stderr));
         }
+        told.tick();
         let mut fds = Vec::with_capacity(3);
         let watch = |fd: i32, events: i16| libc::pollfd {
             fd,
@@ -187,6 +191,7 @@ fn supervise(
         } else {
             left
         };
+        let wait = told.until_next().map_or(wait, |n| wait.min(n));
         let ms = wait.as_millis().clamp(1, i32::MAX as u128) as i32;
         // SAFETY: `fds` is a live array of `fds.len()` pollfd structs for the duration of the
         // call; poll only writes their `revents`.
@@ -303,4 +308,54 @@ pub fn command_line(argv: &[String]) -> String {
         })
         .collect::<Vec<_>>()
         .join(" ")
+}
+
+/// The progress hook's view of one child: reported once it passed [`REPORT_AFTER`], again
+/// every [`REPORT_EVERY`], and at its end if it was reported at all.
+struct Told<'a> {
+    argv: &'a [String],
+    started: Instant,
+    hook: Option<crate::Hook>,
+    next: Duration,
+    reported: bool,
+}
+
+impl<'a> Told<'a> {
+    fn new(argv: &'a [String], started: Instant) -> Told<'a> {
+        Told {
+            argv,
+            started,
+            hook: crate::progress::hook(),
+            next: crate::REPORT_AFTER,
+            reported: false,
+        }
+    }
+
+    /// How long until the next report is due, when a hook listens.
+    fn until_next(&self) -> Option<Duration> {
+        self.hook?;
+        Some(self.next.saturating_sub(self.started.elapsed()))
+    }
+
+    fn tick(&mut self) {
+        let Some(hook) = self.hook else { return };
+        let elapsed = self.started.elapsed();
+        if elapsed >= self.next {
+            hook(crate::Progress::Running {
+                argv: self.argv,
+                elapsed,
+            });
+            self.reported = true;
+            self.next = elapsed + crate::REPORT_EVERY;
+        }
+    }
+
+    fn ended(&self) {
+        if let (Some(hook), true) = (self.hook, self.reported) {
+            hook(crate::Progress::Ended {
+                argv: self.argv,
+                elapsed: self.started.elapsed(),
+            });
+        }
+    }
 }

@@ -69,7 +69,7 @@ fn wanted(spec: &ContainerSpec, digest: &str) -> NewContainer {
 
 /// What a held container is compared by: its id, the image it runs and whether it runs. A
 /// container stopped, or replaced by another under the same name, no longer matches.
-fn fingerprint(c: &Container) -> String {
+pub(super) fn fingerprint(c: &Container) -> String {
     format!(
         "container {} {} {}",
         c.id,
@@ -181,7 +181,7 @@ fn ports_text(ports: &[PublishedPort]) -> String {
         .join(",")
 }
 
-fn describe_found(c: &Container) -> String {
+pub(super) fn describe_found(c: &Container) -> String {
     format!(
         "{} (image {}, {})",
         short(&c.id),
@@ -399,7 +399,10 @@ fn converge(
     ))
 }
 
-fn inspect(rt: &dyn ContainerRuntime, name: &str) -> Result<Option<Container>, ResourceError> {
+pub(super) fn inspect(
+    rt: &dyn ContainerRuntime,
+    name: &str,
+) -> Result<Option<Container>, ResourceError> {
     rt.inspect(name).map_err(ResourceError::system(format!(
         "inspecting container {name}"
     )))

@@ -9,7 +9,7 @@ use std::fs;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
-fn read(path: &Path) -> Result<Option<(u32, u32, u32)>, ResourceError> {
+pub(super) fn read(path: &Path) -> Result<Option<(u32, u32, u32)>, ResourceError> {
     match fs::symlink_metadata(path) {
         Ok(m) if m.is_dir() => Ok(Some((m.mode() & 0o7777, m.uid(), m.gid()))),
         Ok(_) => Err(ResourceError::Refused(format!(
@@ -22,7 +22,7 @@ fn read(path: &Path) -> Result<Option<(u32, u32, u32)>, ResourceError> {
 }
 
 /// What a held directory is compared by: its mode and ownership.
-fn fingerprint((mode, uid, gid): (u32, u32, u32)) -> String {
+pub(super) fn fingerprint((mode, uid, gid): (u32, u32, u32)) -> String {
     format!("directory {mode:04o} {uid}:{gid}")
 }
 

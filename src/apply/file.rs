@@ -9,8 +9,8 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
 
 /// What is at a file's path now.
-struct Current {
-    bytes: Vec<u8>,
+pub(super) struct Current {
+    pub bytes: Vec<u8>,
     mode: u32,
     uid: u32,
     gid: u32,
@@ -76,7 +76,7 @@ impl Want {
     }
 }
 
-fn read(path: &Path) -> Result<Option<Current>, ResourceError> {
+pub(super) fn read(path: &Path) -> Result<Option<Current>, ResourceError> {
     let reading = || ResourceError::io(format!("reading {}", path.display()));
     let meta = match fs::metadata(path) {
         Ok(m) => m,
@@ -118,7 +118,7 @@ fn write(path: &Path, bytes: &[u8], want: &Want) -> Result<(), ResourceError> {
     store::sync_dir(dir).map_err(ResourceError::io(format!("syncing {}", dir.display())))
 }
 
-fn matches(cur: &Current, bytes: &[u8], want: &Want) -> bool {
+pub(super) fn matches(cur: &Current, bytes: &[u8], want: &Want) -> bool {
     cur.bytes == bytes && want.matches(cur.mode, cur.uid, cur.gid)
 }
 

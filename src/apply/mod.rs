@@ -15,6 +15,7 @@ mod error;
 mod file;
 mod opening;
 mod package;
+pub mod plan;
 mod remove;
 mod report;
 mod safety;

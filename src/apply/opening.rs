@@ -84,7 +84,7 @@ pub(super) fn records(cx: &Cx<'_>) -> Vec<Owned> {
 }
 
 /// The store's record of a declared opening: its mark says which version is in force.
-fn record_of(spec: &OpeningSpec, opening: &Opening) -> Owned {
+pub(super) fn record_of(spec: &OpeningSpec, opening: &Opening) -> Owned {
     Owned {
         id: spec.id.clone(),
         module: spec.module.clone(),

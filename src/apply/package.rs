@@ -35,7 +35,7 @@ pub const INSTALLED_BINARY: &str = "usr/bin/mesh-host";
 /// How long the new binary has to answer `version`: it prints one line and exits.
 const VERSION_DEADLINE: Duration = Duration::from_secs(10);
 
-fn fingerprint(version: &str) -> String {
+pub(super) fn fingerprint(version: &str) -> String {
     format!("package {version}")
 }
 
@@ -44,7 +44,10 @@ fn wanted_digest(version: Option<&str>) -> Option<String> {
     version.map(|v| store::digest(fingerprint(v).as_bytes()))
 }
 
-fn installed(pm: &dyn PackageManager, name: &str) -> Result<Option<String>, ResourceError> {
+pub(super) fn installed(
+    pm: &dyn PackageManager,
+    name: &str,
+) -> Result<Option<String>, ResourceError> {
     pm.installed(name).map_err(ResourceError::system(format!(
         "reading package {name} through {}",
         pm.name()

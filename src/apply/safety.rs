@@ -40,7 +40,7 @@ pub fn refusals(state: &State, decl: &Declaration) -> Vec<String> {
         .collect()
 }
 
-pub(super) fn check_safety(state: &store::State, decl: &Declaration) -> Result<(), ApplyError> {
+pub(crate) fn check_safety(state: &store::State, decl: &Declaration) -> Result<(), ApplyError> {
     if let Some(node) = &state.node {
         if *node != decl.node {
             return Err(ApplyError::Safety(format!(

@@ -15,7 +15,7 @@ use crate::system::{self, ServiceManager, ServiceStatus};
 use run::Runner;
 
 /// How a service stands, as compared and stored: `service running enabled`.
-fn fingerprint(running: bool, enabled: bool) -> String {
+pub(super) fn fingerprint(running: bool, enabled: bool) -> String {
     format!(
         "service {} {}",
         if running { "running" } else { "stopped" },
@@ -23,15 +23,15 @@ fn fingerprint(running: bool, enabled: bool) -> String {
     )
 }
 
-fn now(st: &ServiceStatus) -> String {
+pub(super) fn now(st: &ServiceStatus) -> String {
     fingerprint(st.running, st.enabled)
 }
 
-fn words(print: &str) -> &str {
+pub(super) fn words(print: &str) -> &str {
     print.strip_prefix("service ").unwrap_or(print)
 }
 
-fn status(sm: &dyn ServiceManager, name: &str) -> Result<ServiceStatus, ResourceError> {
+pub(super) fn status(sm: &dyn ServiceManager, name: &str) -> Result<ServiceStatus, ResourceError> {
     sm.status(name).map_err(ResourceError::system(format!(
         "reading service {name} through {}",
         sm.name()

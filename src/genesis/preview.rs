@@ -12,7 +12,7 @@ use std::fmt::Write as _;
 use std::net::IpAddr;
 
 /// What genesis would do.
-#[derive(Serialize, Debug, Clone, PartialEq, Eq)]
+#[derive(Serialize, Debug, Clone)]
 pub struct Preview {
     pub node: String,
     pub mode: &'static str,
@@ -20,6 +20,8 @@ pub struct Preview {
     pub refused: Vec<String>,
     /// The derived filter a converged raise loads before anything else (none on an adopted one).
     pub filter: Option<Filter>,
+    /// What the foundation's apply would do, resource by resource.
+    pub apply: Option<crate::apply::plan::Plan>,
 }
 
 /// The derived filter as genesis would load it.
@@ -81,6 +83,7 @@ pub(super) fn of(
         mode: decl.mode.as_str(),
         refused,
         filter,
+        apply: None,
     })
 }
 
@@ -237,10 +240,25 @@ impl Preview {
                 }
             }
         }
+        if let Some(plan) = &self.apply {
+            out.push_str(&plan.render());
+        }
         for r in &self.refused {
             let _ = writeln!(out, "refused: {r}");
         }
         out
+    }
+
+    /// Its exit code: 3 when genesis would refuse, 4 when it would change the machine (the
+    /// filter loaded, or the foundation's apply pending), 0 when nothing would change.
+    pub fn exit_code(&self) -> u8 {
+        if !self.refused.is_empty() {
+            3
+        } else if self.filter.is_some() || self.apply.as_ref().is_some_and(|a| a.pending) {
+            4
+        } else {
+            0
+        }
     }
 }
 
@@ -295,6 +313,7 @@ mod tests {
                 openings: vec![opening_words(&bus)],
                 listeners: vec![ssh, web],
             }),
+            apply: None,
         };
         let text = preview.render();
         for line in [

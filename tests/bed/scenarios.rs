@@ -25,7 +25,7 @@ fn refused(out: &lab::Output) -> Vec<String> {
         "genesis must refuse (exit 3):\n{}",
         shown(out)
     );
-    json_of(out)["refused"]
+    json_of(out)["refused"]["problems"]
         .as_array()
         .unwrap_or_else(|| panic!("no refused list:\n{}", shown(out)))
         .iter()

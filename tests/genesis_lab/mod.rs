@@ -255,7 +255,7 @@ fn json_of(out: &lab::Output) -> Value {
         .unwrap_or_else(|e| panic!("mesh-host printed no JSON ({e}):\n{}", shown(out)))
 }
 
-/// The lines a refused genesis named (`--json` prints them as `refused`).
+/// The lines a refused genesis named (`--json` prints them as `refused.problems`).
 fn refused(out: &lab::Output) -> Vec<String> {
     assert_eq!(
         out.status.code(),
@@ -263,7 +263,7 @@ fn refused(out: &lab::Output) -> Vec<String> {
         "genesis must refuse (exit 3):\n{}",
         shown(out)
     );
-    json_of(out)["refused"]
+    json_of(out)["refused"]["problems"]
         .as_array()
         .unwrap_or_else(|| panic!("no refused list:\n{}", shown(out)))
         .iter()

@@ -1,0 +1,496 @@
+//! Each shape's part of a preview: the applier's decision made again from what it reads, as
+//! the outcome the act would report and a line saying why. Nothing here writes.
+
+use super::Reading;
+use super::{LayerPlan, OpeningPlan};
+use crate::apply::{container, directory, file, opening, package, service, Outcome};
+use crate::declaration::{
+    ActionSpec, ContainerSpec, DirectorySpec, FileSpec, Mode, OpeningSpec, PackageSpec,
+    ServiceSpec, ServiceState, Shape,
+};
+use crate::store::{self, Owned};
+use crate::system;
+
+pub(super) fn plan_file(r: &Reading<'_>, spec: &FileSpec) -> (Outcome, String) {
+    let (id, key) = (spec.id.as_str(), spec.path.as_str());
+    let path = r.machine(key);
+    let bytes = spec.bytes();
+    let want = match file::Want::of(
+        r.root,
+        spec.mode.as_deref(),
+        0o644,
+        spec.owner.as_deref(),
+        spec.group.as_deref(),
+    ) {
+        Ok(w) => w,
+        Err(e) => return (Outcome::Failed, e.to_string()),
+    };
+    let cur = match file::read(&path) {
+        Ok(c) => c,
+        Err(e) => return (Outcome::Failed, e.to_string()),
+    };
+    let owned = r.state.owned_by_key(Shape::File, key);
+    let keep = r.keeps_found(spec.module.as_deref()) || spec.create_once;
+    match (owned, cur) {
+        (Some(_), Some(cur)) if spec.create_once || file::matches(&cur, &bytes, &want) => {
+            (Outcome::Unchanged, "matches the declaration".into())
+        }
+        (Some(_), Some(_)) => (
+            Outcome::Changed,
+            "differs from the declaration; would be written again".into(),
+        ),
+        (Some(_), None) => (Outcome::Created, "missing; would be written again".into()),
+        (None, None) => match r.kept(id, key, keep, None) {
+            Some(o) => (
+                o,
+                "held file was removed by something else; not recreated".into(),
+            ),
+            None => (
+                Outcome::Created,
+                format!("would be written ({} bytes)", bytes.len()),
+            ),
+        },
+        (None, Some(cur)) => {
+            let now = store::digest(&cur.bytes);
+            match r.kept(id, key, keep, Some(&now)) {
+                Some(Outcome::Held) => (
+                    Outcome::Held,
+                    "found; would be kept as it is, its original saved".into(),
+                ),
+                Some(o) => (
+                    o,
+                    format!("held file was rewritten by something else (now {now}); not reverted"),
+                ),
+                None if file::matches(&cur, &bytes, &want) => (
+                    Outcome::Unchanged,
+                    "found file already matches; would be taken over".into(),
+                ),
+                None => (
+                    Outcome::Changed,
+                    "found file would be replaced, its original saved first".into(),
+                ),
+            }
+        }
+    }
+}
+
+pub(super) fn plan_directory(r: &Reading<'_>, spec: &DirectorySpec) -> (Outcome, String) {
+    let (id, key) = (spec.id.as_str(), spec.path.as_str());
+    let want = match file::Want::of(
+        r.root,
+        spec.mode.as_deref(),
+        0o755,
+        spec.owner.as_deref(),
+        spec.group.as_deref(),
+    ) {
+        Ok(w) => w,
+        Err(e) => return (Outcome::Failed, e.to_string()),
+    };
+    let cur = match directory::read(&r.machine(key)) {
+        Ok(c) => c,
+        Err(e) => return (Outcome::Failed, e.to_string()),
+    };
+    let keep = r.keeps_found(spec.module.as_deref());
+    match (r.state.owned_by_key(Shape::Directory, key), cur) {
+        (Some(_), Some((m, u, g))) if want.matches(m, u, g) => {
+            (Outcome::Unchanged, "matches the declaration".into())
+        }
+        (Some(_), Some(_)) => (
+            Outcome::Changed,
+            "mode or owner differs; would be set again".into(),
+        ),
+        (Some(_), None) => (Outcome::Created, "missing; would be created again".into()),
+        (None, None) => match r.kept(id, key, keep, None) {
+            Some(o) => (
+                o,
+                "held directory was removed by something else; not recreated".into(),
+            ),
+            None => (Outcome::Created, "would be created".into()),
+        },
+        (None, Some(now)) => {
+            let print = directory::fingerprint(now);
+            match r.kept(id, key, keep, Some(&print)) {
+                Some(Outcome::Held) => (Outcome::Held, "found; would be kept as it is".into()),
+                Some(o) => (
+                    o,
+                    format!("held directory changed by something else (now {print})"),
+                ),
+                None if want.matches(now.0, now.1, now.2) => (
+                    Outcome::Unchanged,
+                    "found directory already matches; would be taken over".into(),
+                ),
+                None => (
+                    Outcome::Changed,
+                    format!("found directory would be taken over; is {print}"),
+                ),
+            }
+        }
+    }
+}
+
+pub(super) fn plan_action(r: &Reading<'_>, spec: &ActionSpec) -> (Outcome, String) {
+    let root = r.root.display().to_string();
+    let env = [("MESH_HOST_ROOT", root.as_str())];
+    match r.runner.run(&spec.verify, r.root, &env) {
+        Ok(out) if out.success() => (Outcome::Unchanged, "verify passes; nothing to run".into()),
+        Ok(_) => (
+            Outcome::Changed,
+            format!("verify fails; {:?} would run", spec.run),
+        ),
+        Err(e) => (
+            Outcome::Failed,
+            format!("verify {:?} could not run: {e}", spec.verify[0]),
+        ),
+    }
+}
+
+pub(super) fn plan_container(r: &Reading<'_>, spec: &ContainerSpec) -> (Outcome, String) {
+    let rt = match system::container_runtime(r.runner) {
+        Ok(rt) => rt,
+        Err(e) => return (Outcome::Failed, e.to_string()),
+    };
+    let (id, name) = (spec.id.as_str(), spec.name.as_str());
+    let digest = container::spec_digest(spec);
+    let cur = match container::inspect(rt.as_ref(), name) {
+        Ok(c) => c,
+        Err(e) => return (Outcome::Failed, e.to_string()),
+    };
+    let mut owned = r.state.owned_by_key(Shape::Container, name);
+    if let (Some(_), Some(c)) = (owned, &cur) {
+        if c.labels.get(container::LABEL_ID).map(String::as_str) != Some(id) {
+            owned = None;
+        }
+    }
+    let ours = |c: &system::Container| {
+        c.labels.get(container::LABEL_ID).map(String::as_str) == Some(id)
+            && c.labels.get(container::LABEL_SPEC) == Some(&digest)
+    };
+    let converge = |c: &system::Container| {
+        let diffs = container::differences(c, spec, &digest);
+        if !diffs.is_empty() {
+            (
+                Outcome::Changed,
+                format!("differs ({}); would be replaced", diffs.join("; ")),
+            )
+        } else if !c.running {
+            (
+                Outcome::Changed,
+                format!("is {}; would be started again", c.status),
+            )
+        } else {
+            (
+                Outcome::Unchanged,
+                "matches the declaration and is running".into(),
+            )
+        }
+    };
+    let keep = r.keeps_found(spec.module.as_deref());
+    match (owned, cur) {
+        (Some(_), None) => (Outcome::Created, "missing; would be created again".into()),
+        (Some(_), Some(c)) => converge(&c),
+        (None, Some(c)) if ours(&c) => converge(&c),
+        (None, None) => match r.kept(id, name, keep, None) {
+            Some(o) => (
+                o,
+                "held container was removed by something else; not recreated".into(),
+            ),
+            None => (
+                Outcome::Created,
+                format!("would be created from {} and started", spec.image),
+            ),
+        },
+        (None, Some(c)) => {
+            let print = container::fingerprint(&c);
+            match r.kept(id, name, keep, Some(&print)) {
+                Some(Outcome::Held) => (
+                    Outcome::Held,
+                    format!(
+                        "found {}; would be kept as it is",
+                        container::describe_found(&c)
+                    ),
+                ),
+                Some(o) => (
+                    o,
+                    "held container changed by something else; not reverted".into(),
+                ),
+                None => (
+                    Outcome::Changed,
+                    format!(
+                        "found container {} would be replaced by the declared one",
+                        container::describe_found(&c)
+                    ),
+                ),
+            }
+        }
+    }
+}
+
+pub(super) fn plan_service(r: &Reading<'_>, spec: &ServiceSpec) -> (Outcome, String) {
+    let sm = match system::service_manager(r.runner) {
+        Ok(sm) => sm,
+        Err(e) => return (Outcome::Failed, e.to_string()),
+    };
+    let (id, name) = (spec.id.as_str(), spec.name.as_str());
+    let want = service::fingerprint(spec.state == ServiceState::Running, spec.enabled);
+    let st = match service::status(sm.as_ref(), name) {
+        Ok(s) => s,
+        Err(e) => return (Outcome::Failed, e.to_string()),
+    };
+    if !st.installed {
+        return (
+            Outcome::Failed,
+            format!(
+                "service {name} is not installed ({}); the act would fail here",
+                st.detail
+            ),
+        );
+    }
+    let cur = service::now(&st);
+    let owned = r.state.owned_by_key(Shape::Service, name);
+    let held = r.state.held_at(id, name);
+    if owned.is_none() {
+        let now = (held.is_some() || st.running).then_some(cur.as_str());
+        if let Some(o) = r.kept(id, name, r.keeps_found(spec.module.as_deref()), now) {
+            return (
+                o,
+                format!("found {}; would be kept as it is", service::words(&cur)),
+            );
+        }
+    }
+    if cur == want {
+        (
+            Outcome::Unchanged,
+            format!("{}, as declared", service::words(&want)),
+        )
+    } else {
+        (
+            Outcome::Changed,
+            format!(
+                "is {}; would be made {}",
+                service::words(&cur),
+                service::words(&want)
+            ),
+        )
+    }
+}
+
+pub(super) fn plan_package(r: &Reading<'_>, spec: &PackageSpec) -> (Outcome, String) {
+    let pm = match system::package_manager(r.runner) {
+        Ok(pm) => pm,
+        Err(e) => return (Outcome::Failed, e.to_string()),
+    };
+    let (id, name) = (spec.id.as_str(), spec.name.as_str());
+    let want = spec.version.as_deref();
+    let cur = match package::installed(pm.as_ref(), name) {
+        Ok(c) => c,
+        Err(e) => return (Outcome::Failed, e.to_string()),
+    };
+    let fits = |v: &str| want.is_none_or(|w| w == v);
+    let wanted = want.unwrap_or("its candidate version");
+    let keep =
+        name != crate::declaration::validate::OWN_PACKAGE && r.keeps_found(spec.module.as_deref());
+    match (r.state.owned_by_key(Shape::Package, name), cur) {
+        (Some(_), Some(v)) if fits(&v) => {
+            (Outcome::Unchanged, format!("{v} is installed, as declared"))
+        }
+        (Some(_), Some(v)) => (
+            Outcome::Changed,
+            format!("is {v}; {wanted} would be installed"),
+        ),
+        (Some(_), None) => (
+            Outcome::Created,
+            format!("missing; {wanted} would be installed again"),
+        ),
+        (None, None) => match r.kept(id, name, keep, None) {
+            Some(o) => (
+                o,
+                "held package was removed by something else; not reinstalled".into(),
+            ),
+            None => (Outcome::Created, format!("{wanted} would be installed")),
+        },
+        (None, Some(v)) => match r.kept(id, name, keep, Some(&package::fingerprint(&v))) {
+            Some(Outcome::Held) => (
+                Outcome::Held,
+                format!("found {v} installed; would be kept as it is"),
+            ),
+            Some(o) => (
+                o,
+                format!("held package changed by something else (now {v}); not reverted"),
+            ),
+            None if fits(&v) => (
+                Outcome::Unchanged,
+                format!("found {v} installed, as declared; would be taken over"),
+            ),
+            None => (
+                Outcome::Changed,
+                format!("found {v} installed; {wanted} would be installed"),
+            ),
+        },
+    }
+}
+
+pub(super) fn plan_opening(
+    r: &Reading<'_>,
+    fw: Option<&mut firewall::Firewall<'_>>,
+    spec: &OpeningSpec,
+    settings: Option<&crate::declaration::Settings>,
+) -> (Outcome, String, Option<OpeningPlan>) {
+    let opening = match crate::declaration::openings::to_opening(spec, settings) {
+        Ok(o) => o,
+        Err(e) => return (Outcome::Failed, e.to_string(), None),
+    };
+    let rec = opening::record_of(spec, &opening);
+    let recorded = r.state.owned(&spec.id) == Some(&rec);
+    // The return: the found firewall comes back as it was saved before the flip, without the
+    // mesh's marked rules, and the opening is written through it again.
+    if r.state.flip.is_some() && r.decl.mode == Mode::Adopted {
+        return (
+            Outcome::Created,
+            "would be written through the found firewall once the return restores it".into(),
+            None,
+        );
+    }
+    if r.state.flip.is_some() || r.decl.mode == Mode::Converged {
+        let o = if recorded {
+            Outcome::Unchanged
+        } else {
+            Outcome::Created
+        };
+        return (
+            o,
+            "admitted by the derived filter (inet mesh_host)".into(),
+            None,
+        );
+    }
+    let Some(fw) = fw else {
+        return (
+            Outcome::Failed,
+            "the found firewall could not be read".into(),
+            None,
+        );
+    };
+    let kind = fw
+        .found()
+        .map(|f| f.kind())
+        .unwrap_or_else(|_| "unknown".into());
+    let presence = match fw.presence(std::slice::from_ref(&opening)) {
+        Ok(mut p) => p.remove(&opening.id).unwrap_or_default(),
+        Err(e) => {
+            return (
+                Outcome::Failed,
+                format!("reading the found firewall ({kind}): {e}"),
+                None,
+            )
+        }
+    };
+    let verdict_now = fw
+        .verdicts(std::slice::from_ref(&opening))
+        .ok()
+        .and_then(|mut v| v.remove(&opening.id))
+        .map(|v| v.describe());
+    let layers: Vec<LayerPlan> = presence
+        .iter()
+        .map(|p| LayerPlan {
+            layer: p.layer.clone(),
+            chain: p.chain.clone(),
+            now: p.state.describe(),
+            writes: p.state == firewall::State::Missing,
+        })
+        .collect();
+    let writes: Vec<&str> = layers
+        .iter()
+        .filter(|l| l.writes)
+        .map(|l| l.layer.as_str())
+        .collect();
+    let (outcome, detail) = if writes.is_empty() {
+        (
+            Outcome::Unchanged,
+            format!("in force through the found firewall ({kind})"),
+        )
+    } else {
+        (
+            Outcome::Created,
+            format!("would be written in {}", writes.join(", ")),
+        )
+    };
+    (
+        outcome,
+        detail,
+        Some(OpeningPlan {
+            id: spec.id.clone(),
+            kind,
+            layers,
+            verdict_now,
+        }),
+    )
+}
+
+/// What removing an owned record no longer declared would report.
+pub(super) fn removal(r: &Reading<'_>, rec: &Owned) -> (Outcome, String) {
+    let path = || r.machine(&rec.key);
+    match rec.shape {
+        Shape::File if rec.found => (
+            Outcome::Forgotten,
+            "taken over, not created: left in place".into(),
+        ),
+        Shape::File => (
+            Outcome::Removed,
+            "no longer declared; would be removed".into(),
+        ),
+        Shape::Directory if rec.found => (
+            Outcome::Forgotten,
+            "taken over, not created: left in place".into(),
+        ),
+        Shape::Directory => match std::fs::read_dir(path()).map(|d| d.count()) {
+            Ok(n) if n > 0 => (
+                Outcome::Forgotten,
+                "no longer declared, but not empty: would be left in place".into(),
+            ),
+            _ => (
+                Outcome::Removed,
+                "no longer declared; would be removed".into(),
+            ),
+        },
+        Shape::Action => (
+            Outcome::Forgotten,
+            "an action leaves nothing the host owns".into(),
+        ),
+        Shape::Opening => (
+            Outcome::Removed,
+            "no longer declared; its marked rules would be removed".into(),
+        ),
+        Shape::Container => {
+            let Ok(rt) = system::container_runtime(r.runner) else {
+                return (Outcome::Failed, "no container runtime".into());
+            };
+            match container::inspect(rt.as_ref(), &rec.key) {
+                Ok(None) => (Outcome::Removed, "no longer declared; already gone".into()),
+                Ok(Some(c)) => {
+                    let by_host = c.labels.get(container::LABEL_ID) == Some(&rec.id)
+                        || (rec.digest.is_some()
+                            && c.labels.get(container::LABEL_SPEC) == rec.digest.as_ref());
+                    if rec.found || !by_host {
+                        (
+                            Outcome::Forgotten,
+                            "not one the host created; would be left in place".into(),
+                        )
+                    } else {
+                        (
+                            Outcome::Removed,
+                            "no longer declared; would be removed".into(),
+                        )
+                    }
+                }
+                Err(e) => (Outcome::Failed, e.to_string()),
+            }
+        }
+        Shape::Service => (
+            Outcome::Forgotten,
+            "no longer declared; would be stopped if the host started it, left installed".into(),
+        ),
+        Shape::Package => (
+            Outcome::Forgotten,
+            "no longer declared; never uninstalled".into(),
+        ),
+    }
+}

@@ -1,0 +1,287 @@
+//! What a command prints when it ends: refusals (and, with `--json`, the same as a document on
+//! stdout), an apply's report, a preview's plan, the owned records and the derived openings.
+
+use super::host;
+use crate::apply::{self, ApplyError, Report};
+use crate::briefing::Briefing;
+use crate::declaration::{self, Source};
+use crate::store;
+use anyhow::Result;
+use run::SystemRunner;
+use std::process::ExitCode;
+
+/// Genesis said no: every reason on stderr (and as JSON when asked), nothing changed.
+pub(super) fn genesis_refused(reasons: &[String], json: bool, code: u8) -> Result<ExitCode> {
+    refusal(
+        json,
+        code,
+        reasons,
+        "genesis was refused; nothing was changed",
+    )
+}
+
+/// A refusal: each problem on stderr (`error: …`) and the summary after them, and with `--json`
+/// the same as one document on stdout, `{"refused": {"exit_code": N, "problems": [...]}}`; the
+/// process exits `code`.
+pub fn refusal(json: bool, code: u8, problems: &[String], summary: &str) -> Result<ExitCode> {
+    if json {
+        let v = serde_json::json!({"refused": {
+            "exit_code": code,
+            "problems": problems,
+            "summary": summary,
+        }});
+        println!("{}", serde_json::to_string_pretty(&v)?);
+    }
+    for p in problems {
+        eprintln!("error: {p}");
+    }
+    eprintln!("{summary}");
+    Ok(ExitCode::from(code))
+}
+
+/// The document `main` prints on stdout for an error that ended a command run with `--json`.
+pub fn error_json(text: &str) -> String {
+    serde_json::json!({"error": {"exit_code": 1, "message": text}}).to_string()
+}
+
+pub(super) fn refused(problems: &declaration::Problems, json: bool) -> Result<ExitCode> {
+    let lines: Vec<String> = problems.0.iter().map(|p| p.to_string()).collect();
+    refusal(
+        json,
+        2,
+        &lines,
+        &format!(
+            "the declaration was refused ({}); nothing was changed",
+            apply::count(problems.0.len(), "problem", "problems")
+        ),
+    )
+}
+
+pub(super) fn nothing_applied(root: &std::path::Path, json: bool) -> Result<ExitCode> {
+    refusal(
+        json,
+        2,
+        &[format!(
+            "{}: no declaration has been applied on this node yet",
+            store::store_dir(root).display()
+        )],
+        "nothing was changed",
+    )
+}
+
+/// The preview of an act: its plan printed (as JSON with `--json`), exit 0 when nothing would
+/// change and 4 when changes are pending, or the act's own refusal.
+pub(super) fn previewed(
+    root: &std::path::Path,
+    act: &str,
+    decl: &declaration::Declaration,
+    source: Source,
+    json: bool,
+) -> Result<ExitCode> {
+    static RUNNER: SystemRunner = SystemRunner;
+    match apply::plan::plan(root, &RUNNER, act, decl, source) {
+        Ok(p) => show_plan(&p, json),
+        // The store could not be read: an error of the host, not a refusal.
+        Err(r) if r.code == 1 => Err(anyhow::anyhow!(r.why)),
+        Err(r) => refusal(
+            json,
+            r.code,
+            &[format!("refused: {}", r.why)],
+            "nothing was changed",
+        ),
+    }
+}
+
+pub(super) fn show_plan(p: &apply::plan::Plan, json: bool) -> Result<ExitCode> {
+    if json {
+        println!("{}", serde_json::to_string_pretty(p)?);
+    } else {
+        print!("{}", p.render());
+    }
+    Ok(ExitCode::from(p.exit_code()))
+}
+
+pub(super) fn preview_asked(
+    root: &std::path::Path,
+    act: &str,
+    asked: crate::converge::Asked,
+    json: bool,
+) -> Result<ExitCode> {
+    match asked {
+        crate::converge::Asked::Refused { code, why } => refusal(
+            json,
+            code,
+            &[format!("refused: {why}")],
+            "nothing was changed",
+        ),
+        crate::converge::Asked::Apply(decl) => previewed(root, act, &decl, Source::Local, json),
+    }
+}
+
+/// An operator's act on the stored declaration: refused with its reason, or applied (source
+/// `local`) and the resident host told.
+pub(super) fn act(
+    root: &std::path::Path,
+    asked: crate::converge::Asked,
+    json: bool,
+) -> Result<ExitCode> {
+    match asked {
+        crate::converge::Asked::Refused { code, why } => refusal(
+            json,
+            code,
+            &[format!("refused: {why}")],
+            "nothing was changed",
+        ),
+        crate::converge::Asked::Apply(decl) => {
+            let result = apply::apply(&host(root), &decl, Source::Local);
+            if result.is_ok() && crate::pid_file::tell_resident(root) {
+                tracing::info!("told the resident host that a new declaration is stored");
+            }
+            finish(result, json)
+        }
+    }
+}
+
+pub(super) fn finish(result: Result<Report, ApplyError>, json: bool) -> Result<ExitCode> {
+    let report = match result {
+        Ok(r) => r,
+        Err(ApplyError::Refused(p)) => return refused(&p, json),
+        Err(ApplyError::Safety(why)) => {
+            return refusal(json, 3, &[format!("refused: {why}")], "nothing was changed");
+        }
+        Err(e @ (ApplyError::Store(_) | ApplyError::Unrecorded { .. })) => return Err(e.into()),
+    };
+    if json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{}", report.render());
+    }
+    if report.restarts_host() {
+        eprintln!(
+            "mesh-host's own package changed and its new binary runs; this host has finished, \
+             and the launcher starts the new binary when the host exits"
+        );
+    }
+    Ok(if report.failed().is_some() {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+pub(super) fn print_briefing(b: &Briefing, json: bool) -> Result<()> {
+    if json {
+        println!("{}", serde_json::to_string_pretty(&b.shown())?);
+    } else {
+        print!("{}", b.render());
+    }
+    Ok(())
+}
+
+pub(super) fn render_owned(state: &store::State) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "node {} ({})",
+        state.node.as_deref().unwrap_or("-"),
+        state
+            .mode
+            .map(|m| m.as_str())
+            .unwrap_or("nothing applied yet")
+    );
+    for o in &state.owned {
+        let how = if o.found {
+            "owned (taken over)"
+        } else {
+            "owned"
+        };
+        let _ = writeln!(out, "{how:<20} {:<24} {} {}", o.id, o.shape, o.key);
+    }
+    for h in &state.held {
+        let original = state
+            .original(&h.key)
+            .map(|o| format!(" (original at {})", o.saved))
+            .unwrap_or_default();
+        let _ = writeln!(
+            out,
+            "{:<20} {:<24} {} {}{original}",
+            "held", h.id, h.shape, h.key
+        );
+    }
+    out
+}
+
+pub(super) fn derive_openings(
+    root: &std::path::Path,
+    ports: Option<&str>,
+    iface: Option<String>,
+    json: bool,
+) -> Result<ExitCode> {
+    use crate::declaration::{validate::check_interface, PrivateNetwork, Resource, Settings};
+    let state = store::peek(root)?.unwrap_or_default();
+    let mut settings = state.settings.clone().unwrap_or(Settings {
+        ports: Default::default(),
+        private_network: None,
+        deadlines: None,
+    });
+    let mut problems = Vec::new();
+    if let Some(spec) = ports {
+        match genesis::ports::with_overrides(settings.ports, spec) {
+            Ok(g) => settings.ports = g,
+            Err(e) => problems.extend(e),
+        }
+    }
+    if let Some(i) = iface {
+        if let Err(e) = check_interface(&i) {
+            problems.push(format!("--private-interface: {e}"));
+        }
+        let range = settings
+            .private_network
+            .as_ref()
+            .map(|p| p.range.clone())
+            .unwrap_or_else(|| genesis::ports::DEFAULT_PRIVATE_RANGE.into());
+        settings.private_network = Some(PrivateNetwork {
+            interface: i,
+            range,
+        });
+    }
+    if !problems.is_empty() {
+        return refusal(json, 2, &problems, "nothing was derived");
+    }
+    if settings.private_network.is_none() {
+        settings.private_network = Some(PrivateNetwork {
+            interface: genesis::ports::DEFAULT_PRIVATE_INTERFACE.into(),
+            range: genesis::ports::DEFAULT_PRIVATE_RANGE.into(),
+        });
+    }
+    let declared: Vec<_> = state
+        .declaration
+        .iter()
+        .flat_map(|d| d.resources.iter())
+        .filter_map(|r| match r {
+            Resource::Opening(o) => Some(o.clone()),
+            _ => None,
+        })
+        .collect();
+    let openings = crate::declaration::openings::derive_for(&settings, &declared)?;
+    if json {
+        let v: Vec<_> = openings
+            .iter()
+            .map(crate::declaration::openings::to_resource)
+            .collect();
+        println!("{}", serde_json::to_string_pretty(&v)?);
+    } else {
+        for o in &openings {
+            let from = o.from.describe();
+            println!(
+                "{:<22} {}/{:<6} {:<9} from {from}",
+                o.id,
+                o.proto.as_str(),
+                o.port,
+                o.path.as_str()
+            );
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
