@@ -52,9 +52,11 @@ struct Host {
 impl Host {
     fn start() -> Host {
         let node = Node::new();
-        node.apply(&json!({"version": 1, "node": "n1", "mode": "converged", "resources": [
+        node.apply(
+            &json!({"version": 1, "node": "n1", "mode": "converged", "resources": [
             {"id": "etc/motd", "module": "etc", "type": "file", "path": "/etc/motd",
-             "content": "mesh\n"}]}));
+             "content": "mesh\n"}]}),
+        );
         let log = node.root().with_extension("log");
         let child = Command::new("unshare")
             .args(["--net", "--"])
@@ -81,7 +83,9 @@ impl Host {
     }
 
     fn rouses(&self) -> usize {
-        self.stderr().matches("reconciled trigger=\"rouse\"").count()
+        self.stderr()
+            .matches("reconciled trigger=\"rouse\"")
+            .count()
     }
 
     fn until(&self, what: &str, f: impl Fn(&Host) -> bool) {
@@ -105,12 +109,18 @@ impl Host {
         let start = Instant::now();
         while start.elapsed() < QUIET {
             if self.rouses() > before {
-                assert!(err.contains("roused the host"), "{name} said nothing: {err}");
+                assert!(
+                    err.contains("roused the host"),
+                    "{name} said nothing: {err}"
+                );
                 return true;
             }
             std::thread::sleep(Duration::from_millis(10));
         }
-        assert!(err.is_empty(), "{name} {args:?} said {err} and roused nothing");
+        assert!(
+            err.is_empty(),
+            "{name} {args:?} said {err} and roused nothing"
+        );
         false
     }
 }
@@ -125,7 +135,10 @@ impl Drop for Host {
 /// Which of `events` rouse, each run through `run`; compared whole so a failure shows the table.
 fn table(events: &[(&str, bool)], run: impl Fn(&str) -> bool) {
     let got: Vec<(&str, bool)> = events.iter().map(|(e, _)| (*e, run(e))).collect();
-    assert_eq!(got, events, "which events roused the host (left: what happened)");
+    assert_eq!(
+        got, events,
+        "which events roused the host (left: what happened)"
+    );
 }
 
 /// Every action NetworkManager's dispatcher runs its scripts with (NetworkManager-dispatcher(8)):
@@ -239,7 +252,12 @@ fn the_ifupdown_hook_rouses_when_an_interface_is_up_only() {
 #[test]
 fn the_sleep_hook_rouses_after_a_resume_not_before_the_sleep() {
     let host = Host::start();
-    for kind in ["suspend", "hibernate", "hybrid-sleep", "suspend-then-hibernate"] {
+    for kind in [
+        "suspend",
+        "hibernate",
+        "hybrid-sleep",
+        "suspend-then-hibernate",
+    ] {
         assert!(!host.roused_by("sleep", &["pre", kind], &[]), "pre {kind}");
         assert!(host.roused_by("sleep", &["post", kind], &[]), "post {kind}");
     }
