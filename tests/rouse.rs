@@ -23,13 +23,59 @@ pub fn script(name: &str) -> PathBuf {
         .join(name)
 }
 
+/// The shell a script runs under: its own `#!/bin/sh` (dash here, as on Debian), or Alpine's,
+/// BusyBox's ash with BusyBox's `cat`, `tr` and `grep` first on PATH.
+#[derive(Clone, Copy, Debug)]
+pub enum Shell {
+    Own,
+    Busybox,
+}
+
 /// Runs a rouse script as its dispatcher does: `args`, and an environment of `env`, PATH and
 /// MESH_HOST_ROOT alone. Returns its exit status and stderr.
 pub fn dispatch(name: &str, root: &Path, args: &[&str], env: &[(&str, &str)]) -> (i32, String) {
-    let out = Command::new(script(name))
+    dispatch_in(Shell::Own, name, root, args, env)
+}
+
+/// A directory of the BusyBox applets the scripts use, made once.
+fn busybox_bin() -> &'static Path {
+    static DIR: std::sync::OnceLock<tempfile::TempDir> = std::sync::OnceLock::new();
+    DIR.get_or_init(|| {
+        let d = tempfile::tempdir().unwrap();
+        let busybox = ["/usr/bin/busybox", "/bin/busybox"]
+            .iter()
+            .map(PathBuf::from)
+            .find(|p| p.is_file())
+            .expect("busybox is not installed (lab/test --prepare installs it)");
+        for applet in ["cat", "tr", "grep", "sh"] {
+            std::os::unix::fs::symlink(&busybox, d.path().join(applet)).unwrap();
+        }
+        d
+    })
+    .path()
+}
+
+/// [`dispatch`] under `shell`.
+pub fn dispatch_in(
+    shell: Shell,
+    name: &str,
+    root: &Path,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> (i32, String) {
+    let system = "/usr/sbin:/usr/bin:/sbin:/bin";
+    let (mut cmd, path) = match shell {
+        Shell::Own => (Command::new(script(name)), system.to_string()),
+        Shell::Busybox => {
+            let mut c = Command::new(busybox_bin().join("sh"));
+            c.arg(script(name));
+            (c, format!("{}:{system}", busybox_bin().display()))
+        }
+    };
+    let out = cmd
         .args(args)
         .env_clear()
-        .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+        .env("PATH", path)
         .env("MESH_HOST_ROOT", root)
         .envs(env.iter().copied())
         .stdin(Stdio::null())
@@ -103,8 +149,12 @@ impl Host {
     /// Runs the script for one event; returns whether the host was roused by it. A rousing event
     /// is waited for until its reconcile has finished, so the next event starts from quiet.
     fn roused_by(&self, name: &str, args: &[&str], env: &[(&str, &str)]) -> bool {
+        self.roused_in(Shell::Own, name, args, env)
+    }
+
+    fn roused_in(&self, shell: Shell, name: &str, args: &[&str], env: &[(&str, &str)]) -> bool {
         let before = self.rouses();
-        let (code, err) = dispatch(name, self.node.root(), args, env);
+        let (code, err) = dispatch_in(shell, name, self.node.root(), args, env);
         assert_eq!(code, 0, "{name} {args:?} {env:?} exited {code}: {err}");
         let start = Instant::now();
         while start.elapsed() < QUIET {
@@ -227,39 +277,53 @@ const IFUPDOWN_PHASES: &[(&str, bool)] = &[
     ("destroy", false),
 ];
 
+/// Alpine's hook, so under Alpine's shell and tools as well as dash.
 #[test]
 fn the_ifupdown_hook_rouses_when_an_interface_is_up_only() {
     let host = Host::start();
-    table(IFUPDOWN_PHASES, |p| {
-        let mode = if matches!(p, "pre-down" | "down" | "post-down" | "destroy") {
-            "stop"
-        } else {
-            "start"
-        };
-        host.roused_by(
+    for shell in [Shell::Own, Shell::Busybox] {
+        table(IFUPDOWN_PHASES, |p| {
+            let mode = if matches!(p, "pre-down" | "down" | "post-down" | "destroy") {
+                "stop"
+            } else {
+                "start"
+            };
+            host.roused_in(
+                shell,
+                "ifupdown",
+                &[],
+                &[("PHASE", p), ("MODE", mode), ("IFACE", "eth0")],
+            )
+        });
+        assert!(!host.roused_in(
+            shell,
             "ifupdown",
             &[],
-            &[("PHASE", p), ("MODE", mode), ("IFACE", "eth0")],
-        )
-    });
-    assert!(!host.roused_by(
-        "ifupdown",
-        &[],
-        &[("PHASE", "up"), ("MODE", "start"), ("IFACE", "lo")]
-    ));
+            &[("PHASE", "up"), ("MODE", "start"), ("IFACE", "lo")]
+        ));
+    }
 }
 
+/// systemd's sleep hook, and (on Alpine, under its shell) elogind's.
 #[test]
 fn the_sleep_hook_rouses_after_a_resume_not_before_the_sleep() {
     let host = Host::start();
-    for kind in [
-        "suspend",
-        "hibernate",
-        "hybrid-sleep",
-        "suspend-then-hibernate",
-    ] {
-        assert!(!host.roused_by("sleep", &["pre", kind], &[]), "pre {kind}");
-        assert!(host.roused_by("sleep", &["post", kind], &[]), "post {kind}");
+    for shell in [Shell::Own, Shell::Busybox] {
+        for kind in [
+            "suspend",
+            "hibernate",
+            "hybrid-sleep",
+            "suspend-then-hibernate",
+        ] {
+            assert!(
+                !host.roused_in(shell, "sleep", &["pre", kind], &[]),
+                "pre {kind} ({shell:?})"
+            );
+            assert!(
+                host.roused_in(shell, "sleep", &["post", kind], &[]),
+                "post {kind} ({shell:?})"
+            );
+        }
     }
 }
 
@@ -297,11 +361,13 @@ fn with_no_host_running_the_scripts_do_nothing_and_exit_0() {
     for pid in [stranger.id().to_string(), "4194304".into(), "x1".into()] {
         std::fs::write(&pid_file, format!("{pid}\n")).unwrap();
         for (name, args, env) in ROUSING {
-            assert_eq!(
-                dispatch(name, node.root(), args, env),
-                (0, String::new()),
-                "{name} with pid file {pid}"
-            );
+            for shell in [Shell::Own, Shell::Busybox] {
+                assert_eq!(
+                    dispatch_in(shell, name, node.root(), args, env),
+                    (0, String::new()),
+                    "{name} with pid file {pid} ({shell:?})"
+                );
+            }
         }
     }
     assert!(
