@@ -315,6 +315,7 @@ fn the_resume_hook_ends_a_hung_attempt_and_another_begins() {
         host.log()
     );
     let next = ended_at.elapsed();
+    eprintln!("resume hook: the attempt ended {ended:?} after it, the next began {next:?} later");
     // The first wait is below 1 s; the margin is for a loaded machine's scheduling.
     assert!(
         next < Duration::from_millis(1200),
