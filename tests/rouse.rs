@@ -327,8 +327,15 @@ fn the_sleep_hook_rouses_after_a_resume_not_before_the_sleep() {
     }
 }
 
+/// A script, its arguments and its environment.
+type Call = (
+    &'static str,
+    &'static [&'static str],
+    &'static [(&'static str, &'static str)],
+);
+
 /// A rousing event of each script, as its dispatcher gives it.
-const ROUSING: &[(&str, &[&str], &[(&str, &str)])] = &[
+const ROUSING: &[Call] = &[
     ("sleep", &["post", "suspend"], &[]),
     ("nm-dispatcher", &["eth0", "up"], &[]),
     (
