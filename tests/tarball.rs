@@ -247,6 +247,10 @@ fn the_pkgbuild_builds_from_the_release_tarball() {
     for f in [
         "usr/lib/mesh-host/launch",
         "usr/lib/systemd/system/mesh-host.service",
+        "usr/lib/systemd/system-sleep/mesh-host",
+        "usr/lib/NetworkManager/dispatcher.d/90-mesh-host",
+        "usr/lib/networkd-dispatcher/routable.d/50-mesh-host",
+        "usr/lib/networkd-dispatcher/configured.d/50-mesh-host",
         "usr/share/man/man1/mesh-host.1.gz",
         "usr/share/man/man1/mesh-host-run.1.gz",
         "usr/share/zsh/site-functions/_mesh-host",

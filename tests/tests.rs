@@ -17,6 +17,7 @@ mod manpages;
 mod output;
 mod packages;
 mod preview;
+mod rouse;
 mod services;
 mod tarball;
 mod upgrade;

@@ -1,7 +1,8 @@
 //! `mesh-host run` linked: a declaration applied with source `link` and reported; forged,
 //! replayed, expired, other-node and malformed deliveries refused with the machine untouched; a
 //! broker restart followed by reconnect and reconcile; failover to the token's second address;
-//! SIGHUP ending a hung connection attempt at once; a re-enrolment revoking the old identity.
+//! SIGHUP ending a hung connection attempt at once, and the packages' resume hook doing it; a
+//! re-enrolment revoking the old identity.
 
 use super::{bed, declare_and_wait, enrolled, file_decl, linked, root, Bed};
 use serde_json::json;
@@ -264,6 +265,66 @@ fn sighup_ends_a_hung_connection_attempt_at_once() {
         hung.wait_closed(1, second, Duration::from_millis(500)),
         None,
         "a rouse taken during the wait ended the next attempt"
+    );
+}
+
+/// The sleep hook the packages install (`packaging/rouse/sleep`, run as systemd-sleep runs it after
+/// a resume) rouses a host sitting in an attempt that will never return, which is what a connection
+/// that survived a suspend is: the attempt ends at once and the next begins after the backoff's
+/// first wait (drawn from 0.5–1 s), not after the attempt's 30 s deadline. Before the sleep
+/// (`pre`) it does nothing.
+#[test]
+fn the_resume_hook_ends_a_hung_attempt_and_another_begins() {
+    let bed = bed();
+    let mut ctl = bed.controller();
+    let (_d, r) = enrolled(bed, &mut ctl, "run-resume");
+    let hung = lab::Hung::start(&bed.node).unwrap();
+    let link = r.join("var/lib/mesh-host/link.json");
+    let mut kept: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&link).unwrap()).unwrap();
+    kept["broker"]["addrs"] = json!([hung.addr()]);
+    std::fs::write(&link, serde_json::to_vec(&kept).unwrap()).unwrap();
+
+    let host = bed.resident(&r);
+    assert!(hung.wait_accepted(1, WAIT), "the host dialled");
+    assert!(
+        host.wait_log("resident host started", 1, WAIT),
+        "the host started (its pid file is written before it says so):\n{}",
+        host.log()
+    );
+    assert!(r.join("var/lib/mesh-host/run.pid").is_file());
+    let hook = |when: &str| crate::rouse::dispatch("sleep", &r, &[when, "suspend"], &[]);
+    assert_eq!(hook("pre"), (0, String::new()));
+    assert_eq!(
+        hung.wait_closed(0, Instant::now(), Duration::from_millis(500)),
+        None,
+        "the hook before the sleep ended the attempt"
+    );
+    let roused = Instant::now();
+    let (code, said) = hook("post");
+    assert_eq!(code, 0, "{said}");
+    assert!(said.contains("roused the host"), "{said}");
+    let ended = hung
+        .wait_closed(0, roused, Duration::from_secs(5))
+        .expect("the hung attempt was not ended by the resume hook");
+    assert!(ended < Duration::from_secs(1), "ended after {ended:?}");
+    let ended_at = roused + ended;
+    assert!(
+        hung.wait_accepted(2, Duration::from_secs(5)),
+        "no next attempt:\n{}",
+        host.log()
+    );
+    let next = ended_at.elapsed();
+    eprintln!("resume hook: the attempt ended {ended:?} after it, the next began {next:?} later");
+    // The first wait is below 1 s; the margin is for a loaded machine's scheduling.
+    assert!(
+        next < Duration::from_millis(1200),
+        "the next attempt began {next:?} after"
+    );
+    assert!(
+        host.wait_log("the attempt was ended by a rouse", 1, WAIT),
+        "{}",
+        host.log()
     );
 }
 
