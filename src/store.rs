@@ -269,6 +269,9 @@ pub struct Store {
     /// The store was lost and is being rebuilt: no `state.json` (nor journal), beside files an
     /// earlier store left (its lock, the launcher's state, saved originals).
     pub rebuilt: bool,
+    /// No `state.json` (nor journal) was found: the store is new, or lost and being rebuilt.
+    /// Only such a store reads the records the mesh recovered for it (a store that exists wins).
+    pub fresh: bool,
 }
 
 /// What identifies a snapshot on disk.
@@ -324,6 +327,7 @@ impl Store {
             journal_len: 0,
             journal_on_disk: false,
             rebuilt: loaded.is_none() && earlier,
+            fresh: loaded.is_none(),
         };
         if let Some(l) = loaded {
             store.state = l.state;

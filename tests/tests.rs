@@ -16,6 +16,7 @@ mod logs;
 mod manpages;
 mod output;
 mod packages;
+mod recover;
 mod services;
 mod tarball;
 mod upgrade;

@@ -312,7 +312,15 @@ impl Walker {
     }
 
     fn document(&mut self, value: &Value, source: Source) {
-        let top = &["version", "node", "mode", "taken", "settings", "resources"];
+        let top = &[
+            "version",
+            "node",
+            "mode",
+            "taken",
+            "settings",
+            "resources",
+            "recovered",
+        ];
         let Some(map) = self.object(value, "", top, &["version", "node", "mode", "resources"])
         else {
             return;
@@ -341,6 +349,9 @@ impl Walker {
             Some(s) => self.settings(s),
             None => false,
         };
+        if let Some(recovered) = map.get("recovered") {
+            self.recovered(recovered);
+        }
         if let Some(resources) = map.get("resources") {
             match resources.as_array() {
                 Some(items) => self.resources(items, source, has_private),
@@ -773,6 +784,7 @@ impl Walker {
 }
 
 mod keys;
+mod recovered;
 mod values;
 use keys::duplicate_keys;
 pub use values::*;

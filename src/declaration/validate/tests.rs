@@ -352,6 +352,7 @@ fn declaration() -> impl Strategy<Value = Declaration> {
                     }),
                 }),
                 resources,
+                recovered: Vec::new(),
             }
         })
 }
