@@ -8,6 +8,7 @@
 mod broker_side;
 mod cluster;
 mod enrol;
+mod recover;
 mod resident;
 
 use serde_json::{json, Value};
