@@ -5,6 +5,7 @@
 //! relay (`lab::Relay`), so nothing of the machine's own network or firewall is touched. The
 //! controller is the lab's stand-in (`lab::Controller`).
 
+mod absence;
 mod broker_side;
 mod cluster;
 mod enrol;
