@@ -33,7 +33,10 @@ fn arg(name: &str, default: u64) -> u64 {
     args.iter()
         .position(|a| a == name)
         .and_then(|i| args.get(i + 1))
-        .map(|v| v.parse().unwrap_or_else(|_| panic!("{name}: not a number: {v}")))
+        .map(|v| {
+            v.parse()
+                .unwrap_or_else(|_| panic!("{name}: not a number: {v}"))
+        })
         .unwrap_or(default)
 }
 
@@ -96,7 +99,13 @@ fn main() {
         let apply = |file: &Path| {
             let out = machine
                 .run_timeout(
-                    &[bin, "--root", root.to_str().unwrap(), "apply", file.to_str().unwrap()],
+                    &[
+                        bin,
+                        "--root",
+                        root.to_str().unwrap(),
+                        "apply",
+                        file.to_str().unwrap(),
+                    ],
                     WAIT,
                 )
                 .expect("running mesh-host apply");
@@ -112,7 +121,14 @@ fn main() {
         let issued = ctl.issue(&node, Duration::from_secs(3600)).unwrap();
         let out = machine
             .run_timeout(
-                &[bin, "--root", root.to_str().unwrap(), "enrol", "--token", &issued.text],
+                &[
+                    bin,
+                    "--root",
+                    root.to_str().unwrap(),
+                    "enrol",
+                    "--token",
+                    &issued.text,
+                ],
                 Duration::from_secs(120),
             )
             .expect("running mesh-host enrol");

@@ -133,7 +133,11 @@ fn malformed_recovered_records_are_refused_with_the_document() {
         "recovered[1].shape",
         "recovered[2].extra",
     ] {
-        assert!(r.stderr.contains(p) || r.stdout.contains(p), "{p}: {}", r.stderr);
+        assert!(
+            r.stderr.contains(p) || r.stdout.contains(p),
+            "{p}: {}",
+            r.stderr
+        );
     }
     assert!(!node.path("/etc/recover/a").exists());
 }

@@ -365,10 +365,7 @@ impl Runner {
             }
             next = match rx.try_recv() {
                 Ok(m) => Some(m),
-                Err(_) if gather => tokio::time::timeout(GATHER, rx.recv())
-                    .await
-                    .ok()
-                    .flatten(),
+                Err(_) if gather => tokio::time::timeout(GATHER, rx.recv()).await.ok().flatten(),
                 Err(_) => None,
             };
         }

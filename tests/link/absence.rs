@@ -99,7 +99,9 @@ fn a_node_back_after_missing_many_declarations_applies_only_the_newest() {
             .is_none(),
         "a superseded declaration was reported"
     );
-    eprintln!("back after {MISSED} missed declarations: the jump of {FILES} files reported in {took:?}");
+    eprintln!(
+        "back after {MISSED} missed declarations: the jump of {FILES} files reported in {took:?}"
+    );
     drop(back);
     drop(host);
 }

@@ -57,7 +57,10 @@ fn after_state_json_is_lost_a_reenrolment_recovers_removal_of_the_orphans() {
     let issued = ctl.issue(node, Duration::from_secs(600)).unwrap();
     let out = bed.enrol(&r, &issued.text);
     assert!(out.success(), "{}\n{}", out.stdout, out.stderr);
-    assert_eq!(ctl.take_enrolments(Duration::from_secs(20)).unwrap().len(), 1);
+    assert_eq!(
+        ctl.take_enrolments(Duration::from_secs(20)).unwrap().len(),
+        1
+    );
     let host = bed.resident(&r);
     linked(&mut ctl, node, WAIT);
     ctl.declare(node, 2, Duration::from_secs(300), files(node, &["a"]))

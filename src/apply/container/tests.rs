@@ -302,7 +302,10 @@ fn a_recovered_record_removes_its_container_only_while_it_is_the_one_recorded() 
     other.digest = Some("sha256:another".into());
     let (o, detail) = outcome(remove_recovered_with(&mut bed.cx(&empty), &rt, &other));
     assert_eq!(o, Outcome::ChangedBySomethingElse);
-    assert!(detail.contains("not the one the recovered record"), "{detail}");
+    assert!(
+        detail.contains("not the one the recovered record"),
+        "{detail}"
+    );
     assert!(rt.get("web").is_some());
     // The one recorded is removed.
     let (o, _) = outcome(remove_recovered_with(&mut bed.cx(&empty), &rt, &rec));
