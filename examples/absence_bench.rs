@@ -77,6 +77,13 @@ fn main() {
         .prefix("mesh-absence.")
         .tempdir_in(std::env::var("BENCH_TMPDIR").unwrap_or_else(|_| "/var/tmp".into()))
         .expect("a work directory");
+    // bench/run runs in a network namespace of its own, whose loopback starts down; the broker
+    // listens there.
+    let up = std::process::Command::new("ip")
+        .args(["link", "set", "lo", "up"])
+        .status()
+        .expect("running ip link set lo up");
+    assert!(up.success(), "ip link set lo up: {up}");
     let lab = lab::Lab::new().expect("lab");
     let machine = lab.machine("abs").expect("the node's namespace");
     let rabbit = lab::Rabbit::start().expect("a RabbitMQ broker with TLS");
