@@ -509,6 +509,8 @@ impl Resident {
         let mut payload = serde_json::json!({
             "node": self.state.node,
             "version": v.version,
+            // Older declarations that waited in the queue with this one and were not applied.
+            "superseded": v.superseded,
             "report": report,
             "briefing": state.as_ref().and_then(|s| s.briefing.as_ref()).map(|b| serde_json::to_value(b.shown()).unwrap_or_default()),
             // The mesh keeps this copy for recovery, never as a source.

@@ -276,6 +276,9 @@ pub struct Store {
     pub rebuilt: bool,
     /// A release left [`RELEASED`] here, which the first save removes.
     released: bool,
+    /// No `state.json` (nor journal) was found: the store is new, or lost and being rebuilt.
+    /// Only such a store reads the records the mesh recovered for it (a store that exists wins).
+    pub fresh: bool,
 }
 
 /// What identifies a snapshot on disk.
@@ -338,6 +341,7 @@ impl Store {
             journal_on_disk: false,
             rebuilt: loaded.is_none() && earlier && !released,
             released: loaded.is_none() && released,
+            fresh: loaded.is_none(),
         };
         if let Some(l) = loaded {
             store.state = l.state;

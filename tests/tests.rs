@@ -17,6 +17,7 @@ mod manpages;
 mod output;
 mod packages;
 mod preview;
+mod recover;
 mod rouse;
 mod services;
 mod tarball;

@@ -2,7 +2,9 @@
 //! product binary): it issues enrolment tokens (the node's broker user, permissions, queue and the
 //! token's one reply, made through `rabbitmqctl import_definitions` with a deadline), reads
 //! enrolment requests and records each node's public key, signs and publishes declarations, and
-//! reads reports, heartbeats and refusals, verifying each by the node's key.
+//! reads reports, heartbeats and refusals, verifying each by the node's key. It keeps the records
+//! of what each node owns from its last report, and hands them back (the declaration's
+//! `recovered`) with the first declaration after that node enrols again.
 
 use crate::broker::{Ctl, Rabbit, ADMIN_USER};
 use crate::error::{Error, Result};
@@ -16,7 +18,7 @@ use ed25519_dalek::{SigningKey, VerifyingKey};
 use link::names;
 use serde_json::{json, Value};
 use sha2::Digest as _;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc::UnboundedReceiver;
 
@@ -61,6 +63,11 @@ pub struct Controller {
     tag: String,
     /// Whether its queues and the nodes' are quorum queues (a cluster).
     quorum: bool,
+    /// Node id → the records of what it owns, from its last verified report: the mesh's copy
+    /// for recovery, never a source.
+    owned: HashMap<String, Value>,
+    /// Nodes enrolled again since they last reported: their next declaration carries the copy.
+    recovering: std::sync::Mutex<HashSet<String>>,
 }
 
 fn amqp(what: &str, e: impl std::fmt::Display) -> Error {
@@ -274,6 +281,8 @@ impl Controller {
             open_tokens: HashMap::new(),
             tag,
             quorum,
+            owned: HashMap::new(),
+            recovering: std::sync::Mutex::new(HashSet::new()),
         })
     }
 
@@ -397,6 +406,13 @@ impl Controller {
             };
             self.open_tokens.remove(&req.token);
             self.nodes.insert(req.node.clone(), key);
+            // The same node enrolled again (a lost store, a reinstall): the copy of what it
+            // owned goes with its next declaration.
+            if self.owned.contains_key(&req.node) {
+                if let Ok(mut r) = self.recovering.lock() {
+                    r.insert(req.node.clone());
+                }
+            }
             self.ctl
                 .run(&["delete_user", &names::enrol_user(&req.token)])?;
             let q = names::enrol_queue(&req.token);
@@ -435,8 +451,20 @@ impl Controller {
             "topic_permissions": topics, "queues": queues}))
     }
 
-    /// Signs and publishes declaration `decl` for `node` at `version`, valid `ttl`.
-    pub fn declare(&self, node: &str, version: u64, ttl: Duration, decl: Value) -> Result<()> {
+    /// Signs and publishes declaration `decl` for `node` at `version`, valid `ttl`. The first
+    /// declaration after `node` enrolled again carries, as `recovered`, the records of what it
+    /// owned from its last report (unless `decl` already names some).
+    pub fn declare(&self, node: &str, version: u64, ttl: Duration, mut decl: Value) -> Result<()> {
+        let recovering = self
+            .recovering
+            .lock()
+            .map(|mut r| r.remove(node))
+            .unwrap_or(false);
+        if let (true, Some(owned), Some(d)) =
+            (recovering, self.owned.get(node), decl.as_object_mut())
+        {
+            d.entry("recovered").or_insert_with(|| owned.clone());
+        }
         let sealed = link::envelope::seal_declaration(
             &self.key,
             node,
@@ -562,15 +590,25 @@ impl Controller {
             .nodes
             .get(node)
             .and_then(|k| link::envelope::open(&body, k, ty).ok());
+        let payload = opened
+            .as_ref()
+            .and_then(|p| serde_json::from_slice::<Value>(p).ok())
+            .unwrap_or(Value::Null);
+        if kind == "report" && payload["owned"].is_array() {
+            self.owned.insert(node.into(), payload["owned"].clone());
+        }
         Some(Upward {
             kind: kind.into(),
             node: node.into(),
             verified: opened.is_some(),
-            payload: opened
-                .and_then(|p| serde_json::from_slice(&p).ok())
-                .unwrap_or(Value::Null),
+            payload,
             at,
         })
+    }
+
+    /// The records of what `node` owns, from its last verified report.
+    pub fn owned(&self, node: &str) -> Option<&Value> {
+        self.owned.get(node)
     }
 
     /// Waits up to `wait` for a message from `node` of `kind` that verified and satisfies

@@ -13,11 +13,15 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 fn listen_in(machine: &Machine) -> Result<TcpListener> {
+    listen_at(machine, 0)
+}
+
+fn listen_at(machine: &Machine, port: u16) -> Result<TcpListener> {
+    let at = format!("127.0.0.1:{port}");
     let l = machine
-        .in_namespace(|| TcpListener::bind("127.0.0.1:0"))?
-        .map_err(|e| Error::io("127.0.0.1:0", e))?;
-    l.set_nonblocking(true)
-        .map_err(|e| Error::io("127.0.0.1:0", e))?;
+        .in_namespace(|| TcpListener::bind(at.as_str()))?
+        .map_err(|e| Error::io(&at, e))?;
+    l.set_nonblocking(true).map_err(|e| Error::io(&at, e))?;
     Ok(l)
 }
 
@@ -30,7 +34,16 @@ pub struct Relay {
 
 impl Relay {
     pub fn start(machine: &Machine, to: SocketAddr) -> Result<Relay> {
-        let listener = listen_in(machine)?;
+        Self::serve(listen_in(machine)?, to)
+    }
+
+    /// A relay on `port` inside the machine: the network back where a cut one was (the node's
+    /// stored address is the same).
+    pub fn start_at(machine: &Machine, port: u16, to: SocketAddr) -> Result<Relay> {
+        Self::serve(listen_at(machine, port)?, to)
+    }
+
+    fn serve(listener: TcpListener, to: SocketAddr) -> Result<Relay> {
         let port = listener
             .local_addr()
             .map_err(|e| Error::io("relay", e))?
@@ -70,6 +83,10 @@ impl Relay {
     /// `127.0.0.1:PORT` as seen from inside the machine.
     pub fn addr(&self) -> String {
         format!("127.0.0.1:{}", self.port)
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
     }
 
     /// Cuts the relay like a network that went away: no new connection, every live one reset.

@@ -134,6 +134,14 @@ const CLOSE_WAIT: Duration = Duration::from_secs(2);
 /// Reports waiting for a link, the newest kept when too many pile up.
 const PENDING_REPORTS: usize = 16;
 
+/// How long the link waits for another delivery after the first of a session, and after one
+/// was superseded: declarations queued while the node was away arrive together (a few at a time,
+/// as the prefetch allows), and only the newest of them is applied.
+const GATHER: Duration = Duration::from_millis(200);
+
+/// Deliveries unacknowledged at once (the broker's prefetch for the node's consumer).
+const PREFETCH: u16 = 8;
+
 /// Makes a link and its handle; the returned future runs it until [`Handle::stop`].
 pub fn link(
     config: Config,
@@ -263,7 +271,8 @@ impl Runner {
     ) -> Ended {
         let node = self.config.node.clone();
         let queue = names::node_queue(&node);
-        let consume = tokio::time::timeout(self.config.attempt_deadline, s.consume(&queue, 8));
+        let consume =
+            tokio::time::timeout(self.config.attempt_deadline, s.consume(&queue, PREFETCH));
         let mut rx = tokio::select! {
             r = consume => match r {
                 Ok(Ok(rx)) => rx,
@@ -291,11 +300,14 @@ impl Runner {
         let mut beat = tokio::time::interval(self.config.heartbeat);
         beat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         beat.tick().await;
+        // The first delivery of a session may be the oldest of a backlog: the others are gathered.
+        let mut first = true;
         loop {
             tokio::select! {
                 m = rx.recv() => {
                     let Some(m) = m else { return Ended::Lost("the broker closed the node's consumer".into()) };
-                    if let Err(e) = self.delivery(s, m).await {
+                    let gather = std::mem::take(&mut first);
+                    if let Err(e) = self.deliveries(s, m, &mut rx, gather).await {
                         return e;
                     }
                 }
@@ -356,15 +368,80 @@ impl Runner {
         self.pending.push_back(r);
     }
 
-    /// One delivery: verified, handed to the core and acknowledged once stored; or refused,
-    /// reported upward and acknowledged so it is not delivered again.
-    async fn delivery(
+    /// A delivery and every one waiting behind it: each verified (a refused one is reported and
+    /// acknowledged); of those that verified only the newest is handed to the core and
+    /// acknowledged once stored, the older ones acknowledged unapplied and named in it as
+    /// superseded. After the first delivery of a session, or once one was superseded, the link
+    /// waits [`GATHER`] for more; otherwise it takes only what has already arrived.
+    async fn deliveries(
         &mut self,
         s: &Session,
         m: amqprs::channel::ConsumerMessage,
+        rx: &mut tokio::sync::mpsc::UnboundedReceiver<amqprs::channel::ConsumerMessage>,
+        mut gather: bool,
     ) -> Result<(), Ended> {
-        let Some(deliver) = m.deliver else {
+        let mut best: Option<(u64, Verified)> = None;
+        let mut superseded = Vec::new();
+        let mut next = Some(m);
+        while let Some(m) = next.take() {
+            if let Some((tag, v)) = self.verify(s, m).await? {
+                // The older of the two is acknowledged unapplied; the newer is kept.
+                let older = match best.take() {
+                    Some((btag, b)) if b.version >= v.version => {
+                        best = Some((btag, b));
+                        Some((tag, v.version))
+                    }
+                    Some((btag, b)) => {
+                        best = Some((tag, v));
+                        Some((btag, b.version))
+                    }
+                    None => {
+                        best = Some((tag, v));
+                        None
+                    }
+                };
+                if let Some((otag, oversion)) = older {
+                    s.ack(otag).await.map_err(|e| Ended::Lost(e.to_string()))?;
+                    superseded.push(oversion);
+                    gather = true;
+                }
+            }
+            next = match rx.try_recv() {
+                Ok(m) => Some(m),
+                Err(_) if gather => tokio::time::timeout(GATHER, rx.recv()).await.ok().flatten(),
+                Err(_) => None,
+            };
+        }
+        let Some((tag, mut v)) = best else {
             return Ok(());
+        };
+        let version = v.version;
+        if !superseded.is_empty() {
+            superseded.sort_unstable();
+            tracing::info!(version, superseded = ?superseded, "declarations that waited were superseded by a newer one; only the newest is applied");
+        }
+        v.superseded = superseded;
+        let (tx, rx) = oneshot::channel();
+        self.sink.event(Event::Declaration(v, Receipt(Some(tx))));
+        // The delivery stays unacknowledged until the core has stored it: a host that dies
+        // before then is delivered it again.
+        tokio::select! {
+            _ = rx => {}
+            _ = self.stop.changed() => return Err(Ended::Stopped),
+        }
+        self.config.last_version = version;
+        s.ack(tag).await.map_err(|e| Ended::Lost(e.to_string()))
+    }
+
+    /// One delivery verified: its tag and declaration; or refused, reported upward and
+    /// acknowledged so it is not delivered again (`None`).
+    async fn verify(
+        &mut self,
+        s: &Session,
+        m: amqprs::channel::ConsumerMessage,
+    ) -> Result<Option<(u64, Verified)>, Ended> {
+        let Some(deliver) = m.deliver else {
+            return Ok(None);
         };
         let tag = deliver.delivery_tag();
         let body = m.content.unwrap_or_default();
@@ -377,17 +454,8 @@ impl Runner {
             now,
         ) {
             Ok(v) => {
-                let version = v.version;
-                tracing::info!(version, "declaration verified");
-                let (tx, rx) = oneshot::channel();
-                self.sink.event(Event::Declaration(v, Receipt(Some(tx))));
-                // The delivery stays unacknowledged until the core has stored it: a host that
-                // dies before then is delivered it again.
-                tokio::select! {
-                    _ = rx => {}
-                    _ = self.stop.changed() => return Err(Ended::Stopped),
-                }
-                self.config.last_version = version;
+                tracing::info!(version = v.version, "declaration verified");
+                Ok(Some((tag, v)))
             }
             Err(refusal) => {
                 tracing::warn!(kind = refusal.kind(), reason = %refusal, "delivery refused");
@@ -410,9 +478,10 @@ impl Runner {
                 {
                     return Err(Ended::Lost(e.to_string()));
                 }
+                s.ack(tag).await.map_err(|e| Ended::Lost(e.to_string()))?;
+                Ok(None)
             }
         }
-        s.ack(tag).await.map_err(|e| Ended::Lost(e.to_string()))
     }
 
     /// Seals `payload` as `payload_type` with the node's key and publishes it upward under `key`.

@@ -92,6 +92,10 @@ pub struct Verified {
     pub version: u64,
     pub expires: u64,
     pub declaration: Vec<u8>,
+    /// Older declarations that verified and were waiting in the queue with this one, acknowledged
+    /// without being applied: a node back after an absence applies only the newest (the link
+    /// fills this in; verifying one envelope leaves it empty).
+    pub superseded: Vec<u64>,
 }
 
 /// DSSE's pre-authentication encoding.
@@ -188,6 +192,7 @@ pub fn verify_declaration(
         version: bound.version,
         expires: bound.expires,
         declaration: serde_json::to_vec(&bound.declaration).expect("a JSON value serializes"),
+        superseded: Vec::new(),
     })
 }
 

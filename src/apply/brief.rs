@@ -9,6 +9,52 @@ use crate::declaration::{Declaration, Mode};
 use crate::store::Store;
 use std::collections::HashMap;
 
+/// The store line of an apply that read the records the mesh recovered for a lost store: that it
+/// was rebuilt, and what the records removed and left in place.
+fn recovered_lines(
+    store: &Store,
+    r: &report::Recovered,
+    lines: &mut Vec<Line>,
+    look_at: &mut Vec<String>,
+) {
+    let list = |ids: &[String]| {
+        if ids.is_empty() {
+            "none".to_string()
+        } else {
+            ids.join(", ")
+        }
+    };
+    lines.push(Line {
+        mark: if r.kept.is_empty() {
+            Mark::Ok
+        } else {
+            Mark::Kept
+        },
+        subject: "store".into(),
+        detail: format!(
+            "rebuilt: state.json was missing{}; the mesh handed back {} of what the node owned, \
+             used only for removal: removed what is no longer declared and is as recorded ({}), \
+             left in place what changed since ({})",
+            if store.rebuilt {
+                " beside an earlier store's files"
+            } else {
+                ""
+            },
+            report::count(r.records, "record", "records"),
+            list(&r.removed),
+            list(&r.kept),
+        ),
+    });
+    if !r.kept.is_empty() {
+        look_at.push(format!(
+            "The store was lost and rebuilt; the mesh's copy of its records named resources that \
+             are no longer declared but changed since they were recorded ({}), so the host left \
+             them in place. They are no longer the host's: remove them by hand if unwanted.",
+            list(&r.kept)
+        ));
+    }
+}
+
 /// The briefing for the node as the store now stands, with this apply's conflicts and failure.
 pub(super) fn brief(store: &Store, decl: &Declaration, report: &Report) -> Briefing {
     let state = &store.state;
@@ -52,7 +98,9 @@ pub(super) fn brief(store: &Store, decl: &Declaration, report: &Report) -> Brief
             },
         },
     });
-    if store.rebuilt {
+    if let Some(r) = &report.recovered {
+        recovered_lines(store, r, &mut lines, &mut look_at);
+    } else if store.rebuilt {
         lines.push(Line {
             mark: Mark::Unknown,
             subject: "store".into(),

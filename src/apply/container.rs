@@ -512,6 +512,46 @@ pub(super) fn remove_with(
     Ok(Done::new(Outcome::Removed, "no longer declared; removed"))
 }
 
+/// Removes the container that a record the mesh recovered for a lost store names, only while the
+/// one at its name is still that one: created by the host for that id, from that spec (its
+/// labels). A container recreated by someone else is left in place and reported.
+pub(super) fn remove_recovered(cx: &mut Cx<'_>, rec: &Owned) -> Result<Done, ResourceError> {
+    let rt = system::container_runtime(cx.runner).map_err(ResourceError::Unavailable)?;
+    remove_recovered_with(cx, rt.as_ref(), rec)
+}
+
+pub(super) fn remove_recovered_with(
+    cx: &mut Cx<'_>,
+    rt: &dyn ContainerRuntime,
+    rec: &Owned,
+) -> Result<Done, ResourceError> {
+    let name = rec.key.as_str();
+    let Some(c) = inspect(rt, name)? else {
+        return Ok(Done::new(
+            Outcome::Removed,
+            "no longer declared; already gone",
+        ));
+    };
+    let as_recorded = c.labels.get(LABEL_ID) == Some(&rec.id)
+        && rec.digest.is_some()
+        && c.labels.get(LABEL_SPEC) == rec.digest.as_ref();
+    if !as_recorded {
+        return Ok(Done::new(
+            Outcome::ChangedBySomethingElse,
+            format!(
+                "the container now at {name} ({}) is not the one the recovered record describes; \
+                 left in place",
+                describe_found(&c)
+            ),
+        ));
+    }
+    remove_and_check(cx, rt, name, &rec.id, "")?;
+    Ok(Done::new(
+        Outcome::Removed,
+        "no longer declared; removed, as the recovered record describes it",
+    ))
+}
+
 /// Removes the container at `name` and reads back that it is gone (a runtime that answers
 /// "removed" while the container stays is a failure, never a removal).
 fn remove_and_check(

@@ -16,6 +16,7 @@ mod file;
 mod opening;
 mod package;
 pub mod plan;
+mod recover;
 mod remove;
 mod report;
 mod safety;
@@ -289,6 +290,18 @@ impl Cx<'_> {
 /// node the guard is ensured before the store is opened, so a store that cannot be read or
 /// written (a full disk, a corrupt file) never leaves the foundation's ports unguarded.
 pub fn apply(host: &Host<'_>, decl: &Declaration, source: Source) -> Result<Report, ApplyError> {
+    // The records the mesh recovered for a lost store are this apply's alone: the declaration
+    // stored, remembered and reconciled is the one without them.
+    let stripped;
+    let (decl, recovered) = if decl.recovered.is_empty() {
+        (decl, &[][..])
+    } else {
+        stripped = Declaration {
+            recovered: Vec::new(),
+            ..decl.clone()
+        };
+        (&stripped, decl.recovered.as_slice())
+    };
     // What the store says now, read without its lock, for the safety rules that must refuse
     // before anything changes; read again under the lock below.
     let peeked = store::peek(host.root);
@@ -314,7 +327,7 @@ pub fn apply(host: &Host<'_>, decl: &Declaration, source: Source) -> Result<Repo
         Ok(s) => s,
         Err(source) => return Err(unrecorded(source, early.as_ref())),
     };
-    apply_locked(host, store, decl, source, &mut *fw, early)
+    apply_locked(host, store, decl, source, &mut *fw, early, recovered)
 }
 
 /// A store error after the guard was (or was not) ensured.
@@ -420,7 +433,7 @@ pub fn reconcile_with(
             .map_err(|e| ApplyError::Safety(e.to_string()))?
         }
     };
-    apply_locked(host, store, &decl, source, &mut *fw, early).map(Some)
+    apply_locked(host, store, &decl, source, &mut *fw, early, &[]).map(Some)
 }
 
 /// Puts the guard and the openings of `memo` back, under the store's lock (so never in the
@@ -449,6 +462,7 @@ fn apply_locked(
     source: Source,
     fw: &mut dyn NodeFirewall,
     early: Option<node_firewall::Guarded>,
+    recovered: &[Owned],
 ) -> Result<Report, ApplyError> {
     tracing::info!(node = %decl.node, mode = decl.mode.as_str(), source = source.as_str(), resources = decl.resources.len(), "applying");
     safety::check_safety(&store.state, decl)?;
@@ -588,6 +602,10 @@ fn apply_locked(
         report.not_admitted = std::mem::take(&mut cx.not_admitted);
         if report.failed().is_none() {
             remove_undeclared(&mut cx, &mut report);
+        }
+        // A store that exists wins: the mesh's copy is read only when there was none.
+        if report.failed().is_none() && cx.store.fresh && !recovered.is_empty() {
+            recover::remove_recovered(&mut cx, recovered, &mut report);
         }
         // Every apply sweeps: a marked rule of an opening no longer declared is removed even when
         // the store has forgotten it and nothing in this declaration opened the firewall.

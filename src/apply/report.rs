@@ -17,7 +17,8 @@ pub enum Outcome {
     Removed,
     /// Found on an adopted node and kept as it is.
     Held,
-    /// Held, and changed since it was first held by something that is not the host.
+    /// Held, and changed since it was first held by something that is not the host; or, for a
+    /// record the mesh recovered for a lost store, changed since that record, so left in place.
     ChangedBySomethingElse,
     /// No longer declared, and left in place by the asymmetry (packages, actions, what the host
     /// took over rather than created, held resources released).
@@ -56,6 +57,16 @@ pub struct Said {
     pub detail: String,
 }
 
+/// What the recovered records of a lost store did: how many the mesh handed back, the ids whose
+/// resource was removed, and the ids left in place because the machine no longer shows what the
+/// record says.
+#[derive(Serialize, Debug, Clone, Default, PartialEq, Eq)]
+pub struct Recovered {
+    pub records: usize,
+    pub removed: Vec<String>,
+    pub kept: Vec<String>,
+}
+
 #[derive(Serialize, Debug, Clone)]
 pub struct Report {
     pub node: String,
@@ -79,6 +90,9 @@ pub struct Report {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub private_network: Option<Said>,
     pub entries: Vec<Entry>,
+    /// What the records the mesh recovered for a lost store did, when this apply read them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub recovered: Option<Recovered>,
     /// The guard and openings this apply put in force, for the resident host.
     #[serde(skip)]
     pub memo: Option<super::FirewallMemo>,
@@ -96,6 +110,7 @@ impl Report {
             mode: decl.mode.as_str(),
             source,
             entries: Vec::new(),
+            recovered: None,
             memo: None,
         }
     }
@@ -230,6 +245,15 @@ impl Report {
         }
         if let Some(p) = &self.private_network {
             let _ = writeln!(out, "private network ({}): {}", p.mark.as_str(), p.detail);
+        }
+        if let Some(r) = &self.recovered {
+            let _ = writeln!(
+                out,
+                "recovered records: {} handed back, {} removed, {} left in place (changed since)",
+                r.records,
+                r.removed.len(),
+                r.kept.len()
+            );
         }
         if let Some(f) = self.failed() {
             let _ = writeln!(out, "the apply stopped at {}: {}", f.id, f.detail);

@@ -72,6 +72,13 @@ pub struct Declaration {
     /// and is hosted again. A declaration that merely lists no resources is never a release.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub release: bool,
+    /// What the node owned, as the mesh kept it from the node's last apply report, handed back
+    /// with the first declaration after a re-enrolment as the same node. Read by one apply only,
+    /// and only when the node has no store: it removes what is no longer declared where the
+    /// machine still shows what a record says, and nothing else. Never stored, so never
+    /// serialized.
+    #[serde(default, skip_serializing)]
+    pub recovered: Vec<crate::store::Owned>,
 }
 
 impl Declaration {

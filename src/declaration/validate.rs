@@ -320,6 +320,7 @@ impl Walker {
             "settings",
             "resources",
             "release",
+            "recovered",
         ];
         let Some(map) = self.object(value, "", top, &["version", "node", "mode", "resources"])
         else {
@@ -351,6 +352,9 @@ impl Walker {
         };
         if self.boolean(map, "release", "") == Some(true) {
             self.release(map, source);
+        }
+        if let Some(recovered) = map.get("recovered") {
+            self.recovered(recovered);
         }
         if let Some(resources) = map.get("resources") {
             match resources.as_array() {
@@ -784,6 +788,7 @@ impl Walker {
 }
 
 mod keys;
+mod recovered;
 mod release;
 mod values;
 use keys::duplicate_keys;

@@ -5,10 +5,12 @@
 //! relay (`lab::Relay`), so nothing of the machine's own network or firewall is touched. The
 //! controller is the lab's stand-in (`lab::Controller`).
 
+mod absence;
 mod broker_side;
 mod by_name;
 mod cluster;
 mod enrol;
+mod recover;
 mod release;
 mod resident;
 mod token_file;

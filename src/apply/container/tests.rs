@@ -289,3 +289,39 @@ fn the_runtimes_defaults_are_not_differences() {
         ["not created by the host from this declaration"]
     );
 }
+
+#[test]
+fn a_recovered_record_removes_its_container_only_while_it_is_the_one_recorded() {
+    let (mut bed, rt) = (Bed::new(), FakeRuntime::default());
+    let d = declaration("converged", &[], json!([web("one")]));
+    outcome(apply(&mut bed, &rt, &d));
+    let rec = bed.store.state.owned("app/web").cloned().unwrap();
+    let empty = declaration("converged", &[], json!([]));
+    // The same name, the host's id label, but another spec: not the container the record names.
+    let mut other = rec.clone();
+    other.digest = Some("sha256:another".into());
+    let (o, detail) = outcome(remove_recovered_with(&mut bed.cx(&empty), &rt, &other));
+    assert_eq!(o, Outcome::ChangedBySomethingElse);
+    assert!(
+        detail.contains("not the one the recovered record"),
+        "{detail}"
+    );
+    assert!(rt.get("web").is_some());
+    // The one recorded is removed.
+    let (o, _) = outcome(remove_recovered_with(&mut bed.cx(&empty), &rt, &rec));
+    assert_eq!(o, Outcome::Removed);
+    assert_eq!(rt.get("web"), None);
+    // Recreated by someone else under the same name: left in place, reported.
+    rt.found("web", "lab/busybox:1");
+    let (o, _) = outcome(remove_recovered_with(&mut bed.cx(&empty), &rt, &rec));
+    assert_eq!(o, Outcome::ChangedBySomethingElse);
+    assert!(rt.get("web").is_some());
+    assert_eq!(
+        rt.calls
+            .borrow()
+            .iter()
+            .filter(|c| c.starts_with("remove"))
+            .count(),
+        1
+    );
+}

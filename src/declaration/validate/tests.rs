@@ -399,6 +399,7 @@ fn declaration() -> impl Strategy<Value = Declaration> {
                 }),
                 resources,
                 release: false,
+                recovered: Vec::new(),
             }
         })
 }

@@ -1,0 +1,52 @@
+//! Validation of `recovered`: the records of what the node owned, as its last apply report gave
+//! them to the mesh, handed back with the first declaration after a re-enrolment. Each is checked
+//! like the store's own record (id, shape, key, digest), so a record that could not have come from
+//! a node is refused with the rest of the document.
+
+use super::values::{check_id, check_module_name, check_path};
+use super::{join, type_name, Walker};
+use crate::declaration::Shape;
+use serde_json::Value;
+
+const RECORD_FIELDS: &[&str] = &["id", "module", "shape", "key", "digest", "found"];
+
+impl Walker {
+    pub(super) fn recovered(&mut self, v: &Value) {
+        let Some(items) = v.as_array() else {
+            self.err(
+                "recovered",
+                format!("must be an array of records, found {}", type_name(v)),
+            );
+            return;
+        };
+        for (i, item) in items.iter().enumerate() {
+            let path = format!("recovered[{i}]");
+            let Some(map) = self.object(item, &path, RECORD_FIELDS, &["id", "shape", "key"]) else {
+                continue;
+            };
+            if let Some(id) = self.string(map, "id", &path) {
+                self.checked(join(&path, "id"), check_id(id));
+            }
+            if let Some(m) = self.string(map, "module", &path) {
+                self.checked(join(&path, "module"), check_module_name(m));
+            }
+            self.string(map, "digest", &path);
+            self.boolean(map, "found", &path);
+            let shape = self.string(map, "shape", &path).and_then(|s| {
+                let shape = Shape::from_name(s);
+                if shape.is_none() {
+                    self.err(join(&path, "shape"), format!("unknown shape {s:?}"));
+                }
+                shape
+            });
+            let Some(key) = self.string(map, "key", &path) else {
+                continue;
+            };
+            if matches!(shape, Some(Shape::File | Shape::Directory)) {
+                self.checked(join(&path, "key"), check_path(key));
+            } else if key.is_empty() || key.chars().any(char::is_control) {
+                self.err(join(&path, "key"), format!("not a resource key: {key:?}"));
+            }
+        }
+    }
+}
