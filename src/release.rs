@@ -169,6 +169,20 @@ mod tests {
     use serde_json::json;
     use std::path::Path;
 
+    /// A runner that records and a way to open `fake` for every apply.
+    fn through(
+        fake: &Recording,
+    ) -> (
+        RecordingRunner,
+        impl Fn(&Path, &Declaration) -> Box<dyn NodeFirewall>,
+    ) {
+        let handed = fake.clone();
+        (
+            RecordingRunner::default(),
+            move |_: &Path, _: &Declaration| Box::new(handed.clone()) as Box<dyn NodeFirewall>,
+        )
+    }
+
     fn settings() -> serde_json::Value {
         json!({"ports": {"store": 15432, "bus": 5672, "broker_management": 15672,
                          "registry": 5000, "hub": 51820}})
@@ -178,10 +192,7 @@ mod tests {
     fn a_release_removes_what_the_node_made_then_both_guard_layers_then_retires_the_store() {
         let root = tempfile::tempdir().unwrap();
         let fake = Recording::watching(&[]);
-        let runner = RecordingRunner::default();
-        let handed = fake.clone();
-        let open =
-            move |_: &Path, _: &Declaration| -> Box<dyn NodeFirewall> { Box::new(handed.clone()) };
+        let (runner, open) = through(&fake);
         let host = Host {
             root: root.path(),
             runner: &runner,
@@ -242,10 +253,7 @@ mod tests {
     fn a_release_of_a_flipped_node_puts_its_found_firewall_back_first() {
         let root = tempfile::tempdir().unwrap();
         let fake = Recording::watching(&[]);
-        let runner = RecordingRunner::default();
-        let handed = fake.clone();
-        let open =
-            move |_: &Path, _: &Declaration| -> Box<dyn NodeFirewall> { Box::new(handed.clone()) };
+        let (runner, open) = through(&fake);
         let host = Host {
             root: root.path(),
             runner: &runner,

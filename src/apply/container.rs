@@ -478,6 +478,16 @@ fn read_back(
     Ok(())
 }
 
+/// Whose record asks for a container's removal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Asked {
+    /// The store's own record of a container the host created.
+    Owned,
+    /// A record the mesh recovered for a lost store: removed only while the container at its
+    /// name is still the one it describes (that id and that spec, by its labels).
+    Recovered,
+}
+
 /// Removes an undeclared container the host created. A container now at that name without the
 /// host's label is somebody else's, and is left where it is.
 pub(super) fn remove(cx: &mut Cx<'_>, rec: &Owned) -> Result<Done, ResourceError> {
@@ -490,26 +500,7 @@ pub(super) fn remove_with(
     rt: &dyn ContainerRuntime,
     rec: &Owned,
 ) -> Result<Done, ResourceError> {
-    let name = rec.key.as_str();
-    let Some(c) = inspect(rt, name)? else {
-        return Ok(Done::new(
-            Outcome::Removed,
-            "no longer declared; already gone",
-        ));
-    };
-    let by_host = c.labels.get(LABEL_ID) == Some(&rec.id)
-        || (rec.digest.is_some() && c.labels.get(LABEL_SPEC) == rec.digest.as_ref());
-    if rec.found || !by_host {
-        return Ok(Done::new(
-            Outcome::Forgotten,
-            format!(
-                "the container now at {name} ({}) is not one the host created; left in place",
-                describe_found(&c)
-            ),
-        ));
-    }
-    remove_and_check(cx, rt, name, &rec.id, "")?;
-    Ok(Done::new(Outcome::Removed, "no longer declared; removed"))
+    remove_asked(cx, rt, rec, Asked::Owned)
 }
 
 /// Removes the container that a record the mesh recovered for a lost store names, only while the
@@ -517,13 +508,15 @@ pub(super) fn remove_with(
 /// labels). A container recreated by someone else is left in place and reported.
 pub(super) fn remove_recovered(cx: &mut Cx<'_>, rec: &Owned) -> Result<Done, ResourceError> {
     let rt = system::container_runtime(cx.runner).map_err(ResourceError::Unavailable)?;
-    remove_recovered_with(cx, rt.as_ref(), rec)
+    remove_asked(cx, rt.as_ref(), rec, Asked::Recovered)
 }
 
-pub(super) fn remove_recovered_with(
+/// Removes the container `rec` names if the one at its name is the host's as `asked` requires.
+pub(super) fn remove_asked(
     cx: &mut Cx<'_>,
     rt: &dyn ContainerRuntime,
     rec: &Owned,
+    asked: Asked,
 ) -> Result<Done, ResourceError> {
     let name = rec.key.as_str();
     let Some(c) = inspect(rt, name)? else {
@@ -532,24 +525,33 @@ pub(super) fn remove_recovered_with(
             "no longer declared; already gone",
         ));
     };
-    let as_recorded = c.labels.get(LABEL_ID) == Some(&rec.id)
-        && rec.digest.is_some()
-        && c.labels.get(LABEL_SPEC) == rec.digest.as_ref();
-    if !as_recorded {
-        return Ok(Done::new(
+    let by_id = c.labels.get(LABEL_ID) == Some(&rec.id);
+    let by_spec = rec.digest.is_some() && c.labels.get(LABEL_SPEC) == rec.digest.as_ref();
+    let (ours, left, not_ours, removed) = match asked {
+        Asked::Owned => (
+            !rec.found && (by_id || by_spec),
+            Outcome::Forgotten,
+            "is not one the host created",
+            "no longer declared; removed",
+        ),
+        Asked::Recovered => (
+            by_id && by_spec,
             Outcome::ChangedBySomethingElse,
+            "is not the one the recovered record describes",
+            "no longer declared; removed, as the recovered record describes it",
+        ),
+    };
+    if !ours {
+        return Ok(Done::new(
+            left,
             format!(
-                "the container now at {name} ({}) is not the one the recovered record describes; \
-                 left in place",
+                "the container now at {name} ({}) {not_ours}; left in place",
                 describe_found(&c)
             ),
         ));
     }
     remove_and_check(cx, rt, name, &rec.id, "")?;
-    Ok(Done::new(
-        Outcome::Removed,
-        "no longer declared; removed, as the recovered record describes it",
-    ))
+    Ok(Done::new(Outcome::Removed, removed))
 }
 
 /// Removes the container at `name` and reads back that it is gone (a runtime that answers

@@ -300,7 +300,12 @@ fn a_recovered_record_removes_its_container_only_while_it_is_the_one_recorded() 
     // The same name, the host's id label, but another spec: not the container the record names.
     let mut other = rec.clone();
     other.digest = Some("sha256:another".into());
-    let (o, detail) = outcome(remove_recovered_with(&mut bed.cx(&empty), &rt, &other));
+    let (o, detail) = outcome(remove_asked(
+        &mut bed.cx(&empty),
+        &rt,
+        &other,
+        Asked::Recovered,
+    ));
     assert_eq!(o, Outcome::ChangedBySomethingElse);
     assert!(
         detail.contains("not the one the recovered record"),
@@ -308,12 +313,22 @@ fn a_recovered_record_removes_its_container_only_while_it_is_the_one_recorded() 
     );
     assert!(rt.get("web").is_some());
     // The one recorded is removed.
-    let (o, _) = outcome(remove_recovered_with(&mut bed.cx(&empty), &rt, &rec));
+    let (o, _) = outcome(remove_asked(
+        &mut bed.cx(&empty),
+        &rt,
+        &rec,
+        Asked::Recovered,
+    ));
     assert_eq!(o, Outcome::Removed);
     assert_eq!(rt.get("web"), None);
     // Recreated by someone else under the same name: left in place, reported.
     rt.found("web", "lab/busybox:1");
-    let (o, _) = outcome(remove_recovered_with(&mut bed.cx(&empty), &rt, &rec));
+    let (o, _) = outcome(remove_asked(
+        &mut bed.cx(&empty),
+        &rt,
+        &rec,
+        Asked::Recovered,
+    ));
     assert_eq!(o, Outcome::ChangedBySomethingElse);
     assert!(rt.get("web").is_some());
     assert_eq!(
