@@ -434,7 +434,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             let text = match (token_file, token) {
                 (Some(path), None) => match crate::link::read_token_file(&path) {
                     Ok(t) => t,
-                    Err(e) => return refusal(json, 2, &[e], "nothing was stored"),
+                    Err(e) => return refusal(json, 2, &[e.to_string()], "nothing was stored"),
                 },
                 (None, Some(t)) => t,
                 // clap requires exactly one of the two.

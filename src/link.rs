@@ -101,30 +101,50 @@ fn load_key(root: &Path) -> Result<ed25519_dalek::SigningKey> {
 /// The longest token file read (a token is a few hundred bytes).
 const TOKEN_FILE_MAX: u64 = 64 * 1024;
 
+/// Why `enrol --token-file` read no token; each names the file (or standard input).
+#[derive(Debug, thiserror::Error)]
+pub enum TokenFileError {
+    #[error("{shown}: {source}")]
+    Unreadable {
+        shown: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{shown}: longer than {TOKEN_FILE_MAX} bytes, not a token")]
+    TooLong { shown: String },
+    #[error("{shown} is empty: it holds no token")]
+    Empty { shown: String },
+}
+
 /// The token of `enrol --token-file PATH` (`-`: standard input), whitespace around it dropped.
 /// A missing, unreadable, oversized or empty file is an error naming it.
-pub fn read_token_file(path: &Path) -> std::result::Result<String, String> {
+pub fn read_token_file(path: &Path) -> std::result::Result<String, TokenFileError> {
     use std::io::Read as _;
-    let (shown, reader): (String, Box<dyn std::io::Read>) = if path == Path::new("-") {
-        ("standard input".into(), Box::new(std::io::stdin()))
+    let shown = if path == Path::new("-") {
+        "standard input".to_string()
     } else {
-        let f =
-            std::fs::File::open(path).map_err(|e| format!("token file {}: {e}", path.display()))?;
-        (format!("token file {}", path.display()), Box::new(f))
+        format!("token file {}", path.display())
+    };
+    let unreadable = |source| TokenFileError::Unreadable {
+        shown: shown.clone(),
+        source,
+    };
+    let reader: Box<dyn std::io::Read> = if path == Path::new("-") {
+        Box::new(std::io::stdin())
+    } else {
+        Box::new(std::fs::File::open(path).map_err(unreadable)?)
     };
     let mut text = String::new();
     reader
         .take(TOKEN_FILE_MAX + 1)
         .read_to_string(&mut text)
-        .map_err(|e| format!("{shown}: {e}"))?;
+        .map_err(unreadable)?;
     if text.len() as u64 > TOKEN_FILE_MAX {
-        return Err(format!(
-            "{shown}: longer than {TOKEN_FILE_MAX} bytes, not a token"
-        ));
+        return Err(TokenFileError::TooLong { shown });
     }
     let token = text.trim();
     if token.is_empty() {
-        return Err(format!("{shown} is empty: it holds no token"));
+        return Err(TokenFileError::Empty { shown });
     }
     Ok(token.to_string())
 }

@@ -131,6 +131,12 @@ impl Handle {
 /// How long a closing connection may take to say goodbye before it is dropped.
 const CLOSE_WAIT: Duration = Duration::from_secs(2);
 
+/// How long after a rouse ended an attempt or a connection the next attempt waits, instead of the
+/// backoff's wait: a rouse says where packets go has changed (a resume, a new route), so the link
+/// tries again at once; rouses in this moment are taken and dropped, so a dispatcher's burst of
+/// events (up, dhcp4-change, reapply) makes one new attempt, not one per event.
+const ROUSE_SETTLE: Duration = Duration::from_millis(500);
+
 /// Reports waiting for a link, the newest kept when too many pile up.
 const PENDING_REPORTS: usize = 16;
 
@@ -221,6 +227,7 @@ impl Runner {
                 _ = self.rouse.notified() => Err(Error::Roused { addr: self.config.broker.addrs.join(", ") }),
                 _ = self.stop.changed() => return,
             };
+            let mut roused = matches!(opened, Err(Error::Roused { .. }));
             let why = match opened {
                 Ok(s) => {
                     backoff.reset();
@@ -237,20 +244,25 @@ impl Runner {
                     let _ = tokio::time::timeout(CLOSE_WAIT, s.close()).await;
                     match ended {
                         Ended::Stopped => return,
-                        Ended::Roused => "roused: the connection was ended".to_string(),
+                        Ended::Roused => {
+                            roused = true;
+                            "roused: the connection was ended".to_string()
+                        }
                         Ended::Lost(why) => why,
                     }
                 }
                 Err(e) => e.to_string(),
             };
-            let wait = backoff.wait();
+            // A rouse is not a failure of the broker: the backoff is neither advanced nor reset.
+            let wait = if roused { ROUSE_SETTLE } else { backoff.wait() };
             tracing::info!(why = %why, retry_in_ms = wait.as_millis() as u64, "unlinked");
             self.sink.event(Event::Unlinked {
                 why,
                 retry_in: wait,
             });
             // The wait is not shortened by a rouse: rouses during it are taken and dropped, so
-            // they neither cut the wait nor end the next attempt the moment it starts.
+            // they neither cut the wait nor end the next attempt the moment it starts (and a
+            // broker that fails keeps its backoff whatever rouses the host).
             let until = tokio::time::Instant::now() + wait;
             loop {
                 tokio::select! {

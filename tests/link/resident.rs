@@ -252,8 +252,8 @@ fn sighup_ends_a_hung_connection_attempt_at_once() {
         "{}",
         host.log()
     );
-    // Not the backoff: the next attempt comes after the wait, not at once, and two rouses at
-    // once are one (the second does not end the next attempt the moment it starts).
+    // The next attempt comes after the rouse's settling moment, not at once, and rouses in that
+    // moment are one (they do not end the next attempt the moment it starts).
     host.signal(libc::SIGHUP);
     host.signal(libc::SIGHUP);
     assert!(
@@ -270,8 +270,8 @@ fn sighup_ends_a_hung_connection_attempt_at_once() {
 
 /// The sleep hook the packages install (`packaging/rouse/sleep`, run as systemd-sleep runs it after
 /// a resume) rouses a host sitting in an attempt that will never return, which is what a connection
-/// that survived a suspend is: the attempt ends at once and the next begins after the backoff's
-/// first wait (drawn from 0.5–1 s), not after the attempt's 30 s deadline. Before the sleep
+/// that survived a suspend is: the attempt ends at once and the next begins after the rouse's
+/// settling moment (500 ms), not after the backoff's wait or the attempt's 30 s deadline. Before the sleep
 /// (`pre`) it does nothing.
 #[test]
 fn the_resume_hook_ends_a_hung_attempt_and_another_begins() {
@@ -316,10 +316,11 @@ fn the_resume_hook_ends_a_hung_attempt_and_another_begins() {
     );
     let next = ended_at.elapsed();
     eprintln!("resume hook: the attempt ended {ended:?} after it, the next began {next:?} later");
-    // The first wait is below 1 s; the margin is for a loaded machine's scheduling.
+    // A roused attempt is followed by the next after the rouse's settling moment (500 ms), not
+    // the backoff's wait: ended and begun again within 1 s of the hook.
     assert!(
-        next < Duration::from_millis(1200),
-        "the next attempt began {next:?} after"
+        ended + next < Duration::from_secs(1),
+        "the attempt ended {ended:?} after the hook and the next began {next:?} after that"
     );
     assert!(
         host.wait_log("the attempt was ended by a rouse", 1, WAIT),
