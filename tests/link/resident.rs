@@ -4,7 +4,7 @@
 //! SIGHUP ending a hung connection attempt at once, and the packages' resume hook doing it; a
 //! re-enrolment revoking the old identity.
 
-use super::{bed, declare_and_wait, enrolled, file_decl, linked, root, Bed};
+use super::{bed, declare_and_wait, enrolled, file_decl, linked, root, Bed, Resident};
 use serde_json::json;
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -217,23 +217,27 @@ fn the_link_fails_over_to_the_tokens_second_address() {
     declare_and_wait(&mut ctl, node, 1, "over the second address\n", WAIT);
 }
 
-#[test]
-fn sighup_ends_a_hung_connection_attempt_at_once() {
-    let bed = bed();
-    let mut ctl = bed.controller();
-    let (_d, r) = enrolled(bed, &mut ctl, "run-hung");
-    // The path to the broker becomes a black hole: a listener that accepts and never answers
-    // (what a suspended machine's connection is). The test points the node's stored address at
-    // it.
+/// The resident host of the node enrolled under `r`, started with its stored broker address
+/// pointed at a black hole: a listener that accepts and never answers (what a suspended machine's
+/// connection is). Returned once the host has dialled it.
+fn dialling_a_black_hole(bed: &Bed, r: &Path) -> (lab::Hung, Resident) {
     let hung = lab::Hung::start(&bed.node).unwrap();
     let link = r.join("var/lib/mesh-host/link.json");
     let mut kept: serde_json::Value =
         serde_json::from_slice(&std::fs::read(&link).unwrap()).unwrap();
     kept["broker"]["addrs"] = json!([hung.addr()]);
     std::fs::write(&link, serde_json::to_vec(&kept).unwrap()).unwrap();
-
-    let host = bed.resident(&r);
+    let host = bed.resident(r);
     assert!(hung.wait_accepted(1, WAIT), "the host dialled");
+    (hung, host)
+}
+
+#[test]
+fn sighup_ends_a_hung_connection_attempt_at_once() {
+    let bed = bed();
+    let mut ctl = bed.controller();
+    let (_d, r) = enrolled(bed, &mut ctl, "run-hung");
+    let (hung, host) = dialling_a_black_hole(bed, &r);
     // It sits in the attempt (its deadline is 30 s) …
     std::thread::sleep(Duration::from_millis(500));
     assert_eq!(
@@ -278,15 +282,7 @@ fn the_resume_hook_ends_a_hung_attempt_and_another_begins() {
     let bed = bed();
     let mut ctl = bed.controller();
     let (_d, r) = enrolled(bed, &mut ctl, "run-resume");
-    let hung = lab::Hung::start(&bed.node).unwrap();
-    let link = r.join("var/lib/mesh-host/link.json");
-    let mut kept: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(&link).unwrap()).unwrap();
-    kept["broker"]["addrs"] = json!([hung.addr()]);
-    std::fs::write(&link, serde_json::to_vec(&kept).unwrap()).unwrap();
-
-    let host = bed.resident(&r);
-    assert!(hung.wait_accepted(1, WAIT), "the host dialled");
+    let (hung, host) = dialling_a_black_hole(bed, &r);
     assert!(
         host.wait_log("resident host started", 1, WAIT),
         "the host started (its pid file is written before it says so):\n{}",
