@@ -101,6 +101,17 @@ pub(super) fn show_plan(p: &apply::plan::Plan, json: bool) -> Result<ExitCode> {
     Ok(ExitCode::from(p.exit_code()))
 }
 
+/// An operator's act on the stored declaration refused by a safety rule: its reason, nothing
+/// changed, with `code`.
+fn refused_act(code: u8, why: &str, json: bool) -> Result<ExitCode> {
+    refusal(
+        json,
+        code,
+        &[format!("refused: {why}")],
+        "nothing was changed",
+    )
+}
+
 pub(super) fn preview_asked(
     root: &std::path::Path,
     act: &str,
@@ -108,12 +119,7 @@ pub(super) fn preview_asked(
     json: bool,
 ) -> Result<ExitCode> {
     match asked {
-        crate::converge::Asked::Refused { code, why } => refusal(
-            json,
-            code,
-            &[format!("refused: {why}")],
-            "nothing was changed",
-        ),
+        crate::converge::Asked::Refused { code, why } => refused_act(code, &why, json),
         crate::converge::Asked::Apply(decl) => previewed(root, act, &decl, Source::Local, json),
     }
 }
@@ -126,12 +132,7 @@ pub(super) fn act(
     json: bool,
 ) -> Result<ExitCode> {
     match asked {
-        crate::converge::Asked::Refused { code, why } => refusal(
-            json,
-            code,
-            &[format!("refused: {why}")],
-            "nothing was changed",
-        ),
+        crate::converge::Asked::Refused { code, why } => refused_act(code, &why, json),
         crate::converge::Asked::Apply(decl) => {
             let result = apply::apply(&host(root), &decl, Source::Local);
             if result.is_ok() && crate::pid_file::tell_resident(root) {
