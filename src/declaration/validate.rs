@@ -155,6 +155,8 @@ fn type_name(v: &Value) -> &'static str {
 #[derive(Default)]
 struct Walker {
     problems: Vec<Problem>,
+    /// The guard the settings call for, once they are read: openings are checked against it.
+    guarded: Option<guarded::Guarded>,
 }
 
 const FILE_FIELDS: &[&str] = &[
@@ -380,8 +382,12 @@ impl Walker {
             let names = ["store", "bus", "broker_management", "registry", "hub"];
             if let Some(pm) = self.object(ports, "settings.ports", &names, &names) {
                 let mut by_port: BTreeMap<u16, &str> = BTreeMap::new();
+                let mut guarded = guarded::Guarded::default();
                 for name in names {
                     if let Some(p) = self.port(pm, name, "settings.ports") {
+                        if matches!(name, "store" | "broker_management") {
+                            guarded.ports.push((p, name));
+                        }
                         if let Some(other) = by_port.insert(p, name) {
                             self.err(
                                 format!("settings.ports.{name}"),
@@ -390,6 +396,7 @@ impl Walker {
                         }
                     }
                 }
+                self.guarded = Some(guarded);
             }
         }
         let Some(pn) = map.get("private_network") else {
@@ -404,7 +411,11 @@ impl Walker {
             self.checked(join(path, "interface"), check_interface(i));
         }
         if let Some(r) = self.string(pm, "range", path) {
-            self.checked(join(path, "range"), parse_cidr(r, false).map(|_| ()));
+            let range = parse_cidr(r, false);
+            if let (Some(g), Ok(range)) = (self.guarded.as_mut(), &range) {
+                g.private = Some(*range);
+            }
+            self.checked(join(path, "range"), range.map(|_| ()));
         }
         true
     }
@@ -738,6 +749,7 @@ impl Walker {
     }
 
     fn opening(&mut self, map: &Map<String, Value>, path: &str, has_private: bool) {
+        self.guarded_opening(map, path);
         self.port(map, "port", path);
         self.one_of(map, "proto", path, &["tcp", "udp"]);
         self.one_of(map, "path", path, &["incoming", "forwarded"]);
@@ -787,6 +799,7 @@ impl Walker {
     }
 }
 
+mod guarded;
 mod keys;
 mod recovered;
 mod release;

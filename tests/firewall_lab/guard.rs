@@ -299,3 +299,96 @@ fn an_earlier_versions_owned_guard_is_reported_while_held_and_replaced_once_orph
         "{report:#}"
     );
 }
+
+/// Every file beneath `dir` with its bytes, for a before-and-after comparison.
+fn tree(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
+    let mut out = Vec::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for e in std::fs::read_dir(&d).unwrap().map(Result::unwrap) {
+            let p = e.path();
+            if e.file_type().unwrap().is_dir() {
+                todo.push(p);
+            } else {
+                out.push((p.clone(), std::fs::read(&p).unwrap()));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// An opening on the store's or broker-management's port wider than the private network
+/// contradicts the guard (it would be reported in force while the guard drops it, and reach the
+/// store from outside after converge): the declaration is refused with exit 2 naming the guard
+/// setting, and the store, the ruleset and the ports stay as they were — probed.
+#[test]
+fn an_opening_on_the_stores_port_from_anywhere_is_refused_and_changes_nothing() {
+    let lab = new_lab();
+    let net = adoption(&lab);
+    let node = &net.node;
+    let _listeners: Vec<_> = [STORE, BROKER_MANAGEMENT, OPENED]
+        .iter()
+        .map(|p| node.listen_tcp(*p).expect("listener on the node"))
+        .collect();
+    let host = Host::new(node);
+    host.apply(&declaration(&[opening("web/port", OPENED, "incoming")]));
+    let ruleset = run_ok(node, &["nft", "list", "ruleset"]);
+    let store = tree(&host.root());
+
+    let mut wide = opening("db/port", STORE, "incoming");
+    wide["module"] = json!("db");
+    let mut listed = opening("mq/admin", BROKER_MANAGEMENT, "forwarded");
+    listed["from"] = json!([format!("{PRIVATE_V4_NET}/{PRIVATE_V4_PREFIX}"), "0.0.0.0/0"]);
+    let mut private = opening("db/private", STORE, "incoming");
+    private["from"] = json!("private");
+    let file = host.dir.path().join("wide.json");
+    let decl = declaration(&[
+        opening("web/port", OPENED, "incoming"),
+        wide,
+        listed,
+        private,
+    ]);
+    std::fs::write(&file, serde_json::to_vec_pretty(&decl).unwrap()).unwrap();
+    let out = host.run(&["apply", file.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2), "{}\n{}", out.stdout, out.stderr);
+    for says in [
+        "resources[1].from: an opening from anywhere: port 5432 is settings.ports.store",
+        "resources[2].from[1]: an opening from 0.0.0.0/0: port 15672 is \
+         settings.ports.broker_management",
+    ] {
+        assert!(out.stderr.contains(says), "{says:?} in:\n{}", out.stderr);
+    }
+    assert!(
+        !out.stderr.contains("resources[3]") && !out.stderr.contains("from[0]"),
+        "from the private network is what the guard admits:\n{}",
+        out.stderr
+    );
+    assert_eq!(run_ok(node, &["nft", "list", "ruleset"]), ruleset);
+    assert_eq!(
+        tree(&host.root()),
+        store,
+        "the store and root are untouched"
+    );
+    expect(
+        &net.outside,
+        &node_public(),
+        STORE,
+        Probe::TimedOut,
+        "the store from outside, after the refusal",
+    );
+    expect(
+        &net.outside,
+        &node_public(),
+        BROKER_MANAGEMENT,
+        Probe::TimedOut,
+        "broker-management from outside, after the refusal",
+    );
+    expect(
+        &net.outside,
+        &node_public(),
+        OPENED,
+        Probe::Reached,
+        "the opening applied before the refusal still answers",
+    );
+}

@@ -592,3 +592,62 @@ fn the_hosts_own_package_may_be_named_at_a_version_to_upgrade_and_nothing_else_o
         "{p:#?}"
     );
 }
+
+/// An opening on the store's or broker-management's port (tcp) wider than the private network
+/// contradicts the guard: refused, naming the setting; from the private network, its CIDRs or
+/// loopback, or over udp (which the guard does not refuse), it stands.
+#[test]
+fn an_opening_on_a_guarded_port_wider_than_the_private_network_is_refused() {
+    let mut v = base();
+    let resources = v["resources"].as_array_mut().unwrap();
+    let opening = |id: &str, port: u16, proto: &str, from: Value| json!({"id": id, "type": "opening", "port": port, "proto": proto, "from": from, "path": "incoming"});
+    resources.extend([
+        opening("a", 5432, "tcp", json!("anywhere")),
+        opening(
+            "b",
+            15672,
+            "tcp",
+            json!(["10.77.0.0/25", "10.76.0.0/16", "::/0"]),
+        ),
+        opening("c", 5432, "tcp", json!("private")),
+        opening("d", 5432, "tcp", json!(["10.77.0.5", "127.0.0.1", "::1"])),
+        opening("e", 5432, "udp", json!("anywhere")),
+        opening("f", 5672, "tcp", json!("anywhere")),
+        opening("g", 5432, "tcp", json!(["10.77.0.0/16"])),
+    ]);
+    let got = problems(v, Source::Local);
+    let at: Vec<&str> = got.iter().map(|p| p.split(':').next().unwrap()).collect();
+    assert_eq!(
+        at,
+        [
+            "resources[4].from",
+            "resources[5].from[1]",
+            "resources[5].from[2]",
+            "resources[10].from[0]"
+        ],
+        "{got:#?}"
+    );
+    assert!(got[0].contains("settings.ports.store"), "{}", got[0]);
+    assert!(
+        got[1].contains("settings.ports.broker_management"),
+        "{}",
+        got[1]
+    );
+    assert!(got[0].contains("10.77.0.0/24"), "{}", got[0]);
+
+    // With no private network declared, any source but loopback is refused.
+    let mut v = base();
+    v["settings"]
+        .as_object_mut()
+        .unwrap()
+        .remove("private_network");
+    v["resources"] = json!([opening(
+        "a",
+        5432,
+        "tcp",
+        json!(["10.77.0.0/24", "127.0.0.0/8"])
+    )]);
+    let got = problems(v, Source::Local);
+    assert_eq!(got.len(), 1, "{got:#?}");
+    assert!(got[0].starts_with("resources[0].from[0]") && got[0].contains("declare none"));
+}
