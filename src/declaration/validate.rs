@@ -49,8 +49,8 @@ impl std::error::Error for Problems {}
 
 /// Folders under which anything named after the host is the host's own: its binary, its store,
 /// its configuration, its unit and the unit's drop-ins, its init script and that script's
-/// settings, its launcher. A declaration that names one is refused, because the installation owns
-/// the host and the host owns the rest.
+/// settings, its launcher and the launcher's log. A declaration that names one is refused,
+/// because the installation owns the host and the host owns the rest.
 pub const OWN_FOLDERS: &[&str] = &[
     "/bin",
     "/sbin",
@@ -69,6 +69,7 @@ pub const OWN_FOLDERS: &[&str] = &[
     "/etc/conf.d",
     "/etc",
     "/var/lib",
+    "/var/log",
 ];
 
 /// The host's own package: the one package name of the host's a declaration may name, at a
@@ -552,9 +553,14 @@ impl Walker {
         }
     }
 
-    fn machine_path(&mut self, map: &Map<String, Value>, path: &str) -> Option<String> {
+    fn machine_path(
+        &mut self,
+        map: &Map<String, Value>,
+        path: &str,
+        check: fn(&str) -> Result<(), Invalid>,
+    ) -> Option<String> {
         let p = self.string(map, "path", path)?;
-        match check_path(p) {
+        match check(p) {
             Ok(()) => Some(p.to_string()),
             Err(m) => {
                 self.err(join(path, "path"), m.0);
@@ -575,7 +581,7 @@ impl Walker {
     }
 
     fn file(&mut self, map: &Map<String, Value>, path: &str) -> Option<String> {
-        let key = self.machine_path(map, path);
+        let key = self.machine_path(map, path, check_file_path);
         self.ownership(map, path);
         let text = self.string(map, "content", path);
         let b64 = self.string(map, "content_base64", path);
@@ -597,7 +603,7 @@ impl Walker {
     }
 
     fn directory(&mut self, map: &Map<String, Value>, path: &str) -> Option<String> {
-        let key = self.machine_path(map, path);
+        let key = self.machine_path(map, path, check_path);
         self.ownership(map, path);
         key
     }
@@ -790,8 +796,10 @@ impl Walker {
 mod keys;
 mod recovered;
 mod release;
+mod root;
 mod values;
 use keys::duplicate_keys;
+pub use root::under_root;
 pub use values::*;
 
 #[cfg(test)]
