@@ -79,11 +79,11 @@ fn read_database(path: &Path, what: &'static str, name: &str) -> Result<String, 
     };
     let file = std::fs::OpenOptions::new()
         .read(true)
-        .custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .custom_flags(nix::libc::O_NONBLOCK | nix::libc::O_NOFOLLOW | nix::libc::O_CLOEXEC)
         .open(path)
         .map_err(|e| {
             // O_NOFOLLOW refuses a link at the name with ELOOP: said as what it is.
-            if e.raw_os_error() == Some(libc::ELOOP) {
+            if e.raw_os_error() == Some(nix::libc::ELOOP) {
                 return AccountError::NotRegular {
                     what,
                     name: name.to_string(),
