@@ -104,6 +104,10 @@ fn refused_unchanged(node: &Node, outside: &Path, bad: Vec<Value>, code: i32, li
         tree(outside),
         "something outside the root changed"
     );
+    eprintln!(
+        "refused with exit {code}: {} paths under the root identical",
+        root_after.len()
+    );
     let p = node.apply_env(&d, &["--preview"], &[]);
     assert_eq!(
         p.code,
