@@ -116,6 +116,10 @@ mod tests {
     use super::*;
     use crate::system::fake::declaration;
 
+    /// Proves that the walk names, at once and each at its JSON path, a link out of the root, a
+    /// link inside it (a merged `/usr`), a FIFO where a file is declared, a file on the way, and
+    /// the wrong kind at a file's and a directory's path, while a fine path and one not there
+    /// yet pass.
     #[test]
     fn every_link_special_file_and_wrong_kind_is_named_at_once() {
         let root = tempfile::tempdir().unwrap();
