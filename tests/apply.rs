@@ -619,13 +619,10 @@ fn a_symbolic_link_never_takes_a_declared_path_outside_the_root_or_onto_the_host
     std::fs::write(outside.path().join("secret"), "host secret\n").unwrap();
     std::os::unix::fs::symlink(outside.path(), node.path("/etc")).unwrap();
     let f = json!({"id": "app/conf", "type": "file", "path": "/etc/app.conf", "content": "x"});
+    // A link on the way is refused before the first resource (exit 3, nothing changed).
     let r = node.apply_env(&decl("converged", &[], json!([f])), &[], &[]);
-    assert_eq!(r.code, Some(1), "{}", r.stdout);
-    assert!(
-        r.stdout.contains("outside the machine's root"),
-        "{}",
-        r.stdout
-    );
+    assert_eq!(r.code, Some(3), "{}", r.stderr);
+    assert!(r.stderr.contains("/etc is a symbolic link"), "{}", r.stderr);
     assert!(
         !outside.path().join("app.conf").exists(),
         "written outside the root"
@@ -635,15 +632,20 @@ fn a_symbolic_link_never_takes_a_declared_path_outside_the_root_or_onto_the_host
     std::fs::create_dir(node.path("/etc")).unwrap();
     std::os::unix::fs::symlink(outside.path().join("secret"), node.path("/etc/app.conf")).unwrap();
     let r = node.apply_env(&decl("converged", &[], json!([f])), &[], &[]);
-    assert_eq!(r.code, Some(1), "{}", r.stdout);
+    assert_eq!(r.code, Some(3), "{}", r.stderr);
     assert_eq!(
         std::fs::read_to_string(outside.path().join("secret")).unwrap(),
         "host secret\n"
     );
-    // A merged /usr: /bin is a link to /usr/bin, so /bin/mesh-host is the host's own binary.
+    // A merged /usr: /bin is a link to /usr/bin. The host follows no link the declaration did
+    // not name, so /bin/mesh-tool is refused as well (the declaration names /usr/bin/mesh-tool).
     std::fs::create_dir_all(node.path("/usr/bin")).unwrap();
     std::os::unix::fs::symlink("usr/bin", node.path("/bin")).unwrap();
     let own = json!({"id": "x", "type": "file", "path": "/bin/mesh-tool", "content": "x"});
+    let r = node.apply_env(&decl("converged", &[], json!([own])), &[], &[]);
+    assert_eq!(r.code, Some(3), "{}", r.stderr);
+    assert!(!node.path("/usr/bin/mesh-tool").exists());
+    let own = json!({"id": "x", "type": "file", "path": "/usr/bin/mesh-tool", "content": "x"});
     assert_eq!(
         node.apply_env(&decl("converged", &[], json!([own])), &[], &[])
             .code,

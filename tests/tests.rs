@@ -18,6 +18,7 @@ mod output;
 mod packages;
 mod preview;
 mod recover;
+mod refused_beforehand;
 mod rouse;
 mod services;
 mod tarball;

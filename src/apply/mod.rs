@@ -16,6 +16,7 @@ mod file;
 mod opening;
 mod package;
 pub mod plan;
+mod preflight;
 mod recover;
 mod remove;
 mod report;
@@ -44,6 +45,10 @@ pub enum ApplyError {
     /// A safety rule refused the act; nothing changed.
     #[error("{0}")]
     Safety(String),
+    /// The machine refuses declared paths (a symbolic link on the way, a FIFO, device or
+    /// socket where a file is declared), found before the first resource; nothing changed.
+    #[error("{0}")]
+    Machine(Problems),
     #[error(transparent)]
     Store(#[from] StoreError),
     /// The store could not be opened or written; the guard was ensured before it was touched.
@@ -286,6 +291,14 @@ impl Cx<'_> {
     }
 }
 
+/// What the host would refuse of `decl` under `root` part-way, refused before anything changes:
+/// the paths validation could not judge without the root ([`ApplyError::Refused`], exit 2) and
+/// what the machine shows at the declared paths ([`ApplyError::Machine`], exit 3).
+pub fn refuse_beforehand(root: &Path, decl: &Declaration) -> Result<(), ApplyError> {
+    crate::declaration::validate::under_root(decl, root).map_err(ApplyError::Refused)?;
+    preflight::check(root, decl).map_err(ApplyError::Machine)
+}
+
 /// Applies a validated declaration: the whole loop, the removals and the briefing. On an adopted
 /// node the guard is ensured before the store is opened, so a store that cannot be read or
 /// written (a full disk, a corrupt file) never leaves the foundation's ports unguarded.
@@ -302,6 +315,7 @@ pub fn apply(host: &Host<'_>, decl: &Declaration, source: Source) -> Result<Repo
         };
         (&stripped, decl.recovered.as_slice())
     };
+    refuse_beforehand(host.root, decl)?;
     // What the store says now, read without its lock, for the safety rules that must refuse
     // before anything changes; read again under the lock below.
     let peeked = store::peek(host.root);
@@ -373,6 +387,9 @@ pub fn reconcile_with(
         Ok(Some(state)) => state,
         Err(e) => return Err(unrecorded(e, early.as_ref())),
     };
+    if let Some(decl) = &peeked.declaration {
+        refuse_beforehand(host.root, decl)?;
+    }
     // The remembered guard was the remembered declaration's: kept as written meanwhile, and
     // ensured again below when the stored declaration is another.
     if !memo.is_some_and(|m| peeked.declaration.as_ref() == Some(&m.declaration)) {

@@ -178,13 +178,15 @@ pub fn plan(
             why: e.to_string(),
         })?
         .unwrap_or_default();
-    check_safety(&state, decl).map_err(|e| Refused {
-        code: match e {
-            super::ApplyError::Refused(_) => 2,
-            _ => 3,
-        },
-        why: e.to_string(),
-    })?;
+    super::refuse_beforehand(root, decl)
+        .and_then(|()| check_safety(&state, decl))
+        .map_err(|e| Refused {
+            code: match e {
+                super::ApplyError::Refused(_) => 2,
+                _ => 3,
+            },
+            why: e.to_string(),
+        })?;
     let deadlines = decl
         .settings
         .as_ref()

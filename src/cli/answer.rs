@@ -150,6 +150,18 @@ pub(super) fn finish(result: Result<Report, ApplyError>, json: bool) -> Result<E
         Err(ApplyError::Safety(why)) => {
             return refusal(json, 3, &[format!("refused: {why}")], "nothing was changed");
         }
+        Err(ApplyError::Machine(p)) => {
+            let lines: Vec<String> = p.0.iter().map(|p| format!("refused: {p}")).collect();
+            return refusal(
+                json,
+                3,
+                &lines,
+                &format!(
+                    "the machine refuses what the declaration asks ({}); nothing was changed",
+                    apply::count(p.0.len(), "path", "paths")
+                ),
+            );
+        }
         Err(e @ (ApplyError::Store(_) | ApplyError::Unrecorded { .. })) => return Err(e.into()),
     };
     if json {

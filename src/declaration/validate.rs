@@ -47,54 +47,6 @@ impl fmt::Display for Problems {
 
 impl std::error::Error for Problems {}
 
-/// Folders under which anything named after the host is the host's own: its binary, its store,
-/// its configuration, its unit and the unit's drop-ins, its init script and that script's
-/// settings, its launcher. A declaration that names one is refused, because the installation owns
-/// the host and the host owns the rest.
-pub const OWN_FOLDERS: &[&str] = &[
-    "/bin",
-    "/sbin",
-    "/usr/bin",
-    "/usr/sbin",
-    "/usr/local/bin",
-    "/usr/local/sbin",
-    "/usr/lib",
-    "/usr/libexec",
-    "/usr/local/lib",
-    "/lib/systemd",
-    "/usr/lib/systemd",
-    "/etc/systemd",
-    "/run/systemd",
-    "/etc/init.d",
-    "/etc/conf.d",
-    "/etc",
-    "/var/lib",
-];
-
-/// The host's own package: the one package name of the host's a declaration may name, at a
-/// version, because upgrading the host is an ordinary package resource (seed 000, "Upgrading the
-/// host"). The package applier checks that the binary it installs runs before it records it.
-pub const OWN_PACKAGE: &str = "mesh-host";
-
-/// Whether a name (a path component, a unit, a package) is the host's: `mesh-host` and anything
-/// it names with a suffix (`mesh-host.service`, `mesh-host-launcher`, `mesh-host@x`).
-pub fn is_own_name(name: &str) -> bool {
-    name == "mesh-host"
-        || ["mesh-host.", "mesh-host-", "mesh-host@"]
-            .iter()
-            .any(|p| name.starts_with(p))
-}
-
-/// The host's own thing a machine path names, if it names one: a component named after the host
-/// under one of [`OWN_FOLDERS`].
-pub fn own_path(p: &str) -> Option<&'static str> {
-    let parts: Vec<&str> = p.split('/').filter(|c| !c.is_empty()).collect();
-    OWN_FOLDERS.iter().copied().find(|folder| {
-        let depth = folder.split('/').filter(|c| !c.is_empty()).count();
-        p.starts_with(&format!("{folder}/")) && parts.iter().skip(depth).any(|c| is_own_name(c))
-    })
-}
-
 /// Parses and validates a declaration for a given source.
 pub fn parse(text: &str, source: Source) -> Result<Declaration, Problems> {
     let value: Value = serde_json::from_str(text).map_err(|e| {
@@ -563,9 +515,14 @@ impl Walker {
         }
     }
 
-    fn machine_path(&mut self, map: &Map<String, Value>, path: &str) -> Option<String> {
+    fn machine_path(
+        &mut self,
+        map: &Map<String, Value>,
+        path: &str,
+        check: fn(&str) -> Result<(), Invalid>,
+    ) -> Option<String> {
         let p = self.string(map, "path", path)?;
-        match check_path(p) {
+        match check(p) {
             Ok(()) => Some(p.to_string()),
             Err(m) => {
                 self.err(join(path, "path"), m.0);
@@ -586,7 +543,7 @@ impl Walker {
     }
 
     fn file(&mut self, map: &Map<String, Value>, path: &str) -> Option<String> {
-        let key = self.machine_path(map, path);
+        let key = self.machine_path(map, path, check_file_path);
         self.ownership(map, path);
         let text = self.string(map, "content", path);
         let b64 = self.string(map, "content_base64", path);
@@ -608,7 +565,7 @@ impl Walker {
     }
 
     fn directory(&mut self, map: &Map<String, Value>, path: &str) -> Option<String> {
-        let key = self.machine_path(map, path);
+        let key = self.machine_path(map, path, check_path);
         self.ownership(map, path);
         key
     }
@@ -801,10 +758,14 @@ impl Walker {
 
 mod guarded;
 mod keys;
+mod own;
 mod recovered;
 mod release;
+mod root;
 mod values;
 use keys::duplicate_keys;
+pub use own::*;
+pub use root::under_root;
 pub use values::*;
 
 #[cfg(test)]

@@ -5,6 +5,7 @@ use super::*;
 use crate::declaration::*;
 use proptest::prelude::*;
 use serde_json::json;
+use std::path::Path;
 
 fn ok(v: Value) -> Declaration {
     validate_value(&v, Source::Local).unwrap_or_else(|p| panic!("refused:\n{p}"))
@@ -650,4 +651,82 @@ fn an_opening_on_a_guarded_port_wider_than_the_private_network_is_refused() {
     let got = problems(v, Source::Local);
     assert_eq!(got.len(), 1, "{got:#?}");
     assert!(got[0].starts_with("resources[0].from[0]") && got[0].contains("declare none"));
+}
+
+/// Proves that the kernel's limits are validation's: a component over NAME_MAX, a path over
+/// PATH_MAX and a file name with no room for its temporary name are each named, all at once,
+/// with their JSON paths, while the longest accepted ones pass.
+#[test]
+fn paths_past_the_kernels_limits_are_named_at_once() {
+    let long = "a".repeat(NAME_MAX + 1);
+    let deep = format!("/srv{}", "/d".repeat((PATH_MAX - 4) / 2));
+    let name = "n".repeat(FILE_NAME_MAX + 1);
+    let mut v = base();
+    v["resources"] = json!([
+        {"id": "a", "type": "file", "path": format!("/srv/{long}/f"), "content": "x"},
+        {"id": "b", "type": "directory", "path": deep},
+        {"id": "c", "type": "file", "path": format!("/srv/{name}"), "content": "x"},
+        {"id": "d", "type": "directory", "path": format!("/srv/{}", "a".repeat(NAME_MAX))},
+        {"id": "e", "type": "file", "path": format!("/srv/{}", "n".repeat(FILE_NAME_MAX)), "content": "x"},
+        {"id": "f", "type": "directory", "path": format!("/srv{}", "/d".repeat((PATH_MAX - 5) / 2))}
+    ]);
+    let p = problems(v, Source::Local);
+    assert_eq!(p.len(), 3, "{p:#?}");
+    assert!(
+        p[0].starts_with("resources[0].path: component \"aaaaaaaaaaaaaaaaaaaaaaaa\"… is 256 bytes long; a path component is at most 255 bytes"),
+        "{p:#?}"
+    );
+    assert!(
+        p[1].starts_with(
+            "resources[1].path: is 4096 bytes long; a machine path is at most 4095 bytes"
+        ),
+        "{p:#?}"
+    );
+    assert!(
+        p[2].starts_with("resources[2].path: file name is 239 bytes long; a declared file's name is at most 238 bytes"),
+        "{p:#?}"
+    );
+}
+
+/// Proves that the root counts: a path within PATH_MAX alone is refused once the root is put
+/// before it, and the running test binary, declared by its path under a root that holds it, is
+/// refused as the host's own, while `/` and another root accept both.
+#[test]
+fn under_the_root_the_whole_path_and_the_running_binary_are_judged() {
+    let exe = std::env::current_exe().unwrap().canonicalize().unwrap();
+    let exe_dir = exe.parent().unwrap();
+    let parent = exe_dir.parent().unwrap();
+    let within = format!("/{}", exe.strip_prefix(parent).unwrap().display());
+    let deep = format!("/srv{}", "/d".repeat((PATH_MAX - 5) / 2));
+    let d = crate::system::fake::declaration(
+        "converged",
+        &[],
+        json!([
+            {"id": "a", "type": "file", "path": within, "content": "x"},
+            {"id": "b", "type": "directory", "path": deep}
+        ]),
+    );
+    let p: Vec<String> = under_root(&d, parent)
+        .unwrap_err()
+        .0
+        .iter()
+        .map(|p| p.to_string())
+        .collect();
+    assert_eq!(p.len(), 2, "{p:#?}");
+    assert!(
+        p[0].starts_with(&format!(
+            "resources[0].path: {within} is this host's own running binary ({} under the root",
+            exe.display()
+        )),
+        "{p:#?}"
+    );
+    assert!(
+        p[1].starts_with(&format!(
+            "resources[1].path: is {} bytes long under the root {}",
+            parent.as_os_str().len() + deep.len(),
+            parent.display()
+        )),
+        "{p:#?}"
+    );
+    under_root(&d, Path::new("/")).expect("under / neither is refused");
 }

@@ -68,6 +68,31 @@ pub fn check_interface(s: &str) -> Result<(), Invalid> {
     Ok(())
 }
 
+/// The kernel's longest path, its terminating NUL included (`PATH_MAX`).
+pub const PATH_MAX: usize = 4096;
+/// The kernel's longest path component (`NAME_MAX`).
+pub const NAME_MAX: usize = 255;
+/// The longest last component of a declared file: the host writes it through a temporary
+/// `.NAME.mesh-host.tmp` beside it (15 bytes more) and keeps a found one's original as
+/// `TAG-NAME` (17 bytes more), and both must fit in [`NAME_MAX`].
+pub const FILE_NAME_MAX: usize = NAME_MAX - 17;
+
+/// A declared file's path: a machine path ([`check_path`]) whose name leaves room for the names
+/// the host writes it through.
+pub fn check_file_path(p: &str) -> Result<(), Invalid> {
+    check_path(p)?;
+    let name = p.rsplit('/').next().unwrap_or(p);
+    if name.len() > FILE_NAME_MAX {
+        return Err(Invalid(format!(
+            "file name is {} bytes long; a declared file's name is at most {FILE_NAME_MAX} bytes, \
+             so its temporary name and its saved original's name fit in the kernel's NAME_MAX of \
+             {NAME_MAX}",
+            name.len()
+        )));
+    }
+    Ok(())
+}
+
 /// An absolute, normalised machine path that is not one of the host's own.
 pub fn check_path(p: &str) -> Result<(), Invalid> {
     if !p.starts_with('/') {
@@ -77,7 +102,26 @@ pub fn check_path(p: &str) -> Result<(), Invalid> {
     if p == "/" {
         return Err(Invalid("must not be the root directory".into()));
     }
+    // The kernel's limits, which the apply would otherwise meet part-way (ENAMETOOLONG): a
+    // path of PATH_MAX bytes with its NUL, a component of NAME_MAX. The root the path is
+    // reached under counts too; `under_root` checks the whole machine path.
+    if p.len() >= PATH_MAX {
+        return Err(Invalid(format!(
+            "is {} bytes long; a machine path is at most {} bytes (the kernel's PATH_MAX of \
+             {PATH_MAX} with its terminating NUL)",
+            p.len(),
+            PATH_MAX - 1
+        )));
+    }
     for part in p.split('/').skip(1) {
+        if part.len() > NAME_MAX {
+            let shown: String = part.chars().take(24).collect();
+            return Err(Invalid(format!(
+                "component {shown:?}… is {} bytes long; a path component is at most \
+                 {NAME_MAX} bytes (the kernel's NAME_MAX)",
+                part.len()
+            )));
+        }
         match part {
             ".." => return Err(Invalid(format!("must not contain '..', found {p:?}"))),
             "." | "" => {
