@@ -12,6 +12,10 @@ pub enum ResourceError {
     /// A declared path does not resolve to a place the host may write.
     #[error(transparent)]
     Path(#[from] PathError),
+    /// A declared path could not be resolved or used beneath the root (a link on the way, a
+    /// special file where a regular one is expected).
+    #[error(transparent)]
+    Beneath(#[from] crate::beneath::BeneathError),
     /// The store could not record what was done.
     #[error(transparent)]
     Store(#[from] StoreError),
