@@ -36,6 +36,11 @@ pub enum BeneathError {
          did not name (declare the real path)"
     )]
     Symlink { declared: String, component: String },
+    #[error(
+        "{declared}: a directory on the way changed while it was resolved (a link and a \
+         directory in turn); the host will not write through it"
+    )]
+    Changing { declared: String },
     #[error("{declared}: {component} is not a directory")]
     NotDirectory { declared: String, component: String },
     #[error("{declared}: the path must be absolute, without `.`, `..` or empty components")]
@@ -265,30 +270,54 @@ impl Root {
         self.walk(declared, parts, n)
     }
 
-    /// The component-by-component resolution: one `openat(O_NOFOLLOW | O_DIRECTORY)` each.
+    /// The component-by-component resolution: one `openat(O_NOFOLLOW | O_DIRECTORY)` each. A
+    /// component found a directory again just after it failed to open as one is changing under
+    /// the host: the walk starts again, a few times, then refuses.
     fn walk(&self, declared: &str, parts: &[&str], n: usize) -> Result<Option<Dir>, BeneathError> {
+        for _ in 0..3 {
+            match self.walk_once(declared, parts, n) {
+                Err(None) => continue,
+                Err(Some(e)) => return Err(e),
+                Ok(d) => return Ok(d),
+            }
+        }
+        Err(BeneathError::Changing {
+            declared: declared.to_string(),
+        })
+    }
+
+    /// One walk; `Err(None)` when a component changed between its failure and the look at it.
+    fn walk_once(
+        &self,
+        declared: &str,
+        parts: &[&str],
+        n: usize,
+    ) -> Result<Option<Dir>, Option<BeneathError>> {
         let mut cur = self.root_dir().map_err(io("opening the root for", declared))?;
         for (i, name) in parts[..n].iter().enumerate() {
             match fcntl::openat(&cur.fd, *name, DIR_FLAGS, Mode::empty()) {
                 Ok(fd) => cur = Dir { fd },
                 Err(Errno::ENOENT) => return Ok(None),
-                Err(Errno::ELOOP | Errno::ENOTDIR) => return Err(self.not_dir(&cur, declared, parts, i)),
-                Err(e) => return Err(io("resolving", declared)(e)),
+                Err(Errno::ELOOP | Errno::ENOTDIR) => {
+                    return Err(self.not_dir(&cur, declared, parts, i))
+                }
+                Err(e) => return Err(Some(io("resolving", declared)(e))),
             }
         }
         Ok(Some(cur))
     }
 
-    /// Why component `i` could not be opened as a directory (looked at only to say so).
-    fn not_dir(&self, dir: &Dir, declared: &str, parts: &[&str], i: usize) -> BeneathError {
+    /// Why component `i` could not be opened as a directory (looked at only to say so); `None`
+    /// when it is a directory now, so it changed since.
+    fn not_dir(&self, dir: &Dir, declared: &str, parts: &[&str], i: usize) -> Option<BeneathError> {
         let component = spelled(parts, i + 1);
-        let link = stat::fstatat(&dir.fd, parts[i], fcntl::AtFlags::AT_SYMLINK_NOFOLLOW)
-            .is_ok_and(|s| s.st_mode & SFlag::S_IFMT.bits() == SFlag::S_IFLNK.bits());
+        let now = stat::fstatat(&dir.fd, parts[i], fcntl::AtFlags::AT_SYMLINK_NOFOLLOW)
+            .map(|s| SFlag::from_bits_truncate(s.st_mode & SFlag::S_IFMT.bits()));
         let declared = declared.to_string();
-        if link {
-            BeneathError::Symlink { declared, component }
-        } else {
-            BeneathError::NotDirectory { declared, component }
+        match now {
+            Ok(SFlag::S_IFLNK) => Some(BeneathError::Symlink { declared, component }),
+            Ok(SFlag::S_IFDIR) | Err(Errno::ENOENT) => None,
+            _ => Some(BeneathError::NotDirectory { declared, component }),
         }
     }
 
@@ -324,7 +353,13 @@ impl Root {
             }
             match fcntl::openat(&cur.fd, *name, DIR_FLAGS, Mode::empty()) {
                 Ok(fd) => cur = Dir { fd },
-                Err(Errno::ELOOP | Errno::ENOTDIR) => return Err(self.not_dir(&cur, declared, parts, i)),
+                Err(Errno::ELOOP | Errno::ENOTDIR) => {
+                    return Err(self.not_dir(&cur, declared, parts, i).unwrap_or(
+                        BeneathError::Changing {
+                            declared: declared.to_string(),
+                        },
+                    ))
+                }
                 Err(e) => return Err(io("resolving", declared)(e)),
             }
         }

@@ -622,7 +622,7 @@ fn a_symbolic_link_never_takes_a_declared_path_outside_the_root_or_onto_the_host
     let r = node.apply_env(&decl("converged", &[], json!([f])), &[], &[]);
     assert_eq!(r.code, Some(1), "{}", r.stdout);
     assert!(
-        r.stdout.contains("outside the machine's root"),
+        r.stdout.contains("/etc/app.conf: /etc is a symbolic link"),
         "{}",
         r.stdout
     );
@@ -640,12 +640,19 @@ fn a_symbolic_link_never_takes_a_declared_path_outside_the_root_or_onto_the_host
         std::fs::read_to_string(outside.path().join("secret")).unwrap(),
         "host secret\n"
     );
-    // A merged /usr: /bin is a link to /usr/bin, so /bin/mesh-host is the host's own binary.
+    // A merged /usr: /bin is a link to /usr/bin. No link the declaration did not name is
+    // followed, even inside the root: the operator declares the real path, /usr/bin/mesh-tool.
     std::fs::create_dir_all(node.path("/usr/bin")).unwrap();
     std::os::unix::fs::symlink("usr/bin", node.path("/bin")).unwrap();
     let own = json!({"id": "x", "type": "file", "path": "/bin/mesh-tool", "content": "x"});
+    let r = node.apply_env(&decl("converged", &[], json!([own])), &[], &[]);
+    assert_eq!(r.code, Some(1), "{}", r.stdout);
+    assert!(r.stdout.contains("/bin is a symbolic link"), "{}", r.stdout);
+    assert!(r.stdout.contains("declare the real path"), "{}", r.stdout);
+    assert!(!node.path("/usr/bin/mesh-tool").exists());
+    let real = json!({"id": "x", "type": "file", "path": "/usr/bin/mesh-tool", "content": "x"});
     assert_eq!(
-        node.apply_env(&decl("converged", &[], json!([own])), &[], &[])
+        node.apply_env(&decl("converged", &[], json!([real])), &[], &[])
             .code,
         Some(0)
     );
