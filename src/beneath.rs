@@ -45,8 +45,13 @@ pub enum BeneathError {
     NotDirectory { declared: String, component: String },
     #[error("{declared}: the path must be absolute, without `.`, `..` or empty components")]
     Unclean { declared: String },
-    #[error("{declared} exists and is {kind}, not a regular file; the host will not open or replace it")]
-    Special { declared: String, kind: &'static str },
+    #[error(
+        "{declared} exists and is {kind}, not a regular file; the host will not open or replace it"
+    )]
+    Special {
+        declared: String,
+        kind: &'static str,
+    },
     #[error("{declared} exists and is not a directory; the host will not replace it")]
     NotADirectory { declared: String },
     #[error("{doing} {declared}: {source}")]
@@ -105,7 +110,10 @@ const CHUNK: usize = 64 * 1024;
 
 impl Found {
     /// Reads the whole file through `each` in chunks from offset 0 (never all at once).
-    pub fn stream(&self, mut each: impl FnMut(&[u8]) -> std::io::Result<()>) -> std::io::Result<u64> {
+    pub fn stream(
+        &self,
+        mut each: impl FnMut(&[u8]) -> std::io::Result<()>,
+    ) -> std::io::Result<u64> {
         let mut buf = vec![0u8; CHUNK];
         let mut at = 0u64;
         loop {
@@ -220,11 +228,15 @@ const DIR_FLAGS: OFlag = OFlag::O_RDONLY
 impl Root {
     /// Opens the root directory (`/` in production) once.
     pub fn open(path: &Path) -> Result<Root, BeneathError> {
-        let fd = fcntl::open(path, OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC, Mode::empty())
-            .map_err(|e| BeneathError::Root {
-                root: path.to_path_buf(),
-                source: e.into(),
-            })?;
+        let fd = fcntl::open(
+            path,
+            OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| BeneathError::Root {
+            root: path.to_path_buf(),
+            source: e.into(),
+        })?;
         Ok(Root {
             fd,
             path: path.to_path_buf(),
@@ -247,9 +259,17 @@ impl Root {
     }
 
     /// Opens the directory at the first `n` components of `parts`; `None` when one is missing.
-    fn resolve(&self, declared: &str, parts: &[&str], n: usize) -> Result<Option<Dir>, BeneathError> {
+    fn resolve(
+        &self,
+        declared: &str,
+        parts: &[&str],
+        n: usize,
+    ) -> Result<Option<Dir>, BeneathError> {
         if n == 0 {
-            return self.root_dir().map(Some).map_err(io("opening the root for", declared));
+            return self
+                .root_dir()
+                .map(Some)
+                .map_err(io("opening the root for", declared));
         }
         if !NO_OPENAT2.load(Ordering::Relaxed) {
             let how = OpenHow::new().flags(DIR_FLAGS).resolve(
@@ -293,7 +313,9 @@ impl Root {
         parts: &[&str],
         n: usize,
     ) -> Result<Option<Dir>, Option<BeneathError>> {
-        let mut cur = self.root_dir().map_err(io("opening the root for", declared))?;
+        let mut cur = self
+            .root_dir()
+            .map_err(io("opening the root for", declared))?;
         for (i, name) in parts[..n].iter().enumerate() {
             match fcntl::openat(&cur.fd, *name, DIR_FLAGS, Mode::empty()) {
                 Ok(fd) => cur = Dir { fd },
@@ -315,9 +337,15 @@ impl Root {
             .map(|s| SFlag::from_bits_truncate(s.st_mode & SFlag::S_IFMT.bits()));
         let declared = declared.to_string();
         match now {
-            Ok(SFlag::S_IFLNK) => Some(BeneathError::Symlink { declared, component }),
+            Ok(SFlag::S_IFLNK) => Some(BeneathError::Symlink {
+                declared,
+                component,
+            }),
             Ok(SFlag::S_IFDIR) | Err(Errno::ENOENT) => None,
-            _ => Some(BeneathError::NotDirectory { declared, component }),
+            _ => Some(BeneathError::NotDirectory {
+                declared,
+                component,
+            }),
         }
     }
 
@@ -345,7 +373,9 @@ impl Root {
         if let Some(d) = self.resolve(declared, parts, n)? {
             return Ok(d);
         }
-        let mut cur = self.root_dir().map_err(io("opening the root for", declared))?;
+        let mut cur = self
+            .root_dir()
+            .map_err(io("opening the root for", declared))?;
         for (i, name) in parts[..n].iter().enumerate() {
             match stat::mkdirat(&cur.fd, *name, Mode::from_bits_truncate(0o755)) {
                 Ok(()) | Err(Errno::EEXIST) => {}
@@ -448,9 +478,15 @@ impl Root {
             Ok(()) | Err(Errno::ENOENT) => {}
             Err(e) => return Err(io("clearing the temporary file of", declared)(e)),
         }
-        let create = OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
-        let fd = fcntl::openat(&dir.fd, tmp.as_str(), create, Mode::from_bits_truncate(0o600))
-            .map_err(io("creating the temporary file of", declared))?;
+        let create =
+            OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+        let fd = fcntl::openat(
+            &dir.fd,
+            tmp.as_str(),
+            create,
+            Mode::from_bits_truncate(0o600),
+        )
+        .map_err(io("creating the temporary file of", declared))?;
         let mut file = File::from(fd);
         let wrote = file
             .write_all(bytes)
@@ -465,7 +501,8 @@ impl Root {
             });
         }
         drop(file);
-        fcntl::renameat(&dir.fd, tmp.as_str(), &dir.fd, name).map_err(io("renaming into", declared))?;
+        fcntl::renameat(&dir.fd, tmp.as_str(), &dir.fd, name)
+            .map_err(io("renaming into", declared))?;
         dir.sync().map_err(io("syncing the directory of", declared))
     }
 

@@ -100,7 +100,10 @@ fn a_directory_swapped_for_a_link_mid_apply_never_writes_outside_the_root() {
          wrote outside"
     );
     assert_eq!(wrote + refused, i);
-    assert!(refused > 0, "no apply met the link: the race was not exercised");
+    assert!(
+        refused > 0,
+        "no apply met the link: the race was not exercised"
+    );
 }
 
 /// The peak resident memory of a child run of the binary, from `wait4`'s rusage, in KiB.
@@ -121,7 +124,12 @@ fn run_measured(node: &Node, decl: &Value) -> (i32, String, i64) {
         .spawn()
         .unwrap();
     let mut out = String::new();
-    child.stdout.take().unwrap().read_to_string(&mut out).unwrap();
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut out)
+        .unwrap();
     let mut status = 0;
     // SAFETY: rusage is plain data the kernel fills in; the pid is our own unwaited child.
     let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
@@ -156,7 +164,10 @@ fn a_one_gib_found_file_is_kept_as_an_original_in_bounded_memory() {
     let (code, out, rss) = run_measured(&node, &decl("converged", s, f.clone()));
     let took = started.elapsed();
     assert_eq!(code, 0, "{out}");
-    assert!(out.contains("found file replaced; original saved at"), "{out}");
+    assert!(
+        out.contains("found file replaced; original saved at"),
+        "{out}"
+    );
     let state = node.state();
     let saved = node.path(state["originals"][0]["saved"].as_str().unwrap());
     assert_eq!(std::fs::metadata(&saved).unwrap().len(), GIB);
@@ -186,7 +197,10 @@ fn a_one_gib_found_file_is_kept_as_an_original_in_bounded_memory() {
         .find(|l| l["subject"] == "/etc/big.conf")
         .unwrap_or_else(|| panic!("no briefing line for the file: {briefing:#}"));
     let detail = line["detail"].as_str().unwrap();
-    assert!(detail.contains("1073741824 bytes") && detail.contains("sha256:"), "{detail}");
+    assert!(
+        detail.contains("1073741824 bytes") && detail.contains("sha256:"),
+        "{detail}"
+    );
     eprintln!("1 GiB original by digest only: peak RSS {rss} KiB in {took:?}");
     assert!(rss < BOUND_KIB, "peak RSS {rss} KiB, over {BOUND_KIB} KiB");
 }
@@ -203,7 +217,11 @@ fn a_fifo_at_a_declared_file_is_refused_without_hanging() {
     let r = node.apply_env(&decl("converged", settings(), f.clone()), &[], &[]);
     assert!(started.elapsed() < std::time::Duration::from_secs(10));
     assert_eq!(r.code, Some(1), "{}\n{}", r.stdout, r.stderr);
-    assert!(r.stdout.contains("/etc/app.conf exists and is a FIFO"), "{}", r.stdout);
+    assert!(
+        r.stdout.contains("/etc/app.conf exists and is a FIFO"),
+        "{}",
+        r.stdout
+    );
     // The lock was freed: the next apply runs (and is refused the same way).
     let r = node.apply_env(&decl("converged", settings(), f), &[], &[]);
     assert_eq!(r.code, Some(1), "{}\n{}", r.stdout, r.stderr);

@@ -2,8 +2,8 @@
 //! roots (and, for the firewall and lab tests, against real kernels in namespaces).
 
 mod apply;
-mod beneath;
 mod bed;
+mod beneath;
 mod containers;
 mod corpus;
 mod crash;

@@ -3,8 +3,8 @@
 use super::adopt::{self, Found, Kept};
 use super::file::Want;
 use super::{Cx, Done, Outcome, ResourceError};
-use crate::declaration::{DirectorySpec, Shape};
 use crate::beneath::{Dir, Removed, Root};
+use crate::declaration::{DirectorySpec, Shape};
 use crate::store::Owned;
 
 /// The directory at a declared path, opened beneath the root, and its mode and ownership.

@@ -2,8 +2,8 @@
 
 use super::adopt::{self, Found, Kept};
 use super::{Cx, Done, Outcome, ResourceError};
-use crate::declaration::{validate::parse_mode, FileSpec, Shape};
 use crate::beneath::{self, Removed, Root};
+use crate::declaration::{validate::parse_mode, FileSpec, Shape};
 use crate::store::{self, Owned};
 use std::os::fd::{AsFd, BorrowedFd};
 use std::path::Path;

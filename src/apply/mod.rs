@@ -256,7 +256,10 @@ impl Cx<'_> {
                 digest
             };
             // Recorded as a machine path, so the store reads the same under any root.
-            (Some(format!("/var/lib/mesh-host/originals/{tag}-{base}")), digest)
+            (
+                Some(format!("/var/lib/mesh-host/originals/{tag}-{base}")),
+                digest,
+            )
         };
         self.changed(id);
         self.record(

@@ -103,22 +103,21 @@ fn remove_one(cx: &mut Cx<'_>, rec: &Owned) -> Result<Done, ResourceError> {
 /// Removes the file only while it holds exactly the bytes the record's digest says.
 fn remove_file(cx: &mut Cx<'_>, rec: &Owned) -> Result<Done, ResourceError> {
     cx.machine(&rec.key)?;
-    let found = match cx.beneath.read_file(&rec.key) {
-        Ok(Some(f)) => f,
-        Ok(None) => {
-            return Ok(Done::new(
-                Outcome::Removed,
-                "no longer declared; already gone",
-            ))
-        }
-        Err(crate::beneath::BeneathError::Special { .. }) => {
-            return Ok(Done::new(
+    let found =
+        match cx.beneath.read_file(&rec.key) {
+            Ok(Some(f)) => f,
+            Ok(None) => {
+                return Ok(Done::new(
+                    Outcome::Removed,
+                    "no longer declared; already gone",
+                ))
+            }
+            Err(crate::beneath::BeneathError::Special { .. }) => return Ok(Done::new(
                 Outcome::ChangedBySomethingElse,
                 "the recovered record names a file, and something else is there now; left in place",
-            ))
-        }
-        Err(e) => return Err(e.into()),
-    };
+            )),
+            Err(e) => return Err(e.into()),
+        };
     let now = found
         .digest()
         .map_err(ResourceError::io(format!("reading {}", rec.key)))?;

@@ -17,12 +17,17 @@ fn a_symlink_component_is_refused_naming_it() {
     let outside = tempfile::tempdir().unwrap();
     std::fs::create_dir(d.path().join("etc")).unwrap();
     symlink(outside.path(), d.path().join("etc/race")).unwrap();
-    let e = r.write_file("/etc/race/f.conf", b"x", |_| Ok(())).unwrap_err();
+    let e = r
+        .write_file("/etc/race/f.conf", b"x", |_| Ok(()))
+        .unwrap_err();
     assert!(
         matches!(&e, BeneathError::Symlink { component, .. } if component == "/etc/race"),
         "{e}"
     );
-    assert!(e.to_string().contains("/etc/race is a symbolic link"), "{e}");
+    assert!(
+        e.to_string().contains("/etc/race is a symbolic link"),
+        "{e}"
+    );
     assert!(r.read_file("/etc/race/f.conf").is_err());
     assert!(r.mkdir_all("/etc/race/sub").is_err());
     assert_eq!(std::fs::read_dir(outside.path()).unwrap().count(), 0);
@@ -65,7 +70,10 @@ fn a_fifo_is_refused_without_blocking() {
         matches!(e, BeneathError::Special { kind: "a FIFO", .. }),
         "{e}"
     );
-    assert!(e.to_string().contains("/passwd exists and is a FIFO"), "{e}");
+    assert!(
+        e.to_string().contains("/passwd exists and is a FIFO"),
+        "{e}"
+    );
 }
 
 /// Proves a write lands in the directory under the root, and reads back streamed.
@@ -73,7 +81,10 @@ fn a_fifo_is_refused_without_blocking() {
 fn writes_read_back_and_compare_by_length_then_bytes() {
     let (d, r) = root();
     r.write_file("/a/b/c.conf", b"hello", |_| Ok(())).unwrap();
-    assert_eq!(std::fs::read(d.path().join("a/b/c.conf")).unwrap(), b"hello");
+    assert_eq!(
+        std::fs::read(d.path().join("a/b/c.conf")).unwrap(),
+        b"hello"
+    );
     let f = r.read_file("/a/b/c.conf").unwrap().unwrap();
     assert!(f.holds(b"hello").unwrap());
     assert!(!f.holds(b"hellO").unwrap());
