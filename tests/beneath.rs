@@ -111,7 +111,9 @@ fn run_measured(node: &Node, decl: &Value) -> (i32, String, i64) {
     use std::io::Read;
     let file = tempfile::NamedTempFile::new().unwrap();
     std::fs::write(file.path(), serde_json::to_vec(decl).unwrap()).unwrap();
-    // `unshare` execs the binary in the same process, so the pid waited for is the host's.
+    // `unshare` execs the binary in the same process, so the pid waited for is the host's. It is
+    // reaped by `wait4` below, for its rusage, not by `Child::wait`.
+    #[allow(clippy::zombie_processes)]
     let mut child = std::process::Command::new("unshare")
         .args(["--net", "--"])
         .arg(env!("CARGO_BIN_EXE_mesh-host"))
