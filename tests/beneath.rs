@@ -234,3 +234,21 @@ fn nix_mkfifo(p: &Path) {
     // SAFETY: a NUL-terminated path that lives across the call.
     assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
 }
+
+/// Proves the originals limit is checked as a whole number of bytes, before anything changes.
+#[test]
+fn an_originals_limit_that_is_not_a_number_of_bytes_is_refused() {
+    let node = Node::new();
+    let mut s = settings();
+    s["originals_limit_bytes"] = json!("64M");
+    let f = json!([{"id": "a", "type": "file", "path": "/etc/a.conf", "content": "x"}]);
+    let r = node.apply_env(&decl("converged", s, f), &[], &[]);
+    assert_eq!(r.code, Some(2), "{}\n{}", r.stdout, r.stderr);
+    assert!(
+        r.stderr
+            .contains("settings.originals_limit_bytes: must be a whole number of bytes"),
+        "{}",
+        r.stderr
+    );
+    assert!(!node.path("/etc/a.conf").exists());
+}
