@@ -14,6 +14,7 @@ mod directory;
 mod error;
 mod file;
 mod opening;
+mod original;
 mod package;
 pub mod plan;
 mod recover;
@@ -26,12 +27,14 @@ pub use error::{OriginalError, PathError, ResourceError};
 pub use report::{count, Entry, NotAdmitted, Outcome, Report};
 pub use safety::{refusals, transition};
 
+use original::{digest_only_size, saved_at};
+pub use original::{originals_limit, ORIGINALS_LIMIT_DEFAULT};
 use remove::{moved_away, remove_undeclared, sweep_stale_marks};
 
 use crate::declaration::{openings, Declaration, Mode, Problems, Resource, Shape, Source};
 use crate::failpoint;
 use crate::node_firewall::{self, NodeFirewall, Openings, Transition};
-use crate::store::{self, Held, Op, Original, Owned, Store, StoreError};
+use crate::store::{self, Held, Op, Owned, Store, StoreError};
 use run::{Deadlined, Runner};
 use std::path::{Path, PathBuf};
 
@@ -203,129 +206,6 @@ impl Cx<'_> {
                 key: rec.key.clone(),
             },
         )
-    }
-
-    /// Saves the original of a found file before anything else happens to it, once per path,
-    /// copied by streaming from the handle it was opened by (never whole in memory); past the
-    /// settings' originals limit only its digest is recorded. Returns what was kept.
-    pub fn keep_original(
-        &mut self,
-        id: &str,
-        key: &str,
-        found: &crate::beneath::Found,
-    ) -> Result<KeptOriginal, OriginalError> {
-        let limit = originals_limit(self.store.state.settings.as_ref());
-        let save = |source| OriginalError::Save {
-            key: key.to_string(),
-            source,
-        };
-        if let Some(o) = self.store.state.original(key) {
-            return Ok(KeptOriginal {
-                saved: saved_at(o).map(str::to_string),
-                digest: found.digest().map_err(save)?,
-                size: found.size,
-                limit,
-            });
-        }
-        let base = Path::new(key)
-            .file_name()
-            .and_then(|n| n.to_str())
-            .unwrap_or("file");
-        let tag = &store::digest(key.as_bytes())[7..23];
-        let (saved, digest) = if found.size > limit {
-            (None, found.digest().map_err(save)?)
-        } else {
-            let dir = self.store.originals_dir();
-            std::fs::create_dir_all(&dir).map_err(|source| OriginalError::Directory {
-                dir: dir.clone(),
-                source,
-            })?;
-            let path = dir.join(format!("{tag}-{base}"));
-            // An original saved by a host that died before recording it is the first one; keep
-            // it (its digest is the file's as found then, which is what it holds).
-            let digest = if path.exists() {
-                found.digest().map_err(save)?
-            } else {
-                let tmp = dir.join(format!(".{tag}.tmp"));
-                let mut out = store::create_synced(&tmp, &[]).map_err(save)?;
-                let digest = crate::beneath::copy_digest(found, Some(&mut out)).map_err(save)?;
-                out.sync_all().map_err(save)?;
-                drop(out);
-                std::fs::rename(&tmp, &path).map_err(save)?;
-                store::sync_dir(&dir).map_err(save)?;
-                digest
-            };
-            // Recorded as a machine path, so the store reads the same under any root.
-            (
-                Some(format!("/var/lib/mesh-host/originals/{tag}-{base}")),
-                digest,
-            )
-        };
-        self.changed(id);
-        self.record(
-            id,
-            Op::Original(Original {
-                key: key.to_string(),
-                saved: saved
-                    .clone()
-                    .unwrap_or_else(|| format!("{DIGEST_ONLY}{} bytes", found.size)),
-                digest: digest.clone(),
-            }),
-        )?;
-        failpoint::hit("after-record", id);
-        Ok(KeptOriginal {
-            saved,
-            digest,
-            size: found.size,
-            limit,
-        })
-    }
-}
-
-/// What the store records in an original's `saved` when the file was over the originals limit
-/// and only its digest was kept (followed by its size).
-const DIGEST_ONLY: &str = "not saved, recorded by its digest only: ";
-
-/// The default of `settings.originals_limit_bytes`: 64 MiB.
-pub const ORIGINALS_LIMIT_DEFAULT: u64 = 64 * 1024 * 1024;
-
-/// The largest found file whose original is saved whole.
-pub fn originals_limit(settings: Option<&crate::declaration::Settings>) -> u64 {
-    settings
-        .and_then(|s| s.originals_limit_bytes)
-        .unwrap_or(ORIGINALS_LIMIT_DEFAULT)
-}
-
-/// Where an original is saved (a machine path), or `None` when only its digest was recorded.
-pub(crate) fn saved_at(o: &Original) -> Option<&str> {
-    (!o.saved.starts_with(DIGEST_ONLY)).then_some(o.saved.as_str())
-}
-
-/// The size of an original recorded by its digest only.
-pub(crate) fn digest_only_size(o: &Original) -> Option<&str> {
-    o.saved.strip_prefix(DIGEST_ONLY)
-}
-
-/// What [`Cx::keep_original`] kept of a found file.
-pub(crate) struct KeptOriginal {
-    /// Where its bytes are saved; `None` when it was over the limit.
-    pub saved: Option<String>,
-    pub digest: String,
-    pub size: u64,
-    pub limit: u64,
-}
-
-impl KeptOriginal {
-    /// How a report line says it.
-    pub fn said(&self) -> String {
-        match &self.saved {
-            Some(at) => format!("original saved at {at}"),
-            None => format!(
-                "original not saved: {} bytes, over the originals limit of {} bytes \
-                 (settings.originals_limit_bytes); recorded by its digest {} only",
-                self.size, self.limit, self.digest
-            ),
-        }
     }
 }
 
