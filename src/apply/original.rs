@@ -130,3 +130,50 @@ impl KeptOriginal {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::declaration::Settings;
+    use crate::system::fake::{declaration, Bed};
+
+    /// Proves the limit is the settings': a file one byte over it is recorded by its digest
+    /// only (nothing copied), one at it is copied whole, and each digest is the file's.
+    #[test]
+    fn past_the_limit_only_the_digest_is_recorded() {
+        let mut bed = Bed::new();
+        bed.store.state.settings = Some(Settings {
+            ports: Default::default(),
+            private_network: None,
+            deadlines: None,
+            originals_limit_bytes: Some(4),
+        });
+        std::fs::create_dir(bed.dir.path().join("etc")).unwrap();
+        std::fs::write(bed.dir.path().join("etc/big"), "12345").unwrap();
+        std::fs::write(bed.dir.path().join("etc/small"), "1234").unwrap();
+        let decl = declaration("converged", &[], serde_json::json!([]));
+        let mut cx = bed.cx(&decl);
+        let big = cx.beneath.read_file("/etc/big").unwrap().unwrap();
+        let kept = cx.keep_original("a", "/etc/big", &big).unwrap();
+        assert_eq!(kept.saved, None);
+        assert_eq!(kept.digest, crate::store::digest(b"12345"));
+        assert!(kept
+            .said()
+            .contains("5 bytes, over the originals limit of 4 bytes"));
+        let small = cx.beneath.read_file("/etc/small").unwrap().unwrap();
+        let kept = cx.keep_original("b", "/etc/small", &small).unwrap();
+        let saved = kept.saved.clone().expect("saved whole");
+        drop(cx);
+        let on_disk = bed.dir.path().join(saved.trim_start_matches('/'));
+        assert_eq!(std::fs::read(on_disk).unwrap(), b"1234");
+        let rec = bed.store.state.original("/etc/big").unwrap();
+        assert_eq!(super::saved_at(rec), None);
+        assert_eq!(super::digest_only_size(rec), Some("5 bytes"));
+        assert_eq!(
+            std::fs::read_dir(bed.dir.path().join("var/lib/mesh-host/originals"))
+                .unwrap()
+                .count(),
+            1,
+            "only the small file was copied"
+        );
+    }
+}
