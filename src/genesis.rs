@@ -173,6 +173,7 @@ pub fn run(
             range: c.range_text.clone(),
         }),
         deadlines: None,
+        originals_limit_bytes: None,
     };
     let derived = crate::declaration::openings::derive_for(&settings, &[])
         .map_err(|e| ApplyError::Safety(e.to_string()))?;

@@ -3,6 +3,7 @@
 
 pub mod accounts;
 pub mod apply;
+pub mod beneath;
 pub mod briefing;
 pub mod build;
 pub mod cli;

@@ -637,17 +637,18 @@ fn a_symbolic_link_never_takes_a_declared_path_outside_the_root_or_onto_the_host
         std::fs::read_to_string(outside.path().join("secret")).unwrap(),
         "host secret\n"
     );
-    // A merged /usr: /bin is a link to /usr/bin. The host follows no link the declaration did
-    // not name, so /bin/mesh-tool is refused as well (the declaration names /usr/bin/mesh-tool).
+    // A merged /usr: /bin is a link to /usr/bin. No link the declaration did not name is
+    // followed, even inside the root: the operator declares the real path, /usr/bin/mesh-tool.
     std::fs::create_dir_all(node.path("/usr/bin")).unwrap();
     std::os::unix::fs::symlink("usr/bin", node.path("/bin")).unwrap();
     let own = json!({"id": "x", "type": "file", "path": "/bin/mesh-tool", "content": "x"});
     let r = node.apply_env(&decl("converged", &[], json!([own])), &[], &[]);
     assert_eq!(r.code, Some(3), "{}", r.stderr);
+    assert!(r.stderr.contains("/bin is a symbolic link"), "{}", r.stderr);
     assert!(!node.path("/usr/bin/mesh-tool").exists());
-    let own = json!({"id": "x", "type": "file", "path": "/usr/bin/mesh-tool", "content": "x"});
+    let real = json!({"id": "x", "type": "file", "path": "/usr/bin/mesh-tool", "content": "x"});
     assert_eq!(
-        node.apply_env(&decl("converged", &[], json!([own])), &[], &[])
+        node.apply_env(&decl("converged", &[], json!([real])), &[], &[])
             .code,
         Some(0)
     );

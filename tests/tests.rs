@@ -3,6 +3,7 @@
 
 mod apply;
 mod bed;
+mod beneath;
 mod containers;
 mod corpus;
 mod crash;

@@ -126,11 +126,31 @@ pub(super) fn brief(store: &Store, decl: &Declaration, report: &Report) -> Brief
             report::count(state.originals.len(), "original", "originals")
         ),
     });
+    // A found file over the originals limit: nothing of it is saved but its digest.
+    for o in state.originals.iter() {
+        if let Some(size) = super::digest_only_size(o) {
+            lines.push(Line {
+                mark: Mark::Ok,
+                subject: o.key.clone(),
+                detail: format!(
+                    "original of {} not saved ({size}, over settings.originals_limit_bytes): \
+                     recorded by its digest {} only",
+                    o.key, o.digest
+                ),
+            });
+            look_at.push(format!(
+                "The found file {} was larger than the originals limit, so only its digest ({}) \
+                 was recorded: the host cannot put it back. Copy it aside yourself if it matters.",
+                o.key, o.digest
+            ));
+        }
+    }
     for h in &state.held {
         let changed = changed_by_else.get(h.id.as_str());
-        let original = state
-            .original(&h.key)
-            .map(|o| format!("; original saved at {}", o.saved));
+        let original = state.original(&h.key).map(|o| match super::saved_at(o) {
+            Some(at) => format!("; original saved at {at}"),
+            None => "; original recorded by its digest only".into(),
+        });
         let module = h.module.as_deref().unwrap_or("no module");
         match changed {
             Some(e) => {

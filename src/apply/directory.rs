@@ -3,22 +3,23 @@
 use super::adopt::{self, Found, Kept};
 use super::file::Want;
 use super::{Cx, Done, Outcome, ResourceError};
+use crate::beneath::{Dir, Removed, Root};
 use crate::declaration::{DirectorySpec, Shape};
 use crate::store::Owned;
-use std::fs;
-use std::os::unix::fs::MetadataExt;
-use std::path::Path;
 
-pub(super) fn read(path: &Path) -> Result<Option<(u32, u32, u32)>, ResourceError> {
-    match fs::symlink_metadata(path) {
-        Ok(m) if m.is_dir() => Ok(Some((m.mode() & 0o7777, m.uid(), m.gid()))),
-        Ok(_) => Err(ResourceError::Refused(format!(
-            "{} exists and is not a directory; the host will not replace it",
-            path.display()
-        ))),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(ResourceError::io(format!("reading {}", path.display()))(e)),
+/// The directory at a declared path, opened beneath the root, and its mode and ownership.
+pub(super) fn read(root: &Root, key: &str) -> Result<Option<(u32, u32, u32)>, ResourceError> {
+    match root.dir(key)? {
+        Some(d) => Ok(Some(stat(&d, key)?)),
+        None => Ok(None),
     }
+}
+
+fn stat(d: &Dir, key: &str) -> Result<(u32, u32, u32), ResourceError> {
+    let st = d
+        .stat()
+        .map_err(|e| ResourceError::io(format!("reading {key}"))(e.into()))?;
+    Ok((st.st_mode & 0o7777, st.st_uid, st.st_gid))
 }
 
 /// What a held directory is compared by: its mode and ownership.
@@ -29,7 +30,7 @@ pub(super) fn fingerprint((mode, uid, gid): (u32, u32, u32)) -> String {
 pub(super) fn apply(cx: &mut Cx<'_>, spec: &DirectorySpec) -> Result<Done, ResourceError> {
     let id = spec.id.as_str();
     let key = spec.path.as_str();
-    let path = cx.machine(key)?;
+    cx.machine(key)?;
     let want = Want::of(
         cx.root,
         spec.mode.as_deref(),
@@ -37,7 +38,7 @@ pub(super) fn apply(cx: &mut Cx<'_>, spec: &DirectorySpec) -> Result<Done, Resou
         spec.owner.as_deref(),
         spec.group.as_deref(),
     )?;
-    let cur = read(&path)?;
+    let cur = read(&cx.beneath, key)?;
     let owned = cx.store.state.owned_by_key(Shape::Directory, key).cloned();
     let keep = cx.keeps_found(spec.module.as_deref());
     let found = |now: Option<String>| Found {
@@ -58,17 +59,18 @@ pub(super) fn apply(cx: &mut Cx<'_>, spec: &DirectorySpec) -> Result<Done, Resou
     };
     let ensure = |cx: &mut Cx<'_>, rec: Owned, create: bool| -> Result<(), ResourceError> {
         cx.intend(&rec)?;
-        if create {
-            fs::create_dir_all(&path)
-                .map_err(ResourceError::io(format!("creating {}", path.display())))?;
-        }
-        want.set(&path)?;
+        // Made (or opened) beneath the root; mode and owner set on the open directory.
+        let dir = match cx.beneath.dir(key)? {
+            Some(d) if !create => d,
+            _ => cx.beneath.mkdir_all(key)?,
+        };
+        want.set_fd(dir.fd(), key)
+            .map_err(ResourceError::io(format!("setting {key}")))?;
         cx.changed(id);
-        match read(&path)? {
-            Some((m, u, g)) if want.matches(m, u, g) => Ok(cx.record_owned(rec)?),
+        match stat(&dir, key)? {
+            (m, u, g) if want.matches(m, u, g) => Ok(cx.record_owned(rec)?),
             _ => Err(ResourceError::NotAsDeclared(format!(
-                "{} does not read back as declared",
-                path.display()
+                "{key} does not read back as declared"
             ))),
         }
     };
@@ -134,20 +136,19 @@ pub(super) fn remove(cx: &mut Cx<'_>, rec: &Owned) -> Result<Done, ResourceError
             "the host took this directory over rather than creating it, so it is left in place",
         ));
     }
-    let path = cx.machine(&rec.key)?;
-    match fs::remove_dir(&path) {
-        Ok(()) => {
+    cx.machine(&rec.key)?;
+    match cx.beneath.remove_dir(&rec.key)? {
+        Removed::Removed => {
             cx.changed(&rec.id);
             Ok(Done::new(Outcome::Removed, "no longer declared"))
         }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Done::new(
+        Removed::Absent => Ok(Done::new(
             Outcome::Removed,
             "no longer declared; already gone",
         )),
-        Err(e) if e.kind() == std::io::ErrorKind::DirectoryNotEmpty => Ok(Done::new(
+        Removed::NotEmpty => Ok(Done::new(
             Outcome::Forgotten,
             "no longer declared, but not empty: left in place so nothing in it is lost",
         )),
-        Err(e) => Err(ResourceError::io(format!("removing {}", path.display()))(e)),
     }
 }

@@ -12,6 +12,10 @@ pub enum ResourceError {
     /// A declared path does not resolve to a place the host may write.
     #[error(transparent)]
     Path(#[from] PathError),
+    /// A declared path could not be resolved or used beneath the root (a link on the way, a
+    /// special file where a regular one is expected).
+    #[error(transparent)]
+    Beneath(#[from] crate::beneath::BeneathError),
     /// The store could not record what was done.
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -85,28 +89,10 @@ impl ResourceError {
     }
 }
 
-/// Why a declared path does not resolve to a place the host may write.
+/// Why a declared path is not a place the host may write (links and special files on the way
+/// are `beneath::BeneathError`s).
 #[derive(Debug, thiserror::Error)]
 pub enum PathError {
-    #[error("resolving {}: {source}", path.display())]
-    Resolve {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("resolving the root {}: {source}", root.display())]
-    Root {
-        root: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error(
-        "{declared} resolves through a symbolic link to {}, outside the machine's root",
-        resolved.display()
-    )]
-    OutsideRoot { declared: String, resolved: PathBuf },
-    #[error("{declared} is a symbolic link to nothing; the host will not write through it")]
-    Dangling { declared: String },
     #[error(
         "{declared} resolves to {}, the host's own (named after it under {folder}); no declaration \
          may name it",

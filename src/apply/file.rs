@@ -2,18 +2,21 @@
 
 use super::adopt::{self, Found, Kept};
 use super::{Cx, Done, Outcome, ResourceError};
+use crate::beneath::{self, Removed, Root};
 use crate::declaration::{validate::parse_mode, FileSpec, Shape};
 use crate::store::{self, Owned};
-use std::fs;
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::fd::{AsFd, BorrowedFd};
 use std::path::Path;
 
-/// What is at a file's path now.
+/// What is at a file's path now: the regular file, open, read only by streaming.
 pub(super) struct Current {
-    pub bytes: Vec<u8>,
-    mode: u32,
-    uid: u32,
-    gid: u32,
+    pub found: beneath::Found,
+}
+
+impl Current {
+    fn mode(&self) -> u32 {
+        self.found.mode
+    }
 }
 
 /// What the declaration asks for.
@@ -42,90 +45,50 @@ impl Want {
         mode == self.mode && self.uid.is_none_or(|u| u == uid) && self.gid.is_none_or(|g| g == gid)
     }
 
-    /// Sets mode and ownership on an open file (`path` only names it in errors).
-    pub fn set_file(&self, file: &fs::File, path: &Path) -> Result<(), ResourceError> {
-        file.set_permissions(fs::Permissions::from_mode(self.mode))
-            .map_err(ResourceError::io(format!(
-                "setting mode {:o} on {}",
-                self.mode,
-                path.display()
-            )))?;
-        if self.uid.is_some() || self.gid.is_some() {
-            std::os::unix::fs::fchown(file, self.uid, self.gid).map_err(ResourceError::io(
-                format!("setting owner of {}", path.display()),
-            ))?;
-        }
-        Ok(())
-    }
-
-    /// Sets mode and ownership on a path.
-    pub fn set(&self, path: &Path) -> Result<(), ResourceError> {
-        fs::set_permissions(path, fs::Permissions::from_mode(self.mode)).map_err(
-            ResourceError::io(format!(
-                "setting mode {:o} on {}",
-                self.mode,
-                path.display()
-            )),
+    /// Sets mode and ownership on an open file or directory (`path` only names it in errors):
+    /// never through a path that could be swapped.
+    pub fn set_fd(&self, fd: BorrowedFd<'_>, path: &str) -> std::io::Result<()> {
+        nix::sys::stat::fchmod(fd, nix::sys::stat::Mode::from_bits_truncate(self.mode)).map_err(
+            |e| {
+                std::io::Error::new(
+                    std::io::Error::from(e).kind(),
+                    format!("setting mode {:o} on {path}: {e}", self.mode),
+                )
+            },
         )?;
         if self.uid.is_some() || self.gid.is_some() {
-            std::os::unix::fs::chown(path, self.uid, self.gid).map_err(ResourceError::io(
-                format!("setting owner of {}", path.display()),
-            ))?;
+            std::os::unix::fs::fchown(fd, self.uid, self.gid).map_err(|e| {
+                std::io::Error::new(e.kind(), format!("setting owner of {path}: {e}"))
+            })?;
         }
         Ok(())
     }
 }
 
-pub(super) fn read(path: &Path) -> Result<Option<Current>, ResourceError> {
-    let reading = || ResourceError::io(format!("reading {}", path.display()));
-    let meta = match fs::metadata(path) {
-        Ok(m) => m,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(reading()(e)),
-    };
-    if !meta.is_file() {
-        return Err(ResourceError::Refused(format!(
-            "{} exists and is not a regular file; the host will not replace it",
-            path.display()
-        )));
-    }
-    let bytes = fs::read(path).map_err(reading())?;
-    Ok(Some(Current {
-        bytes,
-        mode: meta.mode() & 0o7777,
-        uid: meta.uid(),
-        gid: meta.gid(),
-    }))
+/// The regular file at a declared path, opened beneath the root; refused if a link is on the
+/// way or what is there is not a regular file (a FIFO never blocks, a device is never read).
+pub(super) fn read(root: &Root, key: &str) -> Result<Option<Current>, ResourceError> {
+    Ok(root.read_file(key)?.map(|found| Current { found }))
 }
 
-/// Writes the file atomically next to its final path, then renames it into place.
-fn write(path: &Path, bytes: &[u8], want: &Want) -> Result<(), ResourceError> {
-    let dir = path.parent().ok_or_else(|| {
-        ResourceError::Refused(format!("{} has no parent directory", path.display()))
-    })?;
-    fs::create_dir_all(dir).map_err(ResourceError::io(format!("creating {}", dir.display())))?;
-    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("file");
-    let tmp = dir.join(format!(".{name}.mesh-host.tmp"));
-    let file = store::create_synced(&tmp, bytes)
-        .map_err(ResourceError::io(format!("writing {}", tmp.display())))?;
-    // Mode and owner are set on the open file, never through a path that could be swapped.
-    want.set_file(&file, &tmp)?;
-    drop(file);
-    fs::rename(&tmp, path).map_err(ResourceError::io(format!(
-        "renaming into {}",
-        path.display()
-    )))?;
-    store::sync_dir(dir).map_err(ResourceError::io(format!("syncing {}", dir.display())))
-}
-
+/// Whether what is there is exactly the declared bytes (the length first, then streamed) with
+/// the declared mode and ownership.
 pub(super) fn matches(cur: &Current, bytes: &[u8], want: &Want) -> bool {
-    cur.bytes == bytes && want.matches(cur.mode, cur.uid, cur.gid)
+    want.matches(cur.mode(), cur.found.uid, cur.found.gid)
+        && cur.found.holds(bytes).unwrap_or(false)
+}
+
+/// The found file's digest, streamed.
+pub(super) fn digest(cur: &Current, key: &str) -> Result<String, ResourceError> {
+    cur.found
+        .digest()
+        .map_err(ResourceError::io(format!("reading {key}")))
 }
 
 pub(super) fn apply(cx: &mut Cx<'_>, spec: &FileSpec) -> Result<Done, ResourceError> {
     let id = spec.id.as_str();
     let key = spec.path.as_str();
-    let path = cx.machine(key)?;
+    cx.machine(key)?;
     let bytes = spec.bytes();
     let want = Want::of(
         cx.root,
@@ -134,7 +97,7 @@ pub(super) fn apply(cx: &mut Cx<'_>, spec: &FileSpec) -> Result<Done, ResourceEr
         spec.owner.as_deref(),
         spec.group.as_deref(),
     )?;
-    let cur = read(&path)?;
+    let cur = read(&cx.beneath, key)?;
     let owned = cx.store.state.owned_by_key(Shape::File, key).cloned();
     let held = cx.store.state.held_at(id, key).cloned();
     let keep = cx.keeps_found(spec.module.as_deref()) || spec.create_once;
@@ -168,7 +131,7 @@ pub(super) fn apply(cx: &mut Cx<'_>, spec: &FileSpec) -> Result<Done, ResourceEr
                 found: rec.found,
                 ..record(rec.found)
             };
-            write_and_record(cx, &path, &bytes, &want, rec)?;
+            write_and_record(cx, key, &bytes, &want, rec)?;
             Ok(Done::new(
                 Outcome::Changed,
                 "differed from the declaration; written again",
@@ -179,7 +142,7 @@ pub(super) fn apply(cx: &mut Cx<'_>, spec: &FileSpec) -> Result<Done, ResourceEr
                 found: rec.found,
                 ..record(rec.found)
             };
-            write_and_record(cx, &path, &bytes, &want, rec)?;
+            write_and_record(cx, key, &bytes, &want, rec)?;
             Ok(Done::new(Outcome::Created, "was missing; written again"))
         }
         (None, None) => {
@@ -188,7 +151,7 @@ pub(super) fn apply(cx: &mut Cx<'_>, spec: &FileSpec) -> Result<Done, ResourceEr
                     kept.done(|_| "held file was removed by something else; not recreated".into())
                 );
             }
-            write_and_record(cx, &path, &bytes, &want, record(false))?;
+            write_and_record(cx, key, &bytes, &want, record(false))?;
             Ok(Done::new(Outcome::Created, "written"))
         }
         (None, Some(cur)) => {
@@ -204,27 +167,28 @@ pub(super) fn apply(cx: &mut Cx<'_>, spec: &FileSpec) -> Result<Done, ResourceEr
                 ));
             }
             // Found: present with no record. Its original is saved before anything else.
-            let saved = cx.keep_original(id, key, &cur.bytes)?;
-            let now = store::digest(&cur.bytes);
+            let kept = cx.keep_original(id, key, &cur.found)?;
+            let saved = kept.said();
+            let now = kept.digest;
             if let Some(kept) = adopt::decide(cx, &found(Some(now.clone())))? {
                 return Ok(kept.done(|k| match k {
                     Kept::Gone | Kept::Changed { .. } => format!(
                         "held file was rewritten by something else (now {now}); not reverted"
                     ),
-                    Kept::Held => format!("found; kept as it is; original saved at {saved}"),
+                    Kept::Held => format!("found; kept as it is; {saved}"),
                 }));
             }
             if matches(&cur, &bytes, &want) {
                 cx.record_owned(record(true))?;
                 return Ok(Done::new(
                     Outcome::Unchanged,
-                    format!("found file already matches; taken over; original saved at {saved}"),
+                    format!("found file already matches; taken over; {saved}"),
                 ));
             }
-            write_and_record(cx, &path, &bytes, &want, record(true))?;
+            write_and_record(cx, key, &bytes, &want, record(true))?;
             Ok(Done::new(
                 Outcome::Changed,
-                format!("found file replaced; original saved at {saved}"),
+                format!("found file replaced; {saved}"),
             ))
         }
     }
@@ -232,24 +196,22 @@ pub(super) fn apply(cx: &mut Cx<'_>, spec: &FileSpec) -> Result<Done, ResourceEr
 
 fn write_and_record(
     cx: &mut Cx<'_>,
-    path: &Path,
+    key: &str,
     bytes: &[u8],
     want: &Want,
     rec: Owned,
 ) -> Result<(), ResourceError> {
     cx.intend(&rec)?;
-    write(path, bytes, want)?;
+    // Written through the parent's handle beneath the root; mode and owner set on the open file.
+    cx.beneath
+        .write_file(key, bytes, |f| want.set_fd(f.as_fd(), key))?;
     cx.changed(&rec.id);
-    let back = read(path)?.ok_or_else(|| {
-        ResourceError::NotAsDeclared(format!(
-            "{} is missing right after it was written",
-            path.display()
-        ))
+    let back = read(&cx.beneath, key)?.ok_or_else(|| {
+        ResourceError::NotAsDeclared(format!("{key} is missing right after it was written"))
     })?;
     if !matches(&back, bytes, want) {
         return Err(ResourceError::NotAsDeclared(format!(
-            "{} does not read back as written",
-            path.display()
+            "{key} does not read back as written"
         )));
     }
     Ok(cx.record_owned(rec)?)
@@ -262,23 +224,25 @@ pub(super) fn remove(cx: &mut Cx<'_>, rec: &Owned) -> Result<Done, ResourceError
             .store
             .state
             .original(&rec.key)
-            .map(|o| format!("; its original stays saved at {}", o.saved))
+            .map(|o| match super::saved_at(o) {
+                Some(at) => format!("; its original stays saved at {at}"),
+                None => "; its original was recorded by its digest only".into(),
+            })
             .unwrap_or_default();
         return Ok(Done::new(
             Outcome::Forgotten,
             format!("the host took this file over rather than creating it, so it is left in place{original}"),
         ));
     }
-    let path = cx.machine(&rec.key)?;
-    match fs::remove_file(&path) {
-        Ok(()) => {
+    cx.machine(&rec.key)?;
+    match cx.beneath.remove_file(&rec.key)? {
+        Removed::Removed => {
             cx.changed(&rec.id);
             Ok(Done::new(Outcome::Removed, "no longer declared"))
         }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Done::new(
+        Removed::Absent | Removed::NotEmpty => Ok(Done::new(
             Outcome::Removed,
             "no longer declared; already gone",
         )),
-        Err(e) => Err(ResourceError::io(format!("removing {}", path.display()))(e)),
     }
 }

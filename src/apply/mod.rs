@@ -14,6 +14,7 @@ mod directory;
 mod error;
 mod file;
 mod opening;
+mod original;
 mod package;
 pub mod plan;
 mod preflight;
@@ -27,12 +28,14 @@ pub use error::{OriginalError, PathError, ResourceError};
 pub use report::{count, Entry, NotAdmitted, Outcome, Report};
 pub use safety::{refusals, transition};
 
+use original::{digest_only_size, saved_at};
+pub use original::{originals_limit, ORIGINALS_LIMIT_DEFAULT};
 use remove::{moved_away, remove_undeclared, sweep_stale_marks};
 
 use crate::declaration::{openings, Declaration, Mode, Problems, Resource, Shape, Source};
 use crate::failpoint;
 use crate::node_firewall::{self, NodeFirewall, Openings, Transition};
-use crate::store::{self, Held, Op, Original, Owned, Store, StoreError};
+use crate::store::{self, Held, Op, Owned, Store, StoreError};
 use run::{Deadlined, Runner};
 use std::path::{Path, PathBuf};
 
@@ -51,6 +54,9 @@ pub enum ApplyError {
     Machine(Problems),
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// The machine's root could not be opened.
+    #[error(transparent)]
+    Root(#[from] crate::beneath::BeneathError),
     /// The store could not be opened or written; the guard was ensured before it was touched.
     #[error("{source}; the guard had been ensured first: {guard}")]
     Unrecorded {
@@ -102,6 +108,8 @@ impl Done {
 /// Everything an applier needs: the machine, the store, and whether found things are kept.
 pub(crate) struct Cx<'a> {
     pub root: &'a Path,
+    /// The root, opened once: every declared path is resolved beneath it.
+    pub beneath: crate::beneath::Root,
     pub runner: &'a dyn Runner,
     pub store: &'a mut Store,
     pub decl: &'a Declaration,
@@ -122,53 +130,16 @@ pub(crate) struct Cx<'a> {
 }
 
 impl Cx<'_> {
-    /// The machine path of a declared path, under the root, refused if a symbolic link on the
-    /// way takes it out of the root or onto one of the host's own paths (validation saw only
-    /// the declared spelling; `/bin` may be a link to `/usr/bin`, `/etc` to somewhere else).
+    /// The machine path of a declared path under the root, for messages, refused when it is one
+    /// of the host's own paths. Nothing is opened through it: every read and write goes through
+    /// [`Cx::beneath`], which follows no link the declaration did not name, so the declared
+    /// spelling is the machine path.
     pub fn machine(&self, path: &str) -> Result<PathBuf, PathError> {
-        let p = self.root.join(path.trim_start_matches('/'));
-        // A link at the path itself is followed when it is read, so it is judged like its folders.
-        let is_link = std::fs::symlink_metadata(&p).is_ok_and(|m| m.file_type().is_symlink());
-        let mut existing = if is_link && p.exists() {
-            Some(p.as_path())
-        } else {
-            p.parent()
-        };
-        while let Some(a) = existing {
-            if a.exists() {
-                break;
-            }
-            existing = a.parent();
-        }
-        let Some(anchor) = existing else { return Ok(p) };
-        let resolved = anchor.canonicalize().map_err(|source| PathError::Resolve {
-            path: anchor.to_path_buf(),
-            source,
-        })?;
-        let root = self.root.canonicalize().map_err(|source| PathError::Root {
-            root: self.root.to_path_buf(),
-            source,
-        })?;
-        let Ok(inside) = resolved.strip_prefix(&root) else {
-            return Err(PathError::OutsideRoot {
-                declared: path.to_string(),
-                resolved,
-            });
-        };
-        if is_link && !p.exists() {
-            return Err(PathError::Dangling {
-                declared: path.to_string(),
-            });
-        }
-        let rest = p.strip_prefix(anchor).unwrap_or(Path::new(""));
-        let machine = Path::new("/").join(inside).join(rest);
-        if let Some(folder) = machine
-            .to_str()
-            .and_then(crate::declaration::validate::own_path)
-        {
+        let p = self.beneath.shown(path);
+        if let Some(folder) = crate::declaration::validate::own_path(path) {
             return Err(PathError::HostOwn {
                 declared: path.to_string(),
-                machine,
+                machine: PathBuf::from(path),
                 folder: folder.to_string(),
             });
         }
@@ -240,54 +211,6 @@ impl Cx<'_> {
                 key: rec.key.clone(),
             },
         )
-    }
-
-    /// Saves the original bytes of a found file before anything else happens to it, once per
-    /// path; returns where they are kept.
-    pub fn keep_original(
-        &mut self,
-        id: &str,
-        key: &str,
-        bytes: &[u8],
-    ) -> Result<String, OriginalError> {
-        if let Some(o) = self.store.state.original(key) {
-            return Ok(o.saved.clone());
-        }
-        let dir = self.store.originals_dir();
-        std::fs::create_dir_all(&dir).map_err(|source| OriginalError::Directory {
-            dir: dir.clone(),
-            source,
-        })?;
-        let base = Path::new(key)
-            .file_name()
-            .and_then(|n| n.to_str())
-            .unwrap_or("file");
-        let tag = &store::digest(key.as_bytes())[7..23];
-        let saved = dir.join(format!("{tag}-{base}"));
-        // An original saved by a host that died before recording it is the first one; keep it.
-        if !saved.exists() {
-            let tmp = dir.join(format!(".{tag}.tmp"));
-            let save = |source| OriginalError::Save {
-                key: key.to_string(),
-                source,
-            };
-            store::write_synced(&tmp, bytes).map_err(save)?;
-            std::fs::rename(&tmp, &saved).map_err(save)?;
-            store::sync_dir(&dir).map_err(save)?;
-        }
-        self.changed(id);
-        // Recorded as a machine path, so the store reads the same under any root.
-        let saved_str = format!("/var/lib/mesh-host/originals/{tag}-{base}");
-        self.record(
-            id,
-            Op::Original(Original {
-                key: key.to_string(),
-                saved: saved_str.clone(),
-                digest: store::digest(bytes),
-            }),
-        )?;
-        failpoint::hit("after-record", id);
-        Ok(saved_str)
     }
 }
 
@@ -536,6 +459,7 @@ fn apply_locked(
     };
     settle_pending(host.root, &runner, &mut store.state);
 
+    let beneath = crate::beneath::Root::open(host.root)?;
     let mut report = Report::new(decl, source);
     // The node's firewall before any resource: the flip's saving of the found firewall with the
     // store's record of the declaration, the guard's outcome, the flip or the return, the filter.
@@ -565,6 +489,7 @@ fn apply_locked(
     {
         let mut cx = Cx {
             root: host.root,
+            beneath,
             runner: &runner,
             store: &mut store,
             decl,
@@ -674,13 +599,18 @@ fn settle_pending(root: &Path, runner: &dyn Runner, state: &mut store::State) {
         return;
     };
     let rec = p.record;
-    let path = root.join(rec.key.trim_start_matches('/'));
-    let written = match rec.shape {
-        Shape::File => std::fs::read(&path).ok().map(|b| store::digest(&b)) == rec.digest,
-        Shape::Directory => path.is_dir(),
-        Shape::Container => container::settled(runner, &rec),
-        Shape::Service => service::settled(runner, &rec),
-        Shape::Package => package::settled(runner, &rec),
+    // Read beneath the root, as the write was made: no link followed, no special file opened.
+    let beneath = crate::beneath::Root::open(root).ok();
+    let written = match (rec.shape, &beneath) {
+        (Shape::File, Some(b)) => {
+            let found = b.read_file(&rec.key).ok().flatten();
+            found.and_then(|f| f.digest().ok()) == rec.digest
+        }
+        (Shape::Directory, Some(b)) => b.dir(&rec.key).is_ok_and(|d| d.is_some()),
+        (Shape::File | Shape::Directory, None) => false,
+        (Shape::Container, _) => container::settled(runner, &rec),
+        (Shape::Service, _) => service::settled(runner, &rec),
+        (Shape::Package, _) => package::settled(runner, &rec),
         _ => false,
     };
     if written {

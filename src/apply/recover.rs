@@ -10,7 +10,7 @@
 use super::report::Recovered;
 use super::{container, directory, Cx, Done, Outcome, Report, ResourceError};
 use crate::declaration::{Resource, Shape};
-use crate::store::{self, Owned};
+use crate::store::Owned;
 use std::collections::HashSet;
 
 /// Removes, newest first (the reverse of the order they were recorded, as removal always goes),
@@ -67,8 +67,10 @@ fn remove_one(cx: &mut Cx<'_>, rec: &Owned) -> Result<Done, ResourceError> {
     match rec.shape {
         Shape::File => remove_file(cx, rec),
         Shape::Directory => {
-            let path = cx.machine(&rec.key)?;
-            if path.exists() && !path.is_dir() {
+            cx.machine(&rec.key)?;
+            if let Err(crate::beneath::BeneathError::NotADirectory { .. }) =
+                cx.beneath.dir(&rec.key)
+            {
                 return Ok(Done::new(
                     Outcome::ChangedBySomethingElse,
                     "the recovered record names a directory, and something else is there now; \
@@ -100,26 +102,25 @@ fn remove_one(cx: &mut Cx<'_>, rec: &Owned) -> Result<Done, ResourceError> {
 
 /// Removes the file only while it holds exactly the bytes the record's digest says.
 fn remove_file(cx: &mut Cx<'_>, rec: &Owned) -> Result<Done, ResourceError> {
-    let path = cx.machine(&rec.key)?;
-    let meta = match std::fs::symlink_metadata(&path) {
-        Ok(m) => m,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            return Ok(Done::new(
-                Outcome::Removed,
-                "no longer declared; already gone",
-            ))
-        }
-        Err(e) => return Err(ResourceError::io(format!("reading {}", path.display()))(e)),
-    };
-    if !meta.is_file() {
-        return Ok(Done::new(
-            Outcome::ChangedBySomethingElse,
-            "the recovered record names a file, and something else is there now; left in place",
-        ));
-    }
-    let bytes =
-        std::fs::read(&path).map_err(ResourceError::io(format!("reading {}", path.display())))?;
-    let now = store::digest(&bytes);
+    cx.machine(&rec.key)?;
+    let found =
+        match cx.beneath.read_file(&rec.key) {
+            Ok(Some(f)) => f,
+            Ok(None) => {
+                return Ok(Done::new(
+                    Outcome::Removed,
+                    "no longer declared; already gone",
+                ))
+            }
+            Err(crate::beneath::BeneathError::Special { .. }) => return Ok(Done::new(
+                Outcome::ChangedBySomethingElse,
+                "the recovered record names a file, and something else is there now; left in place",
+            )),
+            Err(e) => return Err(e.into()),
+        };
+    let now = found
+        .digest()
+        .map_err(ResourceError::io(format!("reading {}", rec.key)))?;
     if rec.digest.as_deref() != Some(now.as_str()) {
         return Ok(Done::new(
             Outcome::ChangedBySomethingElse,
@@ -129,8 +130,7 @@ fn remove_file(cx: &mut Cx<'_>, rec: &Owned) -> Result<Done, ResourceError> {
             ),
         ));
     }
-    std::fs::remove_file(&path)
-        .map_err(ResourceError::io(format!("removing {}", path.display())))?;
+    cx.beneath.remove_file(&rec.key)?;
     cx.changed(&rec.id);
     Ok(Done::new(
         Outcome::Removed,

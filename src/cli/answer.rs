@@ -162,7 +162,9 @@ pub(super) fn finish(result: Result<Report, ApplyError>, json: bool) -> Result<E
                 ),
             );
         }
-        Err(e @ (ApplyError::Store(_) | ApplyError::Unrecorded { .. })) => return Err(e.into()),
+        Err(e @ (ApplyError::Store(_) | ApplyError::Root(_) | ApplyError::Unrecorded { .. })) => {
+            return Err(e.into())
+        }
     };
     if json {
         println!("{}", serde_json::to_string_pretty(&report)?);
@@ -237,6 +239,7 @@ pub(super) fn derive_openings(
         ports: Default::default(),
         private_network: None,
         deadlines: None,
+        originals_limit_bytes: None,
     });
     let mut problems = Vec::new();
     if let Some(spec) = ports {

@@ -111,6 +111,10 @@ pub struct Settings {
     pub private_network: Option<PrivateNetwork>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deadlines: Option<run::Deadlines>,
+    /// The largest found file whose original is saved whole (default 64 MiB); a larger one is
+    /// recorded by its digest only, and the briefing says so.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub originals_limit_bytes: Option<u64>,
 }
 
 /// The ports the foundation binds on this node (the catalogue's numbers are only defaults): the

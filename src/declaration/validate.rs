@@ -323,12 +323,27 @@ impl Walker {
 
     /// Returns whether a private network is described, which `from: private` needs.
     fn settings(&mut self, v: &Value) -> bool {
-        let keys = ["ports", "private_network", "deadlines"];
+        let keys = [
+            "ports",
+            "private_network",
+            "deadlines",
+            "originals_limit_bytes",
+        ];
         let Some(map) = self.object(v, "settings", &keys, &["ports"]) else {
             return false;
         };
         if let Some(d) = map.get("deadlines") {
             self.deadlines(d);
+        }
+        // The largest found file saved whole as an original: a whole number of bytes.
+        if let Some(l) = map
+            .get("originals_limit_bytes")
+            .filter(|l| l.as_u64().is_none())
+        {
+            self.err(
+                "settings.originals_limit_bytes",
+                format!("must be a whole number of bytes, found {}", type_name(l)),
+            );
         }
         if let Some(ports) = map.get("ports") {
             let names = ["store", "bus", "broker_management", "registry", "hub"];

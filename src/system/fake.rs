@@ -312,6 +312,7 @@ impl Bed {
     ) -> crate::apply::Cx<'a> {
         crate::apply::Cx {
             root: self.dir.path(),
+            beneath: crate::beneath::Root::open(self.dir.path()).expect("root opens"),
             runner: &self.runner,
             store: &mut self.store,
             decl,

@@ -8,12 +8,11 @@ use crate::declaration::{
     ActionSpec, ContainerSpec, DirectorySpec, FileSpec, Mode, OpeningSpec, PackageSpec,
     ServiceSpec, ServiceState, Shape,
 };
-use crate::store::{self, Owned};
+use crate::store::Owned;
 use crate::system;
 
 pub(super) fn plan_file(r: &Reading<'_>, spec: &FileSpec) -> (Outcome, String) {
     let (id, key) = (spec.id.as_str(), spec.path.as_str());
-    let path = r.machine(key);
     let bytes = spec.bytes();
     let want = match file::Want::of(
         r.root,
@@ -25,7 +24,10 @@ pub(super) fn plan_file(r: &Reading<'_>, spec: &FileSpec) -> (Outcome, String) {
         Ok(w) => w,
         Err(e) => return (Outcome::Failed, e.to_string()),
     };
-    let cur = match file::read(&path) {
+    let cur = match crate::beneath::Root::open(r.root)
+        .map_err(Into::into)
+        .and_then(|b| file::read(&b, key))
+    {
         Ok(c) => c,
         Err(e) => return (Outcome::Failed, e.to_string()),
     };
@@ -51,7 +53,10 @@ pub(super) fn plan_file(r: &Reading<'_>, spec: &FileSpec) -> (Outcome, String) {
             ),
         },
         (None, Some(cur)) => {
-            let now = store::digest(&cur.bytes);
+            let now = match file::digest(&cur, key) {
+                Ok(d) => d,
+                Err(e) => return (Outcome::Failed, e.to_string()),
+            };
             match r.kept(id, key, keep, Some(&now)) {
                 Some(Outcome::Held) => (
                     Outcome::Held,
@@ -86,7 +91,10 @@ pub(super) fn plan_directory(r: &Reading<'_>, spec: &DirectorySpec) -> (Outcome,
         Ok(w) => w,
         Err(e) => return (Outcome::Failed, e.to_string()),
     };
-    let cur = match directory::read(&r.machine(key)) {
+    let cur = match crate::beneath::Root::open(r.root)
+        .map_err(Into::into)
+        .and_then(|b| directory::read(&b, key))
+    {
         Ok(c) => c,
         Err(e) => return (Outcome::Failed, e.to_string()),
     };

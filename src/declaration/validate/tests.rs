@@ -397,6 +397,7 @@ fn declaration() -> impl Strategy<Value = Declaration> {
                         package_s: Some(1200),
                         ..Default::default()
                     }),
+                    originals_limit_bytes: None,
                 }),
                 resources,
                 release: false,
