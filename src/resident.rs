@@ -36,6 +36,15 @@ pub struct Options {
     pub patience: Duration,
     /// Between heartbeats sent up the link, on an enrolled node.
     pub heartbeat: Duration,
+    /// The least time from the end of one reconcile to the start of the next, whatever asks:
+    /// a storm of rouses costs at most one reconcile per settle.
+    pub settle: Duration,
+    /// How long the ruleset must be quiet before a reconcile that failed while another program
+    /// was changing it is tried again.
+    pub churn_quiet: Duration,
+    /// How long re-checks may keep failing (each tried again with backoff) before a whole
+    /// reconcile is asked for.
+    pub recheck_deadline: Duration,
 }
 
 impl Default for Options {
@@ -46,7 +55,140 @@ impl Default for Options {
             quiet: Duration::from_millis(3),
             patience: Duration::from_millis(25),
             heartbeat: Duration::from_secs(60),
+            settle: SETTLE,
+            churn_quiet: Duration::from_secs(1),
+            recheck_deadline: Duration::from_secs(5),
         }
+    }
+}
+
+/// The least spacing between two reconciles (see [`Options::settle`]). A reconcile of a small
+/// declaration takes tens of milliseconds, so without it 1,000 SIGHUPs a second ran reconciles
+/// back to back, one after another, and kept a core busy; with it such a storm costs at most two
+/// reconciles a second, and a single rouse after a quiet half second still reconciles at once.
+pub const SETTLE: Duration = Duration::from_millis(500);
+
+/// Why a reconcile was asked for, weakest first: the pending reconcile says the strongest of
+/// the reasons it coalesced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Trigger {
+    Period,
+    Rouse,
+    Reconnect,
+    /// A reconcile failed while another program was changing the ruleset, which is quiet again.
+    QuietAgain,
+    RulesetChanged,
+    RecheckFailed,
+    NewDeclaration,
+    Start,
+}
+
+impl Trigger {
+    fn as_str(self) -> &'static str {
+        match self {
+            Trigger::Period => "period",
+            Trigger::Rouse => "rouse",
+            Trigger::Reconnect => "reconnect",
+            Trigger::QuietAgain => "ruleset quiet again after a failed reconcile",
+            Trigger::RulesetChanged => "ruleset changed",
+            Trigger::RecheckFailed => "re-check failed",
+            Trigger::NewDeclaration => "new declaration",
+            Trigger::Start => "start",
+        }
+    }
+}
+
+/// The one reconcile pending.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Pending {
+    trigger: Trigger,
+    /// How many wake-ups asked for it (each a signal read, a link event, a failed re-check…).
+    wakeups: u64,
+    since: Instant,
+}
+
+/// At most one reconcile running and one pending, whatever arrives: every ask while one is
+/// pending is folded into it, and the pending one starts no sooner than `settle` after the last
+/// one ended.
+#[derive(Debug)]
+struct Reconciles {
+    settle: Duration,
+    pending: Option<Pending>,
+    last_ended: Option<Instant>,
+    started: u64,
+}
+
+impl Reconciles {
+    fn new(settle: Duration) -> Reconciles {
+        Reconciles {
+            settle,
+            pending: None,
+            last_ended: None,
+            started: 0,
+        }
+    }
+
+    fn ask(&mut self, trigger: Trigger, now: Instant) {
+        let p = self.pending.get_or_insert(Pending {
+            trigger,
+            wakeups: 0,
+            since: now,
+        });
+        p.trigger = p.trigger.max(trigger);
+        p.wakeups += 1;
+    }
+
+    /// When the pending reconcile may start.
+    fn due_at(&self) -> Option<Instant> {
+        let p = self.pending.as_ref()?;
+        Some(match self.last_ended {
+            Some(ended) => (ended + self.settle).max(p.since),
+            None => p.since,
+        })
+    }
+
+    /// The pending reconcile, with its sequence number, when it may start now.
+    fn start(&mut self, now: Instant) -> Option<(u64, Pending)> {
+        if self.due_at()? > now {
+            return None;
+        }
+        self.started += 1;
+        self.pending.take().map(|p| (self.started, p))
+    }
+
+    fn ended(&mut self, now: Instant) {
+        self.last_ended = Some(now);
+    }
+}
+
+/// Re-checks that keep failing (ERESTART while the ruleset is being changed under them): each
+/// tried again after a backoff, 10 ms doubling to a second, until one succeeds or the deadline
+/// since the first failure passes, when a whole reconcile is asked for.
+#[derive(Debug, Default)]
+struct Failing {
+    first: Option<Instant>,
+    failures: u32,
+    retry_at: Option<Instant>,
+}
+
+impl Failing {
+    /// One more failure at `now`: whether the deadline has passed (and the count starts again).
+    fn failed(&mut self, now: Instant, deadline: Duration) -> bool {
+        let first = *self.first.get_or_insert(now);
+        self.failures += 1;
+        let backoff = Duration::from_millis(10 << self.failures.min(7).saturating_sub(1))
+            .min(Duration::from_secs(1));
+        self.retry_at = Some(now + backoff);
+        if now.saturating_duration_since(first) >= deadline {
+            *self = Failing::default();
+            return true;
+        }
+        false
+    }
+
+    /// A re-check succeeded: how many failed before it.
+    fn succeeded(&mut self) -> u32 {
+        std::mem::take(self).failures
     }
 }
 
@@ -139,8 +281,14 @@ pub fn run(host: &Host<'_>, opts: &Options) -> Result<ExitCode> {
     // `adopt`, a `take`) changes it before it touches the firewall, so a change heard then is
     // that apply's, and the memo, about to be stale, must not put back what it removed.
     let mut memo_stamp: Option<Stamp> = None;
-    let mut reconcile_due = true;
-    let mut why = "start";
+    let mut reconciles = Reconciles::new(opts.settle);
+    reconciles.ask(Trigger::Start, Instant::now());
+    // A reconcile failed while another program was changing the ruleset: when the ruleset was
+    // last heard changing. It is tried again at the first re-check that succeeds or once the
+    // ruleset is quiet, so the briefing is of a check that completed, not of one the churn made
+    // fail.
+    let mut retry_when_quiet: Option<Instant> = None;
+    let mut failing = Failing::default();
     let mut next_tick = Instant::now() + opts.period;
     let mut next_legacy = Instant::now() + opts.legacy_period;
     // (first change heard, last change heard, who made it)
@@ -148,16 +296,24 @@ pub fn run(host: &Host<'_>, opts: &Options) -> Result<ExitCode> {
     tracing::info!(
         pid = me,
         period_s = opts.period.as_secs(),
+        settle_ms = opts.settle.as_millis() as u64,
         "resident host started"
     );
     loop {
-        if reconcile_due {
-            reconcile_due = false;
+        if let Some((seq, asked)) = reconciles.start(Instant::now()) {
+            let why = asked.trigger.as_str();
             let started = Instant::now();
-            match apply::reconcile_with(host, memo.as_ref()) {
+            tracing::info!(
+                seq,
+                trigger = why,
+                coalesced = asked.wakeups,
+                waited_ms = started.saturating_duration_since(asked.since).as_millis() as u64,
+                "reconcile started"
+            );
+            let failed = match apply::reconcile_with(host, memo.as_ref()) {
                 Ok(Some(report)) => {
                     let failed = report.failed().map(|e| e.id.clone());
-                    tracing::info!(trigger = why, millis = started.elapsed().as_millis() as u64, failed = ?failed, "reconciled");
+                    tracing::info!(seq, trigger = why, millis = started.elapsed().as_millis() as u64, failed = ?failed, "reconciled");
                     if failed.is_none() {
                         // The launcher's known-good: this binary works on this machine.
                         if let Err(e) = crate::launch::reconciled(&store::store_dir(host.root)) {
@@ -173,18 +329,42 @@ pub fn run(host: &Host<'_>, opts: &Options) -> Result<ExitCode> {
                         memo = report.memo;
                     }
                     memo_stamp = stamp(host.root);
+                    failed.is_some()
                 }
-                Ok(None) => tracing::info!(trigger = why, "nothing is stored to reconcile yet"),
-                Err(e) => tracing::error!(trigger = why, error = %e, "reconcile failed"),
-            }
+                Ok(None) => {
+                    tracing::info!(seq, trigger = why, "nothing is stored to reconcile yet");
+                    false
+                }
+                Err(e) => {
+                    tracing::error!(seq, trigger = why, error = %e, "reconcile failed");
+                    true
+                }
+            };
+            reconciles.ended(Instant::now());
             if let Some(l) = &linked {
                 l.refresh_state(host.root);
             }
-            // A change heard during the reconcile is covered by it.
-            if let Some(m) = monitor.as_mut() {
-                let _ = m.generations();
+            // A change heard during the reconcile is covered by it, unless the reconcile failed
+            // while the ruleset was changing: then it is tried again once the ruleset is quiet.
+            let foreign_during = monitor
+                .as_mut()
+                .and_then(|m| m.generations().ok())
+                .is_some_and(|events| events.iter().any(|e| is_foreign(e, me)));
+            let churned = foreign_during
+                || matches!(
+                    asked.trigger,
+                    Trigger::RulesetChanged | Trigger::RecheckFailed | Trigger::QuietAgain
+                );
+            retry_when_quiet = (failed && churned).then(Instant::now);
+            if retry_when_quiet.is_some() {
+                tracing::info!(
+                    seq,
+                    quiet_ms = opts.churn_quiet.as_millis() as u64,
+                    "this reconcile, which failed while the ruleset was changing, is tried again once the ruleset holds still"
+                );
             }
             changed = None;
+            failing = Failing::default();
             next_tick = Instant::now() + opts.period;
         }
         let heard = signals.drain();
@@ -221,12 +401,13 @@ pub fn run(host: &Host<'_>, opts: &Options) -> Result<ExitCode> {
                 memo = None;
                 memo_stamp = None;
                 changed = None;
+                retry_when_quiet = None;
+                failing = Failing::default();
                 continue;
             }
             if from_link.reconnected {
                 // Declarations may have been missed while unlinked.
-                reconcile_due = true;
-                why = "reconnect";
+                reconciles.ask(Trigger::Reconnect, Instant::now());
             }
         }
         if heard.new_declaration && crate::link::changed(host.root, linked.as_ref()) {
@@ -237,16 +418,12 @@ pub fn run(host: &Host<'_>, opts: &Options) -> Result<ExitCode> {
             linked = start_link(host.root, opts.heartbeat, "the new link");
             tracing::info!("a new enrolment is stored; the link was started again with it");
         }
-        if heard.rouse || heard.new_declaration {
-            reconcile_due = true;
-            why = if heard.new_declaration {
-                "new declaration"
-            } else {
-                "rouse"
-            };
-            continue;
+        if heard.new_declaration {
+            reconciles.ask(Trigger::NewDeclaration, Instant::now());
+        } else if heard.rouse {
+            reconciles.ask(Trigger::Rouse, Instant::now());
         }
-        if reconcile_due {
+        if reconciles.due_at().is_some_and(|at| at <= Instant::now()) {
             continue;
         }
         if let Some(w) = &reloads {
@@ -262,9 +439,12 @@ pub fn run(host: &Host<'_>, opts: &Options) -> Result<ExitCode> {
         if let Some(m) = monitor.as_mut() {
             match m.generations() {
                 Ok(events) => {
-                    let foreign = events
-                        .iter()
-                        .any(|e| !matches!(e, firewall::Event::NewGen(g) if g.pid == Some(me)));
+                    let foreign = events.iter().any(|e| is_foreign(e, me));
+                    if foreign {
+                        if let Some(at) = retry_when_quiet.as_mut() {
+                            *at = Instant::now();
+                        }
+                    }
                     // The guard first and at once, before any quiet is waited for: the store's
                     // port must be unguarded for as short a time as the kernel allows.
                     // Only while the store is as the memo found it: otherwise an apply of
@@ -308,27 +488,60 @@ pub fn run(host: &Host<'_>, opts: &Options) -> Result<ExitCode> {
             }
         }
         let now = Instant::now();
+        if retry_when_quiet.is_some_and(|at| now >= at + opts.churn_quiet) {
+            retry_when_quiet = None;
+            reconciles.ask(Trigger::QuietAgain, now);
+            continue;
+        }
         let recheck_at = changed
             .as_ref()
             .map(|(first, last, _)| (*last + opts.quiet).min(*first + opts.patience));
+        let retry_at = failing.retry_at;
         let legacy_due = opts.legacy_period > Duration::ZERO && now >= next_legacy;
-        if recheck_at.is_some_and(|at| now >= at) || legacy_due {
+        let retry_due = retry_at.is_some_and(|at| now >= at);
+        if recheck_at.is_some_and(|at| now >= at) || legacy_due || retry_due {
             let (first, who) = match changed.take() {
                 Some((first, _, who)) => (Some(first), who),
+                None if retry_due => (None, "a re-check tried again".to_string()),
                 None => (None, "the legacy period".to_string()),
             };
+            failing.retry_at = None;
             if legacy_due {
                 next_legacy = now + opts.legacy_period;
             }
-            if first.is_some() || crate::node_firewall::legacy_in_force() {
-                recheck(host, &mut memo, &mut reconcile_due, &mut why, first, &who);
+            if first.is_some() || retry_due || crate::node_firewall::legacy_in_force() {
+                match recheck(host, memo.as_ref(), first, &who) {
+                    Checked::Done => {
+                        // The ruleset held still for a whole listing: a reconcile that failed
+                        // under the churn is tried again now rather than after the quiet.
+                        if retry_when_quiet.take().is_some() {
+                            reconciles.ask(Trigger::QuietAgain, Instant::now());
+                        }
+                        let before = failing.succeeded();
+                        if before > 0 {
+                            tracing::info!(
+                                failed_before = before,
+                                "re-checking the firewall succeeded after failing"
+                            );
+                        }
+                    }
+                    Checked::Reconcile(t) => reconciles.ask(t, Instant::now()),
+                    Checked::Failed(e) => {
+                        let now = Instant::now();
+                        if failing.failed(now, opts.recheck_deadline) {
+                            tracing::error!(by = who, error = %e, deadline_ms = opts.recheck_deadline.as_millis() as u64, "re-checking the firewall kept failing past its deadline; a reconcile is due");
+                            reconciles.ask(Trigger::RecheckFailed, now);
+                        } else {
+                            tracing::warn!(by = who, error = %e, failures = failing.failures, "re-checking the firewall failed; tried again after a backoff");
+                        }
+                    }
+                }
                 memo_stamp = stamp(host.root);
             }
             continue;
         }
         if now >= next_tick {
-            reconcile_due = true;
-            why = "period";
+            reconciles.ask(Trigger::Period, now);
             continue;
         }
         let mut until = next_tick.min(if opts.legacy_period > Duration::ZERO {
@@ -336,7 +549,15 @@ pub fn run(host: &Host<'_>, opts: &Options) -> Result<ExitCode> {
         } else {
             next_tick
         });
-        if let Some(at) = recheck_at {
+        for at in [
+            recheck_at,
+            retry_at,
+            reconciles.due_at(),
+            retry_when_quiet.map(|at| at + opts.churn_quiet),
+        ]
+        .into_iter()
+        .flatten()
+        {
             until = until.min(at);
         }
         let mut fds = vec![signals.fd.as_fd()];
@@ -353,6 +574,11 @@ pub fn run(host: &Host<'_>, opts: &Options) -> Result<ExitCode> {
         }
         wait(&fds, until.saturating_duration_since(Instant::now()));
     }
+}
+
+/// Whether an nf_tables event is another program's change (or lost events, which may be).
+fn is_foreign(e: &firewall::Event, me: u32) -> bool {
+    !matches!(e, firewall::Event::NewGen(g) if g.pid == Some(me))
 }
 
 /// The link, if this node is enrolled. A node that cannot start its link runs disconnected: it
@@ -413,19 +639,24 @@ fn stamp(root: &std::path::Path) -> Option<Stamp> {
     (!out.is_empty()).then_some(out)
 }
 
+/// What a re-check came to.
+enum Checked {
+    Done,
+    /// A whole reconcile is due instead (nothing remembered to put back, or a new declaration).
+    Reconcile(Trigger),
+    /// It failed; the error's text.
+    Failed(String),
+}
+
 /// Puts the guard and the openings back after someone else changed the ruleset.
 fn recheck(
     host: &Host<'_>,
-    memo: &mut Option<FirewallMemo>,
-    reconcile_due: &mut bool,
-    why: &mut &'static str,
+    memo: Option<&FirewallMemo>,
     first: Option<Instant>,
     who: &str,
-) {
-    let Some(m) = memo.as_ref() else {
-        *reconcile_due = true;
-        *why = "ruleset changed";
-        return;
+) -> Checked {
+    let Some(m) = memo else {
+        return Checked::Reconcile(Trigger::RulesetChanged);
     };
     let started = Instant::now();
     match apply::recheck_firewall(host, m) {
@@ -443,15 +674,83 @@ fn recheck(
                     "ruleset changed by another program; nothing of the mesh's was touched"
                 );
             }
+            Checked::Done
         }
-        Ok(Rechecked::Stale) => {
-            *reconcile_due = true;
-            *why = "new declaration";
+        Ok(Rechecked::Stale) => Checked::Reconcile(Trigger::NewDeclaration),
+        Err(e) => Checked::Failed(e.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A thousand asks while one reconcile runs leave exactly one pending, saying the strongest
+    /// reason and how many it coalesced, and it starts no sooner than the settle after the end.
+    #[test]
+    fn any_number_of_asks_while_one_runs_leave_one_pending_after_the_settle() {
+        let settle = Duration::from_millis(500);
+        let mut r = Reconciles::new(settle);
+        let t0 = Instant::now();
+        r.ask(Trigger::Start, t0);
+        let (seq, first) = r.start(t0).expect("the first starts at once");
+        assert_eq!((seq, first.trigger, first.wakeups), (1, Trigger::Start, 1));
+        assert!(r.start(t0).is_none(), "nothing pending while it runs");
+        for i in 0..1000 {
+            let t = if i == 500 {
+                Trigger::NewDeclaration
+            } else {
+                Trigger::Rouse
+            };
+            r.ask(t, t0 + Duration::from_millis(1));
         }
-        Err(e) => {
-            tracing::error!(by = who, error = %e, "re-checking the firewall failed; a reconcile is due");
-            *reconcile_due = true;
-            *why = "re-check failed";
+        let ended = t0 + Duration::from_millis(30);
+        r.ended(ended);
+        assert_eq!(r.due_at(), Some(ended + settle));
+        assert!(r.start(ended + settle - Duration::from_millis(1)).is_none());
+        let (seq, next) = r.start(ended + settle).expect("due after the settle");
+        assert_eq!(
+            (seq, next.trigger, next.wakeups),
+            (2, Trigger::NewDeclaration, 1000)
+        );
+        assert!(
+            r.start(ended + settle * 10).is_none(),
+            "one pending, not two"
+        );
+    }
+
+    /// A rouse long after the last reconcile ended starts at once.
+    #[test]
+    fn a_rouse_after_a_quiet_settle_starts_at_once() {
+        let mut r = Reconciles::new(Duration::from_millis(500));
+        let t0 = Instant::now();
+        r.ended(t0);
+        let later = t0 + Duration::from_secs(3);
+        r.ask(Trigger::Rouse, later);
+        assert_eq!(r.due_at(), Some(later));
+        assert!(r.start(later).is_some());
+    }
+
+    /// Failed re-checks back off from 10 ms to a second, ask for a reconcile only past their
+    /// deadline, and a success ends the count.
+    #[test]
+    fn failed_rechecks_back_off_then_ask_for_a_reconcile_past_the_deadline() {
+        let deadline = Duration::from_secs(5);
+        let mut f = Failing::default();
+        let t0 = Instant::now();
+        let mut gaps = Vec::new();
+        let mut now = t0;
+        for _ in 0..9 {
+            assert!(!f.failed(now, deadline));
+            let at = f.retry_at.unwrap();
+            gaps.push((at - now).as_millis());
+            now = at;
         }
+        assert_eq!(gaps, [10, 20, 40, 80, 160, 320, 640, 640, 640]);
+        assert_eq!(f.succeeded(), 9);
+        assert_eq!(f.retry_at, None);
+        assert!(!f.failed(t0, deadline));
+        assert!(f.failed(t0 + deadline, deadline), "past the deadline");
+        assert_eq!(f.failures, 0, "and counting starts again");
     }
 }
