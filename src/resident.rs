@@ -159,6 +159,14 @@ impl Reconciles {
     fn ended(&mut self, now: Instant) {
         self.last_ended = Some(now);
     }
+
+    /// A whole apply ended at `now` outside the loop (a declaration from the link): it covers
+    /// the pending reconcile, which is dropped, and the settle counts from it. Returns the
+    /// dropped one.
+    fn covered(&mut self, now: Instant) -> Option<Pending> {
+        self.last_ended = Some(now);
+        self.pending.take()
+    }
 }
 
 /// Re-checks that keep failing (ERESTART while the ruleset is being changed under them): each
@@ -305,7 +313,7 @@ pub fn run(host: &Host<'_>, opts: &Options) -> Result<ExitCode> {
             let started = Instant::now();
             tracing::info!(
                 seq,
-                trigger = why,
+                reason = why,
                 coalesced = asked.wakeups,
                 waited_ms = started.saturating_duration_since(asked.since).as_millis() as u64,
                 "reconcile started"
@@ -313,7 +321,7 @@ pub fn run(host: &Host<'_>, opts: &Options) -> Result<ExitCode> {
             let failed = match apply::reconcile_with(host, memo.as_ref()) {
                 Ok(Some(report)) => {
                     let failed = report.failed().map(|e| e.id.clone());
-                    tracing::info!(seq, trigger = why, millis = started.elapsed().as_millis() as u64, failed = ?failed, "reconciled");
+                    tracing::info!(trigger = why, seq, millis = started.elapsed().as_millis() as u64, failed = ?failed, "reconciled");
                     if failed.is_none() {
                         // The launcher's known-good: this binary works on this machine.
                         if let Err(e) = crate::launch::reconciled(&store::store_dir(host.root)) {
@@ -332,11 +340,11 @@ pub fn run(host: &Host<'_>, opts: &Options) -> Result<ExitCode> {
                     failed.is_some()
                 }
                 Ok(None) => {
-                    tracing::info!(seq, trigger = why, "nothing is stored to reconcile yet");
+                    tracing::info!(trigger = why, seq, "nothing is stored to reconcile yet");
                     false
                 }
                 Err(e) => {
-                    tracing::error!(seq, trigger = why, error = %e, "reconcile failed");
+                    tracing::error!(trigger = why, seq, error = %e, "reconcile failed");
                     true
                 }
             };
@@ -386,6 +394,16 @@ pub fn run(host: &Host<'_>, opts: &Options) -> Result<ExitCode> {
             let from_link = l.handle_events(host);
             if from_link.memo.is_some() {
                 memo = from_link.memo;
+                // The link's declaration was applied whole: a reconcile pending now would do it
+                // again, so the apply stands for it.
+                if let Some(p) = reconciles.covered(Instant::now()) {
+                    tracing::debug!(
+                        trigger = p.trigger.as_str(),
+                        coalesced = p.wakeups,
+                        "the pending reconcile is covered by the declaration applied from the link"
+                    );
+                }
+                retry_when_quiet = None;
             }
             if from_link.restarts_host {
                 tracing::info!(
@@ -729,6 +747,24 @@ mod tests {
         r.ask(Trigger::Rouse, later);
         assert_eq!(r.due_at(), Some(later));
         assert!(r.start(later).is_some());
+    }
+
+    /// A declaration applied from the link stands for the pending reconcile, and the settle
+    /// counts from its end.
+    #[test]
+    fn an_apply_from_the_link_covers_the_pending_reconcile() {
+        let settle = Duration::from_millis(500);
+        let mut r = Reconciles::new(settle);
+        let t0 = Instant::now();
+        r.ask(Trigger::Reconnect, t0);
+        let applied = t0 + Duration::from_millis(100);
+        assert_eq!(
+            r.covered(applied).map(|p| p.trigger),
+            Some(Trigger::Reconnect)
+        );
+        assert!(r.start(applied + settle).is_none(), "nothing left pending");
+        r.ask(Trigger::Rouse, applied + Duration::from_millis(1));
+        assert_eq!(r.due_at(), Some(applied + settle));
     }
 
     /// Failed re-checks back off from 10 ms to a second, ask for a reconcile only past their

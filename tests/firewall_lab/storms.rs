@@ -35,9 +35,9 @@ fn marks(log: &str) -> Vec<Mark> {
     log.lines()
         .filter_map(|l| {
             let start = l.contains(" reconcile started seq=");
-            let end = l.contains(" reconciled seq=")
-                || l.contains(" reconcile failed seq=")
-                || l.contains(" nothing is stored to reconcile yet seq=");
+            let end = l.contains(" reconciled trigger=")
+                || l.contains(" reconcile failed trigger=")
+                || l.contains(" nothing is stored to reconcile yet trigger=");
             if !start && !end {
                 return None;
             }
