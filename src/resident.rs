@@ -291,6 +291,8 @@ pub fn run(host: &Host<'_>, opts: &Options) -> Result<ExitCode> {
                 changed = None;
                 retry_when_quiet = None;
                 failing = Failing::default();
+                // The release was the last apply: nothing pending is the mesh's any more.
+                reconciles.covered(Instant::now());
                 continue;
             }
             if from_link.reconnected {
@@ -430,6 +432,8 @@ pub fn run(host: &Host<'_>, opts: &Options) -> Result<ExitCode> {
         }
         if now >= next_tick {
             reconciles.ask(Trigger::Period, now);
+            // Asked once: the pending reconcile may wait for the settle, and the loop with it.
+            next_tick = now + opts.period;
             continue;
         }
         let mut until = next_tick.min(if opts.legacy_period > Duration::ZERO {
