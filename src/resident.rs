@@ -4,6 +4,9 @@
 //! ruleset`, `iptables-restore`, a firewall service reloading) it puts the guard and every
 //! opening back within milliseconds, debounced so a reload of a thousand rules costs one
 //! re-check. iptables-legacy sends no events, so legacy layers are re-checked on a short period.
+//! Storms coalesce (`pace.rs`): at most one reconcile running and one pending, the next no sooner
+//! than a settle after the last, whatever asks; a re-check failing under churn is tried again
+//! with backoff, and a reconcile that failed under churn once the ruleset holds still.
 //!
 //! It has no inbound control surface: it listens on no socket. A person's command and the
 //! resident host meet only through the store, its lock, a pid file beside the store and signals.
@@ -13,10 +16,15 @@ use crate::apply::{self, FirewallMemo, Host, Rechecked};
 use crate::pid_file::pid_file;
 use crate::store;
 use crate::wakeup::Wakeup;
+use pace::{Failing, Reconciles, Trigger};
+
+mod pace;
+
 use anyhow::{Context, Result};
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::signal::{SigSet, Signal};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
+pub use pace::SETTLE;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::path::Path;
 use std::process::ExitCode;
@@ -36,6 +44,15 @@ pub struct Options {
     pub patience: Duration,
     /// Between heartbeats sent up the link, on an enrolled node.
     pub heartbeat: Duration,
+    /// The least time from the end of one reconcile to the start of the next, whatever asks:
+    /// a storm of rouses costs at most one reconcile per settle.
+    pub settle: Duration,
+    /// How long the ruleset must be quiet before a reconcile that failed while another program
+    /// was changing it is tried again.
+    pub churn_quiet: Duration,
+    /// How long re-checks may keep failing (each tried again with backoff) before a whole
+    /// reconcile is asked for.
+    pub recheck_deadline: Duration,
 }
 
 impl Default for Options {
@@ -46,6 +63,9 @@ impl Default for Options {
             quiet: Duration::from_millis(3),
             patience: Duration::from_millis(25),
             heartbeat: Duration::from_secs(60),
+            settle: SETTLE,
+            churn_quiet: Duration::from_secs(1),
+            recheck_deadline: Duration::from_secs(5),
         }
     }
 }
@@ -139,8 +159,14 @@ pub fn run(host: &Host<'_>, opts: &Options) -> Result<ExitCode> {
     // `adopt`, a `take`) changes it before it touches the firewall, so a change heard then is
     // that apply's, and the memo, about to be stale, must not put back what it removed.
     let mut memo_stamp: Option<Stamp> = None;
-    let mut reconcile_due = true;
-    let mut why = "start";
+    let mut reconciles = Reconciles::new(opts.settle);
+    reconciles.ask(Trigger::Start, Instant::now());
+    // A reconcile failed while another program was changing the ruleset: when the ruleset was
+    // last heard changing. It is tried again at the first re-check that succeeds or once the
+    // ruleset is quiet, so the briefing is of a check that completed, not of one the churn made
+    // fail.
+    let mut retry_when_quiet: Option<Instant> = None;
+    let mut failing = Failing::default();
     let mut next_tick = Instant::now() + opts.period;
     let mut next_legacy = Instant::now() + opts.legacy_period;
     // (first change heard, last change heard, who made it)
@@ -148,16 +174,24 @@ pub fn run(host: &Host<'_>, opts: &Options) -> Result<ExitCode> {
     tracing::info!(
         pid = me,
         period_s = opts.period.as_secs(),
+        settle_ms = opts.settle.as_millis() as u64,
         "resident host started"
     );
     loop {
-        if reconcile_due {
-            reconcile_due = false;
+        if let Some((seq, asked)) = reconciles.start(Instant::now()) {
+            let why = asked.trigger.as_str();
             let started = Instant::now();
-            match apply::reconcile_with(host, memo.as_ref()) {
+            tracing::info!(
+                seq,
+                reason = why,
+                coalesced = asked.wakeups,
+                waited_ms = started.saturating_duration_since(asked.since).as_millis() as u64,
+                "reconcile started"
+            );
+            let failed = match apply::reconcile_with(host, memo.as_ref()) {
                 Ok(Some(report)) => {
                     let failed = report.failed().map(|e| e.id.clone());
-                    tracing::info!(trigger = why, millis = started.elapsed().as_millis() as u64, failed = ?failed, "reconciled");
+                    tracing::info!(trigger = why, seq, millis = started.elapsed().as_millis() as u64, failed = ?failed, "reconciled");
                     if failed.is_none() {
                         // The launcher's known-good: this binary works on this machine.
                         if let Err(e) = crate::launch::reconciled(&store::store_dir(host.root)) {
@@ -173,18 +207,42 @@ pub fn run(host: &Host<'_>, opts: &Options) -> Result<ExitCode> {
                         memo = report.memo;
                     }
                     memo_stamp = stamp(host.root);
+                    failed.is_some()
                 }
-                Ok(None) => tracing::info!(trigger = why, "nothing is stored to reconcile yet"),
-                Err(e) => tracing::error!(trigger = why, error = %e, "reconcile failed"),
-            }
+                Ok(None) => {
+                    tracing::info!(trigger = why, seq, "nothing is stored to reconcile yet");
+                    false
+                }
+                Err(e) => {
+                    tracing::error!(trigger = why, seq, error = %e, "reconcile failed");
+                    true
+                }
+            };
+            reconciles.ended(Instant::now());
             if let Some(l) = &linked {
                 l.refresh_state(host.root);
             }
-            // A change heard during the reconcile is covered by it.
-            if let Some(m) = monitor.as_mut() {
-                let _ = m.generations();
+            // A change heard during the reconcile is covered by it, unless the reconcile failed
+            // while the ruleset was changing: then it is tried again once the ruleset is quiet.
+            let foreign_during = monitor
+                .as_mut()
+                .and_then(|m| m.generations().ok())
+                .is_some_and(|events| events.iter().any(|e| is_foreign(e, me)));
+            let churned = foreign_during
+                || matches!(
+                    asked.trigger,
+                    Trigger::RulesetChanged | Trigger::RecheckFailed | Trigger::QuietAgain
+                );
+            retry_when_quiet = (failed && churned).then(Instant::now);
+            if retry_when_quiet.is_some() {
+                tracing::info!(
+                    seq,
+                    quiet_ms = opts.churn_quiet.as_millis() as u64,
+                    "this reconcile, which failed while the ruleset was changing, is tried again once the ruleset holds still"
+                );
             }
             changed = None;
+            failing = Failing::default();
             next_tick = Instant::now() + opts.period;
         }
         let heard = signals.drain();
@@ -206,6 +264,16 @@ pub fn run(host: &Host<'_>, opts: &Options) -> Result<ExitCode> {
             let from_link = l.handle_events(host);
             if from_link.memo.is_some() {
                 memo = from_link.memo;
+                // The link's declaration was applied whole: a reconcile pending now would do it
+                // again, so the apply stands for it.
+                if let Some(p) = reconciles.covered(Instant::now()) {
+                    tracing::debug!(
+                        trigger = p.trigger.as_str(),
+                        coalesced = p.wakeups,
+                        "the pending reconcile is covered by the declaration applied from the link"
+                    );
+                }
+                retry_when_quiet = None;
             }
             if from_link.restarts_host {
                 tracing::info!(
@@ -221,12 +289,15 @@ pub fn run(host: &Host<'_>, opts: &Options) -> Result<ExitCode> {
                 memo = None;
                 memo_stamp = None;
                 changed = None;
+                retry_when_quiet = None;
+                failing = Failing::default();
+                // The release was the last apply: nothing pending is the mesh's any more.
+                reconciles.covered(Instant::now());
                 continue;
             }
             if from_link.reconnected {
                 // Declarations may have been missed while unlinked.
-                reconcile_due = true;
-                why = "reconnect";
+                reconciles.ask(Trigger::Reconnect, Instant::now());
             }
         }
         if heard.new_declaration && crate::link::changed(host.root, linked.as_ref()) {
@@ -237,16 +308,12 @@ pub fn run(host: &Host<'_>, opts: &Options) -> Result<ExitCode> {
             linked = start_link(host.root, opts.heartbeat, "the new link");
             tracing::info!("a new enrolment is stored; the link was started again with it");
         }
-        if heard.rouse || heard.new_declaration {
-            reconcile_due = true;
-            why = if heard.new_declaration {
-                "new declaration"
-            } else {
-                "rouse"
-            };
-            continue;
+        if heard.new_declaration {
+            reconciles.ask(Trigger::NewDeclaration, Instant::now());
+        } else if heard.rouse {
+            reconciles.ask(Trigger::Rouse, Instant::now());
         }
-        if reconcile_due {
+        if reconciles.due_at().is_some_and(|at| at <= Instant::now()) {
             continue;
         }
         if let Some(w) = &reloads {
@@ -262,9 +329,12 @@ pub fn run(host: &Host<'_>, opts: &Options) -> Result<ExitCode> {
         if let Some(m) = monitor.as_mut() {
             match m.generations() {
                 Ok(events) => {
-                    let foreign = events
-                        .iter()
-                        .any(|e| !matches!(e, firewall::Event::NewGen(g) if g.pid == Some(me)));
+                    let foreign = events.iter().any(|e| is_foreign(e, me));
+                    if foreign {
+                        if let Some(at) = retry_when_quiet.as_mut() {
+                            *at = Instant::now();
+                        }
+                    }
                     // The guard first and at once, before any quiet is waited for: the store's
                     // port must be unguarded for as short a time as the kernel allows.
                     // Only while the store is as the memo found it: otherwise an apply of
@@ -308,27 +378,62 @@ pub fn run(host: &Host<'_>, opts: &Options) -> Result<ExitCode> {
             }
         }
         let now = Instant::now();
+        if retry_when_quiet.is_some_and(|at| now >= at + opts.churn_quiet) {
+            retry_when_quiet = None;
+            reconciles.ask(Trigger::QuietAgain, now);
+            continue;
+        }
         let recheck_at = changed
             .as_ref()
             .map(|(first, last, _)| (*last + opts.quiet).min(*first + opts.patience));
+        let retry_at = failing.retry_at;
         let legacy_due = opts.legacy_period > Duration::ZERO && now >= next_legacy;
-        if recheck_at.is_some_and(|at| now >= at) || legacy_due {
+        let retry_due = retry_at.is_some_and(|at| now >= at);
+        if recheck_at.is_some_and(|at| now >= at) || legacy_due || retry_due {
             let (first, who) = match changed.take() {
                 Some((first, _, who)) => (Some(first), who),
+                None if retry_due => (None, "a re-check tried again".to_string()),
                 None => (None, "the legacy period".to_string()),
             };
+            failing.retry_at = None;
             if legacy_due {
                 next_legacy = now + opts.legacy_period;
             }
-            if first.is_some() || crate::node_firewall::legacy_in_force() {
-                recheck(host, &mut memo, &mut reconcile_due, &mut why, first, &who);
+            if first.is_some() || retry_due || crate::node_firewall::legacy_in_force() {
+                match recheck(host, memo.as_ref(), first, &who) {
+                    Checked::Done => {
+                        // The ruleset held still for a whole listing: a reconcile that failed
+                        // under the churn is tried again now rather than after the quiet.
+                        if retry_when_quiet.take().is_some() {
+                            reconciles.ask(Trigger::QuietAgain, Instant::now());
+                        }
+                        let before = failing.succeeded();
+                        if before > 0 {
+                            tracing::info!(
+                                failed_before = before,
+                                "re-checking the firewall succeeded after failing"
+                            );
+                        }
+                    }
+                    Checked::Reconcile(t) => reconciles.ask(t, Instant::now()),
+                    Checked::Failed(e) => {
+                        let now = Instant::now();
+                        if failing.failed(now, opts.recheck_deadline) {
+                            tracing::error!(by = who, error = %e, deadline_ms = opts.recheck_deadline.as_millis() as u64, "re-checking the firewall kept failing past its deadline; a reconcile is due");
+                            reconciles.ask(Trigger::RecheckFailed, now);
+                        } else {
+                            tracing::warn!(by = who, error = %e, failures = failing.failures, "re-checking the firewall failed; tried again after a backoff");
+                        }
+                    }
+                }
                 memo_stamp = stamp(host.root);
             }
             continue;
         }
         if now >= next_tick {
-            reconcile_due = true;
-            why = "period";
+            reconciles.ask(Trigger::Period, now);
+            // Asked once: the pending reconcile may wait for the settle, and the loop with it.
+            next_tick = now + opts.period;
             continue;
         }
         let mut until = next_tick.min(if opts.legacy_period > Duration::ZERO {
@@ -336,7 +441,15 @@ pub fn run(host: &Host<'_>, opts: &Options) -> Result<ExitCode> {
         } else {
             next_tick
         });
-        if let Some(at) = recheck_at {
+        for at in [
+            recheck_at,
+            retry_at,
+            reconciles.due_at(),
+            retry_when_quiet.map(|at| at + opts.churn_quiet),
+        ]
+        .into_iter()
+        .flatten()
+        {
             until = until.min(at);
         }
         let mut fds = vec![signals.fd.as_fd()];
@@ -353,6 +466,11 @@ pub fn run(host: &Host<'_>, opts: &Options) -> Result<ExitCode> {
         }
         wait(&fds, until.saturating_duration_since(Instant::now()));
     }
+}
+
+/// Whether an nf_tables event is another program's change (or lost events, which may be).
+fn is_foreign(e: &firewall::Event, me: u32) -> bool {
+    !matches!(e, firewall::Event::NewGen(g) if g.pid == Some(me))
 }
 
 /// The link, if this node is enrolled. A node that cannot start its link runs disconnected: it
@@ -413,19 +531,24 @@ fn stamp(root: &std::path::Path) -> Option<Stamp> {
     (!out.is_empty()).then_some(out)
 }
 
+/// What a re-check came to.
+enum Checked {
+    Done,
+    /// A whole reconcile is due instead (nothing remembered to put back, or a new declaration).
+    Reconcile(Trigger),
+    /// It failed; the error's text.
+    Failed(String),
+}
+
 /// Puts the guard and the openings back after someone else changed the ruleset.
 fn recheck(
     host: &Host<'_>,
-    memo: &mut Option<FirewallMemo>,
-    reconcile_due: &mut bool,
-    why: &mut &'static str,
+    memo: Option<&FirewallMemo>,
     first: Option<Instant>,
     who: &str,
-) {
-    let Some(m) = memo.as_ref() else {
-        *reconcile_due = true;
-        *why = "ruleset changed";
-        return;
+) -> Checked {
+    let Some(m) = memo else {
+        return Checked::Reconcile(Trigger::RulesetChanged);
     };
     let started = Instant::now();
     match apply::recheck_firewall(host, m) {
@@ -443,15 +566,9 @@ fn recheck(
                     "ruleset changed by another program; nothing of the mesh's was touched"
                 );
             }
+            Checked::Done
         }
-        Ok(Rechecked::Stale) => {
-            *reconcile_due = true;
-            *why = "new declaration";
-        }
-        Err(e) => {
-            tracing::error!(by = who, error = %e, "re-checking the firewall failed; a reconcile is due");
-            *reconcile_due = true;
-            *why = "re-check failed";
-        }
+        Ok(Rechecked::Stale) => Checked::Reconcile(Trigger::NewDeclaration),
+        Err(e) => Checked::Failed(e.to_string()),
     }
 }

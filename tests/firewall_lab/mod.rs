@@ -33,6 +33,7 @@ mod keeps_word;
 mod listing;
 mod reload;
 mod resident;
+mod storms;
 mod ufw;
 mod ufw_docker;
 mod ufw_hang;

@@ -31,7 +31,7 @@ impl Resident {
         r
     }
 
-    fn pid(&self) -> i32 {
+    pub(super) fn pid(&self) -> i32 {
         self.child.id() as i32
     }
 
