@@ -253,3 +253,39 @@ fn ten_applies_succeed_beside_a_thirteen_thousand_rule_chain_under_nine_hundred_
     only_the_last_in_force();
     std::fs::remove_dir_all(&proc).unwrap();
 }
+
+/// Proves that a table on the way of incoming packets that is never quiet for one listing is
+/// not guessed at: with 900 inserts a second into the input chain itself, the apply fails at
+/// its deadline (300 ms here) with an error naming the tries and the time, and writes nothing.
+#[test]
+fn a_table_on_the_way_that_never_holds_still_fails_at_the_deadline_naming_tries_and_time() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    in_fresh_netns();
+    nft_load(
+        "table inet filter {\n chain input {\n  type filter hook input priority 0; policy drop;\n  \
+         tcp dport 22 accept\n }\n}\n",
+    );
+    let proc = empty_proc("busy");
+    let exec = NoLegacy;
+    let mut fw = Firewall::open_at(&exec, &proc).unwrap();
+    fw.set_deadline(Duration::from_millis(300));
+    let churn = Churn::start(Family::Inet, "filter", "input", 900);
+    std::thread::sleep(Duration::from_millis(100));
+    let t = Instant::now();
+    let got = fw.converge(&[opening(0)], Scope::All);
+    let took = t.elapsed();
+    let (rate, commits) = churn.stop();
+    println!(
+        "busy input chain, {rate:.0} inserts/s in {commits:.0} commits/s: {got:?} after {took:?}"
+    );
+    let e = got.expect_err("a plan from a table that never held still was committed");
+    let text = e.to_string();
+    assert!(
+        text.contains(" tries over ") && text.contains(" ms"),
+        "the error names tries and time: {text}"
+    );
+    assert!(took < Duration::from_secs(2), "gave up after {took:?}");
+    let listed = nft(&["list", "chain", "inet", "filter", "input"]);
+    assert!(!listed.contains("mesh-host:"), "nothing was written");
+    std::fs::remove_dir_all(&proc).unwrap();
+}

@@ -106,8 +106,14 @@ impl Watch {
                     self.done.pop_front();
                 }
             }
-            // Set elements, objects and flowtables are not part of a ruleset listing.
-            Event::Other { .. } => {}
+            // Set elements (which a verdict reads after the listing), objects and flowtables
+            // count against their table; one naming none counts against everything.
+            Event::Other {
+                family,
+                table: Some(t),
+                ..
+            } => self.touch(family, &t),
+            Event::Other { table: None, .. } => self.open.frame = true,
             Event::Lost => self.lost = true,
         }
     }
