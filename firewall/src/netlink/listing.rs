@@ -53,7 +53,9 @@ impl NfSocket {
         if !by_table {
             loop {
                 if let Some(rs) = self.whole_once(family)? {
+                    // Quiet again: no events are kept in the kernel's buffer for nothing.
                     self.by_table_until = None;
+                    self.watch = None;
                     self.last_listing = (backoff.tries(), false);
                     return Ok(rs);
                 }
@@ -310,7 +312,11 @@ impl NfSocket {
     /// since touched any of it, or when the listing was whole and no watch vouches for the time
     /// since.
     pub fn still_as(&mut self, listed: &Ruleset) -> Result<Option<u32>> {
-        if self.watch.is_none() {
+        if !self
+            .watch
+            .as_ref()
+            .is_some_and(|w| w.covers(listed.generation))
+        {
             return Ok(None);
         }
         let from = listed.generation.wrapping_add(1);

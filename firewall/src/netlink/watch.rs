@@ -33,6 +33,8 @@ pub(super) struct Watch {
     done: VecDeque<Commit>,
     /// The last generation whose NEWGEN was taken in (at first, the one read on subscribing).
     seen: u32,
+    /// The generation read on subscribing: nothing before it is known.
+    start: u32,
     /// Events were lost (a full receive buffer) since the watch began: nothing is trusted.
     lost: bool,
 }
@@ -57,12 +59,19 @@ impl Watch {
             open: Commit::default(),
             done: VecDeque::new(),
             seen: 0,
+            start: 0,
             lost: false,
         })
     }
 
     pub(super) fn start_at(&mut self, generation: u32) {
         self.seen = generation;
+        self.start = generation;
+    }
+
+    /// Whether the watch saw every transaction after `generation`.
+    pub(super) fn covers(&self, generation: u32) -> bool {
+        !before(generation, self.start)
     }
 
     /// Takes in what has come, without waiting.
