@@ -1,7 +1,7 @@
 //! Listing the ruleset under churn: whole, within one generation, while it holds still; by table
 //! when it will not (a busy foreign table interrupts every whole listing), each table on the way
-//! of incoming packets taken as it stood unchanged across two listings; and the check, just
-//! before a commit, that the tables a plan read are still exactly as listed.
+//! of incoming packets taken when the watched events say nothing touched it meanwhile; and the
+//! check, just before a commit, that nothing a plan read was touched since its listing.
 
 use std::time::{Duration, Instant};
 
@@ -33,7 +33,7 @@ fn on_the_way(c: &Chain) -> bool {
     }
 }
 
-/// One table's sets and rules, and whether both came in one generation uninterrupted.
+/// One table's sets and rules.
 type TableListing = (Vec<Set>, Vec<Rule>);
 
 impl NfSocket {
@@ -43,8 +43,9 @@ impl NfSocket {
     /// generation moved is tried again after a jittered backoff (1 ms doubling to 50 ms). After
     /// [`WHOLE_TRIES`] such tries, and for [`BY_TABLE_FOR`] after, by table: every table and
     /// chain, then the sets and rules of each table with a chain on the way of incoming packets,
-    /// each taken when listed within one generation or listed identically twice in a row; tables
-    /// off that way are named in [`Ruleset::unread`]. Either way it gives up at the socket's
+    /// each taken when the watched events say no transaction touched it from just before its
+    /// listing until the end of the whole reading (a table touched since is listed again);
+    /// tables off that way are not read and are named in [`Ruleset::unread`]. Either way it gives up at the socket's
     /// [deadline](NfSocket::set_deadline), naming what would not hold still, the tries and the
     /// time spent.
     pub fn ruleset(&mut self, family: Option<Family>) -> Result<Ruleset> {
@@ -208,21 +209,21 @@ impl NfSocket {
         'again: loop {
             let g = self.generation()?;
             let from = self.watch()?.from(g)?;
-            let (tables, ti) = self.dump_once(
+            // An interrupted flag here may be another table's commit: the watch decides.
+            let (tables, _) = self.dump_once(
                 NFT_MSG_GETTABLE,
                 family,
                 &|_| {},
                 &Self::what("tables", family),
                 list::decode_table,
             )?;
-            let (chains, ci) = self.dump_once(
+            let (chains, _) = self.dump_once(
                 NFT_MSG_GETCHAIN,
                 family,
                 &|_| {},
                 &Self::what("chains", family),
                 list::decode_chain,
             )?;
-            let _ = (ti, ci);
             if self.untouched(from, None)?.is_none() {
                 if !backoff.wait() {
                     return Err(Error::Interrupted {
