@@ -78,6 +78,25 @@ impl NfSocket {
         Ok(rs)
     }
 
+    /// Lists the whole ruleset within one generation, every table's sets and rules included,
+    /// never by table: for what saves a ruleset to put it back (the flip). Retries with backoff
+    /// until the socket's deadline like [`NfSocket::ruleset`].
+    pub fn ruleset_complete(&mut self, family: Option<Family>) -> Result<Ruleset> {
+        let mut backoff = Backoff::new(self.deadline);
+        loop {
+            if let Some(rs) = self.whole_once(family)? {
+                return Ok(rs);
+            }
+            if !backoff.wait() {
+                return Err(Error::Interrupted {
+                    what: Self::what("the whole ruleset", family),
+                    tries: backoff.tries(),
+                    millis: backoff.millis(),
+                });
+            }
+        }
+    }
+
     /// One whole listing, or `None` if it was interrupted or the generation moved.
     fn whole_once(&mut self, family: Option<Family>) -> Result<Option<Ruleset>> {
         let generation = self.generation()?;
