@@ -18,7 +18,8 @@ use crate::error::{Error, Result};
 use crate::eval::Model;
 use crate::exec::Exec;
 use crate::found::{Backend, Found, Layer, MESH_TABLE};
-use crate::netlink::{Batch, Family, NfSocket, Policy, Ruleset, TableFlags};
+use crate::netlink::backoff::DEFAULT_DEADLINE;
+use crate::netlink::{Backoff, Batch, Family, NfSocket, Policy, Ruleset, TableFlags};
 use crate::opening::Opening;
 use crate::outcome::{Converged, Presence, Scope, State};
 use crate::place::{self, Place, Want};
@@ -45,6 +46,8 @@ pub struct Firewall<'a> {
     /// listing again. Never kept where legacy tables are in force (they change with no
     /// generation).
     last: Option<LastModel>,
+    /// How many batches have been sent since the convergence began ([`Firewall::last_commit_tries`]).
+    commit_tries: u32,
 }
 
 /// A model of one listing, for the verdicts that follow a plan that wrote nothing.
@@ -53,10 +56,6 @@ struct LastModel {
     model: std::rc::Rc<Model>,
     targets: std::rc::Rc<BTreeMap<String, Vec<published::Target>>>,
 }
-
-/// How many times a convergence is computed again after the kernel refused its batch because
-/// the ruleset changed in between.
-pub const CONVERGE_TRIES: u32 = 5;
 
 /// The chain in the mesh's table whose comment names the node whose marks are in force here.
 pub const CLAIM_CHAIN: &str = "claim";
@@ -100,6 +99,7 @@ impl<'a> Firewall<'a> {
             detected: None,
             node: None,
             last: None,
+            commit_tries: 0,
         })
     }
 
@@ -196,23 +196,94 @@ impl<'a> Firewall<'a> {
     /// The nf_tables batch is conditional on the generation of the listing it was computed from:
     /// if anyone changed the ruleset in between (a reload restarts handles, so a listed handle
     /// could name someone else's rule), the kernel applies nothing and answers ERESTART, and the
-    /// convergence is computed again from a fresh listing, up to [`CONVERGE_TRIES`] times.
+    /// batch is sent again at the new generation when everything the plan read is still as it
+    /// listed it ([`NfSocket::still_as`]: the changes were elsewhere), or the convergence is
+    /// computed again from a fresh listing; each retry after a jittered backoff, until the
+    /// socket's deadline, past which [`Error::Raced`] names the tries and the time.
     pub fn converge(&mut self, openings: &[Opening], scope: Scope) -> Result<Converged> {
         for o in openings {
             o.validate()?;
         }
-        for _ in 0..CONVERGE_TRIES {
-            match self.converge_once(openings, scope) {
-                Err(Error::Refused { errno, .. }) if errno.0 == libc::ERESTART => continue,
+        let mut backoff = Backoff::new(self.deadline());
+        self.commit_tries = 0;
+        loop {
+            match self.converge_once(openings, scope, &mut backoff) {
+                Err(Error::Refused { errno, .. }) if errno.0 == libc::ERESTART => {
+                    if !backoff.wait() {
+                        return Err(Error::Raced {
+                            tries: backoff.tries(),
+                            millis: backoff.millis(),
+                        });
+                    }
+                }
                 other => return other,
             }
         }
-        Err(Error::Raced {
-            tries: CONVERGE_TRIES,
-        })
     }
 
-    fn converge_once(&mut self, openings: &[Opening], scope: Scope) -> Result<Converged> {
+    /// How long a listing or a convergence retries while the ruleset changes under it.
+    pub fn deadline(&self) -> std::time::Duration {
+        self.nf
+            .as_ref()
+            .map(NfSocket::deadline)
+            .unwrap_or(DEFAULT_DEADLINE)
+    }
+
+    /// Sets how long a listing or a convergence retries while the ruleset changes under it.
+    pub fn set_deadline(&mut self, deadline: std::time::Duration) {
+        if let Some(s) = self.nf.as_mut() {
+            s.set_deadline(deadline);
+        }
+    }
+
+    /// How many batches the last convergence sent before one applied (0: nothing to send).
+    pub fn last_commit_tries(&self) -> u32 {
+        self.commit_tries
+    }
+
+    /// Sends a batch conditional on the generation of `listed`; while the kernel refuses it with
+    /// ERESTART and everything `listed` read is still as it was, sends it again at the new
+    /// generation. An ERESTART is returned when the ruleset really changed (the plan is stale).
+    fn send_steady(
+        sock: &mut NfSocket,
+        batch: &mut Batch,
+        listed: &Ruleset,
+        backoff: &mut Backoff,
+        sent: &mut u32,
+    ) -> Result<()> {
+        loop {
+            *sent += 1;
+            match sock.send(batch) {
+                Err(Error::Refused { errno, .. }) if errno.0 == libc::ERESTART => {
+                    if !backoff.wait() {
+                        return Err(Error::Raced {
+                            tries: backoff.tries(),
+                            millis: backoff.millis(),
+                        });
+                    }
+                    match sock.still_as(listed)? {
+                        Some(g) => batch.set_generation(g),
+                        None => {
+                            return Err(Error::Refused {
+                                what: format!("a batch of {} messages", batch.len()),
+                                seq: 0,
+                                errno: crate::error::Errno(libc::ERESTART),
+                                detail: None,
+                            })
+                        }
+                    }
+                }
+                other => return other,
+            }
+        }
+    }
+
+    fn converge_once(
+        &mut self,
+        openings: &[Opening],
+        scope: Scope,
+        backoff: &mut Backoff,
+    ) -> Result<Converged> {
         let mut plan = self.plan(openings, scope)?;
         let changes = plan.tables.iter().any(|t| !t.changes.is_empty());
         let mut batch = Batch::new();
@@ -251,7 +322,13 @@ impl<'a> Firewall<'a> {
                 let sock = self.nf.as_mut().ok_or_else(|| Error::Unsupported {
                     reason: "nf_tables layers were found but no nf_tables socket is open".into(),
                 })?;
-                sock.send(&batch)?;
+                Self::send_steady(
+                    sock,
+                    &mut batch,
+                    &plan.ruleset,
+                    backoff,
+                    &mut self.commit_tries,
+                )?;
             }
         }
         let mut done = std::mem::take(&mut plan.done);

@@ -108,13 +108,17 @@ pub enum Error {
     Malformed { what: String, reason: String },
 
     /// A listing kept being interrupted by concurrent changes to the ruleset.
-    #[error("listing {what} was interrupted by concurrent ruleset changes {tries} times")]
-    Interrupted { what: String, tries: u32 },
+    #[error("listing {what} was interrupted by concurrent ruleset changes on each of {tries} tries over {millis} ms")]
+    Interrupted {
+        what: String,
+        tries: u32,
+        millis: u128,
+    },
 
     /// Every batch of a convergence was refused because the ruleset changed between the listing
     /// it was computed from and its commit (ERESTART), so nothing was applied.
-    #[error("the ruleset changed under every one of {tries} attempts to converge the openings (the kernel refused each batch as computed from a stale listing: ERESTART); nothing was changed")]
-    Raced { tries: u32 },
+    #[error("the ruleset changed under every one of {tries} attempts over {millis} ms to converge the openings (the kernel refused each batch as computed from a stale listing: ERESTART); nothing was changed")]
+    Raced { tries: u32, millis: u128 },
 
     /// A table is owned by another live netlink socket, so this one cannot claim it.
     #[error("table {family} {table} is owned by netlink port {owner}")]

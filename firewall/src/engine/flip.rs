@@ -116,9 +116,11 @@ impl Firewall<'_> {
         Ok(true)
     }
 
+    /// The whole ruleset, every table's rules included (never read by table): what is retired
+    /// is saved from it and put back exactly.
     fn listing(&mut self) -> Result<Ruleset> {
         match self.nf.as_mut() {
-            Some(s) => s.ruleset(None),
+            Some(s) => s.ruleset_complete(None),
             None => Err(no_nf()),
         }
     }

@@ -22,8 +22,9 @@ pub struct Snapshot {
 }
 
 impl Snapshot {
-    /// Lists the ruleset and every set's elements over `sock`, again if the ruleset changed
-    /// in between, so the elements belong to the rules listed.
+    /// Lists the ruleset and every set's elements over `sock`, again if what was listed changed
+    /// in between (the generation moved and, where the socket watches the ruleset's events, a
+    /// table it read was touched), so the elements belong to the rules listed.
     pub fn read(sock: &mut NfSocket) -> crate::Result<Snapshot> {
         let mut last = None;
         for _ in 0..4 {
@@ -33,7 +34,8 @@ impl Snapshot {
                 let elems = sock.set_elements(s.family, &s.table, &s.name)?;
                 elements.insert((s.family, s.table.clone(), s.name.clone()), elems);
             }
-            let done = sock.generation()? == ruleset.generation;
+            let done =
+                sock.generation()? == ruleset.generation || sock.still_as(&ruleset)?.is_some();
             last = Some(Snapshot {
                 ruleset,
                 elements,

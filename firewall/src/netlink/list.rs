@@ -120,7 +120,10 @@ pub struct Elem {
     pub flags: u32,
 }
 
-/// A consistent snapshot: everything was listed within one ruleset generation.
+/// A consistent snapshot: everything was listed within one ruleset generation, or, when the
+/// whole ruleset would not hold still, every table and chain plus the sets and rules of each table
+/// on the way of incoming packets, each table as it stood unchanged across two listings (see
+/// [`NfSocket::ruleset`](super::NfSocket::ruleset)).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Ruleset {
     pub generation: u32,
@@ -128,6 +131,11 @@ pub struct Ruleset {
     pub chains: Vec<Chain>,
     pub rules: Vec<Rule>,
     pub sets: Vec<Set>,
+    /// The family listed (`None`: all).
+    pub family: Option<Family>,
+    /// Tables whose sets and rules were not read, because the whole ruleset would not hold still
+    /// and none of their chains is on the way of incoming packets (empty when listed whole).
+    pub unread: Vec<(Family, String)>,
 }
 
 impl Ruleset {

@@ -4,23 +4,28 @@
 //! It needs no `nft`, no libnftnl and no kernel headers: constants are defined in [`consts`].
 
 pub(crate) mod attr;
+pub mod backoff;
 mod batch;
 pub mod consts;
 mod expr;
 mod keys;
 mod list;
+mod listing;
 mod monitor;
 mod msg;
 mod rule;
 mod socket;
 mod types;
+mod watch;
 
 #[cfg(test)]
 mod fuzz;
 
+pub use backoff::Backoff;
 pub use batch::{BaseChain, Batch, Position};
 pub use expr::{CmpOp, CtDirection, CtKey, Expr, FibResult, ImmediateData, MetaKey, PayloadBase};
 pub use list::{Chain, ChainHook, Elem, ElemData, Rule, Ruleset, Set, Table};
+pub use listing::{BY_TABLE_FOR, WHOLE_TRIES};
 pub use monitor::{Event, Generation, NfMonitor};
 pub use rule::{
     decode_comment_udata, encode_comment_udata, CtState, L4Proto, RuleBody, MAX_COMMENT_LEN,

@@ -34,10 +34,12 @@ pub enum Event {
     NewSet(Set),
     DelSet(Set),
     NewGen(Generation),
-    /// Any other nf_tables event (set elements, objects, flowtables).
+    /// Any other nf_tables event (set elements, objects, flowtables), with the table it names
+    /// (their table attribute is the first of each message kind).
     Other {
         msg_type: u8,
         family: Family,
+        table: Option<String>,
     },
     /// The receive buffer overflowed and events were lost; list the ruleset again.
     Lost,
@@ -109,6 +111,7 @@ impl NfMonitor {
                     other => Event::Other {
                         msg_type: other,
                         family: m.family(),
+                        table: m.attrs().find(|a| a.ty == 1).map(|a| a.string()),
                     },
                 };
                 self.queue.push_back(event);

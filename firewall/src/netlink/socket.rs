@@ -5,9 +5,10 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::time::Duration;
 
 use super::attr;
+use super::backoff::{Backoff, DEFAULT_DEADLINE};
 use super::batch::Batch;
 use super::consts::*;
-use super::list::{self, Chain, Elem, Rule, Ruleset, Set, Table};
+use super::list::{self, Chain, Elem, Rule, Set, Table};
 use super::msg::{self, NlMsg};
 use super::types::{Family, TableFlags};
 use crate::error::{Errno, Error, Result};
@@ -21,8 +22,6 @@ const RCVBUF_PER_ACK: usize = 1024;
 const RECV_BUF: usize = 256 << 10;
 /// How long to wait for a kernel answer that should already be queued.
 const ANSWER_TIMEOUT: Duration = Duration::from_secs(5);
-/// How often a listing is retried when the ruleset changes under it.
-const DUMP_TRIES: u32 = 10;
 
 /// How long a receive may wait.
 #[derive(Debug, Clone, Copy)]
@@ -297,6 +296,15 @@ pub enum Claim {
 pub struct NfSocket {
     nl: NlFd,
     seq: u32,
+    /// How long a listing retries while the ruleset keeps changing under it.
+    pub(super) deadline: Duration,
+    /// Until when listings go straight to [`NfSocket::ruleset`]'s reading by table, because the
+    /// whole ruleset would not hold still for the last one.
+    pub(super) by_table_until: Option<std::time::Instant>,
+    /// How the last [`NfSocket::ruleset`] went: (tries that failed before it, read by table).
+    pub(super) last_listing: (u32, bool),
+    /// The events watched since the ruleset would not hold still, opened then.
+    pub(super) watch: Option<super::watch::Watch>,
 }
 
 impl NfSocket {
@@ -311,7 +319,31 @@ impl NfSocket {
             .unwrap_or(1))
         .wrapping_mul(7919)
             | 1;
-        Ok(NfSocket { nl, seq })
+        Ok(NfSocket {
+            nl,
+            seq,
+            deadline: DEFAULT_DEADLINE,
+            by_table_until: None,
+            last_listing: (0, false),
+            watch: None,
+        })
+    }
+
+    /// Sets how long a listing keeps retrying, with backoff, while the ruleset changes under
+    /// it (by default [`DEFAULT_DEADLINE`]).
+    pub fn set_deadline(&mut self, deadline: Duration) {
+        self.deadline = deadline;
+    }
+
+    /// How long a listing keeps retrying while the ruleset changes under it.
+    pub fn deadline(&self) -> Duration {
+        self.deadline
+    }
+
+    /// How the last whole-ruleset listing went: how many of its tries failed before the one
+    /// that held, and whether it was read by table.
+    pub fn last_listing(&self) -> (u32, bool) {
+        self.last_listing
     }
 
     /// The netlink port id the kernel gave this socket; owned tables report it as their owner.
@@ -405,7 +437,8 @@ impl NfSocket {
         Ok(())
     }
 
-    /// Dumps one kind of object, retrying when the kernel flags the dump as interrupted.
+    /// Dumps one kind of object, retrying with backoff (up to the socket's deadline) while the
+    /// kernel flags the dump as interrupted.
     fn dump<T>(
         &mut self,
         get: u8,
@@ -414,8 +447,34 @@ impl NfSocket {
         what: &str,
         decode: fn(&NlMsg<'_>) -> T,
     ) -> Result<Vec<T>> {
+        let mut backoff = Backoff::new(self.deadline);
+        loop {
+            let (out, interrupted) = self.dump_once(get, family, filter, what, decode)?;
+            if !interrupted {
+                return Ok(out);
+            }
+            if !backoff.wait() {
+                return Err(Error::Interrupted {
+                    what: what.to_string(),
+                    tries: backoff.tries(),
+                    millis: backoff.millis(),
+                });
+            }
+        }
+    }
+
+    /// Dumps one kind of object once: what the kernel sent, and whether it flagged the dump as
+    /// interrupted (a commit anywhere in the namespace between two of its parts).
+    pub(super) fn dump_once<T>(
+        &mut self,
+        get: u8,
+        family: Option<Family>,
+        filter: &dyn Fn(&mut Vec<u8>),
+        what: &str,
+        decode: fn(&NlMsg<'_>) -> T,
+    ) -> Result<(Vec<T>, bool)> {
         let reply = get - 1; // GETx is answered with NEWx
-        for _ in 0..DUMP_TRIES {
+        {
             let seq = self.take_seq(1);
             let mut req = Vec::with_capacity(64);
             let fam = family.map(Family::to_raw).unwrap_or(0);
@@ -484,17 +543,11 @@ impl NfSocket {
                     }
                 }
             }
-            if !interrupted {
-                return Ok(out);
-            }
+            Ok((out, interrupted))
         }
-        Err(Error::Interrupted {
-            what: what.to_string(),
-            tries: DUMP_TRIES,
-        })
     }
 
-    fn what(kind: &str, family: Option<Family>) -> String {
+    pub(super) fn what(kind: &str, family: Option<Family>) -> String {
         match family {
             Some(f) => format!("{kind} of family {f}"),
             None => format!("{kind} of all families"),
@@ -612,31 +665,6 @@ impl NfSocket {
                 }
             }
         }
-    }
-
-    /// Lists tables, chains, sets and rules within one generation, retrying if the ruleset
-    /// changed in between, so the parts agree with each other.
-    pub fn ruleset(&mut self, family: Option<Family>) -> Result<Ruleset> {
-        for _ in 0..DUMP_TRIES {
-            let generation = self.generation()?;
-            let tables = self.tables(family)?;
-            let chains = self.chains(family)?;
-            let sets = self.sets(family)?;
-            let rules = self.rules(family)?;
-            if self.generation()? == generation {
-                return Ok(Ruleset {
-                    generation,
-                    tables,
-                    chains,
-                    rules,
-                    sets,
-                });
-            }
-        }
-        Err(Error::Interrupted {
-            what: Self::what("the ruleset", family),
-            tries: DUMP_TRIES,
-        })
     }
 
     /// Makes this socket the owner of a persistent table: creates it, reclaims it if it is an
