@@ -143,11 +143,8 @@ fn run_measured(node: &Node, decl: &Value) -> (i32, String, i64) {
                     .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<i64>().ok())
             });
             match hwm {
-                Some(kib) => {
-                    if host {
-                        peak = peak.max(kib);
-                    }
-                }
+                Some(kib) if host => peak = peak.max(kib),
+                Some(_) => {}
                 // Exited (a zombie has no address space) or reaped.
                 None if peak > 0 => return peak,
                 None => {}
