@@ -137,6 +137,23 @@ const CLOSE_WAIT: Duration = Duration::from_secs(2);
 /// events (up, dhcp4-change, reapply) makes one new attempt, not one per event.
 const ROUSE_SETTLE: Duration = Duration::from_millis(500);
 
+/// How long an attempt begun after a rouse, and the connection it makes, stand before a further
+/// rouse ends them. A rouse says packets go elsewhere now; the attempt after it already goes the
+/// new way, so a rouse in this moment is kept (once, however many arrive) and acted on when the
+/// moment ends. A storm of rouses (a flapping link's dispatcher, a signal loop) thus ends the link
+/// at most once per this moment, and a connection lives long enough between to carry what waits.
+const ROUSE_HOLD: Duration = Duration::from_secs(5);
+
+/// A rouse, acted on no sooner than `hold` (when the attempt under way began after a rouse):
+/// rouses before then are one, kept as the notifier's single permit until it. Nothing is taken
+/// before the hold ends, so a select that drops this future on another branch loses no rouse.
+async fn roused(rouse: &Notify, hold: Option<tokio::time::Instant>) {
+    if let Some(until) = hold {
+        tokio::time::sleep_until(until).await;
+    }
+    rouse.notified().await;
+}
+
 /// Reports waiting for a link, the newest kept when too many pile up.
 const PENDING_REPORTS: usize = 16;
 
@@ -211,11 +228,14 @@ impl Runner {
     async fn run(mut self) {
         let mut backoff = Backoff::new(self.config.backoff_base, self.config.backoff_cap);
         let mut last_contact = self.config.last_contact;
+        // Set while the attempt under way began after a rouse: when a further rouse may end it.
+        let mut hold: Option<tokio::time::Instant> = None;
         loop {
             if *self.stop.borrow() {
                 return;
             }
             let started = Instant::now();
+            let rouse = self.rouse.clone();
             let attempt = session::open_with(
                 &self.config.broker,
                 &self.config.credentials,
@@ -224,7 +244,7 @@ impl Runner {
             );
             let opened = tokio::select! {
                 r = attempt => r,
-                _ = self.rouse.notified() => Err(Error::Roused { addr: self.config.broker.addrs.join(", ") }),
+                _ = roused(&rouse, hold) => Err(Error::Roused { addr: self.config.broker.addrs.join(", ") }),
                 _ = self.stop.changed() => return,
             };
             let mut roused = matches!(opened, Err(Error::Roused { .. }));
@@ -237,7 +257,7 @@ impl Runner {
                         addr: s.addr.clone(),
                         unlinked_for,
                     });
-                    let ended = self.serve(&s, unlinked_for, &mut last_contact).await;
+                    let ended = self.serve(&s, unlinked_for, &mut last_contact, hold).await;
                     last_contact = Some(SystemTime::now());
                     // A connection that went dead (a suspended machine's) would never answer
                     // the close: it gets a moment, then is dropped.
@@ -255,6 +275,7 @@ impl Runner {
             };
             // A rouse is not a failure of the broker: the backoff is neither advanced nor reset.
             let wait = if roused { ROUSE_SETTLE } else { backoff.wait() };
+            hold = roused.then(|| tokio::time::Instant::now() + wait + ROUSE_HOLD);
             tracing::info!(why = %why, retry_in_ms = wait.as_millis() as u64, "unlinked");
             self.sink.event(Event::Unlinked {
                 why,
@@ -280,7 +301,9 @@ impl Runner {
         s: &Session,
         unlinked_for: Option<Duration>,
         last_contact: &mut Option<SystemTime>,
+        hold: Option<tokio::time::Instant>,
     ) -> Ended {
+        let rouse = self.rouse.clone();
         let node = self.config.node.clone();
         let queue = names::node_queue(&node);
         let consume =
@@ -291,7 +314,7 @@ impl Runner {
                 Ok(Err(e)) => return Ended::Lost(e.to_string()),
                 Err(_) => return Ended::Lost("the broker did not answer the consume".into()),
             },
-            _ = self.rouse.notified() => return Ended::Roused,
+            _ = roused(&rouse, hold) => return Ended::Roused,
             _ = self.stop.changed() => return Ended::Stopped,
         };
         // The first heartbeat says how long the node was unlinked, and the reports that waited
@@ -347,7 +370,7 @@ impl Runner {
                     }
                     return Ended::Lost("the broker closed the connection".into());
                 }
-                _ = self.rouse.notified() => return Ended::Roused,
+                _ = roused(&rouse, hold) => return Ended::Roused,
                 _ = self.stop.changed() => return Ended::Stopped,
             }
         }

@@ -272,6 +272,44 @@ fn sighup_ends_a_hung_connection_attempt_at_once() {
     );
 }
 
+/// A storm of SIGHUPs (200 a second for 8 s, a flapping link's dispatcher or a signal loop) ends
+/// the link's attempt at most once per rouse hold (5 s after an attempt begun on a rouse), not
+/// once per settling moment: the first rouse ends the hung attempt at once, the attempt after it
+/// stands its hold, and the rouses meanwhile are one, acted on when it ends. Without the hold
+/// the storm made a new attempt every 500 ms (about 16 here).
+#[test]
+fn a_storm_of_sighups_ends_the_link_at_most_once_per_rouse_hold() {
+    let bed = bed();
+    let mut ctl = bed.controller();
+    let (_d, r) = enrolled(bed, &mut ctl, "run-storm");
+    let (hung, host) = dialling_a_black_hole(bed, &r);
+    let began = Instant::now();
+    while began.elapsed() < Duration::from_secs(8) {
+        host.signal(libc::SIGHUP);
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let attempts = hung.accepted();
+    // Attempt 1 is ended at once; attempt 2 begins 0.5 s later and stands until 5.5 s; attempt 3
+    // begins at about 6 s and stands past the storm's end.
+    assert!(
+        (2..=4).contains(&attempts),
+        "{attempts} attempts in an 8 s storm:\n{}",
+        host.log()
+    );
+    assert!(
+        hung.wait_closed(0, began, Duration::from_secs(1)).is_some(),
+        "the first rouse ended the attempt under way"
+    );
+    // The rouse taken during the hold is acted on when it ends: the attempt standing then ends.
+    let last = attempts - 1;
+    assert!(
+        hung.wait_closed(last, Instant::now(), Duration::from_secs(7))
+            .is_some(),
+        "the rouses kept during the last attempt's hold were acted on when it ended"
+    );
+    eprintln!("sighup storm: 1,600 SIGHUPs in 8 s, {attempts} attempts");
+}
+
 /// The sleep hook the packages install (`packaging/rouse/sleep`, run as systemd-sleep runs it after
 /// a resume) rouses a host sitting in an attempt that will never return, which is what a connection
 /// that survived a suspend is: the attempt ends at once and the next begins after the rouse's
