@@ -264,9 +264,12 @@ fn ten_applies_succeed_beside_a_thirteen_thousand_rule_chain_under_nine_hundred_
     std::fs::remove_dir_all(&proc).unwrap();
 }
 
-/// Proves that a table on the way of incoming packets that is never quiet for one listing is
-/// not guessed at: with 900 inserts a second into the input chain itself, the apply fails at
-/// its deadline (300 ms here) with an error naming the tries and the time, and writes nothing.
+/// Proves that a table on the way of incoming packets that is changing all the time is not
+/// guessed at: with 900 inserts a second into the input chain itself, the apply either finds a
+/// moment the table held still for one listing and its commit (its opening then in force, once,
+/// with every churn insert kept), or fails at its deadline (300 ms here) with an error naming
+/// the tries and the time and writes nothing. On a loaded machine it fails; on a quiet one a
+/// small table's listing can fit between two inserts, and which it was is printed.
 #[test]
 fn a_table_on_the_way_that_never_holds_still_fails_at_the_deadline_naming_tries_and_time() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
@@ -288,14 +291,30 @@ fn a_table_on_the_way_that_never_holds_still_fails_at_the_deadline_naming_tries_
     println!(
         "busy input chain, {rate:.0} inserts/s in {commits:.0} commits/s: {got:?} after {took:?}"
     );
-    let e = got.expect_err("a plan from a table that never held still was committed");
-    let text = e.to_string();
-    assert!(
-        text.contains(" tries over ") && text.contains(" ms"),
-        "the error names tries and time: {text}"
-    );
-    assert!(took < Duration::from_secs(2), "gave up after {took:?}");
+    assert!(took < Duration::from_secs(2), "ended after {took:?}");
     let listed = nft(&["list", "chain", "inet", "filter", "input"]);
-    assert!(!listed.contains("mesh-host:"), "nothing was written");
+    let churned = listed.matches("accept").count();
+    match got {
+        Err(e) => {
+            let text = e.to_string();
+            assert!(
+                text.contains(" tries over ") && text.contains(" ms"),
+                "the error names tries and time: {text}"
+            );
+            assert!(!listed.contains("mesh-host:"), "nothing was written");
+        }
+        Ok(_) => {
+            assert_eq!(
+                listed.matches("mesh-host:churn/o0#").count(),
+                1,
+                "committed once, at a generation it had read: {listed}"
+            );
+            // Every insert the churn made is still there: the commit replaced nothing of it.
+            assert!(
+                churned as f64 >= rate * 0.1 + 2.0,
+                "{churned} accepts listed after {rate:.0}/s of inserts"
+            );
+        }
+    }
     std::fs::remove_dir_all(&proc).unwrap();
 }

@@ -9,6 +9,7 @@ use super::attr;
 use super::backoff::Backoff;
 use super::consts::*;
 use super::list::{self, Chain, Rule, Ruleset, Set, Table};
+use super::msg::NlMsg;
 use super::socket::NfSocket;
 use super::types::{Family, Hook};
 use super::watch::Watch;
@@ -97,29 +98,29 @@ impl NfSocket {
         }
     }
 
+    /// One dump of every object of a kind (of `family`, or all), and whether the kernel flagged
+    /// it interrupted.
+    fn dump_all<T>(
+        &mut self,
+        get: u8,
+        family: Option<Family>,
+        kind: &str,
+        decode: fn(&NlMsg<'_>) -> T,
+    ) -> Result<(Vec<T>, bool)> {
+        self.dump_once(get, family, &|_| {}, &Self::what(kind, family), decode)
+    }
+
     /// One whole listing, or `None` if it was interrupted or the generation moved.
     fn whole_once(&mut self, family: Option<Family>) -> Result<Option<Ruleset>> {
         let generation = self.generation()?;
         let Some((tables, chains)) = self.frame_once(family)? else {
             return Ok(None);
         };
-        let (sets, i) = self.dump_once(
-            NFT_MSG_GETSET,
-            family,
-            &|_| {},
-            &Self::what("sets", family),
-            list::decode_set,
-        )?;
+        let (sets, i) = self.dump_all(NFT_MSG_GETSET, family, "sets", list::decode_set)?;
         if i {
             return Ok(None);
         }
-        let (rules, i) = self.dump_once(
-            NFT_MSG_GETRULE,
-            family,
-            &|_| {},
-            &Self::what("rules", family),
-            list::decode_rule,
-        )?;
+        let (rules, i) = self.dump_all(NFT_MSG_GETRULE, family, "rules", list::decode_rule)?;
         if i || self.generation()? != generation {
             return Ok(None);
         }
@@ -136,23 +137,11 @@ impl NfSocket {
 
     /// Tables and chains listed once, or `None` if either dump was interrupted.
     fn frame_once(&mut self, family: Option<Family>) -> Result<Option<(Vec<Table>, Vec<Chain>)>> {
-        let (tables, i) = self.dump_once(
-            NFT_MSG_GETTABLE,
-            family,
-            &|_| {},
-            &Self::what("tables", family),
-            list::decode_table,
-        )?;
+        let (tables, i) = self.dump_all(NFT_MSG_GETTABLE, family, "tables", list::decode_table)?;
         if i {
             return Ok(None);
         }
-        let (chains, i) = self.dump_once(
-            NFT_MSG_GETCHAIN,
-            family,
-            &|_| {},
-            &Self::what("chains", family),
-            list::decode_chain,
-        )?;
+        let (chains, i) = self.dump_all(NFT_MSG_GETCHAIN, family, "chains", list::decode_chain)?;
         Ok((!i).then_some((tables, chains)))
     }
 
@@ -229,20 +218,10 @@ impl NfSocket {
             let g = self.generation()?;
             let from = self.watch()?.from(g)?;
             // An interrupted flag here may be another table's commit: the watch decides.
-            let (tables, _) = self.dump_once(
-                NFT_MSG_GETTABLE,
-                family,
-                &|_| {},
-                &Self::what("tables", family),
-                list::decode_table,
-            )?;
-            let (chains, _) = self.dump_once(
-                NFT_MSG_GETCHAIN,
-                family,
-                &|_| {},
-                &Self::what("chains", family),
-                list::decode_chain,
-            )?;
+            let (tables, _) =
+                self.dump_all(NFT_MSG_GETTABLE, family, "tables", list::decode_table)?;
+            let (chains, _) =
+                self.dump_all(NFT_MSG_GETCHAIN, family, "chains", list::decode_chain)?;
             if self.untouched(from, None)?.is_none() {
                 if !backoff.wait() {
                     return Err(Error::Interrupted {
