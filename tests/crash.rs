@@ -284,7 +284,12 @@ fn a_store_of_the_previous_format_opens_and_reconciles() {
     assert_eq!(r.outcome("app/found"), "held");
     assert_eq!(r.outcome("b"), "created");
     let s = node.state();
-    assert_eq!(s["version"], 2);
+    assert_eq!(s["version"], mesh_host::store::STORE_VERSION);
+    let written = node.read("/var/lib/mesh-host/state.json").unwrap();
+    assert!(
+        written.starts_with("{\n  \"checksum\": \"sha256:"),
+        "written back with its checksum: {written}"
+    );
     let owned: Vec<&str> = s["owned"]
         .as_array()
         .unwrap()
