@@ -3,7 +3,10 @@
 //!
 //! `<root>/var/lib/mesh-host/state.json` is the snapshot, written atomically (a temporary file,
 //! fsync, rename, fsync of the directory); `state.journal` beside it holds the records made since,
-//! one JSON line each, appended and fsynced (see `journal`). A record therefore costs one short
+//! one JSON line each, appended and fsynced (see `journal`). Both carry checksums (see
+//! `checksum`): a snapshot that fails its own, or a journal line that fails its own with whole
+//! lines after it, refuses the store, naming the file (and the line); only the journal's last
+//! line may fail, torn by a crash, and it ends the replay. A record therefore costs one short
 //! append however large the store is; the journal is folded into a new snapshot when it grows to
 //! twice the snapshot, and at the end of every apply. Opening the store replays the journal
 //! over the snapshot, and everything happens under an exclusive lock, so two processes never apply
@@ -13,6 +16,7 @@
 //! the machine and recording it recognise its own write instead of mistaking it for something
 //! found.
 
+mod checksum;
 mod journal;
 mod records;
 
@@ -31,10 +35,15 @@ use std::fs::{self, File, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-/// The store's own format version. Version 2 may have a journal beside its snapshot; a host that
-/// reads only version 1 would not replay it, so it refuses the store rather than lose records.
-/// Version 1 (the snapshot alone) is read as it is, and written back as version 2.
-pub const STORE_VERSION: u32 = 2;
+/// The store's own format version. Version 3 carries checksums: the snapshot's first field, and
+/// one per journal line. Version 2 may have a journal beside its snapshot; a host that reads only
+/// version 1 would not replay it, so it refuses the store rather than lose records. Versions 1
+/// and 2 (no checksums) are read as they are, once, and the next write rewrites the store whole
+/// as version 3; an older host refuses version 3.
+pub const STORE_VERSION: u32 = 3;
+
+/// The last format version written without checksums.
+const UNCHECKED_VERSION: u32 = 2;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -51,9 +60,21 @@ pub enum StoreError {
         source: serde_json::Error,
     },
     #[error(
-        "store {path} has format version {found}; this host reads versions 1 and {STORE_VERSION}"
+        "store {path} has format version {found}; this host reads versions 1 to {STORE_VERSION}"
     )]
     Version { path: PathBuf, found: u32 },
+    /// The snapshot fails its checksum: damaged on disk (or edited), never read as a state.
+    #[error("store {path} fails its checksum: {source}; it is damaged and is not read")]
+    Checksum {
+        path: PathBuf,
+        #[source]
+        source: checksum::SealError,
+    },
+    /// A snapshot of a version that carries a checksum without one.
+    #[error(
+        "store {path} has format version {version} but no checksum; it is damaged and is not read"
+    )]
+    Unsealed { path: PathBuf, version: u32 },
     #[error("store journal {path}: {source}")]
     Journal {
         path: PathBuf,
@@ -267,6 +288,8 @@ pub struct Store {
     snapshot: Option<Snapshot>,
     /// The journal, open for appending, once this process has begun one over `snapshot`.
     journal: Option<File>,
+    /// The CRC of the journal's last line, which the next line's chains from.
+    chain: journal::Chain,
     /// Bytes in the journal: when they exceed twice the snapshot's, the journal is folded.
     journal_len: u64,
     /// Whether a journal file may exist on disk (the fold removes it).
@@ -337,6 +360,7 @@ impl Store {
             },
             snapshot: None,
             journal: None,
+            chain: journal::Chain::new(),
             journal_len: 0,
             journal_on_disk: false,
             rebuilt: loaded.is_none() && earlier && !released,
@@ -345,7 +369,9 @@ impl Store {
         };
         if let Some(l) = loaded {
             store.state = l.state;
-            store.snapshot = l.snapshot;
+            // A snapshot of the previous format is not journaled over: the next write rewrites
+            // the store whole, with its checksum.
+            store.snapshot = l.snapshot.filter(|_| !l.unchecked);
             store.journal_on_disk = l.journal_found;
         }
         if store.journal_on_disk {
@@ -372,8 +398,9 @@ impl Store {
         let path = self.dir.join("state.json");
         let tmp = self.dir.join("state.json.tmp");
         self.state.version = STORE_VERSION;
-        let mut bytes = serde_json::to_vec_pretty(&self.state).expect("state serializes");
-        bytes.push(b'\n');
+        let mut body = serde_json::to_vec_pretty(&self.state).expect("state serializes");
+        body.push(b'\n');
+        let bytes = checksum::seal(&body);
         if failpoint::armed("fold-torn", "store") {
             let _ = write_synced(&tmp, &bytes[..bytes.len() / 2]);
             failpoint::kill();
@@ -399,6 +426,7 @@ impl Store {
         // From here the journal is stale (it names the snapshot just replaced), so a host that
         // dies before it is gone ignores it on the next start.
         self.journal = None;
+        self.chain = journal::Chain::new();
         self.journal_len = 0;
         if self.journal_on_disk {
             let jpath = self.journal_path();
@@ -466,29 +494,37 @@ impl Store {
             return self.save();
         };
         let fold_at = (2 * snapshot.len).max(FOLD_FLOOR);
-        let mut lines = Vec::new();
-        for (_, op) in &ops {
-            lines.extend(journal::line(op));
-        }
+        let header = self.journal.is_none().then(|| journal::Header {
+            journal: journal::JOURNAL_VERSION,
+            over: snapshot.digest.clone(),
+        });
         if failpoint::armed("append", &first) {
             failpoint::kill();
         }
-        let created = self.journal.is_none();
-        if created {
-            let header = journal::line(&journal::Header {
-                journal: journal::JOURNAL_VERSION,
-                over: snapshot.digest.clone(),
-            });
+        let created = header.is_some();
+        if let Some(header) = header {
+            self.chain = journal::Chain::new();
+            let (line, crc) = self.chain.line(&header);
             let file = create_appending(&jpath).map_err(io(&jpath))?;
             self.journal_on_disk = true;
             self.journal = Some(file);
-            self.append(&header)?;
+            self.append(&line)?;
+            self.chain.advance(crc);
+        }
+        // Each line chained to the one before it; the chain moves on once the append holds.
+        let mut chain = self.chain.clone();
+        let mut lines = Vec::new();
+        for (_, op) in &ops {
+            let (line, crc) = chain.line(op);
+            chain.advance(crc);
+            lines.extend(line);
         }
         if failpoint::armed("torn-append", &first) {
             let _ = self.append(&lines[..lines.len() / 2]);
             failpoint::kill();
         }
         self.append(&lines)?;
+        self.chain = chain;
         if created {
             // The journal's own name must survive a power cut, not only its bytes.
             sync_dir(&self.dir).map_err(io(&self.dir))?;
@@ -522,6 +558,8 @@ pub fn peek(root: &Path) -> Result<Option<State>, StoreError> {
 struct Loaded {
     state: State,
     snapshot: Option<Snapshot>,
+    /// The snapshot is of the previous format, without a checksum.
+    unchecked: bool,
     /// Whether a journal file was there (replayed, stale or empty).
     journal_found: bool,
 }
@@ -552,38 +590,62 @@ fn load(dir: &Path) -> Result<Option<Loaded>, StoreError> {
                 ..State::default()
             },
             snapshot: None,
+            unchecked: false,
             journal_found: true,
         }));
     };
-    let mut state: State =
-        serde_json::from_slice(&bytes).map_err(|source| StoreError::Corrupt {
-            path: path.clone(),
-            source,
-        })?;
-    if !(1..=STORE_VERSION).contains(&state.version) {
-        return Err(StoreError::Version {
-            path,
-            found: state.version,
-        });
-    }
+    let (mut state, unchecked) = read_snapshot(&path, &bytes)?;
     let snapshot = Snapshot {
         digest: digest(&bytes),
         len: bytes.len() as u64,
     };
     if let Some(j) = &jbytes {
-        let replayed = journal::replay(j, &snapshot.digest, &mut state).map_err(|source| {
-            StoreError::Journal {
-                path: jpath.clone(),
-                source,
-            }
-        })?;
+        let replayed =
+            journal::replay(j, &snapshot.digest, unchecked, &mut state).map_err(|source| {
+                StoreError::Journal {
+                    path: jpath.clone(),
+                    source,
+                }
+            })?;
         tracing::debug!(?replayed, journal = %jpath.display(), "journal read");
     }
     Ok(Some(Loaded {
         state,
         snapshot: Some(snapshot),
+        unchecked,
         journal_found: jbytes.is_some(),
     }))
+}
+
+/// The state a snapshot's bytes hold, and whether it is of the previous format (no checksum).
+/// A snapshot that begins with its checksum line is read only if the checksum holds; one without
+/// is read only if its version is one that had none.
+fn read_snapshot(path: &Path, bytes: &[u8]) -> Result<(State, bool), StoreError> {
+    let body = checksum::unseal(bytes).map_err(|source| StoreError::Checksum {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let unchecked = body.is_none();
+    let state: State =
+        serde_json::from_slice(body.as_deref().unwrap_or(bytes)).map_err(|source| {
+            StoreError::Corrupt {
+                path: path.to_path_buf(),
+                source,
+            }
+        })?;
+    if !(1..=STORE_VERSION).contains(&state.version) {
+        return Err(StoreError::Version {
+            path: path.to_path_buf(),
+            found: state.version,
+        });
+    }
+    if unchecked && state.version > UNCHECKED_VERSION {
+        return Err(StoreError::Unsealed {
+            path: path.to_path_buf(),
+            version: state.version,
+        });
+    }
+    Ok((state, unchecked))
 }
 
 /// Creates the journal fresh (whatever was at its name is removed first, and no link is

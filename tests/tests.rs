@@ -10,6 +10,7 @@ mod crash;
 mod deadlines;
 mod firewall_lab;
 mod genesis_lab;
+mod integrity;
 mod inventory_lab;
 mod launcher;
 mod link;

@@ -1,12 +1,17 @@
-//! Fuzz tests of the store's readers: the snapshot (`state.json`) and the journal replayed over
-//! it, from stores written by the store's own functions, then mutated (a flipped byte, a torn
-//! tail, a line duplicated or dropped). What reads must also save and read back the same. On
-//! the seeded harness in `fuzz/`; `MESH_FUZZ_CASES` scales them (`bench/fuzz`).
+//! Fuzz tests of the store's readers: the snapshot (`state.json`, sealed with its checksum) and
+//! the journal replayed over it (chained checksums), from stores written by the store's own
+//! functions, then mutated (a flipped byte, a torn tail, a line duplicated, dropped or moved).
+//! Whatever of a mutated store is read must be a state the store really held (the snapshot
+//! itself; the journal's state after some whole prefix of its records), never another, and must
+//! save and read back the same. On the seeded harness in `fuzz/`; `MESH_FUZZ_CASES` scales them
+//! (`bench/fuzz`).
 
-use super::journal::{self, Header, Op, Replayed, JOURNAL_VERSION};
-use super::{Held, Original, Owned, State, STORE_VERSION};
+use super::checksum;
+use super::journal::{self, Chain, Header, Op, Replayed, JOURNAL_VERSION};
+use super::{read_snapshot, Held, Original, Owned, State, STORE_VERSION};
 use crate::declaration::Shape;
 use fuzz::{mutate, run, Rng};
+use std::path::Path;
 
 const SNAPSHOT: &str = "sha256:snap";
 
@@ -58,7 +63,7 @@ fn op(rng: &mut Rng) -> Op {
     }
 }
 
-/// A store as the host leaves it: a snapshot, and a journal of the records since.
+/// A store as the host leaves it: a sealed snapshot, and a journal of the records since.
 fn store(rng: &mut Rng) -> (Vec<u8>, Vec<u8>, State) {
     let mut state = State {
         version: STORE_VERSION,
@@ -68,17 +73,23 @@ fn store(rng: &mut Rng) -> (Vec<u8>, Vec<u8>, State) {
     for _ in 0..rng.below(8) {
         let _ = state.apply_op(&op(rng));
     }
-    let snapshot = serde_json::to_vec_pretty(&state).unwrap();
-    let mut journal_bytes = journal::line(&Header {
+    let mut body = serde_json::to_vec_pretty(&state).unwrap();
+    body.push(b'\n');
+    let snapshot = checksum::seal(&body);
+    let mut chain = Chain::new();
+    let (mut journal_bytes, crc) = chain.line(&Header {
         journal: JOURNAL_VERSION,
         over: SNAPSHOT.into(),
     });
+    chain.advance(crc);
     let mut live = state.clone();
     for _ in 0..rng.below(12) {
         let o = op(rng);
         // Only what applied live is appended, as the store does.
         if live.apply_op(&o).is_ok() {
-            journal_bytes.extend(journal::line(&o));
+            let (line, crc) = chain.line(&o);
+            chain.advance(crc);
+            journal_bytes.extend(line);
         }
     }
     (snapshot, journal_bytes, live)
@@ -111,21 +122,36 @@ fn saves_and_reads_back(state: &State) {
     assert_eq!(&again, state);
 }
 
+fn snapshot_of(bytes: &[u8]) -> Result<(State, bool), super::StoreError> {
+    read_snapshot(Path::new("state.json"), bytes)
+}
+
 #[test]
 fn fuzz_store_snapshot() {
     run(
         "store-snapshot",
         3_000,
         |rng| {
-            let (mut snapshot, _, _) = store(rng);
+            let (snapshot, _, _) = store(rng);
+            let mut case = snapshot.clone();
             if !rng.one_in(5) {
-                mutate(rng, &mut snapshot);
+                mutate(rng, &mut case);
             }
-            snapshot
+            // The case is the snapshot as read, a 0xff (never in JSON), then the one written.
+            case.push(0xff);
+            case.extend(snapshot);
+            case
         },
         |bytes| {
-            if let Ok(state) = serde_json::from_slice::<State>(bytes) {
+            let at = bytes.iter().rposition(|&b| b == 0xff).unwrap_or(0);
+            let (read, written) = (&bytes[..at], bytes.get(at + 1..).unwrap_or(&[]));
+            if let Ok((state, unchecked)) = snapshot_of(read) {
                 saves_and_reads_back(&state);
+                if !unchecked {
+                    // What passes its checksum is the state written, never another.
+                    let (want, _) = snapshot_of(written).expect("the written snapshot reads");
+                    assert_eq!(state, want, "a damaged snapshot read as another state");
+                }
             }
         },
     );
@@ -139,10 +165,15 @@ fn fuzz_store_journal_replay() {
         |rng| {
             let (snapshot, journal_bytes, live) = store(rng);
             // An untouched journal replays to the state the live applies reached.
-            let mut replayed: State = serde_json::from_slice(&snapshot).unwrap();
-            journal::replay(&journal_bytes, SNAPSHOT, &mut replayed).expect("a journal replays");
+            let (mut replayed, _) = snapshot_of(&snapshot).unwrap();
+            journal::replay(&journal_bytes, SNAPSHOT, false, &mut replayed)
+                .expect("a journal replays");
             assert_eq!(replayed, live);
+            // The case: the snapshot, 0xff (never in JSON), the journal written, 0xff, then
+            // the journal as read.
             let mut case = snapshot;
+            case.push(0xff);
+            case.extend(&journal_bytes);
             case.push(0xff);
             let mutated = match rng.below(4) {
                 0 => journal_bytes,
@@ -157,18 +188,35 @@ fn fuzz_store_journal_replay() {
             case
         },
         |bytes| {
-            // The case is the snapshot, a 0xff (never in JSON), then the journal.
-            let at = bytes.iter().position(|&b| b == 0xff).unwrap_or(bytes.len());
-            let (snapshot, journal_bytes) = (&bytes[..at], bytes.get(at + 1..).unwrap_or(&[]));
-            let Ok(mut state) = serde_json::from_slice::<State>(snapshot) else {
+            let mut parts = bytes.splitn(3, |&b| b == 0xff);
+            let (Some(snapshot), Some(written), Some(read)) =
+                (parts.next(), parts.next(), parts.next())
+            else {
                 return;
             };
-            match journal::replay(journal_bytes, SNAPSHOT, &mut state) {
+            let Ok((mut state, _)) = snapshot_of(snapshot) else {
+                return;
+            };
+            // Every state the journal written held: after each whole prefix of its lines.
+            let mut held = Vec::new();
+            let mut end = 0;
+            for line in written.split_inclusive(|&b| b == b'\n') {
+                end += line.len();
+                let mut s = state.clone();
+                journal::replay(&written[..end], SNAPSHOT, false, &mut s).unwrap();
+                held.push(s);
+            }
+            match journal::replay(read, SNAPSHOT, false, &mut state) {
                 Ok(Replayed::Applied { ops, .. }) => {
-                    assert!(ops <= journal_bytes.len() / 2);
+                    assert!(ops <= read.len() / 2);
+                    assert!(
+                        held.is_empty() && ops == 0 || held.contains(&state),
+                        "a damaged journal replayed to a state it never held"
+                    );
                     saves_and_reads_back(&state);
                 }
-                Ok(Replayed::Stale) | Err(_) => {}
+                Ok(Replayed::Stale) => panic!("a damaged header read as another snapshot's"),
+                Err(_) => {}
             }
         },
     );

@@ -1,5 +1,6 @@
 //! The store's unit tests: records journaled, replayed and folded, a stale or torn journal, the
-//! first format read and written back as the second, a resource named twice refused.
+//! earlier formats read and written back as the current one, a resource named twice refused, a
+//! snapshot or journal that fails its checksum refused.
 
 use super::*;
 
@@ -32,13 +33,15 @@ fn records_are_journaled_and_replayed_and_the_fold_empties_the_journal() {
     s.record("a", Op::Commit("a".into())).unwrap();
     s.record("b", Op::Own(owned("b"))).unwrap();
     // The snapshot still says nothing of them; the journal does.
-    let snap: State =
-        serde_json::from_slice(&fs::read(store_dir(root.path()).join("state.json")).unwrap())
-            .unwrap();
+    let path = store_dir(root.path()).join("state.json");
+    let (snap, _) = read_snapshot(&path, &fs::read(&path).unwrap()).unwrap();
     assert!(snap.owned.is_empty());
     let j = String::from_utf8(journal_of(root.path()).unwrap()).unwrap();
     assert_eq!(j.lines().count(), 4, "{j}");
-    assert!(j.lines().nth(2).unwrap() == r#"{"commit":"a"}"#, "{j}");
+    assert!(
+        j.lines().nth(2).unwrap().ends_with(r#" {"commit":"a"}"#),
+        "{j}"
+    );
     // Without the lock, a look replays it and writes nothing.
     let seen = peek(root.path()).unwrap().unwrap();
     assert_eq!(ids(&seen), ["a", "b"]);
@@ -72,7 +75,7 @@ fn the_journal_is_folded_when_it_outgrows_the_snapshot() {
         if after < before {
             folds += 1;
             folded += snapshot_len();
-            appended += journal::line(&Op::Own(owned(&id))).len() as u64;
+            appended += journal::line(0, &Op::Own(owned(&id))).0.len() as u64;
         } else {
             appended += after - before;
         }
@@ -107,7 +110,7 @@ fn a_stale_journal_is_ignored_and_a_torn_line_is_left_out() {
     drop(s);
     fs::write(dir.join(journal::FILE), &journal).unwrap();
     let mut extra = journal.clone();
-    extra.extend(journal::line(&Op::Own(owned("ghost"))));
+    extra.extend(journal::line(0, &Op::Own(owned("ghost"))).0);
     fs::write(dir.join(journal::FILE), &extra).unwrap();
     let seen = peek(root.path()).unwrap().unwrap();
     assert_eq!(ids(&seen), ["a"], "a stale journal invents nothing");
@@ -118,7 +121,7 @@ fn a_stale_journal_is_ignored_and_a_torn_line_is_left_out() {
     s.record("b", Op::Own(owned("b"))).unwrap();
     drop(s);
     let mut torn = journal_of(root.path()).unwrap();
-    let line = journal::line(&Op::Own(owned("c")));
+    let (line, _) = journal::line(0, &Op::Own(owned("c")));
     torn.extend(&line[..line.len() - 3]);
     fs::write(dir.join(journal::FILE), &torn).unwrap();
     assert_eq!(ids(&peek(root.path()).unwrap().unwrap()), ["a", "b"]);
@@ -219,4 +222,73 @@ fn a_retired_store_leaves_nothing_to_reconcile_and_the_next_is_not_taken_for_a_l
     // From then on a missing state beside the earlier files is a loss again.
     fs::remove_file(dir.join("state.json")).unwrap();
     assert!(Store::open(root.path()).unwrap().rebuilt);
+}
+
+/// A snapshot whose bytes no longer match its checksum is refused, by a look and by an open,
+/// naming the file; so is one stripped of its checksum that still says version 3.
+#[test]
+fn a_snapshot_that_fails_its_checksum_is_refused_naming_the_file() {
+    let root = tempfile::tempdir().unwrap();
+    let path = store_dir(root.path()).join("state.json");
+    let mut s = Store::open(root.path()).unwrap();
+    s.state.node = Some("n1".into());
+    s.save().unwrap();
+    drop(s);
+    let good = fs::read(&path).unwrap();
+    let text = String::from_utf8(good.clone()).unwrap();
+    // "n1" -> "n0": still JSON, still a store, another state.
+    fs::write(&path, text.replace("\"n1\"", "\"n0\"")).unwrap();
+    let e = peek(root.path()).unwrap_err().to_string();
+    assert!(
+        e.contains(&path.display().to_string()) && e.contains("fails its checksum"),
+        "{e}"
+    );
+    let e = Store::open(root.path()).err().unwrap().to_string();
+    assert!(e.contains("fails its checksum"), "{e}");
+    let stripped: String = text
+        .lines()
+        .filter(|l| !l.contains("\"checksum\""))
+        .collect::<Vec<_>>()
+        .join("\n");
+    fs::write(&path, stripped).unwrap();
+    let e = peek(root.path()).unwrap_err().to_string();
+    assert!(e.contains("format version 3 but no checksum"), "{e}");
+    fs::write(&path, good).unwrap();
+    assert_eq!(
+        peek(root.path()).unwrap().unwrap().node.as_deref(),
+        Some("n1")
+    );
+}
+
+/// A store of the previous format (version 2, no checksums) with a journal of the previous
+/// format is read once, and its open rewrites it whole with checksums.
+#[test]
+fn a_store_without_checksums_is_read_once_and_rewritten_with_them() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = store_dir(root.path());
+    fs::create_dir_all(&dir).unwrap();
+    let v2 = b"{\n  \"version\": 2,\n  \"node\": \"n1\"\n}\n";
+    fs::write(dir.join("state.json"), v2).unwrap();
+    let header = format!(
+        "{{\"journal\":1,\"over\":\"{}\"}}\n{}\n",
+        digest(v2),
+        serde_json::to_string(&Op::Own(owned("a"))).unwrap()
+    );
+    fs::write(dir.join(journal::FILE), header).unwrap();
+    assert_eq!(ids(&peek(root.path()).unwrap().unwrap()), ["a"]);
+    let s = Store::open(root.path()).unwrap();
+    assert_eq!(ids(&s.state), ["a"]);
+    drop(s);
+    let snap = fs::read_to_string(dir.join("state.json")).unwrap();
+    assert!(snap.starts_with("{\n  \"checksum\": \"sha256:"), "{snap}");
+    assert!(journal_of(root.path()).is_none());
+    // Without a journal, the first record rewrites the snapshot rather than journal over it.
+    fs::write(dir.join("state.json"), v2).unwrap();
+    let mut s = Store::open(root.path()).unwrap();
+    s.record("b", Op::Own(owned("b"))).unwrap();
+    assert!(journal_of(root.path()).is_none());
+    let snap = fs::read_to_string(dir.join("state.json")).unwrap();
+    assert!(snap.starts_with("{\n  \"checksum\": \"sha256:"), "{snap}");
+    drop(s);
+    assert_eq!(peek(root.path()).unwrap().unwrap().version, STORE_VERSION);
 }
