@@ -28,6 +28,10 @@ use crate::rules;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path as FsPath, PathBuf};
 
+/// How many refusals with ERESTART, each with nothing the plan read changed, before a batch is
+/// sent without its generation and vouched for after (see `Firewall::send_steady`).
+const UNCONDITIONAL_AFTER: u32 = 3;
+
 /// The firewall as this host sees it: the nf_tables socket it keeps and the found layers.
 pub struct Firewall<'a> {
     nf: Option<NfSocket>,
@@ -244,6 +248,14 @@ impl<'a> Firewall<'a> {
     /// Sends a batch conditional on the generation of `listed`; while the kernel refuses it with
     /// ERESTART and everything `listed` read is still as it was, sends it again at the new
     /// generation. An ERESTART is returned when the ruleset really changed (the plan is stale).
+    ///
+    /// Under a churn that holds the kernel's commit lock back to back (elsewhere in the
+    /// ruleset), the generation moves between every read of it and the batch: after
+    /// [`UNCONDITIONAL_AFTER`] such refusals with nothing read changed, the batch goes without
+    /// its generation, and the watch vouches for it after the commit: if a transaction of
+    /// another thread touched a table the plan read since the listing, ERESTART is returned and
+    /// the convergence is computed again from a fresh listing (which sees this batch's rules, so
+    /// the next one corrects whatever it placed from a stale view).
     fn send_steady(
         sock: &mut NfSocket,
         batch: &mut Batch,
@@ -251,9 +263,32 @@ impl<'a> Firewall<'a> {
         backoff: &mut Backoff,
         sent: &mut u32,
     ) -> Result<()> {
+        let stale = |batch: &Batch| Error::Refused {
+            what: format!("a batch of {} messages", batch.len()),
+            seq: 0,
+            errno: crate::error::Errno(libc::ERESTART),
+            detail: None,
+        };
+        let mut vouched = 0;
+        let mut unconditional = false;
         loop {
             *sent += 1;
+            // SAFETY: gettid has no preconditions; it names the thread the kernel's NEWGEN will.
+            let mine = unsafe { libc::gettid() } as u32;
             match sock.send(batch) {
+                Ok(()) if unconditional => {
+                    return if sock.only_mine_since(listed, mine)? {
+                        Ok(())
+                    } else {
+                        Err(stale(batch))
+                    };
+                }
+                // Sent on the plan's word alone, a rule it names may be gone: plan again.
+                Err(Error::Refused { errno, .. })
+                    if unconditional && matches!(errno.0, libc::ENOENT | libc::EBUSY) =>
+                {
+                    return Err(stale(batch))
+                }
                 Err(Error::Refused { errno, .. }) if errno.0 == libc::ERESTART => {
                     if !backoff.wait() {
                         return Err(Error::Raced {
@@ -262,15 +297,15 @@ impl<'a> Firewall<'a> {
                         });
                     }
                     match sock.still_as(listed)? {
-                        Some(g) => batch.set_generation(g),
-                        None => {
-                            return Err(Error::Refused {
-                                what: format!("a batch of {} messages", batch.len()),
-                                seq: 0,
-                                errno: crate::error::Errno(libc::ERESTART),
-                                detail: None,
-                            })
+                        Some(_) if vouched + 1 >= UNCONDITIONAL_AFTER => {
+                            batch.clear_generation();
+                            unconditional = true;
                         }
+                        Some(g) => {
+                            vouched += 1;
+                            batch.set_generation(g);
+                        }
+                        None => return Err(stale(batch)),
                     }
                 }
                 other => return other,

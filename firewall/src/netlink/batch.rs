@@ -100,6 +100,13 @@ impl Batch {
         self.generation = Some(generation);
     }
 
+    /// Makes the batch unconditional again: the kernel applies it to whatever is there. Only for
+    /// a batch whose tables are vouched for after it committed
+    /// ([`NfSocket::only_mine_since`](super::NfSocket::only_mine_since)).
+    pub fn clear_generation(&mut self) {
+        self.generation = None;
+    }
+
     /// The generation the batch is conditional on, if any.
     pub fn generation(&self) -> Option<u32> {
         self.generation

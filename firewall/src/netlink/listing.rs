@@ -335,4 +335,38 @@ impl NfSocket {
             .any(|t| w.touched(from, now, Some((t.family, &t.name))));
         Ok((!changed).then_some(now))
     }
+
+    /// Whether, since `listed` was read, no transaction but those committed by thread `mine`
+    /// touched a table it read or the tables and chains themselves: what vouches, after the
+    /// fact, for a batch sent without its generation (see `Firewall::converge`).
+    pub fn only_mine_since(&mut self, listed: &Ruleset, mine: u32) -> Result<bool> {
+        if !self
+            .watch
+            .as_ref()
+            .is_some_and(|w| w.covers(listed.generation))
+        {
+            return Ok(false);
+        }
+        let from = listed.generation.wrapping_add(1);
+        let now = self.generation()?;
+        let w = self.watch()?;
+        if !w.caught_up(now)? {
+            self.watch = None;
+            return Ok(false);
+        }
+        let mine = Some(mine);
+        if w.touched_by_other(from, now, None, mine) {
+            return Ok(false);
+        }
+        Ok(!listed
+            .tables
+            .iter()
+            .filter(|t| {
+                !listed
+                    .unread
+                    .iter()
+                    .any(|(f, n)| *f == t.family && *n == t.name)
+            })
+            .any(|t| w.touched_by_other(from, now, Some((t.family, &t.name)), mine)))
+    }
 }

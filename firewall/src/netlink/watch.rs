@@ -22,6 +22,9 @@ struct Commit {
     tables: Vec<(Family, String)>,
     /// It added or deleted a table or a chain, or changed one.
     frame: bool,
+    /// The thread that committed it, as its NEWGEN says (`NFTA_GEN_PROC_PID`, the kernel's
+    /// task id of the committer).
+    pid: Option<u32>,
 }
 
 /// The events of every transaction since the watch began, by generation.
@@ -109,6 +112,7 @@ impl Watch {
             Event::NewGen(g) => {
                 let mut c = std::mem::take(&mut self.open);
                 c.generation = g.id;
+                c.pid = g.pid;
                 self.seen = g.id;
                 self.done.push_back(c);
                 if self.done.len() > KEPT {
@@ -166,12 +170,24 @@ impl Watch {
     /// touched table `(family, name)`
     /// (`None`: any table or chain itself). Call [`Watch::caught_up`] with `to` first.
     pub(super) fn touched(&self, from: u32, to: u32, table: Option<(Family, &str)>) -> bool {
+        self.touched_by_other(from, to, table, None)
+    }
+
+    /// [`Watch::touched`], counting no transaction committed by thread `mine` (when given).
+    pub(super) fn touched_by_other(
+        &self,
+        from: u32,
+        to: u32,
+        table: Option<(Family, &str)>,
+        mine: Option<u32>,
+    ) -> bool {
         if before(to, from) {
             return false;
         }
         self.done
             .iter()
             .filter(|c| within(c.generation, from, to))
+            .filter(|c| mine.is_none() || c.pid != mine)
             .any(|c| match table {
                 None => c.frame,
                 Some((f, n)) => c.tables.iter().any(|(cf, cn)| *cf == f && cn == n),
