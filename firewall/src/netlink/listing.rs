@@ -311,62 +311,44 @@ impl NfSocket {
     /// since touched any of it, or when the listing was whole and no watch vouches for the time
     /// since.
     pub fn still_as(&mut self, listed: &Ruleset) -> Result<Option<u32>> {
-        if !self
-            .watch
-            .as_ref()
-            .is_some_and(|w| w.covers(listed.generation))
-        {
-            return Ok(None);
-        }
-        let from = listed.generation.wrapping_add(1);
-        let Some(now) = self.untouched(from, None)? else {
-            return Ok(None);
-        };
-        let w = self.watch()?;
-        let changed = listed
-            .tables
-            .iter()
-            .filter(|t| {
-                !listed
-                    .unread
-                    .iter()
-                    .any(|(f, n)| *f == t.family && *n == t.name)
-            })
-            .any(|t| w.touched(from, now, Some((t.family, &t.name))));
-        Ok((!changed).then_some(now))
+        self.untouched_since(listed, None)
     }
 
     /// Whether, since `listed` was read, no transaction but those committed by thread `mine`
     /// touched a table it read or the tables and chains themselves: what vouches, after the
     /// fact, for a batch sent without its generation (see `Firewall::converge`).
     pub fn only_mine_since(&mut self, listed: &Ruleset, mine: u32) -> Result<bool> {
+        Ok(self.untouched_since(listed, Some(mine))?.is_some())
+    }
+
+    /// The generation now, if no transaction since `listed` (but those of thread `mine`, when
+    /// given) touched what it read, as the watch saw; `None` otherwise or with no watch.
+    fn untouched_since(&mut self, listed: &Ruleset, mine: Option<u32>) -> Result<Option<u32>> {
         if !self
             .watch
             .as_ref()
             .is_some_and(|w| w.covers(listed.generation))
         {
-            return Ok(false);
+            return Ok(None);
         }
         let from = listed.generation.wrapping_add(1);
         let now = self.generation()?;
         let w = self.watch()?;
         if !w.caught_up(now)? {
             self.watch = None;
-            return Ok(false);
+            return Ok(None);
         }
-        let mine = Some(mine);
-        if w.touched_by_other(from, now, None, mine) {
-            return Ok(false);
-        }
-        Ok(!listed
-            .tables
-            .iter()
-            .filter(|t| {
-                !listed
-                    .unread
-                    .iter()
-                    .any(|(f, n)| *f == t.family && *n == t.name)
-            })
-            .any(|t| w.touched_by_other(from, now, Some((t.family, &t.name)), mine)))
+        let changed = w.touched_by_other(from, now, None, mine)
+            || listed
+                .tables
+                .iter()
+                .filter(|t| {
+                    !listed
+                        .unread
+                        .iter()
+                        .any(|(f, n)| *f == t.family && *n == t.name)
+                })
+                .any(|t| w.touched_by_other(from, now, Some((t.family, &t.name)), mine));
+        Ok((!changed).then_some(now))
     }
 }
