@@ -228,11 +228,7 @@ pub fn run(host: &Host<'_>, opts: &Options) -> Result<ExitCode> {
                 .as_mut()
                 .and_then(|m| m.generations().ok())
                 .is_some_and(|events| events.iter().any(|e| is_foreign(e, me)));
-            let churned = foreign_during
-                || matches!(
-                    asked.trigger,
-                    Trigger::RulesetChanged | Trigger::RecheckFailed | Trigger::QuietAgain
-                );
+            let churned = foreign_during || asked.churn;
             retry_when_quiet = (failed && churned).then(Instant::now);
             if retry_when_quiet.is_some() {
                 tracing::info!(

@@ -11,18 +11,30 @@ use std::time::{Duration, Instant};
 pub const SETTLE: Duration = Duration::from_millis(500);
 
 /// Why a reconcile was asked for, weakest first: the pending reconcile says the strongest of
-/// the reasons it coalesced.
+/// the reasons it coalesced. A rouse outranks the ruleset's reasons, so an operator's or a
+/// dispatcher's SIGHUP is named in the log even when a foreign change asked first; whether the
+/// ruleset was churning is kept apart, in [`Pending::churn`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub(super) enum Trigger {
     Period,
-    Rouse,
     Reconnect,
     /// A reconcile failed while another program was changing the ruleset, which is quiet again.
     QuietAgain,
     RulesetChanged,
     RecheckFailed,
+    Rouse,
     NewDeclaration,
     Start,
+}
+
+impl Trigger {
+    /// Whether it says another program was changing the ruleset.
+    fn churn(self) -> bool {
+        matches!(
+            self,
+            Trigger::RulesetChanged | Trigger::RecheckFailed | Trigger::QuietAgain
+        )
+    }
 }
 
 impl Trigger {
@@ -44,6 +56,8 @@ impl Trigger {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct Pending {
     pub(super) trigger: Trigger,
+    /// Whether any reason it coalesced says the ruleset was churning.
+    pub(super) churn: bool,
     /// How many wake-ups asked for it (each a signal read, a link event, a failed re-check…).
     pub(super) wakeups: u64,
     pub(super) since: Instant,
@@ -73,10 +87,12 @@ impl Reconciles {
     pub(super) fn ask(&mut self, trigger: Trigger, now: Instant) {
         let p = self.pending.get_or_insert(Pending {
             trigger,
+            churn: false,
             wakeups: 0,
             since: now,
         });
         p.trigger = p.trigger.max(trigger);
+        p.churn |= trigger.churn();
         p.wakeups += 1;
     }
 
