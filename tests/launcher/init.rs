@@ -11,6 +11,7 @@
 use crate::util::Node;
 use serde_json::json;
 use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -131,8 +132,18 @@ impl Bed {
     fn launch(&self) -> Child {
         let launch = Path::new(env!("CARGO_MANIFEST_DIR")).join("packaging/launch");
         let err = std::fs::File::create(self.stub.path().join("stderr")).unwrap();
-        Command::new("/bin/sh")
-            .arg(launch)
+        let mut cmd = Command::new("/bin/sh");
+        // A signal ignored when a shell starts cannot be trapped (POSIX), and this test may run
+        // under `nohup` (SIGHUP ignored, inherited): the launcher starts with HUP at its default,
+        // as an init system starts it.
+        // SAFETY: between fork and exec only signal(2), which is async-signal-safe, is called.
+        unsafe {
+            cmd.pre_exec(|| {
+                libc::signal(libc::SIGHUP, libc::SIG_DFL);
+                Ok(())
+            });
+        }
+        cmd.arg(launch)
             .envs(self.env())
             .env("MESH_HOST_STATE_DIR", self.state())
             .env("MESH_HOST_BINARY", self.stub.path().join("host"))
