@@ -244,15 +244,21 @@ pub fn replay(
             }
             continue;
         }
-        let op: Op = serde_json::from_slice(json)
-            .map_err(|source| JournalError::Unreadable { line, source })?;
-        state.apply_op(&op).map_err(|e| JournalError::Line {
-            line,
-            source: Box::new(e),
-        })?;
+        apply_line(state, line, json)?;
         ops += 1;
     }
     Ok(Replayed::Applied { ops, torn })
+}
+
+/// Applies the record on journal line `line` (its JSON) to `state`: the step both formats'
+/// replays share.
+fn apply_line(state: &mut State, line: usize, json: &[u8]) -> Result<(), JournalError> {
+    let op: Op =
+        serde_json::from_slice(json).map_err(|source| JournalError::Unreadable { line, source })?;
+    state.apply_op(&op).map_err(|e| JournalError::Line {
+        line,
+        source: Box::new(e),
+    })
 }
 
 /// The previous format: bare JSON lines; a last line without its newline is torn.
@@ -283,13 +289,7 @@ fn replay_unchecked(
     }
     let mut ops = 0;
     for (n, l) in lines.enumerate() {
-        let line = n + 2;
-        let op: Op = serde_json::from_slice(l)
-            .map_err(|source| JournalError::Unreadable { line, source })?;
-        state.apply_op(&op).map_err(|e| JournalError::Line {
-            line,
-            source: Box::new(e),
-        })?;
+        apply_line(state, n + 2, l)?;
         ops += 1;
     }
     Ok(Replayed::Applied { ops, torn })
