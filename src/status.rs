@@ -310,6 +310,7 @@ fn state_name(s: &firewall::State) -> &'static str {
         firewall::State::Refused(_) => "refused",
         firewall::State::Unwritable(_) => "unwritable",
         firewall::State::Doubtful(_) => "doubtful",
+        firewall::State::Bypass(_) => "not-admitted",
     }
 }
 

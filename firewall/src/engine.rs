@@ -7,6 +7,7 @@
 //! stamped with that listing's generation (a ruleset reloaded in between makes the kernel refuse
 //! it, and the plan is made again), and every iptables table's changes go in one restore.
 
+mod check;
 mod flip;
 mod verdict;
 
@@ -70,6 +71,8 @@ struct TablePlan {
     view: TableView,
     driver: &'static dyn TableDriver,
     changes: Vec<Change>,
+    /// The found layers whose chains live in this table.
+    layers: Vec<Layer>,
 }
 
 /// One convergence computed from one listing.
@@ -85,6 +88,8 @@ struct Plan {
     mesh_table: bool,
     /// Kinds that converge as a whole in their own terms (firewalld, ufw), with their layers.
     whole: BTreeMap<Backend, Vec<Layer>>,
+    /// (table, change) of additions the check left unwritten, dropped once it is done.
+    unwritten: BTreeSet<(usize, usize)>,
 }
 
 impl<'a> Firewall<'a> {
@@ -458,6 +463,7 @@ impl<'a> Firewall<'a> {
             },
             mesh_table: mesh_table.is_some(),
             whole: BTreeMap::new(),
+            unwritten: BTreeSet::new(),
         };
         let mut by_table: BTreeMap<TableKey, Vec<Layer>> = BTreeMap::new();
         for l in &found.layers {
@@ -528,8 +534,11 @@ impl<'a> Firewall<'a> {
                 view,
                 driver,
                 changes,
+                layers,
             });
         }
+        // Every write checked against the whole ruleset before it is sent.
+        check::settle(&mut plan, &model, &ifaces, &targets, openings);
         plan.ruleset = ruleset;
         Ok(plan)
     }
@@ -581,66 +590,73 @@ fn table_plan(
                 forwarded: o.path == crate::opening::Path::Forwarded,
                 before_dnat: l.before_dnat(),
             };
-            let place = if l.can_drop {
-                eval.place(l, o).unwrap_or_else(|| {
-                    place::place(view, &l.chain, l.policy == Policy::Drop, &want)
+            let places = if l.can_drop {
+                eval.places(l, o).unwrap_or_else(|| {
+                    vec![place::place(
+                        view,
+                        &l.chain,
+                        l.policy == Policy::Drop,
+                        &want,
+                    )]
                 })
             } else {
-                Place::NotNeeded(format!("nothing in {} can drop", l.chain))
+                vec![Place::NotNeeded(format!("nothing in {} can drop", l.chain))]
             };
-            let (place, doubt) = match place {
-                Place::Doubtful { rule, then } => (*then, Some(rule)),
-                p => (p, None),
-            };
-            if let Some(rule) = &doubt {
-                doubts.insert((o.id.clone(), l.describe()), rule.clone());
-            }
-            match place {
-                Place::NotNeeded(why) => {
-                    pending.push((o.id.clone(), l.describe(), None, State::NotNeeded(why)))
+            for place in places {
+                let (place, doubt) = match place {
+                    Place::Doubtful { rule, then } => (*then, Some(rule)),
+                    p => (p, None),
+                };
+                if let Some(rule) = &doubt {
+                    doubts.insert((o.id.clone(), l.describe()), rule.clone());
                 }
-                Place::Refused { chain, rule } => pending.push((
-                    o.id.clone(),
-                    l.describe(),
-                    None,
-                    State::Refused(format!("in chain {chain}: {rule}")),
-                )),
-                Place::Doubtful { .. } => unreachable!("unwrapped above"),
-                Place::At { .. } if l.unwritable.is_some() => pending.push((
-                    o.id.clone(),
-                    l.describe(),
-                    None,
-                    State::Unwritable(l.unwritable.clone().unwrap_or_default()),
-                )),
-                Place::At { chain, before } => {
-                    let site = l.site();
-                    let mark = rules::mark(o);
-                    let count = driver.rules_for(o, site);
-                    if count == 0 {
+                match place {
+                    Place::NotNeeded(why) => {
+                        pending.push((o.id.clone(), l.describe(), None, State::NotNeeded(why)))
+                    }
+                    Place::Refused { chain, rule } => pending.push((
+                        o.id.clone(),
+                        l.describe(),
+                        None,
+                        State::Refused(format!("in chain {chain}: {rule}")),
+                    )),
+                    Place::Doubtful { .. } => unreachable!("unwrapped above"),
+                    Place::At { .. } if l.unwritable.is_some() => pending.push((
+                        o.id.clone(),
+                        l.describe(),
+                        None,
+                        State::Unwritable(l.unwritable.clone().unwrap_or_default()),
+                    )),
+                    Place::At { chain, before } => {
+                        let site = l.site();
+                        let mark = rules::mark(o);
+                        let count = driver.rules_for(o, site);
+                        if count == 0 {
+                            pending.push((
+                                o.id.clone(),
+                                l.describe(),
+                                None,
+                                State::NotNeeded(format!(
+                                    "its sources have no address of family {}",
+                                    l.family
+                                )),
+                            ));
+                            continue;
+                        }
                         pending.push((
                             o.id.clone(),
                             l.describe(),
-                            None,
-                            State::NotNeeded(format!(
-                                "its sources have no address of family {}",
-                                l.family
-                            )),
+                            Some((chain.clone(), mark.clone())),
+                            State::Missing,
                         ));
-                        continue;
+                        wanted.entry((chain, mark)).or_insert(Wanted {
+                            opening: o,
+                            count,
+                            before,
+                            site,
+                            want,
+                        });
                     }
-                    pending.push((
-                        o.id.clone(),
-                        l.describe(),
-                        Some((chain.clone(), mark.clone())),
-                        State::Missing,
-                    ));
-                    wanted.entry((chain, mark)).or_insert(Wanted {
-                        opening: o,
-                        count,
-                        before,
-                        site,
-                        want,
-                    });
                 }
             }
         }

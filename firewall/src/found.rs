@@ -118,6 +118,7 @@ impl Layer {
         Site {
             family: self.family,
             before_dnat: self.before_dnat(),
+            local: false,
         }
     }
 

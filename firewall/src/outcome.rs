@@ -28,6 +28,9 @@ pub enum State {
     /// A rule on its way decides by something the host cannot follow (a verdict map, a
     /// queue): whether the layer admits it cannot be told, so it is not said to.
     Doubtful(String),
+    /// Not admitted, and not written: every place its rule could go would also change what is
+    /// not its own (forwarding, a ban, a limit, another port); says what and which rule.
+    Bypass(String),
 }
 
 impl State {
@@ -44,6 +47,7 @@ impl State {
             State::Missing => "missing".into(),
             State::Refused(rule) => format!("refused by the operator's rule {rule}"),
             State::Unwritable(why) => format!("missing: {why}"),
+            State::Bypass(why) => format!("not admitted: {why}"),
             State::Doubtful(rule) => format!(
                 "cannot be told: a rule on its way decides by something the host does not follow ({rule})"
             ),

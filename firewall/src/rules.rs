@@ -112,6 +112,10 @@ pub struct Site {
     /// The chain runs before destination NAT (ingress, prerouting below -100): a forwarded
     /// opening's packet still carries the published port, and conntrack may not have seen it.
     pub before_dnat: bool,
+    /// The rule admits only connections to this machine's own addresses (`fib daddr type
+    /// local`, `-m addrtype --dst-type LOCAL`): where the chain it goes in is also on the
+    /// forward path, an incoming opening must not open forwarding (see `eval::check`).
+    pub local: bool,
 }
 
 impl Site {
@@ -120,6 +124,7 @@ impl Site {
         Site {
             family,
             before_dnat: false,
+            local: false,
         }
     }
 }
@@ -140,6 +145,9 @@ pub fn nft_bodies(o: &Opening, site: Site) -> Vec<RuleBody> {
                     IpAddr::V6(a) => b.ip6_saddr(a, n.len),
                 },
             };
+            if site.local && o.path == Path::Incoming {
+                b = b.fib_daddr_type_local();
+            }
             b = match (o.path, site.before_dnat) {
                 // Before DNAT a published port is still on the packet.
                 (Path::Incoming, _) | (Path::Forwarded, true) => match o.proto {
@@ -161,6 +169,19 @@ pub fn nft_bodies(o: &Opening, site: Site) -> Vec<RuleBody> {
 /// The iptables rule specs (what follows `-A CHAIN`) of an opening in a chain of `family`
 /// (`ip` or `ip6`); `before_dnat` for the raw and mangle PREROUTING chains.
 pub fn xt_specs(o: &Opening, family: Family, before_dnat: bool) -> Vec<Vec<String>> {
+    xt_specs_at(
+        o,
+        Site {
+            family,
+            before_dnat,
+            local: false,
+        },
+    )
+}
+
+/// The same at a site, with its qualifier for this machine's own addresses.
+pub fn xt_specs_at(o: &Opening, site: Site) -> Vec<Vec<String>> {
+    let (family, before_dnat) = (site.family, site.before_dnat);
     let m = mark(o);
     sources(o, family)
         .into_iter()
@@ -170,6 +191,14 @@ pub fn xt_specs(o: &Opening, family: Family, before_dnat: bool) -> Vec<Vec<Strin
                 Src::Any => {}
                 Src::Iface(i) => a.extend(["-i".into(), i.to_string()]),
                 Src::Net(n) => a.extend(["-s".into(), n.to_string()]),
+            }
+            if site.local && o.path == Path::Incoming {
+                a.extend([
+                    "-m".into(),
+                    "addrtype".into(),
+                    "--dst-type".into(),
+                    "LOCAL".into(),
+                ]);
             }
             match (o.path, before_dnat) {
                 (Path::Incoming, _) | (Path::Forwarded, true) => a.extend([

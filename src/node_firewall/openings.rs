@@ -122,13 +122,15 @@ impl Openings {
                 State::NotNeeded(_) => not_needed += 1,
                 // A layer's own account of why it does not admit it (the driver's words),
                 // beside the verdict below.
-                State::Missing | State::Refused(_) | State::Unwritable(_) | State::Doubtful(_) => {
-                    not_admitted.push(NotAdmitted {
-                        id: id.clone(),
-                        layer: p.layer.clone(),
-                        why: p.state.describe(),
-                    })
-                }
+                State::Missing
+                | State::Refused(_)
+                | State::Unwritable(_)
+                | State::Doubtful(_)
+                | State::Bypass(_) => not_admitted.push(NotAdmitted {
+                    id: id.clone(),
+                    layer: p.layer.clone(),
+                    why: p.state.describe(),
+                }),
             }
         }
         if let Some(v) = verdict {

@@ -32,6 +32,7 @@ mod guard_saved;
 mod incoming;
 mod keeps_word;
 mod listing;
+mod own_cells;
 mod reload;
 mod resident;
 mod storms;

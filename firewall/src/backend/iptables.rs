@@ -290,7 +290,7 @@ fn with_specs(
 
 /// One argument as `iptables-restore` reads it back: quoted when it holds a space, a quote or
 /// a backslash, or is empty.
-fn quoted(word: &str) -> String {
+pub(crate) fn quoted(word: &str) -> String {
     if !word.is_empty() && !word.contains([' ', '"', '\\', '\t']) {
         return word.to_string();
     }
@@ -334,11 +334,7 @@ pub fn restore_input(key: &TableKey, changes: &[Change]) -> String {
                 before,
                 opening,
                 site,
-            } => Some((
-                chain.as_str(),
-                *before,
-                rules::xt_specs(opening, site.family, site.before_dnat),
-            )),
+            } => Some((chain.as_str(), *before, rules::xt_specs_at(opening, *site))),
             Change::Remove { .. } => None,
         })
         .collect();

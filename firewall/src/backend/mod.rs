@@ -15,6 +15,7 @@ mod seam;
 mod ufw;
 
 pub use firewalld::{listen_for_reloads as firewalld_reloads, POLICY as FIREWALLD_POLICY};
+pub(crate) use iptables::quoted;
 pub use iptables::Variant;
 pub use seam::{
     Change, Converger, Cx, Detect, Kind, Removal, Retire, TableDriver, TableKey, TableView,

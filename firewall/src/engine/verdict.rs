@@ -154,6 +154,61 @@ impl Eval<'_> {
     }
 }
 
+impl Eval<'_> {
+    /// Where `o`'s rules go in layer `l`: the place [`Eval::place`] gives, and, where the ways
+    /// its connections arrive by need rules in other chains too (an interface the found
+    /// firewall sends elsewhere), the first place each other interface needs.
+    pub(super) fn places(&self, l: &Layer, o: &Opening) -> Option<Vec<Place>> {
+        let main = self.place(l, o)?;
+        let first_at = |p: &Place| match p {
+            Place::At { chain, .. } => Some(chain.clone()),
+            Place::Doubtful { then, .. } => match then.as_ref() {
+                Place::At { chain, .. } => Some(chain.clone()),
+                _ => None,
+            },
+            _ => None,
+        };
+        let Some(chain) = first_at(&main) else {
+            return Some(vec![main]);
+        };
+        let mut chains = vec![chain];
+        let mut out = vec![main];
+        let table = match l.backend {
+            Backend::IptablesLegacy => format!(
+                "{} {}",
+                if l.family == Family::Ipv6 {
+                    "ip6tables-legacy"
+                } else {
+                    "iptables-legacy"
+                },
+                l.table
+            ),
+            _ => format!("{} {}", l.family, l.table),
+        };
+        let none = Vec::new();
+        let targets = self.targets.get(&o.id).unwrap_or(&none);
+        for i in self.ifaces.iter().filter(|i| match &o.from {
+            crate::opening::From::Interface(name) => &i.name == name,
+            _ => i.outside(),
+        }) {
+            let one = std::slice::from_ref(i);
+            let Some(p) = self
+                .model
+                .place_opening(&table, &l.chain, l.family, o, one, targets)
+            else {
+                continue;
+            };
+            if let Place::At { chain, before } = to_place(p) {
+                if !chains.contains(&chain) {
+                    chains.push(chain.clone());
+                    out.push(Place::At { chain, before });
+                }
+            }
+        }
+        Some(out)
+    }
+}
+
 fn to_place(p: Placement) -> Place {
     match p {
         Placement::NotNeeded(why) => Place::NotNeeded(why),

@@ -17,6 +17,7 @@
 //! reverse-path check accepts, a destination of this machine (incoming) or routed on.
 
 mod addrs;
+pub mod check;
 mod ir;
 mod legacy;
 mod lower;
@@ -30,7 +31,7 @@ mod xt;
 mod fuzz;
 
 pub use addrs::{Addrs, Fam};
-pub use model::{parse_save, Model, Snapshot};
+pub use model::{parse_save, Edit, EditWhat, Model, Snapshot};
 pub use opening::{families, interfaces, ways, Iface, Part, Verdict, Way};
 
 use std::fmt;

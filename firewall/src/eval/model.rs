@@ -9,7 +9,8 @@ use super::lower;
 use crate::netlink::consts::{NFT_SET_ELEM_INTERVAL_END, NFT_SET_INTERVAL};
 use crate::netlink::{ChainType, Elem, ElemData, Family, Hook, NfSocket, Policy, Ruleset, Verdict};
 use std::cell::RefCell;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::rc::Rc;
 
 /// What the evaluator reads: the nf_tables ruleset with every set's elements, listed within one
 /// generation, and the iptables-legacy tables from their saves.
@@ -181,7 +182,7 @@ pub struct BanRun {
 }
 
 /// A chain's rules, with the index of those about one destination port.
-#[derive(Debug, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct ChainIr {
     pub rules: Vec<IrRule>,
     /// Rules about no one port: the walk reads them for every connection.
@@ -394,7 +395,7 @@ impl ChainIr {
 }
 
 /// One table: nf_tables' or a legacy x_tables table.
-#[derive(Debug, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct TableIr {
     pub family: Option<Family>,
     /// How the operator names it: `inet filter`, `ip filter (iptables-legacy)`.
@@ -402,7 +403,8 @@ pub struct TableIr {
     /// The table's own name.
     pub table: String,
     pub chains: HashMap<String, ChainIr>,
-    pub sets: HashMap<String, SetIr>,
+    /// Shared between a model and its edited copies (a write changes rules, never elements).
+    pub sets: Rc<HashMap<String, SetIr>>,
 }
 
 /// A base chain: where the walk of a hook starts in a table.
@@ -420,7 +422,7 @@ pub struct Base {
 }
 
 /// The whole found firewall, ready to be walked for any number of connections.
-#[derive(Debug, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct Model {
     pub tables: Vec<TableIr>,
     pub bases: Vec<Base>,
@@ -484,8 +486,8 @@ impl Model {
                     .get(&(s.family, s.table.clone(), s.name.clone()))
                     .map(Vec::as_slice)
                     .unwrap_or(&[]);
-                m.tables[ti]
-                    .sets
+                Rc::get_mut(&mut m.tables[ti].sets)
+                    .expect("a table's sets are its own while the model is built")
                     .insert(s.name.clone(), SetIr::new(s.flags, elems));
             }
         }
@@ -609,6 +611,113 @@ impl Model {
             }
             self.tables.push(t);
         }
+    }
+}
+
+/// A planned change to one chain, for the check every write passes before it is sent: indices
+/// are those of the chain as listed (the mesh's rules included), as a plan's changes name them.
+#[derive(Debug, Clone)]
+pub struct Edit {
+    /// The table as the model names it: `inet filter`, `iptables-legacy filter`.
+    pub table: String,
+    pub chain: String,
+    pub what: EditWhat,
+}
+
+/// What an [`Edit`] does.
+#[derive(Debug, Clone)]
+pub enum EditWhat {
+    /// The rule at this index goes.
+    Remove(usize),
+    /// These rules go in before the rule at `before`, or at the chain's end.
+    Insert {
+        before: Option<usize>,
+        rules: Vec<IrRule>,
+    },
+}
+
+impl Model {
+    /// The model as it will stand once `edits` are made: the chains they touch rebuilt (their
+    /// port index and ban runs too), everything else as it is.
+    pub fn edited(&self, edits: &[Edit]) -> Model {
+        let mut m = self.clone();
+        let mut touched: BTreeMap<(usize, &str), Vec<&Edit>> = BTreeMap::new();
+        for e in edits {
+            if let Some(ti) = m.tables.iter().position(|t| t.name == e.table) {
+                touched.entry((ti, e.chain.as_str())).or_default().push(e);
+            }
+        }
+        for ((ti, chain), es) in touched {
+            let t = &mut m.tables[ti];
+            let old = t.chains.remove(chain).unwrap_or_default();
+            let removed: HashSet<usize> = es
+                .iter()
+                .filter_map(|e| match e.what {
+                    EditWhat::Remove(i) => Some(i),
+                    EditWhat::Insert { .. } => None,
+                })
+                .collect();
+            let len = old.rules.len();
+            let inserts_at = |i: Option<usize>| {
+                es.iter().filter_map(move |e| match &e.what {
+                    EditWhat::Insert { before, rules } if before.filter(|b| *b < len) == i => {
+                        Some(rules)
+                    }
+                    _ => None,
+                })
+            };
+            let mut new = ChainIr::default();
+            for (i, r) in old.rules.into_iter().enumerate() {
+                for rules in inserts_at(Some(i)) {
+                    for r in rules {
+                        new.push(r.clone());
+                    }
+                }
+                if !removed.contains(&i) {
+                    new.push(r);
+                }
+            }
+            for rules in inserts_at(None) {
+                for r in rules {
+                    new.push(r.clone());
+                }
+            }
+            new.index_runs(t.family, &t.sets);
+            t.chains.insert(chain.to_string(), new);
+        }
+        m
+    }
+
+    /// The table the model names `name`.
+    pub fn table(&self, name: &str) -> Option<&TableIr> {
+        self.tables.iter().find(|t| t.name == name)
+    }
+
+    /// The rules of table `table` that lead to chain `chain`: a jump or goto to it, or a verdict
+    /// map with an element that does, as (chain, index), chains in name order.
+    pub fn callers(&self, table: &str, chain: &str) -> Vec<(String, usize)> {
+        let Some(t) = self.table(table) else {
+            return Vec::new();
+        };
+        let to = |v: &Verdict| matches!(v, Verdict::Jump(c) | Verdict::Goto(c) if c == chain);
+        let mut names: Vec<&String> = t.chains.keys().collect();
+        names.sort();
+        let mut out = Vec::new();
+        for name in names {
+            for (j, r) in t.chains[name].rules.iter().enumerate() {
+                let leads = r.items.iter().any(|it| match it {
+                    ir::Item::Act(ir::Act::Jump(c) | ir::Act::Goto(c)) => c == chain,
+                    ir::Item::Act(ir::Act::Vmap { set, .. }) => t.sets.get(set).is_some_and(|s| {
+                        s.elems.iter().any(|e| e.verdict.as_ref().is_some_and(to))
+                    }),
+                    _ => false,
+                });
+                if leads {
+                    out.push((name.clone(), j));
+                }
+            }
+        }
+        out
     }
 }
 

@@ -1,0 +1,433 @@
+//! The check every write passes before it is sent: the ruleset as it will stand (the found one
+//! with the planned rules in and out) is walked against the found one for every class of new
+//! connection the write could change, and the only difference allowed is the opening's own
+//! cells (its protocol, port, path, family, interface and sources) moving on from what refused
+//! them by default. Anything else — a forwarded path opened, a banned source admitted, another
+//! port changed, an operator's refusal lifted — is a [`Violation`]: the placement is wrong, and
+//! the engine tries another place or writes nothing.
+//!
+//! A class is concrete in all but its sources, which are every address of its family at once:
+//! the answer partitions them (each ban, set, CIDR and the rest), so one walk covers every
+//! source region the ruleset distinguishes. The classes are: incoming on every interface of the
+//! machine; forwarded from every interface to a host on every other interface's network (a
+//! routed destination, a runtime's network); forwarded through the runtime's DNAT where a
+//! published port leads; for each port a planned rule names, and a port no opening names.
+//! Interfaces are taken as the kernel lists them, none left out by its name.
+
+use super::addrs::{num, Addrs, Fam};
+use super::ir::{IrRule, RuleText};
+use super::model::Model;
+use super::opening::{sources, Iface};
+use super::{Answer, Conn, Decider, Fate, Path};
+use crate::netlink::RuleBody;
+use crate::opening::{From, Opening, Path as OPath};
+use std::collections::BTreeSet;
+use std::net::IpAddr;
+
+/// A port that no declared opening names, asked about beside the planned ones: a rule that
+/// matched more than its own port would change it.
+pub fn unnamed_port(named: &BTreeSet<(u8, u16)>) -> u16 {
+    (1..=u16::MAX)
+        .rev()
+        .find(|p| !named.iter().any(|(_, q)| q == p))
+        .unwrap_or(1)
+}
+
+/// Whether an interface is the machine's loopback: every address it has is a loopback address
+/// (the kernel's `lo` has 127.0.0.1/8 and ::1/128), never judged by its name.
+fn loopback(i: &Iface) -> bool {
+    !i.addrs.is_empty() && i.addrs.iter().all(|(a, _)| a.is_loopback())
+}
+
+/// A host on `i`'s network of family `fam` other than the machine itself: where a forwarded
+/// connection to that network goes. None when the interface has no such network (a /32).
+fn host_on(i: &Iface, fam: Fam) -> Option<IpAddr> {
+    let (a, len) = i.addrs.iter().copied().find(|(a, len)| {
+        Fam::of(*a) == fam
+            && !a.is_loopback()
+            && !is_link_local(*a)
+            && u32::from(*len) + 1 < fam.max().count_ones()
+    })?;
+    let net = Addrs::cidr(fam, num(a), u32::from(len));
+    let base = net.spans().first()?.0;
+    let pick = if base + 1 == num(a) {
+        base + 2
+    } else {
+        base + 1
+    };
+    Some(super::addrs::addr(fam, pick))
+}
+
+fn is_link_local(a: IpAddr) -> bool {
+    match a {
+        IpAddr::V6(v) => v.segments()[0] & 0xffc0 == 0xfe80,
+        IpAddr::V4(v) => v.is_link_local(),
+    }
+}
+
+/// Every class of new connection to ask about for the (protocol, port) pairs `ports`, plus the
+/// forwarded connections `dnat` that the runtime's DNAT makes (each opening's own forwarded ways).
+pub fn classes(ifaces: &[Iface], ports: &BTreeSet<(u8, u16)>, dnat: &[Conn]) -> Vec<Conn> {
+    let mut out: Vec<Conn> = Vec::new();
+    for fam in [Fam::V4, Fam::V6] {
+        for &(proto, port) in ports {
+            for iif in ifaces {
+                let daddr = iif
+                    .addrs
+                    .iter()
+                    .map(|(a, _)| *a)
+                    .find(|a| Fam::of(*a) == fam && !is_link_local(*a));
+                out.push(Conn {
+                    fam,
+                    proto,
+                    port,
+                    path: Path::Incoming,
+                    to_port: None,
+                    iif: iif.name.clone(),
+                    iif_index: (iif.index != 0).then_some(iif.index),
+                    oif: None,
+                    oif_index: None,
+                    daddr,
+                });
+                if loopback(iif) {
+                    continue;
+                }
+                for oif in ifaces.iter().filter(|o| o.name != iif.name && !loopback(o)) {
+                    let Some(daddr) = host_on(oif, fam) else {
+                        continue;
+                    };
+                    out.push(Conn {
+                        fam,
+                        proto,
+                        port,
+                        path: Path::Forwarded,
+                        to_port: None,
+                        iif: iif.name.clone(),
+                        iif_index: (iif.index != 0).then_some(iif.index),
+                        oif: Some(oif.name.clone()),
+                        oif_index: (oif.index != 0).then_some(oif.index),
+                        daddr: Some(daddr),
+                    });
+                }
+            }
+        }
+    }
+    for c in dnat {
+        if !out.contains(c) {
+            out.push(c.clone());
+        }
+    }
+    out
+}
+
+/// The found firewall's answer for each class, walked once and compared with every candidate.
+pub struct Before {
+    pub conns: Vec<Conn>,
+    pub answers: Vec<Answer>,
+}
+
+impl Before {
+    pub fn of(model: &Model, conns: Vec<Conn>) -> Before {
+        let answers = conns
+            .iter()
+            .map(|c| model.evaluate(c, &Addrs::all(c.fam)))
+            .collect();
+        Before { conns, answers }
+    }
+}
+
+/// A cell the write would change that is not the opening's to change.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Violation {
+    pub conn: Conn,
+    pub sources: Addrs,
+    pub before: Fate,
+    pub after: Fate,
+}
+
+impl Violation {
+    /// The rule the write would have had to bypass, when one decided before.
+    pub fn bypassed(&self) -> Option<&Decider> {
+        self.before.by()
+    }
+
+    /// As a person reads it: `forwarded tcp 9000 (ipv4) arriving on wan0 for 192.168.1.2 on
+    /// lan0, from anywhere: not admitted: … would become admitted`.
+    pub fn describe(&self) -> String {
+        let proto = match self.conn.proto {
+            6 => "tcp",
+            17 => "udp",
+            _ => "?",
+        };
+        let way = match (&self.conn.path, &self.conn.oif, self.conn.daddr) {
+            (Path::Incoming, _, _) => format!("incoming on {}", self.conn.iif),
+            (Path::Forwarded, Some(o), Some(d)) => {
+                format!("forwarded from {} to {d} on {o}", self.conn.iif)
+            }
+            (Path::Forwarded, _, _) => format!("forwarded from {}", self.conn.iif),
+        };
+        let from = if self.sources.is_all() {
+            "anywhere".to_string()
+        } else {
+            self.sources.to_string()
+        };
+        format!(
+            "{proto} {} ({}) {way}, from {from}: {} would become {}",
+            self.conn.port,
+            self.conn.fam.name(),
+            self.before.describe(),
+            self.after.describe()
+        )
+    }
+}
+
+/// The same answer: the same kind, decided by the same rule (by its place and words: an
+/// insertion moves indices, never a rule's handle or text).
+pub fn same(a: &Fate, b: &Fate) -> bool {
+    let rule =
+        |x: &Decider, y: &Decider| x.table == y.table && x.chain == y.chain && x.text == y.text;
+    match (a, b) {
+        (Fate::Admitted, Fate::Admitted) => true,
+        (Fate::Refused { by: x, why: w }, Fate::Refused { by: y, why: v }) => w == v && rule(x, y),
+        (Fate::NotAdmitted { by: x }, Fate::NotAdmitted { by: y }) => rule(x, y),
+        (Fate::Doubtful { by: x, what: w }, Fate::Doubtful { by: y, what: v }) => {
+            w == v && rule(x, y)
+        }
+        _ => false,
+    }
+}
+
+/// What a write may change of a class: the sources whose answer may move from `before`.
+pub trait May {
+    fn change(&self, conn: &Conn, before: &Fate) -> Addrs;
+}
+
+/// Every cell of `after` that differs from `before` and that `may` does not allow.
+pub fn diff(before: &Before, after: &Model, may: &dyn May) -> Vec<Violation> {
+    let mut out = Vec::new();
+    for (conn, was) in before.conns.iter().zip(&before.answers) {
+        let now = after.evaluate(conn, &Addrs::all(conn.fam));
+        for b in &was.parts {
+            for a in &now.parts {
+                if same(&b.fate, &a.fate) {
+                    continue;
+                }
+                let both = b.sources.intersect(&a.sources);
+                if both.is_empty() {
+                    continue;
+                }
+                let bad = both.minus(&may.change(conn, &b.fate));
+                if !bad.is_empty() {
+                    out.push(Violation {
+                        conn: conn.clone(),
+                        sources: bad,
+                        before: b.fate.clone(),
+                        after: a.fate.clone(),
+                    });
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The cells that are an opening's own: its protocol and port on its path (forwarded: only
+/// through the runtime's DNAT), arriving where it admits from, from its sources. An operator's
+/// refusal is never the opening's to change.
+pub fn own(o: &Opening, conn: &Conn, before: &Fate) -> Addrs {
+    let none = Addrs::none(conn.fam);
+    if matches!(before, Fate::Refused { .. })
+        || conn.proto != o.proto.number()
+        || conn.port != o.port
+    {
+        return none;
+    }
+    let path_ok = match o.path {
+        OPath::Incoming => conn.path == Path::Incoming,
+        OPath::Forwarded => conn.path == Path::Forwarded && conn.to_port.is_some(),
+    };
+    let iif_ok = match &o.from {
+        From::Interface(i) => &conn.iif == i,
+        _ => true,
+    };
+    if path_ok && iif_ok {
+        sources(o, conn.fam)
+    } else {
+        none
+    }
+}
+
+/// A planned nf_tables rule as the model reads it, before it is written.
+pub fn planned_nft(body: &RuleBody) -> IrRule {
+    IrRule {
+        items: super::lower::from_nft(&body.exprs, &|_| None),
+        handle: 0,
+        text: RuleText::Nft(body.comment.clone()),
+        marked: true,
+    }
+}
+
+/// A planned iptables rule (`-A CHAIN` followed by `spec`, as a save prints it) as the model
+/// reads it, in a table whose chains are `chains`.
+pub fn planned_xt(chain: &str, spec: &str, fam: Fam, chains: &[String]) -> IrRule {
+    IrRule {
+        items: super::legacy::legacy_items(spec, fam, chains),
+        handle: 0,
+        text: RuleText::Saved(format!("-A {chain} {spec}")),
+        marked: true,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::eval::model::{Edit, EditWhat};
+    use crate::eval::parse_save;
+
+    fn iface(name: &str, index: u32, addrs: &[(&str, u8)]) -> Iface {
+        Iface {
+            name: name.into(),
+            index,
+            addrs: addrs
+                .iter()
+                .map(|(a, l)| (a.parse().unwrap(), *l))
+                .collect(),
+        }
+    }
+
+    fn ifaces() -> Vec<Iface> {
+        vec![
+            iface("lo", 1, &[("127.0.0.1", 8), ("::1", 128)]),
+            iface("wan0", 2, &[("192.0.2.1", 24)]),
+            iface("lan0", 3, &[("192.168.1.1", 24)]),
+        ]
+    }
+
+    /// A router's shape: input and forward both end in one shared reject chain.
+    const ROUTER: &str = "*filter\n:INPUT DROP [0:0]\n:FORWARD DROP [0:0]\n:OUTPUT ACCEPT [0:0]\n\
+        :handle_reject - [0:0]\n:BANS - [0:0]\n\
+        -A INPUT -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT\n\
+        -A INPUT -s 192.0.2.40/32 -j BANS\n\
+        -A INPUT -p tcp -m tcp --dport 22 -j ACCEPT\n\
+        -A INPUT -j handle_reject\n\
+        -A FORWARD -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT\n\
+        -A FORWARD -i lan0 -j ACCEPT\n\
+        -A FORWARD -j handle_reject\n\
+        -A BANS -j handle_reject\n\
+        -A handle_reject -p tcp -j REJECT --reject-with tcp-reset\n\
+        -A handle_reject -j REJECT --reject-with icmp-port-unreachable\n\
+        COMMIT\n";
+
+    fn model() -> Model {
+        let mut m = Model::default();
+        m.add_legacy(Fam::V4, "filter", ROUTER);
+        m
+    }
+
+    fn opening(port: u16) -> Opening {
+        Opening {
+            id: "web".into(),
+            port,
+            proto: crate::opening::Proto::Tcp,
+            from: From::Anywhere,
+            path: OPath::Incoming,
+        }
+    }
+
+    struct Only<'a>(&'a Opening);
+    impl May for Only<'_> {
+        fn change(&self, conn: &Conn, before: &Fate) -> Addrs {
+            own(self.0, conn, before)
+        }
+    }
+
+    fn insert(chain: &str, before: Option<usize>, spec: &str, m: &Model) -> Edit {
+        let t = m.table("iptables-legacy filter").unwrap();
+        let names: Vec<String> = t.chains.keys().cloned().collect();
+        Edit {
+            table: "iptables-legacy filter".into(),
+            chain: chain.into(),
+            what: EditWhat::Insert {
+                before,
+                rules: vec![planned_xt(chain, spec, Fam::V4, &names)],
+            },
+        }
+    }
+
+    fn check(chain: &str, before: Option<usize>, spec: &str) -> Vec<Violation> {
+        let m = model();
+        let o = opening(9000);
+        let mut ports = BTreeSet::from([(6, 9000)]);
+        ports.insert((6, unnamed_port(&ports)));
+        let b = Before::of(&m, classes(&ifaces(), &ports, &[]));
+        let after = m.edited(&[insert(chain, before, spec, &m)]);
+        diff(&b, &after, &Only(&o))
+    }
+
+    #[test]
+    fn an_accept_in_a_chain_shared_with_forward_is_caught() {
+        let v = check(
+            "handle_reject",
+            Some(0),
+            "-p tcp -m tcp --dport 9000 -m comment --comment mesh-host:web#00000000 -j ACCEPT",
+        );
+        assert!(
+            !v.is_empty(),
+            "the shared chain's accept opened more than itself"
+        );
+        assert!(
+            v.iter().any(|v| v.conn.path == Path::Forwarded),
+            "a forwarded path opened: {v:?}"
+        );
+        assert!(
+            v.iter().any(|v| v.conn.path == Path::Incoming
+                && v.sources.contains("192.0.2.40".parse().unwrap())),
+            "the banned source admitted: {v:?}"
+        );
+        let text = v[0].describe();
+        assert!(text.contains("would become admitted"), "{text}");
+    }
+
+    #[test]
+    fn the_same_accept_for_local_addresses_still_admits_the_ban() {
+        // The qualifier keeps forwarding shut, but the ban goes through the same chain.
+        let v = check(
+            "handle_reject",
+            Some(0),
+            "-p tcp -m addrtype --dst-type LOCAL -m tcp --dport 9000 -m comment --comment mesh-host:web#00000000 -j ACCEPT",
+        );
+        assert!(v.iter().all(|v| v.conn.path == Path::Incoming), "{v:?}");
+        assert!(
+            v.iter()
+                .any(|v| v.sources.contains("192.0.2.40".parse().unwrap())),
+            "{v:?}"
+        );
+    }
+
+    #[test]
+    fn before_the_jump_of_the_input_chain_changes_only_its_own_cells() {
+        let v = check(
+            "INPUT",
+            Some(3),
+            "-p tcp -m tcp --dport 9000 -m comment --comment mesh-host:web#00000000 -j ACCEPT",
+        );
+        assert!(v.is_empty(), "{:#?}", v);
+    }
+
+    #[test]
+    fn a_rule_without_its_port_changes_the_unnamed_port() {
+        let v = check(
+            "INPUT",
+            Some(3),
+            "-p tcp -m comment --comment mesh-host:web#00000000 -j ACCEPT",
+        );
+        assert!(v.iter().any(|v| v.conn.port != 9000), "{v:?}");
+    }
+
+    #[test]
+    fn the_router_save_parses_into_its_chains() {
+        let t = parse_save(ROUTER, "filter");
+        assert_eq!(t.len(), 1);
+        assert_eq!(t[0].2.len(), 10);
+    }
+}
