@@ -232,6 +232,8 @@ fn useful(
 /// The cells one opening's changes in one table would change beyond its own.
 struct Solo<'p> {
     before: &'p Before,
+    /// The port no opening names, asked about with each opening's own.
+    spare: u16,
     model: &'p Model,
     ifaces: &'p [Iface],
     targets: &'p BTreeMap<String, Vec<Target>>,
@@ -250,8 +252,12 @@ impl Solo<'_> {
             .collect();
         edits.extend(extra);
         let after = self.model.edited(&edits);
+        // Its rules name its port alone: the classes of that port and of the spare one.
+        let before = self
+            .before
+            .only(|c| c.port == o.port || c.port == self.spare);
         check::diff(
-            self.before,
+            &before,
             &after,
             &Allowed {
                 openings: vec![o],
@@ -356,6 +362,7 @@ pub(super) fn settle(
     }
     let solo = Solo {
         before: &before,
+        spare,
         model,
         ifaces,
         targets,
@@ -492,7 +499,11 @@ fn solo_keeps(solo: &Solo<'_>, t: &TablePlan, o: &Opening) -> bool {
         .map(|c| edit_of(solo.model, &t.key, c))
         .collect();
     let without = solo.model.edited(&removes);
-    let reverse = Before::of(&without, solo.before.conns.clone());
+    let conns = solo
+        .before
+        .only(|c| c.port == o.port || c.port == solo.spare)
+        .conns;
+    let reverse = Before::of(&without, conns);
     let v = check::diff(
         &reverse,
         solo.model,

@@ -134,6 +134,18 @@ impl Before {
             .collect();
         Before { conns, answers }
     }
+
+    /// The classes `keep` chooses, with their answers.
+    pub fn only(&self, keep: impl Fn(&Conn) -> bool) -> Before {
+        let (conns, answers) = self
+            .conns
+            .iter()
+            .zip(&self.answers)
+            .filter(|(c, _)| keep(c))
+            .map(|(c, a)| (c.clone(), a.clone()))
+            .unzip();
+        Before { conns, answers }
+    }
 }
 
 /// A cell the write would change that is not the opening's to change.

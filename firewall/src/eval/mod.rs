@@ -301,7 +301,12 @@ impl Model {
         conn: &Conn,
         sources: &Addrs,
     ) -> Option<Placement> {
-        let parts = self.evaluate_base(table, chain, conn, sources, true)?;
+        // Each branch of an undecided test apart: a branch refused by default is where the rule
+        // goes, even where another branch would be admitted (the doubt is said beside it).
+        let base = self.base(table, chain)?;
+        let parts = walk::Walker::new(self, false)
+            .with_branches()
+            .run_base(base, conn, sources, true);
         let mut refused = None;
         let mut doubt = None;
         let mut at = None;

@@ -402,7 +402,8 @@ pub struct TableIr {
     pub name: String,
     /// The table's own name.
     pub table: String,
-    pub chains: HashMap<String, ChainIr>,
+    /// Shared with edited copies until an edit rebuilds one.
+    pub chains: HashMap<String, Rc<ChainIr>>,
     /// Shared between a model and its edited copies (a write changes rules, never elements).
     pub sets: Rc<HashMap<String, SetIr>>,
 }
@@ -527,16 +528,12 @@ impl Model {
             };
             let items = lower::from_nft(&r.exprs, &key_len);
             let text = ir::RuleText::Nft(r.comment.clone());
-            m.tables[ti]
-                .chains
-                .entry(r.chain.clone())
-                .or_default()
-                .push(IrRule {
-                    items,
-                    handle: r.handle,
-                    text,
-                    marked: marked(r),
-                });
+            Rc::make_mut(m.tables[ti].chains.entry(r.chain.clone()).or_default()).push(IrRule {
+                items,
+                handle: r.handle,
+                text,
+                marked: marked(r),
+            });
         }
         for (fam, table, save) in &snap.legacy {
             m.add_legacy(*fam, table, save);
@@ -551,7 +548,7 @@ impl Model {
             let sets = &t.sets;
             for c in t.chains.values_mut() {
                 if c.runs.is_empty() {
-                    c.index_runs(family, sets);
+                    Rc::make_mut(c).index_runs(family, sets);
                 }
             }
         }
@@ -594,7 +591,7 @@ impl Model {
             for (n, (chain, spec)) in rules.iter().enumerate() {
                 let items = legacy::legacy_items(spec, fam, &names);
                 let marked = crate::rules::spec_mark(spec).is_some();
-                t.chains.entry(chain.clone()).or_default().push(IrRule {
+                Rc::make_mut(t.chains.entry(chain.clone()).or_default()).push(IrRule {
                     items,
                     handle: n as u64 + 1,
                     text: ir::RuleText::Saved(format!("-A {chain} {spec}")),
@@ -607,7 +604,7 @@ impl Model {
                 Fam::V6 => Family::Ipv6,
             });
             for c in t.chains.values_mut() {
-                c.index_runs(family, &sets);
+                Rc::make_mut(c).index_runs(family, &sets);
             }
             self.tables.push(t);
         }
@@ -650,6 +647,7 @@ impl Model {
         for ((ti, chain), es) in touched {
             let t = &mut m.tables[ti];
             let old = t.chains.remove(chain).unwrap_or_default();
+            let old = Rc::try_unwrap(old).unwrap_or_else(|shared| (*shared).clone());
             let removed: HashSet<usize> = es
                 .iter()
                 .filter_map(|e| match e.what {
@@ -683,7 +681,7 @@ impl Model {
                 }
             }
             new.index_runs(t.family, &t.sets);
-            t.chains.insert(chain.to_string(), new);
+            t.chains.insert(chain.to_string(), Rc::new(new));
         }
         m
     }

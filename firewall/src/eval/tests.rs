@@ -197,3 +197,50 @@ fn a_blocklist_written_as_rules_refuses_each_source_and_no_other() {
     }
     assert_eq!(a.summary(), &Fate::Admitted);
 }
+
+#[test]
+fn a_doubt_does_not_hide_the_branch_that_is_refused_by_default() {
+    // One branch of the undecidable test is admitted, the other dies at the catch-all: the
+    // opening's rule goes before the catch-all (the doubt is said beside it), so both are.
+    let m = legacy(
+        "*filter\n:INPUT ACCEPT [0:0]\n-A INPUT -p tcp -m recent --name temp --rcheck -m tcp --dport 9000 -j ACCEPT\n-A INPUT -j DROP\nCOMMIT\n",
+    );
+    let a = m.evaluate(&conn(9000), &Addrs::all(Fam::V4));
+    assert!(matches!(a.summary(), Fate::Doubtful { .. }), "{a:?}");
+    let p = m
+        .place(
+            "iptables-legacy filter",
+            "INPUT",
+            &conn(9000),
+            &Addrs::all(Fam::V4),
+        )
+        .unwrap();
+    match p {
+        Placement::Doubtful { then, .. } => match *then {
+            Placement::At { chain, index, .. } => {
+                assert_eq!((chain.as_str(), index), ("INPUT", Some(1)));
+            }
+            p => panic!("the refused branch has no place: {p:?}"),
+        },
+        p => panic!("{p:?}"),
+    }
+}
+
+#[test]
+fn explain_names_for_each_part_the_rule_that_decided_it() {
+    // 8.8.8.8 is admitted by its own rule, everyone else by the port's: two parts, two traces.
+    let m = legacy(
+        "*filter\n:INPUT DROP [0:0]\n-A INPUT -s 8.8.8.8/32 -p tcp -j ACCEPT\n-A INPUT -p tcp --dport 9000 -j ACCEPT\nCOMMIT\n",
+    );
+    let a = m.explain(&conn(9000), &Addrs::all(Fam::V4));
+    let admitted: Vec<&Outcome> = a
+        .parts
+        .iter()
+        .filter(|o| o.fate == Fate::Admitted)
+        .collect();
+    assert_eq!(admitted.len(), 2, "{a:#?}");
+    for o in admitted {
+        let by_source = o.trace.iter().any(|t| t.contains("8.8.8.8"));
+        assert_eq!(by_source, o.sources.contains(v4("8.8.8.8")), "{o:#?}");
+    }
+}

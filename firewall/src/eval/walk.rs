@@ -93,6 +93,10 @@ pub(super) struct Walker<'m> {
     /// The undecided tests met, by fork id: the rule and what it tests.
     doubts: Vec<(Decider, String)>,
     trace: bool,
+    /// Each branch of an undecided test kept with its own end beside the doubtful part, for
+    /// placement: where one branch is refused by default, the opening's rule goes ahead of that
+    /// refusal, whatever the other branch does.
+    branches: bool,
 }
 
 impl<'m> Walker<'m> {
@@ -101,7 +105,14 @@ impl<'m> Walker<'m> {
             model,
             doubts: Vec::new(),
             trace,
+            branches: false,
         }
+    }
+
+    /// The same walker, answering each branch of an undecided test as well (see `branches`).
+    pub(super) fn with_branches(mut self) -> Walker<'m> {
+        self.branches = true;
+        self
     }
 
     /// The base chains the connection crosses, in the kernel's order.
@@ -667,6 +678,16 @@ impl<'m> Walker<'m> {
         }
         let mut out: Vec<Outcome> = Vec::new();
         let mut taken: Option<Addrs> = None;
+        if self.branches {
+            for (d, id) in doubtful {
+                let (by, what) = self.doubts[id].clone();
+                push(&mut out, d, Fate::Doubtful { by, what }, Vec::new());
+            }
+            for (p, fate) in finals {
+                push(&mut out, p.src, fate, p.trace);
+            }
+            return out;
+        }
         for (d, id) in doubtful {
             let d = match &taken {
                 Some(t) => d.minus(t),
@@ -706,15 +727,14 @@ fn translated(conn: &Conn, base: &Base) -> bool {
         }
 }
 
+/// Adds a part, merged with one of the same fate (and, when traced, the same way: `explain`
+/// names for each part the rules that decided it, never another part's).
 fn push(out: &mut Vec<Outcome>, src: Addrs, fate: Fate, trace: Vec<String>) {
     if let Some(o) = out
         .iter_mut()
-        .find(|o| o.fate == fate && o.sources.fam == src.fam)
+        .find(|o| o.fate == fate && o.sources.fam == src.fam && o.trace == trace)
     {
         o.sources = o.sources.union(&src);
-        if o.trace.is_empty() {
-            o.trace = trace;
-        }
         return;
     }
     out.push(Outcome {
