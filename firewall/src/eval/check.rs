@@ -88,6 +88,7 @@ pub fn classes(ifaces: &[Iface], ports: &BTreeSet<(u8, u16)>, dnat: &[Conn]) -> 
                     oif: None,
                     oif_index: None,
                     daddr,
+                    routed: false,
                 });
                 if loopback(iif) {
                     continue;
@@ -107,6 +108,7 @@ pub fn classes(ifaces: &[Iface], ports: &BTreeSet<(u8, u16)>, dnat: &[Conn]) -> 
                         oif: Some(oif.name.clone()),
                         oif_index: (oif.index != 0).then_some(oif.index),
                         daddr: Some(daddr),
+                        routed: true,
                     });
                 }
             }
@@ -256,7 +258,7 @@ pub fn own(o: &Opening, conn: &Conn, before: &Fate) -> Addrs {
     }
     let path_ok = match o.path {
         OPath::Incoming => conn.path == Path::Incoming,
-        OPath::Forwarded => conn.path == Path::Forwarded && conn.to_port.is_some(),
+        OPath::Forwarded => conn.path == Path::Forwarded && !conn.routed,
     };
     let iif_ok = match &o.from {
         From::Interface(i) => &conn.iif == i,

@@ -66,6 +66,9 @@ pub struct Conn {
     pub oif_index: Option<u32>,
     /// The address it is sent to, when known: a rule about the destination is decided only then.
     pub daddr: Option<IpAddr>,
+    /// Forwarded without the runtime's DNAT: routed on to a host behind this machine as sent
+    /// (conntrack says no `dnat`); the check asks about these beside the published ports.
+    pub routed: bool,
 }
 
 impl Conn {
@@ -82,6 +85,7 @@ impl Conn {
             oif: None,
             oif_index: None,
             daddr: None,
+            routed: false,
         }
     }
 }

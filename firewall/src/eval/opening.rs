@@ -182,6 +182,7 @@ pub fn ways(o: &Opening, fam: Fam, ifaces: &[Iface], targets: &[Target]) -> Vec<
             oif: None,
             oif_index: None,
             daddr,
+            routed: false,
         };
         match o.path {
             Path::Incoming => out.push(Way {

@@ -23,6 +23,8 @@ impl Walker<'_> {
             Val::Bytes(b)
         };
         let forwarded = c.path == Path::Forwarded;
+        // Translated by the runtime's DNAT (a routed packet is forwarded as sent).
+        let dnat = forwarded && !c.routed;
         let raw = match &l.src {
             Src::Imm(b) => Val::Bytes(b.clone()),
             Src::Meta(k) => match k {
@@ -102,7 +104,7 @@ impl Walker<'_> {
                 let orig = matches!(dir, None | Some(CtDirection::Original));
                 match key {
                     CtKey::State => ne32(8),
-                    CtKey::Status => ne32(if forwarded { 0x20 | 0x100 } else { 0 }),
+                    CtKey::Status => ne32(if dnat { 0x20 | 0x100 } else { 0 }),
                     CtKey::Mark => match q.ctmark {
                         Some(m) => ne32(m),
                         None => Val::Unknown("a conntrack mark set on its way".into()),
@@ -142,7 +144,7 @@ impl Walker<'_> {
                     _ => Val::Unknown(format!("fib {}", result.nft_name())),
                 }
             }
-            Src::XtCtState => ne32(8 | if forwarded { 128 } else { 0 }),
+            Src::XtCtState => ne32(8 | if dnat { 128 } else { 0 }),
             Src::XtFixed(f) => Val::Bytes(vec![u8::from(fixed(f, c))]),
             Src::Unknown(w) => Val::Unknown(w.clone()),
         };

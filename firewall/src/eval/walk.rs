@@ -720,6 +720,7 @@ impl<'m> Walker<'m> {
 /// prerouting's destination NAT at priority -100 (a nat chain at -100 is that NAT).
 fn translated(conn: &Conn, base: &Base) -> bool {
     conn.path == Path::Forwarded
+        && !conn.routed
         && match base.hook {
             Hook::Ingress => false,
             Hook::Prerouting => base.priority > -100 || (base.priority == -100 && !base.nat),
