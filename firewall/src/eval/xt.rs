@@ -120,9 +120,10 @@ fn decode_match(name: &str, rev: u32, b: &[u8]) -> Option<Vec<Item>> {
         "comment" | "nfacct" => {}
         // struct xt_rateinfo: no inversion, it holds for a connection not flooding.
         "limit" => out.push(Item::Fixed(true, "a rate limit")),
-        // struct xt_hashlimit_(mt)info(1): name[16], then the mode (XT_HASHLIMIT_INVERT,
-        // 0x10, for --hashlimit-above).
-        "hashlimit" => out.push(if u32_at(b, 16)? & 0x10 != 0 {
+        // struct xt_hashlimit_info / _mtinfo1: name[16], then the config, whose mode
+        // (XT_HASHLIMIT_INVERT, 0x10, for --hashlimit-above) comes first; _mtinfo2/3:
+        // name[255], the config at 256 with two u64 rates ahead of the mode.
+        "hashlimit" => out.push(if u32_at(b, if rev >= 2 { 272 } else { 16 })? & 0x10 != 0 {
             Item::Limit("a per-source rate limit (hashlimit), refused over it".into())
         } else {
             Item::Fixed(true, "a rate limit")
