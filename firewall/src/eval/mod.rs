@@ -27,6 +27,8 @@ mod walk;
 mod xt;
 
 #[cfg(test)]
+mod expr_tests;
+#[cfg(test)]
 mod fuzz;
 
 pub use addrs::{Addrs, Fam};

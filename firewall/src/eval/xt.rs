@@ -139,9 +139,13 @@ fn decode_match(name: &str, rev: u32, b: &[u8]) -> Option<Vec<Item>> {
             *b.get(8)?,
             u32_at(b, 4)?,
             *b.get(9)? != 0,
-            &String::from_utf8_lossy(b.get(10..210)?)
-                .trim_end_matches('\0')
-                .to_string(),
+            &String::from_utf8_lossy(
+                &b.get(10..210)?
+                    .iter()
+                    .copied()
+                    .take_while(|c| *c != 0)
+                    .collect::<Vec<u8>>(),
+            ),
         )),
         // struct xt_tcp: spts[2], dpts[2], option, flg_mask, flg_cmp, invflags.
         "tcp" | "udp" => {
