@@ -8,8 +8,11 @@
 //! set's elements, iptables-legacy from its save), [`Model::evaluate`] walks it for a [`Conn`].
 //! A match that does not depend on which connection it is (counter, log, `limit`, quota,
 //! `pkttype host`, `ct state new`, the protocol, the family, comments) is read as what it is: a
-//! rate-limited reject refuses. A test the evaluator cannot decide yields *doubtful* where the
-//! two ways it could go end differently, naming the rule and what it tests.
+//! rate-limited reject refuses. A limit over a rate or a count (`add @s { ip saddr limit rate
+//! over … } drop`, `ct count over`) does not hold for a connection that does not flood, but is
+//! recorded in [`Outcome::limits`] and never placed behind. A test the evaluator cannot decide
+//! yields *doubtful* where the two ways it could go end differently, naming the rule and what it
+//! tests. How each expression is read: docs/EXPRESSIONS.md.
 //!
 //! The connection is concrete in everything but its source: family, protocol, destination port
 //! (and, forwarded, the port the runtime's DNAT sends it to), the interface it arrives on and
