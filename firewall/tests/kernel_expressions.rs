@@ -324,3 +324,105 @@ fn xt_rows(tool: &str, m: &Model, rows: &mut Rows) {
         }
     }
 }
+
+/// The decided rows as a firewall over loopback, behind the flood limits and the rpfilter chain
+/// of the issue's rulesets: the kernel's answer to a real SYN is the evaluator's, and an opening
+/// written where `place` says stays behind the limits and is admitted.
+const PROBE: &str = r#"table inet probe {
+  set tp { type inet_proto . inet_service; flags interval; elements = { tcp . 9050-9060 } }
+  set rate_limit { type ipv4_addr; flags dynamic; timeout 1m; }
+  set connection_limit { type ipv4_addr; flags dynamic; }
+  set seen { type ipv4_addr; flags dynamic; }
+  chain rpfilter {
+    type filter hook prerouting priority mangle + 10; policy drop;
+    fib saddr . mark . iif oif exists accept
+  }
+  chain c {
+    type filter hook input priority 0; policy drop;
+    ct state established,related accept
+    ct state new add @rate_limit { ip saddr limit rate over 1000/second } drop
+    ct state new add @connection_limit { ip saddr ct count over 200 } drop
+    limit rate over 1000/second drop
+    meta mark set 0x00000015
+    meta mark 0x10-0x20 tcp dport 9001 accept
+    meta l4proto . th dport @tp accept
+    meta mark set 0x0000ff00
+    meta mark set meta mark >> 8
+    meta mark 0xff tcp dport 9002 accept
+    tcp dport 9005 limit rate 5/second accept
+    tcp dport 9014 ipsec in reqid 1 drop
+    tcp dport 9014 accept
+    tcp dport 9018 add @seen { ip saddr } accept
+    tcp dport 9030 fib saddr . iif oif missing drop
+    tcp dport 9030 accept
+    tcp dport 9031 reject with tcp reset
+  }
+}
+"#;
+
+fn kernel_admits(port: u16) -> bool {
+    let to = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    std::net::TcpStream::connect_timeout(&to, std::time::Duration::from_millis(400)).is_ok()
+}
+
+#[test]
+fn decided_rows_agree_with_a_real_connection_and_an_opening_stays_behind_the_limits() {
+    in_fresh_netns();
+    run("ip", &["link", "set", "lo", "up"], &[]);
+    nft_load(PROBE);
+    let ports = [9001, 9055, 9061, 9002, 9005, 9014, 9018, 9030, 9031, 9042];
+    let _listeners: Vec<std::net::TcpListener> = ports
+        .iter()
+        .map(|p| std::net::TcpListener::bind(("127.0.0.1", *p)).unwrap())
+        .collect();
+    let read = || {
+        let mut s = NfSocket::open().unwrap();
+        Model::new(&Snapshot::read(&mut s).unwrap())
+    };
+    let lo = |port: u16| {
+        let mut c = Conn::incoming(Fam::V4, 6, port, "lo");
+        c.iif_index = Some(1);
+        c.daddr = Some("127.0.0.1".parse().unwrap());
+        c
+    };
+    let m = read();
+    let mut wrong = Vec::new();
+    for port in ports {
+        let model = fate_from(&m, &lo(port), "127.0.0.1");
+        let kernel = kernel_admits(port);
+        if (model == Fate::Admitted) != kernel {
+            wrong.push(format!(
+                "port {port}: kernel admits {kernel}, model says {model:?}"
+            ));
+        }
+        // Every connection passed the three limits on its way in.
+        let a = answer(&m, &lo(port));
+        let part = a
+            .parts
+            .iter()
+            .find(|o| o.sources.contains("127.0.0.1".parse().unwrap()))
+            .unwrap();
+        if part.limits.len() != 3 {
+            wrong.push(format!(
+                "port {port}: three limits met wanted, got {part:?}"
+            ));
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+    // 9042 is not admitted; its opening goes at the end of `c`, behind the limits.
+    let p = m.place("inet probe", "c", &lo(9042), &Addrs::all(Fam::V4));
+    assert!(
+        matches!(&p, Some(Placement::At { chain, index: None, .. }) if chain == "c"),
+        "{p:?}"
+    );
+    nft_load("add rule inet probe c tcp dport 9042 accept\n");
+    assert!(kernel_admits(9042), "the written opening admits");
+    let m = read();
+    let a = answer(&m, &lo(9042));
+    assert_eq!(a.parts[0].fate, Fate::Admitted, "{a:?}");
+    assert_eq!(
+        a.parts[0].limits.len(),
+        3,
+        "the opening skips no limit: {a:?}"
+    );
+}
