@@ -295,6 +295,17 @@ fn hook_rows(snap: &Snapshot, rows: &mut Rows) {
         &forwarded(9000, "eth9"),
         "not-admitted",
     );
+    // NixOS's firewall module as it renders: rpfilter by `fib … exists`, `ct state vmap`, the
+    // temporary ports through `meta l4proto . th dport @temp-ports` (a byteorder).
+    let m = model_of(snap, &[(Family::Inet, "e_nixos")]);
+    rows.word("nixos: ssh", &m, &conn(22), "admitted");
+    rows.word("nixos: a port not opened", &m, &conn(9000), "not-admitted");
+    let p = m.place("inet e_nixos", "input", &conn(9000), &Addrs::all(Fam::V4));
+    if !matches!(&p, Some(Placement::At { chain, index: None, .. }) if chain == "input") {
+        rows.0.push(format!(
+            "nixos: placement wants the end of input, got {p:?}"
+        ));
+    }
     let m = model_of(snap, &[(Family::Netdev, "e_fwd")]);
     rows.word("fwd", &m, &conn(9000), "doubtful");
     rows.word("fwd: another port", &m, &conn(9001), "admitted");
