@@ -157,12 +157,15 @@ pub struct Violation {
     pub sources: Addrs,
     pub before: Fate,
     pub after: Fate,
+    /// A per-source limit the connections passed before and would skip after.
+    pub skipped: Option<Decider>,
 }
 
 impl Violation {
-    /// The rule the write would have had to bypass, when one decided before.
+    /// The rule the write would have had to bypass: a limit it would skip, or what decided
+    /// before.
     pub fn bypassed(&self) -> Option<&Decider> {
-        self.before.by()
+        self.skipped.as_ref().or(self.before.by())
     }
 
     /// As a person reads it: `forwarded tcp 9000 (ipv4) arriving on wan0 for 192.168.1.2 on
@@ -185,8 +188,12 @@ impl Violation {
         } else {
             self.sources.to_string()
         };
+        let skip = match &self.skipped {
+            Some(l) => format!(", past the limit {l}"),
+            None => String::new(),
+        };
         format!(
-            "{proto} {} ({}) {way}, from {from}: {} would become {}",
+            "{proto} {} ({}) {way}, from {from}: {} would become {}{skip}",
             self.conn.port,
             self.conn.fam.name(),
             self.before.describe(),
@@ -211,6 +218,17 @@ pub fn same(a: &Fate, b: &Fate) -> bool {
     }
 }
 
+fn same_rule(x: &Decider, y: &Decider) -> bool {
+    x.table == y.table && x.chain == y.chain && x.text == y.text
+}
+
+/// The first limit of `before` that `after` no longer passes.
+fn skipped<'a>(before: &'a [Decider], after: &[Decider]) -> Option<&'a Decider> {
+    before
+        .iter()
+        .find(|l| !after.iter().any(|m| same_rule(l, m)))
+}
+
 /// What a write may change of a class: the sources whose answer may move from `before`.
 pub trait May {
     fn change(&self, conn: &Conn, before: &Fate) -> Addrs;
@@ -223,20 +241,26 @@ pub fn diff(before: &Before, after: &Model, may: &dyn May) -> Vec<Violation> {
         let now = after.evaluate(conn, &Addrs::all(conn.fam));
         for b in &was.parts {
             for a in &now.parts {
-                if same(&b.fate, &a.fate) {
+                let skip = skipped(&b.limits, &a.limits);
+                if same(&b.fate, &a.fate) && skip.is_none() && b.limits.len() == a.limits.len() {
                     continue;
                 }
                 let both = b.sources.intersect(&a.sources);
                 if both.is_empty() {
                     continue;
                 }
-                let bad = both.minus(&may.change(conn, &b.fate));
+                // An opening's own connections may move on, but never past a limit they met.
+                let bad = match skip {
+                    Some(_) => both,
+                    None => both.minus(&may.change(conn, &b.fate)),
+                };
                 if !bad.is_empty() {
                     out.push(Violation {
                         conn: conn.clone(),
                         sources: bad,
                         before: b.fate.clone(),
                         after: a.fate.clone(),
+                        skipped: skip.cloned(),
                     });
                 }
             }

@@ -46,12 +46,27 @@ pub enum XtFixed {
     RpFilter { invert: bool },
 }
 
-/// A value loaded into registers, maybe masked (`bitwise`: `(v & mask) ^ xor`).
+/// A value loaded into registers, maybe masked (`bitwise`: `(v & mask) ^ xor`), then changed
+/// further by the operations in `then`, in order.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Load {
     pub src: Src,
     pub len: u32,
     pub mask: Option<(Vec<u8>, Vec<u8>)>,
+    pub then: Vec<RegOp>,
+}
+
+/// An operation on a register's bytes after its load and first mask.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RegOp {
+    /// `byteorder`: hton/ntoh of the first `len` bytes in `size`-byte words (on a
+    /// little-endian host both swap each word; on a big-endian one both leave it).
+    Swap { size: u32, len: u32 },
+    /// `bitwise` mask-and-xor after a swap or a shift.
+    MaskXor(Vec<u8>, Vec<u8>),
+    /// `bitwise` shift of host-order 32-bit words by `by` bits (left or right), over `len`
+    /// bytes, carrying between words as the kernel does.
+    Shift { left: bool, by: u32, len: u32 },
 }
 
 impl Load {
@@ -60,6 +75,7 @@ impl Load {
             src,
             len,
             mask: None,
+            then: Vec::new(),
         }
     }
 
@@ -144,6 +160,16 @@ pub enum Item {
     /// A match that holds or not whatever the connection (`limit`, `quota`, `ct count`,
     /// x_tables' connlimit): for one new connection from a source not flooding, its answer.
     Fixed(bool, &'static str),
+    /// A limit that refuses past a rate or a count (`limit rate over`, `ct count over`, a
+    /// `dynset` carrying one, `--hashlimit-above`, `--connlimit-above`, `recent --hitcount`):
+    /// it does not hold for a connection not flooding, so the rule goes on, but the walk
+    /// records that the way passed it (a refusal that must stay ahead of any opening).
+    Limit(String),
+    /// A `dynset` add or update of set `.0`: a later lookup in that set by the same packet
+    /// cannot be told from the set's listed elements.
+    SetAdd(String),
+    /// `notrack` in a chain ahead of conntrack: the connection is untracked from here on.
+    NoTrack,
     Mark(MarkOp),
     CtMark(MarkOp),
     Act(Act),
@@ -229,6 +255,7 @@ fn be16(b: &[u8]) -> Option<u16> {
 /// Whether a load is the packet's destination port.
 pub fn is_dport(l: &Load) -> bool {
     l.mask.is_none()
+        && l.then.is_empty()
         && matches!(
             l.src,
             Src::Payload {
@@ -242,6 +269,7 @@ pub fn is_dport(l: &Load) -> bool {
 /// Whether a load is the connection's original destination port.
 pub fn is_orig_dport(l: &Load) -> bool {
     l.mask.is_none()
+        && l.then.is_empty()
         && matches!(
             l.src,
             Src::Ct {
@@ -309,6 +337,9 @@ pub fn render(items: &[Item]) -> String {
                 });
             }
             Item::Fixed(_, what) => out.push(format!("({what})")),
+            Item::Limit(what) => out.push(format!("({what})")),
+            Item::SetAdd(set) => out.push(format!("add @{set}")),
+            Item::NoTrack => out.push("notrack".into()),
             Item::Mark(_) => out.push("meta mark set …".into()),
             Item::CtMark(_) => out.push("ct mark set …".into()),
             Item::Act(a) => out.push(act_text(a)),
@@ -379,10 +410,20 @@ fn load_name(l: &Load) -> String {
         Src::XtFixed(XtFixed::RpFilter { .. }) => "rpfilter".into(),
         Src::Unknown(w) => w.clone(),
     };
-    match &l.mask {
+    let mut out = match &l.mask {
         Some((m, _)) => format!("{base} & 0x{}", hex(m)),
         None => base,
+    };
+    for op in &l.then {
+        match op {
+            RegOp::Swap { .. } => out = format!("hton({out})"),
+            RegOp::MaskXor(m, x) => out = format!("({out} & 0x{}) ^ 0x{}", hex(m), hex(x)),
+            RegOp::Shift { left, by, .. } => {
+                out = format!("({out} {} {by})", if *left { "<<" } else { ">>" })
+            }
+        }
     }
+    out
 }
 
 fn hex(b: &[u8]) -> String {

@@ -59,6 +59,7 @@ fn addr_cond(fam: Fam, src: bool, text: &str, neg: bool) -> Option<Item> {
             src: addr_load(fam, src),
             len: fam.len() as u32,
             mask: (!full).then(|| (mask, vec![0; fam.len()])),
+            then: Vec::new(),
         },
         neg,
         data,
@@ -241,16 +242,19 @@ pub fn legacy_items(spec: &str, fam: Fam, chains: &[String]) -> Vec<Item> {
                 module = arg(i).to_string();
                 item = match module.as_str() {
                     "limit" | "hashlimit" => Some(Item::Fixed(true, "a rate limit")),
+                    "recent" => Some(legacy_recent(words.get(i + 2..).unwrap_or(&[]))),
+                    "connlimit" => None,
                     "frag" | "hbh" | "dst" | "rt" | "mh" => Some(Item::Fixed(
                         false,
                         "an IPv6 extension header (a new connection's SYN carries none)",
                     )),
-                    "set" | "recent" | "string" | "u32" | "bpf" | "time" | "statistic"
-                    | "length" | "ttl" | "hl" | "dscp" | "tos" | "ecn" | "physdev" | "socket"
-                    | "owner" | "policy" | "quota" | "helper" | "realm" | "cgroup" | "cluster"
-                    | "devgroup" | "cpu" | "tcpmss" | "osf" | "ipvs" | "connbytes" | "dccp"
-                    | "sctp" | "ah" | "esp" | "ipv6header" | "eui64" | "geoip" | "condition"
-                    | "account" => Some(unknown(format!("the {module} match"))),
+                    "set" | "string" | "u32" | "bpf" | "time" | "statistic" | "length" | "ttl"
+                    | "hl" | "dscp" | "tos" | "ecn" | "physdev" | "socket" | "owner" | "policy"
+                    | "quota" | "helper" | "realm" | "cgroup" | "cluster" | "devgroup" | "cpu"
+                    | "tcpmss" | "osf" | "ipvs" | "connbytes" | "dccp" | "sctp" | "ah" | "esp"
+                    | "ipv6header" | "eui64" | "geoip" | "condition" | "account" => {
+                        Some(unknown(format!("the {module} match")))
+                    }
                     _ => None,
                 };
             }
@@ -437,7 +441,28 @@ pub fn legacy_items(spec: &str, fam: Fam, chains: &[String]) -> Vec<Item> {
             | "--hashlimit-name"
             | "--hashlimit-htable-expire"
             | "--hashlimit-srcmask" => {}
-            "--hashlimit-above" => item = Some(Item::Fixed(false, "a rate limit")),
+            "--hashlimit-above" => {
+                item = Some(Item::Limit(
+                    "a per-source rate limit (hashlimit), refused over it".into(),
+                ))
+            }
+            "--connlimit-above" | "--connlimit-upto" if module == "connlimit" => {
+                // `! --connlimit-above N` is `--connlimit-upto N`.
+                item = Some(if (w == "--connlimit-above") != neg {
+                    Item::Limit("a per-source connection count (connlimit), refused over it".into())
+                } else {
+                    Item::Fixed(true, "a connection count")
+                });
+            }
+            "--connlimit-mask" if module == "connlimit" => {}
+            "--connlimit-saddr" | "--connlimit-daddr" if module == "connlimit" => took = 1,
+            "--set" | "--rcheck" | "--update" | "--remove" | "--rsource" | "--rdest" | "--reap"
+            | "--rttl"
+                if module == "recent" =>
+            {
+                took = 1
+            }
+            "--seconds" | "--hitcount" | "--name" | "--mask" if module == "recent" => {}
             "-c" | "--set-counters" => took = 3,
             "-j" | "--jump" | "-g" | "--goto" => {
                 out.extend(legacy_target(
@@ -463,6 +488,8 @@ pub fn legacy_items(spec: &str, fam: Fam, chains: &[String]) -> Vec<Item> {
                     "comment"
                         | "limit"
                         | "hashlimit"
+                        | "connlimit"
+                        | "recent"
                         | "tcp"
                         | "udp"
                         | "multiport"
@@ -505,6 +532,42 @@ pub fn legacy_items(spec: &str, fam: Fam, chains: &[String]) -> Vec<Item> {
         i += took;
     }
     out
+}
+
+/// `-m recent` as saved: its options up to the next match or the target.
+fn legacy_recent(opts: &[String]) -> Item {
+    let mut check_set = 0u8;
+    let mut hit_count = 0u32;
+    let mut invert = false;
+    let mut name = "DEFAULT".to_string();
+    let mut neg = false;
+    let mut j = 0;
+    while j < opts.len() && !matches!(opts[j].as_str(), "-m" | "--match" | "-j" | "-g") {
+        let next = opts.get(j + 1).map(String::as_str).unwrap_or("");
+        match opts[j].as_str() {
+            "!" => {
+                neg = true;
+                j += 1;
+                continue;
+            }
+            "--rcheck" => check_set |= 1,
+            "--set" => check_set |= 2,
+            "--update" => check_set |= 4,
+            "--remove" => check_set |= 8,
+            "--hitcount" => hit_count = next.parse().unwrap_or(0),
+            "--name" => name = next.to_string(),
+            _ => {}
+        }
+        if matches!(
+            opts[j].as_str(),
+            "--rcheck" | "--set" | "--update" | "--remove"
+        ) {
+            invert |= neg;
+        }
+        neg = false;
+        j += 1;
+    }
+    super::xt::recent(check_set, hit_count, invert, &name)
 }
 
 fn ip_bytes(a: std::net::IpAddr) -> Vec<u8> {

@@ -8,8 +8,11 @@
 //! set's elements, iptables-legacy from its save), [`Model::evaluate`] walks it for a [`Conn`].
 //! A match that does not depend on which connection it is (counter, log, `limit`, quota,
 //! `pkttype host`, `ct state new`, the protocol, the family, comments) is read as what it is: a
-//! rate-limited reject refuses. A test the evaluator cannot decide yields *doubtful* where the
-//! two ways it could go end differently, naming the rule and what it tests.
+//! rate-limited reject refuses. A limit over a rate or a count (`add @s { ip saddr limit rate
+//! over … } drop`, `ct count over`) does not hold for a connection that does not flood, but is
+//! recorded in [`Outcome::limits`] and never placed behind. A test the evaluator cannot decide
+//! yields *doubtful* where the two ways it could go end differently, naming the rule and what it
+//! tests. How each expression is read: docs/EXPRESSIONS.md.
 //!
 //! The connection is concrete in everything but its source: family, protocol, destination port
 //! (and, forwarded, the port the runtime's DNAT sends it to), the interface it arrives on and
@@ -27,6 +30,8 @@ mod values;
 mod walk;
 mod xt;
 
+#[cfg(test)]
+mod expr_tests;
 #[cfg(test)]
 mod fuzz;
 
@@ -193,6 +198,12 @@ pub struct Outcome {
     pub fate: Fate,
     /// The verdicts met on the way, when a trace was asked for.
     pub trace: Vec<String>,
+    /// The limits these connections passed on their way, in order: rules that refuse a source
+    /// past a rate or a count (`add @s { ip saddr limit rate over … } drop`, `ct count over`,
+    /// `--hashlimit-above`), which do not decide a connection that does not flood but are
+    /// refusals that must stay ahead of any opening. A write that makes a connection skip one
+    /// changes this list.
+    pub limits: Vec<Decider>,
 }
 
 /// The answer for a connection: its sources partitioned by fate.
@@ -340,7 +351,7 @@ impl Model {
             return Some(Placement::Refused(by));
         }
         let then = match at {
-            Some(p) => p,
+            Some(p) => self.after_limits(p, &parts),
             None if parts.iter().any(|o| o.fate == Fate::Admitted) => {
                 Placement::NotNeeded(format!("{table} {chain} lets it on already"))
             }
@@ -361,6 +372,34 @@ impl Model {
             },
             None => then,
         })
+    }
+}
+
+impl Model {
+    /// A placement moved behind every limit met on the way in its chain: an opening's rule
+    /// never goes ahead of a rule that refuses a flooding source.
+    fn after_limits(&self, p: Placement, parts: &[Outcome]) -> Placement {
+        let Placement::At { chain, index, by } = p else {
+            return p;
+        };
+        let behind = parts
+            .iter()
+            .flat_map(|o| &o.limits)
+            .filter(|l| l.table == by.table && l.chain == chain)
+            .filter_map(|l| l.index)
+            .max();
+        let len = self
+            .tables
+            .iter()
+            .find(|t| t.name == by.table)
+            .and_then(|t| t.chains.get(&chain))
+            .map(|c| c.rules.len());
+        let index = match (index, behind) {
+            // Behind the last rule: the end of the chain.
+            (Some(i), Some(l)) if l >= i => Some(l + 1).filter(|n| Some(*n) < len),
+            (i, _) => i,
+        };
+        Placement::At { chain, index, by }
     }
 }
 

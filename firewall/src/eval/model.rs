@@ -241,7 +241,7 @@ fn ban_of(
                     ) if addrs.is_none() => {
                         let f = fam?;
                         let start = if f == Fam::V4 { 12 } else { 8 };
-                        if *offset != start || *len as usize > f.len() {
+                        if *offset != start || *len as usize > f.len() || !l.then.is_empty() {
                             return None;
                         }
                         let plen = match &l.mask {

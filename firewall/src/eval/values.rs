@@ -4,10 +4,11 @@
 //! verdict maps, splitting the sources where a test is about them.
 
 use super::addrs::{from_be, Addrs, Fam};
-use super::ir::{is_dport, is_orig_dport, Cond, Load, Src, Test, XtFixed};
+use super::ir::{is_dport, is_orig_dport, Cond, Load, RegOp, Src, Test, XtFixed};
 use super::model::{SetIr, TableIr};
 use super::walk::{At, Pkt, Val, Walker, M};
 use super::{Conn, Path};
+use crate::netlink::consts::NFTA_FIB_F_PRESENT;
 use crate::netlink::{CmpOp, CtDirection, CtKey, FibResult, Hook, MetaKey, PayloadBase, Verdict};
 use std::net::IpAddr;
 
@@ -100,6 +101,13 @@ impl Walker<'_> {
                     _ => Val::Unknown(format!("{} header bytes", base.nft_name())),
                 }
             }
+            // No conntrack entry: the state reads untracked, any other key stops the rule.
+            Src::Ct {
+                key: CtKey::State, ..
+            } if q.untracked => ne32(64),
+            Src::Ct { .. } if q.untracked => {
+                Val::Unknown("conntrack data of an untracked connection".into())
+            }
             Src::Ct { key, dir } => {
                 let orig = matches!(dir, None | Some(CtDirection::Original));
                 match key {
@@ -124,6 +132,18 @@ impl Walker<'_> {
                     other => Val::Unknown(format!("ct {}", other.nft_name())),
                 }
             }
+            Src::Fib { result, flags } if flags & NFTA_FIB_F_PRESENT != 0 => {
+                // `fib … exists` / `missing`: one byte, whether the lookup found a route.
+                let saddr = flags & 1 != 0;
+                match result {
+                    // The reverse-path check a real source passes (the evaluator's assumption).
+                    FibResult::Oif | FibResult::OifName if saddr => Val::Bytes(vec![1, 0, 0, 0]),
+                    FibResult::Oif | FibResult::OifName if forwarded && c.oif.is_some() => {
+                        Val::Bytes(vec![1, 0, 0, 0])
+                    }
+                    _ => Val::Unknown(format!("fib {} exists", result.nft_name())),
+                }
+            }
             Src::Fib { result, flags } => {
                 let saddr = flags & 1 != 0;
                 let daddr = flags & 2 != 0;
@@ -144,6 +164,8 @@ impl Walker<'_> {
                     _ => Val::Unknown(format!("fib {}", result.nft_name())),
                 }
             }
+            // x_tables' untracked bits: xt_state's (64) and xt_conntrack's (256).
+            Src::XtCtState if q.untracked => ne32(64 | 256),
             Src::XtCtState => ne32(8 | if dnat { 128 } else { 0 }),
             Src::XtFixed(f) => Val::Bytes(vec![u8::from(fixed(f, c))]),
             Src::Unknown(w) => Val::Unknown(w.clone()),
@@ -169,6 +191,11 @@ impl Walker<'_> {
         let named = (about_port || about_mark) && positive;
         if let Some(Val::Unknown(why)) = vals.iter().find(|v| matches!(v, Val::Unknown(_))) {
             return M::Unknown(why.clone());
+        }
+        if let Test::InSet { set, .. } = &c.test {
+            if q.changed.contains(set) {
+                return M::Unknown(format!("set {set}, which a rule on this way updates"));
+            }
         }
         let fam = at.conn.fam;
         // One part, concrete or the source.
@@ -263,6 +290,76 @@ pub(super) fn fixed(f: &XtFixed, c: &Conn) -> bool {
 }
 
 pub(super) fn apply_mask(v: Val, l: &Load) -> Val {
+    let v = first_mask(v, l);
+    if l.then.is_empty() {
+        return v;
+    }
+    match v {
+        Val::Bytes(b) => Val::Bytes(apply_then(b, &l.then, l.len as usize)),
+        Val::Saddr { .. } => {
+            Val::Unknown("the source address byte-swapped, shifted or masked again".into())
+        }
+        v => v,
+    }
+}
+
+/// The operations after a load's first mask (`byteorder`, shifts, further masks) on its bytes,
+/// each padded with zeros to the bytes it works on, as the kernel's zeroed registers are.
+pub(super) fn apply_then(mut b: Vec<u8>, ops: &[RegOp], len: usize) -> Vec<u8> {
+    for op in ops {
+        match op {
+            RegOp::Swap { size, len } => {
+                let (size, len) = (*size as usize, *len as usize);
+                if b.len() < len {
+                    b.resize(len, 0);
+                }
+                if cfg!(target_endian = "little") {
+                    for w in b[..len - len % size].chunks_mut(size) {
+                        w.reverse();
+                    }
+                }
+            }
+            RegOp::MaskXor(m, x) => {
+                if b.len() < m.len() {
+                    b.resize(m.len(), 0);
+                }
+                for (i, v) in b.iter_mut().enumerate() {
+                    *v = (*v & m.get(i).copied().unwrap_or(0)) ^ x.get(i).copied().unwrap_or(0);
+                }
+            }
+            RegOp::Shift { left, by, len } => {
+                let words = (*len as usize).div_ceil(4).max(1);
+                b.resize(b.len().max(words * 4), 0);
+                let mut w: Vec<u32> = b[..words * 4]
+                    .chunks(4)
+                    .map(|c| u32::from_ne_bytes([c[0], c[1], c[2], c[3]]))
+                    .collect();
+                let by = *by;
+                let mut carry = 0u32;
+                if *left {
+                    for x in w.iter_mut().rev() {
+                        let next = if by == 0 { 0 } else { *x >> (32 - by) };
+                        *x = (*x << by) | carry;
+                        carry = next;
+                    }
+                } else {
+                    for x in w.iter_mut() {
+                        let next = if by == 0 { 0 } else { *x << (32 - by) };
+                        *x = carry | (*x >> by);
+                        carry = next;
+                    }
+                }
+                for (i, x) in w.iter().enumerate() {
+                    b[i * 4..i * 4 + 4].copy_from_slice(&x.to_ne_bytes());
+                }
+            }
+        }
+    }
+    b.resize(len, 0);
+    b
+}
+
+fn first_mask(v: Val, l: &Load) -> Val {
     let Some((mask, xor)) = &l.mask else {
         return match v {
             Val::Bytes(mut b) => {

@@ -45,6 +45,13 @@ pub(super) struct Pkt {
     pub(super) mark_port: bool,
     pub(super) ctmark_port: bool,
     pub(super) trace: Vec<String>,
+    /// The limits met on the way (rules that refuse past a rate or a count), in order.
+    pub(super) limits: Vec<Decider>,
+    /// The sets a `dynset` on the way added to or updated: a later lookup in one of them by
+    /// this packet cannot be told from its listed elements.
+    pub(super) changed: Vec<String>,
+    /// A `notrack` ahead of conntrack took the connection out of tracking.
+    pub(super) untracked: bool,
 }
 
 /// How a rule ends for a packet.
@@ -76,6 +83,8 @@ pub(super) struct At<'a> {
     pub(super) conn: &'a Conn,
     pub(super) hook: Hook,
     pub(super) translated: bool,
+    /// The base chain's priority: a `notrack` works only ahead of conntrack (-200).
+    pub(super) priority: i32,
 }
 
 impl At<'_> {
@@ -152,6 +161,7 @@ impl<'m> Walker<'m> {
                 conn,
                 hook: base.hook,
                 translated: translated(conn, base),
+                priority: base.priority,
             };
             let mut next = Vec::new();
             for mut p in parts {
@@ -191,6 +201,7 @@ impl<'m> Walker<'m> {
             conn,
             hook: base.hook,
             translated: translated(conn, base),
+            priority: base.priority,
         };
         // The packet as it arrives here: through the base chains before this one, where what
         // a catch-all would refuse goes on (the opening's rule admits it there) and what the
@@ -204,6 +215,7 @@ impl<'m> Walker<'m> {
                 conn,
                 hook: before.hook,
                 translated: translated(conn, before),
+                priority: before.priority,
             };
             let table = &self.model.tables[before.table];
             let mut next = Vec::new();
@@ -241,6 +253,9 @@ impl<'m> Walker<'m> {
             mark_port: false,
             ctmark_port: false,
             trace: Vec::new(),
+            limits: Vec::new(),
+            changed: Vec::new(),
+            untracked: false,
         }
     }
 
@@ -536,6 +551,10 @@ impl<'m> Walker<'m> {
         here: &dyn Fn() -> Decider,
     ) -> Vec<(Pkt, End)> {
         let mut done = Vec::new();
+        // A limit refuses past its bound when the rule's verdict is one that refuses.
+        let refusing = items.iter().any(
+            |i| matches!(i, Item::Act(a) if !matches!(a, Act::Accept | Act::Nat | Act::Continue)),
+        );
         let mut cur = vec![(p, Flags::default())];
         // The two lists swap at each step, so a rule allocates them once.
         let mut next = Vec::new();
@@ -606,6 +625,39 @@ impl<'m> Walker<'m> {
                     },
                     Item::Fixed(true, _) => next.push((q, f)),
                     Item::Fixed(false, _) => done.push((q, End::NoMatch)),
+                    Item::Limit(what) => {
+                        // Not met by a connection that does not flood: the rule goes on, but
+                        // the way passed a refusal that keeps first.
+                        if refusing {
+                            let by = here();
+                            if self.trace {
+                                q.trace.push(format!(
+                                    "{}: {} → {what}: passed (not flooding)",
+                                    by.place(),
+                                    by.text
+                                ));
+                            }
+                            if !q.limits.contains(&by) {
+                                q.limits.push(by);
+                            }
+                        }
+                        done.push((q, End::NoMatch));
+                    }
+                    Item::SetAdd(set) => {
+                        if !q.changed.contains(set) {
+                            q.changed.push(set.clone());
+                        }
+                        next.push((q, f));
+                    }
+                    Item::NoTrack => {
+                        // The kernel's notrack is allowed at prerouting and output only and
+                        // does nothing once conntrack (-200) has run.
+                        if matches!(at.hook, Hook::Prerouting | Hook::Output) && at.priority < -200
+                        {
+                            q.untracked = true;
+                        }
+                        next.push((q, f));
+                    }
                     Item::Mark(op) => {
                         q.mark = self.mark_op(op, q.mark, q.ctmark, at, &q, false);
                         q.mark_port =
@@ -709,7 +761,7 @@ impl<'m> Walker<'m> {
                 None => p.src,
             };
             if !src.is_empty() {
-                push(&mut out, src, fate, p.trace);
+                push_limited(&mut out, src, fate, p.trace, p.limits);
             }
         }
         out
@@ -731,10 +783,21 @@ fn translated(conn: &Conn, base: &Base) -> bool {
 /// Adds a part, merged with one of the same fate (and, when traced, the same way: `explain`
 /// names for each part the rules that decided it, never another part's).
 fn push(out: &mut Vec<Outcome>, src: Addrs, fate: Fate, trace: Vec<String>) {
-    if let Some(o) = out
-        .iter_mut()
-        .find(|o| o.fate == fate && o.sources.fam == src.fam && o.trace == trace)
-    {
+    push_limited(out, src, fate, trace, Vec::new())
+}
+
+/// Adds a part, merged with one of the same fate, the same limits met on the way and, when
+/// traced, the same way.
+fn push_limited(
+    out: &mut Vec<Outcome>,
+    src: Addrs,
+    fate: Fate,
+    trace: Vec<String>,
+    limits: Vec<Decider>,
+) {
+    if let Some(o) = out.iter_mut().find(|o| {
+        o.fate == fate && o.sources.fam == src.fam && o.limits == limits && o.trace == trace
+    }) {
         o.sources = o.sources.union(&src);
         return;
     }
@@ -742,6 +805,7 @@ fn push(out: &mut Vec<Outcome>, src: Addrs, fate: Fate, trace: Vec<String>) {
         sources: src,
         fate,
         trace,
+        limits,
     });
 }
 

@@ -36,6 +36,7 @@ pub(super) fn tcp_flags(mask: u8) -> Load {
         },
         len: 1,
         mask: Some((vec![mask], vec![0])),
+        then: Vec::new(),
     }
 }
 
@@ -58,6 +59,7 @@ pub(super) fn masked(src: Src, mask: u32) -> Load {
         src,
         len: 4,
         mask: Some((mask.to_ne_bytes().to_vec(), vec![0; 4])),
+        then: Vec::new(),
     }
 }
 
@@ -116,9 +118,35 @@ fn decode_match(name: &str, rev: u32, b: &[u8]) -> Option<Vec<Item>> {
     let mut out = Vec::new();
     match name {
         "comment" | "nfacct" => {}
-        "limit" | "hashlimit" => out.push(Item::Fixed(true, "a rate limit")),
+        // struct xt_rateinfo: no inversion, it holds for a connection not flooding.
+        "limit" => out.push(Item::Fixed(true, "a rate limit")),
+        // struct xt_hashlimit_info / _mtinfo1: name[16], then the config, whose mode
+        // (XT_HASHLIMIT_INVERT, 0x10, for --hashlimit-above) comes first; _mtinfo2/3:
+        // name[255], the config at 256 with two u64 rates ahead of the mode.
+        "hashlimit" => out.push(if u32_at(b, if rev >= 2 { 272 } else { 16 })? & 0x10 != 0 {
+            Item::Limit("a per-source rate limit (hashlimit), refused over it".into())
+        } else {
+            Item::Fixed(true, "a rate limit")
+        }),
         // struct xt_connlimit_info: a 16-byte mask, limit, flags (bit 0: --connlimit-upto).
-        "connlimit" => out.push(Item::Fixed(u32_at(b, 20)? & 1 != 0, "a connection count")),
+        "connlimit" => out.push(if u32_at(b, 20)? & 1 != 0 {
+            Item::Fixed(true, "a connection count")
+        } else {
+            Item::Limit("a per-source connection count (connlimit), refused over it".into())
+        }),
+        // struct xt_recent_mtinfo: seconds, hit_count, check_set, invert, name[200].
+        "recent" => out.push(recent(
+            *b.get(8)?,
+            u32_at(b, 4)?,
+            *b.get(9)? != 0,
+            &String::from_utf8_lossy(
+                &b.get(10..210)?
+                    .iter()
+                    .copied()
+                    .take_while(|c| *c != 0)
+                    .collect::<Vec<u8>>(),
+            ),
+        )),
         // struct xt_tcp: spts[2], dpts[2], option, flg_mask, flg_cmp, invflags.
         "tcp" | "udp" => {
             let (s0, s1, d0, d1) = (u16_at(b, 0)?, u16_at(b, 2)?, u16_at(b, 4)?, u16_at(b, 6)?);
@@ -275,6 +303,26 @@ fn decode_match(name: &str, rev: u32, b: &[u8]) -> Option<Vec<Item>> {
         _ => return None,
     }
     Some(out)
+}
+
+/// `-m recent`: `--set` always holds (it records the source); `--rcheck`/`--update` with a
+/// hit count refuse a source past it, a limit met; without one they test whether the source is
+/// on a list the kernel keeps (not in the listing), which cannot be told; so is `--remove`.
+/// `check_set` is XT_RECENT_CHECK 1, SET 2, UPDATE 4, REMOVE 8.
+pub(super) fn recent(check_set: u8, hit_count: u32, invert: bool, name: &str) -> Item {
+    if check_set & 2 != 0 {
+        return Item::Fixed(!invert, "recent --set (it records the source)");
+    }
+    if check_set & 5 != 0 && hit_count > 0 {
+        return if invert {
+            Item::Fixed(true, "recent ! --hitcount (a source not flooding)")
+        } else {
+            Item::Limit(format!(
+                "a per-source hit count (recent list {name}), refused past it"
+            ))
+        };
+    }
+    unknown(format!("whether the source is on recent list {name}"))
 }
 
 pub(super) fn fixed(f: XtFixed) -> Item {
