@@ -78,3 +78,114 @@ fn a_verify_printing_a_gibibyte_costs_bounded_memory_and_store() {
         assert!(store > 0 && store < 1 << 20, "store of {store} bytes");
     }
 }
+
+/// An apply of `file` with `extra` arguments, timed and measured, and whether the store was
+/// left as it was (none made).
+fn apply_file(node: &Node, file: &str, extra: &[&str]) -> (i32, String, i64, Duration) {
+    let mut args = vec!["apply", file, "--json"];
+    args.extend_from_slice(extra);
+    let started = Instant::now();
+    let (code, out, rss) = measured(node, &args);
+    (code, out, rss, started.elapsed())
+}
+
+/// Proves the declaration is read with a type check and a bound: `/dev/zero` (read until memory
+/// ran out before), a FIFO with no writer (hung for ever) and a 200 MB file (accepted at
+/// 1.18 GB RSS) are each refused with exit 2 naming the file and why, within a second and
+/// 50 MiB, the store not made; a link to a declaration is followed, and a limit raised by the
+/// flag lets a larger one through.
+#[test]
+fn a_declaration_that_is_not_a_regular_file_or_too_large_is_refused_at_once() {
+    let node = Node::new();
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("fifo");
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: a NUL-terminated path that lives across the call.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    let big = dir.path().join("big.json");
+    let f = std::fs::File::create(&big).unwrap();
+    f.set_len(200_000_000).unwrap();
+    let cases = [
+        (
+            "/dev/zero",
+            "is a character device, not a regular file".to_string(),
+        ),
+        (
+            fifo.to_str().unwrap(),
+            "is a FIFO, not a regular file".to_string(),
+        ),
+        (
+            big.to_str().unwrap(),
+            format!("is 200000000 bytes, over the limit of {} bytes", 16 << 20),
+        ),
+    ];
+    for (file, why) in &cases {
+        let (code, out, rss, took) = apply_file(&node, file, &[]);
+        eprintln!("apply {file}: exit {code} in {took:?}, peak RSS {rss} KiB");
+        assert_eq!(code, 2, "{out}");
+        let refused: Value = serde_json::from_str(&out).expect("the refusal is JSON");
+        let problem = refused["refused"]["problems"][0]
+            .as_str()
+            .unwrap_or_default();
+        assert!(
+            problem.starts_with(&format!("declaration {file} {why}")),
+            "{out}"
+        );
+        assert!(took < Duration::from_secs(1), "took {took:?}");
+        assert!(rss < BOUND_KIB, "peak RSS {rss} KiB");
+        assert!(
+            !node.path("/var/lib/mesh-host").exists(),
+            "the store was made by a refused apply"
+        );
+    }
+
+    // A link to a regular declaration is an operator's normal use, and is followed; the flag
+    // raises the limit.
+    let good = dir.path().join("good.json");
+    std::fs::write(&good, serde_json::to_vec(&decl(json!([]))).unwrap()).unwrap();
+    let link = dir.path().join("current.json");
+    std::os::unix::fs::symlink(&good, &link).unwrap();
+    let (code, out, _, _) = apply_file(&node, link.to_str().unwrap(), &[]);
+    assert_eq!(code, 0, "{out}");
+    let len = std::fs::metadata(&good).unwrap().len();
+    let small = (len - 1).to_string();
+    let (code, out, _, _) = apply_file(
+        &node,
+        link.to_str().unwrap(),
+        &["--max-declaration-bytes", &small],
+    );
+    assert_eq!(code, 2, "{out}");
+    assert!(
+        out.contains(&format!("is {len} bytes, over the limit of {small} bytes")),
+        "{out}"
+    );
+    let exact = len.to_string();
+    let (code, out, _, _) = apply_file(
+        &node,
+        link.to_str().unwrap(),
+        &["--max-declaration-bytes", &exact],
+    );
+    assert_eq!(code, 0, "{out}");
+
+    // Standard input is read through the same bound: endless zeroes are refused once past it.
+    let started = Instant::now();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_mesh-host"))
+        .arg("--root")
+        .arg(node.root())
+        .args(["apply", "-", "--json"])
+        .stdin(std::fs::File::open("/dev/zero").unwrap())
+        .output()
+        .unwrap();
+    let took = started.elapsed();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    eprintln!("apply - < /dev/zero: {:?} in {took:?}", out.status.code());
+    assert_eq!(out.status.code(), Some(2), "{stdout}");
+    assert!(
+        stdout.contains(&format!(
+            "declaration standard input holds more than {} bytes",
+            16 << 20
+        )),
+        "{stdout}"
+    );
+    assert!(took < Duration::from_secs(5), "took {took:?}");
+}
