@@ -189,3 +189,94 @@ fn a_declaration_that_is_not_a_regular_file_or_too_large_is_refused_at_once() {
     );
     assert!(took < Duration::from_secs(5), "took {took:?}");
 }
+
+/// The entries of a directory whose names look like the host's temporary files.
+fn temporaries(dir: &std::path::Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.contains("mesh-host") && n.ends_with(".tmp"))
+        .collect()
+}
+
+/// Proves a temporary file never takes another's name: an admin's file named as the host's
+/// temporary file used to be (`.NAME.mesh-host.tmp`, which an apply unlinked) survives applies
+/// that create and then rewrite the declared file, and no temporary file of the host's is left.
+#[test]
+fn an_admins_file_named_like_the_old_temporary_survives_an_apply() {
+    let node = Node::new();
+    node.write("/etc/.app.conf.mesh-host.tmp", "the admin's\n");
+    for content in ["one\n", "two\n"] {
+        let f = json!([{"id": "app/conf", "type": "file", "path": "/etc/app.conf", "content": content}]);
+        node.apply(&decl(f));
+        assert_eq!(node.read("/etc/app.conf").as_deref(), Some(content));
+        assert_eq!(
+            node.read("/etc/.app.conf.mesh-host.tmp").as_deref(),
+            Some("the admin's\n"),
+            "the admin's file was removed or changed"
+        );
+        assert_eq!(
+            temporaries(&node.path("/etc")),
+            vec![".app.conf.mesh-host.tmp".to_string()]
+        );
+    }
+}
+
+/// Proves a rename that fails leaves no temporary file (one was left for good before): the
+/// declared file is a mount point (a file bind-mounted over it, in a mount namespace of the
+/// test's own, so the host's mounts are untouched), so `renameat` over it fails with EBUSY; the
+/// apply fails naming the path and the directory holds nothing of the host's.
+#[test]
+fn a_rename_that_fails_leaves_no_temporary_file() {
+    let node = Node::new();
+    node.write("/etc/app.conf", "the mounted one\n");
+    let over = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(over.path(), "bound over it\n").unwrap();
+    let d = decl(
+        json!([{"id": "app/conf", "type": "file", "path": "/etc/app.conf", "content": "declared\n"}]),
+    );
+    let file = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(file.path(), serde_json::to_vec(&d).unwrap()).unwrap();
+    let script = r#"mount --bind "$1" "$2" && exec "$3" --root "$4" apply "$5" --json"#;
+    let out = std::process::Command::new("unshare")
+        .args([
+            "--mount",
+            "--propagation",
+            "private",
+            "--net",
+            "--",
+            "sh",
+            "-c",
+            script,
+            "sh",
+        ])
+        .arg(over.path())
+        .arg(node.path("/etc/app.conf"))
+        .arg(env!("CARGO_BIN_EXE_mesh-host"))
+        .arg(node.root())
+        .arg(file.path())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    eprintln!(
+        "apply over a mount point: {:?}\n{stdout}",
+        out.status.code()
+    );
+    // Refused by the rename today. (A mount crossing refused before the write, which issue 33
+    // asks for, would end it earlier; then this must be proved below `beneath` instead.)
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("renaming into /etc/app.conf: Device or resource busy"),
+        "{stdout}"
+    );
+    assert_eq!(temporaries(&node.path("/etc")), Vec::<String>::new());
+    assert_eq!(
+        node.read("/etc/app.conf").as_deref(),
+        Some("the mounted one\n")
+    );
+}
