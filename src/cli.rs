@@ -301,6 +301,15 @@ impl From<SourceArg> for Source {
 
 /// Runs one command and returns the process's exit code.
 pub fn run(cli: Cli) -> Result<ExitCode> {
+    let needs_root = !matches!(
+        cli.command,
+        Command::Version { .. } | Command::Generate { .. }
+    );
+    if needs_root {
+        if let Some(why) = missing_root(&cli.root) {
+            return refusal(cli.json(), 2, &[why], "nothing was read or changed");
+        }
+    }
     match cli.command {
         Command::Version { json } => {
             if json {
@@ -660,6 +669,21 @@ fn generate(what: GenerateCommand) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// Why `--root` cannot be worked under: a root that is not there is a typing error or a disk not
+/// mounted, never one to create (a store made there would describe no machine).
+fn missing_root(root: &std::path::Path) -> Option<String> {
+    match std::fs::metadata(root) {
+        Ok(m) if m.is_dir() => None,
+        Ok(_) => Some(format!("--root {} is not a directory", root.display())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Some(format!(
+            "--root {} does not exist; the host works under a machine's root and does not \
+             create one",
+            root.display()
+        )),
+        Err(e) => Some(format!("--root {}: {e}", root.display())),
+    }
 }
 
 fn host(root: &std::path::Path) -> Host<'_> {

@@ -280,3 +280,41 @@ fn a_rename_that_fails_leaves_no_temporary_file() {
         Some("the mounted one\n")
     );
 }
+
+/// Proves a `--root` that is not there is refused (it was created silently, with a store in it
+/// describing no machine): exit 2 naming it, and nothing made; a file as the root is refused the
+/// same way; `version` needs no root.
+#[test]
+fn a_root_that_does_not_exist_is_refused_not_created() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("mnt/sysimage");
+    let d = decl(json!([{"id": "f", "type": "file", "path": "/etc/f", "content": "x"}]));
+    let file = dir.path().join("d.json");
+    std::fs::write(&file, serde_json::to_vec(&d).unwrap()).unwrap();
+    let mesh = |root: &std::path::Path, args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_mesh-host"))
+            .arg("--root")
+            .arg(root)
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    for args in [
+        vec!["apply", file.to_str().unwrap(), "--json"],
+        vec!["reconcile", "--json"],
+        vec!["briefing", "--json"],
+    ] {
+        let out = mesh(&missing, &args);
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stdout}");
+        assert!(
+            stdout.contains(&format!("--root {} does not exist", missing.display())),
+            "{stdout}"
+        );
+        assert!(!dir.path().join("mnt").exists(), "{args:?} made the root");
+    }
+    let out = mesh(&file, &["owned", "--json"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("is not a directory"));
+    assert!(mesh(&missing, &["version"]).status.success());
+}
