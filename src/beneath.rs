@@ -457,14 +457,20 @@ impl Root {
     }
 
     /// Writes a declared file atomically: its parent made (`mkdir -p`) and opened beneath the
-    /// root, a temporary file created in that handle (never through a link), written, `prepare`d
-    /// (mode and owner set on the open file), fsynced, renamed within the same handle, and the
-    /// directory fsynced.
+    /// root, the bytes written to a temporary file in that handle (never through a link),
+    /// `prepare`d (mode and owner set on the open file), fsynced, renamed within the same handle
+    /// over the declared name, and the directory fsynced.
+    ///
+    /// The temporary file is unnamed (`O_TMPFILE`) until it is whole, then linked under a name
+    /// no one can guess (`.mesh-host.<16 hex>.tmp`) just for the rename; where the file system
+    /// has no `O_TMPFILE` it is created under such a name `O_EXCL`. Nothing of another's is ever
+    /// unlinked for it (a name taken is another name drawn), and on every error, the rename's
+    /// included (EBUSY on a mount point), it is removed.
     pub fn write_file(
         &self,
         declared: &str,
         bytes: &[u8],
-        prepare: impl FnOnce(&File) -> Result<(), std::io::Error>,
+        prepare: impl Fn(&File) -> Result<(), std::io::Error>,
     ) -> Result<(), BeneathError> {
         let parts = components(declared)?;
         let Some(name) = parts.last().copied() else {
@@ -473,36 +479,11 @@ impl Root {
             });
         };
         let dir = self.mkdir_parts(declared, &parts, parts.len() - 1)?;
-        let tmp = format!(".{name}.mesh-host.tmp");
-        match nix::unistd::unlinkat(&dir.fd, tmp.as_str(), UnlinkatFlags::NoRemoveDir) {
-            Ok(()) | Err(Errno::ENOENT) => {}
-            Err(e) => return Err(io("clearing the temporary file of", declared)(e)),
-        }
-        let create =
-            OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
-        let fd = fcntl::openat(
-            &dir.fd,
-            tmp.as_str(),
-            create,
-            Mode::from_bits_truncate(0o600),
-        )
-        .map_err(io("creating the temporary file of", declared))?;
-        let mut file = File::from(fd);
-        let wrote = file
-            .write_all(bytes)
-            .and_then(|()| prepare(&file))
-            .and_then(|()| file.sync_all());
-        if let Err(source) = wrote {
+        let tmp = staged(&dir, declared, bytes, &prepare, true)?;
+        if let Err(e) = fcntl::renameat(&dir.fd, tmp.as_str(), &dir.fd, name) {
             let _ = nix::unistd::unlinkat(&dir.fd, tmp.as_str(), UnlinkatFlags::NoRemoveDir);
-            return Err(BeneathError::Io {
-                doing: "writing",
-                declared: declared.to_string(),
-                source,
-            });
+            return Err(io("renaming into", declared)(e));
         }
-        drop(file);
-        fcntl::renameat(&dir.fd, tmp.as_str(), &dir.fd, name)
-            .map_err(io("renaming into", declared))?;
         dir.sync().map_err(io("syncing the directory of", declared))
     }
 
@@ -530,6 +511,121 @@ impl Root {
             Err(e) => Err(io("removing", declared)(e)),
         }
     }
+}
+
+/// A name for a temporary file that no one can guess beforehand: `.mesh-host.<16 hex>.tmp`, from
+/// the standard library's random hash keys (seeded from the kernel) and a counter. It is the same
+/// length whatever the declared name, so it fits wherever that does.
+fn temp_name() -> String {
+    use std::hash::{BuildHasher, Hasher};
+    use std::sync::atomic::AtomicU64;
+    static DRAWN: AtomicU64 = AtomicU64::new(0);
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(DRAWN.fetch_add(1, Ordering::Relaxed));
+    h.write_u32(std::process::id());
+    format!(".mesh-host.{:016x}.tmp", h.finish())
+}
+
+/// How many names are drawn before a directory full of them is given up on.
+const DRAWS: usize = 16;
+
+/// Writes `bytes` to a new temporary file in `dir` and returns the name it is linked under, for
+/// the rename: unnamed (`O_TMPFILE`) while it is written, else created under a drawn name
+/// `O_EXCL` (always, without `unnamed`: the fallback's test). On an error nothing is left: an
+/// unnamed file goes with its handle, a named one is unlinked.
+fn staged(
+    dir: &Dir,
+    declared: &str,
+    bytes: &[u8],
+    prepare: &impl Fn(&File) -> Result<(), std::io::Error>,
+    unnamed: bool,
+) -> Result<String, BeneathError> {
+    let fill = |mut file: &File| {
+        file.write_all(bytes)
+            .and_then(|()| prepare(file))
+            .and_then(|()| file.sync_all())
+            .map_err(|source| BeneathError::Io {
+                doing: "writing",
+                declared: declared.to_string(),
+                source,
+            })
+    };
+    let flags = OFlag::O_TMPFILE | OFlag::O_WRONLY | OFlag::O_CLOEXEC;
+    let opened = if unnamed {
+        fcntl::openat(&dir.fd, ".", flags, Mode::from_bits_truncate(0o600))
+    } else {
+        Err(Errno::EOPNOTSUPP)
+    };
+    match opened {
+        Ok(fd) => {
+            let file = File::from(fd);
+            fill(&file)?;
+            if let Some(tmp) = link_unnamed(dir, &file, declared)? {
+                return Ok(tmp);
+            }
+            // Not linkable here (no CAP_DAC_READ_SEARCH and no /proc): written again by name.
+        }
+        // A file system without O_TMPFILE.
+        Err(Errno::EOPNOTSUPP | Errno::EISDIR | Errno::EINVAL) => {}
+        Err(e) => return Err(io("creating the temporary file of", declared)(e)),
+    }
+    let create =
+        OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+    for _ in 0..DRAWS {
+        let tmp = temp_name();
+        let fd = match fcntl::openat(
+            &dir.fd,
+            tmp.as_str(),
+            create,
+            Mode::from_bits_truncate(0o600),
+        ) {
+            Ok(fd) => fd,
+            Err(Errno::EEXIST) => continue,
+            Err(e) => return Err(io("creating the temporary file of", declared)(e)),
+        };
+        let file = File::from(fd);
+        if let Err(e) = fill(&file) {
+            let _ = nix::unistd::unlinkat(&dir.fd, tmp.as_str(), UnlinkatFlags::NoRemoveDir);
+            return Err(e);
+        }
+        return Ok(tmp);
+    }
+    Err(io("creating the temporary file of", declared)(
+        Errno::EEXIST,
+    ))
+}
+
+/// Links a whole unnamed file into `dir` under a drawn name: by its handle (`AT_EMPTY_PATH`,
+/// which needs `CAP_DAC_READ_SEARCH`), else through `/proc/self/fd`. `None` when neither may.
+fn link_unnamed(dir: &Dir, file: &File, declared: &str) -> Result<Option<String>, BeneathError> {
+    use std::os::fd::AsRawFd;
+    let by_proc = format!("/proc/self/fd/{}", file.as_raw_fd());
+    for _ in 0..DRAWS {
+        let tmp = temp_name();
+        let linked = match nix::unistd::linkat(
+            file,
+            "",
+            &dir.fd,
+            tmp.as_str(),
+            nix::fcntl::AtFlags::AT_EMPTY_PATH,
+        ) {
+            Err(Errno::EPERM | Errno::ENOENT) => nix::unistd::linkat(
+                nix::fcntl::AT_FDCWD,
+                by_proc.as_str(),
+                &dir.fd,
+                tmp.as_str(),
+                nix::fcntl::AtFlags::AT_SYMLINK_FOLLOW,
+            ),
+            other => other,
+        };
+        match linked {
+            Ok(()) => return Ok(Some(tmp)),
+            Err(Errno::EEXIST) => continue,
+            Err(Errno::EPERM | Errno::ENOENT) => return Ok(None),
+            Err(e) => return Err(io("linking the temporary file of", declared)(e)),
+        }
+    }
+    Err(io("linking the temporary file of", declared)(Errno::EEXIST))
 }
 
 /// Copies a found file by streaming into `out`, returning its digest; at most one chunk is held.

@@ -11,6 +11,7 @@ pub use answer::{error_json, refusal};
 use anyhow::{Context, Result};
 
 mod answer;
+mod input;
 use clap::{Parser, Subcommand, ValueEnum};
 use run::SystemRunner;
 use std::path::PathBuf;
@@ -57,6 +58,9 @@ pub enum Command {
         /// Show what the apply would do and change nothing (exit 4 when changes are pending).
         #[arg(long)]
         preview: bool,
+        /// Refuse (exit 2) a declaration larger than this many bytes.
+        #[arg(long, value_name = "BYTES", default_value_t = input::MAX_DECLARATION_BYTES)]
+        max_declaration_bytes: u64,
         #[arg(long)]
         json: bool,
     },
@@ -297,6 +301,15 @@ impl From<SourceArg> for Source {
 
 /// Runs one command and returns the process's exit code.
 pub fn run(cli: Cli) -> Result<ExitCode> {
+    let needs_root = !matches!(
+        cli.command,
+        Command::Version { .. } | Command::Generate { .. }
+    );
+    if needs_root {
+        if let Some(why) = missing_root(&cli.root) {
+            return refusal(cli.json(), 2, &[why], "nothing was read or changed");
+        }
+    }
     match cli.command {
         Command::Version { json } => {
             if json {
@@ -319,17 +332,19 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             file,
             source,
             preview,
+            max_declaration_bytes,
             json,
         } => {
-            let (name, bytes) = if file.as_os_str() == "-" {
-                let mut bytes = Vec::new();
-                std::io::Read::read_to_end(&mut std::io::stdin(), &mut bytes)
-                    .context("reading the declaration from standard input")?;
-                ("standard input".to_string(), bytes)
-            } else {
-                let bytes = std::fs::read(&file)
-                    .with_context(|| format!("reading declaration {}", file.display()))?;
-                (file.display().to_string(), bytes)
+            let (name, bytes) = match input::declaration(&file, max_declaration_bytes)? {
+                input::Got::Bytes { name, bytes } => (name, bytes),
+                input::Got::Refused(why) => {
+                    return refusal(
+                        json,
+                        2,
+                        &[why],
+                        "the declaration was refused; nothing was changed",
+                    )
+                }
             };
             // A declaration is JSON, which is UTF-8: anything else is refused input, not a
             // failure of the host.
@@ -654,6 +669,21 @@ fn generate(what: GenerateCommand) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// Why `--root` cannot be worked under: a root that is not there is a typing error or a disk not
+/// mounted, never one to create (a store made there would describe no machine).
+fn missing_root(root: &std::path::Path) -> Option<String> {
+    match std::fs::metadata(root) {
+        Ok(m) if m.is_dir() => None,
+        Ok(_) => Some(format!("--root {} is not a directory", root.display())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Some(format!(
+            "--root {} does not exist; the host works under a machine's root and does not \
+             create one",
+            root.display()
+        )),
+        Err(e) => Some(format!("--root {}: {e}", root.display())),
+    }
 }
 
 fn host(root: &std::path::Path) -> Host<'_> {

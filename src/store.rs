@@ -405,8 +405,15 @@ impl Store {
             let _ = write_synced(&tmp, &bytes[..bytes.len() / 2]);
             failpoint::kill();
         }
-        write_synced(&tmp, &bytes).map_err(io(&tmp))?;
-        fs::rename(&tmp, &path).map_err(io(&path))?;
+        // A temporary snapshot that failed (a full disk) is removed, not left half written.
+        if let Err(e) = write_synced(&tmp, &bytes) {
+            let _ = fs::remove_file(&tmp);
+            return Err(io(&tmp)(e));
+        }
+        if let Err(e) = fs::rename(&tmp, &path) {
+            let _ = fs::remove_file(&tmp);
+            return Err(io(&path)(e));
+        }
         sync_dir(&self.dir).map_err(io(&self.dir))?;
         self.snapshot = Some(Snapshot {
             digest: digest(&bytes),

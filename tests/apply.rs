@@ -571,6 +571,14 @@ fn a_symlink_planted_at_the_temporary_name_is_never_written_through() {
         "the declared path is a regular file, not the planted link"
     );
     assert_eq!(node.read("/etc/app.conf").as_deref(), Some("declared\n"));
+    // The temporary name is drawn afresh and never taken from another: the planted link is
+    // neither followed nor removed.
+    assert!(
+        std::fs::symlink_metadata(node.path("/etc/.app.conf.mesh-host.tmp"))
+            .unwrap()
+            .file_type()
+            .is_symlink()
+    );
 }
 
 #[test]

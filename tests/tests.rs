@@ -4,6 +4,7 @@
 mod apply;
 mod bed;
 mod beneath;
+mod bounds;
 mod containers;
 mod corpus;
 mod crash;

@@ -168,3 +168,56 @@ fn walk(root: &Path, dir: &Path, out: &mut BTreeMap<String, String>) {
         }
     }
 }
+
+/// The peak resident memory of a child run of the binary, in KiB: the `VmHWM` of its own address
+/// space, read from /proc every 5 ms until it exits. (`wait4`'s `ru_maxrss` would not do: it
+/// keeps the high-water mark of the address space the child had before its exec, a copy of this
+/// test process, which is large while other tests run beside it.) VmHWM only grows, so a reading
+/// misses at most what the host grew in its last 5 ms.
+pub fn measured(node: &Node, args: &[&str]) -> (i32, String, i64) {
+    use std::io::Read;
+    // `unshare` execs the binary in the same process, so the pid read is the host's.
+    let mut child = std::process::Command::new("unshare")
+        .args(["--net", "--"])
+        .arg(env!("CARGO_BIN_EXE_mesh-host"))
+        .arg("--root")
+        .arg(node.root())
+        .args(args)
+        .env_remove("MESH_HOST_FAILPOINT")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let status_file = format!("/proc/{}/status", child.id());
+    let exe = std::fs::canonicalize(env!("CARGO_BIN_EXE_mesh-host")).unwrap();
+    let proc_exe = format!("/proc/{}/exe", child.id());
+    let sampler = std::thread::spawn(move || {
+        let mut peak = 0i64;
+        loop {
+            // Only once `unshare` has become the host: before its exec the figures are unshare's.
+            let host = std::fs::read_link(&proc_exe).is_ok_and(|e| e == exe);
+            let status = std::fs::read_to_string(&status_file).unwrap_or_default();
+            let hwm = status
+                .lines()
+                .find_map(|l| l.strip_prefix("VmHWM:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<i64>().ok());
+            match hwm {
+                Some(kib) if host => peak = peak.max(kib),
+                Some(_) => {}
+                // Exited: a zombie has no address space (and is not reaped before this returns).
+                None => return peak,
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+    });
+    let mut out = String::new();
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut out)
+        .unwrap();
+    let peak = sampler.join().unwrap();
+    let status = child.wait().unwrap();
+    (status.code().expect("ended by a signal"), out, peak)
+}

@@ -1,17 +1,22 @@
 //! The workspace's one way of starting a child process: an argv array (never a shell line), a
 //! working directory, environment added, optional input, and one deadline over writing the
-//! input, reading the output and waiting, the child's process group killed at it. The core, the
-//! firewall engine and the lab's bounded runs all start their children here.
+//! input, reading the output and waiting, the child's process group killed at it; what is kept
+//! of its output bounded however much it prints. The core, the firewall engine and the lab's
+//! bounded runs all start their children here.
 
+mod capture;
 mod deadlines;
 mod progress;
 mod runner;
 mod spawn;
 
+pub use capture::{Keep, PastLimit, EXCERPT_BYTES, WHOLE_LIMIT};
 pub use deadlines::{Deadlines, Kind};
 pub use progress::{set_progress_hook, Hook, Progress, REPORT_AFTER, REPORT_EVERY};
-pub use runner::{describe, on_path, Call, Deadlined, RecordingRunner, Runner, SystemRunner};
-pub use spawn::{command, command_line, seconds, Output, PastDeadline};
+pub use runner::{
+    describe, excerpt, on_path, Call, Deadlined, RecordingRunner, Runner, SystemRunner,
+};
+pub use spawn::{command, command_keeping, command_line, seconds, Output, PastDeadline};
 
 #[cfg(test)]
 mod tests;

@@ -1,6 +1,7 @@
 //! The runner seam: one call described as a value, the trait the workspace's code starts children
 //! through, the real runner, the runner carrying a node's deadlines, and a recording fake.
 
+use crate::capture::Keep;
 use crate::deadlines::Deadlines;
 use crate::spawn::{self, command_line, Output};
 use std::cell::RefCell;
@@ -11,7 +12,8 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 /// One child to run: its argv (never a shell line), where, with what added to the environment,
-/// what to feed its stdin, and its deadline (`None`: the runner's for the call's kind).
+/// what to feed its stdin, its deadline (`None`: the runner's for the call's kind), and what is
+/// kept of its stdout (whole up to a limit unless it says an excerpt will do).
 #[derive(Debug, Clone, Copy)]
 pub struct Call<'a> {
     pub argv: &'a [String],
@@ -19,6 +21,7 @@ pub struct Call<'a> {
     pub env: &'a [(&'a str, &'a str)],
     pub stdin: Option<&'a [u8]>,
     pub deadline: Option<Duration>,
+    pub stdout: Keep,
 }
 
 impl<'a> Call<'a> {
@@ -30,6 +33,7 @@ impl<'a> Call<'a> {
             env: &[],
             stdin: None,
             deadline: None,
+            stdout: Keep::WHOLE,
         }
     }
 
@@ -43,6 +47,15 @@ impl<'a> Call<'a> {
 
     pub fn stdin(self, stdin: Option<&'a [u8]>) -> Self {
         Call { stdin, ..self }
+    }
+
+    /// Keeps only an excerpt of stdout ([`Keep::EXCERPT`]): for a command whose output is shown,
+    /// never parsed, such as an action's.
+    pub fn excerpt(self) -> Self {
+        Call {
+            stdout: Keep::EXCERPT,
+            ..self
+        }
     }
 
     pub fn within(self, deadline: Duration) -> Self {
@@ -96,7 +109,7 @@ impl Runner for SystemRunner {
         let deadline = call
             .deadline
             .unwrap_or_else(|| Deadlines::default().for_argv(call.argv));
-        spawn::command(&mut cmd, call.stdin, deadline)
+        spawn::command_keeping(&mut cmd, call.stdin, deadline, call.stdout)
     }
 }
 
@@ -156,27 +169,48 @@ impl Runner for RecordingRunner {
     }
 }
 
+/// How many of the last lines of a child's stderr a message keeps, and how many characters of
+/// each.
+const EXCERPT_LINES: usize = 3;
+const EXCERPT_LINE_CHARS: usize = 200;
+
 /// Describes a finished child for an error message: the command as it would be typed, its status
-/// and the tail of its stderr.
+/// and an [`excerpt`] of its stderr.
 pub fn describe(argv: &[String], out: &Output) -> String {
     let command = command_line(argv);
     let status = out.status_text();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    let stderr = stderr.trim();
-    if stderr.is_empty() {
+    let tail = excerpt(&out.stderr);
+    if tail.is_empty() {
         format!("{command} {status}")
     } else {
-        let tail: String = stderr
-            .lines()
-            .rev()
-            .take(3)
-            .collect::<Vec<_>>()
-            .into_iter()
-            .rev()
-            .collect::<Vec<_>>()
-            .join(" / ");
         format!("{command} {status}: {tail}")
     }
+}
+
+/// The last [`EXCERPT_LINES`] non-empty lines of a child's output joined by " / ", each cut to
+/// [`EXCERPT_LINE_CHARS`] characters (a cut line ends in "…"), control characters left out: what of a child's words goes into
+/// a report, the log and the store, bounded however long its lines.
+pub fn excerpt(bytes: &[u8]) -> String {
+    let text = String::from_utf8_lossy(bytes);
+    // A terminal's controls and NULs say nothing in a report, and would go into the store.
+    let text: String = text
+        .chars()
+        .map(|c| if c == '\t' { ' ' } else { c })
+        .filter(|c| *c == '\n' || !c.is_control())
+        .collect();
+    let mut lines: Vec<String> = text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .rev()
+        .take(EXCERPT_LINES)
+        .map(|l| match l.char_indices().nth(EXCERPT_LINE_CHARS) {
+            Some((cut, _)) => format!("{}…", &l[..cut]),
+            None => l.to_string(),
+        })
+        .collect();
+    lines.reverse();
+    lines.join(" / ")
 }
 
 /// Whether `program` names a file in a directory of PATH (or, holding a slash, is a file).

@@ -2,6 +2,7 @@
 //! written and its output read on one thread with `poll(2)`, all of it within one deadline, at
 //! which the whole group is killed.
 
+use crate::capture::{Capture, Keep, PastLimit};
 use std::ffi::OsStr;
 use std::fmt;
 use std::io::{self, Read, Write};
@@ -76,7 +77,9 @@ impl fmt::Display for PastDeadline {
 impl std::error::Error for PastDeadline {}
 
 /// Runs a prepared command to completion within `deadline`, with `stdin` fed to it when given
-/// (else its stdin is left as the command has it). Its stdout and stderr are captured.
+/// (else its stdin is left as the command has it). Its stdout is captured whole up to
+/// [`crate::WHOLE_LIMIT`] (past it the call fails with [`PastLimit`]), its stderr as an excerpt
+/// (see [`command_keeping`]).
 ///
 /// The child runs in a process group of its own. The deadline covers everything: writing its
 /// input, reading its output and waiting for it. Past it the whole group is killed and the call
@@ -85,6 +88,20 @@ impl std::error::Error for PastDeadline {}
 /// killed with the group, and one that left the group holds nothing of this call (no thread
 /// reads for it). A child that could not be started gives the error `spawn` gave.
 pub fn command(cmd: &mut Command, stdin: Option<&[u8]>, deadline: Duration) -> io::Result<Output> {
+    command_keeping(cmd, stdin, deadline, Keep::WHOLE)
+}
+
+/// [`command`], keeping of stdout what `stdout` says. Stderr is always kept as
+/// [`Keep::EXCERPT`]: its first and last 64 KiB, with the count of the bytes dropped between.
+/// Every stream is read to its end whatever is kept, so memory stays bounded however much the
+/// child prints; a [`Keep::Whole`] past its limit fails the call with [`PastLimit`] once the
+/// child ended (it is not killed for it: what it was doing is let finish).
+pub fn command_keeping(
+    cmd: &mut Command,
+    stdin: Option<&[u8]>,
+    deadline: Duration,
+    stdout: Keep,
+) -> io::Result<Output> {
     let argv: Vec<String> = std::iter::once(cmd.get_program())
         .chain(cmd.get_args())
         .map(|a: &OsStr| a.to_string_lossy().into_owned())
@@ -98,10 +115,10 @@ pub fn command(cmd: &mut Command, stdin: Option<&[u8]>, deadline: Duration) -> i
     let started = Instant::now();
     let mut child = cmd.spawn()?;
     let mut told = Told::new(&argv, started);
-    let result = supervise(&mut child, stdin, started, deadline, &mut told);
+    let result = supervise(&mut child, stdin, started, deadline, stdout, &mut told);
     told.ended();
-    if let Ok(Ok(out)) = result {
-        return Ok(out);
+    if let Ok(Ok(ended)) = result {
+        return ended.output(&argv);
     }
     // The child is not reaped yet, so its pid, the group's id, still names this group.
     let exited = exited_unreaped(child.id() as i32);
@@ -120,11 +137,43 @@ pub fn command(cmd: &mut Command, stdin: Option<&[u8]>, deadline: Duration) -> i
                 argv,
                 deadline,
                 exited,
-                stderr,
+                stderr: stderr.finish().unwrap_or_default(),
             },
         )),
         Err(e) => Err(e),
         Ok(Ok(_)) => unreachable!("returned above"),
+    }
+}
+
+/// A child that exited, with what was kept of its output.
+struct Ended {
+    status: std::process::ExitStatus,
+    stdout: Capture,
+    stderr: Capture,
+}
+
+impl Ended {
+    fn output(self, argv: &[String]) -> io::Result<Output> {
+        use std::os::unix::process::ExitStatusExt;
+        let mut out = Output {
+            code: self.status.code(),
+            signal: self.status.signal(),
+            stdout: Vec::new(),
+            stderr: self.stderr.finish().unwrap_or_default(),
+        };
+        let limit = self.stdout.limit();
+        match self.stdout.finish() {
+            Ok(kept) => out.stdout = kept,
+            Err(printed) => {
+                return Err(io::Error::other(PastLimit {
+                    argv: argv.to_vec(),
+                    limit,
+                    printed,
+                    status: out.status_text(),
+                }))
+            }
+        }
+        Ok(out)
     }
 }
 
@@ -136,8 +185,9 @@ fn supervise(
     stdin: Option<&[u8]>,
     started: Instant,
     deadline: Duration,
+    keep: Keep,
     told: &mut Told<'_>,
-) -> io::Result<Result<Output, Vec<u8>>> {
+) -> io::Result<Result<Ended, Capture>> {
     let mut input = match (stdin, child.stdin.take()) {
         (Some(bytes), Some(pipe)) => {
             set_nonblocking(&pipe)?;
@@ -147,16 +197,14 @@ fn supervise(
     };
     let mut out = child.stdout.take();
     let mut err = child.stderr.take();
-    let (mut stdout, mut stderr) = (Vec::new(), Vec::new());
+    let (mut stdout, mut stderr) = (Capture::new(keep), Capture::new(Keep::EXCERPT));
     let mut buf = vec![0u8; 64 * 1024];
     let mut pause = Duration::from_millis(1);
     loop {
         if out.is_none() && err.is_none() {
             if let Some(status) = child.try_wait()? {
-                use std::os::unix::process::ExitStatusExt;
-                return Ok(Ok(Output {
-                    code: status.code(),
-                    signal: status.signal(),
+                return Ok(Ok(Ended {
+                    status,
                     stdout,
                     stderr,
                 }));
@@ -235,12 +283,13 @@ fn supervise(
     }
 }
 
-/// Reads what one pipe has; false once it is closed (end of file or an error).
-fn drain(pipe: &mut impl Read, buf: &mut [u8], into: &mut Vec<u8>) -> bool {
+/// Reads what one pipe has into what is kept of it; false once it is closed (end of file or an
+/// error).
+fn drain(pipe: &mut impl Read, buf: &mut [u8], into: &mut Capture) -> bool {
     match pipe.read(buf) {
         Ok(0) => false,
         Ok(n) => {
-            into.extend_from_slice(&buf[..n]);
+            into.push(&buf[..n]);
             true
         }
         Err(e) => matches!(

@@ -134,7 +134,68 @@ fn input_is_fed_and_output_read_in_full() {
         .unwrap();
     assert!(out.success(), "{}", out.status_text());
     assert_eq!(out.stdout, input);
-    assert_eq!(out.stderr.len(), 2_000_000);
+    // Stderr is kept as an excerpt: its two ends and the count of the bytes between.
+    let elided = 2_000_000 - 2 * EXCERPT_BYTES;
+    let marker = format!("\n… {elided} bytes elided …\n");
+    assert_eq!(out.stderr.len(), 2 * EXCERPT_BYTES + marker.len());
+    assert_eq!(
+        &out.stderr[EXCERPT_BYTES..EXCERPT_BYTES + marker.len()],
+        marker.as_bytes()
+    );
+}
+
+/// Proves a child's output is read to its end but kept bounded: 256 MiB on each stream, kept as
+/// 64 KiB at each end with the count of what was dropped, the last line of stderr reaching the
+/// description cut to 200 characters, and a stdout read whole refused past its limit with the
+/// count printed, once the child ended by itself.
+#[test]
+fn output_past_the_bound_is_drained_and_kept_as_its_ends() {
+    const MIB: usize = 1 << 20;
+    let script = "head -c 268435456 /dev/zero; head -c 268435456 /dev/zero >&2; \
+                  printf 'started\nthe end of it %0300d\n' 0 >&2; exit 5";
+    let out = SystemRunner
+        .call(
+            &Call::new(&sh(script))
+                .excerpt()
+                .within(Duration::from_secs(120)),
+        )
+        .unwrap();
+    assert_eq!(out.code, Some(5));
+    let elided = 256 * MIB - 2 * EXCERPT_BYTES;
+    assert_eq!(
+        out.stdout.len(),
+        2 * EXCERPT_BYTES + format!("\n… {elided} bytes elided …\n").len()
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    // Stderr's tail ends with the two printf lines (323 bytes), so 323 more bytes were dropped.
+    let said = format!("… {} bytes elided …", 256 * MIB + 323 - 2 * EXCERPT_BYTES);
+    assert!(stderr.contains(&said), "no {said:?} in stderr");
+    assert!(stderr.ends_with(&format!("started\nthe end of it {:0300}\n", 0)));
+    let d = describe(&sh("x"), &out);
+    let last = format!(
+        "the end of it {}…",
+        "0".repeat(200 - "the end of it ".len())
+    );
+    assert!(d.ends_with(&format!("elided … / started / {last}")), "{d}");
+    assert!(d.len() < 1024, "{} bytes of description", d.len());
+
+    let e = SystemRunner
+        .call(
+            &Call::new(&sh("head -c 100000000 /dev/zero; exit 0")).within(Duration::from_secs(60)),
+        )
+        .unwrap_err();
+    let past = e
+        .get_ref()
+        .and_then(|e| e.downcast_ref::<PastLimit>())
+        .expect("a past-limit error");
+    assert_eq!((past.printed, past.limit), (100_000_000, WHOLE_LIMIT));
+    assert_eq!(
+        e.to_string(),
+        format!(
+            "sh -c \"head -c 100000000 /dev/zero; exit 0\" printed 100000000 bytes on stdout, \
+             more than the {WHOLE_LIMIT} bytes read from it, and exited with status 0"
+        )
+    );
 }
 
 #[test]

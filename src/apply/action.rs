@@ -11,9 +11,11 @@ use run::describe;
 pub(super) fn apply(cx: &mut Cx<'_>, spec: &ActionSpec) -> Result<Done, ResourceError> {
     let root = cx.root.display().to_string();
     let env = [("MESH_HOST_ROOT", root.as_str())];
+    // An action's output is only shown, never parsed: an excerpt of it is kept, so a command
+    // that prints gigabytes costs the host no more memory than one that prints a line.
     let run = |cx: &Cx<'_>, argv: &[String]| {
         cx.runner
-            .run(argv, cx.root, &env)
+            .call(&run::Call::new(argv).cwd(cx.root).env(&env).excerpt())
             .map_err(|e| match e.kind() {
                 // The message names the command and its deadline already.
                 std::io::ErrorKind::TimedOut => ResourceError::Child(e.to_string()),

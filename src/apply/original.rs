@@ -48,12 +48,24 @@ impl Cx<'_> {
             let digest = if path.exists() {
                 found.digest().map_err(save)?
             } else {
+                // In the store's own directory, under a name only the host gives; one left by a
+                // host that died while copying is replaced, and one that failed is removed (a
+                // full disk would otherwise keep the partial copy of a large original).
                 let tmp = dir.join(format!(".{tag}.tmp"));
-                let mut out = store::create_synced(&tmp, &[]).map_err(save)?;
-                let digest = crate::beneath::copy_digest(found, Some(&mut out)).map_err(save)?;
-                out.sync_all().map_err(save)?;
-                drop(out);
-                std::fs::rename(&tmp, &path).map_err(save)?;
+                let copied = store::create_synced(&tmp, &[]).and_then(|mut out| {
+                    let digest = crate::beneath::copy_digest(found, Some(&mut out))?;
+                    out.sync_all()?;
+                    drop(out);
+                    std::fs::rename(&tmp, &path)?;
+                    Ok(digest)
+                });
+                let digest = match copied {
+                    Ok(d) => d,
+                    Err(e) => {
+                        let _ = std::fs::remove_file(&tmp);
+                        return Err(save(e));
+                    }
+                };
                 store::sync_dir(&dir).map_err(save)?;
                 digest
             };

@@ -96,3 +96,44 @@ fn writes_read_back_and_compare_by_length_then_bytes() {
     assert_eq!(r.remove_dir("/a/b").unwrap(), Removed::NotEmpty);
     assert!(r.read_file("/nope/x").unwrap().is_none());
 }
+
+/// The names in a directory.
+fn names(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    v.sort();
+    v
+}
+
+/// Proves both ways of staging a write, unnamed (`O_TMPFILE`) and by a drawn name `O_EXCL` (the
+/// fallback), link the file under a name of the host's own that is new each time, and leave
+/// nothing when writing fails (`prepare` refusing, as a chown to a missing owner does).
+#[test]
+fn a_staged_write_takes_a_new_name_and_leaves_nothing_when_it_fails() {
+    let (d, r) = root();
+    std::fs::create_dir(d.path().join("etc")).unwrap();
+    std::fs::write(d.path().join("etc/.f.mesh-host.tmp"), "an admin's").unwrap();
+    let dir = r.mkdir_parts("/etc/f", &["etc", "f"], 1).unwrap();
+    for unnamed in [true, false] {
+        let a = staged(&dir, "/etc/f", b"one", &|_: &File| Ok(()), unnamed).unwrap();
+        let b = staged(&dir, "/etc/f", b"two", &|_: &File| Ok(()), unnamed).unwrap();
+        assert_ne!(a, b);
+        for (n, content) in [(&a, "one"), (&b, "two")] {
+            assert!(
+                n.starts_with(".mesh-host.") && n.ends_with(".tmp") && n.len() == 31,
+                "{n}"
+            );
+            assert_eq!(
+                std::fs::read_to_string(d.path().join("etc").join(n)).unwrap(),
+                content
+            );
+            std::fs::remove_file(d.path().join("etc").join(n)).unwrap();
+        }
+        let refused = |_: &File| Err(std::io::Error::other("no such owner"));
+        let e = staged(&dir, "/etc/f", b"three", &refused, unnamed).unwrap_err();
+        assert_eq!(e.to_string(), "writing /etc/f: no such owner");
+        assert_eq!(names(&d.path().join("etc")), vec![".f.mesh-host.tmp"]);
+    }
+}

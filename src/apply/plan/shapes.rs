@@ -139,7 +139,8 @@ pub(super) fn plan_directory(r: &Reading<'_>, spec: &DirectorySpec) -> (Outcome,
 pub(super) fn plan_action(r: &Reading<'_>, spec: &ActionSpec) -> (Outcome, String) {
     let root = r.root.display().to_string();
     let env = [("MESH_HOST_ROOT", root.as_str())];
-    match r.runner.run(&spec.verify, r.root, &env) {
+    let call = run::Call::new(&spec.verify).cwd(r.root).env(&env).excerpt();
+    match r.runner.call(&call) {
         Ok(out) if out.success() => (Outcome::Unchanged, "verify passes; nothing to run".into()),
         Ok(_) => (
             Outcome::Changed,

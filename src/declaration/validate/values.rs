@@ -72,9 +72,9 @@ pub fn check_interface(s: &str) -> Result<(), Invalid> {
 pub const PATH_MAX: usize = 4096;
 /// The kernel's longest path component (`NAME_MAX`).
 pub const NAME_MAX: usize = 255;
-/// The longest last component of a declared file: the host writes it through a temporary
-/// `.NAME.mesh-host.tmp` beside it (15 bytes more) and keeps a found one's original as
-/// `TAG-NAME` (17 bytes more), and both must fit in [`NAME_MAX`].
+/// The longest last component of a declared file: the host keeps a found one's original as
+/// `TAG-NAME` (17 bytes more), which must fit in [`NAME_MAX`]. (Its temporary file's name,
+/// `.mesh-host.<16 hex>.tmp`, is 31 bytes whatever the declared name.)
 pub const FILE_NAME_MAX: usize = NAME_MAX - 17;
 
 /// A declared file's path: a machine path ([`check_path`]) whose name leaves room for the names
