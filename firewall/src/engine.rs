@@ -538,7 +538,8 @@ impl<'a> Firewall<'a> {
             });
         }
         // Every write checked against the whole ruleset before it is sent.
-        check::settle(&mut plan, &model, &ifaces, &targets, openings);
+        let forwards = crate::eval::check::forwarding(&self.proc);
+        check::settle(&mut plan, &model, &ifaces, &targets, openings, forwards);
         plan.ruleset = ruleset;
         Ok(plan)
     }

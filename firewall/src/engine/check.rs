@@ -152,7 +152,8 @@ fn candidates(
     o: &Opening,
     site: Site,
 ) -> Vec<(String, Option<usize>, bool)> {
-    let can_local = o.path == Path::Incoming && site.family != Family::Netdev;
+    // `fib` is there in every family, netdev's ingress included.
+    let can_local = o.path == Path::Incoming;
     let mut out = Vec::new();
     if can_local {
         out.push((chain.to_string(), before, true));
@@ -298,6 +299,7 @@ pub(super) fn settle(
     ifaces: &[Iface],
     targets: &BTreeMap<String, Vec<Target>>,
     openings: &[Opening],
+    forwards: [bool; 2],
 ) {
     let edits: Vec<Edit> = plan
         .tables
@@ -346,7 +348,7 @@ pub(super) fn settle(
     let spare = check::unnamed_port(&named);
     ports.insert((6, spare));
     ports.insert((17, spare));
-    let before = Before::of(model, check::classes(ifaces, &ports, &dnat));
+    let before = Before::of(model, check::classes(ifaces, &ports, &dnat, forwards));
     let planned: Vec<&Opening> = adds
         .iter()
         .filter_map(|a| add_of(plan, *a).map(|(_, _, _, o, _)| o))

@@ -65,11 +65,29 @@ fn is_link_local(a: IpAddr) -> bool {
     }
 }
 
+/// Whether the kernel forwards each family (`net.ipv4.ip_forward`,
+/// `net.ipv6.conf.all.forwarding` under `proc`): where it does not, nothing is routed on, and
+/// the routed classes are not asked about.
+pub fn forwarding(proc: &std::path::Path) -> [bool; 2] {
+    let on = |p: &str| std::fs::read_to_string(proc.join(p)).map_or(true, |v| v.trim() != "0");
+    [
+        on("sys/net/ipv4/ip_forward"),
+        on("sys/net/ipv6/conf/all/forwarding"),
+    ]
+}
+
 /// Every class of new connection to ask about for the (protocol, port) pairs `ports`, plus the
-/// forwarded connections `dnat` that the runtime's DNAT makes (each opening's own forwarded ways).
-pub fn classes(ifaces: &[Iface], ports: &BTreeSet<(u8, u16)>, dnat: &[Conn]) -> Vec<Conn> {
+/// forwarded connections `dnat` that the runtime's DNAT makes (each opening's own forwarded ways);
+/// routed classes only for the families the kernel forwards (`forwards`: v4, v6).
+pub fn classes(
+    ifaces: &[Iface],
+    ports: &BTreeSet<(u8, u16)>,
+    dnat: &[Conn],
+    forwards: [bool; 2],
+) -> Vec<Conn> {
     let mut out: Vec<Conn> = Vec::new();
     for fam in [Fam::V4, Fam::V6] {
+        let routes = forwards[usize::from(fam == Fam::V6)];
         for &(proto, port) in ports {
             for iif in ifaces {
                 let daddr = iif
@@ -90,7 +108,7 @@ pub fn classes(ifaces: &[Iface], ports: &BTreeSet<(u8, u16)>, dnat: &[Conn]) -> 
                     daddr,
                     routed: false,
                 });
-                if loopback(iif) {
+                if loopback(iif) || !routes {
                     continue;
                 }
                 for oif in ifaces.iter().filter(|o| o.name != iif.name && !loopback(o)) {
@@ -397,7 +415,7 @@ mod tests {
         let o = opening(9000);
         let mut ports = BTreeSet::from([(6, 9000)]);
         ports.insert((6, unnamed_port(&ports)));
-        let b = Before::of(&m, classes(&ifaces(), &ports, &[]));
+        let b = Before::of(&m, classes(&ifaces(), &ports, &[], [true, true]));
         let after = m.edited(&[insert(chain, before, spec, &m)]);
         diff(&b, &after, &Only(&o))
     }
