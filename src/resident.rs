@@ -335,7 +335,13 @@ pub fn run(host: &Host<'_>, opts: &Options) -> Result<ExitCode> {
                     // port must be unguarded for as short a time as the kernel allows.
                     // Only while the store is as the memo found it: otherwise an apply of
                     // another process is under way or done, and it tells this host itself.
-                    let current = foreign && memo_stamp.is_some() && stamp(host.root) == memo_stamp;
+                    // Nor while another process holds the store: its act changes the firewall
+                    // before it records what it did (the store records after a thing worked),
+                    // so its changes are not foreign ones to undo.
+                    let current = foreign
+                        && memo_stamp.is_some()
+                        && stamp(host.root) == memo_stamp
+                        && !store::held_elsewhere(host.root);
                     if foreign && !current {
                         tracing::debug!(
                             "the store changed since the last reconcile; nothing put back at once"
@@ -395,7 +401,14 @@ pub fn run(host: &Host<'_>, opts: &Options) -> Result<ExitCode> {
             if legacy_due {
                 next_legacy = now + opts.legacy_period;
             }
-            if first.is_some() || retry_due || crate::node_firewall::legacy_in_force() {
+            // The memo is the last reconcile's: while the store says something newer, or another
+            // act holds it, putting the memo back would undo that act; its declaration is
+            // reconciled instead, once the store is let go of.
+            let stale = stamp(host.root) != memo_stamp || store::held_elsewhere(host.root);
+            if stale && memo.is_some() {
+                tracing::debug!(by = %who, "the store changed since the last reconcile; a reconcile is due instead of a re-check");
+                reconciles.ask(Trigger::RulesetChanged, Instant::now());
+            } else if first.is_some() || retry_due || crate::node_firewall::legacy_in_force() {
                 match recheck(host, memo.as_ref(), first, &who) {
                     Checked::Done => {
                         // The ruleset held still for a whole listing: a reconcile that failed
@@ -422,6 +435,7 @@ pub fn run(host: &Host<'_>, opts: &Options) -> Result<ExitCode> {
                         }
                     }
                 }
+                // What the re-check recorded is this host's own.
                 memo_stamp = stamp(host.root);
             }
             continue;

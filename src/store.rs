@@ -325,6 +325,16 @@ pub fn store_dir(root: &Path) -> PathBuf {
     root.join("var/lib/mesh-host")
 }
 
+/// Whether another process holds the store under `root` open now (an apply, a converge, an
+/// adopt under way): its lock cannot be taken without waiting. Asked without waiting, and let
+/// go of at once; a store that has no lock file yet is held by no one.
+pub fn held_elsewhere(root: &Path) -> bool {
+    let Ok(f) = File::open(store_dir(root).join("lock")) else {
+        return false;
+    };
+    Flock::lock(f, FlockArg::LockExclusiveNonblock).is_err()
+}
+
 impl Store {
     /// Opens the store under `root`, creating its directory, and waits for the exclusive lock.
     /// A journal left by a host that died is replayed and folded into the snapshot at once.

@@ -464,11 +464,13 @@ fn converge_and_adopt_with_the_resident_host_running_leave_the_right_firewall() 
         std::thread::sleep(Duration::from_millis(300));
         assert!(
             filter_present(node),
-            "round {round}: no filter after converge"
+            "round {round}: no filter after converge:\n{}",
+            resident.log()
         );
         assert!(
             !guard_present(node),
-            "round {round}: the guard came back after converge"
+            "round {round}: the guard came back after converge:\n{}",
+            resident.log()
         );
         let out = host.run(&["adopt"]);
         assert!(
@@ -485,7 +487,8 @@ fn converge_and_adopt_with_the_resident_host_running_leave_the_right_firewall() 
         std::thread::sleep(Duration::from_millis(300));
         assert!(
             !filter_present(node),
-            "round {round}: the filter stayed after adopt"
+            "round {round}: the filter stayed after adopt:\n{}",
+            resident.log()
         );
         assert!(guard_present(node), "round {round}: no guard after adopt");
         expect(
