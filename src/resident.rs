@@ -18,6 +18,7 @@ use crate::store;
 use crate::wakeup::Wakeup;
 use pace::{Failing, Reconciles, Trigger};
 
+mod bridges;
 mod pace;
 
 use anyhow::{Context, Result};
@@ -149,6 +150,9 @@ pub fn run(host: &Host<'_>, opts: &Options) -> Result<ExitCode> {
     // firewalld's Reloaded signal, heard on a thread of its own and passed to this loop through
     // an eventfd: a reload drops firewalld's runtime configuration, the openings with it.
     let reloads = firewalld_reloads();
+    // The container runtime's bridges followed live: a network created after an apply is
+    // covered by the guard within milliseconds (`resident/bridges.rs`).
+    let follow = bridges::Follow::start();
     // The node's firewall the guard is put back through the moment another program's change is
     // heard: its nf_tables socket kept for the host's whole life, so that costs no socket setup.
     // Only the guard's table and the derived filter go through it, which name no node.
@@ -181,6 +185,23 @@ pub fn run(host: &Host<'_>, opts: &Options) -> Result<ExitCode> {
         if let Some((seq, asked)) = reconciles.start(Instant::now()) {
             let why = asked.trigger.as_str();
             let started = Instant::now();
+            // Without the engine's events the bridges are asked again for every reconcile (one
+            // request on its socket), and the remembered guard is made to cover them first.
+            if !follow.live() {
+                let current = memo_stamp.is_some() && stamp(host.root) == memo_stamp;
+                if let Some(m) = memo.as_mut() {
+                    let _ = bridges::cover(
+                        &mut put_back_fw,
+                        host.runner,
+                        &mut m.guard,
+                        m.filter.as_ref(),
+                        current,
+                        started,
+                    );
+                } else {
+                    crate::system::bridges::forget();
+                }
+            }
             tracing::info!(
                 seq,
                 reason = why,
@@ -308,6 +329,26 @@ pub fn run(host: &Host<'_>, opts: &Options) -> Result<ExitCode> {
             reconciles.ask(Trigger::NewDeclaration, Instant::now());
         } else if heard.rouse {
             reconciles.ask(Trigger::Rouse, Instant::now());
+        }
+        if follow.heard() {
+            let heard = Instant::now();
+            let current = memo_stamp.is_some() && stamp(host.root) == memo_stamp;
+            match memo.as_mut() {
+                Some(m) => {
+                    let covered = bridges::cover(
+                        &mut put_back_fw,
+                        host.runner,
+                        &mut m.guard,
+                        m.filter.as_ref(),
+                        current,
+                        heard,
+                    );
+                    if matches!(covered, bridges::Covered::Reconcile) {
+                        reconciles.ask(Trigger::Bridges, heard);
+                    }
+                }
+                None => crate::system::bridges::forget(),
+            }
         }
         if reconciles.due_at().is_some_and(|at| at <= Instant::now()) {
             continue;
@@ -460,6 +501,7 @@ pub fn run(host: &Host<'_>, opts: &Options) -> Result<ExitCode> {
         if let Some(w) = &reloads {
             fds.push(w.as_fd());
         }
+        fds.extend(follow.fds());
         wait(&fds, until.saturating_duration_since(Instant::now()));
     }
 }
