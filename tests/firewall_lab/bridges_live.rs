@@ -306,12 +306,11 @@ fn a_network_created_after_an_apply_is_guarded_within_100_ms() {
          (bound {BOUND:?}): {after_return:?}\n{}",
         resident.log()
     );
+    let log = resident.log();
     assert!(
-        resident
-            .log()
-            .contains("the container runtime's bridges changed; the guard covers them"),
-        "{}",
-        resident.log()
+        log.contains("hearing the container engine's network events")
+            && log.contains("the container runtime's bridges changed; the guard covers them"),
+        "the engine's events heard, and the guard written for them:\n{log}"
     );
 
     // The probe: a container on a network made after the apply, publishing the store's port, is
