@@ -107,7 +107,7 @@ fn watch(ring: &Wakeup, live: &AtomicBool) {
                     tracing::debug!(socket = %socket.display(), "hearing the container engine's network events");
                     live.store(true, Ordering::Relaxed);
                     ring.ring();
-                    while stream.next().is_ok() {
+                    while stream.wait().is_ok() {
                         ring.ring();
                     }
                     live.store(false, Ordering::Relaxed);

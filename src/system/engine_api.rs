@@ -81,7 +81,7 @@ fn networks_path(kind: RuntimeKind) -> &'static str {
 
 /// The engine's network events as they happen (`GET /events` filtered to networks: Docker's
 /// create, connect, disconnect and destroy, Podman's likewise), one blocking connection: each
-/// [`NetworkEvents::next`] returns once the engine has said something more.
+/// [`NetworkEvents::wait`] returns once the engine has said something more.
 pub struct NetworkEvents {
     stream: UnixStream,
     socket: PathBuf,
@@ -133,7 +133,7 @@ impl NetworkEvents {
 
     /// Blocks until the engine sends more of the stream (one or more events); an error when
     /// the engine closed it or the connection failed.
-    pub fn next(&mut self) -> Result<(), ApiError> {
+    pub fn wait(&mut self) -> Result<(), ApiError> {
         let mut buf = [0u8; 4096];
         match self.stream.read(&mut buf) {
             Ok(0) => Err(ApiError::Io {
