@@ -194,7 +194,7 @@ pub fn run(host: &Host<'_>, opts: &Options) -> Result<ExitCode> {
                         &mut put_back_fw,
                         host.runner,
                         &mut m.guard,
-                        m.filter.as_ref(),
+                        &mut m.filter,
                         current,
                         started,
                     );
@@ -339,7 +339,7 @@ pub fn run(host: &Host<'_>, opts: &Options) -> Result<ExitCode> {
                         &mut put_back_fw,
                         host.runner,
                         &mut m.guard,
-                        m.filter.as_ref(),
+                        &mut m.filter,
                         current,
                         heard,
                     );

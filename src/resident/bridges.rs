@@ -2,7 +2,7 @@
 //! events (a thread holding `GET /events` open on the engine's socket) and the kernel's link
 //! announcements (a bridge added or removed, over rtnetlink) wake the loop, which asks the engine
 //! for its networks again and, when the runtime's bridges changed, puts the guard for them in
-//! force at once. A network created after an apply has its containers' guarded ports refused
+//! force at once (and on a flipped node the derived filter, which forwards from them). A network created after an apply has its containers' guarded ports refused
 //! from outside within milliseconds, not at the next apply.
 //!
 //! Both sources, because neither suffices alone: Docker makes a network's bridge before it lists
@@ -125,21 +125,23 @@ fn watch(ring: &Wakeup, live: &AtomicBool) {
 
 /// What the bridges read now asked of the loop.
 pub(super) enum Covered {
-    /// Nothing changed, or the guard was put in force for the new bridges.
+    /// Nothing changed, or the guard and the derived filter were put in force for the new
+    /// bridges.
     Done,
-    /// A whole reconcile is due: the derived filter forwards from the bridges too, or the store
-    /// changed since the memo was made (another apply is under way and the memo is stale).
+    /// A whole reconcile is due: the store changed since the memo was made (another apply is
+    /// under way and the memo is stale), or writing failed.
     Reconcile,
 }
 
 /// Asks the engine for its bridges again and, when they are not the ones `guard` and `filter`
-/// were made with, writes the guard with the new ones through `fw` (when `current`: the store
-/// is as the memo found it) and returns it. `heard` is when the change was heard, for the log.
+/// (a flipped node's derived filter, which forwards from them) were made with, writes each with
+/// the new ones through `fw` (only when `current`: the store is as the memo found it) and keeps
+/// it. `heard` is when the change was heard, for the log.
 pub(super) fn cover(
     fw: &mut dyn NodeFirewall,
     runner: &dyn run::Runner,
     guard: &mut Option<firewall::GuardSpec>,
-    filter: Option<&FilterSpec>,
+    filter: &mut Option<FilterSpec>,
     current: bool,
     heard: Instant,
 ) -> Covered {
@@ -147,36 +149,49 @@ pub(super) fn cover(
     let interfaces = genesis::inventory::interfaces().unwrap_or_default();
     let now = system::runtime_bridges(runner, &interfaces);
     let differs = |had: &[String]| sorted(had) != sorted(&now);
-    let filter_differs = filter.is_some_and(|f| differs(&f.bridges));
-    let Some(spec) = guard.as_ref().filter(|g| differs(&g.runtimes)) else {
-        return if filter_differs {
-            Covered::Reconcile
-        } else {
-            Covered::Done
-        };
-    };
+    let new_guard = guard
+        .as_ref()
+        .filter(|g| differs(&g.runtimes))
+        .map(|g| node_firewall::with_bridges(g, &now));
+    let new_filter = filter
+        .as_ref()
+        .filter(|f| differs(&f.bridges))
+        .map(|f| FilterSpec {
+            bridges: now.clone(),
+            ..f.clone()
+        });
+    if new_guard.is_none() && new_filter.is_none() {
+        return Covered::Done;
+    }
     if !current {
         return Covered::Reconcile;
     }
-    let new = node_firewall::with_bridges(spec, &now);
-    match node_firewall::guard::write(fw, &new) {
-        Ok(_) => tracing::info!(
-            was = ?spec.runtimes,
-            now = ?new.runtimes,
-            micros_since_heard = heard.elapsed().as_micros() as u64,
-            "the container runtime's bridges changed; the guard covers them"
-        ),
-        Err(e) => {
+    if let Some(new) = new_guard {
+        if let Err(e) = node_firewall::guard::write(fw, &new) {
             tracing::error!(error = %e, "putting the guard in force for the runtime's new bridges");
             return Covered::Reconcile;
         }
+        tracing::info!(
+            was = ?guard.as_ref().map(|g| &g.runtimes),
+            now = ?new.runtimes,
+            micros_since_heard = heard.elapsed().as_micros() as u64,
+            "the container runtime's bridges changed; the guard covers them"
+        );
+        *guard = Some(new);
     }
-    *guard = Some(new);
-    if filter_differs {
-        Covered::Reconcile
-    } else {
-        Covered::Done
+    if let Some(new) = new_filter {
+        if let Err(e) = fw.ensure_filter(&new) {
+            tracing::error!(error = %e, "loading the derived filter for the runtime's new bridges");
+            return Covered::Reconcile;
+        }
+        tracing::info!(
+            now = ?new.bridges,
+            micros_since_heard = heard.elapsed().as_micros() as u64,
+            "the container runtime's bridges changed; the derived filter forwards from them"
+        );
+        *filter = Some(new);
     }
+    Covered::Done
 }
 
 fn sorted(names: &[String]) -> Vec<&String> {

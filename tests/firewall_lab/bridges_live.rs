@@ -361,3 +361,108 @@ fn a_network_created_after_an_apply_is_guarded_within_100_ms() {
         std::thread::sleep(Duration::from_millis(5));
     }
 }
+
+/// The derived filter's rules that forward what leaves a bridge (comments `…leaving/BRIDGE`).
+fn filter_bridges(sock: &mut NfSocket) -> Vec<String> {
+    let rules = sock
+        .rules_of(firewall::Family::Inet, "mesh_host", Some("forward"))
+        .unwrap_or_default();
+    rules
+        .iter()
+        .filter_map(|r| r.comment.as_deref())
+        .filter_map(|c| c.split_once("leaving/").map(|(_, b)| b.to_string()))
+        .collect()
+}
+
+/// Whether a container on `network` reaches the outside machine's web server through the node.
+fn reaches_out(docker: &lab::Docker, network: &str) -> bool {
+    // busybox's wget faults in the lab's image; nc asks the same server by hand.
+    let ask = format!("printf 'GET / HTTP/1.0\\r\\n\\r\\n' | nc -w 2 {OUTSIDE_PUBLIC_V4} {SERVED}");
+    let args = [
+        "run",
+        "--rm",
+        "--network",
+        network,
+        lab::BUSYBOX_IMAGE,
+        "sh",
+        "-c",
+        &ask,
+    ];
+    let out = docker.command(&args).output().expect("docker run");
+    let answered = String::from_utf8_lossy(&out.stdout).starts_with("HTTP/");
+    if !answered {
+        eprintln!(
+            "from {network}: {} {}{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    answered
+}
+
+#[test]
+fn on_a_converged_node_a_network_created_after_the_flip_is_forwarded_from_at_once() {
+    let lab = new_lab();
+    let net = adoption(&lab);
+    let node = &net.node;
+    let docker = node
+        .start_docker(&lab.dir().join("docker"))
+        .expect("a Docker engine in the node's namespace (docker.io, busybox-static)");
+    let _web = net
+        .outside
+        .listen_tcp(SERVED)
+        .expect("a web server outside");
+    let env = format!("DOCKER_HOST={}", docker.docker_host());
+    let host = Host::wrapped(node, vec!["env".into(), env]);
+    let mut api = opening("api/port", OPENED, "incoming");
+    api["module"] = json!("api");
+    host.apply(&declaration(&[api]));
+    let out = host.run(&["converge", "--json"]);
+    assert!(out.success(), "the flip: {}\n{}", out.stdout, out.stderr);
+    assert!(
+        reaches_out(&docker, "bridge"),
+        "docker0, known at the flip, forwards: {}",
+        run_ok(node, &["nft", "list", "ruleset"])
+    );
+
+    // A network made after the flip, with no resident host: the filter does not forward from it.
+    let (bridge_a, _, _) = create_network(&docker, "lab-a", 1);
+    assert!(
+        !reaches_out(&docker, "lab-a"),
+        "{bridge_a}, unknown to the filter, is not forwarded from"
+    );
+    let resident = Resident::start(&host, &[]);
+    let in_filter = || {
+        node.in_namespace(|| filter_bridges(&mut NfSocket::open().unwrap()))
+            .unwrap()
+    };
+    assert!(in_filter().contains(&bridge_a), "{:?}", in_filter());
+
+    // While it runs: a new network is forwarded from within the bound, and its container reaches
+    // out.
+    let (bridge_b, _, created) = create_network(&docker, "lab-b", 2);
+    let until = created + Duration::from_secs(5);
+    while !in_filter().contains(&bridge_b) {
+        assert!(
+            Instant::now() < until,
+            "{bridge_b} never in the derived filter:\n{}",
+            resident.log()
+        );
+        std::thread::sleep(Duration::from_micros(500));
+    }
+    let took = created.elapsed();
+    eprintln!("the derived filter forwards from {bridge_b} {took:?} after the command returned");
+    assert!(took <= BOUND, "{took:?}:\n{}", resident.log());
+    assert!(
+        reaches_out(&docker, "lab-b"),
+        "a container on {bridge_b} reaches out"
+    );
+    assert!(
+        resident
+            .log()
+            .contains("the derived filter forwards from them"),
+        "{}",
+        resident.log()
+    );
+}
