@@ -188,19 +188,8 @@ pub fn run(host: &Host<'_>, opts: &Options) -> Result<ExitCode> {
             // Without the engine's events the bridges are asked again for every reconcile (one
             // request on its socket), and the remembered guard is made to cover them first.
             if !follow.live() {
-                let current = memo_stamp.is_some() && stamp(host.root) == memo_stamp;
-                if let Some(m) = memo.as_mut() {
-                    let _ = bridges::cover(
-                        &mut put_back_fw,
-                        host.runner,
-                        &mut m.guard,
-                        &mut m.filter,
-                        current,
-                        started,
-                    );
-                } else {
-                    crate::system::bridges::forget();
-                }
+                // A stale memo is this reconcile's to replace: nothing more to ask.
+                let _ = cover_memo(host, &mut memo, &memo_stamp, &mut put_back_fw, started);
             }
             tracing::info!(
                 seq,
@@ -332,22 +321,9 @@ pub fn run(host: &Host<'_>, opts: &Options) -> Result<ExitCode> {
         }
         if follow.heard() {
             let heard = Instant::now();
-            let current = memo_stamp.is_some() && stamp(host.root) == memo_stamp;
-            match memo.as_mut() {
-                Some(m) => {
-                    let covered = bridges::cover(
-                        &mut put_back_fw,
-                        host.runner,
-                        &mut m.guard,
-                        &mut m.filter,
-                        current,
-                        heard,
-                    );
-                    if matches!(covered, bridges::Covered::Reconcile) {
-                        reconciles.ask(Trigger::Bridges, heard);
-                    }
-                }
-                None => crate::system::bridges::forget(),
+            let covered = cover_memo(host, &mut memo, &memo_stamp, &mut put_back_fw, heard);
+            if matches!(covered, bridges::Covered::Reconcile) {
+                reconciles.ask(Trigger::Bridges, heard);
             }
         }
         if reconciles.due_at().is_some_and(|at| at <= Instant::now()) {
@@ -504,6 +480,24 @@ pub fn run(host: &Host<'_>, opts: &Options) -> Result<ExitCode> {
         fds.extend(follow.fds());
         wait(&fds, until.saturating_duration_since(Instant::now()));
     }
+}
+
+/// The runtime's bridges asked for again, and the memo's guard and derived filter made to cover
+/// them (written through `fw`, only while the store is as the memo found it). With no memo yet,
+/// the next reconcile asks the engine itself.
+fn cover_memo(
+    host: &Host<'_>,
+    memo: &mut Option<FirewallMemo>,
+    memo_stamp: &Option<Stamp>,
+    fw: &mut crate::node_firewall::Kernel,
+    heard: Instant,
+) -> bridges::Covered {
+    let Some(m) = memo.as_mut() else {
+        crate::system::bridges::forget();
+        return bridges::Covered::Done;
+    };
+    let current = memo_stamp.is_some() && stamp(host.root) == *memo_stamp;
+    bridges::cover(fw, host.runner, &mut m.guard, &mut m.filter, current, heard)
 }
 
 /// Whether an nf_tables event is another program's change (or lost events, which may be).
