@@ -466,3 +466,217 @@ fn on_a_converged_node_a_network_created_after_the_flip_is_forwarded_from_at_onc
         resident.log()
     );
 }
+
+/// A Podman service in `node` (runc and cgroupfs, storage and networks under `dir`, as
+/// tests/containers.rs starts one), with the lab's busybox image; its `CONTAINER_HOST`.
+fn start_podman(node: &Machine, dir: &Path) -> (lab::Process, String) {
+    assert!(
+        mesh_host::system::on_path("podman") && mesh_host::system::on_path("runc"),
+        "podman and runc must be installed (lab/test installs them)"
+    );
+    std::fs::create_dir_all(dir).unwrap();
+    let d = dir.display();
+    let conf = dir.join("containers.conf");
+    std::fs::write(
+        &conf,
+        format!(
+            "[containers]\ndefault_ulimits = [\"nofile=1024:1024\", \"nproc=1024:1024\"]\n\
+             [engine]\nruntime = \"runc\"\ncgroup_manager = \"cgroupfs\"\ntmp_dir = \"{d}/tmp\"\n\
+             [network]\nnetwork_config_dir = \"{d}/networks\"\n"
+        ),
+    )
+    .unwrap();
+    let storage = dir.join("storage.conf");
+    std::fs::write(
+        &storage,
+        format!(
+            "[storage]\ndriver = \"overlay\"\ngraphroot = \"{d}/root\"\nrunroot = \"{d}/run\"\n"
+        ),
+    )
+    .unwrap();
+    let endpoint = format!("unix://{d}/sock");
+    let service = node
+        .spawn(&[
+            "env".to_string(),
+            format!("CONTAINERS_CONF={}", conf.display()),
+            format!("CONTAINERS_STORAGE_CONF={}", storage.display()),
+            "podman".into(),
+            "system".into(),
+            "service".into(),
+            "--time=0".into(),
+            endpoint.clone(),
+        ])
+        .expect("podman system service");
+    let until = Instant::now() + Duration::from_secs(60);
+    while !podman(&endpoint, &["version"]).status.success() {
+        assert!(
+            Instant::now() < until,
+            "podman system service did not answer"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let image = dir.join("image");
+    for sub in ["bin", "www"] {
+        std::fs::create_dir_all(image.join(sub)).unwrap();
+    }
+    std::fs::copy("/bin/busybox", image.join("bin/busybox")).expect("busybox-static");
+    for applet in ["sh", "httpd"] {
+        std::os::unix::fs::symlink("busybox", image.join("bin").join(applet)).unwrap();
+    }
+    std::fs::write(image.join("www/index.html"), "lab container\n").unwrap();
+    let tar = dir.join("image.tar");
+    let tarred = std::process::Command::new("tar")
+        .arg("-C")
+        .arg(&image)
+        .arg("-cf")
+        .arg(&tar)
+        .arg(".")
+        .status()
+        .unwrap();
+    assert!(tarred.success());
+    let imported = podman(
+        &endpoint,
+        &["import", tar.to_str().unwrap(), lab::BUSYBOX_IMAGE],
+    );
+    assert!(imported.status.success(), "{imported:?}");
+    (service, endpoint)
+}
+
+fn podman(endpoint: &str, args: &[&str]) -> std::process::Output {
+    std::process::Command::new("podman")
+        .env("CONTAINER_HOST", endpoint)
+        .args(args)
+        .output()
+        .expect("running podman")
+}
+
+fn podman_ok(endpoint: &str, args: &[&str]) -> String {
+    let out = podman(endpoint, args);
+    assert!(
+        out.status.success(),
+        "podman {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// Podman makes a network's bridge with its first container and says nothing of the network's
+/// creation: the kernel's announcement of the bridge is what the resident host hears.
+#[test]
+fn a_podman_networks_bridge_is_guarded_as_its_first_container_starts() {
+    let lab = new_lab();
+    let net = adoption(&lab);
+    let node = &net.node;
+    let (_service, endpoint) = start_podman(node, &lab.dir().join("podman"));
+    let host = Host::wrapped(
+        node,
+        vec![
+            "env".into(),
+            format!("CONTAINER_HOST={endpoint}"),
+            "DOCKER_HOST=".into(),
+        ],
+    );
+    host.apply(&declaration(&[]));
+    let publish = format!("{STORE}:{STORE}");
+    let port = STORE.to_string();
+    let serve = |name: &str, network: &str| {
+        let args = [
+            "run",
+            "-d",
+            "--name",
+            name,
+            "--network",
+            network,
+            "-p",
+            &publish,
+            lab::BUSYBOX_IMAGE,
+            "/bin/httpd",
+            "-f",
+            "-p",
+            &port,
+            "-h",
+            "/www",
+        ];
+        podman_ok(&endpoint, &args)
+    };
+    let routed = |third: u8, name: &str, network: &str| -> IpAddr {
+        let dest = IpAddr::V4(Ipv4Addr::new(172, 30, third, 0));
+        net.outside
+            .add_route(dest, 24, NODE_PUBLIC_V4.into())
+            .unwrap();
+        net.peer
+            .add_route(dest, 24, NODE_PRIVATE_V4.into())
+            .unwrap();
+        let format = format!("{{{{(index .NetworkSettings.Networks \"{network}\").IPAddress}}}}");
+        podman_ok(&endpoint, &["inspect", "-f", &format, name])
+            .parse()
+            .expect("the container's address")
+    };
+    let subnet = |third: u8| format!("172.30.{third}.0/24");
+
+    // The hole without the resident host: a network the apply did not know, its store reached
+    // from outside straight at the container's address.
+    podman_ok(
+        &endpoint,
+        &["network", "create", "--subnet", &subnet(8), "lab-q"],
+    );
+    serve("store-q", "lab-q");
+    let q = routed(8, "store-q", "lab-q");
+    expect(
+        &net.outside,
+        &[q],
+        STORE,
+        Probe::Reached,
+        "a Podman network the last apply did not know, without the resident host",
+    );
+    podman_ok(&endpoint, &["rm", "--force", "--time", "0", "store-q"]);
+
+    let resident = Resident::start(&host, &[]);
+    podman_ok(
+        &endpoint,
+        &["network", "create", "--subnet", &subnet(7), "lab-p"],
+    );
+    let inspect = [
+        "network",
+        "inspect",
+        "--format",
+        "{{.NetworkInterface}}",
+        "lab-p",
+    ];
+    let bridge = podman_ok(&endpoint, &inspect);
+    let before = node
+        .in_namespace(|| guarded_bridges(&mut NfSocket::open().unwrap()))
+        .unwrap();
+    assert!(
+        !before.contains(&bridge),
+        "no bridge before its first container: {before:?}"
+    );
+    let watch = first_new_bridge(node, before, Duration::from_secs(10));
+    serve("store-p", "lab-p");
+    let started = Instant::now();
+    let (seen, at, _) = watch
+        .join()
+        .unwrap()
+        .unwrap_or_else(|| panic!("{bridge} never covered:\n{}", resident.log()));
+    assert_eq!(seen, bridge);
+    let after = at.saturating_duration_since(started);
+    eprintln!("podman run -> the guard covers {bridge} {after:?} after the command returned");
+    assert!(after <= BOUND, "{after:?}:\n{}", resident.log());
+
+    let addr = routed(7, "store-p", "lab-p");
+    expect(
+        &net.peer,
+        &[addr],
+        STORE,
+        Probe::Reached,
+        "the store's stand-in over the private network",
+    );
+    expect(
+        &net.outside,
+        &[addr],
+        STORE,
+        Probe::TimedOut,
+        "the store's port on a Podman network made after the apply, from outside",
+    );
+    let _ = podman(&endpoint, &["rm", "--all", "--force", "--time", "0"]);
+}
