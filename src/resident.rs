@@ -18,6 +18,7 @@ use crate::store;
 use crate::wakeup::Wakeup;
 use pace::{Failing, Reconciles, Trigger};
 
+mod bridges;
 mod pace;
 
 use anyhow::{Context, Result};
@@ -149,6 +150,9 @@ pub fn run(host: &Host<'_>, opts: &Options) -> Result<ExitCode> {
     // firewalld's Reloaded signal, heard on a thread of its own and passed to this loop through
     // an eventfd: a reload drops firewalld's runtime configuration, the openings with it.
     let reloads = firewalld_reloads();
+    // The container runtime's bridges followed live: a network created after an apply is
+    // covered by the guard within milliseconds (`resident/bridges.rs`).
+    let follow = bridges::Follow::start();
     // The node's firewall the guard is put back through the moment another program's change is
     // heard: its nf_tables socket kept for the host's whole life, so that costs no socket setup.
     // Only the guard's table and the derived filter go through it, which name no node.
@@ -181,6 +185,12 @@ pub fn run(host: &Host<'_>, opts: &Options) -> Result<ExitCode> {
         if let Some((seq, asked)) = reconciles.start(Instant::now()) {
             let why = asked.trigger.as_str();
             let started = Instant::now();
+            // Without the engine's events the bridges are asked again for every reconcile (one
+            // request on its socket), and the remembered guard is made to cover them first.
+            if !follow.live() {
+                // A stale memo is this reconcile's to replace: nothing more to ask.
+                let _ = cover_memo(host, &mut memo, &memo_stamp, &mut put_back_fw, started);
+            }
             tracing::info!(
                 seq,
                 reason = why,
@@ -308,6 +318,13 @@ pub fn run(host: &Host<'_>, opts: &Options) -> Result<ExitCode> {
             reconciles.ask(Trigger::NewDeclaration, Instant::now());
         } else if heard.rouse {
             reconciles.ask(Trigger::Rouse, Instant::now());
+        }
+        if follow.heard() {
+            let heard = Instant::now();
+            let covered = cover_memo(host, &mut memo, &memo_stamp, &mut put_back_fw, heard);
+            if matches!(covered, bridges::Covered::Reconcile) {
+                reconciles.ask(Trigger::Bridges, heard);
+            }
         }
         if reconciles.due_at().is_some_and(|at| at <= Instant::now()) {
             continue;
@@ -474,8 +491,27 @@ pub fn run(host: &Host<'_>, opts: &Options) -> Result<ExitCode> {
         if let Some(w) = &reloads {
             fds.push(w.as_fd());
         }
+        fds.extend(follow.fds());
         wait(&fds, until.saturating_duration_since(Instant::now()));
     }
+}
+
+/// The runtime's bridges asked for again, and the memo's guard and derived filter made to cover
+/// them (written through `fw`, only while the store is as the memo found it). With no memo yet,
+/// the next reconcile asks the engine itself.
+fn cover_memo(
+    host: &Host<'_>,
+    memo: &mut Option<FirewallMemo>,
+    memo_stamp: &Option<Stamp>,
+    fw: &mut crate::node_firewall::Kernel,
+    heard: Instant,
+) -> bridges::Covered {
+    let Some(m) = memo.as_mut() else {
+        crate::system::bridges::forget();
+        return bridges::Covered::Done;
+    };
+    let current = memo_stamp.is_some() && stamp(host.root) == *memo_stamp;
+    bridges::cover(fw, host.runner, &mut m.guard, &mut m.filter, current, heard)
 }
 
 /// Whether an nf_tables event is another program's change (or lost events, which may be).

@@ -542,3 +542,41 @@ fn profile_names_the_runtime_the_host_is_pointed_at_and_its_version() {
         assert_eq!(rt["version"], server.as_str(), "{p:#}");
     }
 }
+
+#[test]
+fn both_engines_name_their_bridges_over_their_sockets_as_their_clis_do() {
+    use mesh_host::system::{engine_api, RuntimeKind};
+    for (e, kind) in [
+        (docker(), RuntimeKind::Docker),
+        (podman(), RuntimeKind::Podman),
+    ] {
+        let net = "mh-api-net";
+        let _ = e.command(&["network", "rm", net]).output();
+        e.cli(&["network", "create", net]);
+        let socket = std::path::PathBuf::from(e.endpoint.trim_start_matches("unix://"));
+        let listed =
+            engine_api::bridges(kind, &socket).unwrap_or_else(|err| panic!("{}: {err}", e.program));
+        // What each CLI says the network's bridge is called.
+        let format = match kind {
+            RuntimeKind::Docker => "{{.Id}}",
+            RuntimeKind::Podman => "{{.NetworkInterface}}",
+        };
+        let said = e.cli(&["network", "inspect", "--format", format, net]);
+        let bridge = match kind {
+            RuntimeKind::Docker => format!("br-{}", &said[..12]),
+            RuntimeKind::Podman => said,
+        };
+        let default = match kind {
+            RuntimeKind::Docker => "docker0",
+            RuntimeKind::Podman => "podman0",
+        };
+        assert!(
+            listed.contains(&bridge) && listed.contains(&default.to_string()),
+            "{}: the API listed {listed:?}, the CLI names {bridge} and {default}",
+            e.program
+        );
+        e.cli(&["network", "rm", net]);
+        let listed = engine_api::bridges(kind, &socket).unwrap();
+        assert!(!listed.contains(&bridge), "{}: {listed:?}", e.program);
+    }
+}

@@ -139,6 +139,18 @@ fn guard_for(
     spec
 }
 
+/// `spec` letting through and refusing behind the runtime's bridges `bridges` in place of those
+/// it had: what the resident host puts in force when the engine's networks change.
+pub fn with_bridges(spec: &GuardSpec, bridges: &[String]) -> GuardSpec {
+    let mut out = spec.clone();
+    out.allowed.retain(|a| !spec.runtimes.contains(a));
+    out.runtimes.clear();
+    for b in bridges {
+        out.add_runtime_bridge(b);
+    }
+    out
+}
+
 /// The guard's layers when both hold, as the briefing and `firewall status` name them.
 pub const LAYERS_BOTH: &str =
     "guard: table inet mesh_host + netfilter BPF (pinned): holds through any ruleset change";
@@ -302,6 +314,22 @@ pub fn check_private(
 #[cfg(test)]
 mod tests {
     use crate::declaration::{ContainerSpec, Proto, PublishedPort, Resource, Settings};
+
+    #[test]
+    fn new_bridges_take_the_old_ones_place_and_nothing_else_changes() {
+        let mut spec = super::guard_spec(&settings(), &[]);
+        spec.add_runtime_bridge("docker0");
+        spec.add_runtime_bridge("br-old");
+        let new = super::with_bridges(&spec, &["docker0".into(), "br-0123456789ab".into()]);
+        assert_eq!(new.allowed, ["lo", "wg0", "docker0", "br-0123456789ab"]);
+        assert_eq!(new.runtimes, ["docker0", "br-0123456789ab"]);
+        assert_eq!(new.ports, spec.ports);
+        let none = super::with_bridges(&spec, &[]);
+        assert_eq!(
+            (none.allowed, none.runtimes.len()),
+            (vec!["lo".to_string(), "wg0".into()], 0)
+        );
+    }
 
     fn settings() -> Settings {
         serde_json::from_value(serde_json::json!({

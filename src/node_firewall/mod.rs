@@ -28,7 +28,7 @@ pub mod spec;
 mod tests;
 
 pub use before::before_resources;
-pub use guard::{guard_spec, Guarded, LAYERS_BOTH, LAYERS_TABLE_ALONE};
+pub use guard::{guard_spec, with_bridges, Guarded, LAYERS_BOTH, LAYERS_TABLE_ALONE};
 pub use kernel::{legacy_in_force, open_found, Kernel};
 pub use openings::{NotAdmitted, Openings};
 

@@ -22,6 +22,8 @@ pub(super) enum Trigger {
     QuietAgain,
     RulesetChanged,
     RecheckFailed,
+    /// The container runtime's bridges changed (a network created or removed).
+    Bridges,
     Rouse,
     NewDeclaration,
     Start,
@@ -48,6 +50,7 @@ impl Trigger {
             Trigger::RecheckFailed => "re-check failed",
             Trigger::NewDeclaration => "new declaration",
             Trigger::Start => "start",
+            Trigger::Bridges => "runtime bridges changed",
         }
     }
 }

@@ -505,7 +505,7 @@ mod tests {
 }
 
 /// The bridge interfaces named by `network inspect` JSON, Docker's or Podman's.
-fn parse_bridges(json: &[u8]) -> Result<Vec<String>, Unparsed> {
+pub(crate) fn parse_bridges(json: &[u8]) -> Result<Vec<String>, Unparsed> {
     let v: Value = serde_json::from_slice(json).map_err(|e| Unparsed(e.to_string()))?;
     let mut out = Vec::new();
     for n in v

@@ -1,8 +1,10 @@
-//! The container engine's own API over its unix socket, for the one question asked on every
-//! preflight and inventory: which containers run, with their images and published ports. One
-//! request (`GET /containers/json`, which Docker and Podman's compatible service both answer)
-//! where the CLI takes a listing process and an inspecting one. Only reads; every change still
-//! goes through the CLI, read back by inspect.
+//! The container engine's own API over its unix socket, for the questions asked on every
+//! preflight, inventory and apply: which containers run, with their images and published ports
+//! (`GET /containers/json`, which Docker and Podman's compatible service both answer), and which
+//! bridges the engine's networks use (`GET /networks`, Podman's `libpod/networks/json`); and,
+//! for the resident host, a stream of the engine's network events. One request where the CLI
+//! takes a listing process and an inspecting one. Only reads; every change still goes through the
+//! CLI, read back by inspect.
 
 use super::{Container, RuntimeKind};
 use crate::declaration::{Proto, PublishedPort};
@@ -53,6 +55,98 @@ pub enum ApiError {
     NotJson(#[source] serde_json::Error),
     #[error("engine API: the container list is not a JSON array")]
     NotArray,
+    #[error("engine API at {}: the network list: {detail}", socket.display())]
+    Networks { socket: PathBuf, detail: String },
+}
+
+/// The interface names of the engine's bridge networks, from one request: Docker's `GET
+/// /networks` (a network's `com.docker.network.bridge.name`, else `br-` and its id's first 12
+/// characters, as Docker names it), Podman's `GET /v4.0.0/libpod/networks/json` (its
+/// `network_interface`; Podman's Docker-compatible list leaves the bridge's name out).
+pub fn bridges(kind: RuntimeKind, socket: &std::path::Path) -> Result<Vec<String>, ApiError> {
+    let body = get(socket, networks_path(kind))?;
+    super::cli_runtime::parse_bridges(&body).map_err(|e| ApiError::Networks {
+        socket: socket.to_path_buf(),
+        detail: e.0,
+    })
+}
+
+/// Where an engine lists its networks with their bridges' names.
+fn networks_path(kind: RuntimeKind) -> &'static str {
+    match kind {
+        RuntimeKind::Docker => "/networks",
+        RuntimeKind::Podman => "/v4.0.0/libpod/networks/json",
+    }
+}
+
+/// The engine's network events as they happen (`GET /events` filtered to networks: Docker's
+/// create, connect, disconnect and destroy, Podman's likewise), one blocking connection: each
+/// [`NetworkEvents::wait`] returns once the engine has said something more.
+pub struct NetworkEvents {
+    stream: UnixStream,
+    socket: PathBuf,
+}
+
+/// `filters={"type":["network"]}`, URL-encoded.
+const NETWORK_EVENTS: &str = "/events?filters=%7B%22type%22%3A%5B%22network%22%5D%7D";
+
+impl NetworkEvents {
+    /// Connects and asks for the stream; returns once the engine answered 200.
+    pub fn open(socket: &std::path::Path) -> Result<NetworkEvents, ApiError> {
+        let what = |source: std::io::Error| ApiError::Io {
+            socket: socket.to_path_buf(),
+            source,
+        };
+        let mut stream = UnixStream::connect(socket).map_err(what)?;
+        stream.set_write_timeout(Some(ANSWER)).map_err(what)?;
+        stream.set_read_timeout(Some(ANSWER)).map_err(what)?;
+        stream
+            .write_all(format!("GET {NETWORK_EVENTS} HTTP/1.0\r\nHost: engine\r\n\r\n").as_bytes())
+            .map_err(what)?;
+        // The headers, a byte at a time: nothing of the first event is read past them.
+        let mut head = Vec::new();
+        let mut byte = [0u8; 1];
+        while !head.ends_with(b"\r\n\r\n") {
+            if head.len() > 16 * 1024 || stream.read(&mut byte).map_err(what)? == 0 {
+                return Err(ApiError::NoHeaders {
+                    socket: socket.to_path_buf(),
+                });
+            }
+            head.push(byte[0]);
+        }
+        let head = String::from_utf8_lossy(&head);
+        let status = head.lines().next().unwrap_or_default();
+        if status.split_whitespace().nth(1) != Some("200") {
+            return Err(ApiError::Status {
+                socket: socket.to_path_buf(),
+                path: NETWORK_EVENTS.to_string(),
+                status: status.to_string(),
+            });
+        }
+        // From now on the engine speaks only when something happens.
+        stream.set_read_timeout(None).map_err(what)?;
+        Ok(NetworkEvents {
+            stream,
+            socket: socket.to_path_buf(),
+        })
+    }
+
+    /// Blocks until the engine sends more of the stream (one or more events); an error when
+    /// the engine closed it or the connection failed.
+    pub fn wait(&mut self) -> Result<(), ApiError> {
+        let mut buf = [0u8; 4096];
+        match self.stream.read(&mut buf) {
+            Ok(0) => Err(ApiError::Io {
+                socket: self.socket.clone(),
+                source: std::io::ErrorKind::UnexpectedEof.into(),
+            }),
+            Ok(_) => Ok(()),
+            Err(source) => Err(ApiError::Io {
+                socket: self.socket.clone(),
+                source,
+            }),
+        }
+    }
 }
 
 /// The running containers, from one `GET /containers/json`.
@@ -192,6 +286,12 @@ mod tests {
         assert_eq!(c.ports[0].host_port, 8082);
         assert_eq!(c.labels["mesh-host.id"], "web/c");
         assert!(parse_list(b"{}").is_err());
+    }
+
+    #[test]
+    fn each_engine_is_asked_where_its_list_names_the_bridges() {
+        assert_eq!(networks_path(RuntimeKind::Docker), "/networks");
+        assert!(networks_path(RuntimeKind::Podman).ends_with("/libpod/networks/json"));
     }
 
     #[test]

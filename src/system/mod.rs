@@ -11,7 +11,7 @@
 //! whether they are idempotent; none of them is trusted on its exit status alone — the appliers
 //! read back what they changed.
 
-mod bridges;
+pub mod bridges;
 mod cli_runtime;
 pub mod docker;
 pub mod engine_api;

@@ -14,6 +14,7 @@ use lab::addr::*;
 use lab::{Adoption, Lab, Machine, Probe};
 use serde_json::{json, Value};
 
+mod bridges_live;
 mod churn;
 mod converge;
 mod converge_refused;

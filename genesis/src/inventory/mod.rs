@@ -18,6 +18,7 @@ mod sockets;
 use std::path::PathBuf;
 
 pub use self::interfaces::{interfaces, Interface, InterfaceAddress, InterfaceKind};
+pub use self::netlink::LinkEvents;
 pub use self::owners::Owner;
 pub use self::routes::{routes, Route};
 pub use self::sockets::{listeners, peers_of, Listener, Proto};

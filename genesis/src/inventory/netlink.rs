@@ -18,7 +18,10 @@ const IFINFOMSG_LEN: usize = 16;
 const NLMSG_ERROR: u16 = 2;
 const NLMSG_DONE: u16 = 3;
 const RTM_NEWLINK: u16 = 16;
+const RTM_DELLINK: u16 = 17;
 const RTM_GETLINK: u16 = 18;
+/// The multicast group of link announcements (`RTMGRP_LINK`).
+const RTMGRP_LINK: u32 = 1;
 const NLM_F_REQUEST: u16 = 0x1;
 const NLM_F_DUMP: u16 = 0x300;
 const NLM_F_MULTI: u16 = 0x2;
@@ -147,6 +150,69 @@ fn receive(fd: &impl AsFd, buf: &mut [u8], until: Instant) -> io::Result<usize> 
             Err(e) => return Err(e.into()),
         }
     }
+}
+
+/// The kernel's announcements of links added, changed and removed in the calling thread's
+/// namespace: a non-blocking rtnetlink socket in the `RTMGRP_LINK` group, for a poll loop.
+pub struct LinkEvents {
+    fd: std::os::fd::OwnedFd,
+}
+
+impl LinkEvents {
+    /// Subscribes to the namespace's link announcements.
+    pub fn open() -> io::Result<LinkEvents> {
+        let fd = socket(
+            AddressFamily::Netlink,
+            SockType::Raw,
+            SockFlag::SOCK_CLOEXEC | SockFlag::SOCK_NONBLOCK,
+            SockProtocol::NetlinkRoute,
+        )?;
+        nix::sys::socket::bind(fd.as_raw_fd(), &NetlinkAddr::new(0, RTMGRP_LINK))?;
+        Ok(LinkEvents { fd })
+    }
+
+    /// Reads everything announced so far; whether a bridge was among the links added, changed
+    /// or removed. Announcements lost to a full socket buffer (`ENOBUFS`) may have been one.
+    pub fn drain(&self) -> bool {
+        let mut buf = vec![0u8; 1 << 16];
+        let mut bridge = false;
+        loop {
+            match recv(self.fd.as_raw_fd(), &mut buf, MsgFlags::MSG_DONTWAIT) {
+                Ok(0) => return bridge,
+                Ok(n) => bridge |= announces_bridge(&buf[..n]),
+                Err(Errno::EINTR) => continue,
+                Err(Errno::ENOBUFS) => bridge = true,
+                Err(_) => return bridge,
+            }
+        }
+    }
+}
+
+impl AsFd for LinkEvents {
+    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+}
+
+/// Whether a datagram of link announcements names a bridge added, changed or removed.
+fn announces_bridge(mut data: &[u8]) -> bool {
+    while data.len() >= NLMSG_HDRLEN {
+        let (Some(len), Some(kind)) = (u32_at(data, 0), u16_at(data, 4)) else {
+            return false;
+        };
+        let len = len as usize;
+        if len < NLMSG_HDRLEN || len > data.len() {
+            return false;
+        }
+        if matches!(kind, RTM_NEWLINK | RTM_DELLINK)
+            && parse_link(&data[NLMSG_HDRLEN..len])
+                .is_some_and(|l| l.kind.as_deref() == Some("bridge"))
+        {
+            return true;
+        }
+        data = &data[align(len).min(data.len())..];
+    }
+    false
 }
 
 /// What a dump has read so far.
@@ -332,6 +398,63 @@ mod tests {
         info.extend(attr(IFLA_INFO_DATA | 0x8000, &attr(IFLA_TUN_TYPE, &[2])));
         payload.extend(attr(IFLA_LINKINFO | 0x8000, &info));
         payload
+    }
+
+    fn link_of_kind(name: &str, kind: &str) -> Vec<u8> {
+        let mut payload = vec![0u8; IFINFOMSG_LEN];
+        payload.extend(attr(IFLA_IFNAME, format!("{name}\0").as_bytes()));
+        let info = attr(IFLA_INFO_KIND, format!("{kind}\0").as_bytes());
+        payload.extend(attr(IFLA_LINKINFO | 0x8000, &info));
+        payload
+    }
+
+    #[test]
+    fn a_bridge_added_or_removed_is_announced_and_a_veth_is_not() {
+        let veth = message(RTM_NEWLINK, 0, 0, &link_of_kind("veth1", "veth"));
+        let bridge = message(RTM_NEWLINK, 0, 0, &link_of_kind("br-0123", "bridge"));
+        let gone = message(RTM_DELLINK, 0, 0, &link_of_kind("br-0123", "bridge"));
+        assert!(!announces_bridge(&veth));
+        assert!(announces_bridge(&[veth.clone(), bridge].concat()));
+        assert!(announces_bridge(&gone));
+        assert!(!announces_bridge(&veth[..NLMSG_HDRLEN - 1]));
+    }
+
+    #[test]
+    fn link_events_are_heard_in_a_namespace_of_their_own() {
+        // A namespace of this thread's own: the bridge made and removed is never the machine's.
+        let run = std::thread::spawn(|| {
+            nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET).expect("unshare -n (root)");
+            let events = LinkEvents::open().expect("an rtnetlink socket in RTMGRP_LINK");
+            assert!(!events.drain(), "nothing announced yet");
+            let ip = |args: &[&str]| {
+                let ok = std::process::Command::new("ip").args(args).status();
+                assert!(ok.is_ok_and(|s| s.success()), "ip {args:?}");
+            };
+            ip(&["link", "add", "lab-br0", "type", "bridge"]);
+            let mut ready = [PollFd::new(events.as_fd(), PollFlags::POLLIN)];
+            assert!(matches!(
+                poll(&mut ready, PollTimeout::from(5000u16)),
+                Ok(1)
+            ));
+            assert!(events.drain(), "a new bridge is announced");
+            ip(&[
+                "link", "add", "lab-v0", "type", "veth", "peer", "name", "lab-v1",
+            ]);
+            let mut ready = [PollFd::new(events.as_fd(), PollFlags::POLLIN)];
+            assert!(matches!(
+                poll(&mut ready, PollTimeout::from(5000u16)),
+                Ok(1)
+            ));
+            assert!(!events.drain(), "a veth pair is no bridge");
+            ip(&["link", "del", "lab-br0"]);
+            let mut ready = [PollFd::new(events.as_fd(), PollFlags::POLLIN)];
+            assert!(matches!(
+                poll(&mut ready, PollTimeout::from(5000u16)),
+                Ok(1)
+            ));
+            assert!(events.drain(), "a bridge removed is announced");
+        });
+        run.join().expect("the namespace's thread");
     }
 
     fn done(flags: u16, seq: u32, errno: i32) -> Vec<u8> {
