@@ -1,0 +1,912 @@
+//! The kernel asked (`firewall explain --confirm`): the ruleset as it stands is loaded, by its
+//! own tools, into scratch network namespaces made for the purpose, with the node's interface
+//! names, addresses and routes; a real SYN is sent for each part of the evaluator's answer from
+//! an address inside that part's sources, and the kernel's result (connected, refused, timed
+//! out) is set beside the evaluator's fate. The namespaces are removed when the confirmation
+//! ends, on error too.
+//!
+//! The scratch node has one interface per interface of the node, named as it is: a veth pair
+//! where a probe arrives or leaves (its other end, `peer`, in a namespace of its own: the client
+//! machines on that side, or the host behind), elsewhere a veth whose other end is in a sink. Each probe's source address is
+//! put on the client's side and routed back through the interface it arrives on, and both sides
+//! know each other's link address beforehand, so the one packet the ruleset is asked about is
+//! the SYN (a ruleset that refuses neighbour discovery still gets the question).
+
+mod sock;
+
+use crate::error::{Error, Result};
+use crate::eval::{Addrs, Answer, Fam, Fate, Iface, Path, Way};
+use crate::exec::Exec;
+use std::collections::BTreeMap;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::time::{Duration, Instant};
+
+pub use sock::NETNS_DIR;
+
+/// How long a probe waits for the handshake: a veth between namespaces answers in well under a
+/// millisecond, and a dropped SYN is resent after one second.
+pub const PROBE_WAIT: Duration = Duration::from_millis(2500);
+
+/// How long the whole confirmation may take, namespaces made and removed included.
+pub const BUDGET: Duration = Duration::from_secs(60);
+
+/// What cannot be cloned into the scratch namespaces, and how the confirmation treats it.
+pub const NOT_CLONED: &[&str] = &[
+    "sockets: the node's own listeners are not there; a listener on the port is made in the \
+     scratch node (and, forwarded, on the container's port in the host behind)",
+    "conntrack state: the scratch namespaces start with an empty table, so every probe is a new \
+     connection, as the evaluator assumes",
+    "cgroups and the processes in them: a rule that tests a socket's cgroup, user or group \
+     decides as for a packet with no local socket",
+    "marks set by other processes, and policy routing rules (ip rule): not copied; marks start \
+     at zero, as the evaluator assumes",
+    "bpf programs attached to the node (the guard's netfilter BPF links, tc and xdp programs): \
+     not loaded; the ruleset is confirmed without them",
+    "named quota, limit and counter objects start from their listed values; a rate limit's \
+     bucket starts full",
+];
+
+/// The kernel's answer to one SYN.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Kernel {
+    /// The handshake completed.
+    Connected,
+    /// Answered by a reset or an ICMP error (the detail says which).
+    Refused(String),
+    /// Nothing came back within [`PROBE_WAIT`]: dropped.
+    TimedOut,
+    /// No probe could be sent for this part (the reason says why).
+    Unprobed(String),
+}
+
+impl Kernel {
+    /// One word for scripts: `connected`, `refused`, `timed-out`, `unprobed`.
+    pub fn word(&self) -> &'static str {
+        match self {
+            Kernel::Connected => "connected",
+            Kernel::Refused(_) => "refused",
+            Kernel::TimedOut => "timed-out",
+            Kernel::Unprobed(_) => "unprobed",
+        }
+    }
+
+    /// Whether the kernel admitted the connection, if a probe was sent.
+    pub fn admitted(&self) -> Option<bool> {
+        match self {
+            Kernel::Connected => Some(true),
+            Kernel::Refused(_) | Kernel::TimedOut => Some(false),
+            Kernel::Unprobed(_) => None,
+        }
+    }
+
+    /// As a person reads it.
+    pub fn describe(&self) -> String {
+        match self {
+            Kernel::Connected => "connected".into(),
+            Kernel::Refused(how) => format!("refused ({how})"),
+            Kernel::TimedOut => format!("timed out (no answer within {PROBE_WAIT:?})"),
+            Kernel::Unprobed(why) => format!("not probed: {why}"),
+        }
+    }
+}
+
+/// The kernel's result set beside the evaluator's fate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Agreement {
+    /// Admitted and connected, or not admitted (refused, not admitted) and not connected.
+    Agrees,
+    /// The evaluator decided one way and the kernel the other.
+    Disagrees,
+    /// The evaluator could not tell (doubtful); the kernel's result settles it.
+    Settled,
+    /// No probe was sent.
+    Unprobed,
+}
+
+impl Agreement {
+    /// One word for scripts: `agrees`, `disagrees`, `settled`, `unprobed`.
+    pub fn word(self) -> &'static str {
+        match self {
+            Agreement::Agrees => "agrees",
+            Agreement::Disagrees => "disagrees",
+            Agreement::Settled => "settled",
+            Agreement::Unprobed => "unprobed",
+        }
+    }
+}
+
+/// Admitted ⇔ connected; a doubtful fate is settled by the kernel, not contradicted.
+pub fn agreement(fate: &Fate, kernel: &Kernel) -> Agreement {
+    match (kernel.admitted(), fate) {
+        (None, _) => Agreement::Unprobed,
+        (Some(_), Fate::Doubtful { .. }) => Agreement::Settled,
+        (Some(k), f) if k == (*f == Fate::Admitted) => Agreement::Agrees,
+        _ => Agreement::Disagrees,
+    }
+}
+
+/// One probe: where it came from and went, and what the kernel said.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Probe {
+    pub source: Option<IpAddr>,
+    pub to: Option<SocketAddr>,
+    /// Forwarded: the host behind that listened.
+    pub behind: Option<SocketAddr>,
+    pub kernel: Kernel,
+}
+
+/// The ruleset as it stands, as text its own tools load again.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Listing {
+    /// `nft list ruleset`, less the tables iptables-nft manages (their `xt` expressions do not
+    /// load through nft) and less the `owner`/`persist` flags (an owned table would vanish with
+    /// the nft that loaded it).
+    pub nft: String,
+    /// `iptables-nft-save` / `ip6tables-nft-save` of the tables iptables-nft manages.
+    pub xt_nft: Vec<(Fam, String)>,
+    /// `iptables-legacy-save` / `ip6tables-legacy-save`.
+    pub legacy: Vec<(Fam, String)>,
+    /// `ipset save`, where ipset exists.
+    pub ipset: Option<String>,
+    /// The node's routes, `ip -o route show` per family.
+    pub routes: Vec<(Fam, String)>,
+}
+
+fn args(a: &[&str]) -> Vec<String> {
+    a.iter().map(|s| s.to_string()).collect()
+}
+
+/// Reads the ruleset of the calling process's namespace as text (it changes nothing).
+pub fn capture(exec: &dyn Exec) -> Result<Listing> {
+    let mut out = Listing::default();
+    let nft = if exec.exists("nft") {
+        exec.run_ok("nft", &args(&["list", "ruleset"]), None)?
+            .stdout
+    } else {
+        String::new()
+    };
+    let mut managed = Vec::new();
+    for (fam, program, family) in [
+        (Fam::V4, "iptables-nft-save", "ip"),
+        (Fam::V6, "ip6tables-nft-save", "ip6"),
+    ] {
+        if !exec.exists(program) || nft.is_empty() {
+            continue;
+        }
+        let text = exec.run_ok(program, &[], None)?.stdout;
+        let tables = saved_tables(&text);
+        if !tables.is_empty() {
+            managed.extend(tables.into_iter().map(|t| format!("{family} {t}")));
+            out.xt_nft.push((fam, text));
+        }
+    }
+    out.nft = loadable_nft(&nft, &managed);
+    for (fam, program) in [
+        (Fam::V4, "iptables-legacy-save"),
+        (Fam::V6, "ip6tables-legacy-save"),
+    ] {
+        if exec.exists(program) {
+            let text = exec.run_ok(program, &[], None)?.stdout;
+            if !saved_tables(&text).is_empty() {
+                out.legacy.push((fam, text));
+            }
+        }
+    }
+    if exec.exists("ipset") {
+        let text = exec.run_ok("ipset", &args(&["save"]), None)?.stdout;
+        if !text.trim().is_empty() {
+            out.ipset = Some(text);
+        }
+    }
+    for (fam, flag) in [(Fam::V4, "-4"), (Fam::V6, "-6")] {
+        if let Ok(o) = exec.run("ip", &args(&[flag, "-o", "route", "show"]), None) {
+            out.routes.push((fam, o.stdout));
+        }
+    }
+    Ok(out)
+}
+
+/// The tables of an `*-save` text (`*filter` lines).
+fn saved_tables(text: &str) -> Vec<String> {
+    text.lines()
+        .filter_map(|l| l.strip_prefix('*'))
+        .map(|t| t.trim().to_string())
+        .collect()
+}
+
+/// `nft list ruleset` without the tables named in `skip` (`ip filter`) and without the
+/// `owner` and `persist` table flags.
+pub fn loadable_nft(listing: &str, skip: &[String]) -> String {
+    let mut out = String::new();
+    let mut skipping = false;
+    for line in listing.lines() {
+        if let Some(head) = line.strip_prefix("table ") {
+            let name = head.trim_end_matches('{').trim();
+            skipping = skip.iter().any(|s| s == name);
+        }
+        if skipping {
+            skipping = line != "}";
+            continue;
+        }
+        let t = line.trim();
+        if let Some(flags) = t.strip_prefix("flags ") {
+            if line.starts_with('\t') && !line.starts_with("\t\t") {
+                let kept: Vec<&str> = flags
+                    .trim_end_matches(';')
+                    .split(',')
+                    .map(str::trim)
+                    .filter(|f| *f != "owner" && *f != "persist")
+                    .collect();
+                if !kept.is_empty() {
+                    out.push_str(&format!("\tflags {}\n", kept.join(",")));
+                }
+                continue;
+            }
+        }
+        out.push_str(line);
+        out.push('\n');
+    }
+    out
+}
+
+/// One probe to send: a part's representative source, arriving on `iif`, to `dst`; forwarded,
+/// the host behind on `oif` at `target`, `gateway` being the node's address on that side.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Shot {
+    pub fam: Fam,
+    pub iif: String,
+    pub src: IpAddr,
+    pub dst: SocketAddr,
+    pub behind: Option<Behind>,
+}
+
+/// The host behind the node on a forwarded way.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Behind {
+    pub oif: String,
+    pub target: SocketAddr,
+    pub prefix: u8,
+    pub gateway: IpAddr,
+}
+
+/// The addresses a probe may come from: unicast, not loopback, not multicast, not the
+/// unspecified network; global unicast first in IPv6.
+fn ordinary(fam: Fam) -> Vec<Addrs> {
+    let n4 = |a: Ipv4Addr| u128::from(u32::from(a));
+    let n6 = |a: Ipv6Addr| u128::from(a);
+    match fam {
+        Fam::V4 => {
+            let bad = [
+                Addrs::cidr(fam, n4(Ipv4Addr::new(0, 0, 0, 0)), 8),
+                Addrs::cidr(fam, n4(Ipv4Addr::new(127, 0, 0, 0)), 8),
+                Addrs::cidr(fam, n4(Ipv4Addr::new(224, 0, 0, 0)), 3),
+                Addrs::cidr(fam, n4(Ipv4Addr::new(169, 254, 0, 0)), 16),
+            ];
+            vec![bad.iter().fold(Addrs::all(fam), |a, b| a.minus(b))]
+        }
+        Fam::V6 => {
+            let global = Addrs::cidr(fam, n6(Ipv6Addr::new(0x2000, 0, 0, 0, 0, 0, 0, 0)), 3);
+            let ula = Addrs::cidr(fam, n6(Ipv6Addr::new(0xfc00, 0, 0, 0, 0, 0, 0, 0)), 7);
+            vec![global, ula]
+        }
+    }
+}
+
+fn to_ip(fam: Fam, n: u128) -> IpAddr {
+    match fam {
+        Fam::V4 => IpAddr::V4(Ipv4Addr::from(n as u32)),
+        Fam::V6 => IpAddr::V6(Ipv6Addr::from(n)),
+    }
+}
+
+fn to_num(a: IpAddr) -> u128 {
+    match a {
+        IpAddr::V4(v) => u128::from(u32::from(v)),
+        IpAddr::V6(v) => u128::from(v),
+    }
+}
+
+/// An address inside `sources` that a client can send from: ordinary unicast, none of `avoid`
+/// (the node's own addresses and those other probes took), one past the start of its span
+/// where the span allows (so not a network's first address).
+pub fn representative(sources: &Addrs, avoid: &[IpAddr]) -> Option<IpAddr> {
+    let fam = sources.fam;
+    let avoided = avoid
+        .iter()
+        .filter(|a| Fam::of(**a) == fam)
+        .fold(Addrs::none(fam), |s, a| s.union(&Addrs::one(*a)));
+    for region in ordinary(fam) {
+        for &(lo, hi) in sources.intersect(&region).spans() {
+            let start = if hi > lo { lo + 1 } else { lo };
+            let mut n = start;
+            loop {
+                if !avoided.contains(to_ip(fam, n)) {
+                    return Some(to_ip(fam, n));
+                }
+                if n == hi {
+                    break;
+                }
+                n += 1;
+            }
+            if start != lo && !avoided.contains(to_ip(fam, lo)) {
+                return Some(to_ip(fam, lo));
+            }
+        }
+    }
+    None
+}
+
+fn is_link_local(a: IpAddr) -> bool {
+    match a {
+        IpAddr::V6(v) => v.segments()[0] & 0xffc0 == 0xfe80,
+        IpAddr::V4(v) => v.is_link_local(),
+    }
+}
+
+/// The probe for each part of each way, or why there is none. Pure: what the scratch
+/// namespaces are then built for.
+pub fn plan(
+    ways: &[(Way, Answer)],
+    ifaces: &[Iface],
+) -> Vec<Vec<std::result::Result<Shot, String>>> {
+    let mut used: Vec<IpAddr> = ifaces
+        .iter()
+        .flat_map(|i| i.addrs.iter().map(|(a, _)| *a))
+        .collect();
+    let mut out = Vec::new();
+    for (w, a) in ways {
+        let c = &w.conn;
+        let node_addr = ifaces.iter().find(|i| i.name == c.iif).and_then(|i| {
+            i.addrs
+                .iter()
+                .map(|(a, _)| *a)
+                .find(|a| Fam::of(*a) == c.fam && !is_link_local(*a))
+        });
+        let behind = match c.path {
+            Path::Incoming => Ok(None),
+            Path::Forwarded => behind(c, ifaces).map(Some),
+        };
+        let mut shots = Vec::new();
+        for part in &a.parts {
+            let shot = (|| {
+                if c.proto != 6 {
+                    return Err("only tcp is confirmed (a SYN)".to_string());
+                }
+                let Some(dst) = node_addr else {
+                    return Err(format!(
+                        "{} has no {} address to send to",
+                        c.iif,
+                        c.fam.name()
+                    ));
+                };
+                let behind = behind.clone()?;
+                let src = representative(&part.sources, &used).ok_or_else(|| {
+                    format!(
+                        "no unicast address in {} to send from",
+                        part.sources.cidrs().join(", ")
+                    )
+                })?;
+                used.push(src);
+                Ok(Shot {
+                    fam: c.fam,
+                    iif: c.iif.clone(),
+                    src,
+                    dst: SocketAddr::new(dst, c.port),
+                    behind,
+                })
+            })();
+            shots.push(shot);
+        }
+        out.push(shots);
+    }
+    out
+}
+
+/// The host behind a forwarded way: the container's address and port on the interface it
+/// leaves by, with the node's address in that network as its gateway.
+fn behind(c: &crate::eval::Conn, ifaces: &[Iface]) -> std::result::Result<Behind, String> {
+    let (Some(target), Some(oif)) = (c.daddr, c.oif.as_ref()) else {
+        return Err("no interface of this machine holds the container's network".into());
+    };
+    let iface = ifaces.iter().find(|i| &i.name == oif);
+    let gw = iface.and_then(|i| {
+        i.addrs.iter().find(|(a, len)| {
+            Fam::of(*a) == c.fam
+                && *a != target
+                && Addrs::cidr(c.fam, to_num(*a), u32::from(*len)).contains(target)
+        })
+    });
+    let Some((gateway, prefix)) = gw else {
+        return Err(format!("{oif} has no address in the network of {target}"));
+    };
+    Ok(Behind {
+        oif: oif.clone(),
+        target: SocketAddr::new(target, c.to_port.unwrap_or(c.port)),
+        prefix: *prefix,
+        gateway: *gateway,
+    })
+}
+
+/// What the confirmation found: one probe per part of each way, in the order asked, and the
+/// scratch namespaces it made (all removed by the time this is returned).
+#[derive(Debug, Clone, Default)]
+pub struct Confirmation {
+    pub probes: Vec<Vec<Probe>>,
+    pub namespaces: Vec<String>,
+    /// What was not recreated (a route the scratch node would not take).
+    pub notes: Vec<String>,
+}
+
+/// Loads `listing` into scratch namespaces shaped like `ifaces` and sends the probes of
+/// [`plan`], within `budget`.
+pub fn confirm(
+    exec: &dyn Exec,
+    listing: &Listing,
+    ifaces: &[Iface],
+    ways: &[(Way, Answer)],
+    budget: Duration,
+) -> Result<Confirmation> {
+    let planned = plan(ways, ifaces);
+    let mut s = Scratch::new(exec, Instant::now() + budget);
+    let result = run(&mut s, listing, ifaces, &planned);
+    let namespaces = s.names.clone();
+    s.remove();
+    let (probes, notes) = result?;
+    Ok(Confirmation {
+        probes,
+        namespaces,
+        notes,
+    })
+}
+
+type Planned = Vec<Vec<std::result::Result<Shot, String>>>;
+
+fn run(
+    s: &mut Scratch<'_>,
+    listing: &Listing,
+    ifaces: &[Iface],
+    planned: &Planned,
+) -> Result<(Vec<Vec<Probe>>, Vec<String>)> {
+    let shots: Vec<&Shot> = planned
+        .iter()
+        .flatten()
+        .filter_map(|r| r.as_ref().ok())
+        .collect();
+    let mut notes = Vec::new();
+    let node = s.add("node")?;
+    s.ip(&node, &["link", "set", "lo", "up"])?;
+    // The interfaces a probe arrives on or leaves by get a veth and a peer namespace.
+    let mut probed: Vec<String> = Vec::new();
+    for sh in &shots {
+        for name in std::iter::once(&sh.iif).chain(sh.behind.as_ref().map(|b| &b.oif)) {
+            if !probed.contains(name) {
+                probed.push(name.clone());
+            }
+        }
+    }
+    let mut names: Vec<String> = ifaces
+        .iter()
+        .map(|i| i.name.clone())
+        .filter(|n| n != "lo")
+        .collect();
+    for p in &probed {
+        if !names.contains(p) {
+            names.push(p.clone());
+        }
+    }
+    let mut peers: BTreeMap<String, (String, String, String)> = BTreeMap::new();
+    let (mut sink, mut spare) = (None::<String>, 0usize);
+    for name in &names {
+        if let Some(k) = probed.iter().position(|p| p == name) {
+            let peer_ns = s.add(&format!("p{k}"))?;
+            let (mac_node, mac_peer) = (mac(k, 1), mac(k, 2));
+            s.ip(
+                &node,
+                &[
+                    "link", "add", name, "address", &mac_node, "type", "veth", "peer", "name",
+                    "peer", "address", &mac_peer, "netns", &peer_ns,
+                ],
+            )?;
+            s.ip(&peer_ns, &["link", "set", "peer", "up"])?;
+            peers.insert(name.clone(), (peer_ns, mac_node, mac_peer));
+        } else {
+            // Not every kernel has the dummy device; a veth whose other end sits in the sink
+            // namespace is as quiet.
+            if sink.is_none() {
+                sink = Some(s.add("sink")?);
+            }
+            let peer = format!("s{spare}");
+            spare += 1;
+            let sink = sink.as_deref().unwrap_or_default();
+            s.ip(
+                &node,
+                &[
+                    "link", "add", name, "type", "veth", "peer", "name", &peer, "netns", sink,
+                ],
+            )?;
+        }
+        for (a, len) in ifaces
+            .iter()
+            .filter(|i| &i.name == name)
+            .flat_map(|i| i.addrs.iter())
+            .filter(|(a, _)| !is_link_local(*a))
+        {
+            s.addr(&node, name, *a, *len)?;
+        }
+        s.ip(&node, &["link", "set", name, "up"])?;
+    }
+    for (fam, text) in &listing.routes {
+        for argv in route_args(text, &names) {
+            let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+            let mut full = vec![if *fam == Fam::V6 { "-6" } else { "-4" }];
+            full.extend(argv);
+            if let Err(e) = s.ip(&node, &full) {
+                notes.push(format!("route not recreated: {e}"));
+            }
+        }
+    }
+    if shots.iter().any(|sh| sh.behind.is_some()) {
+        forwarding_on(&node)?;
+    }
+    load(s, &node, listing)?;
+    let ports = wire(s, &node, &shots, &peers)?;
+    let mut probes = Vec::new();
+    let mut waiting = Vec::new();
+    for (i, row) in planned.iter().enumerate() {
+        for (j, r) in row.iter().enumerate() {
+            if let Ok(sh) = r {
+                let ns = peers[&sh.iif].0.clone();
+                let (src, dst) = (sh.src, sh.dst);
+                waiting.push((
+                    i,
+                    j,
+                    std::thread::spawn(move || sock::connect(&ns, src, dst, PROBE_WAIT)),
+                ));
+            }
+        }
+        probes.push(
+            row.iter()
+                .map(|r| match r {
+                    Ok(sh) => Probe {
+                        source: Some(sh.src),
+                        to: Some(sh.dst),
+                        behind: sh.behind.as_ref().map(|b| b.target),
+                        kernel: Kernel::Unprobed("not sent".into()),
+                    },
+                    Err(why) => Probe {
+                        source: None,
+                        to: None,
+                        behind: None,
+                        kernel: Kernel::Unprobed(why.clone()),
+                    },
+                })
+                .collect::<Vec<_>>(),
+        );
+    }
+    for (i, j, t) in waiting {
+        let got = t
+            .join()
+            .map_err(|_| s.fail("a probe", "its thread panicked".into()))?
+            .map_err(|e| s.fail("a probe", e.to_string()))?;
+        probes[i][j].kernel = got;
+    }
+    drop(ports);
+    Ok((probes, notes))
+}
+
+/// A locally administered link address for veth pair `k`, side `side`.
+fn mac(k: usize, side: u8) -> String {
+    format!(
+        "02:6d:63:{:02x}:{:02x}:{side:02x}",
+        (k >> 8) & 0xff,
+        k & 0xff
+    )
+}
+
+/// The ruleset loaded by its own tools: ipsets first (legacy rules name them), then nf_tables,
+/// then the iptables-nft tables, then the legacy ones.
+fn load(s: &Scratch<'_>, node: &str, listing: &Listing) -> Result<()> {
+    if let Some(text) = &listing.ipset {
+        s.inside(node, "ipset", &["restore"], Some(text))?;
+    }
+    if !listing.nft.trim().is_empty() {
+        s.inside(node, "nft", &["-f", "/dev/stdin"], Some(&listing.nft))?;
+    }
+    for (fam, text) in &listing.xt_nft {
+        let p = if *fam == Fam::V6 {
+            "ip6tables-nft-restore"
+        } else {
+            "iptables-nft-restore"
+        };
+        s.inside(node, p, &[], Some(text))?;
+    }
+    for (fam, text) in &listing.legacy {
+        let p = if *fam == Fam::V6 {
+            "ip6tables-legacy-restore"
+        } else {
+            "iptables-legacy-restore"
+        };
+        s.inside(node, p, &["-w", "5"], Some(text))?;
+    }
+    Ok(())
+}
+
+/// Each probe's source on its client side and routed back; each host behind with its address,
+/// gateway and listener; the listener on the node. Returns the listeners, held open until the
+/// probes are done.
+fn wire(
+    s: &Scratch<'_>,
+    node: &str,
+    shots: &[&Shot],
+    peers: &BTreeMap<String, (String, String, String)>,
+) -> Result<Vec<std::net::TcpListener>> {
+    let mut listeners = Vec::new();
+    let mut listening: Vec<(String, u16)> = Vec::new();
+    let mut behinds: Vec<SocketAddr> = Vec::new();
+    for sh in shots {
+        let (peer_ns, mac_node, mac_peer) = &peers[&sh.iif];
+        let host = host_len(sh.fam);
+        s.addr(peer_ns, "peer", sh.src, host)?;
+        let dst = sh.dst.ip().to_string();
+        let src = sh.src.to_string();
+        s.ip(
+            peer_ns,
+            &["route", "replace", &format!("{dst}/{host}"), "dev", "peer"],
+        )?;
+        s.ip(
+            peer_ns,
+            &[
+                "neigh",
+                "replace",
+                &dst,
+                "lladdr",
+                mac_node,
+                "dev",
+                "peer",
+                "nud",
+                "permanent",
+            ],
+        )?;
+        s.ip(
+            node,
+            &["route", "replace", &format!("{src}/{host}"), "dev", &sh.iif],
+        )?;
+        s.ip(
+            node,
+            &[
+                "neigh",
+                "replace",
+                &src,
+                "lladdr",
+                mac_peer,
+                "dev",
+                &sh.iif,
+                "nud",
+                "permanent",
+            ],
+        )?;
+        match &sh.behind {
+            None => {
+                if !listening.contains(&(node.to_string(), sh.dst.port())) {
+                    listeners.push(s.listen(node, sh.dst.port())?);
+                    listening.push((node.to_string(), sh.dst.port()));
+                }
+            }
+            Some(b) => {
+                let (bns, bmac_node, bmac_peer) = &peers[&b.oif];
+                if !behinds.contains(&b.target) {
+                    behinds.push(b.target);
+                    let t = b.target.ip().to_string();
+                    let gw = b.gateway.to_string();
+                    s.addr(bns, "peer", b.target.ip(), b.prefix)?;
+                    let dflt = if sh.fam == Fam::V6 {
+                        "::/0"
+                    } else {
+                        "0.0.0.0/0"
+                    };
+                    s.ip(
+                        bns,
+                        &[
+                            "neigh",
+                            "replace",
+                            &gw,
+                            "lladdr",
+                            bmac_node,
+                            "dev",
+                            "peer",
+                            "nud",
+                            "permanent",
+                        ],
+                    )?;
+                    s.ip(bns, &["route", "replace", dflt, "via", &gw, "dev", "peer"])?;
+                    s.ip(
+                        node,
+                        &[
+                            "neigh",
+                            "replace",
+                            &t,
+                            "lladdr",
+                            bmac_peer,
+                            "dev",
+                            &b.oif,
+                            "nud",
+                            "permanent",
+                        ],
+                    )?;
+                }
+                if !listening.contains(&(bns.clone(), b.target.port())) {
+                    listeners.push(s.listen(bns, b.target.port())?);
+                    listening.push((bns.clone(), b.target.port()));
+                }
+            }
+        }
+    }
+    Ok(listeners)
+}
+
+fn host_len(fam: Fam) -> u8 {
+    match fam {
+        Fam::V4 => 32,
+        Fam::V6 => 128,
+    }
+}
+
+/// Forwarding on in the scratch node, both families: the forwarded way the evaluator walks.
+fn forwarding_on(node: &str) -> Result<()> {
+    sock::in_netns(node, || {
+        std::fs::write("/proc/sys/net/ipv4/ip_forward", "1")?;
+        std::fs::write("/proc/sys/net/ipv6/conf/all/forwarding", "1")
+    })
+    .map_err(|e| Error::Confirm {
+        what: format!("turning forwarding on in scratch namespace {node}"),
+        reason: e.to_string(),
+    })
+}
+
+/// The routes of `ip -o route show` the scratch node takes again: those through the
+/// interfaces it has, less the ones its addresses make themselves (`proto kernel`), as
+/// `route replace` arguments.
+pub fn route_args(text: &str, devices: &[String]) -> Vec<Vec<String>> {
+    let mut out = Vec::new();
+    for line in text.lines() {
+        let w: Vec<&str> = line.split_whitespace().collect();
+        let Some(&dst) = w.first() else { continue };
+        let after = |k: &str| w.iter().position(|x| *x == k).and_then(|i| w.get(i + 1));
+        if matches!(
+            dst,
+            "unreachable"
+                | "blackhole"
+                | "prohibit"
+                | "throw"
+                | "local"
+                | "broadcast"
+                | "multicast"
+                | "anycast"
+        ) || after("proto") == Some(&"kernel")
+            || dst.starts_with("fe80:")
+            || dst.starts_with("ff00:")
+        {
+            continue;
+        }
+        let Some(dev) = after("dev") else { continue };
+        if !devices.iter().any(|d| d == dev) {
+            continue;
+        }
+        let mut a = vec!["route".to_string(), "replace".into(), dst.to_string()];
+        if let Some(gw) = after("via") {
+            a.extend(["via".into(), gw.to_string()]);
+        }
+        a.extend(["dev".into(), dev.to_string()]);
+        if let Some(m) = after("metric") {
+            a.extend(["metric".into(), m.to_string()]);
+        }
+        if after("via").is_some() {
+            a.push("onlink".into());
+        }
+        out.push(a);
+    }
+    out
+}
+
+/// The scratch namespaces of one confirmation, removed on [`Scratch::remove`] or on drop.
+struct Scratch<'e> {
+    exec: &'e dyn Exec,
+    names: Vec<String>,
+    deadline: Instant,
+    stem: String,
+}
+
+impl<'e> Scratch<'e> {
+    fn new(exec: &'e dyn Exec, deadline: Instant) -> Scratch<'e> {
+        use std::sync::atomic::{AtomicU32, Ordering};
+        static SEQ: AtomicU32 = AtomicU32::new(0);
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.subsec_nanos())
+            .unwrap_or(0);
+        Scratch {
+            exec,
+            names: Vec::new(),
+            deadline,
+            stem: format!(
+                "mesh-confirm-{}-{}-{nanos:x}",
+                std::process::id(),
+                SEQ.fetch_add(1, Ordering::Relaxed)
+            ),
+        }
+    }
+
+    fn fail(&self, what: &str, reason: String) -> Error {
+        Error::Confirm {
+            what: format!("{what} (scratch namespaces {}-*)", self.stem),
+            reason,
+        }
+    }
+
+    fn check_deadline(&self, what: &str) -> Result<()> {
+        if Instant::now() > self.deadline {
+            return Err(self.fail(
+                what,
+                format!("past the confirmation's budget of {BUDGET:?}"),
+            ));
+        }
+        Ok(())
+    }
+
+    /// A new namespace, `STEM-ROLE`.
+    fn add(&mut self, role: &str) -> Result<String> {
+        let name = format!("{}-{role}", self.stem);
+        self.check_deadline("making a namespace")?;
+        self.exec
+            .run_ok("ip", &args(&["netns", "add", &name]), None)?;
+        self.names.push(name.clone());
+        Ok(name)
+    }
+
+    /// `ip -n NS ARGS…`.
+    fn ip(&self, ns: &str, a: &[&str]) -> Result<()> {
+        self.check_deadline("configuring a namespace")?;
+        let mut argv = args(&["-n", ns]);
+        argv.extend(args(a));
+        self.exec.run_ok("ip", &argv, None).map(|_| ())
+    }
+
+    /// An address on `dev` in `ns`, without duplicate address detection.
+    fn addr(&self, ns: &str, dev: &str, a: IpAddr, len: u8) -> Result<()> {
+        let cidr = format!("{a}/{len}");
+        match a {
+            IpAddr::V4(_) => self.ip(ns, &["addr", "replace", &cidr, "dev", dev]),
+            IpAddr::V6(_) => self.ip(ns, &["addr", "replace", &cidr, "dev", dev, "nodad"]),
+        }
+    }
+
+    /// `PROGRAM ARGS…` run inside `ns` (through nsenter), `stdin` fed to it.
+    fn inside(&self, ns: &str, program: &str, a: &[&str], stdin: Option<&str>) -> Result<()> {
+        self.check_deadline("loading the ruleset")?;
+        let mut argv = vec![format!("--net={NETNS_DIR}/{ns}"), program.to_string()];
+        argv.extend(args(a));
+        self.exec.run_ok("nsenter", &argv, stdin).map(|_| ())
+    }
+
+    fn listen(&self, ns: &str, port: u16) -> Result<std::net::TcpListener> {
+        sock::listen(ns, port)
+            .map_err(|e| self.fail(&format!("listening on port {port} in {ns}"), e.to_string()))
+    }
+
+    /// Removes every namespace made, last first; what cannot be removed is left named in the
+    /// error log of the caller by `ip netns list` (a removal never fails the confirmation).
+    fn remove(&mut self) {
+        while let Some(n) = self.names.pop() {
+            let _ = self.exec.run("ip", &args(&["netns", "delete", &n]), None);
+        }
+    }
+}
+
+impl Drop for Scratch<'_> {
+    fn drop(&mut self) {
+        self.remove();
+    }
+}
+
+#[cfg(test)]
+mod tests;
