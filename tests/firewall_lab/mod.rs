@@ -15,6 +15,7 @@ use lab::{Adoption, Lab, Machine, Probe};
 use serde_json::{json, Value};
 
 mod churn;
+mod confirm;
 mod converge;
 mod converge_refused;
 mod distro_files;
