@@ -191,14 +191,8 @@ pub fn explain_command(
             .context("reading the ruleset as its tools save it, for the confirmation")?;
         let ifaces = firewall::eval::interfaces();
         Some(
-            firewall::confirm::confirm(
-                &exec,
-                &listing,
-                &ifaces,
-                &ways,
-                firewall::confirm::BUDGET,
-            )
-            .context("asking the kernel in scratch network namespaces")?,
+            firewall::confirm::confirm(&exec, &listing, &ifaces, &ways, firewall::confirm::BUDGET)
+                .context("asking the kernel in scratch network namespaces")?,
         )
     } else {
         None

@@ -258,6 +258,9 @@ pub struct Shot {
     pub src: IpAddr,
     pub dst: SocketAddr,
     pub behind: Option<Behind>,
+    /// Probes of one round go at once; a source two probes share is routed back through one
+    /// interface per round.
+    pub round: usize,
 }
 
 /// The host behind the node on a forwarded way.
@@ -349,10 +352,13 @@ pub fn plan(
     ways: &[(Way, Answer)],
     ifaces: &[Iface],
 ) -> Vec<Vec<std::result::Result<Shot, String>>> {
-    let mut used: Vec<IpAddr> = ifaces
+    let own: Vec<IpAddr> = ifaces
         .iter()
         .flat_map(|i| i.addrs.iter().map(|(a, _)| *a))
         .collect();
+    let mut used = own.clone();
+    // Which interface each source is routed back through, per round.
+    let mut rounds: Vec<Vec<(IpAddr, String)>> = Vec::new();
     let mut out = Vec::new();
     for (w, a) in ways {
         let c = &w.conn;
@@ -380,19 +386,35 @@ pub fn plan(
                     ));
                 };
                 let behind = behind.clone()?;
-                let src = representative(&part.sources, &used).ok_or_else(|| {
-                    format!(
-                        "no unicast address in {} to send from",
-                        part.sources.cidrs().join(", ")
-                    )
-                })?;
+                // A source of its own where the part has one to spare; otherwise one another
+                // probe uses, sent in a later round when that one arrives elsewhere.
+                let src = representative(&part.sources, &used)
+                    .or_else(|| representative(&part.sources, &own))
+                    .ok_or_else(|| {
+                        format!(
+                            "no unicast address in {} to send from",
+                            part.sources.cidrs().join(", ")
+                        )
+                    })?;
                 used.push(src);
+                let round = match rounds
+                    .iter()
+                    .position(|r| r.iter().all(|(a, i)| *a != src || *i == c.iif))
+                {
+                    Some(r) => r,
+                    None => {
+                        rounds.push(Vec::new());
+                        rounds.len() - 1
+                    }
+                };
+                rounds[round].push((src, c.iif.clone()));
                 Ok(Shot {
                     fam: c.fam,
                     iif: c.iif.clone(),
                     src,
                     dst: SocketAddr::new(dst, c.port),
                     behind,
+                    round,
                 })
             })();
             shots.push(shot);
@@ -550,21 +572,9 @@ fn run(
     }
     load(s, &node, listing)?;
     let ports = wire(s, &node, &shots, &peers)?;
-    let mut probes = Vec::new();
-    let mut waiting = Vec::new();
-    for (i, row) in planned.iter().enumerate() {
-        for (j, r) in row.iter().enumerate() {
-            if let Ok(sh) = r {
-                let ns = peers[&sh.iif].0.clone();
-                let (src, dst) = (sh.src, sh.dst);
-                waiting.push((
-                    i,
-                    j,
-                    std::thread::spawn(move || sock::connect(&ns, src, dst, PROBE_WAIT)),
-                ));
-            }
-        }
-        probes.push(
+    let mut probes: Vec<Vec<Probe>> = planned
+        .iter()
+        .map(|row| {
             row.iter()
                 .map(|r| match r {
                     Ok(sh) => Probe {
@@ -580,18 +590,60 @@ fn run(
                         kernel: Kernel::Unprobed(why.clone()),
                     },
                 })
-                .collect::<Vec<_>>(),
-        );
-    }
-    for (i, j, t) in waiting {
-        let got = t
-            .join()
-            .map_err(|_| s.fail("a probe", "its thread panicked".into()))?
-            .map_err(|e| s.fail("a probe", e.to_string()))?;
-        probes[i][j].kernel = got;
+                .collect()
+        })
+        .collect();
+    let last = shots.iter().map(|sh| sh.round).max().unwrap_or(0);
+    for round in 0..=last {
+        let mut waiting = Vec::new();
+        for (i, row) in planned.iter().enumerate() {
+            for (j, sh) in row.iter().enumerate() {
+                let Ok(sh) = sh else { continue };
+                if sh.round != round {
+                    continue;
+                }
+                route_back(s, &node, sh, &peers[&sh.iif].2)?;
+                let ns = peers[&sh.iif].0.clone();
+                let (src, dst) = (sh.src, sh.dst);
+                waiting.push((i, j, move || sock::connect(&ns, src, dst, PROBE_WAIT)));
+            }
+        }
+        let started: Vec<_> = waiting
+            .into_iter()
+            .map(|(i, j, f)| (i, j, std::thread::spawn(f)))
+            .collect();
+        for (i, j, t) in started {
+            let got = t
+                .join()
+                .map_err(|_| s.fail("a probe", "its thread panicked".into()))?
+                .map_err(|e| s.fail("a probe", e.to_string()))?;
+            probes[i][j].kernel = got;
+        }
     }
     drop(ports);
     Ok((probes, notes))
+}
+
+/// The scratch node's way back to a probe's source: through the interface it arrives on, to
+/// the client's link address.
+fn route_back(s: &Scratch<'_>, node: &str, sh: &Shot, mac_peer: &str) -> Result<()> {
+    let src = sh.src.to_string();
+    let host = format!("{src}/{}", host_len(sh.fam));
+    s.ip(node, &["route", "replace", &host, "dev", &sh.iif])?;
+    s.ip(
+        node,
+        &[
+            "neigh",
+            "replace",
+            &src,
+            "lladdr",
+            mac_peer,
+            "dev",
+            &sh.iif,
+            "nud",
+            "permanent",
+        ],
+    )
 }
 
 /// A locally administered link address for veth pair `k`, side `side`.
@@ -631,7 +683,7 @@ fn load(s: &Scratch<'_>, node: &str, listing: &Listing) -> Result<()> {
     Ok(())
 }
 
-/// Each probe's source on its client side and routed back; each host behind with its address,
+/// Each probe's source on its client side (routed back per round, [`route_back`]); each host behind with its address,
 /// gateway and listener; the listener on the node. Returns the listeners, held open until the
 /// probes are done.
 fn wire(
@@ -644,11 +696,10 @@ fn wire(
     let mut listening: Vec<(String, u16)> = Vec::new();
     let mut behinds: Vec<SocketAddr> = Vec::new();
     for sh in shots {
-        let (peer_ns, mac_node, mac_peer) = &peers[&sh.iif];
+        let (peer_ns, mac_node, _) = &peers[&sh.iif];
         let host = host_len(sh.fam);
         s.addr(peer_ns, "peer", sh.src, host)?;
         let dst = sh.dst.ip().to_string();
-        let src = sh.src.to_string();
         s.ip(
             peer_ns,
             &["route", "replace", &format!("{dst}/{host}"), "dev", "peer"],
@@ -663,24 +714,6 @@ fn wire(
                 mac_node,
                 "dev",
                 "peer",
-                "nud",
-                "permanent",
-            ],
-        )?;
-        s.ip(
-            node,
-            &["route", "replace", &format!("{src}/{host}"), "dev", &sh.iif],
-        )?;
-        s.ip(
-            node,
-            &[
-                "neigh",
-                "replace",
-                &src,
-                "lladdr",
-                mac_peer,
-                "dev",
-                &sh.iif,
                 "nud",
                 "permanent",
             ],

@@ -17,7 +17,7 @@ const EXIT_DISAGREES: i32 = 5;
 /// jumped to a chain, and a ban by a set with timeouts.
 const CONFIRMED: &[&str] = &[
     "nftables wiki server",
-    "fedora iptables-services",
+    "arch wiki simple stateful",
     "rhel7 iptables-services legacy",
     "adv: ban net jump wan",
     "crowdsec bouncer sets",
@@ -35,7 +35,13 @@ fn fixture(name: &str) -> &'static Fixture {
 
 /// `firewall explain PORT --confirm --json`: the exit status and the document.
 fn confirm(host: &Host, port: u16) -> (Option<i32>, Value) {
-    let out = host.run(&["firewall", "explain", &port.to_string(), "--confirm", "--json"]);
+    let out = host.run(&[
+        "firewall",
+        "explain",
+        &port.to_string(),
+        "--confirm",
+        "--json",
+    ]);
     let v: Value = serde_json::from_str(&out.stdout).unwrap_or_else(|e| {
         panic!(
             "explain {port} --confirm printed no JSON ({e}), status {}:\n{}\n{}",
@@ -47,7 +53,9 @@ fn confirm(host: &Host, port: u16) -> (Option<i32>, Value) {
 
 /// Every scratch namespace the command named is gone.
 fn none_left(v: &Value) {
-    let names = v["confirm"]["namespaces"].as_array().expect("namespaces named");
+    let names = v["confirm"]["namespaces"]
+        .as_array()
+        .expect("namespaces named");
     assert!(!names.is_empty(), "{v:#}");
     for n in names {
         let n = n.as_str().unwrap();
@@ -79,8 +87,14 @@ fn parts(v: &Value) -> Vec<(String, String, String, String, String)> {
                 way.clone(),
                 sources.join(","),
                 p["fate"].as_str().unwrap().to_string(),
-                p["kernel"]["verdict"].as_str().unwrap_or("none").to_string(),
-                p["kernel"]["agreement"].as_str().unwrap_or("none").to_string(),
+                p["kernel"]["verdict"]
+                    .as_str()
+                    .unwrap_or("none")
+                    .to_string(),
+                p["kernel"]["agreement"]
+                    .as_str()
+                    .unwrap_or("none")
+                    .to_string(),
             ));
         }
     }
@@ -117,7 +131,11 @@ fn in_cidr(a: IpAddr, base: IpAddr, len: u32) -> bool {
             u32::from(a) & m == u32::from(b) & m
         }
         (IpAddr::V6(a), IpAddr::V6(b)) => {
-            let m = if len == 0 { 0 } else { u128::MAX << (128 - len) };
+            let m = if len == 0 {
+                0
+            } else {
+                u128::MAX << (128 - len)
+            };
             u128::from(a) & m == u128::from(b) & m
         }
         _ => false,
@@ -167,14 +185,24 @@ fn the_kernel_agrees_with_the_evaluator_part_by_part_on_the_corpus() {
                 // Every part is probed here (the lab node's interfaces have both families'
                 // addresses) and agrees: none doubtful in these rulesets either.
                 if agreement != "agrees" {
-                    wrong.push(format!("{name} {port} {way} from {src}: {fate} vs {kernel}"));
+                    wrong.push(format!(
+                        "{name} {port} {way} from {src}: {fate} vs {kernel}"
+                    ));
                 }
             }
             // The scratch node's kernel says what the lab node's own kernel says to a real
             // connection from the outside machine, in both families.
             for (family, to, from) in [
-                ("ipv4", IpAddr::from(NODE_PUBLIC_V4), IpAddr::from(OUTSIDE_PUBLIC_V4)),
-                ("ipv6", IpAddr::from(NODE_PUBLIC_V6), IpAddr::from(OUTSIDE_PUBLIC_V6)),
+                (
+                    "ipv4",
+                    IpAddr::from(NODE_PUBLIC_V4),
+                    IpAddr::from(OUTSIDE_PUBLIC_V4),
+                ),
+                (
+                    "ipv6",
+                    IpAddr::from(NODE_PUBLIC_V6),
+                    IpAddr::from(OUTSIDE_PUBLIC_V6),
+                ),
             ] {
                 let got = net.outside.probe_tcp(to, port, ANSWER).expect("probe");
                 let scratch = kernel_for(&v, family, PUBLIC_IF, from);
@@ -187,7 +215,11 @@ fn the_kernel_agrees_with_the_evaluator_part_by_part_on_the_corpus() {
         }
     }
     println!("ruleset / port / way / sources / evaluator / kernel / agreement\n{table}");
-    assert!(wrong.is_empty(), "disagreements:\n{}\n{table}", wrong.join("\n"));
+    assert!(
+        wrong.is_empty(),
+        "disagreements:\n{}\n{table}",
+        wrong.join("\n")
+    );
     assert!(
         connected > 0 && not > 0,
         "the confirmations must see both answers: {connected} connected, {not} not\n{table}"
@@ -221,7 +253,13 @@ fn a_ruleset_built_to_fool_the_model_is_disagreed_with_and_the_kernel_stands() {
 
     // The evaluator alone says admitted (exit 0).
     let plain = host.run(&["firewall", "explain", "9000", "--json"]);
-    assert_eq!(plain.status.code(), Some(0), "{}\n{}", plain.stdout, plain.stderr);
+    assert_eq!(
+        plain.status.code(),
+        Some(0),
+        "{}\n{}",
+        plain.stdout,
+        plain.stderr
+    );
 
     let (code, v) = confirm(&host, OPENED);
     none_left(&v);
@@ -255,7 +293,9 @@ fn a_ruleset_built_to_fool_the_model_is_disagreed_with_and_the_kernel_stands() {
         text.stdout.contains(
             "DISAGREES with the evaluator, which says admitted; the kernel's verdict stands"
         ) && text.stdout.contains("kernel: timed out")
-            && text.stdout.contains("THE KERNEL DISAGREES WITH THE EVALUATOR"),
+            && text
+                .stdout
+                .contains("THE KERNEL DISAGREES WITH THE EVALUATOR"),
         "{}",
         text.stdout
     );

@@ -178,6 +178,30 @@ fn each_part_gets_its_own_source_and_a_way_with_nothing_to_send_to_says_so() {
     );
     assert_eq!(first.dst, "1.0.0.1:9000".parse().unwrap());
     assert_eq!(p[0][1].as_ref().unwrap().src, v4("192.0.2.33"));
+    // A one-address ban asked on two interfaces: the same source, routed back through each in
+    // a round of its own.
+    let one = cidr("192.0.2.40/32");
+    let twice = vec![
+        (
+            way("eth0", Fam::V4, 22),
+            Answer {
+                parts: vec![part(one.clone(), Fate::Admitted)],
+            },
+        ),
+        (
+            way("mesh0", Fam::V4, 22),
+            Answer {
+                parts: vec![part(one, Fate::Admitted)],
+            },
+        ),
+    ];
+    let both = [ifaces[1].clone(), iface("mesh0", 3, &[("10.0.0.1", 24)])];
+    let p2 = plan(&twice, &both);
+    let got: Vec<(IpAddr, usize)> = p2
+        .iter()
+        .map(|r| r[0].as_ref().map(|s| (s.src, s.round)).unwrap())
+        .collect();
+    assert_eq!(got, [(v4("192.0.2.40"), 0), (v4("192.0.2.40"), 1)]);
     // Only a link-local IPv6 address: nothing to send to.
     assert_eq!(
         p[1][0].as_ref().unwrap_err(),
