@@ -173,7 +173,7 @@ pub fn capture(exec: &dyn Exec) -> Result<Listing> {
         if !exec.exists(program) || nft.is_empty() {
             continue;
         }
-        let text = exec.run_ok(program, &[], None)?.stdout;
+        let text = managed_only(&exec.run_ok(program, &[], None)?.stdout);
         let tables = saved_tables(&text);
         if !tables.is_empty() {
             managed.extend(tables.into_iter().map(|t| format!("{family} {t}")));
@@ -212,6 +212,32 @@ fn saved_tables(text: &str) -> Vec<String> {
         .filter_map(|l| l.strip_prefix('*'))
         .map(|t| t.trim().to_string())
         .collect()
+}
+
+/// An `iptables-nft-save` text less the tables it says are not iptables-nft's (``# Table `nat'
+/// contains incompatible base-chains``, ``# Table `filter' is incompatible``): it prints those
+/// with empty chains, and nft lists and loads them whole.
+fn managed_only(text: &str) -> String {
+    let foreign: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("# Table `"))
+        .filter(|l| l.contains("incompatible"))
+        .filter_map(|l| l.split('\'').next())
+        .collect();
+    let mut out = String::new();
+    let mut skipping = false;
+    for line in text.lines() {
+        if let Some(t) = line.strip_prefix('*') {
+            skipping = foreign.contains(&t.trim());
+        }
+        if !skipping {
+            out.push_str(line);
+            out.push('\n');
+        } else if line == "COMMIT" {
+            skipping = false;
+        }
+    }
+    out
 }
 
 /// `nft list ruleset` without the tables named in `skip` (`ip filter`) and without the
@@ -386,6 +412,14 @@ pub fn plan(
                     ));
                 };
                 let behind = behind.clone()?;
+                if behind.as_ref().is_some_and(|b| b.oif == c.iif) {
+                    // The client and the host behind would share one side; on a node too the
+                    // reply goes straight between them, never back through the translation.
+                    return Err(format!(
+                        "it arrives on and leaves by {} (a hairpin), which is not probed",
+                        c.iif
+                    ));
+                }
                 // A source of its own where the part has one to spare; otherwise one another
                 // probe uses, sent in a later round when that one arrives elsewhere.
                 let src = representative(&part.sources, &used)
@@ -568,7 +602,7 @@ fn run(
         }
     }
     if shots.iter().any(|sh| sh.behind.is_some()) {
-        forwarding_on(&node)?;
+        forwarding_on(s, &node)?;
     }
     load(s, &node, listing)?;
     let ports = wire(s, &node, &shots, &peers)?;
@@ -785,15 +819,18 @@ fn host_len(fam: Fam) -> u8 {
 }
 
 /// Forwarding on in the scratch node, both families: the forwarded way the evaluator walks.
-fn forwarding_on(node: &str) -> Result<()> {
-    sock::in_netns(node, || {
-        std::fs::write("/proc/sys/net/ipv4/ip_forward", "1")?;
-        std::fs::write("/proc/sys/net/ipv6/conf/all/forwarding", "1")
-    })
-    .map_err(|e| Error::Confirm {
-        what: format!("turning forwarding on in scratch namespace {node}"),
-        reason: e.to_string(),
-    })
+fn forwarding_on(s: &Scratch<'_>, node: &str) -> Result<()> {
+    s.inside(
+        node,
+        "sysctl",
+        &[
+            "-q",
+            "-w",
+            "net.ipv4.ip_forward=1",
+            "net.ipv6.conf.all.forwarding=1",
+        ],
+        None,
+    )
 }
 
 /// The routes of `ip -o route show` the scratch node takes again: those through the

@@ -311,3 +311,110 @@ fn a_ruleset_built_to_fool_the_model_is_disagreed_with_and_the_kernel_stands() {
         );
     }
 }
+
+/// The port a router publishes, the port the machine behind serves, and the link to it.
+const PUBLISHED: u16 = 443;
+const BEHIND_SERVES: u16 = 80;
+const BACK_IF: &str = "back0";
+const NODE_BACK_V4: std::net::Ipv4Addr = std::net::Ipv4Addr::new(10, 99, 0, 1);
+const BEHIND_V4: std::net::Ipv4Addr = std::net::Ipv4Addr::new(10, 99, 0, 2);
+
+/// A router's ruleset: the published port translated to the machine behind, and a forward chain
+/// that drops by default and admits the translated port when `admit` says so.
+fn router(admit: bool) -> String {
+    let accept = if admit {
+        format!("ip daddr {BEHIND_V4} tcp dport {BEHIND_SERVES} accept")
+    } else {
+        String::new()
+    };
+    format!(
+        "flush ruleset
+table ip nat {{
+	chain prerouting {{
+		type nat hook prerouting priority dstnat; policy accept;
+		tcp dport {PUBLISHED} dnat to {BEHIND_V4}:{BEHIND_SERVES}
+	}}
+}}
+table inet filter {{
+	chain forward {{
+		type filter hook forward priority filter; policy drop;
+		ct state established,related accept
+		{accept}
+	}}
+}}
+"
+    )
+}
+
+#[test]
+fn a_forwarded_way_is_confirmed_through_a_host_behind_the_scratch_node() {
+    let lab = new_lab();
+    let net = adoption(&lab);
+    let node = &net.node;
+    let behind = lab.machine("behind").expect("a machine behind the node");
+    lab.veth(node, BACK_IF, &behind, PUBLIC_IF)
+        .expect("a link from the node to the machine behind it");
+    node.add_address(BACK_IF, NODE_BACK_V4.into(), 24).unwrap();
+    behind.add_address(PUBLIC_IF, BEHIND_V4.into(), 24).unwrap();
+    behind
+        .add_route(
+            std::net::Ipv4Addr::UNSPECIFIED.into(),
+            0,
+            NODE_BACK_V4.into(),
+        )
+        .unwrap();
+    node.set_sysctl("net/ipv4/ip_forward", "1").unwrap();
+    let _listener = behind.listen_tcp(BEHIND_SERVES).expect("a listener behind");
+    let host = Host::new(node);
+    for admit in [true, false] {
+        load_nft(node, lab.dir(), "router.nft", &router(admit));
+        let out = host.run(&[
+            "firewall",
+            "explain",
+            &PUBLISHED.to_string(),
+            "--path",
+            "forwarded",
+            "--confirm",
+            "--json",
+        ]);
+        let v: Value = serde_json::from_str(&out.stdout)
+            .unwrap_or_else(|e| panic!("no JSON ({e}): {}\n{}", out.stdout, out.stderr));
+        none_left(&v);
+        assert_eq!(out.status.code(), Some(if admit { 0 } else { 1 }), "{v:#}");
+        assert_eq!(v["confirm"]["agrees"], true, "{v:#}");
+        let mut probed = 0;
+        for w in v["ways"].as_array().unwrap() {
+            assert_eq!(w["leaves_by"], BACK_IF, "{w:#}");
+            for p in w["parts"].as_array().unwrap() {
+                let k = &p["kernel"];
+                if w["interface"] == BACK_IF {
+                    assert_eq!(k["verdict"], "unprobed", "a hairpin: {w:#}");
+                    continue;
+                }
+                probed += 1;
+                let want = if admit {
+                    ("admitted", "connected")
+                } else {
+                    ("not-admitted", "timed-out")
+                };
+                assert_eq!(
+                    (p["fate"].as_str().unwrap(), k["verdict"].as_str().unwrap()),
+                    want,
+                    "{w:#}"
+                );
+                assert_eq!(k["behind"], format!("{BEHIND_V4}:{BEHIND_SERVES}"), "{w:#}");
+            }
+        }
+        assert!(probed >= 2, "eth0 and mesh0 are probed: {v:#}");
+        // The lab node's own kernel, asked from the outside machine, says the same.
+        let got = net
+            .outside
+            .probe_tcp(NODE_PUBLIC_V4.into(), PUBLISHED, ANSWER)
+            .expect("probe");
+        assert_eq!(
+            kernel_for(&v, "ipv4", PUBLIC_IF, OUTSIDE_PUBLIC_V4.into()),
+            word(got),
+            "{v:#}"
+        );
+    }
+}

@@ -91,6 +91,10 @@ fn the_iptables_nft_tables_and_the_owner_flag_are_left_to_their_own_loaders() {
         "table inet mesh_host {\n\tchain input {\n\t}\n}\n\
          table inet keep {\n\tflags dormant\n\tset s {\n\t\tflags interval\n\t}\n}\n"
     );
+    // A native table iptables-nft-save prints empty is nft's to load.
+    let save = "# Table `nat' contains incompatible base-chains, use 'nft' tool to list them.\n\
+                *nat\n:PREROUTING ACCEPT [0:0]\nCOMMIT\n*filter\n:INPUT DROP [0:0]\nCOMMIT\n";
+    assert_eq!(saved_tables(&managed_only(save)), ["filter"]);
     assert_eq!(
         saved_tables("# Generated\n*filter\n:INPUT ACCEPT [0:0]\nCOMMIT\n*nat\nCOMMIT\n"),
         ["filter", "nat"]
