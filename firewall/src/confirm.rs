@@ -33,17 +33,18 @@ pub const BUDGET: Duration = Duration::from_secs(60);
 /// What cannot be cloned into the scratch namespaces, and how the confirmation treats it.
 pub const NOT_CLONED: &[&str] = &[
     "sockets: the node's own listeners are not there; a listener on the port is made in the \
-     scratch node (and, forwarded, on the container's port in the host behind)",
+     scratch node (forwarded: on the container's port in the host behind), by the host as root, \
+     and a rule that tests a socket sees that listener",
     "conntrack state: the scratch namespaces start with an empty table, so every probe is a new \
      connection, as the evaluator assumes",
-    "cgroups and the processes in them: a rule that tests a socket's cgroup, user or group \
-     decides as for a packet with no local socket",
-    "marks set by other processes, and policy routing rules (ip rule): not copied; marks start \
-     at zero, as the evaluator assumes",
+    "cgroups and the processes in them: not there; a cgroup match decides as with no socket",
+    "marks set by other processes, and policy routing (ip rule, other tables): not copied; marks \
+     start at zero, as the evaluator assumes; the main table's routes are recreated",
     "bpf programs attached to the node (the guard's netfilter BPF links, tc and xdp programs): \
-     not loaded; the ruleset is confirmed without them",
-    "named quota, limit and counter objects start from their listed values; a rate limit's \
-     bucket starts full",
+     not loaded; the ruleset, the guard's table inet mesh_host included, is confirmed without them",
+    "interface kinds: every interface is a veth named as the node's",
+    "stateful objects' history: quotas, limits and counters start from their listed values, a \
+     rate limit's bucket full",
 ];
 
 /// The kernel's answer to one SYN.
