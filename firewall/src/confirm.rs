@@ -505,11 +505,17 @@ pub fn confirm(
     budget: Duration,
 ) -> Result<Confirmation> {
     let planned = plan(ways, ifaces);
+    let reaped = scratch::reap(exec);
     let mut s = scratch::Scratch::new(exec, Instant::now() + budget);
     let result = scratch::run(&mut s, listing, ifaces, &planned);
     let namespaces = s.names.clone();
     s.remove();
-    let (probes, notes) = result?;
+    let (probes, mut notes) = result?;
+    notes.extend(
+        reaped
+            .into_iter()
+            .map(|n| format!("removed {n}, left by a confirmation whose process was killed")),
+    );
     Ok(Confirmation {
         probes,
         namespaces,

@@ -418,3 +418,43 @@ fn a_forwarded_way_is_confirmed_through_a_host_behind_the_scratch_node() {
         );
     }
 }
+
+/// Where the evaluator cannot tell (Fedora's `-m state` through iptables-nft is an `xt` match
+/// the evaluator reads as doubtful today), the kernel settles it: the answer and the exit code
+/// are the kernel's, and the lab node's own kernel says the same to the outside machine.
+#[test]
+fn the_kernels_verdict_stands_where_the_evaluator_is_doubtful() {
+    let lab = new_lab();
+    let net = adoption(&lab);
+    let dir = lab.dir().join("corpus");
+    std::fs::create_dir_all(&dir).unwrap();
+    load::load(fixture("fedora iptables-services"), &net.node, &dir)
+        .unwrap_or_else(|e| panic!("{e}"));
+    let host = Host::new(&net.node);
+    let _listener = net.node.listen_tcp(SSH).expect("a listener on the node");
+    let (code, v) = confirm(&host, SSH);
+    none_left(&v);
+    let got = parts(&v);
+    assert!(
+        got.iter()
+            .all(|p| p.3 == "connected" && (p.4 == "agrees" || p.4 == "settled")),
+        "ssh is answered on every part, agreed with or settled: {got:?}"
+    );
+    assert_eq!(v["admitted"], true, "the kernel's verdict stands: {v:#}");
+    assert_eq!(code, Some(0), "{v:#}");
+    let settled = got.iter().filter(|p| p.4 == "settled").count();
+    assert_eq!(
+        v["confirm"]["parts_settled"], settled,
+        "the tally counts what the parts say: {v:#}"
+    );
+    if settled > 0 {
+        assert_eq!(v["evaluator_admitted"], false, "{v:#}");
+    }
+    expect(
+        &net.outside,
+        &node_public(),
+        SSH,
+        Probe::Reached,
+        "Fedora's ruleset admits ssh on the node itself",
+    );
+}

@@ -399,6 +399,30 @@ pub(super) struct Scratch<'e> {
     stem: String,
 }
 
+/// The namespaces an earlier confirmation left when its process was killed before it could
+/// remove them (`mesh-confirm-PID-…` of a PID no longer running), removed; the names removed.
+pub(super) fn reap(exec: &dyn Exec) -> Vec<String> {
+    let Ok(dir) = std::fs::read_dir(NETNS_DIR) else {
+        return Vec::new();
+    };
+    let mut gone = Vec::new();
+    for e in dir.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let Some(pid) = name
+            .strip_prefix("mesh-confirm-")
+            .and_then(|r| r.split('-').next())
+            .and_then(|p| p.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if pid != std::process::id() && !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = exec.run("ip", &args(&["netns", "delete", &name]), None);
+            gone.push(name);
+        }
+    }
+    gone
+}
+
 impl<'e> Scratch<'e> {
     pub(super) fn new(exec: &'e dyn Exec, deadline: Instant) -> Scratch<'e> {
         use std::sync::atomic::{AtomicU32, Ordering};

@@ -294,7 +294,17 @@ fn the_kernel_answers_each_part_in_scratch_namespaces_removed_after() {
             },
         ),
     ];
+    // What a confirmation killed half way left (a PID that cannot be running) is removed by
+    // the next.
+    let stale = format!("mesh-confirm-{}-0-0-node", u32::MAX - 1);
+    run(&["ip", "netns", "add", &stale]);
     let c = confirm(&SystemExec, &listing, &ifaces, &ways, BUDGET).unwrap();
+    assert!(
+        !std::path::Path::new(NETNS_DIR).join(&stale).exists()
+            && c.notes.iter().any(|n| n.contains(&stale)),
+        "{:?}",
+        c.notes
+    );
     let got: Vec<Vec<&str>> = c
         .probes
         .iter()
