@@ -320,3 +320,74 @@ fn the_kernel_answers_each_part_in_scratch_namespaces_removed_after() {
         );
     }
 }
+
+/// `capture` reads every loader's save through the exec seam, as argv arrays: the nft listing
+/// less the iptables-nft table, that table from iptables-nft-save, the legacy saves that hold
+/// tables, and the routes; ipset is asked only where it exists (here it does not).
+#[test]
+fn the_ruleset_is_captured_through_the_exec_seam() {
+    use crate::exec::{Output, RecordingExec};
+    let ok = |s: &str| Output {
+        code: Some(0),
+        stdout: s.to_string(),
+        stderr: String::new(),
+    };
+    let exec = RecordingExec {
+        programs: [
+            "nft",
+            "iptables-nft-save",
+            "ip6tables-nft-save",
+            "iptables-legacy-save",
+            "ip6tables-legacy-save",
+        ]
+        .iter()
+        .map(|p| p.to_string())
+        .collect(),
+        answers: std::cell::RefCell::new(
+            [
+                ok("table ip filter {\n\tchain INPUT {\n\t}\n}\ntable inet f {\n}\n"),
+                ok("*filter\n:INPUT DROP [0:0]\nCOMMIT\n"),
+                ok("# nothing\n"),
+                ok("*raw\n:PREROUTING ACCEPT [0:0]\nCOMMIT\n"),
+                ok(""),
+                ok("default via 192.0.2.1 dev eth0\n"),
+                ok("default via fd00::1 dev eth0 metric 1024\n"),
+            ]
+            .into_iter()
+            .collect(),
+        ),
+        ..RecordingExec::default()
+    };
+    let l = capture(&exec).unwrap();
+    assert_eq!(l.nft, "table inet f {\n}\n");
+    assert_eq!(
+        l.xt_nft,
+        [(Fam::V4, "*filter\n:INPUT DROP [0:0]\nCOMMIT\n".into())]
+    );
+    assert_eq!(l.legacy.len(), 1);
+    assert_eq!(l.ipset, None);
+    assert_eq!(l.routes.len(), 2);
+    let calls: Vec<Vec<String>> = exec
+        .calls
+        .borrow()
+        .iter()
+        .map(|(p, a, _)| {
+            std::iter::once(p.clone())
+                .chain(a.iter().cloned())
+                .collect()
+        })
+        .collect();
+    let want: Vec<Vec<String>> = [
+        "nft list ruleset",
+        "iptables-nft-save",
+        "ip6tables-nft-save",
+        "iptables-legacy-save",
+        "ip6tables-legacy-save",
+        "ip -4 -o route show",
+        "ip -6 -o route show",
+    ]
+    .iter()
+    .map(|l| l.split(' ').map(String::from).collect())
+    .collect();
+    assert_eq!(calls, want);
+}
