@@ -582,6 +582,23 @@ mod tests {
     }
 
     #[test]
+    fn a_probe_is_rendered_with_both_verdicts_where_they_differ() {
+        let part = |fate: &str, verdict: &str, detail: &str, agreement: &str| {
+            json!({"fate": fate, "kernel": {"verdict": verdict, "detail": detail,
+                   "source": "1.0.0.1", "to": "192.0.2.10:9000", "agreement": agreement}})
+        };
+        assert_eq!(
+            super::kernel_line(&part("admitted", "timed-out", "timed out", "disagrees")),
+            "timed out from 1.0.0.1 to 192.0.2.10:9000: DISAGREES with the evaluator, which \
+             says admitted; the kernel's verdict stands"
+        );
+        assert_eq!(
+            super::kernel_line(&part("refused", "refused", "refused (reset)", "agrees")),
+            "refused (reset) from 1.0.0.1 to 192.0.2.10:9000: agrees with the evaluator (refused)"
+        );
+    }
+
+    #[test]
     fn the_guard_is_rendered_by_its_table() {
         let render = |g: serde_json::Value| super::guard_state(&g);
         assert!(render(json!({"present": false})).starts_with("absent"));
