@@ -23,7 +23,9 @@ Exit codes:
   1  an apply failed part-way (the report names the resource), or the host could not work
   2  the input was refused and nothing changed
   3  a safety rule refused the act and nothing changed
-  4  --preview: the act would change something (changes pending); nothing was changed";
+  4  --preview: the act would change something (changes pending); nothing was changed
+  5  firewall explain --confirm: the kernel disagrees with the evaluator on some part of the
+     answer (both verdicts named; the kernel's stands)";
 
 /// mesh-host makes this machine match a declaration, adopting what it finds.
 ///
@@ -261,7 +263,8 @@ pub enum FirewallCommand {
     /// Why a new connection to PORT is admitted or refused: the walk through every base chain
     /// it crosses, hook by hook, the rule that decides and the verdict, per family and
     /// interface it arrives on (exit 0 admitted, 1 not admitted, refused or doubtful, 2 bad
-    /// input).
+    /// input, 5 with --confirm: the kernel disagrees with the evaluator).
+    #[command(after_help = EXIT_CODES)]
     Explain {
         port: u16,
         /// tcp or udp.
@@ -276,6 +279,13 @@ pub enum FirewallCommand {
         /// incoming (to this machine) or forwarded (to a container behind the published PORT).
         #[arg(long, default_value = "incoming")]
         path: String,
+        /// Ask the kernel too: load the ruleset as it stands into scratch network namespaces
+        /// shaped like this node (removed after), send a real SYN for each part of the answer
+        /// from an address inside it, and set the kernel's result (connected, refused, timed
+        /// out) beside the evaluator's; the kernel's verdict stands (tcp only; exit 5 on a
+        /// disagreement).
+        #[arg(long)]
+        confirm: bool,
         #[arg(long)]
         json: bool,
     },
@@ -578,9 +588,17 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
                     from,
                     interface,
                     path,
+                    confirm,
                     json,
                 },
-        } => crate::status::explain_command(port, &proto, from, interface, &path, json),
+        } => crate::status::explain_command(
+            port,
+            &proto,
+            from,
+            interface,
+            &path,
+            crate::status::Explain { confirm, json },
+        ),
         Command::Briefing { json } => {
             let state = store::peek(&cli.root)?;
             let Some(b) = state.and_then(|s| s.briefing) else {

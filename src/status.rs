@@ -96,16 +96,29 @@ pub fn verdict_json(v: &firewall::eval::Verdict) -> Value {
     })
 }
 
+/// How `firewall explain` answers: with the kernel asked too, and as JSON.
+#[derive(Debug, Clone, Copy)]
+pub struct Explain {
+    pub confirm: bool,
+    pub json: bool,
+}
+
+/// The exit code of `firewall explain --confirm` when the kernel disagrees with the evaluator.
+pub const EXIT_DISAGREES: u8 = 5;
+
 /// `mesh-host firewall explain`: every problem with the arguments named at once (exit 2), then
 /// the walk of each way the connection comes, as text or JSON; exit 0 when every way admits it.
+/// With `confirm`, the kernel is asked in scratch namespaces too, its verdict stands, and a
+/// disagreement exits [`EXIT_DISAGREES`].
 pub fn explain_command(
     port: u16,
     proto: &str,
     from: Option<String>,
     interface: Option<String>,
     path: &str,
-    json: bool,
+    how: Explain,
 ) -> Result<std::process::ExitCode> {
+    let json = how.json;
     let mut problems = Vec::new();
     if port == 0 {
         problems.push("port: must be 1 to 65535".to_string());
@@ -141,6 +154,9 @@ pub fn explain_command(
             problems.push(format!("--interface: {e}"));
         }
     }
+    if how.confirm && proto == Some(firewall::Proto::Udp) {
+        problems.push("--confirm: only tcp is confirmed (the kernel is asked with a SYN)".into());
+    }
     let (Some(proto), Some(path), true) = (proto, path, problems.is_empty()) else {
         for p in &problems {
             eprintln!("error: {p}");
@@ -163,45 +179,110 @@ pub fn explain_command(
     let ways = fw
         .explain(&opening, interface.as_deref())
         .context("walking the connection through the found firewall")?;
-    let admitted = !ways.is_empty()
+    let evaluated = !ways.is_empty()
         && ways.iter().all(|(_, a)| {
             a.parts
                 .iter()
                 .all(|p| p.fate == firewall::eval::Fate::Admitted)
         });
-    let v = json!({
-        "port": port,
-        "proto": proto.as_str(),
-        "path": path.as_str(),
-        "from": from.unwrap_or_else(|| "anywhere".into()),
-        "admitted": admitted,
-        "ways": ways.iter().map(|(w, a)| json!({
-            "family": w.conn.fam.name(),
-            "interface": w.conn.iif,
-            "to": w.conn.daddr.map(|d| d.to_string()),
-            "to_port": w.conn.to_port,
-            "leaves_by": w.conn.oif,
-            "parts": a.parts.iter().map(|p| json!({
-                "sources": p.sources.cidrs(),
-                "fate": p.fate.word(),
-                "rule": p.fate.by().map(|b| b.to_string()),
-                "table": p.fate.by().map(|b| b.table.clone()),
-                "chain": p.fate.by().map(|b| b.chain.clone()),
-                "handle": p.fate.by().and_then(|b| b.handle),
-                "detail": p.fate.describe(),
-                "walk": p.trace,
-            })).collect::<Vec<_>>(),
-        })).collect::<Vec<_>>(),
-    });
+    let confirmation = if how.confirm {
+        let exec = firewall::DeadlinedExec(Default::default());
+        let listing = firewall::confirm::capture(&exec)
+            .context("reading the ruleset as its tools save it, for the confirmation")?;
+        let ifaces = firewall::eval::interfaces();
+        Some(
+            firewall::confirm::confirm(&exec, &listing, &ifaces, &ways, firewall::confirm::BUDGET)
+                .context("asking the kernel in scratch network namespaces")?,
+        )
+    } else {
+        None
+    };
+    let mut v = explain_json(&ways, confirmation.as_ref());
+    let mut tally = [0usize; 4];
+    let mut kernel_admits = !ways.is_empty();
+    for (i, (_, a)) in ways.iter().enumerate() {
+        for (j, p) in a.parts.iter().enumerate() {
+            let probe = confirmation.as_ref().map(|c| &c.probes[i][j]);
+            let by_kernel = probe.and_then(|p| p.kernel.admitted());
+            kernel_admits &= by_kernel.unwrap_or(p.fate == firewall::eval::Fate::Admitted);
+            if let Some(pr) = probe {
+                tally[firewall::confirm::agreement(&p.fate, &pr.kernel) as usize] += 1;
+            }
+        }
+    }
+    let admitted = if confirmation.is_some() {
+        kernel_admits
+    } else {
+        evaluated
+    };
+    v["port"] = json!(port);
+    v["proto"] = json!(proto.as_str());
+    v["path"] = json!(path.as_str());
+    v["from"] = json!(from.unwrap_or_else(|| "anywhere".into()));
+    v["admitted"] = json!(admitted);
+    if let Some(c) = &confirmation {
+        v["evaluator_admitted"] = json!(evaluated);
+        v["confirm"] = json!({
+            "agrees": tally[1] == 0,
+            "parts_agreeing": tally[0],
+            "parts_disagreeing": tally[1],
+            "parts_settled": tally[2],
+            "parts_unprobed": tally[3],
+            "namespaces": c.namespaces,
+            "notes": c.notes,
+            "not_cloned": firewall::confirm::NOT_CLONED,
+        });
+    }
     if json {
         println!("{}", serde_json::to_string_pretty(&v)?);
     } else {
         print!("{}", render_explain(&v));
     }
-    Ok(if admitted {
+    Ok(if confirmation.is_some() && tally[1] > 0 {
+        std::process::ExitCode::from(EXIT_DISAGREES)
+    } else if admitted {
         std::process::ExitCode::SUCCESS
     } else {
         std::process::ExitCode::from(1)
+    })
+}
+
+/// The ways and their parts for scripts, each part with the kernel's probe when it was asked.
+fn explain_json(
+    ways: &[(firewall::eval::Way, firewall::eval::Answer)],
+    confirmation: Option<&firewall::confirm::Confirmation>,
+) -> Value {
+    json!({
+        "ways": ways.iter().enumerate().map(|(i, (w, a))| json!({
+            "family": w.conn.fam.name(),
+            "interface": w.conn.iif,
+            "to": w.conn.daddr.map(|d| d.to_string()),
+            "to_port": w.conn.to_port,
+            "leaves_by": w.conn.oif,
+            "parts": a.parts.iter().enumerate().map(|(j, p)| {
+                let mut part = json!({
+                    "sources": p.sources.cidrs(),
+                    "fate": p.fate.word(),
+                    "rule": p.fate.by().map(|b| b.to_string()),
+                    "table": p.fate.by().map(|b| b.table.clone()),
+                    "chain": p.fate.by().map(|b| b.chain.clone()),
+                    "handle": p.fate.by().and_then(|b| b.handle),
+                    "detail": p.fate.describe(),
+                    "walk": p.trace,
+                });
+                if let Some(pr) = confirmation.map(|c| &c.probes[i][j]) {
+                    part["kernel"] = json!({
+                        "verdict": pr.kernel.word(),
+                        "detail": pr.kernel.describe(),
+                        "source": pr.source.map(|a| a.to_string()),
+                        "to": pr.to.map(|a| a.to_string()),
+                        "behind": pr.behind.map(|a| a.to_string()),
+                        "agreement": firewall::confirm::agreement(&p.fate, &pr.kernel).word(),
+                    });
+                }
+                part
+            }).collect::<Vec<_>>(),
+        })).collect::<Vec<_>>(),
     })
 }
 
@@ -248,9 +329,55 @@ fn render_explain(v: &Value) -> String {
                 let _ = writeln!(out, "    {}", step.as_str().unwrap_or(""));
             }
             let _ = writeln!(out, "    => {}", p["detail"].as_str().unwrap_or(""));
+            if p["kernel"].is_object() {
+                let _ = writeln!(out, "    kernel: {}", kernel_line(p));
+            }
+        }
+    }
+    let c = &v["confirm"];
+    if c.is_object() {
+        let _ = writeln!(
+            out,
+            "\nconfirmed by the kernel in scratch namespaces (removed): {} part(s) agree, {} \
+             disagree, {} settled where the evaluator was doubtful, {} not probed",
+            c["parts_agreeing"], c["parts_disagreeing"], c["parts_settled"], c["parts_unprobed"]
+        );
+        if c["agrees"] != true {
+            let _ = writeln!(
+                out,
+                "THE KERNEL DISAGREES WITH THE EVALUATOR: the kernel's verdict stands ({})",
+                if v["admitted"] == true {
+                    "admitted"
+                } else {
+                    "not admitted"
+                }
+            );
         }
     }
     out
+}
+
+/// A part's probe as a person reads it: what the kernel did, from where to where, and whether
+/// the evaluator said the same.
+fn kernel_line(p: &Value) -> String {
+    let k = &p["kernel"];
+    let mut line = k["detail"].as_str().unwrap_or("").to_string();
+    if let (Some(src), Some(to)) = (k["source"].as_str(), k["to"].as_str()) {
+        line.push_str(&format!(" from {src} to {to}"));
+    }
+    if let Some(b) = k["behind"].as_str() {
+        line.push_str(&format!(" (forwarded to {b})"));
+    }
+    let fate = p["fate"].as_str().unwrap_or("");
+    match k["agreement"].as_str().unwrap_or("") {
+        "agrees" => line.push_str(&format!(": agrees with the evaluator ({fate})")),
+        "disagrees" => line.push_str(&format!(
+            ": DISAGREES with the evaluator, which says {fate}; the kernel's verdict stands"
+        )),
+        "settled" => line.push_str(": settles what the evaluator could not tell"),
+        _ => {}
+    }
+    line
 }
 
 /// The guard's JSON with its BPF layer and the layers that hold, named as the briefing names
@@ -451,6 +578,23 @@ mod tests {
         assert_eq!(
             super::layers_named(false, false),
             "guard: no layer in force"
+        );
+    }
+
+    #[test]
+    fn a_probe_is_rendered_with_both_verdicts_where_they_differ() {
+        let part = |fate: &str, verdict: &str, detail: &str, agreement: &str| {
+            json!({"fate": fate, "kernel": {"verdict": verdict, "detail": detail,
+                   "source": "1.0.0.1", "to": "192.0.2.10:9000", "agreement": agreement}})
+        };
+        assert_eq!(
+            super::kernel_line(&part("admitted", "timed-out", "timed out", "disagrees")),
+            "timed out from 1.0.0.1 to 192.0.2.10:9000: DISAGREES with the evaluator, which \
+             says admitted; the kernel's verdict stands"
+        );
+        assert_eq!(
+            super::kernel_line(&part("refused", "refused", "refused (reset)", "agrees")),
+            "refused (reset) from 1.0.0.1 to 192.0.2.10:9000: agrees with the evaluator (refused)"
         );
     }
 

@@ -179,6 +179,10 @@ pub enum Error {
         log: Option<String>,
     },
 
+    /// Confirming a verdict with the kernel in scratch namespaces failed at one step.
+    #[error("confirming with the kernel: {what}: {reason}")]
+    Confirm { what: String, reason: String },
+
     /// The kernel's BTF could not be read, or lacks a type or field the BPF guard needs.
     #[error("kernel btf {path}: {reason}")]
     Btf { path: String, reason: String },

@@ -2,6 +2,7 @@
 
 pub mod backend;
 pub mod bpf;
+pub mod confirm;
 pub mod dbus;
 pub mod derive;
 pub mod detect;

@@ -19,8 +19,8 @@ use lab::addr::*;
 use lab::{Adoption, Lab, Machine, Probe};
 use serde_json::{json, Value};
 
-mod catalogue;
-mod load;
+pub(crate) mod catalogue;
+pub(crate) mod load;
 mod report;
 mod table;
 

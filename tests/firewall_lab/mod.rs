@@ -16,6 +16,7 @@ use serde_json::{json, Value};
 
 mod bridges_live;
 mod churn;
+mod confirm;
 mod converge;
 mod converge_refused;
 mod distro_files;
