@@ -145,6 +145,7 @@ fn part(sources: Addrs, fate: Fate) -> Outcome {
         sources,
         fate,
         trace: Vec::new(),
+        limits: Vec::new(),
     }
 }
 

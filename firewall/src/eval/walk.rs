@@ -412,11 +412,18 @@ impl<'m> Walker<'m> {
             };
             let mut next_live = std::mem::take(&mut spare);
             for p in live.drain(..) {
+                let forked = p.forks.len();
                 for (mut q, end) in self.rule(table, &rule.items, at, p, &here) {
                     match end {
                         End::NoMatch => next_live.push(q),
                         End::Doubt(what) => out.push((q, Exit::Doubt(here(), what))),
-                        End::Act(act, f) => {
+                        End::Act(act, mut f) => {
+                            // A refusal behind a test that could not be decided (`-m set`, a
+                            // `recent` list) refuses particular connections, not all: the
+                            // operator's word, which no opening is written ahead of.
+                            if q.forks[forked..].iter().any(|(_, taken)| *taken) {
+                                f.source = true;
+                            }
                             if self.trace {
                                 q.trace.push(format!(
                                     "{} {}: {} → {}",
