@@ -253,4 +253,34 @@ pub const CORPUS: &[Fixture] = &[
     nft_fixture!("adv: nine jumps deep", "adv-nine-jumps.nft"),
     nft_fixture!("adv: vmap refuses 9000, ban", "adv-vmap-refuse.nft"),
     nft_fixture!("adv: named set refuses 9001", "adv-named-set-refuse.nft"),
+    // Issue 30: rulesets no one here built the verdict against.
+    nft_fixture!("openwrt fw4 router zones", "openwrt-fw4.nft"),
+    nft_fixture!("nixos firewall module", "nixos-firewall.nft"),
+    script_fixture!("csf panel defaults", "csf-default.sh"),
+    script_fixture!("csf panel, log dropped bans", "csf-drop-ip-logging.sh"),
+    nft_fixture!("netdev ingress on eth0", "netdev-ingress.nft"),
+    nft_fixture!("kube-proxy nftables mode", "kube-proxy-nftables.nft"),
+    script_fixture!("proxmox pve-firewall ipsets", "proxmox-pvefw.sh"),
+    nft_fixture!("flood limits dynset/ct count", "flood-limits.nft"),
+    Fixture {
+        name: "wg-quick on nftables wiki srv",
+        steps: &[
+            Step::Nft("nftables-wiki-server.nft"),
+            Step::Nft("wg-quick-wg0.nft"),
+        ],
+        burst: false,
+    },
+    Fixture {
+        name: "incus on debian workstation",
+        steps: &[
+            Step::Nft("debian-example-workstation.nft"),
+            Step::Nft("incus-bridge.nft"),
+        ],
+        burst: false,
+    },
+    Fixture {
+        name: "sshguard on debian stock",
+        steps: &[Step::Nft("debian-nftables.conf"), Step::Nft("sshguard.nft")],
+        burst: false,
+    },
 ];
