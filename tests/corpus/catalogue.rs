@@ -55,6 +55,16 @@ impl Fixture {
         self.steps.iter().any(|s| matches!(s, Step::Docker(_)))
     }
 
+    /// Whether the fixture bans the corpus's banned source (a file names it, or fail2ban bans
+    /// it): then a banned source refused before the apply must stay refused after it.
+    pub fn bans(&self) -> bool {
+        self.steps.iter().any(|s| matches!(s, Step::Fail2ban(_)))
+            || self.files().iter().any(|f| {
+                let path = super::load::corpus_dir().join(f);
+                std::fs::read_to_string(&path).is_ok_and(|t| t.contains("@BANNED"))
+            })
+    }
+
     /// Every file of the corpus this fixture reads (for the check that each exists).
     pub fn files(&self) -> Vec<&'static str> {
         self.steps

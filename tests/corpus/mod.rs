@@ -293,6 +293,9 @@ struct Cell {
     explained: Result<String, String>,
     /// Whether the per-layer states (the report before the verdict) claim the opening in force.
     layers_claim: bool,
+    /// For the banned source of a fixture that bans it: what its connection got before the
+    /// apply (a ban that refused it then must refuse it after).
+    banned_before: Option<OneProbe>,
 }
 
 impl Cell {
@@ -308,6 +311,15 @@ impl Cell {
     fn explain_agrees(&self) -> bool {
         match (&self.explained, &self.probed) {
             (Ok(fate), Ok(p)) => p.matches(fate == "admitted"),
+            _ => false,
+        }
+    }
+
+    /// Whether the ban held: a banned source refused before the apply is refused after it.
+    fn ban_holds(&self) -> bool {
+        match (&self.banned_before, &self.probed) {
+            (None, _) => true,
+            (Some(Ok(before)), Ok(after)) => before.is_reached() || after.reached == 0,
             _ => false,
         }
     }
@@ -448,6 +460,11 @@ fn probe_fixture(fixture: &Fixture) -> (Vec<Row>, String) {
     let declared = openings(fixture);
     let ports: Vec<u16> = declared.iter().map(|o| o.port).collect();
     let routed_before = routed::probe_all(&net, &ports);
+    let banned_before = if fixture.bans() {
+        Some(routed::probe_banned(&net, &ports))
+    } else {
+        None
+    };
     let root = lab.dir().join("root");
     std::fs::create_dir_all(&root).unwrap();
     let decl = dir.join("declaration.json");
@@ -584,6 +601,10 @@ fn probe_fixture(fixture: &Fixture) -> (Vec<Row>, String) {
                 probed: probed.clone(),
                 explained: explained(node, &root, &wrap, o, source, family),
                 layers_claim,
+                banned_before: banned_before
+                    .as_ref()
+                    .filter(|_| source == Source::Banned)
+                    .map(|b| b[i][family as usize].clone()),
             })
             .collect();
         rows.push(Row {

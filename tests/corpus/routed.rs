@@ -132,6 +132,39 @@ pub(super) fn probe_all(net: &Adoption, ports: &[u16]) -> Vec<Vec<Result<Probe, 
     })
 }
 
+/// The banned source's connections to the node itself (incoming) on every port of `ports`, v4
+/// then v6, all at once: what the ban does before any opening is written.
+pub(super) fn probe_banned(net: &Adoption, ports: &[u16]) -> Vec<[Result<Probe, String>; 2]> {
+    std::thread::scope(|s| {
+        let handles: Vec<_> = ports
+            .iter()
+            .map(|&port| {
+                Family::ALL.map(|family| {
+                    s.spawn(move || {
+                        net.outside
+                            .probe_tcp_from(
+                                Source::Banned.addr(family),
+                                Source::Banned.target(family),
+                                port,
+                                PROBE_WAIT,
+                            )
+                            .map_err(|e| e.to_string())
+                    })
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|hs| {
+                hs.map(|h| {
+                    h.join()
+                        .unwrap_or_else(|_| Err("the probe panicked".into()))
+                })
+            })
+            .collect()
+    })
+}
+
 /// The forwarded path of one opening's port: what each source of [`FROM`] got at the LAN host
 /// before the apply and after it.
 #[derive(Debug, Clone)]

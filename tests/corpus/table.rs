@@ -107,6 +107,19 @@ pub(super) fn table(ran: &[Ran], total: Duration) -> (String, String) {
                                 f.name()
                             );
                         }
+                        if !c.ban_holds() {
+                            let _ = writeln!(
+                                failures,
+                                "- {} / {} / {} {}: a ban bypassed: the banned source was {} \
+                                 before the apply and {} after it",
+                                r.fixture.name,
+                                row.opening,
+                                s.name(),
+                                f.name(),
+                                c.banned_before.as_ref().map(probe_word).unwrap_or_default(),
+                                c.probed_text()
+                            );
+                        }
                         explain_agreeing += usize::from(c.explain_agrees());
                         if !c.explain_agrees() {
                             let why = match (&c.explained, &c.probed) {
@@ -141,10 +154,11 @@ pub(super) fn table(ran: &[Ran], total: Duration) -> (String, String) {
                             );
                         }
                         format!(
-                            "{}/{}{}{}{}",
+                            "{}/{}{}{}{}{}",
                             short_fate(&c.reported),
                             c.probed_text(),
                             if c.agrees() { "" } else { " !" },
+                            if c.ban_holds() { "" } else { " b" },
                             if c.explain_agrees() { "" } else { " e" },
                             if c.layers_agree() { "" } else { " *" }
                         )
@@ -186,7 +200,8 @@ pub(super) fn table(ran: &[Ran], total: Duration) -> (String, String) {
          (adm admitted, ref refused, not not-admitted, dbt doubtful, none: no verdict); probed is \
          R reached, X refused (reset, port unreachable), U unreachable (prohibited), T timed out; \
          ×30 or k/30R where a rate-limited ruleset's cell is probed {BURST} times. \
-         ! the report and the probe disagree; e `firewall explain --from SOURCE` and the probe \
+         ! the report and the probe disagree; b a banned source refused before the apply \
+         reached the node after it (where the ruleset bans it); e `firewall explain --from SOURCE` and the probe \
          disagree; * the per-layer states (layers, the report before \
          the verdict: in force iff every needed layer is present) disagree with the probe. \
          undcl: port {PORT_UNDECLARED}, served and declared by no opening, probed from outside \
