@@ -459,12 +459,15 @@ fn probe_fixture(fixture: &Fixture) -> (Vec<Row>, String) {
 
     let declared = openings(fixture);
     let ports: Vec<u16> = declared.iter().map(|o| o.port).collect();
-    let routed_before = routed::probe_all(&net, &ports);
-    let banned_before = if fixture.bans() {
-        Some(routed::probe_banned(&net, &ports))
-    } else {
-        None
-    };
+    // Before the apply, at once: the LAN host behind the node, and the ban where there is one.
+    let (routed_before, banned_before) = std::thread::scope(|s| {
+        let banned = s.spawn(|| fixture.bans().then(|| routed::probe_banned(&net, &ports)));
+        let routed = routed::probe_all(&net, &ports);
+        (
+            routed,
+            banned.join().expect("the banned source's probes panicked"),
+        )
+    });
     let root = lab.dir().join("root");
     std::fs::create_dir_all(&root).unwrap();
     let decl = dir.join("declaration.json");
