@@ -65,6 +65,20 @@ impl Fixture {
             })
     }
 
+    /// Whether the ruleset limits each source's new connections through a dynamic set (a rate or
+    /// `ct count`): then a burst from outside after the apply must be cut short.
+    pub fn limits_per_source(&self) -> bool {
+        self.files().iter().any(|f| {
+            let path = super::load::corpus_dir().join(f);
+            std::fs::read_to_string(&path).is_ok_and(|t| {
+                t.lines().any(|l| {
+                    l.contains(" add @")
+                        && (l.contains("limit rate over") || l.contains("ct count over"))
+                })
+            })
+        })
+    }
+
     /// Every file of the corpus this fixture reads (for the check that each exists).
     pub fn files(&self) -> Vec<&'static str> {
         self.steps

@@ -20,6 +20,7 @@ use lab::{Adoption, Lab, Machine, Probe};
 use serde_json::{json, Value};
 
 mod catalogue;
+mod flood;
 mod load;
 mod report;
 mod routed;
@@ -356,6 +357,8 @@ struct Ran {
     /// Why the fixture could not be run at all.
     error: Option<String>,
     rows: Vec<Row>,
+    /// Where the ruleset limits each source: the bursts after the apply.
+    flooded: Vec<flood::Flooded>,
     took: Duration,
 }
 
@@ -380,8 +383,9 @@ fn run_fixture(fixture: &Fixture) -> Ran {
     let started = Instant::now();
     let mut rows = Vec::new();
     let mut undeclared = String::new();
+    let mut flooded = Vec::new();
     let error = catch_unwind(AssertUnwindSafe(|| {
-        (rows, undeclared) = probe_fixture(fixture);
+        (rows, undeclared, flooded) = probe_fixture(fixture);
     }))
     .err()
     .map(reason);
@@ -390,6 +394,7 @@ fn run_fixture(fixture: &Fixture) -> Ran {
         undeclared,
         error,
         rows,
+        flooded,
         took: started.elapsed(),
     }
 }
@@ -420,7 +425,7 @@ fn lab_carries_the_outside(net: &Adoption) {
     }
 }
 
-fn probe_fixture(fixture: &Fixture) -> (Vec<Row>, String) {
+fn probe_fixture(fixture: &Fixture) -> (Vec<Row>, String, Vec<flood::Flooded>) {
     let lab = Lab::new().expect("the lab needs root, iproute2 and nsenter; it never skips");
     let net = Adoption::build(&lab).expect("building the adoption topology");
     net.outside
@@ -625,8 +630,14 @@ fn probe_fixture(fixture: &Fixture) -> (Vec<Row>, String) {
             cells,
         });
     }
+    // Last, as it fills the outside source's per-source limit.
+    let flooded = if fixture.limits_per_source() {
+        flood::flood(&net)
+    } else {
+        Vec::new()
+    };
     drop(loaded);
-    (rows, undeclared.join(" "))
+    (rows, undeclared.join(" "), flooded)
 }
 
 /// What `mesh-host firewall explain PORT --from SOURCE --interface IF --path PATH --json` says

@@ -183,3 +183,21 @@ impl Routed {
         }
     }
 }
+
+#[test]
+fn a_lan_host_reached_only_after_the_apply_fails_the_cell() {
+    let r = |b: Probe, a: Probe| Routed {
+        before: vec![Ok(b); 4],
+        after: vec![Ok(a); 4],
+    };
+    assert!(r(Probe::Refused, Probe::Refused).holds(0));
+    assert!(r(Probe::Reached, Probe::Reached).holds(0));
+    assert!(r(Probe::Reached, Probe::TimedOut).holds(0));
+    assert!(!r(Probe::Refused, Probe::Reached).holds(0));
+    assert!(!r(Probe::TimedOut, Probe::Reached).holds(3));
+    let failed = Routed {
+        before: vec![Err("no probe".into()); 4],
+        after: vec![Ok(Probe::Refused); 4],
+    };
+    assert!(!failed.holds(1), "a probe that did not run holds nothing");
+}

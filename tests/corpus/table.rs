@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use lab::Probe;
 
+use super::flood::{AT_MOST, BASELINE, BURST as FLOOD};
 use super::routed::{Routed, FROM, LAN_IF};
 use super::{Family, Ran, Source, BURST, PORT_UNDECLARED};
 
@@ -221,6 +222,36 @@ pub(super) fn table(ran: &[Ran], total: Duration) -> (String, String) {
          by the apply or closed by it, {routed_opened_before} reached before it (the found \
          firewall forwards there)"
     );
+    for r in ran {
+        for f in &r.flooded {
+            let shown = |n: &Result<usize, String>| match n {
+                Ok(n) => format!("{n}/{FLOOD}"),
+                Err(e) => format!("not probed ({e})"),
+            };
+            let _ = writeln!(
+                t,
+                "flood limits, {} {}: a burst of {FLOOD} new connections to 9000 at once: {} \
+                 through from the node itself, {} from outside{}",
+                r.fixture.name,
+                f.family.name(),
+                shown(&f.own),
+                shown(&f.outside),
+                if f.holds() { "" } else { " !" }
+            );
+            if !f.holds() {
+                let _ = writeln!(
+                    failures,
+                    "- {} / flood {}: the per-source limit after the apply: {} of {FLOOD} from \
+                     outside got through (at most {AT_MOST} may) and {} from the node itself \
+                     (at least {BASELINE} must, or the burst proves nothing)",
+                    r.fixture.name,
+                    f.family.name(),
+                    shown(&f.outside),
+                    shown(&f.own)
+                );
+            }
+        }
+    }
     let _ = write!(t, "wall time per ruleset:");
     for r in ran {
         let _ = write!(t, " {} {:.0} s;", r.fixture.name, r.took.as_secs_f64());
