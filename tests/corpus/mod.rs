@@ -6,7 +6,10 @@
 //! the same connection. Any disagreement fails the suite, and so does an `apply` that says
 //! otherwise than the status; the table (ruleset × opening × source: reported / probed) is
 //! printed whether it passes or not, with the per-layer `state` beside it, which is what the
-//! report said before the verdict.
+//! report said before the verdict. Issue 30: every opening's port is also probed at a LAN host
+//! routed behind the node before the apply and after it (`routed.rs`: an opening that opens
+//! forwarding fails), a banned source refused before the apply must stay refused, and where the
+//! ruleset limits each source, a burst from outside must still be cut short (`flood.rs`).
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::panic::{catch_unwind, AssertUnwindSafe};
