@@ -283,6 +283,7 @@ pub const CORPUS: &[Fixture] = &[
     script_fixture!("csf panel defaults", "csf-default.sh"),
     script_fixture!("csf panel, log dropped bans", "csf-drop-ip-logging.sh"),
     nft_fixture!("netdev ingress on eth0", "netdev-ingress.nft"),
+    nft_fixture!("netdev ingress, refusal only", "netdev-ingress-plain.nft"),
     nft_fixture!("kube-proxy nftables mode", "kube-proxy-nftables.nft"),
     script_fixture!("proxmox pve-firewall ipsets", "proxmox-pvefw.sh"),
     nft_fixture!("flood limits dynset/ct count", "flood-limits.nft"),
