@@ -154,7 +154,18 @@ impl Openings {
             .map(|p| format!("{}: {}", p.layer, p.state.describe()))
             .collect();
         let kind = &self.kind;
+        // The layers its rules were written in, whatever they admit: "no rule written" is said
+        // only when none was.
+        let written: Vec<&str> = states
+            .iter()
+            .filter(|p| p.chain.is_some() && !matches!(p.state, State::NotNeeded(_)))
+            .map(|p| p.layer.as_str())
+            .collect();
         let mut where_ = match (in_force.is_empty(), verdict) {
+            (true, Some(_)) if !written.is_empty() => format!(
+                "the found firewall ({kind}), its rules written in {}",
+                written.join(", ")
+            ),
             (true, Some(_)) => format!("the found firewall as it is ({kind}), no rule written"),
             (true, None) => format!(
                 "nothing on the {} path refuses it by default (found firewall: {kind}); no rule needed",

@@ -150,7 +150,6 @@ fn candidates(
     chain: &str,
     before: Option<usize>,
     o: &Opening,
-    site: Site,
 ) -> Vec<(String, Option<usize>, bool)> {
     // `fib` is there in every family, netdev's ingress included.
     let can_local = o.path == Path::Incoming;
@@ -473,7 +472,7 @@ fn replace(plan: &mut Plan, solo: &Solo<'_>, a: AddAt) -> bool {
         );
         return true;
     }
-    for (c, before, local) in candidates(solo.model, &table, chain, at, o, site) {
+    for (c, before, local) in candidates(solo.model, &table, chain, at, o) {
         let site = Site { local, ..site };
         let edit = insert(solo.model, &t.key, &c, before, o, site);
         if !solo.clean(t, o, edit) {
