@@ -6,7 +6,10 @@
 //! the same connection. Any disagreement fails the suite, and so does an `apply` that says
 //! otherwise than the status; the table (ruleset × opening × source: reported / probed) is
 //! printed whether it passes or not, with the per-layer `state` beside it, which is what the
-//! report said before the verdict.
+//! report said before the verdict. Issue 30: every opening's port is also probed at a LAN host
+//! routed behind the node before the apply and after it (`routed.rs`: an opening that opens
+//! forwarding fails), a banned source refused before the apply must stay refused, and where the
+//! ruleset limits each source, a burst from outside must still be cut short (`flood.rs`).
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -20,12 +23,15 @@ use lab::{Adoption, Lab, Machine, Probe};
 use serde_json::{json, Value};
 
 pub(crate) mod catalogue;
+mod flood;
 pub(crate) mod load;
 mod report;
+mod routed;
 mod table;
 
 use catalogue::{Fixture, CORPUS};
 use report::{layer_states, reported, state_contradiction};
+use routed::Routed;
 use table::{short_probe, table};
 
 const MESH: &str = env!("CARGO_BIN_EXE_mesh-host");
@@ -291,6 +297,9 @@ struct Cell {
     explained: Result<String, String>,
     /// Whether the per-layer states (the report before the verdict) claim the opening in force.
     layers_claim: bool,
+    /// For the banned source of a fixture that bans it: what its connection got before the
+    /// apply (a ban that refused it then must refuse it after).
+    banned_before: Option<OneProbe>,
 }
 
 impl Cell {
@@ -310,6 +319,15 @@ impl Cell {
         }
     }
 
+    /// Whether the ban held: a banned source refused before the apply is refused after it.
+    fn ban_holds(&self) -> bool {
+        match (&self.banned_before, &self.probed) {
+            (None, _) => true,
+            (Some(Ok(before)), Ok(after)) => before.is_reached() || after.reached == 0,
+            _ => false,
+        }
+    }
+
     fn layers_agree(&self) -> bool {
         matches!(&self.probed, Ok(p) if p.matches(self.layers_claim))
     }
@@ -324,6 +342,8 @@ impl Cell {
 
 struct Row {
     opening: &'static str,
+    /// The LAN host behind the node probed on the opening's port, before the apply and after.
+    routed: Routed,
     /// Where the verdict's state contradicts its own parts.
     contradiction: Option<String>,
     outcome: String,
@@ -340,6 +360,8 @@ struct Ran {
     /// Why the fixture could not be run at all.
     error: Option<String>,
     rows: Vec<Row>,
+    /// Where the ruleset limits each source: the bursts after the apply.
+    flooded: Vec<flood::Flooded>,
     took: Duration,
 }
 
@@ -364,8 +386,9 @@ fn run_fixture(fixture: &Fixture) -> Ran {
     let started = Instant::now();
     let mut rows = Vec::new();
     let mut undeclared = String::new();
+    let mut flooded = Vec::new();
     let error = catch_unwind(AssertUnwindSafe(|| {
-        (rows, undeclared) = probe_fixture(fixture);
+        (rows, undeclared, flooded) = probe_fixture(fixture);
     }))
     .err()
     .map(reason);
@@ -374,6 +397,7 @@ fn run_fixture(fixture: &Fixture) -> Ran {
         undeclared,
         error,
         rows,
+        flooded,
         took: started.elapsed(),
     }
 }
@@ -404,7 +428,7 @@ fn lab_carries_the_outside(net: &Adoption) {
     }
 }
 
-fn probe_fixture(fixture: &Fixture) -> (Vec<Row>, String) {
+fn probe_fixture(fixture: &Fixture) -> (Vec<Row>, String, Vec<flood::Flooded>) {
     let lab = Lab::new().expect("the lab needs root, iproute2 and nsenter; it never skips");
     let net = Adoption::build(&lab).expect("building the adoption topology");
     net.outside
@@ -418,8 +442,20 @@ fn probe_fixture(fixture: &Fixture) -> (Vec<Row>, String) {
         .iter()
         .map(|p| node.listen_tcp(*p).expect("a listener on the node"))
         .collect();
+    let _lan = routed::build(
+        &lab,
+        &net,
+        &[
+            PORT_ANYWHERE,
+            PORT_NETWORK,
+            PORT_PRIVATE,
+            PORT_UNDECLARED,
+            PUBLISHED,
+        ],
+    );
 
     lab_carries_the_outside(&net);
+    routed::lab_carries_the_lan(&net, PORT_UNDECLARED);
 
     let dir = lab.dir().join("corpus");
     std::fs::create_dir_all(&dir).unwrap();
@@ -430,6 +466,16 @@ fn probe_fixture(fixture: &Fixture) -> (Vec<Row>, String) {
     let wrap = loaded.wrap();
 
     let declared = openings(fixture);
+    let ports: Vec<u16> = declared.iter().map(|o| o.port).collect();
+    // Before the apply, at once: the LAN host behind the node, and the ban where there is one.
+    let (routed_before, banned_before) = std::thread::scope(|s| {
+        let banned = s.spawn(|| fixture.bans().then(|| routed::probe_banned(&net, &ports)));
+        let routed = routed::probe_all(&net, &ports);
+        (
+            routed,
+            banned.join().expect("the banned source's probes panicked"),
+        )
+    });
     let root = lab.dir().join("root");
     std::fs::create_dir_all(&root).unwrap();
     let decl = dir.join("declaration.json");
@@ -463,73 +509,78 @@ fn probe_fixture(fixture: &Fixture) -> (Vec<Row>, String) {
             }
         }
     }
-    let (probes, undeclared): (Vec<CellProbes>, Vec<OneProbe>) = std::thread::scope(|s| {
-        let control: Vec<_> = Family::ALL
-            .iter()
-            .map(|&family| {
-                let outside = &net.outside;
-                s.spawn(move || {
-                    outside
-                        .probe_tcp_from(
-                            Source::Outside.addr(family),
-                            Source::Outside.target(family),
-                            PORT_UNDECLARED,
-                            PROBE_WAIT,
-                        )
-                        .map_err(|e| e.to_string())
+    let (probes, undeclared, routed_after): (Vec<CellProbes>, Vec<OneProbe>, _) =
+        std::thread::scope(|s| {
+            let routed_after = s.spawn(|| routed::probe_all(&net, &ports));
+            let control: Vec<_> = Family::ALL
+                .iter()
+                .map(|&family| {
+                    let outside = &net.outside;
+                    s.spawn(move || {
+                        outside
+                            .probe_tcp_from(
+                                Source::Outside.addr(family),
+                                Source::Outside.target(family),
+                                PORT_UNDECLARED,
+                                PROBE_WAIT,
+                            )
+                            .map_err(|e| e.to_string())
+                    })
                 })
-            })
-            .collect();
-        let handles: Vec<_> = jobs
-            .iter()
-            .map(|&(i, source, family)| {
-                let port = declared[i].port;
-                let from = source.machine(&net);
-                let burst = fixture.burst
-                    && declared[i].id == "corpus/anywhere"
-                    && source == Source::Outside
-                    && family == Family::V4;
-                s.spawn(move || {
-                    let once = || {
-                        from.probe_tcp_from(
-                            source.addr(family),
-                            source.target(family),
-                            port,
-                            PROBE_WAIT,
-                        )
-                        .map_err(|e| e.to_string())
-                    };
-                    if !burst {
-                        return Probed::of(vec![once()]);
-                    }
-                    let all = std::thread::scope(|w| {
-                        let spaced: Vec<_> = (0..BURST)
-                            .map(|k| {
-                                w.spawn(move || {
-                                    std::thread::sleep(SPACING * k as u32);
-                                    once()
+                .collect();
+            let handles: Vec<_> = jobs
+                .iter()
+                .map(|&(i, source, family)| {
+                    let port = declared[i].port;
+                    let from = source.machine(&net);
+                    let burst = fixture.burst
+                        && declared[i].id == "corpus/anywhere"
+                        && source == Source::Outside
+                        && family == Family::V4;
+                    s.spawn(move || {
+                        let once = || {
+                            from.probe_tcp_from(
+                                source.addr(family),
+                                source.target(family),
+                                port,
+                                PROBE_WAIT,
+                            )
+                            .map_err(|e| e.to_string())
+                        };
+                        if !burst {
+                            return Probed::of(vec![once()]);
+                        }
+                        let all = std::thread::scope(|w| {
+                            let spaced: Vec<_> = (0..BURST)
+                                .map(|k| {
+                                    w.spawn(move || {
+                                        std::thread::sleep(SPACING * k as u32);
+                                        once()
+                                    })
                                 })
-                            })
-                            .collect();
-                        spaced
-                            .into_iter()
-                            .map(|h| h.join().unwrap_or_else(|_| Err("panicked".into())))
-                            .collect::<Vec<_>>()
-                    });
-                    Probed::of(all)
+                                .collect();
+                            spaced
+                                .into_iter()
+                                .map(|h| h.join().unwrap_or_else(|_| Err("panicked".into())))
+                                .collect::<Vec<_>>()
+                        });
+                        Probed::of(all)
+                    })
                 })
-            })
-            .collect();
-        let control = control.into_iter().map(|h| {
-            h.join()
-                .unwrap_or_else(|_| Err("the probe panicked".to_owned()))
+                .collect();
+            let control = control.into_iter().map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err("the probe panicked".to_owned()))
+            });
+            let probes = handles.into_iter().map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err("the probe panicked".to_owned()))
+            });
+            let routed_after = routed_after
+                .join()
+                .expect("the probes of the LAN host panicked");
+            (probes.collect(), control.collect(), routed_after)
         });
-        let probes = handles.into_iter().map(|h| {
-            h.join()
-                .unwrap_or_else(|_| Err("the probe panicked".to_owned()))
-        });
-        (probes.collect(), control.collect())
-    });
     let undeclared: Vec<&str> = undeclared.iter().map(short_probe).collect();
 
     let mut rows: Vec<Row> = Vec::new();
@@ -561,10 +612,18 @@ fn probe_fixture(fixture: &Fixture) -> (Vec<Row>, String) {
                 probed: probed.clone(),
                 explained: explained(node, &root, &wrap, o, source, family),
                 layers_claim,
+                banned_before: banned_before
+                    .as_ref()
+                    .filter(|_| source == Source::Banned)
+                    .map(|b| b[i][family as usize].clone()),
             })
             .collect();
         rows.push(Row {
             opening: o.id,
+            routed: Routed {
+                before: routed_before[i].clone(),
+                after: routed_after[i].clone(),
+            },
             contradiction: state_contradiction(&entry)
                 .or_else(|| apply_contradiction(&report, &entry)),
             outcome,
@@ -574,8 +633,14 @@ fn probe_fixture(fixture: &Fixture) -> (Vec<Row>, String) {
             cells,
         });
     }
+    // Last, as it fills the outside source's per-source limit.
+    let flooded = if fixture.limits_per_source() {
+        flood::flood(&net)
+    } else {
+        Vec::new()
+    };
     drop(loaded);
-    (rows, undeclared.join(" "))
+    (rows, undeclared.join(" "), flooded)
 }
 
 /// What `mesh-host firewall explain PORT --from SOURCE --interface IF --path PATH --json` says
@@ -690,17 +755,18 @@ fn every_found_firewall_of_the_corpus_is_reported_as_real_connections_find_it() 
         }
     }
     assert!(
-        CORPUS.len() >= 25,
+        CORPUS.len() >= 45,
         "the corpus has {} rulesets",
         CORPUS.len()
     );
+    let chosen = chosen();
     let next = AtomicUsize::new(0);
     let done: Mutex<Vec<(usize, Ran)>> = Mutex::new(Vec::new());
     std::thread::scope(|s| {
         for _ in 0..WORKERS {
             s.spawn(|| loop {
                 let i = next.fetch_add(1, Ordering::SeqCst);
-                let Some(fixture) = CORPUS.get(i) else { break };
+                let Some(fixture) = chosen.get(i) else { break };
                 let ran = run_fixture(fixture);
                 done.lock().unwrap().push((i, ran));
             });
@@ -709,9 +775,41 @@ fn every_found_firewall_of_the_corpus_is_reported_as_real_connections_find_it() 
     let mut done = done.into_inner().unwrap();
     done.sort_by_key(|(i, _)| *i);
     let ran: Vec<Ran> = done.into_iter().map(|(_, r)| r).collect();
-    let (text, failures) = table(&ran, started.elapsed());
+    let (mut text, failures) = table(&ran, started.elapsed());
+    if chosen.len() < CORPUS.len() {
+        text.push_str(&format!(
+            "\nMESH_CORPUS_ONLY: {} of the corpus's {} rulesets ran\n",
+            chosen.len(),
+            CORPUS.len()
+        ));
+    }
     // Straight to the standard error's descriptor, past the harness's capture, so the table is in
     // the log whether the suite passes or not.
     let _ = std::io::Write::write_all(&mut std::io::stderr().lock(), text.as_bytes());
     assert!(failures.is_empty(), "{text}");
+}
+
+/// The fixtures to run: all of them, or where `MESH_CORPUS_ONLY` is set (a comma-separated list of
+/// words, for working on a few), those whose name contains one of its words. A word that names
+/// no fixture fails the run rather than running nothing.
+fn chosen() -> Vec<Fixture> {
+    let Ok(only) = std::env::var("MESH_CORPUS_ONLY") else {
+        return CORPUS.to_vec();
+    };
+    let words: Vec<&str> = only
+        .split(',')
+        .map(str::trim)
+        .filter(|w| !w.is_empty())
+        .collect();
+    for w in &words {
+        assert!(
+            CORPUS.iter().any(|f| f.name.contains(w)),
+            "MESH_CORPUS_ONLY: no ruleset of the corpus is named like {w:?}"
+        );
+    }
+    CORPUS
+        .iter()
+        .filter(|f| words.is_empty() || words.iter().any(|w| f.name.contains(w)))
+        .copied()
+        .collect()
 }

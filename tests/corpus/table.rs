@@ -6,6 +6,8 @@ use std::time::Duration;
 
 use lab::Probe;
 
+use super::flood::{AT_MOST, BASELINE, BURST as FLOOD};
+use super::routed::{Routed, FROM, LAN_IF};
 use super::{Family, Ran, Source, BURST, PORT_UNDECLARED};
 
 /// The columns of the table: every source in every family.
@@ -55,10 +57,12 @@ pub(super) fn table(ran: &[Ran], total: Duration) -> (String, String) {
             format!("{} {}", s.name(), if f == Family::V4 { "v4" } else { "v6" })
         );
     }
+    let _ = write!(t, " | routed o4 o6 b4 b6");
     t.push('\n');
     let mut failures = String::new();
     let mut today_wrong = String::new();
     let (mut cells, mut agreeing, mut layers_agreeing, mut explain_agreeing) = (0, 0, 0, 0);
+    let (mut routed_cells, mut routed_holding, mut routed_opened_before) = (0, 0, 0);
     for r in ran {
         if let Some(e) = &r.error {
             let _ = writeln!(t, "{:<31} FAILED: {}", r.fixture.name, first_line(e));
@@ -104,6 +108,19 @@ pub(super) fn table(ran: &[Ran], total: Duration) -> (String, String) {
                                 f.name()
                             );
                         }
+                        if !c.ban_holds() {
+                            let _ = writeln!(
+                                failures,
+                                "- {} / {} / {} {}: a ban bypassed: the banned source was {} \
+                                 before the apply and {} after it",
+                                r.fixture.name,
+                                row.opening,
+                                s.name(),
+                                f.name(),
+                                c.banned_before.as_ref().map(probe_word).unwrap_or_default(),
+                                c.probed_text()
+                            );
+                        }
                         explain_agreeing += usize::from(c.explain_agrees());
                         if !c.explain_agrees() {
                             let why = match (&c.explained, &c.probed) {
@@ -138,10 +155,11 @@ pub(super) fn table(ran: &[Ran], total: Duration) -> (String, String) {
                             );
                         }
                         format!(
-                            "{}/{}{}{}{}",
+                            "{}/{}{}{}{}{}",
                             short_fate(&c.reported),
                             c.probed_text(),
                             if c.agrees() { "" } else { " !" },
+                            if c.ban_holds() { "" } else { " b" },
                             if c.explain_agrees() { "" } else { " e" },
                             if c.layers_agree() { "" } else { " *" }
                         )
@@ -149,6 +167,31 @@ pub(super) fn table(ran: &[Ran], total: Duration) -> (String, String) {
                 };
                 let _ = write!(t, " | {shown:<13}");
             }
+            for (k, &(s, f)) in FROM.iter().enumerate() {
+                routed_cells += 1;
+                routed_holding += usize::from(row.routed.holds(k));
+                routed_opened_before +=
+                    usize::from(matches!(&row.routed.before[k], Ok(p) if p.is_reached()));
+                if !row.routed.holds(k) {
+                    let _ = writeln!(
+                        failures,
+                        "- {} / {} / routed {} {}: the LAN host behind the node was {} before \
+                         the apply and {} after it{}",
+                        r.fixture.name,
+                        row.opening,
+                        s.name(),
+                        f.name(),
+                        probe_word(&row.routed.before[k]),
+                        probe_word(&row.routed.after[k]),
+                        if s == Source::Banned {
+                            " (a banned source's SYN got an answer through the node)"
+                        } else {
+                            " (an opening opened forwarding)"
+                        }
+                    );
+                }
+            }
+            let _ = write!(t, " | {}", routed_text(&row.routed));
             t.push('\n');
         }
     }
@@ -158,17 +201,57 @@ pub(super) fn table(ran: &[Ran], total: Duration) -> (String, String) {
          (adm admitted, ref refused, not not-admitted, dbt doubtful, none: no verdict); probed is \
          R reached, X refused (reset, port unreachable), U unreachable (prohibited), T timed out; \
          ×30 or k/30R where a rate-limited ruleset's cell is probed {BURST} times. \
-         ! the report and the probe disagree; e `firewall explain --from SOURCE` and the probe \
+         ! the report and the probe disagree; b a banned source refused before the apply \
+         reached the node after it (where the ruleset bans it); e `firewall explain --from SOURCE` and the probe \
          disagree; * the per-layer states (layers, the report before \
          the verdict: in force iff every needed layer is present) disagree with the probe. \
          undcl: port {PORT_UNDECLARED}, served and declared by no opening, probed from outside \
-         (v4 v6): what the found firewall does with what nobody opened."
+         (v4 v6): what the found firewall does with what nobody opened. routed: the opening's \
+         port at the LAN host behind the node ({LAN_IF}), from outside (o) and the banned source \
+         (b) in v4 and v6, before the apply then after it (RR, XX, TT, ...; ! where after reached \
+         and before did not)."
     );
     let _ = writeln!(
         t,
         "{cells} cells: {agreeing} agree with the verdict, {explain_agreeing} with firewall \
          explain, {layers_agreeing} with the per-layer states"
     );
+    let _ = writeln!(
+        t,
+        "{routed_cells} routed cells (the LAN host behind the node): {routed_holding} unchanged \
+         by the apply or closed by it, {routed_opened_before} reached before it (the found \
+         firewall forwards there)"
+    );
+    for r in ran {
+        for f in &r.flooded {
+            let shown = |n: &Result<usize, String>| match n {
+                Ok(n) => format!("{n}/{FLOOD}"),
+                Err(e) => format!("not probed ({e})"),
+            };
+            let _ = writeln!(
+                t,
+                "flood limits, {} {}: a burst of {FLOOD} new connections to 9000 at once: {} \
+                 through from the node itself, {} from outside{}",
+                r.fixture.name,
+                f.family.name(),
+                shown(&f.own),
+                shown(&f.outside),
+                if f.holds() { "" } else { " !" }
+            );
+            if !f.holds() {
+                let _ = writeln!(
+                    failures,
+                    "- {} / flood {}: the per-source limit after the apply: {} of {FLOOD} from \
+                     outside got through (at most {AT_MOST} may) and {} from the node itself \
+                     (at least {BASELINE} must, or the burst proves nothing)",
+                    r.fixture.name,
+                    f.family.name(),
+                    shown(&f.outside),
+                    shown(&f.own)
+                );
+            }
+        }
+    }
     let _ = write!(t, "wall time per ruleset:");
     for r in ran {
         let _ = write!(t, " {} {:.0} s;", r.fixture.name, r.took.as_secs_f64());
@@ -189,4 +272,27 @@ pub(super) fn table(ran: &[Ran], total: Duration) -> (String, String) {
 fn first_line(s: &str) -> String {
     let line = s.lines().next().unwrap_or("");
     line.chars().take(120).collect()
+}
+
+/// A probe in words for a failure line.
+fn probe_word(p: &Result<Probe, String>) -> String {
+    match p {
+        Ok(p) => p.to_string(),
+        Err(e) => format!("not probed ({e})"),
+    }
+}
+
+/// The routed column: before then after for each source of [`FROM`].
+fn routed_text(r: &Routed) -> String {
+    let shown: Vec<String> = (0..FROM.len())
+        .map(|k| {
+            format!(
+                "{}{}{}",
+                short_probe(&r.before[k]),
+                short_probe(&r.after[k]),
+                if r.holds(k) { "" } else { "!" }
+            )
+        })
+        .collect();
+    shown.join(" ")
 }
