@@ -4,6 +4,7 @@
 //! firewall engine and the lab's bounded runs all start their children here.
 
 mod deadlines;
+pub mod interrupt;
 mod progress;
 mod runner;
 mod spawn;

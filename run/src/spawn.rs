@@ -1,6 +1,7 @@
-//! The one implementation of starting a child: spawned in a process group of its own, its input
-//! written and its output read on one thread with `poll(2)`, all of it within one deadline, at
-//! which the whole group is killed.
+//! The one implementation of starting a child: spawned in a process group of its own, killed
+//! (`PR_SET_PDEATHSIG`) if the thread that started it dies first, its input written and its output
+//! read on one thread with `poll(2)`, all of it within one deadline, at which the whole group is
+//! killed; reachable by an interrupt the process catches (`interrupt`) while it runs.
 
 use std::ffi::OsStr;
 use std::fmt;
@@ -84,6 +85,9 @@ impl std::error::Error for PastDeadline {}
 /// the deadline. Nothing is waited for after that: a grandchild that keeps the output open is
 /// killed with the group, and one that left the group holds nothing of this call (no thread
 /// reads for it). A child that could not be started gives the error `spawn` gave.
+///
+/// The child never outlives the host: it is sent SIGKILL when the thread that started it ends
+/// (the whole process ending included). That reaches the child itself, not what it started.
 pub fn command(cmd: &mut Command, stdin: Option<&[u8]>, deadline: Duration) -> io::Result<Output> {
     let argv: Vec<String> = std::iter::once(cmd.get_program())
         .chain(cmd.get_args())
@@ -95,10 +99,34 @@ pub fn command(cmd: &mut Command, stdin: Option<&[u8]>, deadline: Duration) -> i
     cmd.stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0);
+    let parent = std::process::id() as libc::pid_t;
+    // SAFETY: the closure runs in the forked child before exec and makes only async-signal-safe
+    // system calls (prctl, getppid).
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            // The parent died before the setting was made: nobody would kill this child.
+            if libc::getppid() != parent {
+                return Err(io::Error::from_raw_os_error(libc::ESRCH));
+            }
+            Ok(())
+        });
+    }
+    let seen = crate::interrupt::seen();
     let started = Instant::now();
     let mut child = cmd.spawn()?;
+    let mut reachable = crate::interrupt::Reachable::new(child.id() as i32, seen);
     let mut told = Told::new(&argv, started);
-    let result = supervise(&mut child, stdin, started, deadline, &mut told);
+    let result = supervise(
+        &mut child,
+        stdin,
+        started,
+        deadline,
+        &mut told,
+        &mut reachable,
+    );
     told.ended();
     if let Ok(Ok(out)) = result {
         return Ok(out);
@@ -112,6 +140,7 @@ pub fn command(cmd: &mut Command, stdin: Option<&[u8]>, deadline: Duration) -> i
     }
     // A child that moved to a group of its own goes too.
     let _ = child.kill();
+    reachable.clear();
     let _ = child.wait();
     match result {
         Ok(Err(stderr)) => Err(io::Error::new(
@@ -137,6 +166,7 @@ fn supervise(
     started: Instant,
     deadline: Duration,
     told: &mut Told<'_>,
+    reachable: &mut crate::interrupt::Reachable,
 ) -> io::Result<Result<Output, Vec<u8>>> {
     let mut input = match (stdin, child.stdin.take()) {
         (Some(bytes), Some(pipe)) => {
@@ -151,7 +181,9 @@ fn supervise(
     let mut buf = vec![0u8; 64 * 1024];
     let mut pause = Duration::from_millis(1);
     loop {
-        if out.is_none() && err.is_none() {
+        // Seen exited before it is reaped: past the reap its id may name another group.
+        if out.is_none() && err.is_none() && exited_unreaped(child.id() as i32).is_some() {
+            reachable.clear();
             if let Some(status) = child.try_wait()? {
                 use std::os::unix::process::ExitStatusExt;
                 return Ok(Ok(Output {
