@@ -100,8 +100,9 @@ pub fn command(cmd: &mut Command, stdin: Option<&[u8]>, deadline: Duration) -> i
         .stderr(Stdio::piped())
         .process_group(0);
     let parent = std::process::id() as libc::pid_t;
+    let image = Image::of(cmd);
     // SAFETY: the closure runs in the forked child before exec and makes only async-signal-safe
-    // system calls (prctl, getppid).
+    // system calls (prctl, getppid, execv) on memory made before the fork.
     unsafe {
         cmd.pre_exec(move || {
             if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
@@ -110,6 +111,15 @@ pub fn command(cmd: &mut Command, stdin: Option<&[u8]>, deadline: Duration) -> i
             // The parent died before the setting was made: nobody would kill this child.
             if libc::getppid() != parent {
                 return Err(io::Error::from_raw_os_error(libc::ESRCH));
+            }
+            if let Some(image) = &image {
+                // Returns only when it failed.
+                libc::execve(
+                    image.path.as_ptr(),
+                    image.argv.as_ptr(),
+                    image.envp.as_ptr(),
+                );
+                return Err(io::Error::last_os_error());
             }
             Ok(())
         });
@@ -154,6 +164,88 @@ pub fn command(cmd: &mut Command, stdin: Option<&[u8]>, deadline: Duration) -> i
         )),
         Err(e) => Err(e),
         Ok(Ok(_)) => unreachable!("returned above"),
+    }
+}
+
+/// The file a child execs, its argv and its environment, made before the fork. A child set up by
+/// a closure is started by `fork` and the standard library's `execvp`, which runs a file of no
+/// executable format through `/bin/sh`: a binary for another machine would be read as a shell
+/// script. The child execs this itself with `execve`, which fails with ENOEXEC instead, as the
+/// `posix_spawnp` the standard library uses without a closure does. The environment is this
+/// process's with the command's own variables set or removed (`env_clear` is not seen here: a
+/// command given it still gets this process's environment).
+struct Image {
+    path: std::ffi::CString,
+    /// Pointers into `_args`, ended by a null pointer.
+    argv: Vec<*const libc::c_char>,
+    /// Pointers into `_vars`, ended by a null pointer.
+    envp: Vec<*const libc::c_char>,
+    _args: Vec<std::ffi::CString>,
+    _vars: Vec<std::ffi::CString>,
+}
+
+// SAFETY: the pointers point into the heap buffers of `_args` and `_vars`, owned by the same value
+// and never changed; the child only reads them.
+unsafe impl Send for Image {}
+unsafe impl Sync for Image {}
+
+impl Image {
+    /// The program resolved as `execvp` resolves it (the PATH the command is given, else this
+    /// process's); `None` when it is not found there (the standard library's exec then says
+    /// so), or an argument holds a NUL (and the standard library refuses it).
+    fn of(cmd: &Command) -> Option<Image> {
+        use std::os::unix::ffi::OsStrExt;
+        let program = cmd.get_program();
+        let path = if program.as_bytes().contains(&b'/') {
+            std::path::PathBuf::from(program)
+        } else {
+            let given = cmd
+                .get_envs()
+                .find(|(k, _)| *k == "PATH")
+                .and_then(|(_, v)| v.map(OsStr::to_os_string));
+            let paths = given
+                .or_else(|| std::env::var_os("PATH"))
+                .unwrap_or_else(|| {
+                    "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".into()
+                });
+            std::env::split_paths(&paths)
+                .map(|d| d.join(program))
+                .find(|p| {
+                    use std::os::unix::fs::PermissionsExt;
+                    std::fs::metadata(p)
+                        .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+                })?
+        };
+        let path = std::ffi::CString::new(path.as_os_str().as_bytes()).ok()?;
+        let args = std::iter::once(program)
+            .chain(cmd.get_args())
+            .map(|a| std::ffi::CString::new(a.as_bytes()).ok())
+            .collect::<Option<Vec<_>>>()?;
+        let mut env: std::collections::BTreeMap<std::ffi::OsString, std::ffi::OsString> =
+            std::env::vars_os().collect();
+        for (k, v) in cmd.get_envs() {
+            match v {
+                Some(v) => env.insert(k.to_os_string(), v.to_os_string()),
+                None => env.remove(k),
+            };
+        }
+        let vars = env
+            .iter()
+            .map(|(k, v)| std::ffi::CString::new([k.as_bytes(), b"=", v.as_bytes()].concat()).ok())
+            .collect::<Option<Vec<_>>>()?;
+        let nul_ended = |cs: &[std::ffi::CString]| {
+            cs.iter()
+                .map(|a| a.as_ptr())
+                .chain(std::iter::once(std::ptr::null()))
+                .collect()
+        };
+        Some(Image {
+            path,
+            argv: nul_ended(&args),
+            envp: nul_ended(&vars),
+            _args: args,
+            _vars: vars,
+        })
     }
 }
 

@@ -492,3 +492,22 @@ fn an_interrupt_caught_is_passed_on_to_the_running_childs_group() {
     );
     assert!(process_gone(child, Duration::from_secs(1)), "{said}");
 }
+
+#[test]
+fn a_file_of_no_executable_format_is_refused_by_exec_and_never_read_as_a_script() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = std::env::temp_dir().join(format!("run-noexec-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("not-a-program");
+    let marker = dir.join("ran");
+    // A shell would run this; the kernel knows no such format.
+    std::fs::write(&file, format!("touch {}\n", marker.display())).unwrap();
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let e = SystemRunner
+        .run(&argv(&[file.to_str().unwrap()]), Path::new("/"), &[])
+        .unwrap_err();
+    let ran = marker.exists();
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert_eq!(e.raw_os_error(), Some(libc::ENOEXEC), "{e}");
+    assert!(!ran, "the file was run through a shell");
+}
