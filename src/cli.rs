@@ -4,8 +4,8 @@ use crate::apply::{self, Host};
 use crate::declaration::{self, Source};
 use crate::store;
 use answer::{
-    act, derive_openings, finish, genesis_refused, nothing_applied, preview_asked, previewed,
-    print_briefing, refused, render_owned,
+    act, derive_openings, finish, genesis_refused, interruptible, nothing_applied, preview_asked,
+    previewed, print_briefing, refused, render_owned, tells_resident,
 };
 pub use answer::{error_json, refusal};
 use anyhow::{Context, Result};
@@ -18,11 +18,19 @@ use std::process::ExitCode;
 
 const EXIT_CODES: &str = "\
 Exit codes:
-  0  done
-  1  an apply failed part-way (the report names the resource), or the host could not work
-  2  the input was refused and nothing changed
-  3  a safety rule refused the act and nothing changed
-  4  --preview: the act would change something (changes pending); nothing was changed";
+  0    done, as declared (the briefing says ok, kept or unknown)
+  1    an apply failed part-way (the report names the resource), or the host could not work
+  2    the input was refused and nothing changed
+  3    a safety rule refused the act and nothing changed
+  4    --preview: the act would change something (changes pending); nothing was changed
+  5    applied to the end, but the briefing says failed: an opening not admitted, the guard or the private network not as declared
+  130  interrupted by SIGINT after N of M resources (143: by SIGTERM); the child under way was passed the signal";
+
+const RUN_EXIT_CODES: &str = "\
+Exit codes:
+  0    stopped when asked (SIGTERM or SIGINT) after the apply under way, or finished because a new mesh-host binary was installed: the launcher starts it at once
+  1    the host could not start (the message says why); the launcher counts it
+  6    another resident host already runs on this store (the message gives its pid); nothing was started";
 
 /// mesh-host makes this machine match a declaration, adopting what it finds.
 ///
@@ -63,6 +71,8 @@ pub enum Command {
     /// The resident host: reconcile on start, on a new declaration, on SIGHUP and every period,
     /// and put the guard and the openings back within milliseconds of another program changing
     /// the ruleset. Listens on no socket; SIGTERM or SIGINT end it after the apply under way.
+    /// One per store: it holds the store's run lock for its life, and a second is refused (exit 6).
+    #[command(after_help = RUN_EXIT_CODES)]
     Run {
         /// Seconds between reconciles when nothing else asks for one (drift).
         #[arg(long, value_name = "SECONDS", default_value_t = 600, value_parser = clap::value_parser!(u64).range(1..))]
@@ -368,9 +378,10 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             if preview {
                 return previewed(&cli.root, "apply", &decl, source, json);
             }
+            interruptible();
             let result = apply::apply(&host(&cli.root), &decl, source);
             // A resident host on this root reconciles the new declaration at once.
-            if result.is_ok() && crate::pid_file::tell_resident(&cli.root) {
+            if tells_resident(&result) && crate::pid_file::tell_resident(&cli.root) {
                 tracing::info!("told the resident host that a new declaration is stored");
             }
             finish(result, json)
@@ -462,7 +473,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Command::Reconcile {
             preview: false,
             json,
-        } => match apply::reconcile(&host(&cli.root)) {
+        } => match interruptible_reconcile(&cli.root) {
             // A reconcile that did not fail proves this binary works on this machine: it is the
             // version the launcher rolls back to, and its start attempts are no longer counted.
             Ok(Some(report)) if report.failed().is_none() => {
@@ -518,6 +529,9 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
                 bundle,
                 preview,
             };
+            if !preview {
+                interruptible();
+            }
             let h = host(&cli.root);
             let read = || crate::inventory::read(h.runner).map(|v| v.machine());
             match crate::genesis::run(&cli.root, &h, &req, &read) {
@@ -654,6 +668,14 @@ fn generate(what: GenerateCommand) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// A person's reconcile: interruptible, as every act they run.
+fn interruptible_reconcile(
+    root: &std::path::Path,
+) -> Result<Option<apply::Report>, apply::ApplyError> {
+    interruptible();
+    apply::reconcile(&host(root))
 }
 
 fn host(root: &std::path::Path) -> Host<'_> {

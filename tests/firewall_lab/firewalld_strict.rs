@@ -242,7 +242,8 @@ fn firewalld_strict_forward_ports_admit_a_published_port_by_a_forward_port_in_th
         json!({"id": "web/pub", "type": "opening", "port": PUBLISHED,
         "proto": "tcp", "from": ["198.51.100.0/24"], "path": "forwarded"}),
     ]);
-    let report = host.apply(&from_net);
+    // Not admitted: the briefing says failed, so the apply exits 5.
+    let report = host.apply_not_in_force(&from_net);
     let why = report["not_admitted"]
         .as_array()
         .unwrap()
