@@ -424,8 +424,15 @@ table inet filter {{
         out.stdout,
         out.stderr
     );
+    // The opening's own line never reads "in force" beside REFUSED.
     assert!(
-        out.stdout.contains("not admitted: web/api by ")
+        out.stdout
+            .contains("web/api                  opening web/api: NOT in force: ")
+            && out
+                .stdout
+                .contains("REFUSED: refused by the operator's rule")
+            && !out.stdout.contains("in force in the found firewall")
+            && out.stdout.contains("not admitted: web/api by ")
             && out.stdout.ends_with("outcome failed\n"),
         "{}",
         out.stdout
