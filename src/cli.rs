@@ -474,9 +474,9 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             preview: false,
             json,
         } => match interruptible_reconcile(&cli.root) {
-            // A reconcile that did not fail proves this binary works on this machine: it is the
+            // A reconcile that went to its end proves this binary works on this machine: it is the
             // version the launcher rolls back to, and its start attempts are no longer counted.
-            Ok(Some(report)) if report.failed().is_none() => {
+            Ok(Some(report)) if !report.stopped() => {
                 crate::launch::reconciled(&store::store_dir(&cli.root))?;
                 finish(Ok(report), json)
             }
