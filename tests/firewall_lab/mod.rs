@@ -318,6 +318,24 @@ impl Host {
         report
     }
 
+    /// A reconcile whose briefing says `failed` though nothing stopped it: exit 5.
+    fn reconcile_not_in_force(&self) -> Value {
+        let out = self.run(&["reconcile", "--json"]);
+        assert_eq!(
+            out.status.code(),
+            Some(NOT_IN_FORCE),
+            "reconcile exited {}, not {NOT_IN_FORCE}:\n{}\n{}",
+            out.status,
+            out.stdout,
+            out.stderr
+        );
+        let report: Value = serde_json::from_str(&out.stdout)
+            .unwrap_or_else(|e| panic!("reconcile printed no JSON ({e}):\n{}", out.stdout));
+        assert_nothing_failed(&report);
+        assert_eq!(report["outcome"], "failed", "{report:#}");
+        report
+    }
+
     fn status(&self) -> Value {
         self.json(&["firewall", "status", "--json"])
     }
