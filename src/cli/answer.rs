@@ -180,8 +180,8 @@ pub(super) fn finish(result: Result<Report, ApplyError>, json: bool) -> Result<E
     }
     match &report.interrupted {
         Some(i) => eprintln!(
-            "mesh-host: {}; the child under way was passed the signal and is gone, and the \
-             store's lock was let go after it (`mesh-host reconcile` finishes the apply)",
+            "mesh-host: {}; a child under way was passed the signal and has ended, and only \
+             then was the store's lock let go (`mesh-host reconcile` finishes the apply)",
             i.describe()
         ),
         None => {
