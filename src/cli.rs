@@ -4,8 +4,8 @@ use crate::apply::{self, Host};
 use crate::declaration::{self, Source};
 use crate::store;
 use answer::{
-    act, derive_openings, finish, genesis_refused, nothing_applied, preview_asked, previewed,
-    print_briefing, refused, render_owned,
+    act, derive_openings, finish, genesis_refused, interruptible, nothing_applied, preview_asked,
+    previewed, print_briefing, refused, render_owned, tells_resident,
 };
 pub use answer::{error_json, refusal};
 use anyhow::{Context, Result};
@@ -19,13 +19,21 @@ use std::process::ExitCode;
 
 const EXIT_CODES: &str = "\
 Exit codes:
-  0  done
-  1  an apply failed part-way (the report names the resource), or the host could not work
-  2  the input was refused and nothing changed
-  3  a safety rule refused the act and nothing changed
-  4  --preview: the act would change something (changes pending); nothing was changed
-  5  firewall explain --confirm: the kernel disagrees with the evaluator on some part of the
-     answer (both verdicts named; the kernel's stands)";
+  0    done, as declared (the briefing says ok, kept or unknown)
+  1    an apply failed part-way (the report names the resource), or the host could not work
+  2    the input was refused and nothing changed
+  3    a safety rule refused the act and nothing changed
+  4    --preview: the act would change something (changes pending); nothing was changed
+  5    applied to the end, but the briefing says failed: an opening not admitted, the guard or the private network not as declared
+  7    firewall explain --confirm: the kernel disagrees with the evaluator on some part of the
+       answer (both verdicts named; the kernel's stands)
+  130  interrupted by SIGINT after N of M resources (143: by SIGTERM); the child under way was passed the signal";
+
+const RUN_EXIT_CODES: &str = "\
+Exit codes:
+  0    stopped when asked (SIGTERM or SIGINT) after the apply under way, or finished because a new mesh-host binary was installed: the launcher starts it at once
+  1    the host could not start (the message says why); the launcher counts it
+  6    another resident host already runs on this store (the message gives its pid); nothing was started";
 
 /// mesh-host makes this machine match a declaration, adopting what it finds.
 ///
@@ -69,6 +77,8 @@ pub enum Command {
     /// The resident host: reconcile on start, on a new declaration, on SIGHUP and every period,
     /// and put the guard and the openings back within milliseconds of another program changing
     /// the ruleset. Listens on no socket; SIGTERM or SIGINT end it after the apply under way.
+    /// One per store: it holds the store's run lock for its life, and a second is refused (exit 6).
+    #[command(after_help = RUN_EXIT_CODES)]
     Run {
         /// Seconds between reconciles when nothing else asks for one (drift).
         #[arg(long, value_name = "SECONDS", default_value_t = 600, value_parser = clap::value_parser!(u64).range(1..))]
@@ -282,7 +292,7 @@ pub enum FirewallCommand {
         /// Ask the kernel too: load the ruleset as it stands into scratch network namespaces
         /// shaped like this node (removed after), send a real SYN for each part of the answer
         /// from an address inside it, and set the kernel's result (connected, refused, timed
-        /// out) beside the evaluator's; the kernel's verdict stands (tcp only; exit 5 on a
+        /// out) beside the evaluator's; the kernel's verdict stands (tcp only; exit 7 on a
         /// disagreement).
         #[arg(long)]
         confirm: bool,
@@ -393,9 +403,10 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             if preview {
                 return previewed(&cli.root, "apply", &decl, source, json);
             }
+            interruptible();
             let result = apply::apply(&host(&cli.root), &decl, source);
             // A resident host on this root reconciles the new declaration at once.
-            if result.is_ok() && crate::pid_file::tell_resident(&cli.root) {
+            if tells_resident(&result) && crate::pid_file::tell_resident(&cli.root) {
                 tracing::info!("told the resident host that a new declaration is stored");
             }
             finish(result, json)
@@ -487,10 +498,10 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Command::Reconcile {
             preview: false,
             json,
-        } => match apply::reconcile(&host(&cli.root)) {
-            // A reconcile that did not fail proves this binary works on this machine: it is the
+        } => match interruptible_reconcile(&cli.root) {
+            // A reconcile that went to its end proves this binary works on this machine: it is the
             // version the launcher rolls back to, and its start attempts are no longer counted.
-            Ok(Some(report)) if report.failed().is_none() => {
+            Ok(Some(report)) if !report.stopped() => {
                 crate::launch::reconciled(&store::store_dir(&cli.root))?;
                 finish(Ok(report), json)
             }
@@ -543,6 +554,9 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
                 bundle,
                 preview,
             };
+            if !preview {
+                interruptible();
+            }
             let h = host(&cli.root);
             let read = || crate::inventory::read(h.runner).map(|v| v.machine());
             match crate::genesis::run(&cli.root, &h, &req, &read) {
@@ -702,6 +716,14 @@ fn missing_root(root: &std::path::Path) -> Option<String> {
         )),
         Err(e) => Some(format!("--root {}: {e}", root.display())),
     }
+}
+
+/// A person's reconcile: interruptible, as every act they run.
+fn interruptible_reconcile(
+    root: &std::path::Path,
+) -> Result<Option<apply::Report>, apply::ApplyError> {
+    interruptible();
+    apply::reconcile(&host(root))
 }
 
 fn host(root: &std::path::Path) -> Host<'_> {

@@ -13,17 +13,6 @@ const SECTION: &str = "1";
 /// The exit status of the commands whose help carries no `Exit codes:` of its own.
 fn exit_status(name: &str) -> &'static [(&'static str, &'static str)] {
     match name {
-        "mesh-host-run" => &[
-            (
-                "0",
-                "stopped when asked (SIGTERM or SIGINT) after the apply under way, or finished \
-                   because a new mesh-host binary was installed: the launcher starts it at once",
-            ),
-            (
-                "1",
-                "the host could not start (the message says why); the launcher counts it",
-            ),
-        ],
         "mesh-host-briefing" => &[
             (
                 "0",
@@ -209,10 +198,12 @@ fn page(cmd: &clap::Command, parent: Option<&str>, names: &[String]) -> String {
         None if cmd.get_subcommands().any(|s| !s.is_hide_set()) && parent.is_none() => {
             paragraph(
                 &mut text,
-                "Each command's page gives its own: 0 done; 1 an apply failed part-way (the \
-                 report names the resource), or the host could not work; 2 the input was \
-                 refused and nothing changed; 3 a safety rule refused the act and nothing \
-                 changed.",
+                "Each command's page gives its own: 0 done, as declared; 1 an apply failed \
+                 part-way (the report names the resource), or the host could not work; 2 the \
+                 input was refused and nothing changed; 3 a safety rule refused the act and \
+                 nothing changed; 4 a preview with changes pending; 5 applied to the end, but \
+                 the briefing says failed (an opening not admitted); 6 another resident host \
+                 runs on the store; 130 and 143 an act interrupted by SIGINT or SIGTERM.",
             );
         }
         None => {

@@ -10,10 +10,11 @@
 //!
 //! It has no inbound control surface: it listens on no socket. A person's command and the
 //! resident host meet only through the store, its lock, a pid file beside the store and signals.
-//! SIGTERM and SIGINT end it after the apply under way (never half way), with exit 0.
+//! SIGTERM and SIGINT end it after the apply under way (never half way), with exit 0. One resident
+//! host per store: it holds the store's run lock for its life (`pid_file::Claim`).
 
 use crate::apply::{self, FirewallMemo, Host, Rechecked};
-use crate::pid_file::pid_file;
+use crate::pid_file::{Claim, ClaimError, ALREADY_RUNNING};
 use crate::store;
 use crate::wakeup::Wakeup;
 use pace::{Failing, Reconciles, Trigger};
@@ -128,14 +129,20 @@ fn wait(fds: &[BorrowedFd<'_>], timeout: Duration) {
     let _ = poll(&mut pfds, timeout);
 }
 
-/// Runs the resident host until SIGTERM or SIGINT.
+/// Runs the resident host until SIGTERM or SIGINT; refused at once, with
+/// [`ALREADY_RUNNING`], while another resident host holds the store.
 pub fn run(host: &Host<'_>, opts: &Options) -> Result<ExitCode> {
+    // The store's run lock first, before anything else is started: a second host changes nothing.
+    // Held until this function returns; dropped, it removes the pid file, then lets go.
+    let _claim = match Claim::take(host.root) {
+        Ok(c) => c,
+        Err(e @ ClaimError::AlreadyRunning { .. }) => {
+            eprintln!("error: {e}");
+            return Ok(ExitCode::from(ALREADY_RUNNING));
+        }
+        Err(e) => return Err(e).context("claiming the store for the resident host"),
+    };
     let signals = Signals::open()?;
-    let dir = store::store_dir(host.root);
-    std::fs::create_dir_all(&dir).with_context(|| format!("store {}", dir.display()))?;
-    let pid_path = pid_file(host.root);
-    std::fs::write(&pid_path, format!("{}\n", std::process::id()))
-        .with_context(|| format!("writing {}", pid_path.display()))?;
     // The link's thread starts after the signals are blocked, so it inherits the mask and every
     // signal is read here.
     let mut linked = start_link(host.root, opts.heartbeat, "the link");
@@ -210,7 +217,6 @@ pub fn run(host: &Host<'_>, opts: &Options) -> Result<ExitCode> {
                     }
                     if report.restarts_host() {
                         tracing::info!("a new mesh-host binary is installed; exiting for the launcher to start it");
-                        let _ = std::fs::remove_file(&pid_path);
                         return Ok(ExitCode::SUCCESS);
                     }
                     if report.memo.is_some() {
@@ -257,7 +263,6 @@ pub fn run(host: &Host<'_>, opts: &Options) -> Result<ExitCode> {
             if let Some(l) = &linked {
                 l.handle.stop();
             }
-            let _ = std::fs::remove_file(&pid_path);
             return Ok(ExitCode::SUCCESS);
         }
         if heard.rouse {
@@ -286,7 +291,6 @@ pub fn run(host: &Host<'_>, opts: &Options) -> Result<ExitCode> {
                     "a new mesh-host binary is installed; exiting for the launcher to start it"
                 );
                 l.handle.stop();
-                let _ = std::fs::remove_file(&pid_path);
                 return Ok(ExitCode::SUCCESS);
             }
             if from_link.released {

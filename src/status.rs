@@ -104,7 +104,7 @@ pub struct Explain {
 }
 
 /// The exit code of `firewall explain --confirm` when the kernel disagrees with the evaluator.
-pub const EXIT_DISAGREES: u8 = 5;
+pub const EXIT_DISAGREES: u8 = 7;
 
 /// `mesh-host firewall explain`: every problem with the arguments named at once (exit 2), then
 /// the walk of each way the connection comes, as text or JSON; exit 0 when every way admits it.

@@ -95,7 +95,7 @@ fn a_directory_holding_other_files_is_left_when_undeclared() {
 
 #[test]
 fn found_file_on_an_adopted_node_is_held_untouched_and_its_original_saved() {
-    let node = Node::new();
+    let node = Node::with_private_network();
     node.write("/etc/caddy/Caddyfile", "the predecessor's\n");
     let r = node.apply(&decl("adopted", &[], json!([proxy_config("the mesh's\n")])));
     assert_eq!(r.outcome("proxy/config"), "held");
@@ -127,7 +127,7 @@ fn found_file_on_an_adopted_node_is_held_untouched_and_its_original_saved() {
 
 #[test]
 fn what_is_not_found_is_created_on_an_adopted_node() {
-    let node = Node::new();
+    let node = Node::with_private_network();
     let r = node.apply(&decl("adopted", &[], json!([proxy_config("new\n")])));
     assert_eq!(r.outcome("proxy/config"), "created");
     // A file the host wrote in an earlier life is not found: its record says so.
@@ -186,7 +186,7 @@ fn a_held_file_that_changes_is_reported_and_not_reverted() {
 
 #[test]
 fn taking_a_module_replaces_what_it_held() {
-    let node = Node::new();
+    let node = Node::with_private_network();
     node.write("/etc/caddy/Caddyfile", "the predecessor's\n");
     node.apply(&decl("adopted", &[], json!([proxy_config("the mesh's\n")])));
     let r = node.apply(&decl(
@@ -358,7 +358,7 @@ fn a_refused_declaration_names_every_problem_and_changes_nothing() {
 
 #[test]
 fn safety_rules_refuse_with_exit_3_and_change_nothing() {
-    let node = Node::new();
+    let node = Node::with_private_network();
     node.apply(&decl("adopted", &[], json!([proxy_config("v1\n")])));
     let before = node.snapshot();
     let mut other = decl("adopted", &[], json!([]));
@@ -419,7 +419,7 @@ fn completions_and_the_man_page_are_generated_from_the_command_line() {
 
 #[test]
 fn version_owned_and_help_say_what_they_should() {
-    let node = Node::new();
+    let node = Node::with_private_network();
     let v = node.run(&["version"]);
     assert_eq!(
         v.stdout.trim(),
@@ -430,7 +430,10 @@ fn version_owned_and_help_say_what_they_should() {
         )
     );
     let help = node.run(&["--help"]).stdout;
-    assert!(help.contains("3  a safety rule refused the act"), "{help}");
+    assert!(
+        help.contains("3    a safety rule refused the act"),
+        "{help}"
+    );
     node.write("/etc/app.conf", "found");
     node.apply(&decl("adopted", &[], json!([proxy_config("x"), {"id": "app/conf", "module": "app", "type": "file", "path": "/etc/app.conf", "content": "y"}])));
     let owned = node.run(&["owned"]).stdout;
@@ -471,7 +474,10 @@ fn the_foundations_ports_are_never_moved_back_by_a_declaration() {
     let node = Node::new();
     let mut custom = decl("adopted", &[], json!([]));
     custom["settings"]["ports"]["registry"] = json!(5001);
-    let r = node.apply(&custom);
+    // The namespace the run had carries no mesh0, so the briefing says failed: exit 5, never 0.
+    let r = node.apply_env(&custom, &[], &[]);
+    assert_eq!(r.code, Some(5), "{}\n{}", r.stdout, r.stderr);
+    assert_eq!(r.json()["outcome"], "failed", "{}", r.stdout);
     assert!(
         r.json()["guard"].as_str().unwrap().starts_with(
             "refusing store 5432 and broker-management 15672 on this node's own addresses \
@@ -492,10 +498,10 @@ fn the_foundations_ports_are_never_moved_back_by_a_declaration() {
     assert_eq!(r.code, Some(3), "{}", r.stderr);
     assert!(r.stderr.contains("fixed at genesis"), "{}", r.stderr);
     assert_eq!(node.snapshot(), before);
-    // Without settings, a declaration keeps the node's.
+    // Without settings, a declaration keeps the node's (mesh0 still missing: exit 5 again).
     let mut bare = decl("adopted", &[], json!([]));
     bare.as_object_mut().unwrap().remove("settings");
-    node.apply(&bare);
+    assert_eq!(node.apply_env(&bare, &[], &[]).code, Some(5));
     assert_eq!(node.state()["settings"]["ports"]["registry"], 5001);
 }
 
@@ -583,7 +589,7 @@ fn a_symlink_planted_at_the_temporary_name_is_never_written_through() {
 
 #[test]
 fn a_held_resource_that_moves_is_created_at_its_new_path_not_reported_changed() {
-    let node = Node::new();
+    let node = Node::with_private_network();
     node.write("/etc/a.conf", "the predecessor's\n");
     let at = |p: &str| json!([{"id": "app/conf", "module": "app", "type": "file", "path": p, "content": "mesh\n"}]);
     assert_eq!(

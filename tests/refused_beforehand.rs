@@ -183,6 +183,7 @@ fn a_special_file_where_a_file_is_declared_leaves_the_root_byte_identical() {
 fn the_running_binary_under_the_root_leaves_the_root_byte_identical() {
     let node = Node {
         dir: tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap(),
+        private_network: false,
     };
     let outside = tempfile::tempdir().unwrap();
     node.apply(&decl(Value::Array(fine("v1"))));

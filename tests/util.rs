@@ -39,12 +39,30 @@ impl Run {
 /// A node: a temporary directory used as `--root`.
 pub struct Node {
     pub dir: tempfile::TempDir,
+    /// Whether each run's namespace carries the private network the tests declare (`mesh0` with
+    /// 10.77.0.1/24), as a node of the mesh does; without it an adopted apply whose settings
+    /// declare it says the private network failed, and exits 5.
+    pub private_network: bool,
 }
+
+/// The private network's interface and address a node made by [`Node::with_private_network`]
+/// carries.
+pub const PRIVATE_IF: &str = "mesh0";
+pub const PRIVATE_ADDR: &str = "10.77.0.1/24";
 
 impl Node {
     pub fn new() -> Node {
         Node {
             dir: tempfile::tempdir().expect("temporary root"),
+            private_network: false,
+        }
+    }
+
+    /// A node whose runs see the declared private network's interface up with its address.
+    pub fn with_private_network() -> Node {
+        Node {
+            private_network: true,
+            ..Node::new()
         }
     }
 
@@ -72,8 +90,23 @@ impl Node {
         // Each run gets a fresh network namespace of its own: an adopted node's apply loads the
         // guard into nf_tables, and a test never touches the machine's own firewall.
         let mut cmd = Command::new("unshare");
-        cmd.args(["--net", "--"])
-            .arg(env!("CARGO_BIN_EXE_mesh-host"))
+        cmd.args(["--net", "--"]);
+        if self.private_network {
+            // One end of a veth pair stands in for the mesh's WireGuard interface (this kernel
+            // has no dummy links): the guard and the check of the private network read only its
+            // name and address.
+            cmd.args([
+                "sh",
+                "-ec",
+                &format!(
+                    "ip link add {PRIVATE_IF} type veth peer name {PRIVATE_IF}-peer; ip addr add \
+                     {PRIVATE_ADDR} dev {PRIVATE_IF}; ip link set {PRIVATE_IF}-peer up; ip link \
+                     set {PRIVATE_IF} up; exec \"$@\""
+                ),
+                "sh",
+            ]);
+        }
+        cmd.arg(env!("CARGO_BIN_EXE_mesh-host"))
             .arg("--root")
             .arg(self.root())
             .args(args)

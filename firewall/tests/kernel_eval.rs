@@ -359,3 +359,51 @@ fn iptables_nft_s_x_tables_matches_are_decoded() {
     let a = m.evaluate(&other, &Addrs::all(Fam::V4));
     assert_eq!(a.summary(), &Fate::Admitted, "{a:?}");
 }
+
+/// A forwarded opening as iptables-nft stores `-m conntrack --ctstate DNAT --ctorigdstport P` in
+/// DOCKER-USER (an x_tables conntrack match of revision 3, whose ports are a range in host
+/// order): admitted before the drop that follows it, and only for its own port.
+#[test]
+fn an_iptables_nft_conntrack_original_port_match_admits_its_port_before_the_drop() {
+    in_fresh_netns();
+    iptables(&["-N", "DOCKER-USER"]);
+    iptables(&["-P", "FORWARD", "DROP"]);
+    iptables(&["-A", "FORWARD", "-j", "DOCKER-USER"]);
+    iptables(&[
+        "-A",
+        "DOCKER-USER",
+        "-p",
+        "tcp",
+        "-m",
+        "conntrack",
+        "--ctstate",
+        "DNAT",
+        "--ctorigdstport",
+        "8082",
+        "-m",
+        "comment",
+        "--comment",
+        "mesh-host:web/http#fc31b24a",
+        "-j",
+        "ACCEPT",
+    ]);
+    iptables(&["-A", "DOCKER-USER", "-i", "eth0", "-j", "DROP"]);
+    let m = model();
+    let forwarded = |port: u16| {
+        let mut c = Conn::incoming(Fam::V4, 6, port, "eth0");
+        c.path = firewall::eval::Path::Forwarded;
+        c.to_port = Some(80);
+        c.iif_index = Some(2);
+        c.oif = Some("docker0".into());
+        c.daddr = Some("172.17.0.2".parse().unwrap());
+        let a = m.evaluate(&c, &Addrs::all(Fam::V4));
+        a.fate_of("192.0.2.1".parse::<IpAddr>().unwrap())
+            .unwrap()
+            .clone()
+    };
+    assert_eq!(forwarded(8082), Fate::Admitted);
+    match forwarded(8083) {
+        Fate::NotAdmitted { by } => assert!(by.text.contains("drop"), "{by}"),
+        f => panic!("another port is not admitted by the opening: {f:?}"),
+    }
+}

@@ -6,6 +6,7 @@
 
 mod capture;
 mod deadlines;
+pub mod interrupt;
 mod progress;
 mod runner;
 mod spawn;

@@ -1,6 +1,7 @@
-//! The one implementation of starting a child: spawned in a process group of its own, its input
-//! written and its output read on one thread with `poll(2)`, all of it within one deadline, at
-//! which the whole group is killed.
+//! The one implementation of starting a child: spawned in a process group of its own, killed
+//! (`PR_SET_PDEATHSIG`) if the thread that started it dies first, its input written and its output
+//! read on one thread with `poll(2)`, all of it within one deadline, at which the whole group is
+//! killed; reachable by an interrupt the process catches (`interrupt`) while it runs.
 
 use crate::capture::{Capture, Keep, PastLimit};
 use std::ffi::OsStr;
@@ -87,6 +88,9 @@ impl std::error::Error for PastDeadline {}
 /// the deadline. Nothing is waited for after that: a grandchild that keeps the output open is
 /// killed with the group, and one that left the group holds nothing of this call (no thread
 /// reads for it). A child that could not be started gives the error `spawn` gave.
+///
+/// The child never outlives the host: it is sent SIGKILL when the thread that started it ends
+/// (the whole process ending included). That reaches the child itself, not what it started.
 pub fn command(cmd: &mut Command, stdin: Option<&[u8]>, deadline: Duration) -> io::Result<Output> {
     command_keeping(cmd, stdin, deadline, Keep::WHOLE)
 }
@@ -112,10 +116,45 @@ pub fn command_keeping(
     cmd.stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0);
+    let parent = std::process::id() as libc::pid_t;
+    let image = Image::of(cmd);
+    // SAFETY: the closure runs in the forked child before exec and makes only async-signal-safe
+    // system calls (prctl, getppid, execv) on memory made before the fork.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            // The parent died before the setting was made: nobody would kill this child.
+            if libc::getppid() != parent {
+                return Err(io::Error::from_raw_os_error(libc::ESRCH));
+            }
+            if let Some(image) = &image {
+                // Returns only when it failed.
+                libc::execve(
+                    image.path.as_ptr(),
+                    image.argv.as_ptr(),
+                    image.envp.as_ptr(),
+                );
+                return Err(io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let seen = crate::interrupt::seen();
     let started = Instant::now();
     let mut child = cmd.spawn()?;
+    let mut reachable = crate::interrupt::Reachable::new(child.id() as i32, seen);
     let mut told = Told::new(&argv, started);
-    let result = supervise(&mut child, stdin, started, deadline, stdout, &mut told);
+    let result = supervise(
+        &mut child,
+        stdin,
+        started,
+        deadline,
+        stdout,
+        &mut told,
+        &mut reachable,
+    );
     told.ended();
     if let Ok(Ok(ended)) = result {
         return ended.output(&argv);
@@ -129,6 +168,7 @@ pub fn command_keeping(
     }
     // A child that moved to a group of its own goes too.
     let _ = child.kill();
+    reachable.clear();
     let _ = child.wait();
     match result {
         Ok(Err(stderr)) => Err(io::Error::new(
@@ -177,6 +217,88 @@ impl Ended {
     }
 }
 
+/// The file a child execs, its argv and its environment, made before the fork. A child set up by
+/// a closure is started by `fork` and the standard library's `execvp`, which runs a file of no
+/// executable format through `/bin/sh`: a binary for another machine would be read as a shell
+/// script. The child execs this itself with `execve`, which fails with ENOEXEC instead, as the
+/// `posix_spawnp` the standard library uses without a closure does. The environment is this
+/// process's with the command's own variables set or removed (`env_clear` is not seen here: a
+/// command given it still gets this process's environment).
+struct Image {
+    path: std::ffi::CString,
+    /// Pointers into `_args`, ended by a null pointer.
+    argv: Vec<*const libc::c_char>,
+    /// Pointers into `_vars`, ended by a null pointer.
+    envp: Vec<*const libc::c_char>,
+    _args: Vec<std::ffi::CString>,
+    _vars: Vec<std::ffi::CString>,
+}
+
+// SAFETY: the pointers point into the heap buffers of `_args` and `_vars`, owned by the same value
+// and never changed; the child only reads them.
+unsafe impl Send for Image {}
+unsafe impl Sync for Image {}
+
+impl Image {
+    /// The program resolved as `execvp` resolves it (the PATH the command is given, else this
+    /// process's); `None` when it is not found there (the standard library's exec then says
+    /// so), or an argument holds a NUL (and the standard library refuses it).
+    fn of(cmd: &Command) -> Option<Image> {
+        use std::os::unix::ffi::OsStrExt;
+        let program = cmd.get_program();
+        let path = if program.as_bytes().contains(&b'/') {
+            std::path::PathBuf::from(program)
+        } else {
+            let given = cmd
+                .get_envs()
+                .find(|(k, _)| *k == "PATH")
+                .and_then(|(_, v)| v.map(OsStr::to_os_string));
+            let paths = given
+                .or_else(|| std::env::var_os("PATH"))
+                .unwrap_or_else(|| {
+                    "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".into()
+                });
+            std::env::split_paths(&paths)
+                .map(|d| d.join(program))
+                .find(|p| {
+                    use std::os::unix::fs::PermissionsExt;
+                    std::fs::metadata(p)
+                        .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+                })?
+        };
+        let path = std::ffi::CString::new(path.as_os_str().as_bytes()).ok()?;
+        let args = std::iter::once(program)
+            .chain(cmd.get_args())
+            .map(|a| std::ffi::CString::new(a.as_bytes()).ok())
+            .collect::<Option<Vec<_>>>()?;
+        let mut env: std::collections::BTreeMap<std::ffi::OsString, std::ffi::OsString> =
+            std::env::vars_os().collect();
+        for (k, v) in cmd.get_envs() {
+            match v {
+                Some(v) => env.insert(k.to_os_string(), v.to_os_string()),
+                None => env.remove(k),
+            };
+        }
+        let vars = env
+            .iter()
+            .map(|(k, v)| std::ffi::CString::new([k.as_bytes(), b"=", v.as_bytes()].concat()).ok())
+            .collect::<Option<Vec<_>>>()?;
+        let nul_ended = |cs: &[std::ffi::CString]| {
+            cs.iter()
+                .map(|a| a.as_ptr())
+                .chain(std::iter::once(std::ptr::null()))
+                .collect()
+        };
+        Some(Image {
+            path,
+            argv: nul_ended(&args),
+            envp: nul_ended(&vars),
+            _args: args,
+            _vars: vars,
+        })
+    }
+}
+
 /// Feeds the input, reads the output and waits for the child until the deadline: its output once
 /// both pipes closed and the child exited (reaped then), or at the deadline what it wrote on
 /// stderr so far (the caller kills the group).
@@ -187,6 +309,7 @@ fn supervise(
     deadline: Duration,
     keep: Keep,
     told: &mut Told<'_>,
+    reachable: &mut crate::interrupt::Reachable,
 ) -> io::Result<Result<Ended, Capture>> {
     let mut input = match (stdin, child.stdin.take()) {
         (Some(bytes), Some(pipe)) => {
@@ -201,7 +324,9 @@ fn supervise(
     let mut buf = vec![0u8; 64 * 1024];
     let mut pause = Duration::from_millis(1);
     loop {
-        if out.is_none() && err.is_none() {
+        // Seen exited before it is reaped: past the reap its id may name another group.
+        if out.is_none() && err.is_none() && exited_unreaped(child.id() as i32).is_some() {
+            reachable.clear();
             if let Some(status) = child.try_wait()? {
                 return Ok(Ok(Ended {
                     status,

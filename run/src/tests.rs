@@ -434,3 +434,141 @@ fn a_command_line_quotes_what_a_shell_would_split() {
     assert_eq!(seconds(Duration::from_secs(60)), "60 s");
     assert_eq!(seconds(Duration::from_millis(1500)), "1500 ms");
 }
+
+/// When set, the test named by it runs as the parent process of the two tests below: it starts a
+/// child that writes its pid into the file the variable's value names, then sleeps.
+const PARENT: &str = "RUN_TEST_AS_PARENT";
+
+/// Whether this process is the parent of `test`: then it plays that part and the test returns.
+fn as_parent(test: &str, forward: bool) -> bool {
+    let Ok(spec) = std::env::var(PARENT) else {
+        return false;
+    };
+    let Some(pid_file) = spec.strip_prefix(&format!("{test}:")) else {
+        return false;
+    };
+    if forward {
+        interrupt::forward().unwrap();
+    }
+    let out = command(
+        std::process::Command::new("sh").args(["-c", "echo $$ > \"$0\"; exec sleep 30", pid_file]),
+        None,
+        Duration::from_secs(60),
+    )
+    .unwrap();
+    println!(
+        "child {}; interrupted by {:?}",
+        out.status_text(),
+        interrupt::signal()
+    );
+    true
+}
+
+/// Starts this test binary as the parent of `test` and returns it with the pid of its child.
+fn start_parent(test: &str) -> (std::process::Child, i32, std::path::PathBuf) {
+    let pid_file = std::env::temp_dir().join(format!("run-parent-{}-{test}", std::process::id()));
+    let _ = std::fs::remove_file(&pid_file);
+    let parent = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            &format!("tests::{test}"),
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(PARENT, format!("{test}:{}", pid_file.display()))
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let until = Instant::now() + Duration::from_secs(20);
+    let pid = loop {
+        if let Some(p) = std::fs::read_to_string(&pid_file)
+            .ok()
+            .and_then(|t| t.trim().parse::<i32>().ok())
+        {
+            break p;
+        }
+        assert!(Instant::now() < until, "the parent's child never started");
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    (parent, pid, pid_file)
+}
+
+/// Whether process `pid` is gone (or a zombie nobody reaps) within `within`.
+fn process_gone(pid: i32, within: Duration) -> bool {
+    let until = Instant::now() + within;
+    loop {
+        let state = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok();
+        // The state is the field after the command's closing parenthesis.
+        let zombie = state
+            .as_deref()
+            .and_then(|s| s.rsplit_once(") "))
+            .is_some_and(|(_, rest)| rest.starts_with('Z'));
+        if state.is_none() || zombie {
+            return true;
+        }
+        if Instant::now() >= until {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn a_child_is_killed_when_the_process_that_started_it_dies() {
+    const ME: &str = "a_child_is_killed_when_the_process_that_started_it_dies";
+    if as_parent(ME, false) {
+        return;
+    }
+    let (mut parent, child, pid_file) = start_parent(ME);
+    parent.kill().unwrap();
+    parent.wait().unwrap();
+    let _ = std::fs::remove_file(pid_file);
+    assert!(
+        process_gone(child, Duration::from_secs(5)),
+        "the child {child} outlived the process that started it"
+    );
+}
+
+#[test]
+fn an_interrupt_caught_is_passed_on_to_the_running_childs_group() {
+    const ME: &str = "an_interrupt_caught_is_passed_on_to_the_running_childs_group";
+    if as_parent(ME, true) {
+        return;
+    }
+    let (parent, child, pid_file) = start_parent(ME);
+    // SAFETY: kill(2) to the parent this test started and has not reaped.
+    unsafe {
+        libc::kill(parent.id() as i32, libc::SIGTERM);
+    }
+    let out = parent.wait_with_output().unwrap();
+    let _ = std::fs::remove_file(pid_file);
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "the parent died of the signal: {said}"
+    );
+    assert!(
+        said.contains("child was killed by signal 15; interrupted by Some(15)"),
+        "{said}"
+    );
+    assert!(process_gone(child, Duration::from_secs(1)), "{said}");
+}
+
+#[test]
+fn a_file_of_no_executable_format_is_refused_by_exec_and_never_read_as_a_script() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = std::env::temp_dir().join(format!("run-noexec-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("not-a-program");
+    let marker = dir.join("ran");
+    // A shell would run this; the kernel knows no such format.
+    std::fs::write(&file, format!("touch {}\n", marker.display())).unwrap();
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let e = SystemRunner
+        .run(&argv(&[file.to_str().unwrap()]), Path::new("/"), &[])
+        .unwrap_err();
+    let ran = marker.exists();
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert_eq!(e.raw_os_error(), Some(libc::ENOEXEC), "{e}");
+    assert!(!ran, "the file was run through a shell");
+}

@@ -245,6 +245,22 @@ pub(super) fn brief(store: &Store, decl: &Declaration, report: &Report) -> Brief
             e.id, e.detail
         ));
     }
+    if let Some(i) = &report.interrupted {
+        lines.push(Line {
+            mark: Mark::Failed,
+            subject: "apply".into(),
+            detail: format!(
+                "{}: the resources after them were not applied and nothing undeclared was \
+                 removed",
+                i.describe()
+            ),
+        });
+        look_at.push(format!(
+            "The apply was {}. What came before is done and recorded; run `mesh-host reconcile` \
+             to finish it.",
+            i.describe()
+        ));
+    }
     if look_at.is_empty() && !state.held.is_empty() {
         look_at.push(
             "Held resources are the machine's, kept as found; nothing is broken. Each is replaced \

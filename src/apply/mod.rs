@@ -25,7 +25,7 @@ mod safety;
 mod service;
 
 pub use error::{OriginalError, PathError, ResourceError};
-pub use report::{count, Entry, NotAdmitted, Outcome, Report};
+pub use report::{count, Entry, Interrupted, NotAdmitted, Outcome, Report, NOT_IN_FORCE};
 pub use safety::{refusals, transition};
 
 use original::{digest_only_size, saved_at};
@@ -507,7 +507,16 @@ fn apply_locked(
         let converges = cx.store.state.flip.is_none()
             && !(firewall_unchanged.is_some() && opening::records(&cx).is_empty());
         let guard_failed = report.failed().is_some();
+        // How many resources had their turn: an interrupt is said as "after N of M".
+        let mut turns = 0;
         for res in decl.resources.iter().filter(|_| !guard_failed) {
+            // An interrupt is heard between resources: the one under way finished (or failed, its
+            // child having been passed the signal) before this.
+            if let Some(i) = interrupted(turns, decl) {
+                report.interrupted = Some(i);
+                break;
+            }
+            turns += 1;
             if !moved_away(&mut cx, res, &mut report) {
                 break;
             }
@@ -542,11 +551,15 @@ fn apply_locked(
             }
         }
         report.not_admitted = std::mem::take(&mut cx.not_admitted);
-        if report.failed().is_none() {
+        // And before the removals: an interrupt during the last resource stops them.
+        if report.interrupted.is_none() && !guard_failed {
+            report.interrupted = interrupted(turns, decl);
+        }
+        if !report.stopped() {
             remove_undeclared(&mut cx, &mut report);
         }
         // A store that exists wins: the mesh's copy is read only when there was none.
-        if report.failed().is_none() && cx.store.fresh && !recovered.is_empty() {
+        if !report.stopped() && cx.store.fresh && !recovered.is_empty() {
             recover::remove_recovered(&mut cx, recovered, &mut report);
         }
         // Every apply sweeps: a marked rule of an opening no longer declared is removed even when
@@ -554,7 +567,7 @@ fn apply_locked(
         // Only when something may be stale: no opening converged this apply (none is declared),
         // or the one convergence saw marked rules of openings it was not given.
         let may_be_stale = cx.openings.as_ref().is_none_or(Openings::may_be_stale);
-        if report.failed().is_none()
+        if !report.stopped()
             && cx.firewall_unchanged.is_none()
             && may_be_stale
             && cx.store.state.flip.is_none()
@@ -576,7 +589,7 @@ fn apply_locked(
         });
         // Everything of the firewall in force: the generation it is now at is recorded, so the
         // next reconcile of this declaration lists nothing if nobody changed the ruleset since.
-        if report.failed().is_none() && report.not_admitted.is_empty() {
+        if !report.stopped() && report.not_admitted.is_empty() {
             let generation = match cx.firewall_unchanged {
                 Some(g) => Some(g),
                 None if touched || flipped || transition != Transition::Stay => cx.fw.generation(),
@@ -586,9 +599,24 @@ fn apply_locked(
             cx.store.state.firewall_guard = report.memo.as_ref().and_then(|m| m.guard.clone());
         }
     }
-    store.state.briefing = Some(brief::brief(&store, decl, &report));
+    let briefing = brief::brief(&store, decl, &report);
+    // One value for both: the exit code is made from the briefing's outcome.
+    report.outcome = briefing.outcome();
+    store.state.briefing = Some(briefing);
     store.save()?;
     Ok(report)
+}
+
+/// The interrupt a person's command caught (`run::interrupt`), as the apply reports it after
+/// `turns` of the declaration's resources.
+fn interrupted(turns: usize, decl: &Declaration) -> Option<report::Interrupted> {
+    let signal = run::interrupt::signal()?;
+    Some(report::Interrupted {
+        signal: run::interrupt::signal_name(signal),
+        code: 128u8.saturating_add(signal as u8),
+        after: turns,
+        of: decl.resources.len(),
+    })
 }
 
 /// Resolves an intent left by a host that died mid-write: if the machine holds exactly what it

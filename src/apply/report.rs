@@ -67,11 +67,50 @@ pub struct Recovered {
     pub kept: Vec<String>,
 }
 
+/// An apply stopped by an interrupt (SIGINT or SIGTERM to a person's command): the signal, how
+/// many of the declared resources had had their turn when it stopped, and how many are declared.
+#[derive(Serialize, Debug, Clone, PartialEq, Eq)]
+pub struct Interrupted {
+    pub signal: String,
+    /// 128 + the signal's number: the exit code, as a shell gives a command the signal ended.
+    #[serde(skip)]
+    pub code: u8,
+    pub after: usize,
+    pub of: usize,
+}
+
+impl Interrupted {
+    /// "interrupted by SIGTERM after 2 of 3 resources".
+    pub fn describe(&self) -> String {
+        format!(
+            "interrupted by {} after {} of {} {}",
+            self.signal,
+            self.after,
+            self.of,
+            if self.of == 1 {
+                "resource"
+            } else {
+                "resources"
+            }
+        )
+    }
+}
+
+/// The exit code of an apply that went to its end but whose briefing says `failed`: an opening
+/// a layer of the found firewall still refuses, the guard or the private network not as declared.
+pub const NOT_IN_FORCE: u8 = 5;
+
 #[derive(Serialize, Debug, Clone)]
 pub struct Report {
     pub node: String,
     pub mode: &'static str,
     pub source: Source,
+    /// The outcome of the briefing this apply wrote (its worst line): the exit code is made from
+    /// it ([`Report::exit_code`]), so the two never disagree.
+    pub outcome: crate::briefing::Mark,
+    /// Set when an interrupt stopped the apply before its end.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub interrupted: Option<Interrupted>,
     /// How the guard stands, on an adopted node.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub guard: Option<String>,
@@ -101,6 +140,8 @@ pub struct Report {
 impl Report {
     pub fn new(decl: &Declaration, source: Source) -> Self {
         Report {
+            outcome: crate::briefing::Mark::Ok,
+            interrupted: None,
             guard: None,
             flip: None,
             filter: None,
@@ -175,6 +216,25 @@ impl Report {
 
     pub fn failed(&self) -> Option<&Entry> {
         self.entries.iter().find(|e| e.outcome == Outcome::Failed)
+    }
+
+    /// Whether the apply stopped before its end: a resource failed, or an interrupt came.
+    pub fn stopped(&self) -> bool {
+        self.failed().is_some() || self.interrupted.is_some()
+    }
+
+    /// The process's exit code for this apply, from the briefing's outcome: 0 unless it says
+    /// `failed`; then 128 + the signal when interrupted, 1 when a resource (or a step of the
+    /// firewall before them) failed and the apply stopped there, [`NOT_IN_FORCE`] otherwise.
+    pub fn exit_code(&self) -> u8 {
+        if self.outcome != crate::briefing::Mark::Failed {
+            return 0;
+        }
+        match (&self.interrupted, self.failed()) {
+            (Some(i), _) => i.code,
+            (None, Some(_)) => 1,
+            (None, None) => NOT_IN_FORCE,
+        }
     }
 
     /// Whether this apply installed a new mesh-host and found that its binary runs: the upgrade
@@ -255,9 +315,16 @@ impl Report {
                 r.kept.len()
             );
         }
+        for n in &self.not_admitted {
+            let _ = writeln!(out, "not admitted: {} by {}: {}", n.id, n.layer, n.why);
+        }
         if let Some(f) = self.failed() {
             let _ = writeln!(out, "the apply stopped at {}: {}", f.id, f.detail);
         }
+        if let Some(i) = &self.interrupted {
+            let _ = writeln!(out, "{}", i.describe());
+        }
+        let _ = writeln!(out, "outcome {}", self.outcome.as_str());
         out
     }
 }

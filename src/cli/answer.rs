@@ -134,8 +134,9 @@ pub(super) fn act(
     match asked {
         crate::converge::Asked::Refused { code, why } => refused_act(code, &why, json),
         crate::converge::Asked::Apply(decl) => {
+            interruptible();
             let result = apply::apply(&host(root), &decl, Source::Local);
-            if result.is_ok() && crate::pid_file::tell_resident(root) {
+            if tells_resident(&result) && crate::pid_file::tell_resident(root) {
                 tracing::info!("told the resident host that a new declaration is stored");
             }
             finish(result, json)
@@ -177,11 +178,37 @@ pub(super) fn finish(result: Result<Report, ApplyError>, json: bool) -> Result<E
              and the launcher starts the new binary when the host exits"
         );
     }
-    Ok(if report.failed().is_some() {
-        ExitCode::from(1)
-    } else {
-        ExitCode::SUCCESS
-    })
+    match &report.interrupted {
+        Some(i) => eprintln!(
+            "mesh-host: {}; a child under way was passed the signal and has ended, and only \
+             then was the store's lock let go (`mesh-host reconcile` finishes the apply)",
+            i.describe()
+        ),
+        None => {
+            if let Some(sig) = run::interrupt::signal() {
+                eprintln!(
+                    "mesh-host: {} came after the last resource; the apply had nothing left to \
+                     stop and finished",
+                    run::interrupt::signal_name(sig)
+                );
+            }
+        }
+    }
+    Ok(ExitCode::from(report.exit_code()))
+}
+
+/// Whether a resident host should be told of this apply: it stored a declaration, and no
+/// interrupt stopped it (a person who stopped an apply did not ask for it to go on at once).
+pub(super) fn tells_resident(result: &Result<Report, ApplyError>) -> bool {
+    result.as_ref().is_ok_and(|r| r.interrupted.is_none())
+}
+
+/// From here on SIGINT and SIGTERM are caught and passed on to the running child's group; the
+/// apply stops at its next boundary and says so (`run::interrupt`).
+pub(super) fn interruptible() {
+    if let Err(e) = run::interrupt::forward() {
+        tracing::warn!(error = %e, "cannot catch SIGINT and SIGTERM; an interrupt ends the host at once");
+    }
 }
 
 pub(super) fn print_briefing(b: &Briefing, json: bool) -> Result<()> {

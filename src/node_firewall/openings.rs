@@ -187,6 +187,10 @@ impl Openings {
             None => {}
         }
         let (change, line) = match (added, removed) {
+            // Nothing written, and a layer still refuses it: not "in force".
+            (false, false) if !not_admitted.is_empty() => {
+                (Change::Unchanged, format!("NOT in force: {where_}"))
+            }
             (false, false) => (Change::Unchanged, format!("in force in {where_}")),
             (true, false) => (Change::Created, format!("opened in {where_}")),
             _ => (Change::Changed, format!("rewritten in {where_}")),

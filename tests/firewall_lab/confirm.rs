@@ -4,14 +4,14 @@
 //! answer; here it must agree with the evaluator part by part on rulesets of the corpus of every
 //! kind, agree with a real connection from the outside machine to the lab node itself, leave no
 //! namespace behind, and, on a ruleset built to fool the model, say the kernel disagrees, with
-//! exit 5 and the kernel's verdict standing.
+//! exit 7 and the kernel's verdict standing.
 
 use super::*;
 use crate::corpus::catalogue::{Fixture, CORPUS};
 use crate::corpus::load;
 
 /// The documented exit code of a disagreement (docs/operator.md, `--help`).
-const EXIT_DISAGREES: i32 = 5;
+const EXIT_DISAGREES: i32 = 7;
 
 /// The corpus rulesets confirmed: nftables, iptables-nft, iptables-legacy, a ban by a network
 /// jumped to a chain, and a ban by a set with timeouts.

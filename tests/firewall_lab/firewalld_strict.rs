@@ -242,7 +242,8 @@ fn firewalld_strict_forward_ports_admit_a_published_port_by_a_forward_port_in_th
         json!({"id": "web/pub", "type": "opening", "port": PUBLISHED,
         "proto": "tcp", "from": ["198.51.100.0/24"], "path": "forwarded"}),
     ]);
-    let report = host.apply(&from_net);
+    // Not admitted: the briefing says failed, so the apply exits 5.
+    let report = host.apply_not_in_force(&from_net);
     let why = report["not_admitted"]
         .as_array()
         .unwrap()
@@ -301,7 +302,10 @@ fn firewalld_strict_the_resident_host_writes_the_forward_port_once_the_port_is_p
         .start_docker(&lab.dir().join("docker"))
         .expect("a Docker engine in the node's namespace");
     let host = Host::wrapped(node, vec!["env".into(), fw.env()]);
-    let report = host.apply(&declaration(&[opening("web/pub", PUBLISHED, "forwarded")]));
+    // No container publishes the port yet, so the opening is not in force: the briefing says
+    // failed and the apply exits 5.
+    let report =
+        host.apply_not_in_force(&declaration(&[opening("web/pub", PUBLISHED, "forwarded")]));
     let (state, detail) = forward_layer(&host.status(), "web/pub");
     assert_eq!(state, "unwritable", "{report:#}");
     assert!(

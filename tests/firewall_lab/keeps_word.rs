@@ -317,9 +317,10 @@ fn an_operators_refusal_of_the_port_at_ingress_is_kept_and_reported_not_admitted
 "
     );
     load_found(&bed, Kind::Nftables, &ingress);
+    // Not admitted, so the briefing says failed and the apply exits 5, never 0.
     let report = bed
         .host
-        .apply(&declaration(&[opening("web/api", OPENED, "incoming")]));
+        .apply_not_in_force(&declaration(&[opening("web/api", OPENED, "incoming")]));
     // The operator's word stands: still unreachable, and said so everywhere.
     expect(
         &bed.net.outside,
@@ -353,6 +354,95 @@ fn an_operators_refusal_of_the_port_at_ingress_is_kept_and_reported_not_admitted
             .any(|l| l["subject"] == "web/api"
                 && l["detail"].as_str().unwrap().contains("inet early ingress")),
         "{briefing:#}"
+    );
+}
+
+/// The operator's own rule refuses exactly the opening's port, before the chain's catch-all: the
+/// host writes its rule after that refusal, never before it, so the port stays refused, and an
+/// act whose briefing says `failed` never exits 0: `apply` and `reconcile` both exit 5, and the
+/// human report ends with the outcome.
+#[test]
+fn an_opening_the_operators_rule_refuses_keeps_it_refused_and_the_apply_exits_5() {
+    let bed = bed();
+    let node = &bed.net.node;
+    load_nft(
+        node,
+        bed.host.dir.path(),
+        "nftables.conf",
+        &format!(
+            "flush ruleset
+table inet filter {{
+	chain input {{
+		type filter hook input priority filter; policy accept;
+		ct state established,related accept
+		iifname \"lo\" accept
+		meta l4proto ipv6-icmp accept
+		tcp dport {OPENED} drop
+		tcp dport {{ {SSH}, {SERVED} }} accept
+		ct state new drop
+	}}
+}}
+"
+        ),
+    );
+    let public = node_public();
+    expect(
+        &bed.net.outside,
+        &public,
+        SERVED,
+        Probe::Reached,
+        "the found firewall serves",
+    );
+    let decl = declaration(&[opening("web/api", OPENED, "incoming")]);
+    let report = bed.host.apply_not_in_force(&decl);
+    let not = report["not_admitted"].as_array().expect("not_admitted");
+    assert!(
+        not.iter().any(|n| n["id"] == "web/api"
+            && n["why"]
+                .as_str()
+                .unwrap()
+                .contains("refused by the operator")),
+        "{report:#}"
+    );
+    expect(
+        &bed.net.outside,
+        &public,
+        OPENED,
+        Probe::TimedOut,
+        "the operator's rule still drops it",
+    );
+    let briefing = bed.host.json(&["briefing", "--json"]);
+    assert_eq!(briefing["outcome"], "failed", "{briefing:#}");
+    // Applied again (the ruleset as the first apply left it), and reconciled: the same answer.
+    bed.host.apply_not_in_force(&decl);
+    let out = bed.host.run(&["reconcile"]);
+    assert_eq!(
+        out.status.code(),
+        Some(NOT_IN_FORCE),
+        "reconcile exited {}:\n{}\n{}",
+        out.status,
+        out.stdout,
+        out.stderr
+    );
+    // The opening's own line never reads "in force" beside REFUSED.
+    assert!(
+        out.stdout
+            .contains("web/api                  opening web/api: NOT in force: ")
+            && out
+                .stdout
+                .contains("REFUSED: refused by the operator's rule")
+            && !out.stdout.contains("in force in the found firewall")
+            && out.stdout.contains("not admitted: web/api by ")
+            && out.stdout.ends_with("outcome failed\n"),
+        "{}",
+        out.stdout
+    );
+    expect(
+        &bed.net.outside,
+        &public,
+        OPENED,
+        Probe::TimedOut,
+        "still dropped after the reconcile",
     );
 }
 

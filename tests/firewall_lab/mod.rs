@@ -49,6 +49,9 @@ const ANSWER: Duration = Duration::from_secs(3);
 /// How long a probe that must go unanswered waits; a lab veth answers in well under a millisecond.
 const SILENCE: Duration = Duration::from_millis(1200);
 
+/// The exit code of an apply that went to its end while its briefing says `failed`.
+const NOT_IN_FORCE: i32 = 5;
+
 /// The foundation's ports in the node's settings; the guard refuses these two.
 const STORE: u16 = 5432;
 const BROKER_MANAGEMENT: u16 = 15672;
@@ -256,6 +259,30 @@ impl Host {
         report
     }
 
+    /// Applies a declaration whose briefing must say `failed` though nothing stopped the apply
+    /// (an opening a layer still refuses, the private network not as declared): it must exit
+    /// with the code for that (5), and its report is returned.
+    fn apply_not_in_force(&self, decl: &Value) -> Value {
+        let file = self.dir.path().join("declaration.json");
+        std::fs::write(&file, serde_json::to_vec_pretty(decl).unwrap()).unwrap();
+        let args = ["apply", file.to_str().unwrap(), "--json"];
+        let out = self.run(&args);
+        assert_eq!(
+            out.status.code(),
+            Some(NOT_IN_FORCE),
+            "mesh-host {args:?} exited {}, not {NOT_IN_FORCE}:\n{}\n{}",
+            out.status,
+            out.stdout,
+            out.stderr
+        );
+        let report: Value = serde_json::from_str(&out.stdout).unwrap_or_else(|e| {
+            panic!("mesh-host {args:?} printed no JSON ({e}):\n{}", out.stdout)
+        });
+        assert_nothing_failed(&report);
+        assert_eq!(report["outcome"], "failed", "{report:#}");
+        report
+    }
+
     /// Applies with the Docker engine at `docker_host`, as an operator's shell with `DOCKER_HOST`
     /// set, so the host asks that engine for its bridges.
     fn apply_with_docker(&self, docker_host: &str, decl: &Value) -> Value {
@@ -291,6 +318,24 @@ impl Host {
     fn reconcile(&self) -> Value {
         let report = self.json(&["reconcile", "--json"]);
         assert_nothing_failed(&report);
+        report
+    }
+
+    /// A reconcile whose briefing says `failed` though nothing stopped it: exit 5.
+    fn reconcile_not_in_force(&self) -> Value {
+        let out = self.run(&["reconcile", "--json"]);
+        assert_eq!(
+            out.status.code(),
+            Some(NOT_IN_FORCE),
+            "reconcile exited {}, not {NOT_IN_FORCE}:\n{}\n{}",
+            out.status,
+            out.stdout,
+            out.stderr
+        );
+        let report: Value = serde_json::from_str(&out.stdout)
+            .unwrap_or_else(|e| panic!("reconcile printed no JSON ({e}):\n{}", out.stdout));
+        assert_nothing_failed(&report);
+        assert_eq!(report["outcome"], "failed", "{report:#}");
         report
     }
 

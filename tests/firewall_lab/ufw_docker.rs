@@ -226,9 +226,10 @@ fn ufw_docker_a_forwarded_opening_is_a_route_rule_to_the_container_and_follows_i
     );
     assert_rules(&marked(&ufw), &route_rules(&v4_new, &v6_new));
 
-    // Nothing publishes the port: the rules go, and the state says why.
+    // Nothing publishes the port: the rules go, and the state says why; the opening is not in
+    // force, so the reconcile exits 5.
     docker.remove_container("web").unwrap();
-    host.reconcile();
+    host.reconcile_not_in_force();
     assert_eq!(ufw.cmd(&["show", "added"]).unwrap().stdout, added_before);
     let status = host.status();
     let text = status.to_string();

@@ -212,7 +212,8 @@ fn decode_match(name: &str, rev: u32, b: &[u8]) -> Option<Vec<Item>> {
         // struct xt_state_info { statemask }.
         "state" => out.push(any_bit(Src::XtCtState, u32_at(b, 0)?, false)),
         // struct xt_conntrack_mtinfo1/2/3: eight addresses (128 bytes), expires (2 × u32), l4proto
-        // and four ports (u16 at 136..146), then the flags, inversions, state and status masks.
+        // and four ports (u16 at 136..146), then the flags, inversions, state and status masks;
+        // revision 3 then the four ports' upper ends (154..162).
         "conntrack" => {
             let (flags, inv, states, status) = match rev {
                 1 => (
@@ -252,8 +253,17 @@ fn decode_match(name: &str, rev: u32, b: &[u8]) -> Option<Vec<Item>> {
                 ));
             }
             if flags & ORIGDST_PORT != 0 {
-                let p = b.get(140..142)?.to_vec();
-                out.push(cmp(orig_dport(), inv & ORIGDST_PORT != 0, p));
+                let neg = inv & ORIGDST_PORT != 0;
+                if rev == 3 {
+                    // Revision 3 matches a range, both ends in host order (the kernel's
+                    // `port_match` against `ntohs` of the tuple): origdst_port at 140 and
+                    // origdst_port_high at 156, after the masks.
+                    let (lo, hi) = (u16_at(b, 140)?, u16_at(b, 156)?);
+                    out.extend(port_range(orig_dport(), lo, hi, neg));
+                } else {
+                    // Revisions 1 and 2 compare the port as it is on the wire.
+                    out.push(cmp(orig_dport(), neg, b.get(140..142)?.to_vec()));
+                }
             }
             if flags & !known != 0 {
                 out.push(unknown("a conntrack address or expiry".into()));
