@@ -61,6 +61,8 @@ pub(super) fn table(ran: &[Ran], total: Duration) -> (String, String) {
     t.push('\n');
     let mut failures = String::new();
     let mut today_wrong = String::new();
+    // Cells reported doubtful where the fixture says why the evaluator cannot decide.
+    let mut known_gaps = 0;
     let (mut cells, mut agreeing, mut layers_agreeing, mut explain_agreeing) = (0, 0, 0, 0);
     let (mut routed_cells, mut routed_holding, mut routed_opened_before) = (0, 0, 0);
     for r in ran {
@@ -90,7 +92,12 @@ pub(super) fn table(ran: &[Ran], total: Duration) -> (String, String) {
                         cells += 1;
                         agreeing += usize::from(c.agrees());
                         layers_agreeing += usize::from(c.layers_agree());
-                        if !c.agrees() {
+                        let known = r.fixture.undecided.is_some()
+                            && matches!(&c.reported, Ok(f) if f == "doubtful");
+                        if known {
+                            known_gaps += 1;
+                        }
+                        if !c.agrees() && !known {
                             let why = match (&c.reported, &c.probed) {
                                 (Err(e), _) => e.clone(),
                                 (_, Err(e)) => format!("the probe failed: {e}"),
@@ -122,7 +129,7 @@ pub(super) fn table(ran: &[Ran], total: Duration) -> (String, String) {
                             );
                         }
                         explain_agreeing += usize::from(c.explain_agrees());
-                        if !c.explain_agrees() {
+                        if !c.explain_agrees() && !known {
                             let why = match (&c.explained, &c.probed) {
                                 (Err(e), _) => e.clone(),
                                 (_, Err(e)) => format!("the probe failed: {e}"),
@@ -216,6 +223,21 @@ pub(super) fn table(ran: &[Ran], total: Duration) -> (String, String) {
         "{cells} cells: {agreeing} agree with the verdict, {explain_agreeing} with firewall \
          explain, {layers_agreeing} with the per-layer states"
     );
+    if known_gaps > 0 {
+        let _ = writeln!(
+            t,
+            "{known_gaps} cells reported doubtful where the evaluator cannot decide (known gaps, \
+             not agreeing, not failing the suite; their bans and routed cells are checked):"
+        );
+        for r in ran.iter().filter(|r| r.fixture.undecided.is_some()) {
+            let _ = writeln!(
+                t,
+                "- {}: {}",
+                r.fixture.name,
+                r.fixture.undecided.unwrap_or("")
+            );
+        }
+    }
     let _ = writeln!(
         t,
         "{routed_cells} routed cells (the LAN host behind the node): {routed_holding} unchanged \
