@@ -171,6 +171,7 @@ pub fn run(
         private_network: Some(PrivateNetwork {
             interface: c.interface.clone(),
             range: c.range_text.clone(),
+            range_v6: None,
         }),
         deadlines: None,
         originals_limit_bytes: None,

@@ -272,7 +272,7 @@ fn with_bpf(mut guard: Value, root: &std::path::Path) -> Value {
             (
                 json!({"pinned": holds, "pins": pins.dir, "program": st.program,
                        "links": st.links, "link_ids": st.link_ids,
-                       "ports": st.contents.ports, "interfaces": st.contents.ifaces,
+                       "ports": st.contents.ports, "interfaces": st.contents.ifaces, "nets": st.contents.nets,
                        "kernel": kernel}),
                 holds,
             )
@@ -392,12 +392,13 @@ pub fn render(v: &Value) -> String {
         };
         let _ = writeln!(
             out,
-            "bpf             {} pinned in {}: links {}; ports {}; interfaces {}",
+            "bpf             {} pinned in {}: links {}; ports {}; interfaces {}; private ranges {}",
             b["program"].as_str().unwrap_or(""),
             b["pins"].as_str().unwrap_or(""),
             list("links"),
             list("ports"),
-            list("interfaces")
+            list("interfaces"),
+            list("nets")
         );
     } else if let Some(k) = b["kernel"].as_str() {
         let _ = writeln!(out, "bpf             not pinned; this kernel {k}");

@@ -23,7 +23,7 @@ use crate::found::MESH_TABLE;
 use crate::netlink::{
     BaseChain, Batch, CmpOp, Family, Hook, NfSocket, Position, RuleBody, Table, TableFlags,
 };
-use crate::opening::{check_exact_interface, Proto};
+use crate::opening::{check_exact_interface, Network, Proto};
 
 /// The guard's chain in the mesh's table.
 pub const GUARD_CHAIN: &str = "guard";
@@ -45,33 +45,53 @@ pub struct GuardedPort {
     pub container_port: u16,
 }
 
-/// What the guard refuses, and which interfaces it lets through.
+/// What the guard refuses, and which packets it lets through.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct GuardSpec {
     /// The services refused from outside.
     pub ports: Vec<GuardedPort>,
-    /// Interfaces whose packets are not refused, by exact name: loopback, the private network's
-    /// interface, the runtime's bridges.
+    /// Interfaces whose packets are not refused whatever their source, by exact name: loopback
+    /// and the runtime's bridges.
     pub allowed: Vec<String>,
+    /// The private network: a packet is its own only when it arrives on its interface **and**
+    /// its source is in one of its ranges.
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub private: Option<PrivateSources>,
     /// The bridges the container runtime reported, also in `allowed`: a packet from outside whose
     /// destination routes out through one of them is refused at the guarded services' container
     /// ports.
     pub runtimes: Vec<String>,
 }
 
+/// The private network as the guard knows it: the interface its packets arrive on, and the
+/// source ranges they come from (at most one per family from the settings; none of a family
+/// means no packet of that family on the interface is the private network's).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub struct PrivateSources {
+    pub interface: String,
+    pub ranges: Vec<Network>,
+}
+
+impl PrivateSources {
+    /// The ranges of one family.
+    pub fn of(&self, v6: bool) -> impl Iterator<Item = &Network> {
+        self.ranges.iter().filter(move |n| n.addr.is_ipv6() == v6)
+    }
+}
+
 impl GuardSpec {
     /// The guard for a node: the store's and the broker's management ports, allowed from
-    /// loopback and the private network's interface. The runtime's bridges are added with
-    /// [`GuardSpec::add_runtime_bridge`]; the services' container ports are their host ports
-    /// until [`GuardSpec::container_ports`] says otherwise.
+    /// loopback and, from the sources [`GuardSpec::private_ranges`] gives, the private network's
+    /// interface. The runtime's bridges are added with [`GuardSpec::add_runtime_bridge`]; the
+    /// services' container ports are their host ports until [`GuardSpec::container_ports`] says
+    /// otherwise.
     pub fn for_node(
         store: u16,
         broker_management: u16,
         private_interface: Option<&str>,
     ) -> GuardSpec {
-        let mut allowed = vec!["lo".to_string()];
-        allowed.extend(private_interface.map(str::to_string));
         let port = |what: &str, port: u16| GuardedPort {
             what: what.into(),
             proto: Proto::Tcp,
@@ -83,9 +103,22 @@ impl GuardSpec {
                 port("store", store),
                 port("broker-management", broker_management),
             ],
-            allowed,
+            allowed: vec!["lo".to_string()],
+            private: private_interface.map(|i| PrivateSources {
+                interface: i.to_string(),
+                ranges: Vec::new(),
+            }),
             runtimes: Vec::new(),
         }
+    }
+
+    /// The private network's source ranges (`settings.private_network.range` and `range_v6`):
+    /// only a packet on the private interface from one of them is let through.
+    pub fn private_ranges(mut self, ranges: &[Network]) -> GuardSpec {
+        if let Some(p) = &mut self.private {
+            p.ranges = ranges.to_vec();
+        }
+        self
     }
 
     /// The ports the store and the broker's management listen on inside their containers.
@@ -109,51 +142,90 @@ impl GuardSpec {
         }
     }
 
-    fn outside(&self) -> RuleBody {
-        let mut b = RuleBody::new();
-        for i in &self.allowed {
-            b = b.iifname_ne(i);
-        }
-        b
-    }
-
-    fn bodies(&self) -> Result<Vec<RuleBody>> {
-        let mut out = Vec::new();
-        for i in self.allowed.iter().chain(&self.runtimes) {
+    /// The interfaces whose names a rule or a map key carries, each checked to be exact.
+    fn check_names(&self) -> Result<()> {
+        let private = self.private.as_ref().map(|p| &p.interface);
+        for i in self.allowed.iter().chain(&self.runtimes).chain(private) {
             check_exact_interface(i, "guard").map_err(|reason| Error::InvalidOpening {
                 id: "guard".into(),
                 reason,
             })?;
         }
+        Ok(())
+    }
+
+    /// The ways a packet is from outside, each with its mark's suffix: arriving on none of the
+    /// exempt interfaces; or on the private interface, of one family, from beyond that family's
+    /// ranges (from anywhere when the family has none).
+    fn outsides(&self) -> Vec<(RuleBody, String)> {
+        let mut elsewhere = RuleBody::new();
+        for i in &self.allowed {
+            elsewhere = elsewhere.iifname_ne(i);
+        }
+        let Some(p) = &self.private else {
+            return vec![(elsewhere, String::new())];
+        };
+        let mut out = vec![(elsewhere.iifname_ne(&p.interface), String::new())];
+        for (v6, fam, family) in [(false, "ipv4", Family::Ipv4), (true, "ipv6", Family::Ipv6)] {
+            let mut b = RuleBody::new().iifname_eq(&p.interface);
+            let ranges: Vec<&Network> = p.of(v6).collect();
+            if ranges.iter().any(|r| r.len == 0) {
+                // Every source of the family is in the range: nothing there is outside.
+                continue;
+            }
+            if ranges.is_empty() {
+                out.push((b.nfproto(family), format!("/{}/{fam}-any", p.interface)));
+                continue;
+            }
+            for r in &ranges {
+                b = b.saddr_outside(r.addr, r.len);
+            }
+            let shown: Vec<String> = ranges.iter().map(|r| r.to_string()).collect();
+            out.push((
+                b,
+                format!("/{}/{fam}-beyond-{}", p.interface, shown.join(",")),
+            ));
+        }
+        out
+    }
+
+    fn bodies(&self) -> Result<Vec<RuleBody>> {
+        self.check_names()?;
+        let mut out = Vec::new();
         let dport = |b: RuleBody, proto: Proto, port: u16| match proto {
             Proto::Tcp => b.tcp_dport(port),
             Proto::Udp => b.udp_dport(port),
         };
+        let outsides = self.outsides();
         for p in &self.ports {
             let proto = p.proto.as_str();
             let (what, port) = (&p.what, p.host_port);
             // Only the node's own addresses: a packet the node routes to a machine behind it
             // (a LAN's database on the same port) is not the node's traffic.
-            out.push(
-                dport(self.outside().fib_daddr_type_local(), p.proto, port)
-                    .drop()
-                    .comment(&format!("mesh-host:guard/{what}/{proto}/{port}")),
-            );
+            for (outside, from) in &outsides {
+                out.push(
+                    dport(outside.clone().fib_daddr_type_local(), p.proto, port)
+                        .drop()
+                        .comment(&format!("mesh-host:guard/{what}/{proto}/{port}{from}")),
+                );
+            }
             // Sent from outside straight to a container's address (the machine as the gateway),
             // not to the published host port: refused at the port the service listens on inside.
             let port = p.container_port;
             for rt in &self.runtimes {
-                out.push(
-                    dport(
-                        self.outside().fib_daddr_oifname(CmpOp::Eq, rt),
-                        p.proto,
-                        port,
-                    )
-                    .drop()
-                    .comment(&format!(
-                        "mesh-host:guard/{what}/container/{proto}/{port}/{rt}"
-                    )),
-                );
+                for (outside, from) in &outsides {
+                    out.push(
+                        dport(
+                            outside.clone().fib_daddr_oifname(CmpOp::Eq, rt),
+                            p.proto,
+                            port,
+                        )
+                        .drop()
+                        .comment(&format!(
+                            "mesh-host:guard/{what}/container/{proto}/{port}/{rt}{from}"
+                        )),
+                    );
+                }
             }
         }
         Ok(out)
@@ -370,9 +442,23 @@ pub fn status(sock: &mut NfSocket) -> Result<GuardStatus> {
 mod tests {
     use super::*;
 
+    fn nets(list: &[&str]) -> Vec<Network> {
+        list.iter()
+            .map(|c| {
+                let (a, l) = c.split_once('/').unwrap();
+                Network {
+                    addr: a.parse().unwrap(),
+                    len: l.parse().unwrap(),
+                }
+            })
+            .collect()
+    }
+
     #[test]
     fn each_port_is_refused_on_the_nodes_own_addresses_then_at_its_container_port_per_bridge() {
-        let mut spec = GuardSpec::for_node(15432, 15672, Some("wg0")).container_ports(5432, 15672);
+        let mut spec = GuardSpec::for_node(15432, 15672, Some("wg0"))
+            .private_ranges(&nets(&["10.0.0.0/24", "fd00::/64"]))
+            .container_ports(5432, 15672);
         spec.add_runtime_bridge("docker0");
         spec.add_runtime_bridge("lanbr");
         spec.add_runtime_bridge("docker0");
@@ -382,58 +468,87 @@ mod tests {
             .into_iter()
             .map(|b| b.comment.unwrap())
             .collect();
-        assert_eq!(
-            marks,
-            [
-                "mesh-host:guard/store/tcp/15432",
-                "mesh-host:guard/store/container/tcp/5432/docker0",
-                "mesh-host:guard/store/container/tcp/5432/lanbr",
-                "mesh-host:guard/broker-management/tcp/15672",
-                "mesh-host:guard/broker-management/container/tcp/15672/docker0",
-                "mesh-host:guard/broker-management/container/tcp/15672/lanbr",
-            ]
-        );
-        assert_eq!(spec.allowed, ["lo", "wg0", "docker0", "lanbr"]);
+        let mut want = Vec::new();
+        for (base, port) in [("store", 15432), ("broker-management", 15672)] {
+            let cport = if port == 15432 { 5432 } else { 15672 };
+            for at in [
+                format!("{base}/tcp/{port}"),
+                format!("{base}/container/tcp/{cport}/docker0"),
+                format!("{base}/container/tcp/{cport}/lanbr"),
+            ] {
+                want.push(format!("mesh-host:guard/{at}"));
+                want.push(format!("mesh-host:guard/{at}/wg0/ipv4-beyond-10.0.0.0/24"));
+                want.push(format!("mesh-host:guard/{at}/wg0/ipv6-beyond-fd00::/64"));
+            }
+        }
+        assert_eq!(marks, want);
+        assert_eq!(spec.allowed, ["lo", "docker0", "lanbr"]);
         let outside = || {
             RuleBody::new()
                 .iifname_ne("lo")
-                .iifname_ne("wg0")
                 .iifname_ne("docker0")
                 .iifname_ne("lanbr")
+                .iifname_ne("wg0")
         };
         let bodies = spec.bodies().unwrap();
-        // The host port: every allowed interface, then "the destination is this node", then the
+        // The host port: every exempt interface, then "the destination is this node", then the
         // port.
         let want = outside().fib_daddr_type_local().tcp_dport(15432).drop();
         assert_eq!(bodies[0].exprs, want.exprs);
-        // The container refusal: every allowed interface, then the route's interface, then the
+        // On the private interface from beyond its range, per family.
+        let want = RuleBody::new()
+            .iifname_eq("wg0")
+            .saddr_outside("10.0.0.0".parse().unwrap(), 24)
+            .fib_daddr_type_local()
+            .tcp_dport(15432)
+            .drop();
+        assert_eq!(bodies[1].exprs, want.exprs);
+        let want = RuleBody::new()
+            .iifname_eq("wg0")
+            .saddr_outside("fd00::".parse().unwrap(), 64)
+            .fib_daddr_type_local()
+            .tcp_dport(15432)
+            .drop();
+        assert_eq!(bodies[2].exprs, want.exprs);
+        // The container refusal: every exempt interface, then the route's interface, then the
         // port.
         let want = outside()
             .fib_daddr_oifname(CmpOp::Eq, "docker0")
             .tcp_dport(5432)
             .drop();
-        assert_eq!(bodies[1].exprs, want.exprs);
+        assert_eq!(bodies[3].exprs, want.exprs);
     }
 
     #[test]
-    fn with_no_runtime_only_loopback_and_the_private_interface_pass() {
-        let spec = GuardSpec::for_node(5432, 15672, Some("mesh0"));
-        assert_eq!(spec.allowed, ["lo", "mesh0"]);
+    fn a_family_with_no_range_is_refused_on_the_private_interface_whatever_its_source() {
+        let spec = GuardSpec::for_node(5432, 15672, Some("mesh0"))
+            .private_ranges(&nets(&["10.77.0.0/24"]));
+        assert_eq!(spec.allowed, ["lo"]);
         assert!(spec.runtimes.is_empty());
-        let marks: Vec<String> = spec
-            .bodies()
-            .unwrap()
-            .into_iter()
-            .map(|b| b.comment.unwrap())
-            .collect();
+        let bodies = spec.bodies().unwrap();
+        let marks: Vec<String> = bodies.iter().map(|b| b.comment.clone().unwrap()).collect();
         assert_eq!(
             marks,
             [
                 "mesh-host:guard/store/tcp/5432",
-                "mesh-host:guard/broker-management/tcp/15672"
+                "mesh-host:guard/store/tcp/5432/mesh0/ipv4-beyond-10.77.0.0/24",
+                "mesh-host:guard/store/tcp/5432/mesh0/ipv6-any",
+                "mesh-host:guard/broker-management/tcp/15672",
+                "mesh-host:guard/broker-management/tcp/15672/mesh0/ipv4-beyond-10.77.0.0/24",
+                "mesh-host:guard/broker-management/tcp/15672/mesh0/ipv6-any",
             ]
         );
-        assert_eq!(GuardSpec::for_node(5432, 15672, None).allowed, ["lo"]);
+        let want = RuleBody::new()
+            .iifname_eq("mesh0")
+            .nfproto(Family::Ipv6)
+            .fib_daddr_type_local()
+            .tcp_dport(5432)
+            .drop();
+        assert_eq!(bodies[2].exprs, want.exprs);
+        // No private network: only loopback passes.
+        let none = GuardSpec::for_node(5432, 15672, None);
+        assert_eq!(none.allowed, ["lo"]);
+        assert_eq!(none.bodies().unwrap().len(), 2);
     }
 
     #[test]
@@ -442,5 +557,8 @@ mod tests {
         spec.add_runtime_bridge("br-*");
         let err = spec.bodies().unwrap_err().to_string();
         assert!(err.contains("br-*") && err.contains("pattern"), "{err}");
+        let spec = GuardSpec::for_node(5432, 15672, Some("mesh*"));
+        let err = spec.bodies().unwrap_err().to_string();
+        assert!(err.contains("mesh*") && err.contains("pattern"), "{err}");
     }
 }

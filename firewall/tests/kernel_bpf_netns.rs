@@ -52,8 +52,17 @@ impl Drop for PinRoot {
     }
 }
 
+/// The node's guard: from `mesh0` only the private ranges pass.
 fn spec() -> GuardSpec {
-    GuardSpec::for_node(STORE, BROKER, Some(addr::PRIVATE_IF))
+    let v4 = firewall::Network {
+        addr: addr::PRIVATE_V4_NET.into(),
+        len: addr::PRIVATE_V4_PREFIX,
+    };
+    let v6 = firewall::Network {
+        addr: addr::PRIVATE_V6_NET.into(),
+        len: addr::PRIVATE_V6_PREFIX,
+    };
+    GuardSpec::for_node(STORE, BROKER, Some(addr::PRIVATE_IF)).private_ranges(&[v4, v6])
 }
 
 fn ensure(node: &Machine, pins: &Pins, spec: &GuardSpec) -> bpf::BpfReport {
@@ -344,8 +353,9 @@ fn pinned_it_holds_with_nothing_running_is_reclaimed_once_and_removed() {
     assert_eq!(st.link_ids, first.link_ids);
     assert_eq!(
         st.contents.ifaces,
-        ["lo exempt", &format!("{} exempt", addr::PRIVATE_IF)]
+        ["lo exempt", &format!("{} private", addr::PRIVATE_IF)]
     );
+    assert_eq!(st.contents.nets, ["10.77.0.0/24", "fd77::/64"]);
     assert_eq!(
         probe(&net.outside, v4(addr::NODE_PUBLIC_V4), STORE),
         Probe::TimedOut
@@ -547,13 +557,20 @@ fn an_earlier_versions_pinned_program_is_replaced_with_no_window() {
             use std::os::fd::AsRawFd;
             let ports = sys::map_create("mh_guard_ports", 4, 1, 256).unwrap();
             let ifaces = sys::map_create("mh_guard_ifaces", 16, 4, 1024).unwrap();
+            let nets = sys::map_create_lpm("mh_guard_nets", 24, 4, 64).unwrap();
             let layout = prog::Layout::from_btf(&bpf::btf::Btf::vmlinux().unwrap()).unwrap();
-            let insns = prog::build(&layout, ports.as_raw_fd(), ifaces.as_raw_fd());
+            let insns = prog::build(
+                &layout,
+                ports.as_raw_fd(),
+                ifaces.as_raw_fd(),
+                nets.as_raw_fd(),
+            );
             let old = sys::prog_load_netfilter("mh_guard_v0", &insns).unwrap();
             let p = bpf::Program {
                 prog: old,
                 ports,
                 ifaces,
+                nets,
                 layout: Some(layout),
             };
             p.set(&spec()).unwrap();
@@ -561,6 +578,7 @@ fn an_earlier_versions_pinned_program_is_replaced_with_no_window() {
                 (&p.prog, "prog"),
                 (&p.ports, "ports"),
                 (&p.ifaces, "ifaces"),
+                (&p.nets, "nets"),
             ] {
                 sys::obj_pin(fd, &pins.dir.join(name)).unwrap();
             }

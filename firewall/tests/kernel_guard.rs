@@ -13,7 +13,12 @@ use firewall::netlink::*;
 use firewall::{Error, MESH_TABLE};
 
 fn spec() -> GuardSpec {
+    let net = |a: &str, len| firewall::Network {
+        addr: a.parse().unwrap(),
+        len,
+    };
     GuardSpec::for_node(5432, 15672, Some("mesh0"))
+        .private_ranges(&[net("10.77.0.0", 24), net("fd77::", 64)])
 }
 
 /// `nft list ruleset` saved with `flush ruleset` on top, as Debian's file, then `nft -f` of it:
@@ -45,7 +50,11 @@ fn the_plain_guard_is_saved_and_reloaded_by_nft_and_reads_back_unchanged() {
          \tchain guard {\n\
          \t\ttype filter hook prerouting priority mangle; policy accept;\n\
          \t\tiifname != \"lo\" iifname != \"mesh0\" fib daddr type local tcp dport 5432 drop comment \"mesh-host:guard/store/tcp/5432\"\n\
+         \t\tiifname \"mesh0\" ip saddr != 10.77.0.0/24 fib daddr type local tcp dport 5432 drop comment \"mesh-host:guard/store/tcp/5432/mesh0/ipv4-beyond-10.77.0.0/24\"\n\
+         \t\tiifname \"mesh0\" ip6 saddr != fd77::/64 fib daddr type local tcp dport 5432 drop comment \"mesh-host:guard/store/tcp/5432/mesh0/ipv6-beyond-fd77::/64\"\n\
          \t\tiifname != \"lo\" iifname != \"mesh0\" fib daddr type local tcp dport 15672 drop comment \"mesh-host:guard/broker-management/tcp/15672\"\n\
+         \t\tiifname \"mesh0\" ip saddr != 10.77.0.0/24 fib daddr type local tcp dport 15672 drop comment \"mesh-host:guard/broker-management/tcp/15672/mesh0/ipv4-beyond-10.77.0.0/24\"\n\
+         \t\tiifname \"mesh0\" ip6 saddr != fd77::/64 fib daddr type local tcp dport 15672 drop comment \"mesh-host:guard/broker-management/tcp/15672/mesh0/ipv6-beyond-fd77::/64\"\n\
          \t}\n\
          }\n"
     );
@@ -91,7 +100,8 @@ fn an_orphaned_table_is_replaced_in_one_transaction() {
         (GuardTable::Replaced(OldTable::Orphaned), true)
     );
     // Every change before the one NEWGEN that closes the transaction: the old table deleted,
-    // the plain one, its chain and both refusals created.
+    // the plain one, its chain and the six refusals created (each port from elsewhere, and from the
+    // private interface beyond its range in each family).
     let mut events = Vec::new();
     loop {
         match m.next_event(Some(Duration::from_secs(5))).unwrap() {
@@ -114,11 +124,11 @@ fn an_orphaned_table_is_replaced_in_one_transaction() {
             .iter()
             .filter(|e| matches!(e, Event::NewRule(_)))
             .count(),
-        2,
+        6,
         "{events:#?}"
     );
     let st = guard::status(&mut s).unwrap();
-    assert!(st.plain && st.rules.len() == 2, "{st:?}");
+    assert!(st.plain && st.rules.len() == 6, "{st:?}");
     let (ok, stderr, text) = save_and_reload("replaced");
     assert!(ok, "{stderr}\n{text}");
 }

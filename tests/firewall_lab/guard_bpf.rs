@@ -86,7 +86,7 @@ fn pinned_beside_the_table_the_guard_holds_through_a_flush_with_no_host_running(
     );
     assert_eq!(
         status["guard"]["bpf"]["interfaces"],
-        json!(["lo exempt", format!("{PRIVATE_IF} exempt")])
+        json!(["lo exempt", format!("{PRIVATE_IF} private")])
     );
     let briefing = host.run(&["briefing"]);
     assert!(briefing.stdout.contains(BOTH), "{}", briefing.stdout);
@@ -200,6 +200,7 @@ fn after_kill_9_the_ports_stay_closed_and_the_restart_reclaims_the_same_links() 
             "link-ipv4-input",
             "link-ipv6-forward",
             "link-ipv6-input",
+            "nets",
             "ports",
             "prog"
         ]

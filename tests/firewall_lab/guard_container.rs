@@ -163,16 +163,22 @@ fn the_guard_refuses_a_stores_container_port_routed_to_from_outside() {
     );
     // The one bridge Docker reports (its default network), and no name pattern.
     let want = format!(
-        "iifname != \"lo\" iifname != \"{PRIVATE_IF}\" iifname != \"docker0\" fib daddr oifname \
+        "iifname != \"lo\" iifname != \"docker0\" iifname != \"{PRIVATE_IF}\" fib daddr oifname \
          \"docker0\" tcp dport {STORE_CONTAINER} drop comment \
          \"mesh-host:guard/store/container/tcp/{STORE_CONTAINER}/docker0\""
+    );
+    assert!(listing.contains(&want), "{want}\n{listing}");
+    // From the private interface only its ranges pass, at the container port too.
+    let want = format!(
+        "iifname \"{PRIVATE_IF}\" ip saddr != {PRIVATE_V4_NET}/{PRIVATE_V4_PREFIX} fib daddr \
+         oifname \"docker0\" tcp dport {STORE_CONTAINER} drop"
     );
     assert!(listing.contains(&want), "{want}\n{listing}");
     assert!(!listing.contains('*'), "{listing}");
     assert!(
         listing.contains(&format!(
-            "iifname != \"docker0\" fib daddr type local tcp dport {STORE_HOST} drop comment \
-             \"mesh-host:guard/store/tcp/{STORE_HOST}\""
+            "iifname != \"docker0\" iifname != \"{PRIVATE_IF}\" fib daddr type local tcp dport \
+             {STORE_HOST} drop comment \"mesh-host:guard/store/tcp/{STORE_HOST}\""
         )),
         "{listing}"
     );

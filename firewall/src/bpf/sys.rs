@@ -25,6 +25,9 @@ const BPF_LINK_DETACH: i32 = 34;
 
 /// `BPF_MAP_TYPE_HASH`.
 pub const MAP_TYPE_HASH: u32 = 1;
+/// `BPF_MAP_TYPE_LPM_TRIE`: longest-prefix match, which the kernel requires unpreallocated.
+pub const MAP_TYPE_LPM_TRIE: u32 = 11;
+const BPF_F_NO_PREALLOC: u32 = 1;
 /// `BPF_PROG_TYPE_NETFILTER` (Linux 6.4).
 pub const PROG_TYPE_NETFILTER: u32 = 32;
 /// `BPF_NETFILTER`, the attach type of a netfilter link.
@@ -224,11 +227,35 @@ fn fail(op: &'static str, what: &str, errno: Errno) -> Error {
 
 /// Creates a hash map of `max` entries.
 pub fn map_create(name: &str, key_size: u32, value_size: u32, max: u32) -> Result<OwnedFd> {
+    map_create_of(MAP_TYPE_HASH, 0, name, key_size, value_size, max)
+}
+
+/// Creates a longest-prefix-match map of `max` entries (keys: a u32 prefix length, then data).
+pub fn map_create_lpm(name: &str, key_size: u32, value_size: u32, max: u32) -> Result<OwnedFd> {
+    map_create_of(
+        MAP_TYPE_LPM_TRIE,
+        BPF_F_NO_PREALLOC,
+        name,
+        key_size,
+        value_size,
+        max,
+    )
+}
+
+fn map_create_of(
+    map_type: u32,
+    map_flags: u32,
+    name: &str,
+    key_size: u32,
+    value_size: u32,
+    max: u32,
+) -> Result<OwnedFd> {
     let mut a = MapCreate {
-        map_type: MAP_TYPE_HASH,
+        map_type,
         key_size,
         value_size,
         max_entries: max,
+        map_flags,
         map_name: name16(name),
         ..Default::default()
     };
