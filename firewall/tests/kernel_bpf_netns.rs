@@ -404,6 +404,84 @@ fn pinned_it_holds_with_nothing_running_is_reclaimed_once_and_removed() {
         .unwrap());
 }
 
+/// Renames the node's private interface through a longer name and back, as udev and
+/// systemd-networkd do at boot: the kernel keeps the long name's tail after the short name's
+/// NUL in the device's 16 bytes. Its addresses are kept across the down and up.
+fn rename_through_a_long_name(node: &Machine) {
+    let i = addr::PRIVATE_IF;
+    let long = "mesh0-renamed01";
+    assert_eq!(long.len(), 15);
+    node.set_sysctl(&format!("net/ipv6/conf/{i}/keep_addr_on_down"), "1")
+        .unwrap();
+    for argv in [
+        vec!["ip", "link", "set", i, "down"],
+        vec!["ip", "link", "set", i, "name", long],
+        vec!["ip", "link", "set", long, "name", i],
+        vec!["ip", "link", "set", i, "up"],
+    ] {
+        node.run_ok(&argv).unwrap();
+    }
+}
+
+/// Probes until `to:port` answers, for at most ten seconds (the link's carrier and IPv6's
+/// duplicate address detection come back after an up); the last answer.
+fn probe_until_reached_within(from: &Machine, to: IpAddr, port: u16, within: Duration) -> Probe {
+    let deadline = Instant::now() + within;
+    loop {
+        let got = probe(from, to, port);
+        if got == Probe::Reached || Instant::now() >= deadline {
+            return got;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn a_private_interface_renamed_through_a_long_name_and_back_still_passes() {
+    let lab = Lab::new().unwrap();
+    let Net { net, _listeners } = build(&lab);
+    let root = PinRoot::new("rename");
+    // The BPF layer alone: no table in this namespace.
+    ensure(&net.node, &root.pins(), &spec());
+    let private = [v4(addr::NODE_PRIVATE_V4), v6(addr::NODE_PRIVATE_V6)];
+    for to in private {
+        assert_eq!(probe(&net.peer, to, STORE), Probe::Reached, "{to} before");
+    }
+    rename_through_a_long_name(&net.node);
+    let names = net
+        .node
+        .run_ok(&["ip", "-o", "link", "show"])
+        .unwrap()
+        .stdout;
+    assert!(
+        names.contains(" mesh0@") && !names.contains("renamed"),
+        "{names}"
+    );
+    for to in private {
+        for port in [STORE, BROKER] {
+            assert_eq!(
+                probe_until_reached_within(&net.peer, to, port, Duration::from_secs(10)),
+                Probe::Reached,
+                "the private network to {to} port {port} after the rename"
+            );
+        }
+    }
+    for to in [v4(addr::NODE_PUBLIC_V4), v6(addr::NODE_PUBLIC_V6)] {
+        for port in [STORE, BROKER] {
+            assert_eq!(
+                probe(&net.outside, to, port),
+                Probe::TimedOut,
+                "{to}:{port}"
+            );
+        }
+        assert_eq!(
+            probe(&net.outside, to, OTHER),
+            Probe::Reached,
+            "{to}:{OTHER}"
+        );
+    }
+}
+
 #[test]
 fn a_fragmented_ipv4_syn_to_the_store_gets_no_answer() {
     let lab = Lab::new().unwrap();

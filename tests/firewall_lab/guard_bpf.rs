@@ -214,3 +214,81 @@ fn after_kill_9_the_ports_stay_closed_and_the_restart_reclaims_the_same_links() 
         "store after the restart",
     );
 }
+
+/// `mesh0` renamed through a 15-byte name and back, as udev and systemd-networkd do at boot, with
+/// its addresses kept across the down and up; the kernel keeps the long name's tail after the
+/// NUL, which the guard's program compares past no more than the table does.
+fn rename_the_private_interface_through_a_long_name_and_back(node: &Machine) {
+    let long = "mesh0-renamed01";
+    node.set_sysctl(
+        &format!("net/ipv6/conf/{PRIVATE_IF}/keep_addr_on_down"),
+        "1",
+    )
+    .unwrap();
+    for argv in [
+        vec!["ip", "link", "set", PRIVATE_IF, "down"],
+        vec!["ip", "link", "set", PRIVATE_IF, "name", long],
+        vec!["ip", "link", "set", long, "name", PRIVATE_IF],
+        vec!["ip", "link", "set", PRIVATE_IF, "up"],
+    ] {
+        run_ok(node, &argv);
+    }
+}
+
+/// Probes until the private network reaches `port` on each of the node's private addresses,
+/// for at most ten seconds each (the carrier and IPv6's address checks come back after an up).
+fn private_network_reaches(net: &Adoption, port: u16, why: &str) {
+    for addr in node_private() {
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let got = net.peer.probe_tcp(addr, port, ANSWER).unwrap();
+            if got == Probe::Reached {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{why}: peer -> [{addr}]:{port} was {got}, expected reached"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+#[test]
+fn a_private_interface_renamed_through_a_long_name_and_back_is_still_the_private_network() {
+    let lab = new_lab();
+    let net = adoption(&lab);
+    let node = &net.node;
+    let _listeners: Vec<_> = [STORE, BROKER_MANAGEMENT, SERVED]
+        .iter()
+        .map(|p| node.listen_tcp(*p).expect("listener on the node"))
+        .collect();
+    let host = Host::new(node);
+    let _fs = Bpffs::mount(&host);
+    let report = host.apply(&declaration(&[]));
+    assert!(
+        report["guard"].as_str().unwrap_or_default().contains(BOTH),
+        "{report:#}"
+    );
+    rename_the_private_interface_through_a_long_name_and_back(node);
+    let public = node_public();
+    for (layers, flush) in [("both layers", false), ("the BPF layer alone", true)] {
+        if flush {
+            run_ok(node, &["nft", "flush", "ruleset"]);
+        }
+        for port in [STORE, BROKER_MANAGEMENT] {
+            private_network_reaches(&net, port, &format!("{layers} after the rename"));
+            expect(
+                &net.outside,
+                &public,
+                port,
+                Probe::TimedOut,
+                &format!("{layers}: the outside after the rename"),
+            );
+        }
+    }
+    // A reconcile puts the table back; the status still names both layers.
+    host.reconcile();
+    assert_eq!(host.status()["guard"]["layers"], BOTH);
+    private_network_reaches(&net, STORE, "after the reconcile");
+}

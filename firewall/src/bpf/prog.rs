@@ -100,14 +100,23 @@ const FP_NETKEY: i16 = -104;
 const FP_PRIV: i16 = -112;
 
 /// Emits: look up the name of the device `state` (in `r8`) points at, at field `dev`, in the
-/// interfaces map; leaves the map value pointer (or 0) in `r0`.
+/// interfaces map; leaves the map value pointer (or 0) in `r0`. The name is compared as the kernel
+/// compares names, up to its NUL: a device renamed through a longer name and back keeps the old
+/// name's tail after the NUL in its 16 bytes, so every byte from the first NUL on is zeroed in
+/// the key (`r3` is 1 until a NUL is seen, then 0; each byte is multiplied by it), without a
+/// branch. No device (a test run's input) reads as 16 zero bytes.
 fn lookup_iface(a: &mut Asm, l: &Layout, ifaces: i32, dev: i16) {
-    a.load(Size::DW, Reg::R1, Reg::R8, dev)
-        .load(Size::DW, Reg::R2, Reg::R1, l.dev_name)
-        .store(Size::DW, Reg::R10, FP_IFKEY, Reg::R2)
-        .load(Size::DW, Reg::R2, Reg::R1, l.dev_name + 8)
-        .store(Size::DW, Reg::R10, FP_IFKEY + 8, Reg::R2)
-        .load_map(Reg::R1, ifaces)
+    a.load(Size::DW, Reg::R1, Reg::R8, dev).mov_imm(Reg::R3, 1);
+    for i in 0..16i16 {
+        a.load(Size::B, Reg::R2, Reg::R1, l.dev_name + i)
+            .mov(Reg::R4, Reg::R2)
+            .alu_imm(Alu::Add, Reg::R4, 255)
+            .alu_imm(Alu::Rsh, Reg::R4, 8)
+            .alu_reg(Alu::And, Reg::R3, Reg::R4)
+            .alu_reg(Alu::Mul, Reg::R2, Reg::R3)
+            .store(Size::B, Reg::R10, FP_IFKEY + i, Reg::R2);
+    }
+    a.load_map(Reg::R1, ifaces)
         .mov(Reg::R2, Reg::R10)
         .alu_imm(Alu::Add, Reg::R2, FP_IFKEY as i32)
         .call(HELPER_MAP_LOOKUP);
@@ -339,10 +348,14 @@ pub fn net_key(addr: std::net::IpAddr, len: u8) -> [u8; NET_KEY_SIZE] {
     k
 }
 
-/// The interfaces map's key: the name, NUL-padded to 16 bytes as the kernel keeps it.
+/// The interfaces map's key: the name up to its NUL, zero-padded to 16 bytes, as the program
+/// makes the key of a device's name (whatever the kernel keeps after the NUL).
 pub fn iface_key(name: &str) -> [u8; 16] {
     let mut k = [0u8; 16];
-    for (o, b) in k.iter_mut().zip(name.bytes().take(15)) {
+    for (o, b) in k
+        .iter_mut()
+        .zip(name.bytes().take_while(|b| *b != 0).take(15))
+    {
         *o = b;
     }
     k
