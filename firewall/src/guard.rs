@@ -25,10 +25,20 @@ use crate::netlink::{
 };
 use crate::opening::{check_exact_interface, Network, Proto};
 
-/// The guard's chain in the mesh's table.
+/// The guard's chain in the mesh's table, at prerouting: the port a packet was sent to.
 pub const GUARD_CHAIN: &str = "guard";
+/// Its chains at input and forward: the port a packet reaches after any translation.
+pub const GUARD_INPUT_CHAIN: &str = "guard_input";
+pub const GUARD_FORWARD_CHAIN: &str = "guard_forward";
+/// The guard's three chains, each with its hook, in the order they are written.
+pub const GUARD_CHAINS: [(&str, Hook); 3] = [
+    (GUARD_CHAIN, Hook::Prerouting),
+    (GUARD_INPUT_CHAIN, Hook::Input),
+    (GUARD_FORWARD_CHAIN, Hook::Forward),
+];
 
-/// Ahead of dstnat (-100), after conntrack (-200), so the packet's original port is matched.
+/// Ahead of dstnat (-100), after conntrack (-200), so the packet's original port is matched at
+/// prerouting; at input and forward the same number, ahead of any filter at 0.
 pub const GUARD_PRIORITY: i32 = -150;
 
 /// One guarded service: the port it is refused at on the machine's own addresses, and the port it
@@ -189,9 +199,17 @@ impl GuardSpec {
         out
     }
 
-    fn bodies(&self) -> Result<Vec<RuleBody>> {
+    /// The rules of each of the guard's chains, in [`GUARD_CHAINS`]' order.
+    ///
+    /// At prerouting, the port a packet was sent to: the node's own addresses (`fib daddr type
+    /// local`) at the host port, and a container's address routed to a runtime's bridge at the
+    /// container port. At input and forward, the port it reaches after any translation, so a
+    /// foreign `dnat to :5432` or `redirect to :5432` from another port is refused by the table
+    /// alone: at input the host port, at forward the container port towards a runtime's bridge —
+    /// what the BPF layer refuses at the same two hooks.
+    fn chain_bodies(&self) -> Result<[Vec<RuleBody>; 3]> {
         self.check_names()?;
-        let mut out = Vec::new();
+        let (mut pre, mut input, mut forward) = (Vec::new(), Vec::new(), Vec::new());
         let dport = |b: RuleBody, proto: Proto, port: u16| match proto {
             Proto::Tcp => b.tcp_dport(port),
             Proto::Udp => b.udp_dport(port),
@@ -203,10 +221,16 @@ impl GuardSpec {
             // Only the node's own addresses: a packet the node routes to a machine behind it
             // (a LAN's database on the same port) is not the node's traffic.
             for (outside, from) in &outsides {
-                out.push(
+                let mark = format!("mesh-host:guard/{what}/{proto}/{port}{from}");
+                pre.push(
                     dport(outside.clone().fib_daddr_type_local(), p.proto, port)
                         .drop()
-                        .comment(&format!("mesh-host:guard/{what}/{proto}/{port}{from}")),
+                        .comment(&mark),
+                );
+                input.push(
+                    dport(outside.clone(), p.proto, port)
+                        .drop()
+                        .comment(&format!("{mark}/input")),
                 );
             }
             // Sent from outside straight to a container's address (the machine as the gateway),
@@ -214,21 +238,32 @@ impl GuardSpec {
             let port = p.container_port;
             for rt in &self.runtimes {
                 for (outside, from) in &outsides {
-                    out.push(
+                    let mark =
+                        format!("mesh-host:guard/{what}/container/{proto}/{port}/{rt}{from}");
+                    pre.push(
                         dport(
                             outside.clone().fib_daddr_oifname(CmpOp::Eq, rt),
                             p.proto,
                             port,
                         )
                         .drop()
-                        .comment(&format!(
-                            "mesh-host:guard/{what}/container/{proto}/{port}/{rt}{from}"
-                        )),
+                        .comment(&mark),
+                    );
+                    forward.push(
+                        dport(outside.clone().oifname(CmpOp::Eq, rt), p.proto, port)
+                            .drop()
+                            .comment(&format!("{mark}/forward")),
                     );
                 }
             }
         }
-        Ok(out)
+        Ok([pre, input, forward])
+    }
+
+    /// The prerouting chain's rules (see [`GuardSpec::chain_bodies`]).
+    #[cfg(test)]
+    fn bodies(&self) -> Result<Vec<RuleBody>> {
+        Ok(self.chain_bodies()?[0].clone())
     }
 }
 
@@ -290,9 +325,18 @@ pub struct GuardStatus {
     pub rules: Vec<String>,
 }
 
+/// Whether `chain` is a base chain at `hook` at the guard's priority with policy accept.
+fn hooked(chain: &crate::netlink::Chain, hook: Hook) -> bool {
+    chain
+        .hook
+        .as_ref()
+        .is_some_and(|h| h.hook == hook && h.priority == GUARD_PRIORITY)
+        && chain.policy == Some(crate::netlink::Policy::Accept)
+}
+
 /// Puts the guard in place as `spec` says, in a plain table; idempotent.
 pub fn ensure(sock: &mut NfSocket, spec: &GuardSpec) -> Result<GuardReport> {
-    let bodies = spec.bodies()?;
+    let bodies = spec.chain_bodies()?;
     let existing: Option<Table> = sock
         .tables(Some(Family::Inet))?
         .into_iter()
@@ -328,35 +372,35 @@ pub fn ensure(sock: &mut NfSocket, spec: &GuardSpec) -> Result<GuardReport> {
             changed: false,
         });
     }
-    let base = BaseChain::filter(Hook::Prerouting, GUARD_PRIORITY);
-    // One transaction: the old table (if any) deleted, the plain one with its chain emptied, then
-    // the refusals; there is no moment without them.
+    // One transaction: the old table (if any) deleted, the plain one with its chains emptied,
+    // then the refusals; there is no moment without them.
     let mut batch = Batch::new();
     match table {
         GuardTable::Replaced(_) => batch.del_table(Family::Inet, MESH_TABLE)?,
         GuardTable::Present => {
-            let chain = sock
-                .chains(Some(Family::Inet))?
-                .into_iter()
-                .find(|c| c.table == MESH_TABLE && c.name == GUARD_CHAIN);
-            let chain_ok = chain.as_ref().is_some_and(|c| {
-                c.hook
-                    .as_ref()
-                    .is_some_and(|h| h.hook == Hook::Prerouting && h.priority == GUARD_PRIORITY)
-                    && c.policy == Some(base.policy)
-            });
-            if chain.is_some() && !chain_ok {
-                batch.flush(Family::Inet, MESH_TABLE, Some(GUARD_CHAIN))?;
-                batch.del_chain(Family::Inet, MESH_TABLE, GUARD_CHAIN)?;
+            // A chain at the wrong hook or priority cannot be changed in place: it is deleted
+            // and made again in the same transaction.
+            let chains = sock.chains(Some(Family::Inet))?;
+            for (name, hook) in GUARD_CHAINS {
+                let chain = chains
+                    .iter()
+                    .find(|c| c.table == MESH_TABLE && c.name == name);
+                if chain.is_some_and(|c| !hooked(c, hook)) {
+                    batch.flush(Family::Inet, MESH_TABLE, Some(name))?;
+                    batch.del_chain(Family::Inet, MESH_TABLE, name)?;
+                }
             }
         }
         GuardTable::Created | GuardTable::HeldBy(_) => {}
     }
     batch.add_table(Family::Inet, MESH_TABLE, TableFlags::NONE)?;
-    batch.add_chain(Family::Inet, MESH_TABLE, GUARD_CHAIN, Some(&base))?;
-    batch.flush(Family::Inet, MESH_TABLE, Some(GUARD_CHAIN))?;
-    for b in &bodies {
-        batch.add_rule(Family::Inet, MESH_TABLE, GUARD_CHAIN, b, Position::Append)?;
+    for ((name, hook), rules) in GUARD_CHAINS.into_iter().zip(&bodies) {
+        let base = BaseChain::filter(hook, GUARD_PRIORITY);
+        batch.add_chain(Family::Inet, MESH_TABLE, name, Some(&base))?;
+        batch.flush(Family::Inet, MESH_TABLE, Some(name))?;
+        for b in rules {
+            batch.add_rule(Family::Inet, MESH_TABLE, name, b, Position::Append)?;
+        }
     }
     sock.send(&batch)?;
     Ok(GuardReport {
@@ -391,25 +435,28 @@ pub fn remove(sock: &mut NfSocket) -> Result<bool> {
     Ok(true)
 }
 
-/// Whether the guard chain is there, at its hook and priority, with exactly these rules.
-fn in_force(sock: &mut NfSocket, bodies: &[RuleBody]) -> Result<bool> {
-    let chain = sock
-        .chains(Some(Family::Inet))?
-        .into_iter()
-        .find(|c| c.table == MESH_TABLE && c.name == GUARD_CHAIN);
-    let Some(chain) = chain else { return Ok(false) };
-    let hooked = chain
-        .hook
-        .as_ref()
-        .is_some_and(|h| h.hook == Hook::Prerouting && h.priority == GUARD_PRIORITY)
-        && chain.policy == Some(crate::netlink::Policy::Accept);
-    let rules = sock.rules_of(Family::Inet, MESH_TABLE, Some(GUARD_CHAIN))?;
-    Ok(hooked
-        && rules.len() == bodies.len()
-        && rules
+/// Whether the guard's chains are there, each at its hook and priority, with exactly these
+/// rules.
+fn in_force(sock: &mut NfSocket, bodies: &[Vec<RuleBody>; 3]) -> Result<bool> {
+    let chains = sock.chains(Some(Family::Inet))?;
+    for ((name, hook), want) in GUARD_CHAINS.into_iter().zip(bodies) {
+        let chain = chains
             .iter()
-            .zip(bodies)
-            .all(|(r, b)| r.comment == b.comment && r.exprs == b.exprs))
+            .find(|c| c.table == MESH_TABLE && c.name == name);
+        if !chain.is_some_and(|c| hooked(c, hook)) {
+            return Ok(false);
+        }
+        let rules = sock.rules_of(Family::Inet, MESH_TABLE, Some(name))?;
+        let same = rules.len() == want.len()
+            && rules
+                .iter()
+                .zip(want)
+                .all(|(r, b)| r.comment == b.comment && r.exprs == b.exprs);
+        if !same {
+            return Ok(false);
+        }
+    }
+    Ok(true)
 }
 
 /// Reads the guard's state without changing anything.
@@ -421,12 +468,15 @@ pub fn status(sock: &mut NfSocket) -> Result<GuardStatus> {
     else {
         return Ok(GuardStatus::default());
     };
-    let rules = sock
-        .rules_of(Family::Inet, MESH_TABLE, Some(GUARD_CHAIN))
-        .unwrap_or_default()
-        .into_iter()
-        .filter_map(|r| r.comment)
-        .collect();
+    let mut rules = Vec::new();
+    for (name, _) in GUARD_CHAINS {
+        rules.extend(
+            sock.rules_of(Family::Inet, MESH_TABLE, Some(name))
+                .unwrap_or_default()
+                .into_iter()
+                .filter_map(|r| r.comment),
+        );
+    }
     Ok(GuardStatus {
         present: true,
         plain: table.flags == TableFlags::NONE,
@@ -549,6 +599,54 @@ mod tests {
         let none = GuardSpec::for_node(5432, 15672, None);
         assert_eq!(none.allowed, ["lo"]);
         assert_eq!(none.bodies().unwrap().len(), 2);
+    }
+
+    #[test]
+    fn input_and_forward_refuse_the_port_a_packet_reaches_after_translation() {
+        let mut spec = GuardSpec::for_node(15432, 15672, Some("wg0"))
+            .private_ranges(&nets(&["10.0.0.0/24"]))
+            .container_ports(5432, 15672);
+        spec.add_runtime_bridge("docker0");
+        let [pre, input, forward] = spec.chain_bodies().unwrap();
+        assert_eq!(pre.len(), 12);
+        let marks = |b: &[RuleBody]| -> Vec<String> {
+            b.iter().map(|r| r.comment.clone().unwrap()).collect()
+        };
+        assert_eq!(
+            marks(&input),
+            [
+                "mesh-host:guard/store/tcp/15432/input",
+                "mesh-host:guard/store/tcp/15432/wg0/ipv4-beyond-10.0.0.0/24/input",
+                "mesh-host:guard/store/tcp/15432/wg0/ipv6-any/input",
+                "mesh-host:guard/broker-management/tcp/15672/input",
+                "mesh-host:guard/broker-management/tcp/15672/wg0/ipv4-beyond-10.0.0.0/24/input",
+                "mesh-host:guard/broker-management/tcp/15672/wg0/ipv6-any/input",
+            ]
+        );
+        // At input the destination is the node's by the hook: no fib, only the port.
+        let want = RuleBody::new()
+            .iifname_ne("lo")
+            .iifname_ne("docker0")
+            .iifname_ne("wg0")
+            .tcp_dport(15432)
+            .drop();
+        assert_eq!(input[0].exprs, want.exprs);
+        assert_eq!(forward.len(), 6);
+        assert_eq!(
+            forward[0].comment.as_deref(),
+            Some("mesh-host:guard/store/container/tcp/5432/docker0/forward")
+        );
+        // At forward, the interface it leaves by and the port it reaches.
+        let want = RuleBody::new()
+            .iifname_eq("wg0")
+            .saddr_outside("10.0.0.0".parse().unwrap(), 24)
+            .oifname(CmpOp::Eq, "docker0")
+            .tcp_dport(5432)
+            .drop();
+        assert_eq!(forward[1].exprs, want.exprs);
+        // No runtime: nothing at forward.
+        let plain = GuardSpec::for_node(5432, 15672, None);
+        assert!(plain.chain_bodies().unwrap()[2].is_empty());
     }
 
     #[test]

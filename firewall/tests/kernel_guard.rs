@@ -56,6 +56,20 @@ fn the_plain_guard_is_saved_and_reloaded_by_nft_and_reads_back_unchanged() {
          \t\tiifname \"mesh0\" ip saddr != 10.77.0.0/24 fib daddr type local tcp dport 15672 drop comment \"mesh-host:guard/broker-management/tcp/15672/mesh0/ipv4-beyond-10.77.0.0/24\"\n\
          \t\tiifname \"mesh0\" ip6 saddr != fd77::/64 fib daddr type local tcp dport 15672 drop comment \"mesh-host:guard/broker-management/tcp/15672/mesh0/ipv6-beyond-fd77::/64\"\n\
          \t}\n\
+         \n\
+         \tchain guard_input {\n\
+         \t\ttype filter hook input priority mangle; policy accept;\n\
+         \t\tiifname != \"lo\" iifname != \"mesh0\" tcp dport 5432 drop comment \"mesh-host:guard/store/tcp/5432/input\"\n\
+         \t\tiifname \"mesh0\" ip saddr != 10.77.0.0/24 tcp dport 5432 drop comment \"mesh-host:guard/store/tcp/5432/mesh0/ipv4-beyond-10.77.0.0/24/input\"\n\
+         \t\tiifname \"mesh0\" ip6 saddr != fd77::/64 tcp dport 5432 drop comment \"mesh-host:guard/store/tcp/5432/mesh0/ipv6-beyond-fd77::/64/input\"\n\
+         \t\tiifname != \"lo\" iifname != \"mesh0\" tcp dport 15672 drop comment \"mesh-host:guard/broker-management/tcp/15672/input\"\n\
+         \t\tiifname \"mesh0\" ip saddr != 10.77.0.0/24 tcp dport 15672 drop comment \"mesh-host:guard/broker-management/tcp/15672/mesh0/ipv4-beyond-10.77.0.0/24/input\"\n\
+         \t\tiifname \"mesh0\" ip6 saddr != fd77::/64 tcp dport 15672 drop comment \"mesh-host:guard/broker-management/tcp/15672/mesh0/ipv6-beyond-fd77::/64/input\"\n\
+         \t}\n\
+         \n\
+         \tchain guard_forward {\n\
+         \t\ttype filter hook forward priority mangle; policy accept;\n\
+         \t}\n\
          }\n"
     );
     let (ok, stderr, text) = save_and_reload("plain");
@@ -100,8 +114,8 @@ fn an_orphaned_table_is_replaced_in_one_transaction() {
         (GuardTable::Replaced(OldTable::Orphaned), true)
     );
     // Every change before the one NEWGEN that closes the transaction: the old table deleted,
-    // the plain one, its chain and the six refusals created (each port from elsewhere, and from the
-    // private interface beyond its range in each family).
+    // the plain one, its three chains and the twelve refusals created (each port from elsewhere,
+    // and from the private interface beyond its range in each family, at prerouting and input).
     let mut events = Vec::new();
     loop {
         match m.next_event(Some(Duration::from_secs(5))).unwrap() {
@@ -124,11 +138,11 @@ fn an_orphaned_table_is_replaced_in_one_transaction() {
             .iter()
             .filter(|e| matches!(e, Event::NewRule(_)))
             .count(),
-        6,
+        12,
         "{events:#?}"
     );
     let st = guard::status(&mut s).unwrap();
-    assert!(st.plain && st.rules.len() == 6, "{st:?}");
+    assert!(st.plain && st.rules.len() == 12, "{st:?}");
     let (ok, stderr, text) = save_and_reload("replaced");
     assert!(ok, "{stderr}\n{text}");
 }

@@ -87,6 +87,24 @@ fn the_guard_refuses_a_stores_container_port_routed_to_from_outside() {
         "published, no guard",
     );
 
+    // Another program's DNAT from three ports straight to the container's own port: with no
+    // guard it reaches the store.
+    let nat = format!(
+        "table ip foreign_nat {{\n\tchain pre {{\n\t\ttype nat hook prerouting priority dstnat; \
+         policy accept;\n\t\ttcp dport {{ 8081, 8082, 8083 }} dnat to {container}:{STORE_CONTAINER}\n\
+         \t}}\n}}\n"
+    );
+    load_nft(node, lab.dir(), "foreign-nat.nft", &nat);
+    for port in [8081, 8082, 8083] {
+        expect(
+            &net.outside,
+            &v4,
+            port,
+            Probe::Reached,
+            "a foreign dnat to the container's port, no guard",
+        );
+    }
+
     // The guard with no container declared for the store: it takes the store for one on the host
     // and refuses only its host port; the container's own port is still reached from outside.
     let host = Host::new(node);
@@ -155,6 +173,26 @@ fn the_guard_refuses_a_stores_container_port_routed_to_from_outside() {
         Probe::TimedOut,
         "the peer over the public network",
     );
+
+    // The foreign DNAT loaded before any guard: the table alone (no bpffs here) refuses it at
+    // forward, where the translated port is seen.
+    for port in [8081, 8082, 8083] {
+        expect(
+            &net.outside,
+            &v4,
+            port,
+            Probe::TimedOut,
+            "a foreign dnat to the container's port from outside",
+        );
+        expect(
+            &net.peer,
+            &private_v4,
+            port,
+            Probe::Reached,
+            "a foreign dnat to the container's port over the private network",
+        );
+    }
+    run_ok(node, &["nft", "delete", "table", "ip", "foreign_nat"]);
 
     // The rules as nft prints them.
     let listing = run_ok(

@@ -27,6 +27,7 @@ mod found;
 mod guard;
 mod guard_bpf;
 mod guard_container;
+mod guard_dnat;
 mod guard_relay;
 mod guard_routes;
 mod guard_saved;
