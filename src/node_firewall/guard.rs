@@ -165,11 +165,20 @@ pub fn write(fw: &mut dyn NodeFirewall, spec: &GuardSpec) -> Result<String, Erro
 fn write_bpf_layer(fw: &mut dyn NodeFirewall, spec: &GuardSpec) -> String {
     match fw.guard_bpf(spec) {
         Ok(r) => format!(
-            "{LAYERS_BOTH} (links {}, ports and interfaces {})",
+            "{LAYERS_BOTH} (links {}{}, ports and interfaces {})",
             match r.loaded {
                 firewall::bpf::Loaded::Created => "attached and pinned",
                 firewall::bpf::Loaded::Reclaimed => "reclaimed",
                 firewall::bpf::Loaded::Replaced => "replaced",
+                firewall::bpf::Loaded::Found => "found in the kernel unpinned and pinned again",
+            },
+            if r.detached.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    "; {} more of this node's guard links detached",
+                    r.detached.len()
+                )
             },
             if r.changed { "written" } else { "unchanged" }
         ),

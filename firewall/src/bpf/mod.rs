@@ -137,6 +137,7 @@ impl Program {
             ports.as_raw_fd(),
             ifaces.as_raw_fd(),
             nets.as_raw_fd(),
+            sys::netns_cookie()?,
         );
         let prog = sys::prog_load_netfilter(PROG_NAME, &insns)?;
         Ok(Program {
@@ -430,6 +431,10 @@ pub enum Loaded {
     /// Something pinned was missing or of another version: what was there was kept until the
     /// new links were attached, then replaced.
     Replaced,
+    /// Nothing was pinned here, but the kernel held this namespace's program and links (pinned
+    /// in a bpffs mounted over, or a pin deleted while a link held on): they were taken back by
+    /// id and pinned again, never a second set.
+    Found,
 }
 
 /// How the layer stands after [`ensure`].
@@ -440,6 +445,8 @@ pub struct BpfReport {
     pub changed: bool,
     /// The kernel's ids of the four links.
     pub link_ids: Vec<u32>,
+    /// This namespace's guard links the kernel held beside the four, detached.
+    pub detached: Vec<u32>,
 }
 
 /// The layer as it is pinned, read without changing anything.
@@ -500,29 +507,138 @@ fn open_pinned(pins: &Pins) -> Result<Option<Pinned>> {
     })
 }
 
-/// Loads, attaches and pins the layer as `spec` says, or reclaims what is pinned; idempotent.
-/// Must run on a thread in the node's network namespace.
+/// One of this namespace's guard links as the kernel holds it, pinned here or not.
+pub struct HeldLink {
+    pub info: LinkInfo,
+    pub fd: OwnedFd,
+}
+
+/// The netfilter links in the kernel (every namespace's: `BPF_LINK_GET_NEXT_ID` walks them all)
+/// whose program is named [`PROG_NAME`] with `tag`, and still attached. The tag is a digest of
+/// the program's instructions, which carry the cookie of the namespace it was loaded for, so
+/// these are this namespace's guard links and no other's. A detached link lives on while a pin
+/// holds it and reads as it was; the kernel refuses a second BPF hook at a priority one holds
+/// (EBUSY), so `probe` (a guard program) is attached at each link's hook and priority for an
+/// instant: refused, the link is attached; taken, it is not, and the probe is closed at once.
+pub fn held_links(tag: [u8; 8], probe: &OwnedFd) -> Result<Vec<HeldLink>> {
+    let mut out = Vec::new();
+    let mut ours: std::collections::HashMap<u32, bool> = std::collections::HashMap::new();
+    let mut id = 0;
+    while let Some(next) = sys::link_next_id(id)? {
+        id = next;
+        let Some(fd) = sys::link_by_id(id)? else {
+            continue;
+        };
+        let info = sys::link_info(&fd, &format!("link {id}"))?;
+        if info.link_type != sys::LINK_TYPE_NETFILTER {
+            continue;
+        }
+        let mine = match ours.get(&info.prog_id) {
+            Some(m) => *m,
+            None => {
+                let m = match sys::prog_by_id(info.prog_id)? {
+                    Some(p) => {
+                        let pi = sys::prog_info(&p, &format!("program {}", info.prog_id))?;
+                        pi.name() == PROG_NAME && pi.tag == tag
+                    }
+                    None => false,
+                };
+                ours.insert(info.prog_id, m);
+                m
+            }
+        };
+        if mine && attached(probe, &info)? {
+            out.push(HeldLink { info, fd });
+        }
+    }
+    Ok(out)
+}
+
+/// Whether a netfilter link of this namespace is attached: whether its priority at its hook is
+/// held by a BPF hook here.
+fn attached(probe: &OwnedFd, info: &LinkInfo) -> Result<bool> {
+    match sys::link_create_netfilter(probe, info.pf, info.hooknum, info.priority, info.flags) {
+        Ok(fd) => {
+            drop(fd);
+            Ok(false)
+        }
+        Err(Error::Bpf {
+            errno: Errno(libc::EBUSY),
+            ..
+        }) => Ok(true),
+        Err(e) => Err(e),
+    }
+}
+
+/// This namespace's guard as the kernel holds it when nothing is pinned here: the program (of
+/// `fresh`'s name and tag) that most of its links run, and its maps, opened by id.
+fn found_in_kernel(fresh: &Program) -> Result<Option<(Program, u32)>> {
+    let me = sys::prog_info(&fresh.prog, "guard program")?;
+    let mut counts: std::collections::BTreeMap<u32, usize> = Default::default();
+    for l in held_links(me.tag, &fresh.prog)? {
+        if l.info.prog_id != me.id {
+            *counts.entry(l.info.prog_id).or_default() += 1;
+        }
+    }
+    let Some((&id, _)) = counts.iter().max_by_key(|(_, n)| **n) else {
+        return Ok(None);
+    };
+    let Some(prog) = sys::prog_by_id(id)? else {
+        return Ok(None);
+    };
+    let (mut ports, mut ifaces, mut nets) = (None, None, None);
+    for mid in sys::prog_map_ids(&prog, "the guard program found in the kernel")? {
+        let Some(m) = sys::map_by_id(mid)? else {
+            continue;
+        };
+        match sys::map_info(&m, &format!("map {mid}"))?.name().as_str() {
+            "mh_guard_ports" => ports = Some(m),
+            "mh_guard_ifaces" => ifaces = Some(m),
+            "mh_guard_nets" => nets = Some(m),
+            _ => {}
+        }
+    }
+    let (Some(ports), Some(ifaces), Some(nets)) = (ports, ifaces, nets) else {
+        return Ok(None);
+    };
+    let program = Program {
+        prog,
+        ports,
+        ifaces,
+        nets,
+        layout: fresh.layout,
+    };
+    Ok(Some((program, id)))
+}
+
+/// The pinned objects reused when they are of this version's shapes, with the program's id and
+/// name.
+fn reusable(pinned: Option<Pinned>) -> Result<Option<(Pinned, u32, String)>> {
+    let Some(p) = pinned else {
+        return Ok(None);
+    };
+    let pi = sys::prog_info(&p.prog, "pinned program")?;
+    let mi = sys::map_info(&p.ports, "pinned map mh_guard_ports")?;
+    let ii = sys::map_info(&p.ifaces, "pinned map mh_guard_ifaces")?;
+    let ni = sys::map_info(&p.nets, "pinned map mh_guard_nets")?;
+    let shapes = (mi.key_size, mi.value_size, ii.key_size, ii.value_size);
+    let nets = (ni.map_type, ni.key_size, ni.value_size);
+    Ok(
+        (shapes == (4, 1, 16, 4) && nets == (sys::MAP_TYPE_LPM_TRIE, NET_KEY_SIZE as u32, 4))
+            .then(|| (p, pi.id, pi.name())),
+    )
+}
+
+/// Loads, attaches and pins the layer as `spec` says, or reclaims what is pinned or what the
+/// kernel holds for this namespace; idempotent. Must run on a thread in the node's namespace.
 pub fn ensure(pins: &Pins, spec: &GuardSpec) -> Result<BpfReport> {
     pins.prepare()?;
     // One host at a time: an apply ensures the guard before it takes the store's lock, so a
     // resident host's reconcile may be doing the same.
     let _lock = pins.lock()?;
     // The maps: the pinned ones when they have the right shape (the old program, still attached,
-    // keeps using them), new ones otherwise.
-    let pinned = open_pinned(pins)?;
-    let mut reuse: Option<(Pinned, u32, String)> = None;
-    if let Some(p) = pinned {
-        let pi = sys::prog_info(&p.prog, "pinned program")?;
-        let mi = sys::map_info(&p.ports, "pinned map mh_guard_ports")?;
-        let ii = sys::map_info(&p.ifaces, "pinned map mh_guard_ifaces")?;
-        let ni = sys::map_info(&p.nets, "pinned map mh_guard_nets")?;
-        let shapes = (mi.key_size, mi.value_size, ii.key_size, ii.value_size);
-        let nets = (ni.map_type, ni.key_size, ni.value_size);
-        if shapes == (4, 1, 16, 4) && nets == (sys::MAP_TYPE_LPM_TRIE, NET_KEY_SIZE as u32, 4) {
-            reuse = Some((p, pi.id, pi.name()));
-        }
-    }
-    let (program, old_prog, mut loaded) = match reuse {
+    // keeps using them), new ones otherwise; with nothing pinned, what the kernel holds.
+    let (program, old_prog, mut loaded) = match reusable(open_pinned(pins)?)? {
         Some((p, id, name)) if name == PROG_NAME => {
             let prog = Program {
                 prog: p.prog,
@@ -538,19 +654,34 @@ pub fn ensure(pins: &Pins, spec: &GuardSpec) -> Result<BpfReport> {
             None,
             Loaded::Replaced,
         ),
-        None => (Program::load()?, None, Loaded::Created),
+        None => {
+            let fresh = Program::load()?;
+            match found_in_kernel(&fresh)? {
+                Some((found, id)) => (found, Some(id), Loaded::Found),
+                None => (fresh, None, Loaded::Created),
+            }
+        }
     };
     // The maps first: a new link refuses what the settings say from its first packet.
     let changed = program.set(spec)?;
-    let prog_id = sys::prog_info(&program.prog, "guard program")?.id;
+    let me = sys::prog_info(&program.prog, "guard program")?;
+    let prog_id = me.id;
+    let mut held = held_links(me.tag, &program.prog)?;
     let mut link_ids = Vec::new();
     for (pf, hook, name) in HOOKS {
         let path = pins.path(name);
-        let old = sys::obj_get(&path)?;
+        // The pinned link, or else one the kernel holds for this hook (its pin out of sight).
+        let (old, pinned_here) = match sys::obj_get(&path)? {
+            Some(fd) => (Some(fd), true),
+            None => (take_held(&mut held, pf, hook, prog_id), false),
+        };
         let mut taken = None;
         if let Some(old) = &old {
-            let info = sys::link_info(old, &format!("pinned link {}", path.display()))?;
+            let info = sys::link_info(old, &format!("link {}", path.display()))?;
             if old_prog == Some(prog_id) && link_ok(&info, pf, hook, prog_id) {
+                if !pinned_here {
+                    sys::obj_pin(old, &path)?;
+                }
                 link_ids.push(info.id);
                 continue;
             }
@@ -560,7 +691,9 @@ pub fn ensure(pins: &Pins, spec: &GuardSpec) -> Result<BpfReport> {
         // the old one does not hold: at no moment is neither in place.
         let new = attach(&program.prog, pf, hook, taken)?;
         if let Some(old) = old {
-            unpin(&path)?;
+            if pinned_here {
+                unpin(&path)?;
+            }
             // A link whose namespace is gone cannot be detached again; nothing holds it then.
             let _ = sys::link_detach(&old, &format!("old link {}", path.display()));
         }
@@ -568,6 +701,14 @@ pub fn ensure(pins: &Pins, spec: &GuardSpec) -> Result<BpfReport> {
         link_ids.push(sys::link_info(&new, &format!("link {}", path.display()))?.id);
         if loaded == Loaded::Reclaimed {
             loaded = Loaded::Replaced;
+        }
+    }
+    // This namespace's guard links beyond the four (a second set an earlier version attached
+    // past a pin it could not see): detached, now that the four are in place.
+    let mut detached = Vec::new();
+    for l in held.into_iter().filter(|l| !link_ids.contains(&l.info.id)) {
+        if sys::link_detach(&l.fd, &format!("stray guard link {}", l.info.id)).is_ok() {
+            detached.push(l.info.id);
         }
     }
     if loaded != Loaded::Reclaimed {
@@ -589,7 +730,18 @@ pub fn ensure(pins: &Pins, spec: &GuardSpec) -> Result<BpfReport> {
         loaded,
         changed,
         link_ids,
+        detached,
     })
+}
+
+/// Takes out of `held` the link for `pf`/`hook`, the one running `prog_id` first.
+fn take_held(held: &mut Vec<HeldLink>, pf: u32, hook: u32, prog_id: u32) -> Option<OwnedFd> {
+    let at = |l: &HeldLink| l.info.pf == pf && l.info.hooknum == hook;
+    let i = held
+        .iter()
+        .position(|l| at(l) && l.info.prog_id == prog_id)
+        .or_else(|| held.iter().position(at))?;
+    Some(held.remove(i).fd)
 }
 
 /// Attaches `prog` at one hook, at the first of [`PRIORITIES`] another link does not hold
@@ -629,9 +781,50 @@ fn unpin(path: &Path) -> Result<()> {
     }
 }
 
-/// Detaches and unpins the layer; returns whether anything was pinned. The bpffs and the pins'
-/// directory stay.
+/// This namespace's guard program: the pinned one when it is of this version, else one loaded
+/// now (never attached, dropped with the handle); `None` where the kernel refuses the program,
+/// so none of it can be attached. Its tag finds the namespace's links among all.
+pub fn own_program(pins: &Pins) -> Result<Option<OwnedFd>> {
+    if is_bpffs(&pins.fs) {
+        if let Some(prog) = sys::obj_get(&pins.path("prog"))? {
+            if sys::prog_info(&prog, "pinned program")?.name() == PROG_NAME {
+                return Ok(Some(prog));
+            }
+        }
+    }
+    Ok(Program::load().ok().map(|p| p.prog))
+}
+
+/// This namespace's guard links the kernel holds attached, pinned here or not, by the tag of
+/// [`own_program`].
+pub fn held(pins: &Pins) -> Result<Vec<LinkInfo>> {
+    let Some(prog) = own_program(pins)? else {
+        return Ok(Vec::new());
+    };
+    let tag = sys::prog_info(&prog, "guard program")?.tag;
+    Ok(held_links(tag, &prog)?
+        .into_iter()
+        .map(|l| l.info)
+        .collect())
+}
+
+/// Detaches and unpins the layer, and detaches every link of this namespace's guard the kernel
+/// holds besides (pinned in a bpffs out of sight); returns whether there was any. The bpffs and
+/// the pins' directory stay.
 pub fn remove(pins: &Pins) -> Result<bool> {
+    let prog = own_program(pins)?;
+    let mut found = remove_pinned(pins)?;
+    if let Some(prog) = prog {
+        let tag = sys::prog_info(&prog, "guard program")?.tag;
+        for l in held_links(tag, &prog)? {
+            found = true;
+            let _ = sys::link_detach(&l.fd, &format!("guard link {}", l.info.id));
+        }
+    }
+    Ok(found)
+}
+
+fn remove_pinned(pins: &Pins) -> Result<bool> {
     if !is_bpffs(&pins.fs) {
         return Ok(false);
     }

@@ -171,8 +171,11 @@ fn private_source(a: &mut Asm, nets: i32, v6: bool, accept: super::asm::Label) {
         .bind(skip);
 }
 
-/// Assembles the program for this layout and these maps (by file descriptor).
-pub fn build(l: &Layout, ports: i32, ifaces: i32, nets: i32) -> Vec<u64> {
+/// Assembles the program for this layout and these maps (by file descriptor), marked with the
+/// cookie of the network namespace it is for: a constant the program loads and never uses, so
+/// its tag (a digest of its instructions, map references left out) differs from one namespace to
+/// another, and the host knows its own links among every namespace's by name and tag.
+pub fn build(l: &Layout, ports: i32, ifaces: i32, nets: i32, netns: u64) -> Vec<u64> {
     let mut a = Asm::new();
     let accept = a.label();
     let drop = a.label();
@@ -181,7 +184,8 @@ pub fn build(l: &Layout, ports: i32, ifaces: i32, nets: i32) -> Vec<u64> {
     let v6 = a.label();
     let l4 = a.label();
 
-    // r6 = ctx, r8 = ctx->state.
+    // The namespace's mark, overwritten by the first call. r6 = ctx, r8 = ctx->state.
+    a.ld_imm64(Reg::R0, netns);
     a.mov(Reg::R6, Reg::R1)
         .load(Size::DW, Reg::R8, Reg::R6, l.ctx_state);
 
