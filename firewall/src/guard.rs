@@ -311,18 +311,28 @@ pub struct GuardReport {
     pub changed: bool,
 }
 
-/// The guard as it is on the machine.
+/// The guard as the kernel holds it: the table, and in it the guard's chains and rules.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct GuardStatus {
+    /// The guard's refusals stand: its three chains at their hooks, and guard rules at
+    /// prerouting and input. Never from the table's name alone: after `converge` the table
+    /// holds the derived filter and no guard.
     pub present: bool,
+    /// The table `inet mesh_host` is there (whatever it holds).
+    pub table: bool,
     /// A table with no flags: what this version loads.
     pub plain: bool,
     pub owned: bool,
     pub orphan: bool,
     pub dormant: bool,
     pub owner: Option<u32>,
-    /// The marks of its rules, in order.
+    /// The guard's chains there at their hooks and priority, by name.
+    pub chains: Vec<String>,
+    /// The marks of its rules, in order (prerouting, input, forward).
     pub rules: Vec<String>,
+    /// The table's other chains (the derived filter's `input` and `forward`, the claim), by
+    /// name, each with its number of rules.
+    pub others: Vec<(String, usize)>,
 }
 
 /// Whether `chain` is a base chain at `hook` at the guard's priority with policy accept.
@@ -459,7 +469,7 @@ fn in_force(sock: &mut NfSocket, bodies: &[Vec<RuleBody>; 3]) -> Result<bool> {
     Ok(true)
 }
 
-/// Reads the guard's state without changing anything.
+/// Reads the guard's state from the kernel without changing anything.
 pub fn status(sock: &mut NfSocket) -> Result<GuardStatus> {
     let Some(table) = sock
         .tables(Some(Family::Inet))?
@@ -468,24 +478,43 @@ pub fn status(sock: &mut NfSocket) -> Result<GuardStatus> {
     else {
         return Ok(GuardStatus::default());
     };
-    let mut rules = Vec::new();
-    for (name, _) in GUARD_CHAINS {
-        rules.extend(
-            sock.rules_of(Family::Inet, MESH_TABLE, Some(name))
-                .unwrap_or_default()
-                .into_iter()
-                .filter_map(|r| r.comment),
-        );
-    }
-    Ok(GuardStatus {
-        present: true,
+    let all = sock.chains(Some(Family::Inet))?;
+    let mine: Vec<&crate::netlink::Chain> = all.iter().filter(|c| c.table == MESH_TABLE).collect();
+    let mut st = GuardStatus {
+        table: true,
         plain: table.flags == TableFlags::NONE,
         owned: table.is_owned(),
         orphan: table.is_orphan(),
         dormant: table.flags.contains(TableFlags::DORMANT),
         owner: table.owner,
-        rules,
-    })
+        ..GuardStatus::default()
+    };
+    let mut counts = [0usize; 3];
+    for (i, (name, hook)) in GUARD_CHAINS.into_iter().enumerate() {
+        if !mine.iter().any(|c| c.name == name && hooked(c, hook)) {
+            continue;
+        }
+        st.chains.push(name.to_string());
+        let marks: Vec<String> = sock
+            .rules_of(Family::Inet, MESH_TABLE, Some(name))?
+            .into_iter()
+            .filter_map(|r| r.comment)
+            .filter(|c| c.starts_with("mesh-host:guard/"))
+            .collect();
+        counts[i] = marks.len();
+        st.rules.extend(marks);
+    }
+    for c in mine {
+        if !GUARD_CHAINS.iter().any(|(name, _)| *name == c.name) {
+            let n = sock
+                .rules_of(Family::Inet, MESH_TABLE, Some(&c.name))?
+                .len();
+            st.others.push((c.name.clone(), n));
+        }
+    }
+    st.present =
+        st.chains.len() == GUARD_CHAINS.len() && counts[0] > 0 && counts[1] > 0 && !st.dormant;
+    Ok(st)
 }
 
 #[cfg(test)]

@@ -177,3 +177,32 @@ fn a_table_held_by_another_live_socket_is_left_to_it_and_one_held_here_is_replac
     let st = guard::status(&mut s).unwrap();
     assert!(st.plain && !st.owned && st.owner.is_none(), "{st:?}");
 }
+
+#[test]
+fn the_status_is_the_guards_rules_not_the_tables_name() {
+    in_fresh_netns();
+    let mut s = NfSocket::open().unwrap();
+    guard::ensure(&mut s, &spec()).unwrap();
+    let st = guard::status(&mut s).unwrap();
+    assert!(st.present && st.table, "{st:?}");
+    assert_eq!(st.chains, ["guard", "guard_input", "guard_forward"]);
+    assert_eq!(st.rules.len(), 12);
+    // What converge leaves: the guard's chains gone, the table holding another chain (the
+    // derived filter's input) with a rule.
+    nft(&["add chain inet mesh_host input { type filter hook input priority 0; policy drop; }"]);
+    nft(&["add rule inet mesh_host input tcp dport 22 accept"]);
+    for chain in ["guard", "guard_input", "guard_forward"] {
+        nft(&["delete", "chain", "inet", MESH_TABLE, chain]);
+    }
+    let st = guard::status(&mut s).unwrap();
+    assert!(!st.present && st.table && st.plain, "{st:?}");
+    assert!(st.chains.is_empty() && st.rules.is_empty(), "{st:?}");
+    assert_eq!(st.others, [("input".to_string(), 1)]);
+    // One chain of the three back, empty: still no guard.
+    nft(&[
+        "add chain inet mesh_host guard { type filter hook prerouting priority -150; policy accept; }",
+    ]);
+    let st = guard::status(&mut s).unwrap();
+    assert!(!st.present, "{st:?}");
+    assert_eq!(st.chains, ["guard"]);
+}

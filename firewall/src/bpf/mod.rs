@@ -785,12 +785,8 @@ fn unpin(path: &Path) -> Result<()> {
 /// now (never attached, dropped with the handle); `None` where the kernel refuses the program,
 /// so none of it can be attached. Its tag finds the namespace's links among all.
 pub fn own_program(pins: &Pins) -> Result<Option<OwnedFd>> {
-    if is_bpffs(&pins.fs) {
-        if let Some(prog) = sys::obj_get(&pins.path("prog"))? {
-            if sys::prog_info(&prog, "pinned program")?.name() == PROG_NAME {
-                return Ok(Some(prog));
-            }
-        }
+    if let Some(p) = pinned_program(pins)? {
+        return Ok(Some(p));
     }
     Ok(Program::load().ok().map(|p| p.prog))
 }
@@ -798,14 +794,33 @@ pub fn own_program(pins: &Pins) -> Result<Option<OwnedFd>> {
 /// This namespace's guard links the kernel holds attached, pinned here or not, by the tag of
 /// [`own_program`].
 pub fn held(pins: &Pins) -> Result<Vec<LinkInfo>> {
-    let Some(prog) = own_program(pins)? else {
-        return Ok(Vec::new());
+    Ok(survey(pins)?.0)
+}
+
+/// [`held`], and where nothing of this version is pinned, whether this kernel takes the program
+/// at all (the error it refused it with): one program loaded at most, for the status.
+pub fn survey(pins: &Pins) -> Result<(Vec<LinkInfo>, Option<Error>)> {
+    let prog = match pinned_program(pins)? {
+        Some(p) => p,
+        None => match Program::load() {
+            Ok(p) => p.prog,
+            Err(e) => return Ok((Vec::new(), Some(e))),
+        },
     };
     let tag = sys::prog_info(&prog, "guard program")?.tag;
-    Ok(held_links(tag, &prog)?
-        .into_iter()
-        .map(|l| l.info)
-        .collect())
+    let links = held_links(tag, &prog)?;
+    Ok((links.into_iter().map(|l| l.info).collect(), None))
+}
+
+/// The pinned program when it is of this version.
+fn pinned_program(pins: &Pins) -> Result<Option<OwnedFd>> {
+    if !is_bpffs(&pins.fs) {
+        return Ok(None);
+    }
+    let Some(prog) = sys::obj_get(&pins.path("prog"))? else {
+        return Ok(None);
+    };
+    Ok((sys::prog_info(&prog, "pinned program")?.name() == PROG_NAME).then_some(prog))
 }
 
 /// Detaches and unpins the layer, and detaches every link of this namespace's guard the kernel
