@@ -158,6 +158,10 @@ pub enum Command {
         /// The private network's range (default 10.77.0.0/24).
         #[arg(long, value_name = "CIDR")]
         private_range: Option<String>,
+        /// The private network's IPv6 range, beside an IPv4 --private-range (none by default:
+        /// the guard then lets no IPv6 source through the private interface).
+        #[arg(long, value_name = "CIDR")]
+        private_range_v6: Option<String>,
         /// The private network's interface (default mesh0).
         #[arg(long, value_name = "NAME")]
         private_interface: Option<String>,
@@ -540,6 +544,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             node,
             ports,
             private_range,
+            private_range_v6,
             private_interface,
             bundle,
             preview,
@@ -550,6 +555,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
                 node,
                 ports,
                 private_range,
+                private_range_v6,
                 private_interface,
                 bundle,
                 preview,

@@ -21,6 +21,8 @@ pub struct Request {
     pub node: Option<String>,
     pub ports: Option<String>,
     pub private_range: Option<String>,
+    /// The private network's IPv6 range beside an IPv4 `private_range` (`range_v6`).
+    pub private_range_v6: Option<String>,
     pub private_interface: Option<String>,
     pub bundle: Option<PathBuf>,
     /// Say what genesis would do and change nothing.
@@ -47,6 +49,7 @@ struct Checked {
     ports: genesis::FoundationPorts,
     range: (IpAddr, u8),
     range_text: String,
+    range_v6: Option<String>,
     interface: String,
     bundle: String,
 }
@@ -69,6 +72,20 @@ fn check(req: &Request) -> Result<Checked, Vec<String>> {
         problems.push(format!("--private-range: {e}"));
         ("0.0.0.0".parse().expect("an address"), 0)
     });
+    if let Some(v6) = &req.private_range_v6 {
+        match validate::parse_cidr(v6, false) {
+            Err(e) => problems.push(format!("--private-range-v6: {e}")),
+            Ok((IpAddr::V4(_), _)) => problems.push(format!(
+                "--private-range-v6: {v6:?} is not an IPv6 network; the IPv4 range goes in \
+                 --private-range"
+            )),
+            Ok(_) if range.0.is_ipv6() => problems.push(format!(
+                "--private-range-v6: {v6:?} is given beside an IPv6 --private-range; it is the \
+                 IPv6 range of a network whose --private-range is IPv4"
+            )),
+            Ok(_) => {}
+        }
+    }
     let interface = req
         .private_interface
         .clone()
@@ -99,6 +116,7 @@ fn check(req: &Request) -> Result<Checked, Vec<String>> {
             ports,
             range,
             range_text,
+            range_v6: req.private_range_v6.clone(),
             interface,
             bundle,
         })
@@ -166,11 +184,23 @@ pub fn run(
         Ok(v) => v,
         Err(p) => return Ok(Outcome::Refused(p)),
     };
+    // The IPv6 range is the node's setting beside the bundle's private network (a bundle names
+    // the interface and the range by reference; the IPv6 range is what genesis was given).
+    if let Some(v6) = &c.range_v6 {
+        if let Some(pn) = doc
+            .pointer_mut("/settings/private_network")
+            .and_then(|v| v.as_object_mut())
+        {
+            pn.entry("range_v6")
+                .or_insert_with(|| serde_json::Value::String(v6.clone()));
+        }
+    }
     let settings = Settings {
         ports: c.ports,
         private_network: Some(PrivateNetwork {
             interface: c.interface.clone(),
             range: c.range_text.clone(),
+            range_v6: c.range_v6.clone(),
         }),
         deadlines: None,
         originals_limit_bytes: None,

@@ -35,10 +35,11 @@ pub fn firewall_status(root: &std::path::Path, state: Option<&State>) -> Result<
     let guard = match fw.socket() {
         Some(sock) => {
             let g = firewall::guard::status(sock).context("reading the guard")?;
-            json!({"present": g.present, "plain": g.plain, "owned": g.owned, "orphan": g.orphan,
-                   "dormant": g.dormant, "owner": g.owner, "rules": g.rules})
+            json!({"present": g.present, "table": g.table, "plain": g.plain, "owned": g.owned,
+                   "orphan": g.orphan, "dormant": g.dormant, "owner": g.owner,
+                   "chains": g.chains, "rules": g.rules, "filter": filter_json(&g.others)})
         }
-        None => json!({"present": false, "note": "the kernel has no nf_tables"}),
+        None => json!({"present": false, "table": false, "note": "the kernel has no nf_tables"}),
     };
     let guard = with_bpf(guard, root);
     Ok(json!({
@@ -380,50 +381,82 @@ fn kernel_line(p: &Value) -> String {
     line
 }
 
-/// The guard's JSON with its BPF layer and the layers that hold, named as the briefing names
-/// them.
+/// The derived filter's chains in the mesh's table, from the table's other chains: `null` when
+/// neither is there.
+fn filter_json(others: &[(String, usize)]) -> Value {
+    let chains: Vec<&(String, usize)> = others
+        .iter()
+        .filter(|(n, _)| n == firewall::filter::INPUT_CHAIN || n == firewall::filter::FORWARD_CHAIN)
+        .collect();
+    if chains.is_empty() {
+        return Value::Null;
+    }
+    json!({
+        "chains": chains.iter().map(|(n, _)| n).collect::<Vec<_>>(),
+        "rules": chains.iter().map(|(_, r)| r).sum::<usize>(),
+    })
+}
+
+/// The guard's JSON with its BPF layer and the layers that stand, named as the briefing names
+/// them, all from what the kernel holds: the guard's rules in the table, this namespace's guard
+/// links attached (found by the kernel, pinned here or not), the derived filter's chains.
 fn with_bpf(mut guard: Value, root: &std::path::Path) -> Value {
     let pins = firewall::bpf::Pins::under(root);
-    let (bpf, holds) = match firewall::bpf::status(&pins) {
+    let survey = firewall::bpf::survey(&pins);
+    let held = survey.as_ref().map(|(links, _)| links);
+    let links: &[firewall::bpf::LinkInfo] = held.as_deref().map(Vec::as_slice).unwrap_or_default();
+    let held_ids: Vec<u32> = links.iter().map(|l| l.id).collect();
+    // Standing: a link of this namespace's guard attached at each of the four hooks.
+    let stands = firewall::bpf::HOOKS
+        .iter()
+        .all(|(pf, hook, _)| links.iter().any(|l| l.pf == *pf && l.hooknum == *hook));
+    let mut bpf = match firewall::bpf::status(&pins) {
         Ok(st) => {
-            let holds = st.holds();
-            // Not pinned: whether this kernel would take the program at all.
-            let kernel = if holds {
-                Value::Null
-            } else {
-                match firewall::bpf::supported() {
+            let pinned = st.holds();
+            // Not standing: whether this kernel would take the program at all (what loading it
+            // for the survey said).
+            let kernel = match (&survey, stands) {
+                (_, true) => Value::Null,
+                (Ok((_, Some(e))), false) => json!(format!("refuses the program: {e}")),
+                (Ok((_, None)), false) => json!("takes the program"),
+                (Err(_), false) => match firewall::bpf::supported() {
                     Ok(()) => json!("takes the program"),
                     Err(e) => json!(format!("refuses the program: {e}")),
-                }
+                },
             };
-            (
-                json!({"pinned": holds, "pins": pins.dir, "program": st.program,
-                       "links": st.links, "link_ids": st.link_ids,
-                       "ports": st.contents.ports, "interfaces": st.contents.ifaces,
-                       "kernel": kernel}),
-                holds,
-            )
+            json!({"pinned": pinned, "pins": pins.dir, "program": st.program,
+                   "links": st.links, "link_ids": st.link_ids,
+                   "ports": st.contents.ports, "interfaces": st.contents.ifaces,
+                   "nets": st.contents.nets, "kernel": kernel})
         }
-        Err(e) => (
-            json!({"pinned": false, "pins": pins.dir, "error": e.to_string()}),
-            false,
-        ),
+        Err(e) => json!({"pinned": false, "pins": pins.dir, "error": e.to_string()}),
     };
-    guard["layers"] = json!(layers_named(guard["present"] == true, holds));
+    bpf["held"] = json!(held_ids);
+    bpf["attached"] = json!(stands);
+    if let Err(e) = &held {
+        bpf["held_error"] = json!(e.to_string());
+    }
+    let filter = !guard["filter"].is_null();
+    guard["layers"] = json!(layers_named(guard["present"] == true, stands, filter));
     guard["bpf"] = bpf;
     guard
 }
 
-/// The guard's layers in force, by whether its table is there and its BPF layer holds.
-fn layers_named(table: bool, bpf: bool) -> &'static str {
+/// The guard's layers in force, by whether its rules stand in the table, this namespace's four
+/// guard links are attached, and the derived filter is there.
+fn layers_named(table: bool, bpf: bool, filter: bool) -> &'static str {
     use crate::node_firewall::{LAYERS_BOTH, LAYERS_TABLE_ALONE};
     match (table, bpf) {
         (true, true) => LAYERS_BOTH,
         (false, true) => {
-            "guard: netfilter BPF (pinned) alone: holds through any ruleset change; the table \
-             inet mesh_host is gone until the next apply or reconcile"
+            "guard: netfilter BPF alone: holds through any ruleset change; the guard's rules in \
+             table inet mesh_host are gone until the next apply or reconcile"
         }
         (true, false) => LAYERS_TABLE_ALONE,
+        (false, false) if filter => {
+            "guard: none; the derived filter (table inet mesh_host, chains input and forward) \
+             is in force in its place, as on a converged node"
+        }
         (false, false) => "guard: no layer in force",
     }
 }
@@ -520,15 +553,30 @@ pub fn render(v: &Value) -> String {
         };
         let _ = writeln!(
             out,
-            "bpf             {} pinned in {}: links {}; ports {}; interfaces {}",
+            "bpf             {} pinned in {}: links {}; ports {}; interfaces {}; private ranges {}",
             b["program"].as_str().unwrap_or(""),
             b["pins"].as_str().unwrap_or(""),
             list("links"),
             list("ports"),
-            list("interfaces")
+            list("interfaces"),
+            list("nets")
+        );
+    } else if b["attached"] == true {
+        let held: Vec<String> = b["held"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|v| v.to_string())
+            .collect();
+        let _ = writeln!(
+            out,
+            "bpf             attached but not pinned in {}: links {} held by the kernel; the next \
+             apply or reconcile pins them again",
+            b["pins"].as_str().unwrap_or(""),
+            held.join(", ")
         );
     } else if let Some(k) = b["kernel"].as_str() {
-        let _ = writeln!(out, "bpf             not pinned; this kernel {k}");
+        let _ = writeln!(out, "bpf             not attached; this kernel {k}");
     }
     for r in g["rules"].as_array().into_iter().flatten() {
         let _ = writeln!(out, "  {}", r.as_str().unwrap_or(""));
@@ -536,29 +584,47 @@ pub fn render(v: &Value) -> String {
     out
 }
 
-/// The guard's table as a person reads it: what it is, and what a save, a reload and a flush do
-/// to it.
+/// The guard's table as a person reads it: whether the guard's rules stand in it, what it is,
+/// and what a save, a reload and a flush do to it.
 fn guard_state(g: &Value) -> String {
-    if g["present"] != true {
-        "absent: nothing applied yet, or a flush of the ruleset removed it; the next apply or \
-         reconcile puts it back"
-            .into()
-    } else if g["owned"] == true {
-        format!(
-            "present, held by netlink port {} with the owner flag (an earlier version's holder): \
-             a ruleset saved now does not load again until it lets go",
+    if g["present"] != true && g["table"] != true {
+        return "absent: nothing applied yet, or a flush of the ruleset removed it; the next apply \
+                or reconcile puts it back"
+            .into();
+    }
+    let flags = if g["owned"] == true {
+        Some(format!(
+            "held by netlink port {} with the owner flag (an earlier version's holder): a ruleset \
+             saved now does not load again until it lets go",
             g["owner"]
-        )
+        ))
     } else if g["orphan"] == true {
-        "present, an orphaned persist table of an earlier version: nft cannot load a ruleset \
-         saved with it; the next apply or reconcile replaces it with a plain table"
-            .into()
+        Some(
+            "an orphaned persist table of an earlier version: nft cannot load a ruleset saved \
+             with it; the next apply or reconcile replaces it with a plain table"
+                .to_string(),
+        )
     } else if g["dormant"] == true {
-        "present but dormant, so not in force; the next apply or reconcile replaces it".into()
+        Some("dormant, so not in force; the next apply or reconcile replaces it".to_string())
     } else {
-        "present, plain table: a saved ruleset carries it and restores it; a flush of the \
-         ruleset removes it until the next apply or reconcile"
-            .into()
+        None
+    };
+    if g["present"] == true {
+        return match flags {
+            Some(f) => format!("present, {f}"),
+            None => "present, plain table: a saved ruleset carries it and restores it; a flush of \
+                     the ruleset removes it until the next apply or reconcile"
+                .into(),
+        };
+    }
+    let holds = if g["filter"].is_null() {
+        "holds no guard rules"
+    } else {
+        "holds only the derived filter (chains input and forward), as on a converged node"
+    };
+    match flags {
+        Some(f) => format!("no guard: table inet mesh_host {holds}; it is {f}"),
+        None => format!("no guard: table inet mesh_host {holds}"),
     }
 }
 
@@ -569,16 +635,20 @@ mod tests {
     #[test]
     fn the_guards_layers_are_named_by_what_holds() {
         assert_eq!(
-            super::layers_named(true, true),
+            super::layers_named(true, true, false),
             "guard: table inet mesh_host + netfilter BPF (pinned): holds through any ruleset change"
         );
-        assert!(super::layers_named(true, false).starts_with("guard: table inet mesh_host alone"));
-        assert!(super::layers_named(true, false).contains("8.6 ms per reload"));
-        assert!(super::layers_named(false, true).starts_with("guard: netfilter BPF (pinned) alone"));
+        assert!(super::layers_named(true, false, false)
+            .starts_with("guard: table inet mesh_host alone"));
+        assert!(super::layers_named(true, false, false).contains("8.6 ms per reload"));
+        assert!(super::layers_named(false, true, false).starts_with("guard: netfilter BPF alone"));
         assert_eq!(
-            super::layers_named(false, false),
+            super::layers_named(false, false, false),
             "guard: no layer in force"
         );
+        // After converge: the table holds the derived filter, not the guard.
+        assert!(super::layers_named(false, false, true)
+            .starts_with("guard: none; the derived filter (table inet mesh_host"));
     }
 
     #[test]
@@ -607,5 +677,19 @@ mod tests {
             .starts_with("present, held by netlink port 7"));
         assert!(render(json!({"present": true, "orphan": true})).contains("orphaned"));
         assert!(render(json!({"present": true, "dormant": true})).contains("dormant"));
+        // The table's name alone is no guard: after converge it holds only the derived filter.
+        let converged = render(json!({"present": false, "table": true, "plain": true,
+                                      "filter": {"chains": ["input", "forward"], "rules": 9}}));
+        assert_eq!(
+            converged,
+            "no guard: table inet mesh_host holds only the derived filter (chains input and \
+             forward), as on a converged node"
+        );
+        assert!(!converged.contains("present"));
+        assert_eq!(
+            render(json!({"present": false, "table": true, "dormant": true})),
+            "no guard: table inet mesh_host holds no guard rules; it is dormant, so not in force; \
+             the next apply or reconcile replaces it"
+        );
     }
 }

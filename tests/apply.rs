@@ -481,7 +481,7 @@ fn the_foundations_ports_are_never_moved_back_by_a_declaration() {
     assert!(
         r.json()["guard"].as_str().unwrap().starts_with(
             "refusing store 5432 and broker-management 15672 on this node's own addresses \
-                 except on lo, mesh0"
+                 except on lo and on mesh0 from "
         ),
         "{}",
         r.stdout

@@ -360,6 +360,28 @@ fn refusals_are_json_with_their_exit_code_and_briefing_json_is_null_before_any_a
         node.snapshot().is_empty(),
         "genesis --preview wrote under the root"
     );
+    // A bad IPv6 private range is refused before anything is checked (exit 2), each named.
+    for (bad, why) in [
+        ("10.78.0.0/24", "is not an IPv6 network"),
+        ("fd77::1/64", "has host bits set"),
+    ] {
+        let r = node.run(&[
+            "genesis",
+            "--adopted",
+            "--node",
+            "n1",
+            "--private-range-v6",
+            bad,
+            "--preview",
+            "--json",
+        ]);
+        assert_eq!(r.code, Some(2), "{bad}: {}\n{}", r.stdout, r.stderr);
+        let problems = r.json()["refused"]["problems"].to_string();
+        assert!(
+            problems.contains("--private-range-v6") && problems.contains(why),
+            "{bad}: {problems}"
+        );
+    }
     let r = node.run(&["enrol", "--token", "nonsense", "--json"]);
     assert_eq!(r.code, Some(2), "{}", r.stderr);
     assert_eq!(r.json()["refused"]["exit_code"], json!(2));

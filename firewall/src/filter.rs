@@ -228,15 +228,21 @@ pub fn ensure(sock: &mut NfSocket, spec: &FilterSpec) -> Result<bool> {
     let chains = sock.chains(Some(Family::Inet))?;
     // The filter takes the guard's place: a guard chain beside it (put back by a resident host
     // that had not heard of the flip yet) goes in the same transaction.
-    let guard = chains
+    let guard: Vec<&str> = crate::guard::GUARD_CHAINS
         .iter()
-        .any(|c| c.table == MESH_TABLE && c.name == crate::guard::GUARD_CHAIN);
-    if !guard && in_force_among(sock, &chains, spec)? {
+        .map(|(name, _)| *name)
+        .filter(|name| {
+            chains
+                .iter()
+                .any(|c| c.table == MESH_TABLE && c.name == *name)
+        })
+        .collect();
+    if guard.is_empty() && in_force_among(sock, &chains, spec)? {
         return Ok(false);
     }
     let mut batch = Batch::new();
-    if guard {
-        drop_chain(&mut batch, crate::guard::GUARD_CHAIN)?;
+    for name in guard {
+        drop_chain(&mut batch, name)?;
     }
     // A chain at the wrong hook or priority cannot be changed in place: it is deleted and made
     // again in the same transaction.

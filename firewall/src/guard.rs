@@ -23,12 +23,22 @@ use crate::found::MESH_TABLE;
 use crate::netlink::{
     BaseChain, Batch, CmpOp, Family, Hook, NfSocket, Position, RuleBody, Table, TableFlags,
 };
-use crate::opening::{check_exact_interface, Proto};
+use crate::opening::{check_exact_interface, Network, Proto};
 
-/// The guard's chain in the mesh's table.
+/// The guard's chain in the mesh's table, at prerouting: the port a packet was sent to.
 pub const GUARD_CHAIN: &str = "guard";
+/// Its chains at input and forward: the port a packet reaches after any translation.
+pub const GUARD_INPUT_CHAIN: &str = "guard_input";
+pub const GUARD_FORWARD_CHAIN: &str = "guard_forward";
+/// The guard's three chains, each with its hook, in the order they are written.
+pub const GUARD_CHAINS: [(&str, Hook); 3] = [
+    (GUARD_CHAIN, Hook::Prerouting),
+    (GUARD_INPUT_CHAIN, Hook::Input),
+    (GUARD_FORWARD_CHAIN, Hook::Forward),
+];
 
-/// Ahead of dstnat (-100), after conntrack (-200), so the packet's original port is matched.
+/// Ahead of dstnat (-100), after conntrack (-200), so the packet's original port is matched at
+/// prerouting; at input and forward the same number, ahead of any filter at 0.
 pub const GUARD_PRIORITY: i32 = -150;
 
 /// One guarded service: the port it is refused at on the machine's own addresses, and the port it
@@ -45,33 +55,53 @@ pub struct GuardedPort {
     pub container_port: u16,
 }
 
-/// What the guard refuses, and which interfaces it lets through.
+/// What the guard refuses, and which packets it lets through.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct GuardSpec {
     /// The services refused from outside.
     pub ports: Vec<GuardedPort>,
-    /// Interfaces whose packets are not refused, by exact name: loopback, the private network's
-    /// interface, the runtime's bridges.
+    /// Interfaces whose packets are not refused whatever their source, by exact name: loopback
+    /// and the runtime's bridges.
     pub allowed: Vec<String>,
+    /// The private network: a packet is its own only when it arrives on its interface **and**
+    /// its source is in one of its ranges.
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub private: Option<PrivateSources>,
     /// The bridges the container runtime reported, also in `allowed`: a packet from outside whose
     /// destination routes out through one of them is refused at the guarded services' container
     /// ports.
     pub runtimes: Vec<String>,
 }
 
+/// The private network as the guard knows it: the interface its packets arrive on, and the
+/// source ranges they come from (at most one per family from the settings; none of a family
+/// means no packet of that family on the interface is the private network's).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub struct PrivateSources {
+    pub interface: String,
+    pub ranges: Vec<Network>,
+}
+
+impl PrivateSources {
+    /// The ranges of one family.
+    pub fn of(&self, v6: bool) -> impl Iterator<Item = &Network> {
+        self.ranges.iter().filter(move |n| n.addr.is_ipv6() == v6)
+    }
+}
+
 impl GuardSpec {
     /// The guard for a node: the store's and the broker's management ports, allowed from
-    /// loopback and the private network's interface. The runtime's bridges are added with
-    /// [`GuardSpec::add_runtime_bridge`]; the services' container ports are their host ports
-    /// until [`GuardSpec::container_ports`] says otherwise.
+    /// loopback and, from the sources [`GuardSpec::private_ranges`] gives, the private network's
+    /// interface. The runtime's bridges are added with [`GuardSpec::add_runtime_bridge`]; the
+    /// services' container ports are their host ports until [`GuardSpec::container_ports`] says
+    /// otherwise.
     pub fn for_node(
         store: u16,
         broker_management: u16,
         private_interface: Option<&str>,
     ) -> GuardSpec {
-        let mut allowed = vec!["lo".to_string()];
-        allowed.extend(private_interface.map(str::to_string));
         let port = |what: &str, port: u16| GuardedPort {
             what: what.into(),
             proto: Proto::Tcp,
@@ -83,9 +113,22 @@ impl GuardSpec {
                 port("store", store),
                 port("broker-management", broker_management),
             ],
-            allowed,
+            allowed: vec!["lo".to_string()],
+            private: private_interface.map(|i| PrivateSources {
+                interface: i.to_string(),
+                ranges: Vec::new(),
+            }),
             runtimes: Vec::new(),
         }
+    }
+
+    /// The private network's source ranges (`settings.private_network.range` and `range_v6`):
+    /// only a packet on the private interface from one of them is let through.
+    pub fn private_ranges(mut self, ranges: &[Network]) -> GuardSpec {
+        if let Some(p) = &mut self.private {
+            p.ranges = ranges.to_vec();
+        }
+        self
     }
 
     /// The ports the store and the broker's management listen on inside their containers.
@@ -109,54 +152,118 @@ impl GuardSpec {
         }
     }
 
-    fn outside(&self) -> RuleBody {
-        let mut b = RuleBody::new();
-        for i in &self.allowed {
-            b = b.iifname_ne(i);
-        }
-        b
-    }
-
-    fn bodies(&self) -> Result<Vec<RuleBody>> {
-        let mut out = Vec::new();
-        for i in self.allowed.iter().chain(&self.runtimes) {
+    /// The interfaces whose names a rule or a map key carries, each checked to be exact.
+    fn check_names(&self) -> Result<()> {
+        let private = self.private.as_ref().map(|p| &p.interface);
+        for i in self.allowed.iter().chain(&self.runtimes).chain(private) {
             check_exact_interface(i, "guard").map_err(|reason| Error::InvalidOpening {
                 id: "guard".into(),
                 reason,
             })?;
         }
+        Ok(())
+    }
+
+    /// The ways a packet is from outside, each with its mark's suffix: arriving on none of the
+    /// exempt interfaces; or on the private interface, of one family, from beyond that family's
+    /// ranges (from anywhere when the family has none).
+    fn outsides(&self) -> Vec<(RuleBody, String)> {
+        let mut elsewhere = RuleBody::new();
+        for i in &self.allowed {
+            elsewhere = elsewhere.iifname_ne(i);
+        }
+        let Some(p) = &self.private else {
+            return vec![(elsewhere, String::new())];
+        };
+        let mut out = vec![(elsewhere.iifname_ne(&p.interface), String::new())];
+        for (v6, fam, family) in [(false, "ipv4", Family::Ipv4), (true, "ipv6", Family::Ipv6)] {
+            let mut b = RuleBody::new().iifname_eq(&p.interface);
+            let ranges: Vec<&Network> = p.of(v6).collect();
+            if ranges.iter().any(|r| r.len == 0) {
+                // Every source of the family is in the range: nothing there is outside.
+                continue;
+            }
+            if ranges.is_empty() {
+                out.push((b.nfproto(family), format!("/{}/{fam}-any", p.interface)));
+                continue;
+            }
+            for r in &ranges {
+                b = b.saddr_outside(r.addr, r.len);
+            }
+            let shown: Vec<String> = ranges.iter().map(|r| r.to_string()).collect();
+            out.push((
+                b,
+                format!("/{}/{fam}-beyond-{}", p.interface, shown.join(",")),
+            ));
+        }
+        out
+    }
+
+    /// The rules of each of the guard's chains, in [`GUARD_CHAINS`]' order.
+    ///
+    /// At prerouting, the port a packet was sent to: the node's own addresses (`fib daddr type
+    /// local`) at the host port, and a container's address routed to a runtime's bridge at the
+    /// container port. At input and forward, the port it reaches after any translation, so a
+    /// foreign `dnat to :5432` or `redirect to :5432` from another port is refused by the table
+    /// alone: at input the host port, at forward the container port towards a runtime's bridge —
+    /// what the BPF layer refuses at the same two hooks.
+    fn chain_bodies(&self) -> Result<[Vec<RuleBody>; 3]> {
+        self.check_names()?;
+        let (mut pre, mut input, mut forward) = (Vec::new(), Vec::new(), Vec::new());
         let dport = |b: RuleBody, proto: Proto, port: u16| match proto {
             Proto::Tcp => b.tcp_dport(port),
             Proto::Udp => b.udp_dport(port),
         };
+        let outsides = self.outsides();
         for p in &self.ports {
             let proto = p.proto.as_str();
             let (what, port) = (&p.what, p.host_port);
             // Only the node's own addresses: a packet the node routes to a machine behind it
             // (a LAN's database on the same port) is not the node's traffic.
-            out.push(
-                dport(self.outside().fib_daddr_type_local(), p.proto, port)
-                    .drop()
-                    .comment(&format!("mesh-host:guard/{what}/{proto}/{port}")),
-            );
+            for (outside, from) in &outsides {
+                let mark = format!("mesh-host:guard/{what}/{proto}/{port}{from}");
+                pre.push(
+                    dport(outside.clone().fib_daddr_type_local(), p.proto, port)
+                        .drop()
+                        .comment(&mark),
+                );
+                input.push(
+                    dport(outside.clone(), p.proto, port)
+                        .drop()
+                        .comment(&format!("{mark}/input")),
+                );
+            }
             // Sent from outside straight to a container's address (the machine as the gateway),
             // not to the published host port: refused at the port the service listens on inside.
             let port = p.container_port;
             for rt in &self.runtimes {
-                out.push(
-                    dport(
-                        self.outside().fib_daddr_oifname(CmpOp::Eq, rt),
-                        p.proto,
-                        port,
-                    )
-                    .drop()
-                    .comment(&format!(
-                        "mesh-host:guard/{what}/container/{proto}/{port}/{rt}"
-                    )),
-                );
+                for (outside, from) in &outsides {
+                    let mark =
+                        format!("mesh-host:guard/{what}/container/{proto}/{port}/{rt}{from}");
+                    pre.push(
+                        dport(
+                            outside.clone().fib_daddr_oifname(CmpOp::Eq, rt),
+                            p.proto,
+                            port,
+                        )
+                        .drop()
+                        .comment(&mark),
+                    );
+                    forward.push(
+                        dport(outside.clone().oifname(CmpOp::Eq, rt), p.proto, port)
+                            .drop()
+                            .comment(&format!("{mark}/forward")),
+                    );
+                }
             }
         }
-        Ok(out)
+        Ok([pre, input, forward])
+    }
+
+    /// The prerouting chain's rules (see [`GuardSpec::chain_bodies`]).
+    #[cfg(test)]
+    fn bodies(&self) -> Result<Vec<RuleBody>> {
+        Ok(self.chain_bodies()?[0].clone())
     }
 }
 
@@ -204,23 +311,42 @@ pub struct GuardReport {
     pub changed: bool,
 }
 
-/// The guard as it is on the machine.
+/// The guard as the kernel holds it: the table, and in it the guard's chains and rules.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct GuardStatus {
+    /// The guard's refusals stand: its three chains at their hooks, and guard rules at
+    /// prerouting and input. Never from the table's name alone: after `converge` the table
+    /// holds the derived filter and no guard.
     pub present: bool,
+    /// The table `inet mesh_host` is there (whatever it holds).
+    pub table: bool,
     /// A table with no flags: what this version loads.
     pub plain: bool,
     pub owned: bool,
     pub orphan: bool,
     pub dormant: bool,
     pub owner: Option<u32>,
-    /// The marks of its rules, in order.
+    /// The guard's chains there at their hooks and priority, by name.
+    pub chains: Vec<String>,
+    /// The marks of its rules, in order (prerouting, input, forward).
     pub rules: Vec<String>,
+    /// The table's other chains (the derived filter's `input` and `forward`, the claim), by
+    /// name, each with its number of rules.
+    pub others: Vec<(String, usize)>,
+}
+
+/// Whether `chain` is a base chain at `hook` at the guard's priority with policy accept.
+fn hooked(chain: &crate::netlink::Chain, hook: Hook) -> bool {
+    chain
+        .hook
+        .as_ref()
+        .is_some_and(|h| h.hook == hook && h.priority == GUARD_PRIORITY)
+        && chain.policy == Some(crate::netlink::Policy::Accept)
 }
 
 /// Puts the guard in place as `spec` says, in a plain table; idempotent.
 pub fn ensure(sock: &mut NfSocket, spec: &GuardSpec) -> Result<GuardReport> {
-    let bodies = spec.bodies()?;
+    let bodies = spec.chain_bodies()?;
     let existing: Option<Table> = sock
         .tables(Some(Family::Inet))?
         .into_iter()
@@ -256,35 +382,35 @@ pub fn ensure(sock: &mut NfSocket, spec: &GuardSpec) -> Result<GuardReport> {
             changed: false,
         });
     }
-    let base = BaseChain::filter(Hook::Prerouting, GUARD_PRIORITY);
-    // One transaction: the old table (if any) deleted, the plain one with its chain emptied, then
-    // the refusals; there is no moment without them.
+    // One transaction: the old table (if any) deleted, the plain one with its chains emptied,
+    // then the refusals; there is no moment without them.
     let mut batch = Batch::new();
     match table {
         GuardTable::Replaced(_) => batch.del_table(Family::Inet, MESH_TABLE)?,
         GuardTable::Present => {
-            let chain = sock
-                .chains(Some(Family::Inet))?
-                .into_iter()
-                .find(|c| c.table == MESH_TABLE && c.name == GUARD_CHAIN);
-            let chain_ok = chain.as_ref().is_some_and(|c| {
-                c.hook
-                    .as_ref()
-                    .is_some_and(|h| h.hook == Hook::Prerouting && h.priority == GUARD_PRIORITY)
-                    && c.policy == Some(base.policy)
-            });
-            if chain.is_some() && !chain_ok {
-                batch.flush(Family::Inet, MESH_TABLE, Some(GUARD_CHAIN))?;
-                batch.del_chain(Family::Inet, MESH_TABLE, GUARD_CHAIN)?;
+            // A chain at the wrong hook or priority cannot be changed in place: it is deleted
+            // and made again in the same transaction.
+            let chains = sock.chains(Some(Family::Inet))?;
+            for (name, hook) in GUARD_CHAINS {
+                let chain = chains
+                    .iter()
+                    .find(|c| c.table == MESH_TABLE && c.name == name);
+                if chain.is_some_and(|c| !hooked(c, hook)) {
+                    batch.flush(Family::Inet, MESH_TABLE, Some(name))?;
+                    batch.del_chain(Family::Inet, MESH_TABLE, name)?;
+                }
             }
         }
         GuardTable::Created | GuardTable::HeldBy(_) => {}
     }
     batch.add_table(Family::Inet, MESH_TABLE, TableFlags::NONE)?;
-    batch.add_chain(Family::Inet, MESH_TABLE, GUARD_CHAIN, Some(&base))?;
-    batch.flush(Family::Inet, MESH_TABLE, Some(GUARD_CHAIN))?;
-    for b in &bodies {
-        batch.add_rule(Family::Inet, MESH_TABLE, GUARD_CHAIN, b, Position::Append)?;
+    for ((name, hook), rules) in GUARD_CHAINS.into_iter().zip(&bodies) {
+        let base = BaseChain::filter(hook, GUARD_PRIORITY);
+        batch.add_chain(Family::Inet, MESH_TABLE, name, Some(&base))?;
+        batch.flush(Family::Inet, MESH_TABLE, Some(name))?;
+        for b in rules {
+            batch.add_rule(Family::Inet, MESH_TABLE, name, b, Position::Append)?;
+        }
     }
     sock.send(&batch)?;
     Ok(GuardReport {
@@ -319,28 +445,31 @@ pub fn remove(sock: &mut NfSocket) -> Result<bool> {
     Ok(true)
 }
 
-/// Whether the guard chain is there, at its hook and priority, with exactly these rules.
-fn in_force(sock: &mut NfSocket, bodies: &[RuleBody]) -> Result<bool> {
-    let chain = sock
-        .chains(Some(Family::Inet))?
-        .into_iter()
-        .find(|c| c.table == MESH_TABLE && c.name == GUARD_CHAIN);
-    let Some(chain) = chain else { return Ok(false) };
-    let hooked = chain
-        .hook
-        .as_ref()
-        .is_some_and(|h| h.hook == Hook::Prerouting && h.priority == GUARD_PRIORITY)
-        && chain.policy == Some(crate::netlink::Policy::Accept);
-    let rules = sock.rules_of(Family::Inet, MESH_TABLE, Some(GUARD_CHAIN))?;
-    Ok(hooked
-        && rules.len() == bodies.len()
-        && rules
+/// Whether the guard's chains are there, each at its hook and priority, with exactly these
+/// rules.
+fn in_force(sock: &mut NfSocket, bodies: &[Vec<RuleBody>; 3]) -> Result<bool> {
+    let chains = sock.chains(Some(Family::Inet))?;
+    for ((name, hook), want) in GUARD_CHAINS.into_iter().zip(bodies) {
+        let chain = chains
             .iter()
-            .zip(bodies)
-            .all(|(r, b)| r.comment == b.comment && r.exprs == b.exprs))
+            .find(|c| c.table == MESH_TABLE && c.name == name);
+        if !chain.is_some_and(|c| hooked(c, hook)) {
+            return Ok(false);
+        }
+        let rules = sock.rules_of(Family::Inet, MESH_TABLE, Some(name))?;
+        let same = rules.len() == want.len()
+            && rules
+                .iter()
+                .zip(want)
+                .all(|(r, b)| r.comment == b.comment && r.exprs == b.exprs);
+        if !same {
+            return Ok(false);
+        }
+    }
+    Ok(true)
 }
 
-/// Reads the guard's state without changing anything.
+/// Reads the guard's state from the kernel without changing anything.
 pub fn status(sock: &mut NfSocket) -> Result<GuardStatus> {
     let Some(table) = sock
         .tables(Some(Family::Inet))?
@@ -349,30 +478,66 @@ pub fn status(sock: &mut NfSocket) -> Result<GuardStatus> {
     else {
         return Ok(GuardStatus::default());
     };
-    let rules = sock
-        .rules_of(Family::Inet, MESH_TABLE, Some(GUARD_CHAIN))
-        .unwrap_or_default()
-        .into_iter()
-        .filter_map(|r| r.comment)
-        .collect();
-    Ok(GuardStatus {
-        present: true,
+    let all = sock.chains(Some(Family::Inet))?;
+    let mine: Vec<&crate::netlink::Chain> = all.iter().filter(|c| c.table == MESH_TABLE).collect();
+    let mut st = GuardStatus {
+        table: true,
         plain: table.flags == TableFlags::NONE,
         owned: table.is_owned(),
         orphan: table.is_orphan(),
         dormant: table.flags.contains(TableFlags::DORMANT),
         owner: table.owner,
-        rules,
-    })
+        ..GuardStatus::default()
+    };
+    let mut counts = [0usize; 3];
+    for (i, (name, hook)) in GUARD_CHAINS.into_iter().enumerate() {
+        if !mine.iter().any(|c| c.name == name && hooked(c, hook)) {
+            continue;
+        }
+        st.chains.push(name.to_string());
+        let marks: Vec<String> = sock
+            .rules_of(Family::Inet, MESH_TABLE, Some(name))?
+            .into_iter()
+            .filter_map(|r| r.comment)
+            .filter(|c| c.starts_with("mesh-host:guard/"))
+            .collect();
+        counts[i] = marks.len();
+        st.rules.extend(marks);
+    }
+    for c in mine {
+        if !GUARD_CHAINS.iter().any(|(name, _)| *name == c.name) {
+            let n = sock
+                .rules_of(Family::Inet, MESH_TABLE, Some(&c.name))?
+                .len();
+            st.others.push((c.name.clone(), n));
+        }
+    }
+    st.present =
+        st.chains.len() == GUARD_CHAINS.len() && counts[0] > 0 && counts[1] > 0 && !st.dormant;
+    Ok(st)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn nets(list: &[&str]) -> Vec<Network> {
+        list.iter()
+            .map(|c| {
+                let (a, l) = c.split_once('/').unwrap();
+                Network {
+                    addr: a.parse().unwrap(),
+                    len: l.parse().unwrap(),
+                }
+            })
+            .collect()
+    }
+
     #[test]
     fn each_port_is_refused_on_the_nodes_own_addresses_then_at_its_container_port_per_bridge() {
-        let mut spec = GuardSpec::for_node(15432, 15672, Some("wg0")).container_ports(5432, 15672);
+        let mut spec = GuardSpec::for_node(15432, 15672, Some("wg0"))
+            .private_ranges(&nets(&["10.0.0.0/24", "fd00::/64"]))
+            .container_ports(5432, 15672);
         spec.add_runtime_bridge("docker0");
         spec.add_runtime_bridge("lanbr");
         spec.add_runtime_bridge("docker0");
@@ -382,58 +547,135 @@ mod tests {
             .into_iter()
             .map(|b| b.comment.unwrap())
             .collect();
-        assert_eq!(
-            marks,
-            [
-                "mesh-host:guard/store/tcp/15432",
-                "mesh-host:guard/store/container/tcp/5432/docker0",
-                "mesh-host:guard/store/container/tcp/5432/lanbr",
-                "mesh-host:guard/broker-management/tcp/15672",
-                "mesh-host:guard/broker-management/container/tcp/15672/docker0",
-                "mesh-host:guard/broker-management/container/tcp/15672/lanbr",
-            ]
-        );
-        assert_eq!(spec.allowed, ["lo", "wg0", "docker0", "lanbr"]);
+        let mut want = Vec::new();
+        for (base, port) in [("store", 15432), ("broker-management", 15672)] {
+            let cport = if port == 15432 { 5432 } else { 15672 };
+            for at in [
+                format!("{base}/tcp/{port}"),
+                format!("{base}/container/tcp/{cport}/docker0"),
+                format!("{base}/container/tcp/{cport}/lanbr"),
+            ] {
+                want.push(format!("mesh-host:guard/{at}"));
+                want.push(format!("mesh-host:guard/{at}/wg0/ipv4-beyond-10.0.0.0/24"));
+                want.push(format!("mesh-host:guard/{at}/wg0/ipv6-beyond-fd00::/64"));
+            }
+        }
+        assert_eq!(marks, want);
+        assert_eq!(spec.allowed, ["lo", "docker0", "lanbr"]);
         let outside = || {
             RuleBody::new()
                 .iifname_ne("lo")
-                .iifname_ne("wg0")
                 .iifname_ne("docker0")
                 .iifname_ne("lanbr")
+                .iifname_ne("wg0")
         };
         let bodies = spec.bodies().unwrap();
-        // The host port: every allowed interface, then "the destination is this node", then the
+        // The host port: every exempt interface, then "the destination is this node", then the
         // port.
         let want = outside().fib_daddr_type_local().tcp_dport(15432).drop();
         assert_eq!(bodies[0].exprs, want.exprs);
-        // The container refusal: every allowed interface, then the route's interface, then the
+        // On the private interface from beyond its range, per family.
+        let want = RuleBody::new()
+            .iifname_eq("wg0")
+            .saddr_outside("10.0.0.0".parse().unwrap(), 24)
+            .fib_daddr_type_local()
+            .tcp_dport(15432)
+            .drop();
+        assert_eq!(bodies[1].exprs, want.exprs);
+        let want = RuleBody::new()
+            .iifname_eq("wg0")
+            .saddr_outside("fd00::".parse().unwrap(), 64)
+            .fib_daddr_type_local()
+            .tcp_dport(15432)
+            .drop();
+        assert_eq!(bodies[2].exprs, want.exprs);
+        // The container refusal: every exempt interface, then the route's interface, then the
         // port.
         let want = outside()
             .fib_daddr_oifname(CmpOp::Eq, "docker0")
             .tcp_dport(5432)
             .drop();
-        assert_eq!(bodies[1].exprs, want.exprs);
+        assert_eq!(bodies[3].exprs, want.exprs);
     }
 
     #[test]
-    fn with_no_runtime_only_loopback_and_the_private_interface_pass() {
-        let spec = GuardSpec::for_node(5432, 15672, Some("mesh0"));
-        assert_eq!(spec.allowed, ["lo", "mesh0"]);
+    fn a_family_with_no_range_is_refused_on_the_private_interface_whatever_its_source() {
+        let spec = GuardSpec::for_node(5432, 15672, Some("mesh0"))
+            .private_ranges(&nets(&["10.77.0.0/24"]));
+        assert_eq!(spec.allowed, ["lo"]);
         assert!(spec.runtimes.is_empty());
-        let marks: Vec<String> = spec
-            .bodies()
-            .unwrap()
-            .into_iter()
-            .map(|b| b.comment.unwrap())
-            .collect();
+        let bodies = spec.bodies().unwrap();
+        let marks: Vec<String> = bodies.iter().map(|b| b.comment.clone().unwrap()).collect();
         assert_eq!(
             marks,
             [
                 "mesh-host:guard/store/tcp/5432",
-                "mesh-host:guard/broker-management/tcp/15672"
+                "mesh-host:guard/store/tcp/5432/mesh0/ipv4-beyond-10.77.0.0/24",
+                "mesh-host:guard/store/tcp/5432/mesh0/ipv6-any",
+                "mesh-host:guard/broker-management/tcp/15672",
+                "mesh-host:guard/broker-management/tcp/15672/mesh0/ipv4-beyond-10.77.0.0/24",
+                "mesh-host:guard/broker-management/tcp/15672/mesh0/ipv6-any",
             ]
         );
-        assert_eq!(GuardSpec::for_node(5432, 15672, None).allowed, ["lo"]);
+        let want = RuleBody::new()
+            .iifname_eq("mesh0")
+            .nfproto(Family::Ipv6)
+            .fib_daddr_type_local()
+            .tcp_dport(5432)
+            .drop();
+        assert_eq!(bodies[2].exprs, want.exprs);
+        // No private network: only loopback passes.
+        let none = GuardSpec::for_node(5432, 15672, None);
+        assert_eq!(none.allowed, ["lo"]);
+        assert_eq!(none.bodies().unwrap().len(), 2);
+    }
+
+    #[test]
+    fn input_and_forward_refuse_the_port_a_packet_reaches_after_translation() {
+        let mut spec = GuardSpec::for_node(15432, 15672, Some("wg0"))
+            .private_ranges(&nets(&["10.0.0.0/24"]))
+            .container_ports(5432, 15672);
+        spec.add_runtime_bridge("docker0");
+        let [pre, input, forward] = spec.chain_bodies().unwrap();
+        assert_eq!(pre.len(), 12);
+        let marks = |b: &[RuleBody]| -> Vec<String> {
+            b.iter().map(|r| r.comment.clone().unwrap()).collect()
+        };
+        assert_eq!(
+            marks(&input),
+            [
+                "mesh-host:guard/store/tcp/15432/input",
+                "mesh-host:guard/store/tcp/15432/wg0/ipv4-beyond-10.0.0.0/24/input",
+                "mesh-host:guard/store/tcp/15432/wg0/ipv6-any/input",
+                "mesh-host:guard/broker-management/tcp/15672/input",
+                "mesh-host:guard/broker-management/tcp/15672/wg0/ipv4-beyond-10.0.0.0/24/input",
+                "mesh-host:guard/broker-management/tcp/15672/wg0/ipv6-any/input",
+            ]
+        );
+        // At input the destination is the node's by the hook: no fib, only the port.
+        let want = RuleBody::new()
+            .iifname_ne("lo")
+            .iifname_ne("docker0")
+            .iifname_ne("wg0")
+            .tcp_dport(15432)
+            .drop();
+        assert_eq!(input[0].exprs, want.exprs);
+        assert_eq!(forward.len(), 6);
+        assert_eq!(
+            forward[0].comment.as_deref(),
+            Some("mesh-host:guard/store/container/tcp/5432/docker0/forward")
+        );
+        // At forward, the interface it leaves by and the port it reaches.
+        let want = RuleBody::new()
+            .iifname_eq("wg0")
+            .saddr_outside("10.0.0.0".parse().unwrap(), 24)
+            .oifname(CmpOp::Eq, "docker0")
+            .tcp_dport(5432)
+            .drop();
+        assert_eq!(forward[1].exprs, want.exprs);
+        // No runtime: nothing at forward.
+        let plain = GuardSpec::for_node(5432, 15672, None);
+        assert!(plain.chain_bodies().unwrap()[2].is_empty());
     }
 
     #[test]
@@ -442,5 +684,8 @@ mod tests {
         spec.add_runtime_bridge("br-*");
         let err = spec.bodies().unwrap_err().to_string();
         assert!(err.contains("br-*") && err.contains("pattern"), "{err}");
+        let spec = GuardSpec::for_node(5432, 15672, Some("mesh*"));
+        let err = spec.bodies().unwrap_err().to_string();
+        assert!(err.contains("mesh*") && err.contains("pattern"), "{err}");
     }
 }

@@ -28,7 +28,9 @@ pub use error::{Errno, Error, Result};
 pub use exec::{DeadlinedExec, Exec, Output, RecordingExec, Runs, SystemExec};
 pub use filter::FilterSpec;
 pub use found::{Backend, Found, Layer, MESH_TABLE};
-pub use guard::{GuardReport, GuardSpec, GuardStatus, GuardTable, GuardedPort, OldTable};
+pub use guard::{
+    GuardReport, GuardSpec, GuardStatus, GuardTable, GuardedPort, OldTable, PrivateSources,
+};
 pub use netlink::{
     BaseChain, Batch, Chain, ChainHook, ChainType, Claim, CmpOp, CtDirection, CtKey, CtState,
     Event, Expr, Family, Generation, Hook, ImmediateData, L4Proto, MetaKey, NfMonitor, NfSocket,

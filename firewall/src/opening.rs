@@ -71,6 +71,7 @@ impl Path {
 
 /// A source network in either family, with no host bits set.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct Network {
     pub addr: IpAddr,
     pub len: u8,

@@ -82,8 +82,17 @@ fn fraghdr(next: u8, offset: u16, more: bool) -> Vec<u8> {
     h
 }
 
+fn net(a: &str, len: u8) -> firewall::Network {
+    firewall::Network {
+        addr: a.parse().unwrap(),
+        len,
+    }
+}
+
 fn spec(exempt_lo: bool) -> GuardSpec {
-    let mut s = GuardSpec::for_node(5432, 15672, Some("mesh0")).container_ports(6432, 15672);
+    let mut s = GuardSpec::for_node(5432, 15672, Some("mesh0"))
+        .private_ranges(&[net("10.77.0.0", 24), net("fd77::", 64)])
+        .container_ports(6432, 15672);
     if !exempt_lo {
         s.allowed.retain(|i| i != "lo");
     }
@@ -358,12 +367,13 @@ fn the_maps_change_in_place() {
             "tcp/6432 container"
         ]
     );
-    assert_eq!(c.ifaces, ["docker0 exempt runtime", "mesh0 exempt"]);
+    assert_eq!(c.ifaces, ["docker0 exempt runtime", "mesh0 private"]);
+    assert_eq!(c.nets, ["10.77.0.0/24", "fd77::/64"]);
     assert!(
         !p.set(&spec(false)).unwrap(),
         "the same spec changes nothing"
     );
-    let s = GuardSpec::for_node(7000, 15672, Some("wg0"));
+    let s = GuardSpec::for_node(7000, 15672, Some("wg0")).private_ranges(&[net("10.9.0.0", 16)]);
     assert!(p.set(&s).unwrap());
     let c = p.contents().unwrap();
     assert_eq!(
@@ -375,7 +385,8 @@ fn the_maps_change_in_place() {
             "tcp/7000 host"
         ]
     );
-    assert_eq!(c.ifaces, ["lo exempt", "wg0 exempt"]);
+    assert_eq!(c.ifaces, ["lo exempt", "wg0 private"]);
+    assert_eq!(c.nets, ["10.9.0.0/16"]);
     check(
         &p,
         NFPROTO_IPV4,

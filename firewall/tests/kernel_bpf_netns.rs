@@ -52,8 +52,17 @@ impl Drop for PinRoot {
     }
 }
 
+/// The node's guard: from `mesh0` only the private ranges pass.
 fn spec() -> GuardSpec {
-    GuardSpec::for_node(STORE, BROKER, Some(addr::PRIVATE_IF))
+    let v4 = firewall::Network {
+        addr: addr::PRIVATE_V4_NET.into(),
+        len: addr::PRIVATE_V4_PREFIX,
+    };
+    let v6 = firewall::Network {
+        addr: addr::PRIVATE_V6_NET.into(),
+        len: addr::PRIVATE_V6_PREFIX,
+    };
+    GuardSpec::for_node(STORE, BROKER, Some(addr::PRIVATE_IF)).private_ranges(&[v4, v6])
 }
 
 fn ensure(node: &Machine, pins: &Pins, spec: &GuardSpec) -> bpf::BpfReport {
@@ -344,8 +353,9 @@ fn pinned_it_holds_with_nothing_running_is_reclaimed_once_and_removed() {
     assert_eq!(st.link_ids, first.link_ids);
     assert_eq!(
         st.contents.ifaces,
-        ["lo exempt", &format!("{} exempt", addr::PRIVATE_IF)]
+        ["lo exempt", &format!("{} private", addr::PRIVATE_IF)]
     );
+    assert_eq!(st.contents.nets, ["10.77.0.0/24", "fd77::/64"]);
     assert_eq!(
         probe(&net.outside, v4(addr::NODE_PUBLIC_V4), STORE),
         Probe::TimedOut
@@ -392,6 +402,84 @@ fn pinned_it_holds_with_nothing_running_is_reclaimed_once_and_removed() {
         .in_namespace(|| bpf::remove(&pins))
         .unwrap()
         .unwrap());
+}
+
+/// Renames the node's private interface through a longer name and back, as udev and
+/// systemd-networkd do at boot: the kernel keeps the long name's tail after the short name's
+/// NUL in the device's 16 bytes. Its addresses are kept across the down and up.
+fn rename_through_a_long_name(node: &Machine) {
+    let i = addr::PRIVATE_IF;
+    let long = "mesh0-renamed01";
+    assert_eq!(long.len(), 15);
+    node.set_sysctl(&format!("net/ipv6/conf/{i}/keep_addr_on_down"), "1")
+        .unwrap();
+    for argv in [
+        vec!["ip", "link", "set", i, "down"],
+        vec!["ip", "link", "set", i, "name", long],
+        vec!["ip", "link", "set", long, "name", i],
+        vec!["ip", "link", "set", i, "up"],
+    ] {
+        node.run_ok(&argv).unwrap();
+    }
+}
+
+/// Probes until `to:port` answers, for at most ten seconds (the link's carrier and IPv6's
+/// duplicate address detection come back after an up); the last answer.
+fn probe_until_reached_within(from: &Machine, to: IpAddr, port: u16, within: Duration) -> Probe {
+    let deadline = Instant::now() + within;
+    loop {
+        let got = probe(from, to, port);
+        if got == Probe::Reached || Instant::now() >= deadline {
+            return got;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn a_private_interface_renamed_through_a_long_name_and_back_still_passes() {
+    let lab = Lab::new().unwrap();
+    let Net { net, _listeners } = build(&lab);
+    let root = PinRoot::new("rename");
+    // The BPF layer alone: no table in this namespace.
+    ensure(&net.node, &root.pins(), &spec());
+    let private = [v4(addr::NODE_PRIVATE_V4), v6(addr::NODE_PRIVATE_V6)];
+    for to in private {
+        assert_eq!(probe(&net.peer, to, STORE), Probe::Reached, "{to} before");
+    }
+    rename_through_a_long_name(&net.node);
+    let names = net
+        .node
+        .run_ok(&["ip", "-o", "link", "show"])
+        .unwrap()
+        .stdout;
+    assert!(
+        names.contains(" mesh0@") && !names.contains("renamed"),
+        "{names}"
+    );
+    for to in private {
+        for port in [STORE, BROKER] {
+            assert_eq!(
+                probe_until_reached_within(&net.peer, to, port, Duration::from_secs(10)),
+                Probe::Reached,
+                "the private network to {to} port {port} after the rename"
+            );
+        }
+    }
+    for to in [v4(addr::NODE_PUBLIC_V4), v6(addr::NODE_PUBLIC_V6)] {
+        for port in [STORE, BROKER] {
+            assert_eq!(
+                probe(&net.outside, to, port),
+                Probe::TimedOut,
+                "{to}:{port}"
+            );
+        }
+        assert_eq!(
+            probe(&net.outside, to, OTHER),
+            Probe::Reached,
+            "{to}:{OTHER}"
+        );
+    }
 }
 
 #[test]
@@ -547,13 +635,21 @@ fn an_earlier_versions_pinned_program_is_replaced_with_no_window() {
             use std::os::fd::AsRawFd;
             let ports = sys::map_create("mh_guard_ports", 4, 1, 256).unwrap();
             let ifaces = sys::map_create("mh_guard_ifaces", 16, 4, 1024).unwrap();
+            let nets = sys::map_create_lpm("mh_guard_nets", 24, 4, 64).unwrap();
             let layout = prog::Layout::from_btf(&bpf::btf::Btf::vmlinux().unwrap()).unwrap();
-            let insns = prog::build(&layout, ports.as_raw_fd(), ifaces.as_raw_fd());
+            let insns = prog::build(
+                &layout,
+                ports.as_raw_fd(),
+                ifaces.as_raw_fd(),
+                nets.as_raw_fd(),
+                sys::netns_cookie().unwrap(),
+            );
             let old = sys::prog_load_netfilter("mh_guard_v0", &insns).unwrap();
             let p = bpf::Program {
                 prog: old,
                 ports,
                 ifaces,
+                nets,
                 layout: Some(layout),
             };
             p.set(&spec()).unwrap();
@@ -561,6 +657,7 @@ fn an_earlier_versions_pinned_program_is_replaced_with_no_window() {
                 (&p.prog, "prog"),
                 (&p.ports, "ports"),
                 (&p.ifaces, "ifaces"),
+                (&p.nets, "nets"),
             ] {
                 sys::obj_pin(fd, &pins.dir.join(name)).unwrap();
             }
@@ -755,4 +852,177 @@ fn iptables_nft_save_reloads_with_the_layer_in_place() {
             "{to} port {OTHER}"
         );
     }
+}
+
+/// Mounts another bpffs over `pins.fs`, hiding what is pinned below it (as a second
+/// `mount -t bpf` at boot does); returns a guard that unmounts it.
+struct Over(PathBuf);
+
+impl Over {
+    fn mount(pins: &Pins) -> Over {
+        let out = std::process::Command::new("mount")
+            .args(["-t", "bpf", "bpf"])
+            .arg(&pins.fs)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Over(pins.fs.clone())
+    }
+}
+
+impl Drop for Over {
+    fn drop(&mut self) {
+        let c = std::ffi::CString::new(self.0.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: umount2 reads the NUL-terminated path only.
+        unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) };
+    }
+}
+
+fn held(node: &Machine, pins: &Pins) -> Vec<u32> {
+    let mut ids: Vec<u32> = node
+        .in_namespace(|| bpf::held(pins))
+        .unwrap()
+        .unwrap()
+        .iter()
+        .map(|l| l.id)
+        .collect();
+    ids.sort();
+    ids
+}
+
+/// What the kernel holds for this namespace, polled until it is `want` links (a link whose last
+/// reference was its pin is released a moment after the unlink), for at most two seconds.
+fn held_settles(node: &Machine, pins: &Pins, want: usize) -> Vec<u32> {
+    let deadline = Instant::now() + Duration::from_secs(2);
+    loop {
+        let ids = held(node, pins);
+        if ids.len() == want || Instant::now() >= deadline {
+            return ids;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn sorted(mut ids: Vec<u32>) -> Vec<u32> {
+    ids.sort();
+    ids
+}
+
+#[test]
+fn each_namespaces_program_has_its_own_tag() {
+    let lab = Lab::new().unwrap();
+    let net = Adoption::build(&lab).unwrap();
+    let tag = |m: &Machine| {
+        m.in_namespace(|| {
+            let p = bpf::Program::load().unwrap();
+            bpf::sys::prog_info(&p.prog, "guard").unwrap().tag
+        })
+        .unwrap()
+    };
+    let (a, b) = (tag(&net.node), tag(&net.peer));
+    assert_ne!(a, b, "two namespaces' programs share a tag");
+    assert_eq!(a, tag(&net.node), "one namespace's program has one tag");
+}
+
+#[test]
+fn a_bpffs_mounted_over_the_pins_ends_with_the_same_one_set_of_four_links() {
+    let lab = Lab::new().unwrap();
+    let Net { net, _listeners } = build(&lab);
+    let root = PinRoot::new("remount");
+    let pins = root.pins();
+    let first = ensure(&net.node, &pins, &spec());
+    let ids = sorted(first.link_ids.clone());
+    assert_eq!(held(&net.node, &pins), ids);
+    // A second bpffs over the first: the pins are out of sight, the links still attached.
+    let over = Over::mount(&pins);
+    let st = net
+        .node
+        .in_namespace(|| bpf::status(&pins))
+        .unwrap()
+        .unwrap();
+    assert!(st.links.is_empty(), "{st:?}");
+    assert_eq!(held(&net.node, &pins), ids, "the kernel still holds them");
+    let r = ensure(&net.node, &pins, &spec());
+    assert_eq!(r.loaded, Loaded::Found);
+    assert_eq!(
+        sorted(r.link_ids.clone()),
+        ids,
+        "the same links, pinned again"
+    );
+    assert!(r.detached.is_empty(), "{r:?}");
+    assert_eq!(held(&net.node, &pins), ids, "exactly one set of four");
+    let st = net
+        .node
+        .in_namespace(|| bpf::status(&pins))
+        .unwrap()
+        .unwrap();
+    assert!(st.holds(), "{st:?}");
+    // Again: reclaimed as pinned now.
+    let r = ensure(&net.node, &pins, &spec());
+    assert_eq!(
+        (r.loaded, sorted(r.link_ids)),
+        (Loaded::Reclaimed, ids.clone())
+    );
+    assert_eq!(
+        probe(&net.outside, v4(addr::NODE_PUBLIC_V4), STORE),
+        Probe::TimedOut
+    );
+    assert_eq!(
+        probe(&net.peer, v4(addr::NODE_PRIVATE_V4), STORE),
+        Probe::Reached
+    );
+    // Hidden again by a third mount, the layer is still removed whole: none left attached.
+    let over2 = Over::mount(&pins);
+    assert!(net
+        .node
+        .in_namespace(|| bpf::remove(&pins))
+        .unwrap()
+        .unwrap());
+    assert_eq!(held_settles(&net.node, &pins, 0), Vec::<u32>::new());
+    assert_eq!(
+        probe_until_reached(&net.outside, v4(addr::NODE_PUBLIC_V4), STORE),
+        Probe::Reached
+    );
+    drop(over2);
+    drop(over);
+}
+
+#[test]
+fn a_deleted_pin_ends_with_exactly_one_set_of_four_links() {
+    let lab = Lab::new().unwrap();
+    let Net { net, _listeners } = build(&lab);
+    let root = PinRoot::new("lostpin");
+    let pins = root.pins();
+    let ids = sorted(ensure(&net.node, &pins, &spec()).link_ids);
+    // The program's pin gone (the links hold it): found in the kernel, the same links kept.
+    std::fs::remove_file(pins.dir.join("prog")).unwrap();
+    let r = ensure(&net.node, &pins, &spec());
+    assert_eq!(r.loaded, Loaded::Found);
+    assert_eq!(sorted(r.link_ids), ids);
+    assert_eq!(held(&net.node, &pins), ids);
+    assert!(pins.dir.join("prog").exists());
+    // A link's pin gone: that link is released a moment later (and one new one attached in its
+    // place), or, caught before its release, pinned again; either way one set of four.
+    std::fs::remove_file(pins.dir.join("link-ipv4-input")).unwrap();
+    let r = ensure(&net.node, &pins, &spec());
+    let now = held_settles(&net.node, &pins, 4);
+    assert_eq!(now.len(), 4, "{now:?}");
+    assert_eq!(now, sorted(r.link_ids.clone()));
+    let kept = ids.iter().filter(|id| now.contains(id)).count();
+    assert!(
+        kept >= 3,
+        "at most the one link replaced: {ids:?} -> {now:?}"
+    );
+    assert_eq!(
+        probe(&net.outside, v4(addr::NODE_PUBLIC_V4), STORE),
+        Probe::TimedOut
+    );
+    assert_eq!(
+        probe(&net.outside, v6(addr::NODE_PUBLIC_V6), STORE),
+        Probe::TimedOut
+    );
 }

@@ -13,7 +13,12 @@ use firewall::netlink::*;
 use firewall::{Error, MESH_TABLE};
 
 fn spec() -> GuardSpec {
+    let net = |a: &str, len| firewall::Network {
+        addr: a.parse().unwrap(),
+        len,
+    };
     GuardSpec::for_node(5432, 15672, Some("mesh0"))
+        .private_ranges(&[net("10.77.0.0", 24), net("fd77::", 64)])
 }
 
 /// `nft list ruleset` saved with `flush ruleset` on top, as Debian's file, then `nft -f` of it:
@@ -45,7 +50,25 @@ fn the_plain_guard_is_saved_and_reloaded_by_nft_and_reads_back_unchanged() {
          \tchain guard {\n\
          \t\ttype filter hook prerouting priority mangle; policy accept;\n\
          \t\tiifname != \"lo\" iifname != \"mesh0\" fib daddr type local tcp dport 5432 drop comment \"mesh-host:guard/store/tcp/5432\"\n\
+         \t\tiifname \"mesh0\" ip saddr != 10.77.0.0/24 fib daddr type local tcp dport 5432 drop comment \"mesh-host:guard/store/tcp/5432/mesh0/ipv4-beyond-10.77.0.0/24\"\n\
+         \t\tiifname \"mesh0\" ip6 saddr != fd77::/64 fib daddr type local tcp dport 5432 drop comment \"mesh-host:guard/store/tcp/5432/mesh0/ipv6-beyond-fd77::/64\"\n\
          \t\tiifname != \"lo\" iifname != \"mesh0\" fib daddr type local tcp dport 15672 drop comment \"mesh-host:guard/broker-management/tcp/15672\"\n\
+         \t\tiifname \"mesh0\" ip saddr != 10.77.0.0/24 fib daddr type local tcp dport 15672 drop comment \"mesh-host:guard/broker-management/tcp/15672/mesh0/ipv4-beyond-10.77.0.0/24\"\n\
+         \t\tiifname \"mesh0\" ip6 saddr != fd77::/64 fib daddr type local tcp dport 15672 drop comment \"mesh-host:guard/broker-management/tcp/15672/mesh0/ipv6-beyond-fd77::/64\"\n\
+         \t}\n\
+         \n\
+         \tchain guard_input {\n\
+         \t\ttype filter hook input priority mangle; policy accept;\n\
+         \t\tiifname != \"lo\" iifname != \"mesh0\" tcp dport 5432 drop comment \"mesh-host:guard/store/tcp/5432/input\"\n\
+         \t\tiifname \"mesh0\" ip saddr != 10.77.0.0/24 tcp dport 5432 drop comment \"mesh-host:guard/store/tcp/5432/mesh0/ipv4-beyond-10.77.0.0/24/input\"\n\
+         \t\tiifname \"mesh0\" ip6 saddr != fd77::/64 tcp dport 5432 drop comment \"mesh-host:guard/store/tcp/5432/mesh0/ipv6-beyond-fd77::/64/input\"\n\
+         \t\tiifname != \"lo\" iifname != \"mesh0\" tcp dport 15672 drop comment \"mesh-host:guard/broker-management/tcp/15672/input\"\n\
+         \t\tiifname \"mesh0\" ip saddr != 10.77.0.0/24 tcp dport 15672 drop comment \"mesh-host:guard/broker-management/tcp/15672/mesh0/ipv4-beyond-10.77.0.0/24/input\"\n\
+         \t\tiifname \"mesh0\" ip6 saddr != fd77::/64 tcp dport 15672 drop comment \"mesh-host:guard/broker-management/tcp/15672/mesh0/ipv6-beyond-fd77::/64/input\"\n\
+         \t}\n\
+         \n\
+         \tchain guard_forward {\n\
+         \t\ttype filter hook forward priority mangle; policy accept;\n\
          \t}\n\
          }\n"
     );
@@ -91,7 +114,8 @@ fn an_orphaned_table_is_replaced_in_one_transaction() {
         (GuardTable::Replaced(OldTable::Orphaned), true)
     );
     // Every change before the one NEWGEN that closes the transaction: the old table deleted,
-    // the plain one, its chain and both refusals created.
+    // the plain one, its three chains and the twelve refusals created (each port from elsewhere,
+    // and from the private interface beyond its range in each family, at prerouting and input).
     let mut events = Vec::new();
     loop {
         match m.next_event(Some(Duration::from_secs(5))).unwrap() {
@@ -114,11 +138,11 @@ fn an_orphaned_table_is_replaced_in_one_transaction() {
             .iter()
             .filter(|e| matches!(e, Event::NewRule(_)))
             .count(),
-        2,
+        12,
         "{events:#?}"
     );
     let st = guard::status(&mut s).unwrap();
-    assert!(st.plain && st.rules.len() == 2, "{st:?}");
+    assert!(st.plain && st.rules.len() == 12, "{st:?}");
     let (ok, stderr, text) = save_and_reload("replaced");
     assert!(ok, "{stderr}\n{text}");
 }
@@ -152,4 +176,33 @@ fn a_table_held_by_another_live_socket_is_left_to_it_and_one_held_here_is_replac
     assert_eq!(r.table, GuardTable::Replaced(OldTable::OwnedHere));
     let st = guard::status(&mut s).unwrap();
     assert!(st.plain && !st.owned && st.owner.is_none(), "{st:?}");
+}
+
+#[test]
+fn the_status_is_the_guards_rules_not_the_tables_name() {
+    in_fresh_netns();
+    let mut s = NfSocket::open().unwrap();
+    guard::ensure(&mut s, &spec()).unwrap();
+    let st = guard::status(&mut s).unwrap();
+    assert!(st.present && st.table, "{st:?}");
+    assert_eq!(st.chains, ["guard", "guard_input", "guard_forward"]);
+    assert_eq!(st.rules.len(), 12);
+    // What converge leaves: the guard's chains gone, the table holding another chain (the
+    // derived filter's input) with a rule.
+    nft(&["add chain inet mesh_host input { type filter hook input priority 0; policy drop; }"]);
+    nft(&["add rule inet mesh_host input tcp dport 22 accept"]);
+    for chain in ["guard", "guard_input", "guard_forward"] {
+        nft(&["delete", "chain", "inet", MESH_TABLE, chain]);
+    }
+    let st = guard::status(&mut s).unwrap();
+    assert!(!st.present && st.table && st.plain, "{st:?}");
+    assert!(st.chains.is_empty() && st.rules.is_empty(), "{st:?}");
+    assert_eq!(st.others, [("input".to_string(), 1)]);
+    // One chain of the three back, empty: still no guard.
+    nft(&[
+        "add chain inet mesh_host guard { type filter hook prerouting priority -150; policy accept; }",
+    ]);
+    let st = guard::status(&mut s).unwrap();
+    assert!(!st.present, "{st:?}");
+    assert_eq!(st.chains, ["guard"]);
 }

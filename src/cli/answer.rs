@@ -284,9 +284,14 @@ pub(super) fn derive_openings(
             .as_ref()
             .map(|p| p.range.clone())
             .unwrap_or_else(|| genesis::ports::DEFAULT_PRIVATE_RANGE.into());
+        let range_v6 = settings
+            .private_network
+            .as_ref()
+            .and_then(|p| p.range_v6.clone());
         settings.private_network = Some(PrivateNetwork {
             interface: i,
             range,
+            range_v6,
         });
     }
     if !problems.is_empty() {
@@ -296,6 +301,7 @@ pub(super) fn derive_openings(
         settings.private_network = Some(PrivateNetwork {
             interface: genesis::ports::DEFAULT_PRIVATE_INTERFACE.into(),
             range: genesis::ports::DEFAULT_PRIVATE_RANGE.into(),
+            range_v6: None,
         });
     }
     let declared: Vec<_> = state

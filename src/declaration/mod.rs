@@ -125,7 +125,25 @@ pub type Ports = firewall::FoundationPorts;
 #[serde(deny_unknown_fields)]
 pub struct PrivateNetwork {
     pub interface: String,
+    /// The private network's range, IPv4 or IPv6.
     pub range: String,
+    /// Its IPv6 range when `range` is IPv4 (a network that has both). The guard lets a packet on
+    /// `interface` through only from a source in `range` or `range_v6`: a family with no range
+    /// here is refused on the private interface like anywhere else.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub range_v6: Option<String>,
+}
+
+impl PrivateNetwork {
+    /// The ranges as networks, `range` then `range_v6`; one that does not parse is left out (a
+    /// validated declaration has none).
+    pub fn networks(&self) -> Vec<firewall::Network> {
+        std::iter::once(&self.range)
+            .chain(&self.range_v6)
+            .filter_map(|r| validate::parse_cidr(r, false).ok())
+            .map(|(addr, len)| firewall::Network { addr, len })
+            .collect()
+    }
 }
 
 /// One resource. Every variant carries its stable `id` and optional `module`.

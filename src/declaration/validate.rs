@@ -370,19 +370,43 @@ impl Walker {
             return false;
         };
         let path = "settings.private_network";
-        let Some(pm) = self.object(pn, path, &["interface", "range"], &["interface", "range"])
-        else {
+        let Some(pm) = self.object(
+            pn,
+            path,
+            &["interface", "range", "range_v6"],
+            &["interface", "range"],
+        ) else {
             return false;
         };
         if let Some(i) = self.string(pm, "interface", path) {
             self.checked(join(path, "interface"), check_interface(i));
         }
+        let mut v4 = false;
         if let Some(r) = self.string(pm, "range", path) {
             let range = parse_cidr(r, false);
             if let (Some(g), Ok(range)) = (self.guarded.as_mut(), &range) {
-                g.private = Some(*range);
+                g.private.push(*range);
             }
+            v4 = matches!(range, Ok((std::net::IpAddr::V4(_), _)));
             self.checked(join(path, "range"), range.map(|_| ()));
+        }
+        if pm.contains_key("range_v6") {
+            if let Some(r) = self.string(pm, "range_v6", path) {
+                let range = parse_cidr(r, false).and_then(|(a, l)| match a {
+                    std::net::IpAddr::V6(_) if v4 => Ok((a, l)),
+                    std::net::IpAddr::V6(_) => Err(Invalid(format!(
+                        "{r:?} is given beside an IPv6 range; range_v6 is the IPv6 range of a \
+                         network whose range is IPv4"
+                    ))),
+                    std::net::IpAddr::V4(_) => Err(Invalid(format!(
+                        "{r:?} is not an IPv6 network; the IPv4 range goes in range"
+                    ))),
+                });
+                if let (Some(g), Ok(range)) = (self.guarded.as_mut(), &range) {
+                    g.private.push(*range);
+                }
+                self.checked(join(path, "range_v6"), range.map(|_| ()));
+            }
         }
         true
     }

@@ -114,6 +114,7 @@ impl NodeFirewall for Recording {
             loaded: firewall::bpf::Loaded::Created,
             changed: true,
             link_ids: vec![1, 2, 3, 4],
+            detached: Vec::new(),
         })
     }
 

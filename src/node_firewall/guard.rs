@@ -8,6 +8,7 @@ use super::{Error, NodeFirewall};
 use crate::briefing::Mark;
 use crate::declaration::{self, Mode, Resource, Settings};
 use firewall::{GuardSpec, GuardTable};
+use std::fmt::Write as _;
 use std::net::IpAddr;
 
 /// The firewall's part of an apply before the store is opened: another node's marks refuse it
@@ -44,23 +45,19 @@ fn check_claim(fw: &mut dyn NodeFirewall, node: &str) -> Result<(), Error> {
     }
 }
 
-/// The guard an adopted node's settings call for. A guarded service's container port is the
+/// The guard an adopted node's settings call for: from the private network's interface only
+/// sources in its ranges pass. A guarded service's container port is the
 /// `container_port` of the declared container that publishes its host port (tcp); with no such
 /// container it runs on the host, and its container port is its host port.
 pub fn guard_spec(settings: &Settings, resources: &[Resource]) -> GuardSpec {
     let (store, broker) = (settings.ports.store, settings.ports.broker_management);
-    GuardSpec::for_node(
-        store,
-        broker,
-        settings
-            .private_network
-            .as_ref()
-            .map(|p| p.interface.as_str()),
-    )
-    .container_ports(
-        container_port(resources, store),
-        container_port(resources, broker),
-    )
+    let private = settings.private_network.as_ref();
+    GuardSpec::for_node(store, broker, private.map(|p| p.interface.as_str()))
+        .private_ranges(&private.map(|p| p.networks()).unwrap_or_default())
+        .container_ports(
+            container_port(resources, store),
+            container_port(resources, broker),
+        )
 }
 
 /// The port inside the declared container that publishes `host_port` over tcp, or `host_port`.
@@ -180,11 +177,20 @@ pub fn write(fw: &mut dyn NodeFirewall, spec: &GuardSpec) -> Result<String, Erro
 fn write_bpf_layer(fw: &mut dyn NodeFirewall, spec: &GuardSpec) -> String {
     match fw.guard_bpf(spec) {
         Ok(r) => format!(
-            "{LAYERS_BOTH} (links {}, ports and interfaces {})",
+            "{LAYERS_BOTH} (links {}{}, ports and interfaces {})",
             match r.loaded {
                 firewall::bpf::Loaded::Created => "attached and pinned",
                 firewall::bpf::Loaded::Reclaimed => "reclaimed",
                 firewall::bpf::Loaded::Replaced => "replaced",
+                firewall::bpf::Loaded::Found => "found in the kernel unpinned and pinned again",
+            },
+            if r.detached.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    "; {} more of this node's guard links detached",
+                    r.detached.len()
+                )
             },
             if r.changed { "written" } else { "unchanged" }
         ),
@@ -231,10 +237,20 @@ fn write_table(fw: &mut dyn NodeFirewall, spec: &GuardSpec) -> Result<String, Er
             spec.runtimes.join(", ")
         )
     };
+    let mut except = spec.allowed.join(", ");
+    if let Some(p) = &spec.private {
+        let ranges: Vec<String> = p.ranges.iter().map(|r| r.to_string()).collect();
+        let from = if ranges.is_empty() {
+            "no source (no private range)".to_string()
+        } else {
+            ranges.join(", ")
+        };
+        let _ = write!(except, " and on {} from {from}", p.interface);
+    }
     Ok(format!(
         "refusing {} on this node's own addresses except on {}, and {} ({}; {})",
         ports.join(" and "),
-        spec.allowed.join(", "),
+        except,
         containers,
         table,
         if report.changed {

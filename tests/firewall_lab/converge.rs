@@ -495,6 +495,30 @@ fn the_flip_and_the_return(kind: Kind) {
         "{report:#}"
     );
     assert_eq!(super::guard_bpf::bpf(&host)["pinned"], false);
+    // The status names what the kernel holds: the derived filter, no guard layer, no links.
+    let status = host.status();
+    let g = &status["guard"];
+    assert_eq!(
+        (&g["present"], &g["table"]),
+        (&json!(false), &json!(true)),
+        "{g:#}"
+    );
+    assert_eq!(g["bpf"]["held"], json!([]), "{g:#}");
+    assert!(
+        g["layers"]
+            .as_str()
+            .unwrap_or_default()
+            .starts_with("guard: none; the derived filter"),
+        "{g:#}"
+    );
+    let text = host.run(&["firewall", "status"]).stdout;
+    assert!(
+        text.contains(
+            "guard           no guard: table inet mesh_host holds only the derived filter"
+        ) && !text.contains("guard present")
+            && !text.contains("present, plain table"),
+        "{text}"
+    );
     for (path, bytes) in &configs {
         assert_eq!(
             &std::fs::read(path).unwrap(),
@@ -595,10 +619,22 @@ fn the_flip_and_the_return(kind: Kind) {
     );
     let mesh = run_ok(node, &["nft", "list", "table", "inet", "mesh_host"]);
     assert!(mesh.contains("chain guard"), "{mesh}");
+    let status = host.status();
     assert_eq!(
-        host.status()["guard"]["layers"],
+        status["guard"]["layers"],
         super::guard_bpf::BOTH,
         "the return did not load the bpf layer again"
+    );
+    // After the return: the guard's three chains and four attached links, from the kernel.
+    assert_eq!(status["guard"]["present"], true, "{status:#}");
+    assert_eq!(
+        status["guard"]["chains"],
+        json!(["guard", "guard_input", "guard_forward"])
+    );
+    assert_eq!(
+        status["guard"]["bpf"]["held"].as_array().map(Vec::len),
+        Some(4),
+        "{status:#}"
     );
     assert!(
         !mesh.contains("chain input") && !mesh.contains("chain forward"),

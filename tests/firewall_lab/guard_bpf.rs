@@ -86,7 +86,7 @@ fn pinned_beside_the_table_the_guard_holds_through_a_flush_with_no_host_running(
     );
     assert_eq!(
         status["guard"]["bpf"]["interfaces"],
-        json!(["lo exempt", format!("{PRIVATE_IF} exempt")])
+        json!(["lo exempt", format!("{PRIVATE_IF} private")])
     );
     let briefing = host.run(&["briefing"]);
     assert!(briefing.stdout.contains(BOTH), "{}", briefing.stdout);
@@ -135,7 +135,7 @@ fn pinned_beside_the_table_the_guard_holds_through_a_flush_with_no_host_running(
         status["guard"]["layers"]
             .as_str()
             .unwrap()
-            .starts_with("guard: netfilter BPF (pinned) alone"),
+            .starts_with("guard: netfilter BPF alone"),
         "{status:#}"
     );
 
@@ -200,6 +200,7 @@ fn after_kill_9_the_ports_stay_closed_and_the_restart_reclaims_the_same_links() 
             "link-ipv4-input",
             "link-ipv6-forward",
             "link-ipv6-input",
+            "nets",
             "ports",
             "prog"
         ]
@@ -212,4 +213,189 @@ fn after_kill_9_the_ports_stay_closed_and_the_restart_reclaims_the_same_links() 
         Probe::TimedOut,
         "store after the restart",
     );
+}
+
+/// `mesh0` renamed through a 15-byte name and back, as udev and systemd-networkd do at boot, with
+/// its addresses kept across the down and up; the kernel keeps the long name's tail after the
+/// NUL, which the guard's program compares past no more than the table does.
+fn rename_the_private_interface_through_a_long_name_and_back(node: &Machine) {
+    let long = "mesh0-renamed01";
+    node.set_sysctl(
+        &format!("net/ipv6/conf/{PRIVATE_IF}/keep_addr_on_down"),
+        "1",
+    )
+    .unwrap();
+    for argv in [
+        vec!["ip", "link", "set", PRIVATE_IF, "down"],
+        vec!["ip", "link", "set", PRIVATE_IF, "name", long],
+        vec!["ip", "link", "set", long, "name", PRIVATE_IF],
+        vec!["ip", "link", "set", PRIVATE_IF, "up"],
+    ] {
+        run_ok(node, &argv);
+    }
+}
+
+/// Probes until the private network reaches `port` on each of the node's private addresses,
+/// for at most ten seconds each (the carrier and IPv6's address checks come back after an up).
+fn private_network_reaches(net: &Adoption, port: u16, why: &str) {
+    for addr in node_private() {
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let got = net.peer.probe_tcp(addr, port, ANSWER).unwrap();
+            if got == Probe::Reached {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{why}: peer -> [{addr}]:{port} was {got}, expected reached"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+#[test]
+fn a_private_interface_renamed_through_a_long_name_and_back_is_still_the_private_network() {
+    let lab = new_lab();
+    let net = adoption(&lab);
+    let node = &net.node;
+    let _listeners: Vec<_> = [STORE, BROKER_MANAGEMENT, SERVED]
+        .iter()
+        .map(|p| node.listen_tcp(*p).expect("listener on the node"))
+        .collect();
+    let host = Host::new(node);
+    let _fs = Bpffs::mount(&host);
+    let report = host.apply(&declaration(&[]));
+    assert!(
+        report["guard"].as_str().unwrap_or_default().contains(BOTH),
+        "{report:#}"
+    );
+    rename_the_private_interface_through_a_long_name_and_back(node);
+    let public = node_public();
+    for (layers, flush) in [("both layers", false), ("the BPF layer alone", true)] {
+        if flush {
+            run_ok(node, &["nft", "flush", "ruleset"]);
+        }
+        for port in [STORE, BROKER_MANAGEMENT] {
+            private_network_reaches(&net, port, &format!("{layers} after the rename"));
+            expect(
+                &net.outside,
+                &public,
+                port,
+                Probe::TimedOut,
+                &format!("{layers}: the outside after the rename"),
+            );
+        }
+    }
+    // A reconcile puts the table back; the status still names both layers.
+    host.reconcile();
+    assert_eq!(host.status()["guard"]["layers"], BOTH);
+    private_network_reaches(&net, STORE, "after the reconcile");
+}
+
+/// This namespace's guard links the kernel holds attached, as the status reads them, sorted.
+fn held(host: &Host) -> Vec<u64> {
+    let mut ids: Vec<u64> = bpf(host)["held"]
+        .as_array()
+        .expect("the status lists the links the kernel holds")
+        .iter()
+        .map(|v| v.as_u64().unwrap())
+        .collect();
+    ids.sort();
+    ids
+}
+
+/// The held links, polled until there are four (a link whose pin was its last reference is
+/// released a moment after the unlink), for at most two seconds.
+fn held_settles_at_four(host: &Host) -> Vec<u64> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(2);
+    loop {
+        let ids = held(host);
+        if ids.len() == 4 || std::time::Instant::now() >= deadline {
+            return ids;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn a_bpffs_mounted_over_the_pins_or_a_deleted_pin_ends_with_one_set_of_four_links() {
+    let lab = new_lab();
+    let net = adoption(&lab);
+    let node = &net.node;
+    let _listeners: Vec<_> = [STORE, BROKER_MANAGEMENT]
+        .iter()
+        .map(|p| node.listen_tcp(*p).expect("listener on the node"))
+        .collect();
+    let host = Host::new(node);
+    let _fs = Bpffs::mount(&host);
+    host.apply(&declaration(&[]));
+    let mut ids = link_ids(&host);
+    ids.sort();
+    assert_eq!(held(&host), ids);
+    let public = node_public();
+
+    // A second bpffs over the first: the pins out of sight, the links still attached, and the
+    // status says so from the kernel.
+    let _over = Bpffs::mount(&host);
+    let status = host.status();
+    let b = &status["guard"]["bpf"];
+    assert_eq!(
+        (&b["pinned"], &b["attached"]),
+        (&json!(false), &json!(true)),
+        "{b:#}"
+    );
+    assert_eq!(status["guard"]["layers"], BOTH, "{status:#}");
+    let text = host.run(&["firewall", "status"]).stdout;
+    assert!(
+        text.contains("bpf             attached but not pinned"),
+        "{text}"
+    );
+    let report = host.apply(&declaration(&[]));
+    let line = report["guard"].as_str().unwrap_or_default();
+    assert!(
+        line.contains("links found in the kernel unpinned and pinned again"),
+        "{line}"
+    );
+    let mut again = link_ids(&host);
+    again.sort();
+    assert_eq!(again, ids, "the same links pinned again");
+    assert_eq!(held(&host), ids, "exactly one set of four");
+    expect(
+        &net.outside,
+        &public,
+        STORE,
+        Probe::TimedOut,
+        "after the remount",
+    );
+
+    // The program's pin deleted: found in the kernel, the same links.
+    let pins = host.root().join("sys/fs/bpf/mesh-host");
+    std::fs::remove_file(pins.join("prog")).unwrap();
+    let report = host.reconcile();
+    assert!(
+        report["guard"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("links found in the kernel unpinned and pinned again"),
+        "{report:#}"
+    );
+    assert_eq!(held(&host), ids, "exactly one set of four");
+    // A link's pin deleted: released, and one attached in its place (or caught and pinned again).
+    std::fs::remove_file(pins.join("link-ipv6-input")).unwrap();
+    host.reconcile();
+    let now = held_settles_at_four(&host);
+    assert_eq!(now.len(), 4, "{now:?}");
+    let mut pinned = link_ids(&host);
+    pinned.sort();
+    assert_eq!(now, pinned);
+    for port in [STORE, BROKER_MANAGEMENT] {
+        expect(
+            &net.outside,
+            &public,
+            port,
+            Probe::TimedOut,
+            "after a deleted pin",
+        );
+    }
 }

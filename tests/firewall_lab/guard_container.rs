@@ -87,6 +87,24 @@ fn the_guard_refuses_a_stores_container_port_routed_to_from_outside() {
         "published, no guard",
     );
 
+    // Another program's DNAT from three ports straight to the container's own port: with no
+    // guard it reaches the store.
+    let nat = format!(
+        "table ip foreign_nat {{\n\tchain pre {{\n\t\ttype nat hook prerouting priority dstnat; \
+         policy accept;\n\t\ttcp dport {{ 8081, 8082, 8083 }} dnat to {container}:{STORE_CONTAINER}\n\
+         \t}}\n}}\n"
+    );
+    load_nft(node, lab.dir(), "foreign-nat.nft", &nat);
+    for port in [8081, 8082, 8083] {
+        expect(
+            &net.outside,
+            &v4,
+            port,
+            Probe::Reached,
+            "a foreign dnat to the container's port, no guard",
+        );
+    }
+
     // The guard with no container declared for the store: it takes the store for one on the host
     // and refuses only its host port; the container's own port is still reached from outside.
     let host = Host::new(node);
@@ -156,6 +174,26 @@ fn the_guard_refuses_a_stores_container_port_routed_to_from_outside() {
         "the peer over the public network",
     );
 
+    // The foreign DNAT loaded before any guard: the table alone (no bpffs here) refuses it at
+    // forward, where the translated port is seen.
+    for port in [8081, 8082, 8083] {
+        expect(
+            &net.outside,
+            &v4,
+            port,
+            Probe::TimedOut,
+            "a foreign dnat to the container's port from outside",
+        );
+        expect(
+            &net.peer,
+            &private_v4,
+            port,
+            Probe::Reached,
+            "a foreign dnat to the container's port over the private network",
+        );
+    }
+    run_ok(node, &["nft", "delete", "table", "ip", "foreign_nat"]);
+
     // The rules as nft prints them.
     let listing = run_ok(
         node,
@@ -163,16 +201,22 @@ fn the_guard_refuses_a_stores_container_port_routed_to_from_outside() {
     );
     // The one bridge Docker reports (its default network), and no name pattern.
     let want = format!(
-        "iifname != \"lo\" iifname != \"{PRIVATE_IF}\" iifname != \"docker0\" fib daddr oifname \
+        "iifname != \"lo\" iifname != \"docker0\" iifname != \"{PRIVATE_IF}\" fib daddr oifname \
          \"docker0\" tcp dport {STORE_CONTAINER} drop comment \
          \"mesh-host:guard/store/container/tcp/{STORE_CONTAINER}/docker0\""
+    );
+    assert!(listing.contains(&want), "{want}\n{listing}");
+    // From the private interface only its ranges pass, at the container port too.
+    let want = format!(
+        "iifname \"{PRIVATE_IF}\" ip saddr != {PRIVATE_V4_NET}/{PRIVATE_V4_PREFIX} fib daddr \
+         oifname \"docker0\" tcp dport {STORE_CONTAINER} drop"
     );
     assert!(listing.contains(&want), "{want}\n{listing}");
     assert!(!listing.contains('*'), "{listing}");
     assert!(
         listing.contains(&format!(
-            "iifname != \"docker0\" fib daddr type local tcp dport {STORE_HOST} drop comment \
-             \"mesh-host:guard/store/tcp/{STORE_HOST}\""
+            "iifname != \"docker0\" iifname != \"{PRIVATE_IF}\" fib daddr type local tcp dport \
+             {STORE_HOST} drop comment \"mesh-host:guard/store/tcp/{STORE_HOST}\""
         )),
         "{listing}"
     );

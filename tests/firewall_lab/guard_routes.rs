@@ -189,7 +189,8 @@ fn an_operators_bridge_named_like_a_runtimes_is_outside() {
     let line = report["guard"].as_str().unwrap_or_default();
     assert!(
         line.contains(&format!(
-            "except on lo, {PRIVATE_IF}, and no runtime bridge"
+            "except on lo and on {PRIVATE_IF} from {PRIVATE_V4_NET}/{PRIVATE_V4_PREFIX}, \
+             {PRIVATE_V6_NET}/{PRIVATE_V6_PREFIX}, and no runtime bridge"
         )),
         "{report:#}"
     );

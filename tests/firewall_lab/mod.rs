@@ -29,6 +29,8 @@ mod found;
 mod guard;
 mod guard_bpf;
 mod guard_container;
+mod guard_dnat;
+mod guard_relay;
 mod guard_routes;
 mod guard_saved;
 mod incoming;
@@ -381,7 +383,8 @@ fn declaration(resources: &[Value]) -> Value {
             },
             "private_network": {
                 "interface": PRIVATE_IF,
-                "range": format!("{PRIVATE_V4_NET}/{PRIVATE_V4_PREFIX}")
+                "range": format!("{PRIVATE_V4_NET}/{PRIVATE_V4_PREFIX}"),
+                "range_v6": format!("{PRIVATE_V6_NET}/{PRIVATE_V6_PREFIX}")
             }
         },
         "resources": resources,

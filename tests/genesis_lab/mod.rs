@@ -378,6 +378,8 @@ fn raised() -> &'static Raised {
             "--adopted",
             "--node",
             NODE,
+            "--private-range-v6",
+            "fd77::/64",
             "--bundle",
             bundle,
             "--json",

@@ -222,6 +222,18 @@ impl Asm {
         self.push(0, Reg::R0, 0, 0, 0)
     }
 
+    /// `dst = imm` for a 64-bit immediate (`ld_imm64`, two instructions).
+    pub fn ld_imm64(&mut self, dst: Reg, imm: u64) -> &mut Asm {
+        self.push(
+            CLASS_LD | MODE_IMM | Size::DW.code(),
+            dst,
+            0,
+            0,
+            imm as u32 as i32,
+        );
+        self.push(0, Reg::R0, 0, 0, (imm >> 32) as u32 as i32)
+    }
+
     /// Calls a helper by its number.
     pub fn call(&mut self, helper: i32) -> &mut Asm {
         self.push(CLASS_JMP | OP_CALL, Reg::R0, 0, 0, helper)

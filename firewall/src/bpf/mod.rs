@@ -3,10 +3,12 @@
 //! in bpffs so it holds while no mesh-host runs.
 //!
 //! One program is attached by four netfilter links (IPv4 and IPv6, INPUT and FORWARD, priority
-//! -150, fragments reassembled first); two hash maps say what it refuses: the ports (host ports on
-//! INPUT, container ports on FORWARD towards a runtime's bridge) and the interfaces (exempt:
-//! loopback, the private network's, the runtime's bridges; runtime: the bridges). The maps are
-//! changed in place, new entries before stale ones go, so a change never opens a window.
+//! -150, fragments reassembled first); three maps say what it refuses: the ports (host ports on
+//! INPUT, container ports on FORWARD towards a runtime's bridge), the interfaces (exempt:
+//! loopback and the runtime's bridges; private: the private network's; runtime: the bridges) and
+//! the nets (the private network's source ranges, a longest-prefix-match map): a packet on the
+//! private interface passes only from a source in them. The maps are changed in place, new
+//! entries before stale ones go, so a change never opens a window.
 //!
 //! Links belong to the network namespace of the thread that creates them; everything here acts
 //! in the calling thread's namespace. Pins are found and reclaimed by name, so a restart after
@@ -24,14 +26,14 @@ use crate::error::{Errno, Error, Result};
 use crate::guard::GuardSpec;
 use crate::opening::check_exact_interface;
 use prog::{
-    iface_key, port_key, Layout, HOOK_FORWARD, HOOK_LOCAL_IN, IFACE_EXEMPT, IFACE_RUNTIME,
-    KIND_CONTAINER, KIND_HOST, NFPROTO_IPV4, NFPROTO_IPV6,
+    iface_key, net_key, port_key, Layout, HOOK_FORWARD, HOOK_LOCAL_IN, IFACE_EXEMPT, IFACE_PRIVATE,
+    IFACE_RUNTIME, KIND_CONTAINER, KIND_HOST, NET_KEY_SIZE, NET_V4, NFPROTO_IPV4, NFPROTO_IPV6,
 };
 pub use sys::{LinkInfo, F_NETFILTER_IP_DEFRAG};
 
 /// The program's name in the kernel; the version after `_v` changes whenever its code does, so
 /// a host of another version replaces a pinned program rather than reclaiming it.
-pub const PROG_NAME: &str = "mh_guard_v1";
+pub const PROG_NAME: &str = "mh_guard_v2";
 /// Where the pins live under a root (`/` on a node): `sys/fs/bpf/mesh-host`.
 pub const PIN_SUBDIR: &str = "sys/fs/bpf/mesh-host";
 /// The bpffs mount point under a root.
@@ -46,6 +48,7 @@ pub const PRIORITIES: [i32; 2] = [PRIORITY, PRIORITY + 1];
 const BPF_FS_MAGIC: i64 = 0xcafe_4a11;
 const PORTS_MAX: u32 = 256;
 const IFACES_MAX: u32 = 1024;
+const NETS_MAX: u32 = 64;
 
 /// The four hooks, each with its pin's name.
 pub const HOOKS: [(u32, u32, &str); 4] = [
@@ -69,13 +72,14 @@ fn want_ports(spec: &GuardSpec) -> Vec<[u8; 4]> {
 
 /// The interfaces map's entries a spec asks for.
 fn want_ifaces(spec: &GuardSpec) -> Result<Vec<([u8; 16], u32)>> {
-    let mut out = Vec::new();
-    for name in spec.allowed.iter().chain(&spec.runtimes) {
+    let private = spec.private.as_ref().map(|p| &p.interface);
+    for name in spec.allowed.iter().chain(&spec.runtimes).chain(private) {
         check_exact_interface(name, "guard").map_err(|reason| Error::InvalidOpening {
             id: "guard".into(),
             reason,
         })?;
     }
+    let mut out = Vec::new();
     for name in &spec.allowed {
         let runtime = spec.runtimes.iter().any(|r| r == name);
         let flags = IFACE_EXEMPT | if runtime { IFACE_RUNTIME } else { 0 };
@@ -86,7 +90,25 @@ fn want_ifaces(spec: &GuardSpec) -> Result<Vec<([u8; 16], u32)>> {
             out.push((iface_key(name), IFACE_EXEMPT | IFACE_RUNTIME));
         }
     }
+    if let Some(p) = &spec.private {
+        if !out.iter().any(|(k, _)| *k == iface_key(&p.interface)) {
+            out.push((iface_key(&p.interface), IFACE_PRIVATE));
+        }
+    }
     Ok(out)
+}
+
+/// The nets map's entries a spec asks for: the private network's ranges.
+fn want_nets(spec: &GuardSpec) -> Vec<[u8; NET_KEY_SIZE]> {
+    let mut out: Vec<[u8; NET_KEY_SIZE]> = spec
+        .private
+        .iter()
+        .flat_map(|p| &p.ranges)
+        .map(|n| net_key(n.addr, n.len))
+        .collect();
+    out.sort();
+    out.dedup();
+    out
 }
 
 /// The program and its maps, loaded in the kernel (not yet attached or pinned).
@@ -94,6 +116,7 @@ pub struct Program {
     pub prog: OwnedFd,
     pub ports: OwnedFd,
     pub ifaces: OwnedFd,
+    pub nets: OwnedFd,
     /// The kernel's layout, read when the program was assembled here (not for one reclaimed).
     pub layout: Option<Layout>,
 }
@@ -103,17 +126,25 @@ impl Program {
     pub fn load() -> Result<Program> {
         let ports = sys::map_create("mh_guard_ports", 4, 1, PORTS_MAX)?;
         let ifaces = sys::map_create("mh_guard_ifaces", 16, 4, IFACES_MAX)?;
-        Program::load_with(ports, ifaces)
+        let nets = sys::map_create_lpm("mh_guard_nets", NET_KEY_SIZE as u32, 4, NETS_MAX)?;
+        Program::load_with(ports, ifaces, nets)
     }
 
-    fn load_with(ports: OwnedFd, ifaces: OwnedFd) -> Result<Program> {
+    fn load_with(ports: OwnedFd, ifaces: OwnedFd, nets: OwnedFd) -> Result<Program> {
         let layout = Layout::from_btf(&btf::Btf::vmlinux()?)?;
-        let insns = prog::build(&layout, ports.as_raw_fd(), ifaces.as_raw_fd());
+        let insns = prog::build(
+            &layout,
+            ports.as_raw_fd(),
+            ifaces.as_raw_fd(),
+            nets.as_raw_fd(),
+            sys::netns_cookie()?,
+        );
         let prog = sys::prog_load_netfilter(PROG_NAME, &insns)?;
         Ok(Program {
             prog,
             ports,
             ifaces,
+            nets,
             layout: Some(layout),
         })
     }
@@ -123,7 +154,16 @@ impl Program {
     pub fn set(&self, spec: &GuardSpec) -> Result<bool> {
         let ports = want_ports(spec);
         let ifaces = want_ifaces(spec)?;
+        let nets = want_nets(spec);
         let mut changed = false;
+        // A prefix map's lookup answers with the longest match, not the key: compared by keys.
+        let have_nets = sys::map_keys(&self.nets, "map mh_guard_nets", NET_KEY_SIZE)?;
+        for k in &nets {
+            if !have_nets.iter().any(|h| h[..] == k[..]) {
+                sys::map_update(&self.nets, "map mh_guard_nets", k, &1u32.to_ne_bytes())?;
+                changed = true;
+            }
+        }
         for k in &ports {
             if sys::map_lookup(&self.ports, "map mh_guard_ports", k, 1)?.is_none() {
                 sys::map_update(&self.ports, "map mh_guard_ports", k, &[1])?;
@@ -150,12 +190,18 @@ impl Program {
                 changed = true;
             }
         }
+        for k in have_nets {
+            if !nets.iter().any(|n| n[..] == k[..]) {
+                sys::map_delete(&self.nets, "map mh_guard_nets", &k)?;
+                changed = true;
+            }
+        }
         Ok(changed)
     }
 
     /// What the maps hold now.
     pub fn contents(&self) -> Result<Contents> {
-        contents(&self.ports, &self.ifaces)
+        contents(&self.ports, &self.ifaces, &self.nets)
     }
 
     /// Runs the program once on `packet` as if at `hook` of family `pf` (`BPF_PROG_TEST_RUN`;
@@ -178,11 +224,14 @@ impl Program {
 pub struct Contents {
     /// `tcp/5432 host`, `tcp/5432 container`, sorted.
     pub ports: Vec<String>,
-    /// `lo exempt`, `docker0 exempt runtime`, sorted.
+    /// `lo exempt`, `docker0 exempt runtime`, `mesh0 private`, sorted.
     pub ifaces: Vec<String>,
+    /// The private network's source ranges, `10.77.0.0/24`, sorted.
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub nets: Vec<String>,
 }
 
-fn contents(ports: &OwnedFd, ifaces: &OwnedFd) -> Result<Contents> {
+fn contents(ports: &OwnedFd, ifaces: &OwnedFd, nets: &OwnedFd) -> Result<Contents> {
     let mut out = Contents::default();
     for k in sys::map_keys(ports, "map mh_guard_ports", 4)? {
         let proto = match k[2] {
@@ -211,8 +260,23 @@ fn contents(ports: &OwnedFd, ifaces: &OwnedFd) -> Result<Contents> {
         if flags & IFACE_RUNTIME != 0 {
             s.push_str(" runtime");
         }
+        if flags & IFACE_PRIVATE != 0 {
+            s.push_str(" private");
+        }
         out.ifaces.push(s);
     }
+    for k in sys::map_keys(nets, "map mh_guard_nets", NET_KEY_SIZE)? {
+        let len = u32::from_ne_bytes([k[0], k[1], k[2], k[3]]).saturating_sub(32);
+        let addr: std::net::IpAddr = if k[4] == NET_V4 {
+            std::net::Ipv4Addr::new(k[8], k[9], k[10], k[11]).into()
+        } else {
+            let mut a = [0u8; 16];
+            a.copy_from_slice(&k[8..24]);
+            std::net::Ipv6Addr::from(a).into()
+        };
+        out.nets.push(format!("{addr}/{len}"));
+    }
+    out.nets.sort();
     out.ports.sort();
     out.ifaces.sort();
     Ok(out)
@@ -367,6 +431,10 @@ pub enum Loaded {
     /// Something pinned was missing or of another version: what was there was kept until the
     /// new links were attached, then replaced.
     Replaced,
+    /// Nothing was pinned here, but the kernel held this namespace's program and links (pinned
+    /// in a bpffs mounted over, or a pin deleted while a link held on): they were taken back by
+    /// id and pinned again, never a second set.
+    Found,
 }
 
 /// How the layer stands after [`ensure`].
@@ -377,6 +445,8 @@ pub struct BpfReport {
     pub changed: bool,
     /// The kernel's ids of the four links.
     pub link_ids: Vec<u32>,
+    /// This namespace's guard links the kernel held beside the four, detached.
+    pub detached: Vec<u32>,
 }
 
 /// The layer as it is pinned, read without changing anything.
@@ -410,59 +480,208 @@ fn link_ok(info: &LinkInfo, pf: u32, hook: u32, prog_id: u32) -> bool {
         && info.prog_id == prog_id
 }
 
-fn open_pinned(pins: &Pins) -> Result<Option<(OwnedFd, OwnedFd, OwnedFd)>> {
+/// The program and the maps pinned together, when every one of them is.
+struct Pinned {
+    prog: OwnedFd,
+    ports: OwnedFd,
+    ifaces: OwnedFd,
+    nets: OwnedFd,
+}
+
+/// The objects pinned beside the links, by pin name.
+const OBJECTS: [&str; 4] = ["prog", "ports", "ifaces", "nets"];
+
+fn open_pinned(pins: &Pins) -> Result<Option<Pinned>> {
     let prog = sys::obj_get(&pins.path("prog"))?;
     let ports = sys::obj_get(&pins.path("ports"))?;
     let ifaces = sys::obj_get(&pins.path("ifaces"))?;
-    Ok(match (prog, ports, ifaces) {
-        (Some(p), Some(m), Some(i)) => Some((p, m, i)),
+    let nets = sys::obj_get(&pins.path("nets"))?;
+    Ok(match (prog, ports, ifaces, nets) {
+        (Some(prog), Some(ports), Some(ifaces), Some(nets)) => Some(Pinned {
+            prog,
+            ports,
+            ifaces,
+            nets,
+        }),
         _ => None,
     })
 }
 
-/// Loads, attaches and pins the layer as `spec` says, or reclaims what is pinned; idempotent.
-/// Must run on a thread in the node's network namespace.
+/// One of this namespace's guard links as the kernel holds it, pinned here or not.
+pub struct HeldLink {
+    pub info: LinkInfo,
+    pub fd: OwnedFd,
+}
+
+/// The netfilter links in the kernel (every namespace's: `BPF_LINK_GET_NEXT_ID` walks them all)
+/// whose program is named [`PROG_NAME`] with `tag`, and still attached. The tag is a digest of
+/// the program's instructions, which carry the cookie of the namespace it was loaded for, so
+/// these are this namespace's guard links and no other's. A detached link lives on while a pin
+/// holds it and reads as it was; the kernel refuses a second BPF hook at a priority one holds
+/// (EBUSY), so `probe` (a guard program) is attached at each link's hook and priority for an
+/// instant: refused, the link is attached; taken, it is not, and the probe is closed at once.
+pub fn held_links(tag: [u8; 8], probe: &OwnedFd) -> Result<Vec<HeldLink>> {
+    let mut out = Vec::new();
+    let mut ours: std::collections::HashMap<u32, bool> = std::collections::HashMap::new();
+    let mut id = 0;
+    while let Some(next) = sys::link_next_id(id)? {
+        id = next;
+        let Some(fd) = sys::link_by_id(id)? else {
+            continue;
+        };
+        let info = sys::link_info(&fd, &format!("link {id}"))?;
+        if info.link_type != sys::LINK_TYPE_NETFILTER {
+            continue;
+        }
+        let mine = match ours.get(&info.prog_id) {
+            Some(m) => *m,
+            None => {
+                let m = match sys::prog_by_id(info.prog_id)? {
+                    Some(p) => {
+                        let pi = sys::prog_info(&p, &format!("program {}", info.prog_id))?;
+                        pi.name() == PROG_NAME && pi.tag == tag
+                    }
+                    None => false,
+                };
+                ours.insert(info.prog_id, m);
+                m
+            }
+        };
+        if mine && attached(probe, &info)? {
+            out.push(HeldLink { info, fd });
+        }
+    }
+    Ok(out)
+}
+
+/// Whether a netfilter link of this namespace is attached: whether its priority at its hook is
+/// held by a BPF hook here.
+fn attached(probe: &OwnedFd, info: &LinkInfo) -> Result<bool> {
+    match sys::link_create_netfilter(probe, info.pf, info.hooknum, info.priority, info.flags) {
+        Ok(fd) => {
+            drop(fd);
+            Ok(false)
+        }
+        Err(Error::Bpf {
+            errno: Errno(libc::EBUSY),
+            ..
+        }) => Ok(true),
+        Err(e) => Err(e),
+    }
+}
+
+/// This namespace's guard as the kernel holds it when nothing is pinned here: the program (of
+/// `fresh`'s name and tag) that most of its links run, and its maps, opened by id.
+fn found_in_kernel(fresh: &Program) -> Result<Option<(Program, u32)>> {
+    let me = sys::prog_info(&fresh.prog, "guard program")?;
+    let mut counts: std::collections::BTreeMap<u32, usize> = Default::default();
+    for l in held_links(me.tag, &fresh.prog)? {
+        if l.info.prog_id != me.id {
+            *counts.entry(l.info.prog_id).or_default() += 1;
+        }
+    }
+    let Some((&id, _)) = counts.iter().max_by_key(|(_, n)| **n) else {
+        return Ok(None);
+    };
+    let Some(prog) = sys::prog_by_id(id)? else {
+        return Ok(None);
+    };
+    let (mut ports, mut ifaces, mut nets) = (None, None, None);
+    for mid in sys::prog_map_ids(&prog, "the guard program found in the kernel")? {
+        let Some(m) = sys::map_by_id(mid)? else {
+            continue;
+        };
+        match sys::map_info(&m, &format!("map {mid}"))?.name().as_str() {
+            "mh_guard_ports" => ports = Some(m),
+            "mh_guard_ifaces" => ifaces = Some(m),
+            "mh_guard_nets" => nets = Some(m),
+            _ => {}
+        }
+    }
+    let (Some(ports), Some(ifaces), Some(nets)) = (ports, ifaces, nets) else {
+        return Ok(None);
+    };
+    let program = Program {
+        prog,
+        ports,
+        ifaces,
+        nets,
+        layout: fresh.layout,
+    };
+    Ok(Some((program, id)))
+}
+
+/// The pinned objects reused when they are of this version's shapes, with the program's id and
+/// name.
+fn reusable(pinned: Option<Pinned>) -> Result<Option<(Pinned, u32, String)>> {
+    let Some(p) = pinned else {
+        return Ok(None);
+    };
+    let pi = sys::prog_info(&p.prog, "pinned program")?;
+    let mi = sys::map_info(&p.ports, "pinned map mh_guard_ports")?;
+    let ii = sys::map_info(&p.ifaces, "pinned map mh_guard_ifaces")?;
+    let ni = sys::map_info(&p.nets, "pinned map mh_guard_nets")?;
+    let shapes = (mi.key_size, mi.value_size, ii.key_size, ii.value_size);
+    let nets = (ni.map_type, ni.key_size, ni.value_size);
+    Ok(
+        (shapes == (4, 1, 16, 4) && nets == (sys::MAP_TYPE_LPM_TRIE, NET_KEY_SIZE as u32, 4))
+            .then(|| (p, pi.id, pi.name())),
+    )
+}
+
+/// Loads, attaches and pins the layer as `spec` says, or reclaims what is pinned or what the
+/// kernel holds for this namespace; idempotent. Must run on a thread in the node's namespace.
 pub fn ensure(pins: &Pins, spec: &GuardSpec) -> Result<BpfReport> {
     pins.prepare()?;
     // One host at a time: an apply ensures the guard before it takes the store's lock, so a
     // resident host's reconcile may be doing the same.
     let _lock = pins.lock()?;
     // The maps: the pinned ones when they have the right shape (the old program, still attached,
-    // keeps using them), new ones otherwise.
-    let pinned = open_pinned(pins)?;
-    let mut reuse: Option<(OwnedFd, OwnedFd, OwnedFd, u32, String)> = None;
-    if let Some((p, m, i)) = pinned {
-        let pi = sys::prog_info(&p, "pinned program")?;
-        let mi = sys::map_info(&m, "pinned map mh_guard_ports")?;
-        let ii = sys::map_info(&i, "pinned map mh_guard_ifaces")?;
-        if (mi.key_size, mi.value_size, ii.key_size, ii.value_size) == (4, 1, 16, 4) {
-            reuse = Some((p, m, i, pi.id, pi.name()));
-        }
-    }
-    let (program, old_prog, mut loaded) = match reuse {
-        Some((p, m, i, id, name)) if name == PROG_NAME => {
+    // keeps using them), new ones otherwise; with nothing pinned, what the kernel holds.
+    let (program, old_prog, mut loaded) = match reusable(open_pinned(pins)?)? {
+        Some((p, id, name)) if name == PROG_NAME => {
             let prog = Program {
-                prog: p,
-                ports: m,
-                ifaces: i,
+                prog: p.prog,
+                ports: p.ports,
+                ifaces: p.ifaces,
+                nets: p.nets,
                 layout: None,
             };
             (prog, Some(id), Loaded::Reclaimed)
         }
-        Some((_, m, i, _, _)) => (Program::load_with(m, i)?, None, Loaded::Replaced),
-        None => (Program::load()?, None, Loaded::Created),
+        Some((p, _, _)) => (
+            Program::load_with(p.ports, p.ifaces, p.nets)?,
+            None,
+            Loaded::Replaced,
+        ),
+        None => {
+            let fresh = Program::load()?;
+            match found_in_kernel(&fresh)? {
+                Some((found, id)) => (found, Some(id), Loaded::Found),
+                None => (fresh, None, Loaded::Created),
+            }
+        }
     };
     // The maps first: a new link refuses what the settings say from its first packet.
     let changed = program.set(spec)?;
-    let prog_id = sys::prog_info(&program.prog, "guard program")?.id;
+    let me = sys::prog_info(&program.prog, "guard program")?;
+    let prog_id = me.id;
+    let mut held = held_links(me.tag, &program.prog)?;
     let mut link_ids = Vec::new();
     for (pf, hook, name) in HOOKS {
         let path = pins.path(name);
-        let old = sys::obj_get(&path)?;
+        // The pinned link, or else one the kernel holds for this hook (its pin out of sight).
+        let (old, pinned_here) = match sys::obj_get(&path)? {
+            Some(fd) => (Some(fd), true),
+            None => (take_held(&mut held, pf, hook, prog_id), false),
+        };
         let mut taken = None;
         if let Some(old) = &old {
-            let info = sys::link_info(old, &format!("pinned link {}", path.display()))?;
+            let info = sys::link_info(old, &format!("link {}", path.display()))?;
             if old_prog == Some(prog_id) && link_ok(&info, pf, hook, prog_id) {
+                if !pinned_here {
+                    sys::obj_pin(old, &path)?;
+                }
                 link_ids.push(info.id);
                 continue;
             }
@@ -472,7 +691,9 @@ pub fn ensure(pins: &Pins, spec: &GuardSpec) -> Result<BpfReport> {
         // the old one does not hold: at no moment is neither in place.
         let new = attach(&program.prog, pf, hook, taken)?;
         if let Some(old) = old {
-            unpin(&path)?;
+            if pinned_here {
+                unpin(&path)?;
+            }
             // A link whose namespace is gone cannot be detached again; nothing holds it then.
             let _ = sys::link_detach(&old, &format!("old link {}", path.display()));
         }
@@ -482,12 +703,24 @@ pub fn ensure(pins: &Pins, spec: &GuardSpec) -> Result<BpfReport> {
             loaded = Loaded::Replaced;
         }
     }
+    // This namespace's guard links beyond the four (a second set an earlier version attached
+    // past a pin it could not see): detached, now that the four are in place.
+    let mut detached = Vec::new();
+    for l in held.into_iter().filter(|l| !link_ids.contains(&l.info.id)) {
+        if sys::link_detach(&l.fd, &format!("stray guard link {}", l.info.id)).is_ok() {
+            detached.push(l.info.id);
+        }
+    }
     if loaded != Loaded::Reclaimed {
         for (fd, name) in [
-            (&program.prog, "prog"),
-            (&program.ports, "ports"),
-            (&program.ifaces, "ifaces"),
-        ] {
+            &program.prog,
+            &program.ports,
+            &program.ifaces,
+            &program.nets,
+        ]
+        .into_iter()
+        .zip(OBJECTS)
+        {
             let path = pins.path(name);
             unpin(&path)?;
             sys::obj_pin(fd, &path)?;
@@ -497,7 +730,18 @@ pub fn ensure(pins: &Pins, spec: &GuardSpec) -> Result<BpfReport> {
         loaded,
         changed,
         link_ids,
+        detached,
     })
+}
+
+/// Takes out of `held` the link for `pf`/`hook`, the one running `prog_id` first.
+fn take_held(held: &mut Vec<HeldLink>, pf: u32, hook: u32, prog_id: u32) -> Option<OwnedFd> {
+    let at = |l: &HeldLink| l.info.pf == pf && l.info.hooknum == hook;
+    let i = held
+        .iter()
+        .position(|l| at(l) && l.info.prog_id == prog_id)
+        .or_else(|| held.iter().position(at))?;
+    Some(held.remove(i).fd)
 }
 
 /// Attaches `prog` at one hook, at the first of [`PRIORITIES`] another link does not hold
@@ -537,9 +781,65 @@ fn unpin(path: &Path) -> Result<()> {
     }
 }
 
-/// Detaches and unpins the layer; returns whether anything was pinned. The bpffs and the pins'
-/// directory stay.
+/// This namespace's guard program: the pinned one when it is of this version, else one loaded
+/// now (never attached, dropped with the handle); `None` where the kernel refuses the program,
+/// so none of it can be attached. Its tag finds the namespace's links among all.
+pub fn own_program(pins: &Pins) -> Result<Option<OwnedFd>> {
+    if let Some(p) = pinned_program(pins)? {
+        return Ok(Some(p));
+    }
+    Ok(Program::load().ok().map(|p| p.prog))
+}
+
+/// This namespace's guard links the kernel holds attached, pinned here or not, by the tag of
+/// [`own_program`].
+pub fn held(pins: &Pins) -> Result<Vec<LinkInfo>> {
+    Ok(survey(pins)?.0)
+}
+
+/// [`held`], and where nothing of this version is pinned, whether this kernel takes the program
+/// at all (the error it refused it with): one program loaded at most, for the status.
+pub fn survey(pins: &Pins) -> Result<(Vec<LinkInfo>, Option<Error>)> {
+    let prog = match pinned_program(pins)? {
+        Some(p) => p,
+        None => match Program::load() {
+            Ok(p) => p.prog,
+            Err(e) => return Ok((Vec::new(), Some(e))),
+        },
+    };
+    let tag = sys::prog_info(&prog, "guard program")?.tag;
+    let links = held_links(tag, &prog)?;
+    Ok((links.into_iter().map(|l| l.info).collect(), None))
+}
+
+/// The pinned program when it is of this version.
+fn pinned_program(pins: &Pins) -> Result<Option<OwnedFd>> {
+    if !is_bpffs(&pins.fs) {
+        return Ok(None);
+    }
+    let Some(prog) = sys::obj_get(&pins.path("prog"))? else {
+        return Ok(None);
+    };
+    Ok((sys::prog_info(&prog, "pinned program")?.name() == PROG_NAME).then_some(prog))
+}
+
+/// Detaches and unpins the layer, and detaches every link of this namespace's guard the kernel
+/// holds besides (pinned in a bpffs out of sight); returns whether there was any. The bpffs and
+/// the pins' directory stay.
 pub fn remove(pins: &Pins) -> Result<bool> {
+    let prog = own_program(pins)?;
+    let mut found = remove_pinned(pins)?;
+    if let Some(prog) = prog {
+        let tag = sys::prog_info(&prog, "guard program")?.tag;
+        for l in held_links(tag, &prog)? {
+            found = true;
+            let _ = sys::link_detach(&l.fd, &format!("guard link {}", l.info.id));
+        }
+    }
+    Ok(found)
+}
+
+fn remove_pinned(pins: &Pins) -> Result<bool> {
     if !is_bpffs(&pins.fs) {
         return Ok(false);
     }
@@ -558,7 +858,7 @@ pub fn remove(pins: &Pins) -> Result<bool> {
             unpin(&path)?;
         }
     }
-    for name in ["prog", "ports", "ifaces"] {
+    for name in OBJECTS {
         let path = pins.path(name);
         found |= path.exists();
         unpin(&path)?;
@@ -573,10 +873,10 @@ pub fn status(pins: &Pins) -> Result<BpfStatus> {
     if !is_bpffs(&pins.fs) {
         return Ok(st);
     }
-    let Some((prog, ports, ifaces)) = open_pinned(pins)? else {
+    let Some(pinned) = open_pinned(pins)? else {
         return Ok(st);
     };
-    let pi = sys::prog_info(&prog, "pinned program")?;
+    let pi = sys::prog_info(&pinned.prog, "pinned program")?;
     st.program = Some(pi.name());
     for (pf, hook, name) in HOOKS {
         let path = pins.path(name);
@@ -588,7 +888,7 @@ pub fn status(pins: &Pins) -> Result<BpfStatus> {
             }
         }
     }
-    st.contents = contents(&ports, &ifaces)?;
+    st.contents = contents(&pinned.ports, &pinned.ifaces, &pinned.nets)?;
     Ok(st)
 }
 
@@ -633,10 +933,32 @@ mod tests {
             ifaces,
             [
                 (iface_key("lo"), IFACE_EXEMPT),
-                (iface_key("wg0"), IFACE_EXEMPT),
                 (iface_key("docker0"), IFACE_EXEMPT | IFACE_RUNTIME),
+                (iface_key("wg0"), IFACE_PRIVATE),
             ]
         );
+        // The private network's ranges, each family tagged, the prefix counted past the tag.
+        assert!(want_nets(&spec).is_empty());
+        let v4 = crate::Network {
+            addr: "10.0.0.0".parse().unwrap(),
+            len: 24,
+        };
+        let v6 = crate::Network {
+            addr: "fd00::".parse().unwrap(),
+            len: 64,
+        };
+        let spec = spec.private_ranges(&[v6, v4]);
+        let nets = want_nets(&spec);
+        assert_eq!(nets.len(), 2);
+        let mut k4 = [0u8; NET_KEY_SIZE];
+        k4[..4].copy_from_slice(&56u32.to_ne_bytes());
+        k4[4] = NET_V4;
+        k4[8..11].copy_from_slice(&[10, 0, 0]);
+        assert!(nets.contains(&k4), "{nets:?}");
+        let k6 = net_key(v6.addr, 64);
+        assert_eq!(u32::from_ne_bytes([k6[0], k6[1], k6[2], k6[3]]), 96);
+        assert_eq!((k6[4], &k6[8..10]), (prog::NET_V6, &[0xfd, 0][..]));
+        let mut spec = spec;
         spec.allowed.push("br-*".into());
         let e = want_ifaces(&spec).unwrap_err().to_string();
         assert!(e.contains("\"br-*\" is a pattern"), "{e}");

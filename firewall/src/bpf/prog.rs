@@ -23,6 +23,16 @@ pub const NFPROTO_IPV6: u32 = 10;
 /// bridge, so forwarded packets towards it are refused at the guarded container ports.
 pub const IFACE_EXEMPT: u32 = 1;
 pub const IFACE_RUNTIME: u32 = 2;
+/// The private network's interface: its packets are not refused when their source is in the
+/// nets map (the private ranges).
+pub const IFACE_PRIVATE: u32 = 4;
+
+/// A nets map key's family word (its first data byte): IPv4 or IPv6.
+pub const NET_V4: u8 = 4;
+pub const NET_V6: u8 = 6;
+/// The nets map's key: the prefix length (host order), then 20 bytes of data: the family byte
+/// and three zero bytes, then the address (an IPv4 address in its first four bytes).
+pub const NET_KEY_SIZE: usize = 24;
 
 /// A port key's kind: a host port (INPUT) or a container port (FORWARD towards a bridge).
 pub const KIND_HOST: u8 = 0;
@@ -78,22 +88,35 @@ impl Layout {
 }
 
 // The frame: the dynptr (16 bytes, 8-aligned), the interface key (16), the port key (4, in an
-// 8-byte slot), the port kind, and a buffer the packet's headers are read into.
+// 8-byte slot), the port kind, a buffer the packet's headers are read into, the source's key.
 const FP_DYNPTR: i16 = -16;
 const FP_IFKEY: i16 = -32;
 const FP_PORTKEY: i16 = -40;
 const FP_KIND: i16 = -48;
 const FP_BUF: i16 = -80;
+// The nets map key of the packet's source (24 bytes), and whether it arrived on the private
+// network's interface.
+const FP_NETKEY: i16 = -104;
+const FP_PRIV: i16 = -112;
 
 /// Emits: look up the name of the device `state` (in `r8`) points at, at field `dev`, in the
-/// interfaces map; leaves the map value pointer (or 0) in `r0`.
+/// interfaces map; leaves the map value pointer (or 0) in `r0`. The name is compared as the kernel
+/// compares names, up to its NUL: a device renamed through a longer name and back keeps the old
+/// name's tail after the NUL in its 16 bytes, so every byte from the first NUL on is zeroed in
+/// the key (`r3` is 1 until a NUL is seen, then 0; each byte is multiplied by it), without a
+/// branch. No device (a test run's input) reads as 16 zero bytes.
 fn lookup_iface(a: &mut Asm, l: &Layout, ifaces: i32, dev: i16) {
-    a.load(Size::DW, Reg::R1, Reg::R8, dev)
-        .load(Size::DW, Reg::R2, Reg::R1, l.dev_name)
-        .store(Size::DW, Reg::R10, FP_IFKEY, Reg::R2)
-        .load(Size::DW, Reg::R2, Reg::R1, l.dev_name + 8)
-        .store(Size::DW, Reg::R10, FP_IFKEY + 8, Reg::R2)
-        .load_map(Reg::R1, ifaces)
+    a.load(Size::DW, Reg::R1, Reg::R8, dev).mov_imm(Reg::R3, 1);
+    for i in 0..16i16 {
+        a.load(Size::B, Reg::R2, Reg::R1, l.dev_name + i)
+            .mov(Reg::R4, Reg::R2)
+            .alu_imm(Alu::Add, Reg::R4, 255)
+            .alu_imm(Alu::Rsh, Reg::R4, 8)
+            .alu_reg(Alu::And, Reg::R3, Reg::R4)
+            .alu_reg(Alu::Mul, Reg::R2, Reg::R3)
+            .store(Size::B, Reg::R10, FP_IFKEY + i, Reg::R2);
+    }
+    a.load_map(Reg::R1, ifaces)
         .mov(Reg::R2, Reg::R10)
         .alu_imm(Alu::Add, Reg::R2, FP_IFKEY as i32)
         .call(HELPER_MAP_LOOKUP);
@@ -116,8 +139,43 @@ fn read(a: &mut Asm, len: i32, plus: i32, fail: super::asm::Label) {
         .jmp_imm(Cond::Ne, Reg::R0, 0, fail);
 }
 
-/// Assembles the program for this layout and these maps (by file descriptor).
-pub fn build(l: &Layout, ports: i32, ifaces: i32) -> Vec<u64> {
+/// Emits: when the packet arrived on the private network's interface, look up its source (in
+/// the buffer: an IPv4 header at 0, or an IPv6 header's first 24 bytes) in the nets map, and
+/// accept it when it is there.
+fn private_source(a: &mut Asm, nets: i32, v6: bool, accept: super::asm::Label) {
+    let skip = a.label();
+    let (family, prefix) = if v6 { (NET_V6, 160) } else { (NET_V4, 64) };
+    a.load(Size::DW, Reg::R1, Reg::R10, FP_PRIV)
+        .jmp_imm(Cond::Eq, Reg::R1, 0, skip)
+        .mov_imm(Reg::R1, prefix)
+        .store(Size::W, Reg::R10, FP_NETKEY, Reg::R1)
+        .mov_imm(Reg::R1, u32::from_ne_bytes([family, 0, 0, 0]) as i32)
+        .store(Size::W, Reg::R10, FP_NETKEY + 4, Reg::R1);
+    if v6 {
+        a.load(Size::DW, Reg::R1, Reg::R10, FP_BUF + 8)
+            .store(Size::DW, Reg::R10, FP_NETKEY + 8, Reg::R1)
+            .load(Size::DW, Reg::R1, Reg::R10, FP_BUF + 16)
+            .store(Size::DW, Reg::R10, FP_NETKEY + 16, Reg::R1);
+    } else {
+        a.mov_imm(Reg::R1, 0)
+            .store(Size::DW, Reg::R10, FP_NETKEY + 8, Reg::R1)
+            .store(Size::DW, Reg::R10, FP_NETKEY + 16, Reg::R1)
+            .load(Size::W, Reg::R1, Reg::R10, FP_BUF + 12)
+            .store(Size::W, Reg::R10, FP_NETKEY + 8, Reg::R1);
+    }
+    a.load_map(Reg::R1, nets)
+        .mov(Reg::R2, Reg::R10)
+        .alu_imm(Alu::Add, Reg::R2, FP_NETKEY as i32)
+        .call(HELPER_MAP_LOOKUP)
+        .jmp_imm(Cond::Ne, Reg::R0, 0, accept)
+        .bind(skip);
+}
+
+/// Assembles the program for this layout and these maps (by file descriptor), marked with the
+/// cookie of the network namespace it is for: a constant the program loads and never uses, so
+/// its tag (a digest of its instructions, map references left out) differs from one namespace to
+/// another, and the host knows its own links among every namespace's by name and tag.
+pub fn build(l: &Layout, ports: i32, ifaces: i32, nets: i32, netns: u64) -> Vec<u64> {
     let mut a = Asm::new();
     let accept = a.label();
     let drop = a.label();
@@ -126,16 +184,22 @@ pub fn build(l: &Layout, ports: i32, ifaces: i32) -> Vec<u64> {
     let v6 = a.label();
     let l4 = a.label();
 
-    // r6 = ctx, r8 = ctx->state.
+    // The namespace's mark, overwritten by the first call. r6 = ctx, r8 = ctx->state.
+    a.ld_imm64(Reg::R0, netns);
     a.mov(Reg::R6, Reg::R1)
         .load(Size::DW, Reg::R8, Reg::R6, l.ctx_state);
 
-    // Arrived on an exempt interface: untouched.
+    // Arrived on an exempt interface: untouched. On the private network's: untouched when its
+    // source is in the private ranges, which is checked once the header is read.
+    a.mov_imm(Reg::R1, 0)
+        .store(Size::DW, Reg::R10, FP_PRIV, Reg::R1);
     lookup_iface(&mut a, l, ifaces, l.state_in);
     let not_exempt = a.label();
     a.jmp_imm(Cond::Eq, Reg::R0, 0, not_exempt)
         .load(Size::W, Reg::R1, Reg::R0, 0)
         .jmp_imm(Cond::Set, Reg::R1, IFACE_EXEMPT as i32, accept)
+        .alu_imm(Alu::And, Reg::R1, IFACE_PRIVATE as i32)
+        .store(Size::DW, Reg::R10, FP_PRIV, Reg::R1)
         .bind(not_exempt);
 
     // INPUT: the host ports. FORWARD: the container ports, only towards a runtime's bridge.
@@ -170,6 +234,7 @@ pub fn build(l: &Layout, ports: i32, ifaces: i32) -> Vec<u64> {
     // IPv4: the protocol, a later fragment (no transport header: dropped, it could be for a
     // guarded port; with the defrag flag none arrive), the header's length.
     read(&mut a, 20, 0, drop);
+    private_source(&mut a, nets, false, accept);
     a.load(Size::B, Reg::R7, Reg::R10, FP_BUF + 9);
     let v4_l4 = a.label();
     a.jmp_imm(Cond::Eq, Reg::R7, 6, v4_l4)
@@ -186,7 +251,8 @@ pub fn build(l: &Layout, ports: i32, ifaces: i32) -> Vec<u64> {
 
     // IPv6: the next header after the fixed 40 bytes, then each extension header in turn.
     a.bind(v6);
-    read(&mut a, 8, 0, drop);
+    read(&mut a, 24, 0, drop);
+    private_source(&mut a, nets, true, accept);
     a.load(Size::B, Reg::R7, Reg::R10, FP_BUF + 6)
         .mov_imm(Reg::R9, 40);
     for _ in 0..MAX_EXT_HEADERS {
@@ -272,10 +338,28 @@ pub fn port_key(port: u16, proto: u8, kind: u8) -> [u8; 4] {
     [p[0], p[1], proto, kind]
 }
 
-/// The interfaces map's key: the name, NUL-padded to 16 bytes as the kernel keeps it.
+/// The nets map's key for a network: its prefix length past the family word, the family, the
+/// address.
+pub fn net_key(addr: std::net::IpAddr, len: u8) -> [u8; NET_KEY_SIZE] {
+    let mut k = [0u8; NET_KEY_SIZE];
+    let (family, bytes): (u8, Vec<u8>) = match addr {
+        std::net::IpAddr::V4(a) => (NET_V4, a.octets().to_vec()),
+        std::net::IpAddr::V6(a) => (NET_V6, a.octets().to_vec()),
+    };
+    k[..4].copy_from_slice(&(32 + u32::from(len)).to_ne_bytes());
+    k[4] = family;
+    k[8..8 + bytes.len()].copy_from_slice(&bytes);
+    k
+}
+
+/// The interfaces map's key: the name up to its NUL, zero-padded to 16 bytes, as the program
+/// makes the key of a device's name (whatever the kernel keeps after the NUL).
 pub fn iface_key(name: &str) -> [u8; 16] {
     let mut k = [0u8; 16];
-    for (o, b) in k.iter_mut().zip(name.bytes().take(15)) {
+    for (o, b) in k
+        .iter_mut()
+        .zip(name.bytes().take_while(|b| *b != 0).take(15))
+    {
         *o = b;
     }
     k

@@ -20,11 +20,20 @@ const BPF_OBJ_PIN: i32 = 6;
 const BPF_OBJ_GET: i32 = 7;
 const BPF_PROG_TEST_RUN: i32 = 10;
 const BPF_OBJ_GET_INFO_BY_FD: i32 = 15;
+const BPF_PROG_GET_FD_BY_ID: i32 = 13;
+const BPF_MAP_GET_FD_BY_ID: i32 = 14;
 const BPF_LINK_CREATE: i32 = 28;
+const BPF_LINK_GET_FD_BY_ID: i32 = 30;
+const BPF_LINK_GET_NEXT_ID: i32 = 31;
 const BPF_LINK_DETACH: i32 = 34;
+/// `SO_NETNS_COOKIE` (Linux 5.14).
+const SO_NETNS_COOKIE: libc::c_int = 71;
 
 /// `BPF_MAP_TYPE_HASH`.
 pub const MAP_TYPE_HASH: u32 = 1;
+/// `BPF_MAP_TYPE_LPM_TRIE`: longest-prefix match, which the kernel requires unpreallocated.
+pub const MAP_TYPE_LPM_TRIE: u32 = 11;
+const BPF_F_NO_PREALLOC: u32 = 1;
 /// `BPF_PROG_TYPE_NETFILTER` (Linux 6.4).
 pub const PROG_TYPE_NETFILTER: u32 = 32;
 /// `BPF_NETFILTER`, the attach type of a netfilter link.
@@ -182,6 +191,14 @@ pub struct MapInfo {
     pub name: [u8; NAME_LEN],
 }
 
+impl MapInfo {
+    /// The map's name as created (up to 15 bytes).
+    pub fn name(&self) -> String {
+        let end = self.name.iter().position(|&b| b == 0).unwrap_or(NAME_LEN);
+        String::from_utf8_lossy(&self.name[..end]).into_owned()
+    }
+}
+
 fn bpf<T>(cmd: i32, attr: &mut T) -> std::result::Result<i64, Errno> {
     // SAFETY: `attr` is a live, properly sized `#[repr(C)]` prefix of `union bpf_attr`; every
     // pointer in it refers to memory that outlives the call.
@@ -224,11 +241,35 @@ fn fail(op: &'static str, what: &str, errno: Errno) -> Error {
 
 /// Creates a hash map of `max` entries.
 pub fn map_create(name: &str, key_size: u32, value_size: u32, max: u32) -> Result<OwnedFd> {
+    map_create_of(MAP_TYPE_HASH, 0, name, key_size, value_size, max)
+}
+
+/// Creates a longest-prefix-match map of `max` entries (keys: a u32 prefix length, then data).
+pub fn map_create_lpm(name: &str, key_size: u32, value_size: u32, max: u32) -> Result<OwnedFd> {
+    map_create_of(
+        MAP_TYPE_LPM_TRIE,
+        BPF_F_NO_PREALLOC,
+        name,
+        key_size,
+        value_size,
+        max,
+    )
+}
+
+fn map_create_of(
+    map_type: u32,
+    map_flags: u32,
+    name: &str,
+    key_size: u32,
+    value_size: u32,
+    max: u32,
+) -> Result<OwnedFd> {
     let mut a = MapCreate {
-        map_type: MAP_TYPE_HASH,
+        map_type,
         key_size,
         value_size,
         max_entries: max,
+        map_flags,
         map_name: name16(name),
         ..Default::default()
     };
@@ -452,4 +493,103 @@ pub fn prog_test_run(prog: &OwnedFd, data: &[u8], ctx: &[u8]) -> Result<u32> {
     };
     bpf(BPF_PROG_TEST_RUN, &mut a).map_err(|e| fail("test run", "netfilter program", e))?;
     Ok(a.retval)
+}
+
+#[repr(C)]
+#[derive(Default)]
+struct GetId {
+    start_id: u32,
+    next_id: u32,
+    open_flags: u32,
+}
+
+/// The id of the next link after `start` in the kernel's (all namespaces'), `None` past the
+/// last (`BPF_LINK_GET_NEXT_ID`).
+pub fn link_next_id(start: u32) -> Result<Option<u32>> {
+    next_id(BPF_LINK_GET_NEXT_ID, start, "links")
+}
+
+fn next_id(cmd: i32, start: u32, what: &str) -> Result<Option<u32>> {
+    let mut a = GetId {
+        start_id: start,
+        ..Default::default()
+    };
+    match bpf(cmd, &mut a) {
+        Ok(_) => Ok(Some(a.next_id)),
+        Err(Errno(libc::ENOENT)) => Ok(None),
+        Err(e) => Err(fail("next id", what, e)),
+    }
+}
+
+fn fd_by_id(cmd: i32, id: u32, what: &str) -> Result<Option<OwnedFd>> {
+    let mut a = GetId {
+        start_id: id,
+        ..Default::default()
+    };
+    match bpf(cmd, &mut a) {
+        Ok(fd) => Ok(Some(fd_of(fd))),
+        // Gone between the listing and the opening.
+        Err(Errno(libc::ENOENT)) => Ok(None),
+        Err(e) => Err(fail("open by id", &format!("{what} {id}"), e)),
+    }
+}
+
+/// Opens a link by its kernel id (`BPF_LINK_GET_FD_BY_ID`); `None` when it is gone.
+pub fn link_by_id(id: u32) -> Result<Option<OwnedFd>> {
+    fd_by_id(BPF_LINK_GET_FD_BY_ID, id, "link")
+}
+
+/// Opens a program by its kernel id (`BPF_PROG_GET_FD_BY_ID`); `None` when it is gone.
+pub fn prog_by_id(id: u32) -> Result<Option<OwnedFd>> {
+    fd_by_id(BPF_PROG_GET_FD_BY_ID, id, "program")
+}
+
+/// Opens a map by its kernel id (`BPF_MAP_GET_FD_BY_ID`); `None` when it is gone.
+pub fn map_by_id(id: u32) -> Result<Option<OwnedFd>> {
+    fd_by_id(BPF_MAP_GET_FD_BY_ID, id, "map")
+}
+
+/// The ids of the maps a program uses (`bpf_prog_info.map_ids`).
+pub fn prog_map_ids(fd: &OwnedFd, what: &str) -> Result<Vec<u32>> {
+    let mut ids = vec![0u32; 16];
+    let mut out = ProgInfo {
+        nr_map_ids: ids.len() as u32,
+        map_ids: ids.as_mut_ptr() as u64,
+        ..Default::default()
+    };
+    let mut a = InfoByFd {
+        bpf_fd: fd.as_raw_fd() as u32,
+        info_len: std::mem::size_of::<ProgInfo>() as u32,
+        info: &mut out as *mut ProgInfo as u64,
+    };
+    bpf(BPF_OBJ_GET_INFO_BY_FD, &mut a).map_err(|e| fail("info", what, e))?;
+    ids.truncate((out.nr_map_ids as usize).min(16));
+    Ok(ids)
+}
+
+/// The calling thread's network namespace's cookie (`SO_NETNS_COOKIE`), which the kernel never
+/// gives two namespaces.
+pub fn netns_cookie() -> Result<u64> {
+    // SAFETY: socket returns a new descriptor or -1; it is owned at once.
+    let s = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+    if s < 0 {
+        return Err(fail("socket", "the namespace's cookie", Errno::last()));
+    }
+    let s = fd_of(s as i64);
+    let mut cookie = 0u64;
+    let mut len = std::mem::size_of::<u64>() as libc::socklen_t;
+    // SAFETY: getsockopt writes at most `len` bytes into `cookie`.
+    let rc = unsafe {
+        libc::getsockopt(
+            s.as_raw_fd(),
+            libc::SOL_SOCKET,
+            SO_NETNS_COOKIE,
+            &mut cookie as *mut u64 as *mut libc::c_void,
+            &mut len,
+        )
+    };
+    if rc != 0 {
+        return Err(fail("getsockopt", "SO_NETNS_COOKIE", Errno::last()));
+    }
+    Ok(cookie)
 }

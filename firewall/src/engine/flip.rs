@@ -7,7 +7,7 @@ use crate::backend::{self, Cx};
 use crate::error::{Error, Result};
 use crate::filter::{self, FilterSpec};
 use crate::found::{Backend, MESH_TABLE};
-use crate::guard::GUARD_CHAIN;
+use crate::guard::GUARD_CHAINS;
 use crate::netlink::{Batch, Family, Ruleset};
 use crate::retire::Retired;
 use std::collections::BTreeMap;
@@ -50,13 +50,17 @@ impl Firewall<'_> {
         let legacy = self.found()?.legacy_saves.clone();
         let mut batch = Batch::new();
         filter.add_to(&mut batch)?;
-        let guarded = ruleset
-            .chains
-            .iter()
-            .any(|c| c.family == Family::Inet && c.table == MESH_TABLE && c.name == GUARD_CHAIN);
-        if guarded {
-            batch.flush(Family::Inet, MESH_TABLE, Some(GUARD_CHAIN))?;
-            batch.del_chain(Family::Inet, MESH_TABLE, GUARD_CHAIN)?;
+        let mut guarded = false;
+        for (name, _) in GUARD_CHAINS {
+            let there = ruleset
+                .chains
+                .iter()
+                .any(|c| c.family == Family::Inet && c.table == MESH_TABLE && c.name == name);
+            if there {
+                batch.flush(Family::Inet, MESH_TABLE, Some(name))?;
+                batch.del_chain(Family::Inet, MESH_TABLE, name)?;
+                guarded = true;
+            }
         }
         let mut out = Vec::new();
         // Native tables join the batch; the others wait until it is in force.

@@ -218,7 +218,27 @@ impl RuleBody {
         self.l4proto(L4Proto::Udp).th_dport(port)
     }
 
+    /// The address's first `prefix_len` bits compared with `op` as nft writes it: a prefix on a
+    /// byte boundary loads only its bytes, any other loads the address and masks it.
+    fn network_prefix_nft(self, op: CmpOp, offset: u32, addr: &[u8], prefix_len: u8) -> RuleBody {
+        let bits = (prefix_len as usize).min(addr.len() * 8);
+        if bits % 8 != 0 {
+            return self.network_prefix_op(op, offset, addr, prefix_len);
+        }
+        self.expr(Expr::Payload {
+            base: PayloadBase::Network,
+            offset,
+            len: (bits / 8) as u32,
+            dreg: NFT_REG_1,
+        })
+        .cmp(op, addr[..bits / 8].to_vec())
+    }
+
     fn network_prefix(self, offset: u32, addr: &[u8], prefix_len: u8) -> RuleBody {
+        self.network_prefix_op(CmpOp::Eq, offset, addr, prefix_len)
+    }
+
+    fn network_prefix_op(self, op: CmpOp, offset: u32, addr: &[u8], prefix_len: u8) -> RuleBody {
         let len = addr.len();
         let bits = (prefix_len as usize).min(len * 8);
         let mask: Vec<u8> = (0..len)
@@ -247,7 +267,35 @@ impl RuleBody {
                 xor: vec![0; len],
             });
         }
-        me.cmp(CmpOp::Eq, masked)
+        me.cmp(op, masked)
+    }
+
+    /// `ip saddr != ADDR/LEN` or `ip6 saddr != ADDR/LEN` by the address's family, with its
+    /// `meta nfproto` dependency: a packet of that family whose source is outside the network,
+    /// encoded as nft encodes it. A `/0` network has no outside: the caller leaves it out.
+    pub fn saddr_outside(self, addr: std::net::IpAddr, prefix_len: u8) -> RuleBody {
+        match addr {
+            std::net::IpAddr::V4(a) => self.nfproto(Family::Ipv4).network_prefix_nft(
+                CmpOp::Neq,
+                12,
+                &a.octets(),
+                prefix_len,
+            ),
+            std::net::IpAddr::V6(a) => self.nfproto(Family::Ipv6).network_prefix_nft(
+                CmpOp::Neq,
+                8,
+                &a.octets(),
+                prefix_len,
+            ),
+        }
+    }
+
+    /// `oifname "NAME"` or `oifname != "NAME"`: the interface a forwarded packet leaves by.
+    pub fn oifname(self, op: CmpOp, pattern: &str) -> RuleBody {
+        match Self::ifname_data(pattern) {
+            Some(data) => self.meta(MetaKey::OifName).cmp(op, data),
+            None => self.invalid_interface(pattern),
+        }
     }
 
     /// `ip saddr ADDR/LEN`, with the `meta nfproto ipv4` dependency an inet table needs.

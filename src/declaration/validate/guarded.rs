@@ -18,7 +18,8 @@ use std::net::IpAddr;
 pub(super) struct Guarded {
     /// `(port, setting)`: the store's and broker-management's ports, as the settings name them.
     pub ports: Vec<(u16, &'static str)>,
-    pub private: Option<(IpAddr, u8)>,
+    /// The private ranges (`range`, then `range_v6`).
+    pub private: Vec<(IpAddr, u8)>,
 }
 
 impl Walker {
@@ -40,9 +41,17 @@ impl Walker {
         if map.get("proto").and_then(Value::as_str) != Some("tcp") {
             return;
         }
-        let range = match guarded.private {
-            Some((a, l)) => format!("settings.private_network.range {a}/{l}"),
-            None => "a private network (these settings declare none)".to_string(),
+        let range = match guarded.private.as_slice() {
+            [] => "a private network (these settings declare none)".to_string(),
+            [(a, l)] => format!("settings.private_network.range {a}/{l}"),
+            ranges => format!(
+                "settings.private_network's ranges {}",
+                ranges
+                    .iter()
+                    .map(|(a, l)| format!("{a}/{l}"))
+                    .collect::<Vec<_>>()
+                    .join(" and ")
+            ),
         };
         let refuse = |w: &mut Walker, at: String, what: String| {
             w.err(
@@ -66,7 +75,8 @@ impl Walker {
                     let Some(Ok((net, len))) = item.as_str().map(|c| parse_cidr(c, true)) else {
                         continue;
                     };
-                    if !inside(guarded.private, net, len) && !net.is_loopback() {
+                    let within = guarded.private.iter().any(|r| inside(Some(*r), net, len));
+                    if !within && !net.is_loopback() {
                         let what = format!("an opening from {}", item.as_str().unwrap_or(""));
                         refuse(self, format!("{fp}[{i}]"), what);
                     }

@@ -103,6 +103,48 @@ fn interface_names_and_ranges_are_checked() {
 }
 
 #[test]
+fn an_ipv6_range_beside_an_ipv4_one_is_range_v6_and_checked() {
+    let mut v = base();
+    v["settings"]["private_network"]["range_v6"] = json!("fd77::/64");
+    let d = ok(v.clone());
+    let pn = d.settings.unwrap().private_network.unwrap();
+    assert_eq!(pn.range_v6.as_deref(), Some("fd77::/64"));
+    let shown: Vec<String> = pn.networks().iter().map(|n| n.to_string()).collect();
+    assert_eq!(shown, ["10.77.0.0/24", "fd77::/64"]);
+    // An opening on the store from inside the v6 range is inside the private network.
+    v["resources"] = json!([{"id": "db/v6", "type": "opening", "port": 5432, "proto": "tcp",
+                             "from": ["fd77::/64"], "path": "incoming"}]);
+    ok(v);
+    let cases = [
+        (json!("fd77::1/64"), "has host bits set"),
+        (json!("10.78.0.0/24"), "is not an IPv6 network"),
+        (json!("fd77::"), "is not a CIDR"),
+        (json!(7), "must be a string"),
+    ];
+    for (bad, why) in cases {
+        let mut v = base();
+        v["settings"]["private_network"]["range_v6"] = bad.clone();
+        let p = problems(v, Source::Local);
+        assert!(
+            p.iter()
+                .any(|x| x.starts_with("settings.private_network.range_v6:") && x.contains(why)),
+            "{bad}: {p:?}"
+        );
+    }
+    // Beside an IPv6 range there is no second one.
+    let mut v = base();
+    v["settings"]["private_network"] =
+        json!({"interface": "mesh0", "range": "fd77::/64", "range_v6": "fd78::/64"});
+    let p = problems(v, Source::Local);
+    assert!(
+        p.iter()
+            .any(|x| x.starts_with("settings.private_network.range_v6:")
+                && x.contains("beside an IPv6 range")),
+        "{p:?}"
+    );
+}
+
+#[test]
 fn deadlines_are_whole_seconds_up_to_a_day_and_known_by_name() {
     let mut v = base();
     v["settings"]["deadlines"] = json!({"container_s": 1, "package_s": 86400, "firewall_s": 5});
@@ -392,6 +434,7 @@ fn declaration() -> impl Strategy<Value = Declaration> {
                     private_network: Some(PrivateNetwork {
                         interface: "mesh0".into(),
                         range: "10.77.0.0/24".into(),
+                        range_v6: None,
                     }),
                     deadlines: Some(run::Deadlines {
                         package_s: Some(1200),
