@@ -743,7 +743,7 @@ impl<'m> Walker<'m> {
                 push(&mut out, d, Fate::Doubtful { by, what }, Vec::new());
             }
             for (p, fate) in finals {
-                push(&mut out, p.src, fate, p.trace);
+                push_limited(&mut out, p.src, fate, p.trace, p.limits);
             }
             return out;
         }
