@@ -423,12 +423,11 @@ pub fn run(host: &Host<'_>, opts: &Options) -> Result<ExitCode> {
                 next_legacy = now + opts.legacy_period;
             }
             // The memo is the last reconcile's: while the store says something newer, or another
-            // act holds it, putting the memo back would undo that act; its declaration is
-            // reconciled instead, once the store is let go of.
+            // act is under way, putting the memo back would undo that act. Nothing is done: the
+            // act records its declaration when it is done, and that is heard and reconciled.
             let stale = stamp(host.root) != memo_stamp || store::held_elsewhere(host.root);
             if stale && memo.is_some() {
-                tracing::debug!(by = %who, "the store changed since the last reconcile; a reconcile is due instead of a re-check");
-                reconciles.ask(Trigger::RulesetChanged, Instant::now());
+                tracing::debug!(by = %who, "another act is under way or done since the last reconcile; no re-check over it");
             } else if first.is_some() || retry_due || crate::node_firewall::legacy_in_force() {
                 match recheck(host, memo.as_ref(), first, &who) {
                     Checked::Done => {

@@ -329,10 +329,32 @@ pub fn store_dir(root: &Path) -> PathBuf {
 /// adopt under way): its lock cannot be taken without waiting. Asked without waiting, and let
 /// go of at once; a store that has no lock file yet is held by no one.
 pub fn held_elsewhere(root: &Path) -> bool {
-    let Ok(f) = File::open(store_dir(root).join("lock")) else {
-        return false;
-    };
-    Flock::lock(f, FlockArg::LockExclusiveNonblock).is_err()
+    ["lock", ACTING].iter().any(|name| {
+        File::open(store_dir(root).join(name))
+            .is_ok_and(|f| Flock::lock(f, FlockArg::LockExclusiveNonblock).is_err())
+    })
+}
+
+/// The file every act holds a shared lock on from before its first change to the firewall
+/// (the guard is ensured before the store's own lock is waited for) to its end, so the resident
+/// host knows another act's changes for what they are.
+pub const ACTING: &str = "act.lock";
+
+/// Says, for as long as the value is held, that an act is under way on the store under `root`
+/// (a shared lock on [`ACTING`]: acts do not wait for each other here). `None` where the store
+/// has no directory yet: no resident host remembers anything of it then.
+pub fn acting(root: &Path) -> Option<Flock<File>> {
+    let dir = store_dir(root);
+    if !dir.is_dir() {
+        return None;
+    }
+    let f = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(dir.join(ACTING))
+        .ok()?;
+    Flock::lock(f, FlockArg::LockShared).ok()
 }
 
 impl Store {

@@ -245,6 +245,9 @@ pub fn apply(host: &Host<'_>, decl: &Declaration, source: Source) -> Result<Repo
     if let Ok(Some(state)) = &peeked {
         safety::check_safety(state, decl)?;
     }
+    // From here to the end this act changes the firewall: said to the resident host, which then
+    // puts nothing of its memo back over it.
+    let _acting = store::acting(host.root);
     let mut fw = (host.firewall)(host.root, decl);
     let settings = decl
         .settings
