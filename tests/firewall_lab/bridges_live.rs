@@ -105,8 +105,9 @@ fn a_reconcile_with_an_unchanged_generation_starts_no_process() {
     assert_only_the_binary(&execs, "with no engine socket, generation unchanged");
 }
 
-/// The runtime bridges the guard table names (its rules' comments end in `/BRIDGE`), read in the
-/// node's namespace.
+/// The runtime bridges the guard table names, read in the node's namespace: its container rules'
+/// comments read `mesh-host:guard/WHAT/container/PROTO/PORT/BRIDGE`, then the private network's
+/// part and the hook (`/forward`) where there are.
 fn guarded_bridges(sock: &mut NfSocket) -> Vec<String> {
     let rules = sock
         .rules_of(firewall::Family::Inet, "mesh_host", None)
@@ -114,8 +115,8 @@ fn guarded_bridges(sock: &mut NfSocket) -> Vec<String> {
     let mut out: Vec<String> = rules
         .iter()
         .filter_map(|r| r.comment.as_deref())
-        .filter(|c| c.contains("/container/"))
-        .filter_map(|c| c.rsplit('/').next().map(str::to_string))
+        .filter_map(|c| c.split_once("/container/"))
+        .filter_map(|(_, rest)| rest.split('/').nth(2).map(str::to_string))
         .collect();
     out.sort();
     out.dedup();
