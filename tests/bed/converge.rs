@@ -381,8 +381,12 @@ fn flip_and_return(cx: &Ctx, watch: &Watch) {
     // the node converged until now, must not put it back.
     for when in ["when the return is done", "two seconds after the return"] {
         let mesh = mesh_table(cx);
+        // The derived filter's chains are `input` and `forward` with policy drop; the guard's
+        // own chains (`guard`, `guard_input`, `guard_forward`, policy accept) stay.
         assert!(
-            !mesh.contains("policy drop") && !mesh.contains("hook input"),
+            !mesh.contains("policy drop")
+                && !mesh.contains("chain input {")
+                && !mesh.contains("chain forward {"),
             "the derived filter is not gone {when}:\n{mesh}"
         );
         std::thread::sleep(Duration::from_secs(2));

@@ -18,7 +18,7 @@ use super::addrs::{num, Addrs, Fam};
 use super::ir::{IrRule, RuleText};
 use super::model::Model;
 use super::opening::{sources, Iface};
-use super::{Answer, Conn, Decider, Fate, Path};
+use super::{Answer, Branch, Conn, Decider, Fate, Path};
 use crate::netlink::RuleBody;
 use crate::opening::{From, Opening, Path as OPath};
 use std::collections::BTreeSet;
@@ -141,31 +141,65 @@ pub fn classes(
 }
 
 /// The found firewall's answer for each class, walked once and compared with every candidate.
+/// Where an answer is doubtful, each branch of its undecided tests is kept too: a doubtful
+/// answer that stays doubtful can still hide a branch that changed (a routed host refused behind
+/// an undecided test, admitted after it).
 pub struct Before {
     pub conns: Vec<Conn>,
     pub answers: Vec<Answer>,
+    pub branches: Vec<Option<Vec<Branch>>>,
 }
 
 impl Before {
     pub fn of(model: &Model, conns: Vec<Conn>) -> Before {
-        let answers = conns
+        let answers: Vec<Answer> = conns
             .iter()
             .map(|c| model.evaluate(c, &Addrs::all(c.fam)))
             .collect();
-        Before { conns, answers }
+        let branches = conns
+            .iter()
+            .zip(&answers)
+            .map(|(c, a)| doubtful(a).then(|| model.branches(c, &Addrs::all(c.fam))))
+            .collect();
+        Before {
+            conns,
+            answers,
+            branches,
+        }
     }
 
     /// The classes `keep` chooses, with their answers.
     pub fn only(&self, keep: impl Fn(&Conn) -> bool) -> Before {
-        let (conns, answers) = self
-            .conns
-            .iter()
-            .zip(&self.answers)
-            .filter(|(c, _)| keep(c))
-            .map(|(c, a)| (c.clone(), a.clone()))
-            .unzip();
-        Before { conns, answers }
+        let mut out = Before {
+            conns: Vec::new(),
+            answers: Vec::new(),
+            branches: Vec::new(),
+        };
+        for ((c, a), b) in self.conns.iter().zip(&self.answers).zip(&self.branches) {
+            if keep(c) {
+                out.conns.push(c.clone());
+                out.answers.push(a.clone());
+                out.branches.push(b.clone());
+            }
+        }
+        out
     }
+}
+
+fn doubtful(a: &Answer) -> bool {
+    a.parts
+        .iter()
+        .any(|p| matches!(p.fate, Fate::Doubtful { .. }))
+}
+
+/// Whether two branches can be the same way: every undecided test both took, taken alike.
+fn same_way(a: &Branch, b: &Branch) -> bool {
+    a.forks.iter().all(|(d, way)| {
+        b.forks
+            .iter()
+            .filter(|(e, _)| same_rule(d, e))
+            .all(|(_, w)| w == way)
+    })
 }
 
 /// A cell the write would change that is not the opening's to change.
@@ -252,39 +286,81 @@ pub trait May {
     fn change(&self, conn: &Conn, before: &Fate) -> Addrs;
 }
 
-/// Every cell of `after` that differs from `before` and that `may` does not allow.
+/// Every cell of `after` that differs from `before` and that `may` does not allow; where the
+/// answer before was doubtful, every branch of its undecided tests as well, each against the
+/// same way after.
 pub fn diff(before: &Before, after: &Model, may: &dyn May) -> Vec<Violation> {
     let mut out = Vec::new();
-    for (conn, was) in before.conns.iter().zip(&before.answers) {
-        let now = after.evaluate(conn, &Addrs::all(conn.fam));
+    for ((conn, was), ways) in before
+        .conns
+        .iter()
+        .zip(&before.answers)
+        .zip(&before.branches)
+    {
+        let all = Addrs::all(conn.fam);
+        let now = after.evaluate(conn, &all);
         for b in &was.parts {
             for a in &now.parts {
-                let skip = skipped(&b.limits, &a.limits);
-                if same(&b.fate, &a.fate) && skip.is_none() && b.limits.len() == a.limits.len() {
-                    continue;
-                }
-                let both = b.sources.intersect(&a.sources);
-                if both.is_empty() {
-                    continue;
-                }
-                // An opening's own connections may move on, but never past a limit they met.
-                let bad = match skip {
-                    Some(_) => both,
-                    None => both.minus(&may.change(conn, &b.fate)),
-                };
-                if !bad.is_empty() {
-                    out.push(Violation {
-                        conn: conn.clone(),
-                        sources: bad,
-                        before: b.fate.clone(),
-                        after: a.fate.clone(),
-                        skipped: skip.cloned(),
-                    });
-                }
+                cell(
+                    &mut out,
+                    conn,
+                    may,
+                    (&b.sources, &b.fate, &b.limits),
+                    (&a.sources, &a.fate, &a.limits),
+                );
+            }
+        }
+        let Some(ways) = ways else { continue };
+        for a in after.branches(conn, &all) {
+            for b in ways.iter().filter(|b| same_way(&a, b) && same_way(b, &a)) {
+                cell(
+                    &mut out,
+                    conn,
+                    may,
+                    (&b.sources, &b.fate, &b.limits),
+                    (&a.sources, &a.fate, &a.limits),
+                );
             }
         }
     }
     out
+}
+
+/// One part before against one part after (sources, fate, limits met): a violation where they
+/// share sources and differ in what `may` does not allow.
+fn cell(
+    out: &mut Vec<Violation>,
+    conn: &Conn,
+    may: &dyn May,
+    (bs, bf, bl): (&Addrs, &Fate, &[Decider]),
+    (as_, af, al): (&Addrs, &Fate, &[Decider]),
+) {
+    let skip = skipped(bl, al);
+    if same(bf, af) && skip.is_none() && bl.len() == al.len() {
+        return;
+    }
+    let both = bs.intersect(as_);
+    if both.is_empty() {
+        return;
+    }
+    // An opening's own connections may move on, but never past a limit they met.
+    let bad = match skip {
+        Some(_) => both,
+        None => both.minus(&may.change(conn, bf)),
+    };
+    if bad.is_empty() {
+        return;
+    }
+    let v = Violation {
+        conn: conn.clone(),
+        sources: bad,
+        before: bf.clone(),
+        after: af.clone(),
+        skipped: skip.cloned(),
+    };
+    if !out.contains(&v) {
+        out.push(v);
+    }
 }
 
 /// The cells that are an opening's own: its protocol and port on its path (forwarded: only
@@ -418,6 +494,43 @@ mod tests {
         let b = Before::of(&m, classes(&ifaces(), &ports, &[], [true, true]));
         let after = m.edited(&[insert(chain, before, spec, &m)]);
         diff(&b, &after, &Only(&o))
+    }
+
+    #[test]
+    fn a_doubtful_answer_that_stays_doubtful_is_compared_branch_by_branch() {
+        // An undecided test (`-m time`) ahead of the shared reject: every answer through it is
+        // doubtful before and after, and only its branches tell the forwarded path was opened.
+        let ruleset = ROUTER.replace(
+            "-A handle_reject -p tcp",
+            "-A handle_reject -m time --timestart 01:00 -j DROP\n-A handle_reject -p tcp",
+        );
+        let mut m = Model::default();
+        m.add_legacy(Fam::V4, "filter", &ruleset);
+        let o = opening(9000);
+        let ports = BTreeSet::from([(6, 9000)]);
+        let b = Before::of(&m, classes(&ifaces(), &ports, &[], [true, true]));
+        let routed = b
+            .conns
+            .iter()
+            .position(|c| c.routed && c.iif == "wan0")
+            .unwrap();
+        assert!(doubtful(&b.answers[routed]), "{:?}", b.answers[routed]);
+        let spec =
+            "-p tcp -m tcp --dport 9000 -m comment --comment mesh-host:web#00000000 -j ACCEPT";
+        let after = m.edited(&[insert("handle_reject", Some(1), spec, &m)]);
+        let now = after.evaluate(&b.conns[routed], &Addrs::all(Fam::V4));
+        assert!(
+            now.parts.iter().all(|p| b.answers[routed]
+                .parts
+                .iter()
+                .any(|q| same(&p.fate, &q.fate))),
+            "the answer alone reads unchanged: {now:?}"
+        );
+        let v = diff(&b, &after, &Only(&o));
+        assert!(
+            v.iter().any(|v| v.conn.routed && v.after == Fate::Admitted),
+            "the forwarded branch opened: {v:?}"
+        );
     }
 
     #[test]

@@ -526,3 +526,40 @@ fn legacy_set_recent_connlimit_hashlimit_physdev_socket() {
     assert_eq!(w(9112), "admitted");
     assert_eq!(w(9113), "doubtful");
 }
+
+/// `ip frag-off & MASK != 0 drop`, then an accept: the load of the IPv4 header's bytes 6..8.
+fn frag_off(mask: [u8; 2]) -> Model {
+    model(vec![
+        vec![
+            Expr::Payload {
+                base: PayloadBase::Network,
+                offset: 6,
+                len: 2,
+                dreg: 1,
+            },
+            Expr::Bitwise {
+                sreg: 1,
+                dreg: 1,
+                len: 2,
+                mask: mask.to_vec(),
+                xor: vec![0, 0],
+            },
+            Expr::Cmp {
+                sreg: 1,
+                op: CmpOp::Neq,
+                data: vec![0, 0],
+            },
+            verdict(NfVerdict::Drop),
+        ],
+        vec![verdict(NfVerdict::Accept)],
+    ])
+}
+
+#[test]
+fn a_connections_first_packet_is_no_fragment_but_its_dont_fragment_bit_is_not_known() {
+    // The offset (the wiki's `ip frag-off & 0x1fff != 0 drop`) and more-fragments are clear.
+    assert_eq!(word(&frag_off([0x1f, 0xff]), 9000), "admitted");
+    assert_eq!(word(&frag_off([0x3f, 0xff]), 9000), "admitted");
+    // The don't-fragment bit is the sender's: the rule is not decided.
+    assert_eq!(word(&frag_off([0x40, 0x00]), 9000), "doubtful");
+}

@@ -206,6 +206,16 @@ pub struct Outcome {
     pub limits: Vec<Decider>,
 }
 
+/// One way of a connection's walk where a test on it cannot be decided: the sources on it, how
+/// it ends, the limits met, and each undecided test it took (the rule) and which way.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Branch {
+    pub sources: Addrs,
+    pub fate: Fate,
+    pub limits: Vec<Decider>,
+    pub forks: Vec<(Decider, bool)>,
+}
+
 /// The answer for a connection: its sources partitioned by fate.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Answer {
@@ -277,6 +287,12 @@ impl Model {
         Answer {
             parts: walk::Walker::new(self, false).run(conn, sources),
         }
+    }
+
+    /// Every branch of the walk apart (see [`Branch`]): where the answer is doubtful, what each
+    /// way of its undecided tests ends in.
+    pub fn branches(&self, conn: &Conn, sources: &Addrs) -> Vec<Branch> {
+        walk::Walker::new(self, false).branches(conn, sources)
     }
 
     /// The same, with the verdicts met on each part's way: `mesh-host firewall explain`.

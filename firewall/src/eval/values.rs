@@ -88,6 +88,11 @@ impl Walker<'_> {
                             }
                         } else if off == proto_at && len == 1 {
                             Val::Bytes(vec![c.proto])
+                        } else if v4 && off == 6 && len <= 2 && frag_bits_only(l) {
+                            // `ip frag-off & 0x1fff`, `& 0x2000` (more fragments): the first
+                            // packet of a connection, whole, is no fragment; only the
+                            // don't-fragment bit is the sender's choice.
+                            Val::Bytes(vec![0; len])
                         } else {
                             Val::Unknown(format!("network header bytes {off}..{}", off + len))
                         }
@@ -267,6 +272,18 @@ impl Walker<'_> {
             }
             Err(why) => M::Unknown(why),
         }
+    }
+}
+
+/// Whether a load of the IPv4 header's flags and fragment offset (bytes 6..8) is masked to
+/// bits a whole first packet has clear: the reserved bit, more-fragments and the offset, never
+/// the don't-fragment bit (0x4000), which depends on the sender.
+fn frag_bits_only(l: &Load) -> bool {
+    match &l.mask {
+        Some((mask, xor)) => {
+            mask.first().is_some_and(|m| m & 0x40 == 0) && xor.iter().all(|x| *x == 0)
+        }
+        None => false,
     }
 }
 

@@ -8,7 +8,7 @@ use super::addrs::{Addrs, Fam};
 use super::ir::{Act, Item, MarkOp};
 use super::model::{Base, Model, TableIr};
 use super::values::vmap_parts;
-use super::{Conn, Decider, Fate, Outcome, Path, Refusal};
+use super::{Branch, Conn, Decider, Fate, Outcome, Path, Refusal};
 use crate::netlink::Verdict;
 use crate::netlink::{Hook, Policy};
 
@@ -154,6 +154,30 @@ impl<'m> Walker<'m> {
 
     /// The whole path: every base chain in order, each one's accept ending only itself.
     pub(super) fn run(&mut self, conn: &Conn, sources: &Addrs) -> Vec<Outcome> {
+        let finals = self.finals(conn, sources);
+        self.resolve(finals)
+    }
+
+    /// Every way of the whole path apart, each with the undecided tests it took and which way:
+    /// the check compares a doubtful answer branch by branch.
+    pub(super) fn branches(&mut self, conn: &Conn, sources: &Addrs) -> Vec<Branch> {
+        let finals = self.finals(conn, sources);
+        finals
+            .into_iter()
+            .map(|(p, fate)| Branch {
+                sources: p.src,
+                fate,
+                limits: p.limits,
+                forks: p
+                    .forks
+                    .iter()
+                    .map(|(id, way)| (self.doubts[*id].0.clone(), *way))
+                    .collect(),
+            })
+            .collect()
+    }
+
+    fn finals(&mut self, conn: &Conn, sources: &Addrs) -> Vec<(Pkt, Fate)> {
         let mut parts = vec![self.start(sources)];
         let mut finals: Vec<(Pkt, Fate)> = Vec::new();
         for base in self.bases(conn) {
@@ -186,7 +210,7 @@ impl<'m> Walker<'m> {
         for p in parts {
             finals.push((p, Fate::Admitted));
         }
-        self.resolve(finals)
+        finals
     }
 
     /// One base chain alone, for placement: how its walk ends for each part of the sources.
