@@ -29,6 +29,10 @@ use crate::rules;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path as FsPath, PathBuf};
 
+/// How long the container runtime is given to write its rules again after a found firewall's
+/// daemon reloaded on the host's write (Docker hears firewalld's `Reloaded` signal on the bus).
+const RUNTIME_REWRITE_DEADLINE: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// How many refusals with ERESTART, each with nothing the plan read changed, before a batch is
 /// sent without its generation and vouched for after (see `Firewall::send_steady`).
 const UNCONDITIONAL_AFTER: u32 = 3;
@@ -187,6 +191,9 @@ impl<'a> Firewall<'a> {
                 exec: self.exec,
             };
             let got = driver.converge(layers, openings, scope, write, &mut cx)?;
+            if write && !got.added.is_empty() {
+                self.runtime_rules_back(&plan.ruleset, &plan.legacy_saves, openings)?;
+            }
             plan.done.added.extend(got.added);
             plan.done.removed.extend(got.removed);
             plan.done.stale += got.stale;
@@ -195,6 +202,44 @@ impl<'a> Firewall<'a> {
             }
         }
         Ok(())
+    }
+
+    /// Waits, to a deadline, for the container runtime's DNAT rules that `before` held for the
+    /// forwarded openings to be listed again. A whole driver's write can make its daemon reload
+    /// (firewalld does once, when it first takes the mesh's policy), and the runtime, hearing
+    /// the reload, writes its rules again a moment later: the verdicts are read from the kernel
+    /// once they are back, not from the gap between. Past the deadline the verdicts say what is
+    /// there.
+    fn runtime_rules_back(
+        &mut self,
+        before: &Ruleset,
+        legacy_saves: &BTreeMap<(Family, String), String>,
+        openings: &[Opening],
+    ) -> Result<()> {
+        if self.nf.is_none() {
+            return Ok(());
+        }
+        let wanted: Vec<(&Opening, Vec<published::Target>)> = openings
+            .iter()
+            .filter(|o| o.path == crate::opening::Path::Forwarded)
+            .map(|o| (o, published::targets(before, legacy_saves, o.proto, o.port)))
+            .filter(|(_, t)| !t.is_empty())
+            .collect();
+        if wanted.is_empty() {
+            return Ok(());
+        }
+        let until = std::time::Instant::now() + RUNTIME_REWRITE_DEADLINE;
+        loop {
+            let now = self.snapshot()?;
+            let back = wanted.iter().all(|(o, t)| {
+                let got = published::targets(&now.ruleset, legacy_saves, o.proto, o.port);
+                t.iter().all(|x| got.contains(x))
+            });
+            if back || std::time::Instant::now() >= until {
+                return Ok(());
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
     }
 
     /// Converges the given openings through every layer their packets cross: missing rules are
