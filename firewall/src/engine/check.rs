@@ -221,8 +221,10 @@ fn useful(
     layers.iter().filter(|l| l.crossed_by(o)).any(|l| {
         families(o).into_iter().any(|fam| {
             ways(o, fam, ifaces, targets).iter().any(|w| {
+                // Each branch of an undecided test apart, as placement reads them: a rule that
+                // admits where the test lets the connection on is of use, the doubt said beside.
                 after
-                    .evaluate_base(table, &l.chain, &w.conn, &w.sources, false)
+                    .evaluate_base_branches(table, &l.chain, &w.conn, &w.sources)
                     .is_some_and(|parts| parts.iter().any(|p| p.fate == Fate::Admitted))
             })
         })

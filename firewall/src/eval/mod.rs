@@ -322,6 +322,23 @@ impl Model {
         Some(walk::Walker::new(self, false).run_base(base, conn, sources, skip_marked))
     }
 
+    /// The same, each branch of an undecided test kept with its own end beside the doubtful
+    /// part (as placement reads a chain).
+    pub fn evaluate_base_branches(
+        &self,
+        table: &str,
+        chain: &str,
+        conn: &Conn,
+        sources: &Addrs,
+    ) -> Option<Vec<Outcome>> {
+        let base = self.base(table, chain)?;
+        Some(
+            walk::Walker::new(self, false)
+                .with_branches()
+                .run_base(base, conn, sources, false),
+        )
+    }
+
     /// Where an opening's rule goes in one base chain so that what its sources reach is accept,
     /// less what the operator refuses of particular sources or of exactly this port: ahead of
     /// the first refusal that would take all of it, behind every ban.
