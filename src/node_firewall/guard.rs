@@ -337,14 +337,22 @@ mod tests {
         spec.add_runtime_bridge("docker0");
         spec.add_runtime_bridge("br-old");
         let new = super::with_bridges(&spec, &["docker0".into(), "br-0123456789ab".into()]);
-        assert_eq!(new.allowed, ["lo", "wg0", "docker0", "br-0123456789ab"]);
+        // The private network is let through by its interface and range, not as an allowed
+        // interface: the bridges change neither.
+        assert_eq!(new.allowed, ["lo", "docker0", "br-0123456789ab"]);
         assert_eq!(new.runtimes, ["docker0", "br-0123456789ab"]);
         assert_eq!(new.ports, spec.ports);
+        assert_eq!(new.private, spec.private);
+        assert_eq!(
+            new.private.as_ref().map(|p| p.interface.as_str()),
+            Some("wg0")
+        );
         let none = super::with_bridges(&spec, &[]);
         assert_eq!(
             (none.allowed, none.runtimes.len()),
-            (vec!["lo".to_string(), "wg0".into()], 0)
+            (vec!["lo".to_string()], 0)
         );
+        assert_eq!(none.private, spec.private);
     }
 
     fn settings() -> Settings {
