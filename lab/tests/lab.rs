@@ -474,12 +474,26 @@ fn lab_refuses_to_start_without_root() {
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
     std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let out = Command::new(&copy)
-        .args(["--exact", "lab_new_requires_root", "--nocapture"])
-        .current_dir("/")
-        .uid(65534)
-        .gid(65534)
-        .output();
+    // Another test's thread forking while the copy was being written holds its write descriptor
+    // until that child execs, and exec answers ETXTBSY meanwhile: tried again to a deadline.
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let out = loop {
+        let out = Command::new(&copy)
+            .args(["--exact", "lab_new_requires_root", "--nocapture"])
+            .current_dir("/")
+            .uid(65534)
+            .gid(65534)
+            .output();
+        match out {
+            Err(e)
+                if e.kind() == std::io::ErrorKind::ExecutableFileBusy
+                    && std::time::Instant::now() < until =>
+            {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            other => break other,
+        }
+    };
     std::fs::remove_dir_all(&dir).unwrap();
     let out = out.unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
