@@ -18,7 +18,7 @@ use super::addrs::{num, Addrs, Fam};
 use super::ir::{IrRule, RuleText};
 use super::model::Model;
 use super::opening::{sources, Iface};
-use super::{Answer, Branch, Conn, Decider, Fate, Path};
+use super::{Answer, Branch, Conn, Decider, Fate, Outcome, Path};
 use crate::netlink::RuleBody;
 use crate::opening::{From, Opening, Path as OPath};
 use std::collections::BTreeSet;
@@ -194,12 +194,33 @@ fn doubtful(a: &Answer) -> bool {
 
 /// Whether two branches can be the same way: every undecided test both took, taken alike.
 fn same_way(a: &Branch, b: &Branch) -> bool {
-    a.forks.iter().all(|(d, way)| {
-        b.forks
-            .iter()
-            .filter(|(e, _)| same_rule(d, e))
-            .all(|(_, w)| w == way)
-    })
+    let agree = |x: &Branch, y: &Branch| {
+        x.forks.iter().all(|(d, way)| {
+            y.forks
+                .iter()
+                .filter(|(e, _)| same_rule(d, e))
+                .all(|(_, w)| w == way)
+        })
+    };
+    agree(a, b) && agree(b, a)
+}
+
+/// A part of an answer or a branch, as [`diff`] compares them: its sources, how they end, and
+/// the limits met on the way.
+trait Cell {
+    fn cell(&self) -> (&Addrs, &Fate, &[Decider]);
+}
+
+impl Cell for Outcome {
+    fn cell(&self) -> (&Addrs, &Fate, &[Decider]) {
+        (&self.sources, &self.fate, &self.limits)
+    }
+}
+
+impl Cell for Branch {
+    fn cell(&self) -> (&Addrs, &Fate, &[Decider]) {
+        (&self.sources, &self.fate, &self.limits)
+    }
 }
 
 /// A cell the write would change that is not the opening's to change.
@@ -301,25 +322,13 @@ pub fn diff(before: &Before, after: &Model, may: &dyn May) -> Vec<Violation> {
         let now = after.evaluate(conn, &all);
         for b in &was.parts {
             for a in &now.parts {
-                cell(
-                    &mut out,
-                    conn,
-                    may,
-                    (&b.sources, &b.fate, &b.limits),
-                    (&a.sources, &a.fate, &a.limits),
-                );
+                cell(&mut out, conn, may, b, a);
             }
         }
         let Some(ways) = ways else { continue };
         for a in after.branches(conn, &all) {
-            for b in ways.iter().filter(|b| same_way(&a, b) && same_way(b, &a)) {
-                cell(
-                    &mut out,
-                    conn,
-                    may,
-                    (&b.sources, &b.fate, &b.limits),
-                    (&a.sources, &a.fate, &a.limits),
-                );
+            for b in ways.iter().filter(|b| same_way(&a, b)) {
+                cell(&mut out, conn, may, b, &a);
             }
         }
     }
@@ -328,13 +337,8 @@ pub fn diff(before: &Before, after: &Model, may: &dyn May) -> Vec<Violation> {
 
 /// One part before against one part after (sources, fate, limits met): a violation where they
 /// share sources and differ in what `may` does not allow.
-fn cell(
-    out: &mut Vec<Violation>,
-    conn: &Conn,
-    may: &dyn May,
-    (bs, bf, bl): (&Addrs, &Fate, &[Decider]),
-    (as_, af, al): (&Addrs, &Fate, &[Decider]),
-) {
+fn cell(out: &mut Vec<Violation>, conn: &Conn, may: &dyn May, before: &dyn Cell, after: &dyn Cell) {
+    let ((bs, bf, bl), (as_, af, al)) = (before.cell(), after.cell());
     let skip = skipped(bl, al);
     if same(bf, af) && skip.is_none() && bl.len() == al.len() {
         return;
