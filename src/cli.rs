@@ -35,6 +35,11 @@ Exit codes:
   1    the host could not start (the message says why); the launcher counts it
   6    another resident host already runs on this store (the message gives its pid); nothing was started";
 
+const BOOT_EXIT_CODES: &str = "\
+Exit codes:
+  0    what the store recorded is loaded (or nothing was ever applied here)
+  1    failed closed: the store could not be read or its record loaded, so the foundation's default ports are refused on every interface but loopback (the message says why)";
+
 /// mesh-host makes this machine match a declaration, adopting what it finds.
 ///
 /// With `--json` a command's outcome is one JSON document on standard output, its refusals
@@ -91,6 +96,13 @@ pub enum Command {
         #[arg(long, value_name = "SECONDS", default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..))]
         heartbeat: u64,
     },
+    /// The boot step, run by `mesh-host-boot.service` before any interface is configured and
+    /// before the container engines: loads from the store alone what the last apply left in
+    /// force (the guard on an adopted node, the derived filter on a converged one), asking no
+    /// runtime and no network. A store that cannot be read fails closed: the foundation's
+    /// default ports refused on every interface but loopback (exit 1).
+    #[command(after_help = BOOT_EXIT_CODES)]
+    Boot,
     /// Join the mesh with a one-time token: dial the broker it names (by address, or by host name
     /// resolved from /etc/hosts and the nameservers of /etc/resolv.conf), check its certificate
     /// against the token's fingerprint before sending anything, present the token's secret and
@@ -453,6 +465,11 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             }
             act(&cli.root, asked, json)
         }
+        Command::Boot => Ok(if crate::boot::run(&cli.root).failed.is_some() {
+            ExitCode::FAILURE
+        } else {
+            ExitCode::SUCCESS
+        }),
         Command::Run {
             period,
             legacy_period,
@@ -763,7 +780,7 @@ impl Cli {
             | Command::Firewall {
                 command: FirewallCommand::Status { json } | FirewallCommand::Explain { json, .. },
             } => *json,
-            Command::Run { .. } | Command::Generate { .. } => false,
+            Command::Run { .. } | Command::Boot | Command::Generate { .. } => false,
         }
     }
 }

@@ -4,6 +4,7 @@
 pub mod accounts;
 pub mod apply;
 pub mod beneath;
+pub mod boot;
 pub mod briefing;
 pub mod build;
 pub mod cli;

@@ -179,11 +179,26 @@ pub struct State {
     /// The guard that apply left in force (with the runtime's bridges it was told then).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub firewall_guard: Option<firewall::GuardSpec>,
+    /// What the last apply put in force of the node's own firewall, with the runtime's bridges
+    /// it was told then: what `mesh-host boot` loads before the network comes up.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub boot: Option<Boot>,
     /// The flip: written before an adopted node's found firewall is touched (or by a converged
     /// genesis, before anything is applied), and kept until the return put it back. While it is
     /// here, the derived filter is the node's firewall.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub flip: Option<Flip>,
+}
+
+/// The node's own firewall as the last apply left it in force, for the boot step: the guard on
+/// an adopted node, the derived filter on a flipped one.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Default)]
+#[serde(deny_unknown_fields)]
+pub struct Boot {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub guard: Option<firewall::GuardSpec>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub filter: Option<firewall::FilterSpec>,
 }
 
 /// What the flip of an adopted node to converged saved, and how far it got.

@@ -4,6 +4,7 @@
 mod apply;
 mod bed;
 mod beneath;
+mod boot_bed;
 mod bounds;
 mod containers;
 mod corpus;

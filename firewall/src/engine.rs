@@ -26,7 +26,7 @@ use crate::outcome::{Converged, Presence, Scope, State};
 use crate::place::{self, Place, Want};
 use crate::published;
 use crate::rules;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path as FsPath, PathBuf};
 
 /// How long the container runtime is given to write its rules again after a found firewall's
@@ -204,12 +204,14 @@ impl<'a> Firewall<'a> {
         Ok(())
     }
 
-    /// Waits, to a deadline, for the container runtime's DNAT rules that `before` held for the
-    /// forwarded openings to be listed again. A whole driver's write can make its daemon reload
-    /// (firewalld does once, when it first takes the mesh's policy), and the runtime, hearing
-    /// the reload, writes its rules again a moment later: the verdicts are read from the kernel
-    /// once they are back, not from the gap between. Past the deadline the verdicts say what is
-    /// there.
+    /// Waits, to a deadline, for the container runtime's rules that `before` held to be listed
+    /// again when forwarded openings were converged: its DNAT rules for them, and every rule of
+    /// every table that is neither firewalld's nor the mesh's (the runtime's filter chains, which
+    /// a reload makes it delete and write again as well). A whole driver's write can make its
+    /// daemon reload (firewalld does once, when it first takes the mesh's policy), and the
+    /// runtime, hearing the reload, writes its rules again a moment later, nat first: the
+    /// verdicts are read from the kernel once all of them are back, not from the gap between.
+    /// Past the deadline the verdicts say what is there.
     fn runtime_rules_back(
         &mut self,
         before: &Ruleset,
@@ -219,23 +221,36 @@ impl<'a> Firewall<'a> {
         if self.nf.is_none() {
             return Ok(());
         }
-        let wanted: Vec<(&Opening, Vec<published::Target>)> = openings
+        let forwarded: Vec<&Opening> = openings
             .iter()
             .filter(|o| o.path == crate::opening::Path::Forwarded)
-            .map(|o| (o, published::targets(before, legacy_saves, o.proto, o.port)))
-            .filter(|(_, t)| !t.is_empty())
             .collect();
-        if wanted.is_empty() {
+        if forwarded.is_empty() {
             return Ok(());
         }
+        let wanted: Vec<(&Opening, Vec<published::Target>)> = forwarded
+            .iter()
+            .map(|o| {
+                (
+                    *o,
+                    published::targets(before, legacy_saves, o.proto, o.port),
+                )
+            })
+            .filter(|(_, t)| !t.is_empty())
+            .collect();
+        let others = others_rules(before);
         let until = std::time::Instant::now() + RUNTIME_REWRITE_DEADLINE;
         loop {
             let now = self.snapshot()?;
-            let back = wanted.iter().all(|(o, t)| {
+            let targets_back = wanted.iter().all(|(o, t)| {
                 let got = published::targets(&now.ruleset, legacy_saves, o.proto, o.port);
                 t.iter().all(|x| got.contains(x))
             });
-            if back || std::time::Instant::now() >= until {
+            let got = others_rules(&now.ruleset);
+            let others_back = others
+                .iter()
+                .all(|(rule, n)| got.get(rule).is_some_and(|m| m >= n));
+            if (targets_back && others_back) || std::time::Instant::now() >= until {
                 return Ok(());
             }
             std::thread::sleep(std::time::Duration::from_millis(10));
@@ -777,4 +792,27 @@ fn table_plan(
         });
     }
     changes
+}
+
+/// Each rule of `ruleset` outside firewalld's table and the mesh's, by where it is and what it
+/// says (not its handle, which a rule written again does not keep), with how many there are.
+fn others_rules(
+    ruleset: &Ruleset,
+) -> HashMap<(Family, &str, &str, &[crate::netlink::Expr]), usize> {
+    let mut out = HashMap::new();
+    for r in &ruleset.rules {
+        if r.table == published::FIREWALLD_TABLE
+            || (r.table == MESH_TABLE && r.family == Family::Inet)
+        {
+            continue;
+        }
+        *out.entry((
+            r.family,
+            r.table.as_str(),
+            r.chain.as_str(),
+            r.exprs.as_slice(),
+        ))
+        .or_insert(0) += 1;
+    }
+    out
 }

@@ -47,6 +47,7 @@ fn mark(what: &str) -> String {
 
 /// What the derived filter admits.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct FilterSpec {
     /// Every opening the node's declaration holds, both paths.
     pub openings: Vec<Opening>,

@@ -52,6 +52,11 @@ impl fmt::Display for Proto {
 
 /// The path a packet takes to the port.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Serialize, serde::Deserialize),
+    serde(rename_all = "lowercase")
+)]
 pub enum Path {
     /// Received by the machine itself (the input hook).
     Incoming,
@@ -85,6 +90,11 @@ impl fmt::Display for Network {
 
 /// Where an opening admits traffic from.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Serialize, serde::Deserialize),
+    serde(rename_all = "lowercase")
+)]
 pub enum From {
     Anywhere,
     /// Packets arriving on this interface (the private network's).
@@ -94,6 +104,7 @@ pub enum From {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct Opening {
     /// The stable id; it travels in the mark.
     pub id: String,

@@ -32,7 +32,7 @@ impl std::fmt::Display for Target {
 }
 
 /// The table whose rules are firewalld's own, never a runtime's.
-const FIREWALLD_TABLE: &str = "firewalld";
+pub(crate) const FIREWALLD_TABLE: &str = "firewalld";
 
 /// `NF_NAT_RANGE_MAP_IPS` and `NF_NAT_RANGE_PROTO_SPECIFIED` of a DNAT target's range.
 const MAP_IPS: u32 = 1;

@@ -590,6 +590,18 @@ fn apply_locked(
             },
             filter: filter_spec,
         });
+        // What is in force of the node's own firewall is what the boot step loads before the
+        // network: the guard, or on a flipped node the derived filter. An apply that put neither
+        // in force (its guard failed) leaves the last record as it was.
+        if let Some(m) = report.memo.as_ref() {
+            let boot = store::Boot {
+                guard: m.guard.clone().filter(|_| !flipped),
+                filter: m.filter.clone().filter(|_| flipped),
+            };
+            if boot.guard.is_some() || boot.filter.is_some() {
+                cx.store.state.boot = Some(boot);
+            }
+        }
         // Everything of the firewall in force: the generation it is now at is recorded, so the
         // next reconcile of this declaration lists nothing if nobody changed the ruleset since.
         if !report.stopped() && report.not_admitted.is_empty() {

@@ -44,6 +44,8 @@ pub struct Recording {
     pub log: Rc<RefCell<Vec<Call>>>,
     pub script: Rc<RefCell<Script>>,
     pub watch: Rc<Vec<PathBuf>>,
+    /// Every guard spec the guard's table was asked for, in order.
+    pub guards: Rc<RefCell<Vec<GuardSpec>>>,
 }
 
 impl Recording {
@@ -100,8 +102,9 @@ impl NodeFirewall for Recording {
         "nftables (fake)".into()
     }
 
-    fn guard_table(&mut self, _spec: &GuardSpec) -> Result<firewall::GuardReport, Error> {
+    fn guard_table(&mut self, spec: &GuardSpec) -> Result<firewall::GuardReport, Error> {
         self.called("guard_table", &[])?;
+        self.guards.borrow_mut().push(spec.clone());
         Ok(firewall::GuardReport {
             table: GuardTable::Created,
             changed: true,
