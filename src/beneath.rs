@@ -487,6 +487,20 @@ impl Root {
         dir.sync().map_err(io("syncing the directory of", declared))
     }
 
+    /// The ancestors of a declared path that are not there now, shallowest first: what writing
+    /// it would make (`mkdir -p`), for the record of what the host created.
+    pub fn missing_parents(&self, declared: &str) -> Result<Vec<String>, BeneathError> {
+        let parts = components(declared)?;
+        for i in 1..parts.len() {
+            if self.resolve(declared, &parts, i)?.is_none() {
+                return Ok((i..parts.len())
+                    .map(|n| format!("/{}", parts[..n].join("/")))
+                    .collect());
+            }
+        }
+        Ok(Vec::new())
+    }
+
     /// Removes the file at a declared path (`unlinkat` in its parent's handle).
     pub fn remove_file(&self, declared: &str) -> Result<Removed, BeneathError> {
         self.unlink(declared, UnlinkatFlags::NoRemoveDir)

@@ -212,6 +212,20 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Give the machine back: on a node never enrolled (raised by genesis or applied by hand),
+    /// what the host created is removed, every file it took over gets its saved original back
+    /// byte for byte, a flipped node's found firewall is restored and enabled as saved, the
+    /// guard's table, BPF layer and pin directory are removed, and the store is retired. Held
+    /// things stay as they are. An enrolled node is released by its controller over the link
+    /// (refused here, exit 3).
+    #[command(after_help = EXIT_CODES)]
+    Release {
+        /// Show what the release would remove and give back, and change nothing.
+        #[arg(long)]
+        preview: bool,
+        #[arg(long)]
+        json: bool,
+    },
     /// Return a converged node to adopted: the guard back, the found firewall restored as saved
     /// and enabled, the derived filter unloaded. What was taken stays taken.
     #[command(after_help = EXIT_CODES)]
@@ -464,6 +478,50 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
                 return preview_asked(&cli.root, "adopt", asked, json);
             }
             act(&cli.root, asked, json)
+        }
+        Command::Release { preview, json } => {
+            let decl = match crate::release::local(&cli.root)? {
+                Ok(d) => d,
+                Err((code, why)) => {
+                    return refusal(
+                        json,
+                        code,
+                        &[format!("refused: {why}")],
+                        "nothing was changed",
+                    )
+                }
+            };
+            if preview {
+                return previewed(&cli.root, "release", &decl, SourceArg::Local.into(), json);
+            }
+            interruptible();
+            let marker = crate::release::local_marker(&decl.node);
+            match crate::release::carry_out(&host(&cli.root), &decl, &marker, Source::Local) {
+                Ok(done) => {
+                    if json {
+                        let mut v = serde_json::to_value(&done.report)?;
+                        v["guard_removed"] = serde_json::json!(done.guard);
+                        println!("{}", serde_json::to_string_pretty(&v)?);
+                    } else {
+                        print!("{}", done.report.render());
+                        for line in &done.guard {
+                            println!("{line}");
+                        }
+                        println!("released: the store is retired; nothing of the host is in force");
+                    }
+                    Ok(ExitCode::from(done.report.exit_code()))
+                }
+                Err(e) => {
+                    if let Some(r) = e.report() {
+                        if json {
+                            println!("{}", serde_json::to_string_pretty(r)?);
+                        } else {
+                            print!("{}", r.render());
+                        }
+                    }
+                    Err(e.into())
+                }
+            }
         }
         Command::Boot => Ok(if crate::boot::run(&cli.root).failed.is_some() {
             ExitCode::FAILURE
@@ -774,6 +832,7 @@ impl Cli {
             | Command::Take { json, .. }
             | Command::Converge { json, .. }
             | Command::Adopt { json, .. }
+            | Command::Release { json, .. }
             | Command::Openings {
                 command: OpeningsCommand::Derive { json, .. },
             }

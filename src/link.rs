@@ -568,7 +568,7 @@ impl Resident {
             released_at: link::now_secs(),
         };
         let marker = serde_json::to_vec_pretty(&marker).expect("json");
-        match crate::release::carry_out(host, decl, &marker) {
+        match crate::release::carry_out(host, decl, &marker, declaration::Source::Link) {
             Ok(done) => {
                 let mut report = serde_json::to_value(&done.report).unwrap_or_default();
                 report["guard_removed"] = serde_json::json!(done.guard);

@@ -107,6 +107,11 @@ pub struct Owned {
     /// is never removed, only forgotten, because the host never removes what it did not create.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub found: bool,
+    /// The directories the host made on the way to it (they were missing), shallowest first:
+    /// removed after it, deepest first and only while empty, so a removal leaves no parent the
+    /// host created behind.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub parents: Vec<String>,
 }
 
 /// A resource found on an adopted node and kept as it is until its module is taken.
@@ -133,6 +138,14 @@ pub struct Original {
     /// Where its original bytes are saved, under the store's `originals/`.
     pub saved: String,
     pub digest: String,
+    /// Its mode bits and owner as found, so a release puts it back as it was (absent in a
+    /// store from before they were recorded: the file then keeps the mode and owner it has).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uid: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gid: Option<u32>,
 }
 
 /// What the host was about to write, recorded before the write.

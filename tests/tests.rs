@@ -25,6 +25,7 @@ mod packages;
 mod preview;
 mod recover;
 mod refused_beforehand;
+mod release_local;
 mod rouse;
 mod services;
 mod tarball;

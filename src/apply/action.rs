@@ -23,6 +23,7 @@ pub(super) fn apply(cx: &mut Cx<'_>, spec: &ActionSpec) -> Result<Done, Resource
             })
     };
     let rec = Owned {
+        parents: Vec::new(),
         id: spec.id.clone(),
         module: spec.module.clone(),
         shape: Shape::Action,

@@ -189,6 +189,7 @@ mod tests {
     fn an_owned_record_is_written_again_only_when_it_changed() {
         let (mut bed, d) = (Bed::new(), adopted());
         let rec = Owned {
+            parents: Vec::new(),
             id: "web/conf".into(),
             module: Some("web".into()),
             shape: Shape::File,

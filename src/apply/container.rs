@@ -302,6 +302,7 @@ fn converge_resource(
         now,
     };
     let record = Owned {
+        parents: Vec::new(),
         id: id.to_string(),
         module: spec.module.clone(),
         shape: Shape::Container,

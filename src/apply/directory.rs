@@ -50,6 +50,7 @@ pub(super) fn apply(cx: &mut Cx<'_>, spec: &DirectorySpec) -> Result<Done, Resou
         now,
     };
     let record = |found: bool| Owned {
+        parents: Vec::new(),
         id: id.to_string(),
         module: spec.module.clone(),
         shape: Shape::Directory,
@@ -58,6 +59,7 @@ pub(super) fn apply(cx: &mut Cx<'_>, spec: &DirectorySpec) -> Result<Done, Resou
         found,
     };
     let ensure = |cx: &mut Cx<'_>, rec: Owned, create: bool| -> Result<(), ResourceError> {
+        let rec = with_parents(cx, rec)?;
         cx.intend(&rec)?;
         // Made (or opened) beneath the root; mode and owner set on the open directory.
         let dir = match cx.beneath.dir(key)? {
@@ -151,4 +153,65 @@ pub(super) fn remove(cx: &mut Cx<'_>, rec: &Owned) -> Result<Done, ResourceError
             "no longer declared, but not empty: left in place so nothing in it is lost",
         )),
     }
+}
+
+/// `rec` with the directories the host made on the way to it: those its record already names
+/// (made by an earlier write of the same path) and those missing now, which the write about to
+/// happen makes; recorded before the write (in the intent), so a crash between the two still
+/// knows them.
+pub(super) fn with_parents(cx: &Cx<'_>, mut rec: Owned) -> Result<Owned, ResourceError> {
+    let mut parents: Vec<String> = cx
+        .store
+        .state
+        .owned(&rec.id)
+        .filter(|o| o.key == rec.key)
+        .map(|o| o.parents.clone())
+        .unwrap_or_default();
+    for p in cx.beneath.missing_parents(&rec.key)? {
+        if !parents.contains(&p) {
+            parents.push(p);
+        }
+    }
+    parents.sort_by_key(|p| p.matches('/').count());
+    rec.parents = parents;
+    Ok(rec)
+}
+
+/// Removes, deepest first, the directories the host made on the way to a resource it removed,
+/// while they are empty; says how many went.
+pub(super) fn remove_parents(cx: &mut Cx<'_>, rec: &Owned) -> Result<usize, ResourceError> {
+    let mut removed = 0;
+    for p in rec.parents.iter().rev() {
+        cx.machine(p)?;
+        match cx.beneath.remove_dir(p)? {
+            crate::beneath::Removed::Removed => removed += 1,
+            crate::beneath::Removed::Absent => {}
+            // Something else lives there now: it and every parent above it stay.
+            crate::beneath::Removed::NotEmpty => break,
+        }
+    }
+    Ok(removed)
+}
+
+/// `done` for `rec`, and when it removed the resource, the directories the host made on the way
+/// to it removed after it ([`remove_parents`]), said in its detail.
+pub(super) fn then_parents(
+    cx: &mut Cx<'_>,
+    rec: &Owned,
+    done: Done,
+) -> Result<Done, ResourceError> {
+    if done.outcome != Outcome::Removed || rec.parents.is_empty() {
+        return Ok(done);
+    }
+    Ok(match remove_parents(cx, rec)? {
+        0 => done,
+        n => Done::new(
+            done.outcome,
+            format!(
+                "{}; {} it made on the way removed",
+                done.detail,
+                super::count(n, "directory", "directories")
+            ),
+        ),
+    })
 }

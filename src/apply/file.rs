@@ -110,6 +110,7 @@ pub(super) fn apply(cx: &mut Cx<'_>, spec: &FileSpec) -> Result<Done, ResourceEr
         now,
     };
     let record = |found: bool| Owned {
+        parents: Vec::new(),
         id: id.to_string(),
         module: spec.module.clone(),
         shape: Shape::File,
@@ -201,6 +202,7 @@ fn write_and_record(
     want: &Want,
     rec: Owned,
 ) -> Result<(), ResourceError> {
+    let rec = super::directory::with_parents(cx, rec)?;
     cx.intend(&rec)?;
     // Written through the parent's handle beneath the root; mode and owner set on the open file.
     cx.beneath
@@ -217,8 +219,16 @@ fn write_and_record(
     Ok(cx.record_owned(rec)?)
 }
 
-/// Removes an undeclared file the host created; one it took over is forgotten, never removed.
+/// Removes an undeclared file the host created; one it took over is forgotten, never removed,
+/// except by a release, which puts its saved original back.
 pub(super) fn remove(cx: &mut Cx<'_>, rec: &Owned) -> Result<Done, ResourceError> {
+    if rec.found && cx.decl.release {
+        if let Some(o) = cx.store.state.original(&rec.key).cloned() {
+            if super::saved_at(&o).is_some() {
+                return put_back(cx, rec, &o);
+            }
+        }
+    }
     if rec.found {
         let original = cx
             .store
@@ -245,4 +255,66 @@ pub(super) fn remove(cx: &mut Cx<'_>, rec: &Owned) -> Result<Done, ResourceError
             "no longer declared; already gone",
         )),
     }
+}
+
+/// A release's giving back of a file the host took over: its original, as saved in the store
+/// when it was first found, written back byte for byte (its digest checked first) with the mode
+/// and owner it was found with.
+fn put_back(
+    cx: &mut Cx<'_>,
+    rec: &Owned,
+    o: &crate::store::Original,
+) -> Result<Done, ResourceError> {
+    let saved = super::saved_at(o).unwrap_or_default();
+    let name = Path::new(saved)
+        .file_name()
+        .map(|n| n.to_os_string())
+        .unwrap_or_default();
+    let path = cx.store.originals_dir().join(name);
+    let bytes = std::fs::read(&path).map_err(|e| {
+        ResourceError::NotAsDeclared(format!(
+            "the saved original of {} ({}) cannot be read: {e}; the file is left as it is",
+            rec.key,
+            path.display()
+        ))
+    })?;
+    if crate::store::digest(&bytes) != o.digest {
+        return Err(ResourceError::NotAsDeclared(format!(
+            "the saved original of {} ({}) no longer has the digest it was saved with ({}); \
+             the file is left as it is",
+            rec.key,
+            path.display(),
+            o.digest
+        )));
+    }
+    cx.machine(&rec.key)?;
+    // As found; a store from before mode and owner were recorded keeps the file's present ones.
+    let found_as = match (o.mode, read(&cx.beneath, &rec.key)?) {
+        (Some(mode), _) => Want {
+            mode,
+            uid: o.uid,
+            gid: o.gid,
+        },
+        (None, Some(now)) => Want {
+            mode: now.mode() & 0o7777,
+            uid: Some(now.found.uid),
+            gid: Some(now.found.gid),
+        },
+        (None, None) => Want {
+            mode: 0o644,
+            uid: None,
+            gid: None,
+        },
+    };
+    cx.beneath
+        .write_file(&rec.key, &bytes, |f| found_as.set_fd(f.as_fd(), &rec.key))?;
+    cx.changed(&rec.id);
+    Ok(Done::new(
+        Outcome::Removed,
+        format!(
+            "given back: its original put back byte for byte ({} bytes, {}) from {saved}",
+            bytes.len(),
+            o.digest
+        ),
+    ))
 }

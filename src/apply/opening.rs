@@ -86,6 +86,7 @@ pub(super) fn records(cx: &Cx<'_>) -> Vec<Owned> {
 /// The store's record of a declared opening: its mark says which version is in force.
 pub(super) fn record_of(spec: &OpeningSpec, opening: &Opening) -> Owned {
     Owned {
+        parents: Vec::new(),
         id: spec.id.clone(),
         module: spec.module.clone(),
         shape: Shape::Opening,

@@ -84,6 +84,9 @@ impl Cx<'_> {
                     .clone()
                     .unwrap_or_else(|| format!("{DIGEST_ONLY}{} bytes", found.size)),
                 digest: digest.clone(),
+                mode: Some(found.mode & 0o7777),
+                uid: Some(found.uid),
+                gid: Some(found.gid),
             }),
         )?;
         failpoint::hit("after-record", id);

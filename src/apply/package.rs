@@ -79,6 +79,7 @@ pub(super) fn apply_with(
         now,
     };
     let record = |found: bool| Owned {
+        parents: Vec::new(),
         id: id.to_string(),
         module: spec.module.clone(),
         shape: Shape::Package,

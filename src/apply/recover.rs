@@ -39,7 +39,8 @@ pub(super) fn remove_recovered(cx: &mut Cx<'_>, recovered: &[Owned], report: &mu
             // Declared now, or known to the store: the node decides, not the copy.
             continue;
         }
-        let result = remove_one(cx, rec);
+        // The directories the record says the host made on the way go after it, while empty.
+        let result = remove_one(cx, rec).and_then(|d| directory::then_parents(cx, rec, d));
         match &result {
             Ok(d) if d.outcome == Outcome::Removed => summary.removed.push(rec.id.clone()),
             Ok(d) if d.outcome == Outcome::ChangedBySomethingElse => {

@@ -71,6 +71,7 @@ fn remove_owned(cx: &mut Cx<'_>, rec: &Owned) -> Result<Done, ResourceError> {
         Shape::Service => service::remove(cx, rec),
         Shape::Package => package::remove(cx, rec),
     }?;
+    let done = directory::then_parents(cx, rec, done)?;
     cx.forget(rec)?;
     failpoint::hit("after-record", &rec.id);
     Ok(done)

@@ -91,6 +91,7 @@ pub(super) fn apply_with(
     }
 
     let record = Owned {
+        parents: Vec::new(),
         id: id.to_string(),
         module: spec.module.clone(),
         shape: Shape::Service,

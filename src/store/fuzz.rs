@@ -25,6 +25,7 @@ fn shape(rng: &mut Rng) -> Shape {
 
 fn owned(rng: &mut Rng) -> Owned {
     Owned {
+        parents: Vec::new(),
         id: id(rng),
         module: rng.bool().then(|| rng.word(6)),
         shape: shape(rng),
@@ -59,6 +60,9 @@ fn op(rng: &mut Rng) -> Op {
             key: format!("/etc/{}", rng.below(6)),
             saved: format!("originals/{}", rng.below(6)),
             digest: "sha256:00".into(),
+            mode: None,
+            uid: None,
+            gid: None,
         }),
     }
 }

@@ -301,6 +301,7 @@ mod tests {
 
     fn owned(id: &str) -> Owned {
         Owned {
+            parents: Vec::new(),
             id: id.into(),
             module: None,
             shape: Shape::File,

@@ -230,6 +230,7 @@ mod tests {
 
     fn owned(id: &str, key: &str) -> Owned {
         Owned {
+            parents: Vec::new(),
             id: id.into(),
             module: None,
             shape: Shape::File,

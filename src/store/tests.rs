@@ -6,6 +6,7 @@ use super::*;
 
 fn owned(id: &str) -> Owned {
     Owned {
+        parents: Vec::new(),
         id: id.into(),
         module: None,
         shape: Shape::File,

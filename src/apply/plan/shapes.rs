@@ -437,7 +437,19 @@ pub(super) fn plan_opening(
 /// What removing an owned record no longer declared would report.
 pub(super) fn removal(r: &Reading<'_>, rec: &Owned) -> (Outcome, String) {
     let path = || r.machine(&rec.key);
+    let saved = || {
+        r.state
+            .original(&rec.key)
+            .and_then(|o| super::super::saved_at(o).map(str::to_string))
+    };
     match rec.shape {
+        Shape::File if rec.found && r.decl.release && saved().is_some() => (
+            Outcome::Removed,
+            format!(
+                "taken over: its original would be put back byte for byte from {}",
+                saved().unwrap_or_default()
+            ),
+        ),
         Shape::File if rec.found => (
             Outcome::Forgotten,
             "taken over, not created: left in place".into(),

@@ -8,7 +8,7 @@ use super::{join, type_name, Walker};
 use crate::declaration::Shape;
 use serde_json::Value;
 
-const RECORD_FIELDS: &[&str] = &["id", "module", "shape", "key", "digest", "found"];
+const RECORD_FIELDS: &[&str] = &["id", "module", "shape", "key", "digest", "found", "parents"];
 
 impl Walker {
     pub(super) fn recovered(&mut self, v: &Value) {
@@ -46,6 +46,30 @@ impl Walker {
                 self.checked(join(&path, "key"), check_path(key));
             } else if key.is_empty() || key.chars().any(char::is_control) {
                 self.err(join(&path, "key"), format!("not a resource key: {key:?}"));
+            }
+            // The directories the host made on the way: removed with the record's resource, so
+            // each must be a clean path strictly above the record's own key.
+            if let Some(parents) = map.get("parents") {
+                let at = join(&path, "parents");
+                let Some(list) = parents.as_array() else {
+                    self.err(
+                        at,
+                        format!("must be an array of paths, found {}", type_name(parents)),
+                    );
+                    continue;
+                };
+                for (j, p) in list.iter().enumerate() {
+                    let here = format!("{at}[{j}]");
+                    let Some(p) = p.as_str() else {
+                        self.err(here, format!("must be a path, found {}", type_name(p)));
+                        continue;
+                    };
+                    if check_path(p).is_err() {
+                        self.checked(here, check_path(p));
+                    } else if !key.starts_with(&format!("{}/", p.trim_end_matches('/'))) {
+                        self.err(here, format!("{p:?} is not a directory above {key:?}"));
+                    }
+                }
             }
         }
     }
