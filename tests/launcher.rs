@@ -53,12 +53,19 @@ esac
 "#;
 
 /// apt-get: logs its arguments; `install … mesh-host=V` installs V unless `$T/fail` exists; it
-/// takes a second when `$T/slow` exists.
+/// takes a second when `$T/slow` exists; when `$T/stale` exists it says it did and installs
+/// nothing, as apt does when its cache is stale ("already the newest version").
 const APT: &str = r#"#!/bin/sh
 echo "apt-get $*" >> "$T/calls"
 [ -f "$T/slow" ] && { touch "$T/in-apt"; sleep 1; }
 [ -f "$T/fail" ] && { echo "E: Version not found" >&2; exit 100; }
+[ -f "$T/stale" ] && { echo "mesh-host is already the newest version"; exit 0; }
 for a in "$@"; do case $a in mesh-host=*) echo "${a#mesh-host=}" > "$T/installed" ;; esac; done
+"#;
+
+/// dpkg-query: `-W -f '${Version}' mesh-host` prints the version installed.
+const DPKG_QUERY: &str = r#"#!/bin/sh
+tr -d '\n' < "$T/installed"
 "#;
 
 /// apk: logs its arguments; `add mesh-host~V` installs V.
@@ -91,6 +98,7 @@ impl Bed {
         std::fs::create_dir_all(bed.path("bin")).unwrap();
         bed.program("host", HOST);
         bed.program("bin/apt-get", APT);
+        bed.program("bin/dpkg-query", DPKG_QUERY);
         bed.program("bin/apk", APK);
         bed.program("bin/pacman", PACMAN);
         bed.write("installed", &format!("{installed}\n"));
@@ -289,7 +297,7 @@ fn a_completed_reconcile_clears_the_count_so_failures_count_afresh() {
             bed.lines("calls"),
             [
                 "apt-get install -y -q --allow-downgrades -o DPkg::Lock::Timeout=120 \
-                 mesh-host=0.2.0"
+                 -o Dir::Cache::pkgcache= -o Dir::Cache::srcpkgcache= mesh-host=0.2.0"
             ]
         );
         // The reinstalled version is the one that reconciled; failing again, the node halts.
@@ -433,6 +441,21 @@ fn a_rollback_that_cannot_happen_halts_and_says_why() {
         assert_eq!(bed.lines("calls").len(), 1);
         assert!(!bed.path("state/rolled-back").exists());
         assert!(bed.path("state/halted").exists());
+
+        // apt says it is done but dpkg still has the failing version: what dpkg says decides.
+        let bed = Bed::new(shell, "0.2.0", &["exit1", "exit1", "exit1"]);
+        bed.write("state/known-good", "0.1.0\n");
+        bed.write("stale", "");
+        let r = bed.run(&[]);
+        assert_eq!(r.code, Some(HALTED), "{shell:?}: {}", r.stderr);
+        assert!(
+            r.stderr
+                .contains("apt finished, but dpkg has mesh-host 0.2.0, not 0.1.0"),
+            "{shell:?}: {}",
+            r.stderr
+        );
+        assert_eq!(bed.lines("log").len(), 2, "{shell:?}: {}", r.stderr);
+        assert!(!bed.path("state/rolled-back").exists());
     }
 }
 

@@ -11,6 +11,9 @@
 //! closes); on a converged node rebooted the derived filter holds from the first packet (the
 //! undeclared service is never reached, the declared one is).
 
+mod package;
+mod release;
+
 use lab::{Lab, Machine, Probe};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
@@ -237,6 +240,21 @@ struct Boot {
 
 impl Boot {
     fn start(tree: &Tree, name: &str, outside: &Machine) -> Boot {
+        // The previous boot's veth, gone with its container's namespace, leaves the outside
+        // machine when the kernel has destroyed the pair: awaited, so this boot's can move in.
+        let ve = format!("ve-{name}");
+        let until = Instant::now() + Duration::from_secs(20);
+        while outside
+            .run(&["ip", "link", "show", "dev", &ve])
+            .is_ok_and(|o| o.status.success())
+        {
+            assert!(
+                Instant::now() < until,
+                "the previous boot's {ve} is still in {}",
+                outside.name()
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
         let log = tree.root.with_file_name(format!("{name}.console"));
         let console = std::fs::File::create(&log).unwrap();
         let root = tree.root.display().to_string();
@@ -273,7 +291,6 @@ impl Boot {
             .spawn()
             .expect("systemd-nspawn started");
         let boot = Boot { child, log, bpf };
-        let ve = format!("ve-{name}");
         let until = Instant::now() + Duration::from_secs(20);
         while !Path::new("/sys/class/net").join(&ve).exists() {
             assert!(
@@ -317,12 +334,17 @@ impl Boot {
         kids.split_whitespace().next()?.parse().ok()
     }
 
-    /// `argv` inside the booted container.
+    /// `argv` inside the booted container, within 30 s.
     fn inside(&self, argv: &[&str]) -> Option<run::Output> {
+        self.inside_for(argv, Duration::from_secs(30))
+    }
+
+    /// `argv` inside the booted container, within `deadline`.
+    fn inside_for(&self, argv: &[&str], deadline: Duration) -> Option<run::Output> {
         let leader = self.leader()?.to_string();
         let mut full = vec!["nsenter", "-t", &leader, "-a", "--"];
         full.extend_from_slice(argv);
-        Some(run(&full, Duration::from_secs(30)))
+        Some(run(&full, deadline))
     }
 
     fn journal(&self, args: &[&str]) -> String {
@@ -341,73 +363,21 @@ impl Boot {
         deadline: Duration,
         done: impl Fn(&Boot, &Counts) -> bool,
     ) -> Counts {
-        let stop = Arc::new(AtomicBool::new(false));
-        let started = Instant::now();
-        let targets: Vec<(u16, &'static str, std::net::IpAddr)> = ports
-            .iter()
-            .flat_map(|p| {
-                [
-                    (*p, "v4", INSIDE_V4.parse().unwrap()),
-                    (*p, "v6", INSIDE_V6.parse().unwrap()),
-                ]
-            })
-            .collect();
-        let tallies: Arc<Vec<(AtomicUsize, AtomicUsize)>> = Arc::new(
-            targets
-                .iter()
-                .map(|_| (AtomicUsize::new(0), AtomicUsize::new(0)))
-                .collect(),
-        );
-        // One prober per port and family, so a dropped SYN waiting out its timeout holds up
-        // no other.
-        let probers: Vec<_> = targets
-            .iter()
-            .enumerate()
-            .map(|(i, (port, _, addr))| {
-                let (stop, tallies, outside, port, addr) =
-                    (stop.clone(), tallies.clone(), outside.clone(), *port, *addr);
-                std::thread::spawn(move || {
-                    while !stop.load(Ordering::Relaxed) {
-                        let got = outside.probe_tcp(addr, port, PROBE_WAIT);
-                        tallies[i].0.fetch_add(1, Ordering::Relaxed);
-                        if matches!(got, Ok(Probe::Reached)) {
-                            tallies[i].1.fetch_add(1, Ordering::Relaxed);
-                        }
-                    }
-                })
-            })
-            .collect();
-        let counts = |elapsed| Counts {
-            tried: targets
-                .iter()
-                .zip(tallies.iter())
-                .map(|((p, f, _), (t, r))| {
-                    (
-                        (*p, *f),
-                        (t.load(Ordering::Relaxed), r.load(Ordering::Relaxed)),
-                    )
-                })
-                .collect(),
-            window: elapsed,
-        };
+        let probing = Probing::start(outside, ports);
         loop {
-            let now = counts(started.elapsed());
+            let now = probing.counts();
             if done(self, &now) {
                 break;
             }
             assert!(
-                started.elapsed() < deadline,
+                now.window < deadline,
                 "the boot window did not end within {deadline:?} ({now:?}); console:\n{}\njournal:\n{}",
                 self.console(),
                 self.journal(&[])
             );
             std::thread::sleep(Duration::from_millis(50));
         }
-        stop.store(true, Ordering::Relaxed);
-        for p in probers {
-            p.join().expect("a prober");
-        }
-        counts(started.elapsed())
+        probing.stop()
     }
 
     /// Whether the resident host's first reconcile is done (its journal says so).
@@ -431,6 +401,90 @@ impl Boot {
             "the container did not power off within 30 s: {}",
             self.console()
         );
+    }
+}
+
+/// Probes from `outside` to each port, v4 and v6, one thread each (a dropped SYN waiting out its
+/// timeout holds up no other), until stopped.
+struct Probing {
+    stop: Arc<AtomicBool>,
+    started: Instant,
+    targets: Vec<(u16, &'static str)>,
+    tallies: Arc<Vec<(AtomicUsize, AtomicUsize)>>,
+    probers: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Probing {
+    fn start(outside: &Machine, ports: &[u16]) -> Probing {
+        let stop = Arc::new(AtomicBool::new(false));
+        let targets: Vec<(u16, &'static str, std::net::IpAddr)> = ports
+            .iter()
+            .flat_map(|p| {
+                [
+                    (*p, "v4", INSIDE_V4.parse().unwrap()),
+                    (*p, "v6", INSIDE_V6.parse().unwrap()),
+                ]
+            })
+            .collect();
+        let tallies: Arc<Vec<(AtomicUsize, AtomicUsize)>> = Arc::new(
+            targets
+                .iter()
+                .map(|_| (AtomicUsize::new(0), AtomicUsize::new(0)))
+                .collect(),
+        );
+        let probers = targets
+            .iter()
+            .enumerate()
+            .map(|(i, (port, _, addr))| {
+                let (stop, tallies, outside, port, addr) =
+                    (stop.clone(), tallies.clone(), outside.clone(), *port, *addr);
+                std::thread::spawn(move || {
+                    while !stop.load(Ordering::Relaxed) {
+                        let got = outside.probe_tcp(addr, port, PROBE_WAIT);
+                        tallies[i].0.fetch_add(1, Ordering::Relaxed);
+                        if matches!(got, Ok(Probe::Reached)) {
+                            tallies[i].1.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                })
+            })
+            .collect();
+        Probing {
+            stop,
+            started: Instant::now(),
+            targets: targets.iter().map(|(p, f, _)| (*p, *f)).collect(),
+            tallies,
+            probers,
+        }
+    }
+
+    /// What the probes have counted so far.
+    fn counts(&self) -> Counts {
+        Counts {
+            tried: self
+                .targets
+                .iter()
+                .zip(self.tallies.iter())
+                .map(|(k, (t, r))| (*k, (t.load(Ordering::Relaxed), r.load(Ordering::Relaxed))))
+                .collect(),
+            window: self.started.elapsed(),
+        }
+    }
+
+    /// The probes stopped; what they counted.
+    fn stop(mut self) -> Counts {
+        self.stop.store(true, Ordering::Relaxed);
+        for p in std::mem::take(&mut self.probers) {
+            p.join().expect("a prober");
+        }
+        self.counts()
+    }
+}
+
+impl Drop for Probing {
+    /// Probes a failed test left running are told to stop.
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
     }
 }
 
