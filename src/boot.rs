@@ -89,6 +89,9 @@ pub fn boot(root: &Path, fw: &mut dyn NodeFirewall) -> Booted {
     let mut out = Booted::default();
     let load = match store::peek(root) {
         Ok(Some(state)) => load_for(&state),
+        Ok(None) if store::store_dir(root).join(store::RELEASED).exists() => {
+            Ok(Load::Nothing("no store: the node was released"))
+        }
         Ok(None) => Ok(Load::Nothing("no store: nothing was ever applied here")),
         Err(e) => Err(format!("reading the store: {e}")),
     };
@@ -227,5 +230,25 @@ mod tests {
         let ports: Vec<u16> = written[0].ports.iter().map(|p| p.host_port).collect();
         assert_eq!(ports, [5432, 15672]);
         assert_eq!(written[0].allowed, ["lo"]);
+    }
+
+    #[test]
+    fn a_released_node_loads_nothing_and_says_it_was_released() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = store::store_dir(dir.path());
+        std::fs::create_dir_all(&store).unwrap();
+        std::fs::write(store.join(store::RELEASED), b"{}").unwrap();
+        let fw = Recording::default();
+        let booted = boot(dir.path(), &mut fw.clone());
+        assert!(booted.failed.is_none(), "{:?}", booted.failed);
+        assert!(
+            booted
+                .lines
+                .iter()
+                .any(|l| l == "nothing to load: no store: the node was released"),
+            "{:?}",
+            booted.lines
+        );
+        assert!(fw.guards.borrow().is_empty(), "a guard was written");
     }
 }

@@ -90,10 +90,11 @@ pub fn carry_out(
     let mut adopted = decl.clone();
     adopted.mode = Mode::Adopted;
     adopted.taken.clear();
-    let report = apply::apply(host, &adopted, source).map_err(|source| ReleaseError::Apply {
-        node: node.clone(),
-        source: Box::new(source),
-    })?;
+    let mut report =
+        apply::apply(host, &adopted, source).map_err(|source| ReleaseError::Apply {
+            node: node.clone(),
+            source: Box::new(source),
+        })?;
     if let Some(e) = report.failed() {
         return Err(ReleaseError::Removal {
             node,
@@ -149,6 +150,9 @@ pub fn carry_out(
         }
     }
     drop(fw);
+    // The apply's guard line says how the guard stood before the release took it away: the
+    // lines above replace it, so the report never says "refusing …" of a guard that is gone.
+    report.guard = None;
     let dir = store::store_dir(host.root);
     let retired = (|| {
         let store = Store::open(host.root)?;

@@ -251,5 +251,37 @@ fn a_release_gives_back_the_found_firewall_the_originals_and_the_pins_byte_for_b
         "the bpffs after the resident host's reconcile"
     );
     assert_eq!(machine(&tree), files);
+    assert!(
+        report.get("guard").is_none_or(Value::is_null),
+        "the release's report still describes the guard it removed: {report:#}"
+    );
+    boot.halt();
+    drop(boot);
+
+    // Rebooted, the machine is the found firewall's alone: the boot step finds no store and
+    // loads nothing, nftables.service loads the found ruleset, every port answers as before.
+    let boot = Boot::start(&tree, &name("r"), &outside);
+    let until = Instant::now() + Duration::from_secs(60);
+    while !inside_text(&boot, &["nft", "list", "ruleset"]).contains("9090") {
+        assert!(
+            Instant::now() < until,
+            "nftables.service never loaded after the release: {}",
+            boot.journal(&[])
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let step = boot.journal(&["-u", "mesh-host-boot.service"]);
+    assert!(
+        step.contains("nothing to load: no store: the node was released"),
+        "the boot step after a release: {step}"
+    );
+    assert_eq!(inside_text(&boot, &["nft", "list", "ruleset"]), ruleset);
+    assert_eq!(pins(&boot), bpf, "the bpffs of the boot after the release");
+    assert_eq!(
+        answers(&boot, &outside, &ports),
+        before,
+        "rebooted after the release: what a packet meets is what it met before the host came"
+    );
+    let mut boot = boot;
     boot.halt();
 }
