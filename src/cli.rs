@@ -692,7 +692,14 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             from,
             interface,
             &path,
-            crate::status::Explain { confirm, json },
+            crate::status::Explain {
+                confirm,
+                json,
+                // A store that cannot be read leaves them unknown: every bridge is then a way in.
+                bridges: crate::status::recorded_bridges(
+                    store::peek(&cli.root).ok().flatten().as_ref(),
+                ),
+            },
         ),
         Command::Briefing { json } => {
             let state = store::peek(&cli.root)?;

@@ -18,6 +18,7 @@ pub fn firewall_status(root: &std::path::Path, state: Option<&State>) -> Result<
         .and_then(|s| s.deadlines)
         .unwrap_or_default();
     let mut fw = open_found(deadlines)?;
+    fw.set_runtime_bridges(&recorded_bridges(state));
     let found = fw.found().context("reading the found firewall")?.clone();
     let settings = state.and_then(|s| s.settings.as_ref());
     let mut openings = Vec::new();
@@ -98,10 +99,12 @@ pub fn verdict_json(v: &firewall::eval::Verdict) -> Value {
 }
 
 /// How `firewall explain` answers: with the kernel asked too, and as JSON.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct Explain {
     pub confirm: bool,
     pub json: bool,
+    /// The runtime's bridges the store records ([`recorded_bridges`]).
+    pub bridges: Vec<String>,
 }
 
 /// The exit code of `firewall explain --confirm` when the kernel disagrees with the evaluator.
@@ -111,6 +114,24 @@ pub const EXIT_DISAGREES: u8 = 7;
 /// the walk of each way the connection comes, as text or JSON; exit 0 when every way admits it.
 /// With `confirm`, the kernel is asked in scratch namespaces too, its verdict stands, and a
 /// disagreement exits [`EXIT_DISAGREES`].
+/// The runtime's bridges the last apply found (the guard's, or the derived filter's), as the
+/// store records them for the boot step: a read-only question asks no runtime.
+pub fn recorded_bridges(state: Option<&State>) -> Vec<String> {
+    let Some(boot) = state.and_then(|s| s.boot.as_ref()) else {
+        return Vec::new();
+    };
+    let mut out: Vec<String> = boot
+        .guard
+        .iter()
+        .flat_map(|g| g.runtimes.iter())
+        .chain(boot.filter.iter().flat_map(|f| f.bridges.iter()))
+        .cloned()
+        .collect();
+    out.sort();
+    out.dedup();
+    out
+}
+
 pub fn explain_command(
     port: u16,
     proto: &str,
@@ -177,6 +198,7 @@ pub fn explain_command(
         path,
     };
     let mut fw = open_found(Default::default())?;
+    fw.set_runtime_bridges(&how.bridges);
     let ways = fw
         .explain(&opening, interface.as_deref())
         .context("walking the connection through the found firewall")?;

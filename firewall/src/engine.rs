@@ -57,6 +57,9 @@ pub struct Firewall<'a> {
     last: Option<LastModel>,
     /// How many batches have been sent since the convergence began ([`Firewall::last_commit_tries`]).
     commit_tries: u32,
+    /// The bridges the container runtimes report as theirs ([`Firewall::set_runtime_bridges`]):
+    /// no way in for other machines' connections.
+    runtime_bridges: Vec<String>,
 }
 
 /// A model of one listing, for the verdicts that follow a plan that wrote nothing.
@@ -113,7 +116,23 @@ impl<'a> Firewall<'a> {
             node: None,
             last: None,
             commit_tries: 0,
+            runtime_bridges: Vec::new(),
         })
+    }
+
+    /// The bridges the container runtimes report as theirs (Docker's `docker0` and `br-…`,
+    /// Podman's): what arrives on them comes from this machine's own containers, so the verdicts
+    /// and the placements do not ask about connections arriving there. Every other interface
+    /// with an address is a way in, whatever its name (a router's `br-lan` is).
+    pub fn set_runtime_bridges(&mut self, bridges: &[String]) {
+        self.runtime_bridges = bridges.to_vec();
+    }
+
+    /// This machine's interfaces now, the runtime's bridges marked as no way in.
+    pub(crate) fn interfaces(&self) -> Vec<crate::eval::Iface> {
+        let mut ifaces = crate::eval::interfaces();
+        crate::eval::mark_runtime_bridges(&mut ifaces, &self.runtime_bridges);
+        ifaces
     }
 
     /// The found firewall, read now if it has not been.
@@ -465,7 +484,7 @@ impl<'a> Firewall<'a> {
         let found = self.found.as_ref().expect("detected above");
         snap.legacy = legacy_of(&found.legacy_saves);
         let model = std::rc::Rc::new(Model::new(&snap));
-        let ifaces = crate::eval::interfaces();
+        let ifaces = self.interfaces();
         let ruleset = snap.ruleset;
         // Where each forwarded opening's published port leads, read once for every table.
         let targets: std::rc::Rc<BTreeMap<String, Vec<published::Target>>> = std::rc::Rc::new(

@@ -407,3 +407,70 @@ fn an_iptables_nft_conntrack_original_port_match_admits_its_port_before_the_drop
         f => panic!("another port is not admitted by the opening: {f:?}"),
     }
 }
+
+fn ip(args: &[&str]) {
+    let out = Command::new("ip").args(args).output().unwrap();
+    assert!(
+        out.status.success(),
+        "ip {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Interfaces are told apart by what the kernel and the runtime say, never by their names: a
+/// bridge named like a runtime's (`br-lan`, a router's LAN) and a veth with an address of its
+/// own are ways in; loopback (by its flag), an interface with only a link-local address (a
+/// bridge's port, a runtime's veth) and a bridge the runtime reports as its own are not. An
+/// incoming opening from anywhere is asked about on exactly the ways in.
+#[test]
+fn interfaces_are_ways_in_by_what_the_kernel_and_the_runtime_say_not_by_name() {
+    in_fresh_netns();
+    ip(&["link", "set", "lo", "up"]);
+    ip(&["link", "add", "br-lan", "type", "bridge"]);
+    ip(&["address", "add", "192.168.1.1/24", "dev", "br-lan"]);
+    ip(&["link", "set", "br-lan", "up"]);
+    ip(&[
+        "link", "add", "veth0", "type", "veth", "peer", "name", "veth1",
+    ]);
+    ip(&["address", "add", "10.9.0.1/24", "dev", "veth0"]);
+    ip(&["link", "set", "veth0", "up"]);
+    ip(&["link", "set", "veth1", "master", "br-lan"]);
+    ip(&["link", "set", "veth1", "up"]);
+    ip(&["link", "add", "docker0", "type", "bridge"]);
+    ip(&["address", "add", "172.17.0.1/16", "dev", "docker0"]);
+    ip(&["link", "set", "docker0", "up"]);
+    let mut ifaces = firewall::eval::interfaces();
+    let way_in = |ifaces: &[firewall::eval::Iface]| {
+        ifaces
+            .iter()
+            .map(|i| (i.name.clone(), i.way_in))
+            .collect::<std::collections::BTreeMap<_, _>>()
+    };
+    assert_eq!(
+        way_in(&ifaces),
+        [
+            ("br-lan", true),
+            ("docker0", true),
+            ("lo", false),
+            ("veth0", true),
+            ("veth1", false),
+        ]
+        .into_iter()
+        .map(|(n, w)| (n.to_string(), w))
+        .collect(),
+        "{ifaces:?}"
+    );
+    firewall::eval::mark_runtime_bridges(&mut ifaces, &["docker0".to_string()]);
+    let o = firewall::Opening {
+        id: "app/port".into(),
+        port: 8080,
+        proto: firewall::Proto::Tcp,
+        from: firewall::opening::From::Anywhere,
+        path: firewall::Path::Incoming,
+    };
+    let arrivals: Vec<String> = firewall::eval::ways(&o, Fam::V4, &ifaces, &[])
+        .into_iter()
+        .map(|w| w.conn.iif)
+        .collect();
+    assert_eq!(arrivals, ["br-lan", "veth0"]);
+}

@@ -46,6 +46,8 @@ pub struct Recording {
     pub watch: Rc<Vec<PathBuf>>,
     /// Every guard spec the guard's table was asked for, in order.
     pub guards: Rc<RefCell<Vec<GuardSpec>>>,
+    /// Every list of runtime bridges the firewall was told of, in order.
+    pub told_bridges: Rc<RefCell<Vec<Vec<String>>>>,
 }
 
 impl Recording {
@@ -234,5 +236,10 @@ impl NodeFirewall for Recording {
         _interfaces: &[::genesis::inventory::Interface],
     ) -> Vec<String> {
         self.script.borrow().bridges.clone()
+    }
+
+    /// Recorded, for the reconcile's tests: the bridges the engine was told of.
+    fn know_runtime_bridges(&mut self, bridges: &[String]) {
+        self.told_bridges.borrow_mut().push(bridges.to_vec());
     }
 }

@@ -50,6 +50,8 @@ pub struct Kernel {
     fw: Option<Firewall<'static>>,
     /// A socket of its own for the guard and the filter until the found firewall is opened.
     sock: Option<NfSocket>,
+    /// The runtime's bridges as last asked or told, given to the found firewall's engine.
+    bridges: Vec<String>,
 }
 
 impl Kernel {
@@ -62,6 +64,7 @@ impl Kernel {
             deadlines,
             fw: None,
             sock: None,
+            bridges: Vec::new(),
         }
     }
 
@@ -77,6 +80,7 @@ impl Kernel {
         if self.fw.is_none() {
             let mut opened = open_found(self.deadlines)?;
             opened.for_node(&self.node);
+            opened.set_runtime_bridges(&self.bridges);
             self.fw = Some(opened);
             self.sock = None;
         }
@@ -179,6 +183,15 @@ impl NodeFirewall for Kernel {
         runner: &dyn run::Runner,
         interfaces: &[::genesis::inventory::Interface],
     ) -> Vec<String> {
-        crate::system::runtime_bridges(runner, interfaces)
+        let bridges = crate::system::runtime_bridges(runner, interfaces);
+        self.know_runtime_bridges(&bridges);
+        bridges
+    }
+
+    fn know_runtime_bridges(&mut self, bridges: &[String]) {
+        self.bridges = bridges.to_vec();
+        if let Some(fw) = self.fw.as_mut() {
+            fw.set_runtime_bridges(bridges);
+        }
     }
 }

@@ -86,6 +86,10 @@ pub trait NodeFirewall {
         runner: &dyn Runner,
         interfaces: &[::genesis::inventory::Interface],
     ) -> Vec<String>;
+    /// The runtime's bridges as last asked (the memo's guard keeps them), for a reconcile that
+    /// asks no runtime: the openings' verdicts and placements take no connection arriving on
+    /// them for another machine's. `runtime_bridges` tells it the same as it answers.
+    fn know_runtime_bridges(&mut self, bridges: &[String]);
 }
 
 /// Why the node's firewall did not do what was asked, naming what it was doing.
@@ -245,6 +249,12 @@ pub struct PutBack {
 /// else: what the resident host does when another program changed the ruleset.
 pub fn recheck(fw: &mut dyn NodeFirewall, memo: &Memo) -> Result<PutBack, Error> {
     let mut done = PutBack::default();
+    if let Some(spec) = &memo.guard {
+        fw.know_runtime_bridges(&spec.runtimes);
+    }
+    if let Some(spec) = &memo.filter {
+        fw.know_runtime_bridges(&spec.bridges);
+    }
     if let Some(spec) = &memo.guard {
         done.guard_written = guard::write(fw, spec)?.contains("; written)");
     }

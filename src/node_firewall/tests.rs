@@ -346,3 +346,29 @@ fn openings_no_longer_declared_are_removed_by_one_removal_each_on_its_own_line()
     let st = state(root.path());
     assert!(st.owned("web/http").is_none() && st.owned("web/https").is_none());
 }
+
+#[test]
+fn a_recheck_tells_the_engine_the_runtime_bridges_the_memo_keeps_before_converging() {
+    let mut fake = Recording::default();
+    let mut guard = firewall::GuardSpec::for_node(5432, 15672, None);
+    guard.add_runtime_bridge("docker0");
+    guard.add_runtime_bridge("br-0123456789ab");
+    let memo = super::Memo {
+        declaration: decl("adopted", file_and_openings()),
+        guard: Some(guard),
+        openings: vec![firewall::Opening {
+            id: "web/http".into(),
+            port: 80,
+            proto: firewall::Proto::Tcp,
+            from: firewall::opening::From::Anywhere,
+            path: firewall::Path::Incoming,
+        }],
+        filter: None,
+    };
+    super::recheck(&mut fake, &memo).unwrap();
+    assert_eq!(
+        *fake.told_bridges.borrow(),
+        [vec!["docker0".to_string(), "br-0123456789ab".to_string()]]
+    );
+    assert!(fake.methods().contains(&"converge"), "{:?}", fake.methods());
+}

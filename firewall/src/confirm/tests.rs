@@ -128,6 +128,7 @@ fn iface(name: &str, index: u32, addrs: &[(&str, u8)]) -> Iface {
             .iter()
             .map(|(a, l)| (a.parse().unwrap(), *l))
             .collect(),
+        way_in: name != "lo",
     }
 }
 

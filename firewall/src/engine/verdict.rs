@@ -41,7 +41,7 @@ impl Firewall<'_> {
         only_iif: Option<&str>,
     ) -> Result<Vec<(crate::eval::Way, crate::eval::Answer)>> {
         let (snap, found, model) = self.fresh_model()?;
-        let ifaces = crate::eval::interfaces();
+        let ifaces = self.interfaces();
         let targets = match o.path {
             crate::opening::Path::Forwarded => {
                 published::targets(&snap.ruleset, &found.legacy_saves, o.proto, o.port)
@@ -76,7 +76,7 @@ impl Firewall<'_> {
                     o.path == crate::opening::Path::Incoming || last.targets.contains_key(&o.id)
                 })
             {
-                let ifaces = crate::eval::interfaces();
+                let ifaces = self.interfaces();
                 let none = Vec::new();
                 return Ok(openings
                     .iter()
@@ -88,7 +88,7 @@ impl Firewall<'_> {
             }
         }
         let (snap, found, model) = self.fresh_model()?;
-        let ifaces = crate::eval::interfaces();
+        let ifaces = self.interfaces();
         let mut out = BTreeMap::new();
         for o in openings {
             let targets = match o.path {

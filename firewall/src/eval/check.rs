@@ -428,6 +428,7 @@ mod tests {
                 .iter()
                 .map(|(a, l)| (a.parse().unwrap(), *l))
                 .collect(),
+            way_in: name != "lo",
         }
     }
 

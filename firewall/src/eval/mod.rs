@@ -37,7 +37,7 @@ mod fuzz;
 
 pub use addrs::{Addrs, Fam};
 pub use model::{parse_save, Edit, EditWhat, Model, Snapshot};
-pub use opening::{families, interfaces, ways, Iface, Part, Verdict, Way};
+pub use opening::{families, interfaces, mark_runtime_bridges, ways, Iface, Part, Verdict, Way};
 
 use std::fmt;
 use std::net::IpAddr;

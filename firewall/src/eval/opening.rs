@@ -9,26 +9,38 @@ use crate::opening::{From, Opening, Path};
 use crate::published::Target;
 use std::net::IpAddr;
 
-/// One interface of this machine: its name, index and addresses.
+/// One interface of this machine: its name, index and addresses, and whether other machines'
+/// connections arrive on it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Iface {
     pub name: String,
     pub index: u32,
     /// Addresses with their prefix lengths.
     pub addrs: Vec<(IpAddr, u8)>,
+    /// Whether connections from other machines arrive here, as the kernel and the runtimes say
+    /// (never judged by the name): not loopback (`IFF_LOOPBACK`), not one of the bridges a
+    /// container runtime reports as its own ([`mark_runtime_bridges`]), and with an address
+    /// beyond link-local (a bridge's port, a runtime's veth, an interface with no address of
+    /// its own receives no connection to this machine: the bridge it belongs to does). A bridge
+    /// no runtime reports (a router's `br-lan`) is a way in like any other.
+    pub way_in: bool,
 }
 
-/// Interfaces that runtimes and bridges make: what arrives there comes from this machine's own
-/// containers, not from a declared source elsewhere.
-const INNER: &[&str] = &[
-    "lo", "docker", "br-", "veth", "cni", "podman", "virbr", "flannel", "cali", "vxlan", "kube",
-];
-
 impl Iface {
-    /// Whether connections from other machines arrive here: not loopback, not a runtime's
-    /// bridge or veth. Tunnels and the private network's interface are such a way in.
+    /// Whether connections from other machines arrive here ([`Iface::way_in`]). Tunnels and the
+    /// private network's interface are such a way in.
     pub fn outside(&self) -> bool {
-        !INNER.iter().any(|p| self.name.starts_with(p))
+        self.way_in
+    }
+}
+
+/// `ifaces` with the runtime's own bridges `bridges` (as the runtime reports them) no longer
+/// ways in: what arrives there comes from this machine's own containers.
+pub fn mark_runtime_bridges(ifaces: &mut [Iface], bridges: &[String]) {
+    for i in ifaces.iter_mut() {
+        if bridges.contains(&i.name) {
+            i.way_in = false;
+        }
     }
 }
 
@@ -52,6 +64,7 @@ pub fn interfaces() -> Vec<Iface> {
         let name = unsafe { std::ffi::CStr::from_ptr(ifa.ifa_name) }
             .to_string_lossy()
             .into_owned();
+        let loopback = ifa.ifa_flags & libc::IFF_LOOPBACK as libc::c_uint != 0;
         let i = match out.iter().position(|i| i.name == name) {
             Some(i) => i,
             None => {
@@ -62,10 +75,15 @@ pub fn interfaces() -> Vec<Iface> {
                     name,
                     index,
                     addrs: Vec::new(),
+                    // Set below, once its addresses are known; false for loopback.
+                    way_in: !loopback,
                 });
                 out.len() - 1
             }
         };
+        if loopback {
+            out[i].way_in = false;
+        }
         if let Some(a) = sockaddr_ip(ifa.ifa_addr) {
             let len = sockaddr_ip(ifa.ifa_netmask).map(num_ones).unwrap_or(0);
             out[i].addrs.push((a, len));
@@ -73,6 +91,9 @@ pub fn interfaces() -> Vec<Iface> {
     }
     // SAFETY: `head` came from getifaddrs and is freed once.
     unsafe { libc::freeifaddrs(head) };
+    for i in out.iter_mut() {
+        i.way_in = i.way_in && i.addrs.iter().any(|(a, _)| !is_link_local(*a));
+    }
     out.sort_by(|a, b| a.name.cmp(&b.name));
     out
 }
@@ -159,6 +180,7 @@ pub fn ways(o: &Opening, fam: Fam, ifaces: &[Iface], targets: &[Target]) -> Vec<
         },
         index: 0,
         addrs: Vec::new(),
+        way_in: true,
     };
     let arrive: Vec<&Iface> = if arrive.is_empty() {
         vec![&fallback]
