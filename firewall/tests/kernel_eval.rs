@@ -5,11 +5,10 @@
 
 mod common;
 
-use common::{in_fresh_netns, nft_load};
+use common::{in_fresh_netns, ip, nft_load, run_ok};
 use firewall::eval::{Addrs, Conn, Fam, Fate, Model, Placement, Refusal, Snapshot};
 use firewall::NfSocket;
 use std::net::IpAddr;
-use std::process::Command;
 
 fn model() -> Model {
     let mut s = NfSocket::open().unwrap();
@@ -28,12 +27,7 @@ fn fate(m: &Model, fam: Fam, port: u16, from: &str) -> Fate {
 }
 
 fn iptables(args: &[&str]) {
-    let out = Command::new("iptables-nft").args(args).output().unwrap();
-    assert!(
-        out.status.success(),
-        "iptables-nft {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    run_ok("iptables-nft", args);
 }
 
 const ARCH: &str = r#"flush ruleset
@@ -406,15 +400,6 @@ fn an_iptables_nft_conntrack_original_port_match_admits_its_port_before_the_drop
         Fate::NotAdmitted { by } => assert!(by.text.contains("drop"), "{by}"),
         f => panic!("another port is not admitted by the opening: {f:?}"),
     }
-}
-
-fn ip(args: &[&str]) {
-    let out = Command::new("ip").args(args).output().unwrap();
-    assert!(
-        out.status.success(),
-        "ip {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
 }
 
 /// Interfaces are told apart by what the kernel and the runtime say, never by their names: a

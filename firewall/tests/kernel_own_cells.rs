@@ -8,14 +8,13 @@
 
 mod common;
 
-use common::{in_fresh_netns, nft, nft_load};
+use common::{in_fresh_netns, ip, nft, nft_load};
 use firewall::eval::check::{self, Before, May};
 use firewall::eval::{Addrs, Conn, Fate, Model, Snapshot};
 use firewall::netlink::NfSocket;
 use firewall::{Exec, Firewall, Opening, Output, Scope};
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
-use std::process::Command;
 
 struct NoLegacy;
 
@@ -38,15 +37,6 @@ fn proc_dir() -> std::path::PathBuf {
     std::fs::write(proc.join("sys/net/ipv4/ip_forward"), "1\n").unwrap();
     std::fs::write(proc.join("sys/net/ipv6/conf/all/forwarding"), "1\n").unwrap();
     proc
-}
-
-fn ip(args: &[&str]) {
-    let out = Command::new("ip").args(args).output().unwrap();
-    assert!(
-        out.status.success(),
-        "ip {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
 }
 
 /// The outside interface `eth0` and the LAN's `lan0` (veths, their peers left bare: this

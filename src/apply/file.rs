@@ -224,8 +224,8 @@ fn write_and_record(
 pub(super) fn remove(cx: &mut Cx<'_>, rec: &Owned) -> Result<Done, ResourceError> {
     if rec.found && cx.decl.release {
         if let Some(o) = cx.store.state.original(&rec.key).cloned() {
-            if super::saved_at(&o).is_some() {
-                return put_back(cx, rec, &o);
+            if let Some(saved) = super::saved_at(&o) {
+                return put_back(cx, rec, &o, saved);
             }
         }
     }
@@ -257,15 +257,15 @@ pub(super) fn remove(cx: &mut Cx<'_>, rec: &Owned) -> Result<Done, ResourceError
     }
 }
 
-/// A release's giving back of a file the host took over: its original, as saved in the store
-/// when it was first found, written back byte for byte (its digest checked first) with the mode
-/// and owner it was found with.
+/// A release's giving back of a file the host took over: its original `o`, as saved in the store
+/// (at `saved`) when it was first found, written back byte for byte (its digest checked first)
+/// with the mode and owner it was found with.
 fn put_back(
     cx: &mut Cx<'_>,
     rec: &Owned,
     o: &crate::store::Original,
+    saved: &str,
 ) -> Result<Done, ResourceError> {
-    let saved = super::saved_at(o).unwrap_or_default();
     let name = Path::new(saved)
         .file_name()
         .map(|n| n.to_os_string())

@@ -166,6 +166,28 @@ impl Tree {
         );
     }
 
+    /// The control's tree: the boot step masked and the resident host not started at boot, so
+    /// a boot shows what the machine does without them.
+    fn without_the_host(&self) {
+        self.link("/etc/systemd/system/mesh-host-boot.service", "/dev/null");
+        std::fs::remove_file(
+            self.root
+                .join("etc/systemd/system/multi-user.target.wants/mesh-host.service"),
+        )
+        .expect("the resident host's enablement");
+    }
+
+    /// The package as installed again after [`Tree::without_the_host`]: the boot step unmasked
+    /// and the resident host started at boot.
+    fn as_installed(&self) {
+        std::fs::remove_file(self.root.join("etc/systemd/system/mesh-host-boot.service"))
+            .expect("the boot step's mask");
+        self.link(
+            "/etc/systemd/system/multi-user.target.wants/mesh-host.service",
+            "/usr/lib/systemd/system/mesh-host.service",
+        );
+    }
+
     /// `mesh-host ARGS --json` in the tree; its exit code and JSON.
     fn host(&self, args: &[&str]) -> (Option<i32>, Value) {
         let mut argv = vec!["/usr/bin/mesh-host"];
@@ -291,11 +313,22 @@ impl Boot {
             .spawn()
             .expect("systemd-nspawn started");
         let boot = Boot { child, log, bpf };
+        // The veth's outside end is moved once nspawn is done with it: nspawn looks the link up
+        // by name after making it, and lets the container's PID 1 exec systemd only once its
+        // network is set up, so the move waits for that exec (a move before it fails the boot
+        // with "Failed to resolve interface ve-…"). systemd brings up no interface before
+        // network-pre.target, so the probes still see the whole window.
         let until = Instant::now() + Duration::from_secs(20);
-        while !Path::new("/sys/class/net").join(&ve).exists() {
+        let init_runs = |b: &Boot| {
+            b.leader().is_some_and(|pid| {
+                std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                    .is_ok_and(|c| c.trim() == "systemd")
+            })
+        };
+        while !(Path::new("/sys/class/net").join(&ve).exists() && init_runs(&boot)) {
             assert!(
                 Instant::now() < until,
-                "{ve} never appeared: {}",
+                "{ve} never appeared, or the container's systemd never started: {}",
                 boot.console()
             );
             std::thread::sleep(Duration::from_millis(1));
@@ -573,11 +606,7 @@ fn an_adopted_node_boots_with_the_store_port_refused_from_the_first_packet() {
 
     // The boot step masked, the resident host not started: the store's stand-in is reached
     // once the link is up. The probes can see the hole.
-    tree.link("/etc/systemd/system/mesh-host-boot.service", "/dev/null");
-    let _ = std::fs::remove_file(
-        tree.root
-            .join("etc/systemd/system/multi-user.target.wants/mesh-host.service"),
-    );
+    tree.without_the_host();
     let outside = lab()
         .machine(&format!("bo{}", std::process::id() % 100_000))
         .unwrap();
@@ -595,11 +624,7 @@ fn an_adopted_node_boots_with_the_store_port_refused_from_the_first_packet() {
     boot.halt();
 
     // The package as installed: the boot step and the resident host.
-    std::fs::remove_file(tree.root.join("etc/systemd/system/mesh-host-boot.service")).unwrap();
-    tree.link(
-        "/etc/systemd/system/multi-user.target.wants/mesh-host.service",
-        "/usr/lib/systemd/system/mesh-host.service",
-    );
+    tree.as_installed();
     let outside = lab()
         .machine(&format!("ba{}", std::process::id() % 100_000))
         .unwrap();
@@ -665,11 +690,7 @@ fn a_converged_node_rebooted_keeps_its_derived_filter_from_the_first_packet() {
         .unwrap();
     // The control: the boot step masked and the resident host not started, the undeclared
     // service is reached (nothing else of the found firewall is in force after the flip).
-    tree.link("/etc/systemd/system/mesh-host-boot.service", "/dev/null");
-    let wants = tree
-        .root
-        .join("etc/systemd/system/multi-user.target.wants/mesh-host.service");
-    std::fs::remove_file(&wants).unwrap();
+    tree.without_the_host();
     let mut boot = Boot::start(&tree, &name("v"), &outside);
     let open = boot.probe_until(
         &outside,
@@ -683,11 +704,7 @@ fn a_converged_node_rebooted_keeps_its_derived_filter_from_the_first_packet() {
     );
     boot.halt();
     drop(boot);
-    std::fs::remove_file(tree.root.join("etc/systemd/system/mesh-host-boot.service")).unwrap();
-    tree.link(
-        "/etc/systemd/system/multi-user.target.wants/mesh-host.service",
-        "/usr/lib/systemd/system/mesh-host.service",
-    );
+    tree.as_installed();
     let mut counts = Counts::default();
     let mut journal = String::new();
     for _ in 0..BOOTS {

@@ -93,6 +93,20 @@ fn inside_text(boot: &Boot, argv: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// Waits, to a deadline, for `nftables.service` to have loaded the found ruleset (`when` names
+/// the boot in the failure).
+fn found_loaded(boot: &Boot, when: &str) {
+    let until = Instant::now() + Duration::from_secs(60);
+    while !inside_text(boot, &["nft", "list", "ruleset"]).contains("9090") {
+        assert!(
+            Instant::now() < until,
+            "nftables.service never loaded {when}: {}",
+            boot.journal(&[])
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// Which of `ports` answer from outside, each probed (v4 and v6) until it has been tried 10
 /// times in each family: a port reached once counts as reached.
 fn answers(boot: &Boot, outside: &Machine, ports: &[u16]) -> BTreeMap<u16, bool> {
@@ -133,15 +147,7 @@ fn a_release_gives_back_the_found_firewall_the_originals_and_the_pins_byte_for_b
         .machine(&format!("br{}", std::process::id() % 100_000))
         .unwrap();
     let mut boot = Boot::start(&tree, &name("r"), &outside);
-    let until = Instant::now() + Duration::from_secs(60);
-    while !inside_text(&boot, &["nft", "list", "ruleset"]).contains("9090") {
-        assert!(
-            Instant::now() < until,
-            "nftables.service never loaded: {}",
-            boot.journal(&[])
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    found_loaded(&boot, "at the first boot");
     let ports = [STORE, UNDECLARED, DECLARED];
     let ruleset = inside_text(&boot, &["nft", "list", "ruleset"]);
     let enabled = inside_text(&boot, &["systemctl", "is-enabled", "nftables.service"]);
@@ -261,15 +267,7 @@ fn a_release_gives_back_the_found_firewall_the_originals_and_the_pins_byte_for_b
     // Rebooted, the machine is the found firewall's alone: the boot step finds no store and
     // loads nothing, nftables.service loads the found ruleset, every port answers as before.
     let boot = Boot::start(&tree, &name("r"), &outside);
-    let until = Instant::now() + Duration::from_secs(60);
-    while !inside_text(&boot, &["nft", "list", "ruleset"]).contains("9090") {
-        assert!(
-            Instant::now() < until,
-            "nftables.service never loaded after the release: {}",
-            boot.journal(&[])
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    found_loaded(&boot, "after the release");
     let step = boot.journal(&["-u", "mesh-host-boot.service"]);
     assert!(
         step.contains("nothing to load: no store: the node was released"),

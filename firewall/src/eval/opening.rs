@@ -75,8 +75,8 @@ pub fn interfaces() -> Vec<Iface> {
                     name,
                     index,
                     addrs: Vec::new(),
-                    // Set below, once its addresses are known; false for loopback.
-                    way_in: !loopback,
+                    // Narrowed below: loopback, and once its addresses are known.
+                    way_in: true,
                 });
                 out.len() - 1
             }

@@ -113,6 +113,24 @@ pub fn nft_load(script: &str) {
     );
 }
 
+/// Runs `program ARGS` in this thread's namespace; panics with its stderr if it fails.
+pub fn run_ok(program: &str, args: &[&str]) {
+    let out = Command::new(program)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("{program}: {e}"));
+    assert!(
+        out.status.success(),
+        "{program} {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// `ip ARGS` in this thread's namespace ([`run_ok`]).
+pub fn ip(args: &[&str]) {
+    run_ok("ip", args);
+}
+
 /// Runs a shell script (e.g. iptables calls) in this thread's namespace.
 pub fn sh(script_path: &str) {
     let out = Command::new("sh")
