@@ -58,6 +58,10 @@ pub fn load_for(state: &State) -> Result<Load, String> {
             private: settings
                 .and_then(|s| s.private_network.as_ref())
                 .map(|p| p.interface.clone()),
+            private_ranges: settings
+                .and_then(|s| s.private_network.as_ref())
+                .map(|p| p.networks())
+                .unwrap_or_default(),
             bridges: Vec::new(),
             ssh: flip.map(|f| f.ssh.clone()).unwrap_or_default(),
             ssh_from: flip.map(|f| f.ssh_from.clone()).unwrap_or_default(),

@@ -53,6 +53,12 @@ pub struct FilterSpec {
     pub openings: Vec<Opening>,
     /// The private network's interface: ssh stays reachable through it.
     pub private: Option<String>,
+    /// The private network's source ranges (the settings' `range` and `range_v6`): what comes in
+    /// on its interface is the private network's only from these, as the guard judges it, so a
+    /// peer relaying an outside host reaches neither ssh nor an opening from the private network.
+    /// Empty in a store written before the filter knew them: the interface alone, as then.
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub private_ranges: Vec<crate::Network>,
     /// The bridges the container runtime reports: what leaves them is forwarded.
     pub bridges: Vec<String>,
     /// The ports ssh listens on, kept reachable from the private network (from anywhere when the
@@ -122,15 +128,13 @@ impl FilterSpec {
             );
         }
         for port in &self.ssh {
-            let b = match &self.private {
-                Some(i) => RuleBody::new().iifname_eq(i),
-                None => RuleBody::new(),
-            };
-            out.push(
-                b.tcp_dport(*port)
-                    .accept()
-                    .comment(&mark(&format!("ssh/{port}"))),
-            );
+            for b in self.private_sources() {
+                out.push(
+                    b.tcp_dport(*port)
+                        .accept()
+                        .comment(&mark(&format!("ssh/{port}"))),
+                );
+            }
             for addr in &self.ssh_from {
                 let b = match addr {
                     IpAddr::V4(a) => RuleBody::new().ip_saddr(*a, 32),
@@ -144,9 +148,36 @@ impl FilterSpec {
             }
         }
         for o in self.openings.iter().filter(|o| o.path == Path::Incoming) {
-            out.extend(rules::nft_bodies(o, Site::late(Family::Inet)));
+            out.extend(self.opening(o));
         }
         Ok(out)
+    }
+
+    /// Where ssh is reached from: the private network (its interface, and each of its ranges
+    /// when known), or anywhere when the node has none.
+    fn private_sources(&self) -> Vec<RuleBody> {
+        let Some(i) = &self.private else {
+            return vec![RuleBody::new()];
+        };
+        if self.private_ranges.is_empty() {
+            return vec![RuleBody::new().iifname_eq(i)];
+        }
+        self.private_ranges
+            .iter()
+            .map(|n| match n.addr {
+                IpAddr::V4(a) => RuleBody::new().iifname_eq(i).ip_saddr(a, n.len),
+                IpAddr::V6(a) => RuleBody::new().iifname_eq(i).ip6_saddr(a, n.len),
+            })
+            .collect()
+    }
+
+    /// An opening's rules in the filter: one from the private network admits its ranges only.
+    fn opening(&self, o: &Opening) -> Vec<RuleBody> {
+        let site = Site::late(Family::Inet);
+        match &self.private {
+            Some(i) => rules::nft_bodies_within(o, site, (i, &self.private_ranges)),
+            None => rules::nft_bodies(o, site),
+        }
     }
 
     /// The forward chain's rules, in order.
@@ -161,7 +192,7 @@ impl FilterSpec {
             );
         }
         for o in self.openings.iter().filter(|o| o.path == Path::Forwarded) {
-            out.extend(rules::nft_bodies(o, Site::late(Family::Inet)));
+            out.extend(self.opening(o));
         }
         Ok(out)
     }
@@ -308,10 +339,79 @@ mod tests {
                 },
             ],
             private: Some("wg0".into()),
+            private_ranges: Vec::new(),
             bridges: vec!["docker0".into()],
             ssh: vec![22],
             ssh_from: Vec::new(),
         }
+    }
+
+    #[test]
+    fn with_the_private_ranges_ssh_and_an_opening_from_the_private_network_need_interface_and_source(
+    ) {
+        let mut s = spec();
+        s.private_ranges = vec![
+            crate::Network {
+                addr: "10.77.0.0".parse().unwrap(),
+                len: 24,
+            },
+            crate::Network {
+                addr: "fd77::".parse().unwrap(),
+                len: 64,
+            },
+        ];
+        let ssh: Vec<_> = s
+            .input()
+            .unwrap()
+            .into_iter()
+            .filter(|b| b.comment.as_deref() == Some("mesh-host:filter/ssh/22"))
+            .map(|b| b.exprs)
+            .collect();
+        let v4 = RuleBody::new()
+            .iifname_eq("wg0")
+            .ip_saddr("10.77.0.0".parse().unwrap(), 24);
+        let v6 = RuleBody::new()
+            .iifname_eq("wg0")
+            .ip6_saddr("fd77::".parse().unwrap(), 64);
+        assert_eq!(
+            ssh,
+            [
+                v4.clone().tcp_dport(22).accept().exprs,
+                v6.clone().tcp_dport(22).accept().exprs
+            ]
+        );
+        // The forwarded opening from wg0: one rule per range, each with the interface.
+        let api: Vec<_> = s
+            .forward()
+            .unwrap()
+            .into_iter()
+            .filter(|b| {
+                b.comment
+                    .as_deref()
+                    .is_some_and(|c| c.starts_with("mesh-host:app/api#"))
+            })
+            .map(|b| b.exprs)
+            .collect();
+        let tail = |b: RuleBody| {
+            b.l4proto(L4Proto::Tcp)
+                .ct_status_dnat()
+                .ct_original_proto_dst_only(8080)
+                .accept()
+                .exprs
+        };
+        assert_eq!(api, [tail(v4), tail(v6)]);
+        // The opening from anywhere is as it was.
+        let anywhere = Opening {
+            id: "web/http".into(),
+            port: 80,
+            proto: Proto::Tcp,
+            from: From::Anywhere,
+            path: Path::Incoming,
+        };
+        assert_eq!(
+            s.opening(&anywhere)[0].exprs,
+            rules::nft_bodies(&anywhere, Site::late(Family::Inet))[0].exprs
+        );
     }
 
     #[test]

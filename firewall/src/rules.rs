@@ -71,6 +71,18 @@ enum Src<'a> {
     Any,
     Iface(&'a str),
     Net(&'a Network),
+    /// Arriving on the interface from a source in the network: the private network's packets
+    /// when its ranges are known (a peer relaying an outside host brings the host's source).
+    IfaceNet(&'a str, &'a Network),
+}
+
+/// Whether a network is of a chain's family (`inet` and `netdev` hold both).
+fn of_family(n: &Network, family: Family) -> bool {
+    match family {
+        Family::Ipv4 => n.addr.is_ipv4(),
+        Family::Ipv6 => n.addr.is_ipv6(),
+        _ => true,
+    }
 }
 
 /// The sources of an opening that apply to a chain of `family`; empty when none do (an opening
@@ -81,13 +93,27 @@ fn sources(o: &Opening, family: Family) -> Vec<Src<'_>> {
         From::Interface(i) => vec![Src::Iface(i)],
         From::Networks(nets) => nets
             .iter()
-            .filter(|n| match family {
-                Family::Ipv4 => n.addr.is_ipv4(),
-                Family::Ipv6 => n.addr.is_ipv6(),
-                _ => true,
-            })
+            .filter(|n| of_family(n, family))
             .map(Src::Net)
             .collect(),
+    }
+}
+
+/// [`sources`], with an opening from the private network's interface narrowed to its `ranges`
+/// (one source per range of the family; none of the family: nothing to admit). An opening from
+/// elsewhere, or no ranges given, is [`sources`] as it is.
+fn sources_within<'a>(
+    o: &'a Opening,
+    family: Family,
+    private: Option<(&str, &'a [Network])>,
+) -> Vec<Src<'a>> {
+    match (&o.from, private) {
+        (From::Interface(i), Some((p, ranges))) if i == p && !ranges.is_empty() => ranges
+            .iter()
+            .filter(|n| of_family(n, family))
+            .map(|n| Src::IfaceNet(i, n))
+            .collect(),
+        _ => sources(o, family),
     }
 }
 
@@ -131,20 +157,36 @@ impl Site {
 
 /// The native rules of an opening in a chain at `site`.
 pub fn nft_bodies(o: &Opening, site: Site) -> Vec<RuleBody> {
+    bodies(o, site, sources(o, site.family))
+}
+
+/// [`nft_bodies`], an opening from `private`'s interface admitted only from its ranges (the
+/// derived filter's rules: on a converged node no guard stands beside them).
+pub fn nft_bodies_within(o: &Opening, site: Site, private: (&str, &[Network])) -> Vec<RuleBody> {
+    bodies(o, site, sources_within(o, site.family, Some(private)))
+}
+
+/// A source's match at the head of a rule in a chain of `family`.
+fn source_match(b: RuleBody, src: &Src<'_>, family: Family) -> RuleBody {
+    let net = |b: RuleBody, n: &Network| match n.addr {
+        _ if family == Family::Netdev => b.saddr_by_ethertype(n.addr, n.len),
+        IpAddr::V4(a) => b.ip_saddr(a, n.len),
+        IpAddr::V6(a) => b.ip6_saddr(a, n.len),
+    };
+    match src {
+        Src::Any => b,
+        Src::Iface(i) => b.iifname_eq(i),
+        Src::Net(n) => net(b, n),
+        Src::IfaceNet(i, n) => net(b.iifname_eq(i), n),
+    }
+}
+
+fn bodies(o: &Opening, site: Site, sources: Vec<Src<'_>>) -> Vec<RuleBody> {
     let m = mark(o);
-    sources(o, site.family)
+    sources
         .into_iter()
         .map(|src| {
-            let mut b = RuleBody::new();
-            b = match src {
-                Src::Any => b,
-                Src::Iface(i) => b.iifname_eq(i),
-                Src::Net(n) if site.family == Family::Netdev => b.saddr_by_ethertype(n.addr, n.len),
-                Src::Net(n) => match n.addr {
-                    IpAddr::V4(a) => b.ip_saddr(a, n.len),
-                    IpAddr::V6(a) => b.ip6_saddr(a, n.len),
-                },
-            };
+            let mut b = source_match(RuleBody::new(), &src, site.family);
             if site.local && o.path == Path::Incoming {
                 b = b.fib_daddr_type_local();
             }
@@ -191,6 +233,9 @@ pub fn xt_specs_at(o: &Opening, site: Site) -> Vec<Vec<String>> {
                 Src::Any => {}
                 Src::Iface(i) => a.extend(["-i".into(), i.to_string()]),
                 Src::Net(n) => a.extend(["-s".into(), n.to_string()]),
+                Src::IfaceNet(i, n) => {
+                    a.extend(["-i".into(), i.to_string(), "-s".into(), n.to_string()])
+                }
             }
             if site.local && o.path == Path::Incoming {
                 a.extend([

@@ -75,6 +75,11 @@ pub struct Bed {
     /// engine, which may share firewalld's bus.
     live: Live,
     stand_in: Mutex<Option<Process>>,
+    /// How many times the stand-in was started: each start's lines carry it, so a restarted
+    /// stand-in never writes again a line an earlier one wrote (the held file's content at the
+    /// adoption would come back at the restart's K-th pass, and a reconcile reading it then
+    /// would rightly see no change).
+    stand_in_runs: std::sync::atomic::AtomicU32,
     _ssh: Process,
 }
 
@@ -170,6 +175,7 @@ impl Bed {
             units,
             live,
             stand_in: Mutex::new(None),
+            stand_in_runs: std::sync::atomic::AtomicU32::new(0),
             _ssh: node.listen_tcp(ports::SSH)?,
         };
         bed.write(FILE_MODULE_FILE, b"welcome, from the predecessor\n")?;
@@ -304,17 +310,22 @@ impl Bed {
     }
 
     /// Starts the stand-in for the predecessor's control: a process in the node rewriting the
-    /// held file every 300 ms with a new line each time. Nothing if it runs already.
+    /// held file every 300 ms with a new line each time, never one an earlier start wrote (each
+    /// line names the start and the pass: `pass 2.17`). Nothing if it runs already.
     pub fn start_stand_in(&self) -> Result<()> {
         let mut slot = lock(&self.stand_in);
         if slot.as_mut().is_some_and(Process::is_running) {
             return Ok(());
         }
         let path = self.path(HELD_FILE);
-        // The path is an argument of the script, never part of it.
+        let run = (1 + self
+            .stand_in_runs
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed))
+        .to_string();
+        // The path and the start's number are arguments of the script, never part of it.
         let script = format!(
             "n=0; while :; do n=$((n+1)); \
-             printf 'written by the predecessor'\"'\"'s control, pass %s\\n' \"$n\" > \"$1.new\" \
+             printf 'written by the predecessor'\"'\"'s control, pass %s.%s\\n' \"$2\" \"$n\" > \"$1.new\" \
              && mv \"$1.new\" \"$1\"; busybox usleep {STAND_IN_PERIOD_US}; done"
         );
         let argv = [
@@ -324,6 +335,7 @@ impl Bed {
             OsStr::new(&script),
             OsStr::new("stand-in"),
             path.as_os_str(),
+            OsStr::new(&run),
         ];
         *slot = Some(self.net.node.spawn(&argv)?);
         Ok(())

@@ -1,6 +1,6 @@
 //! The derived filter a flipped (or flipping) node's declaration calls for: its openings, the
-//! private network's interface, the runtime's bridges (asked of the runtime, as the guard's are)
-//! and the ssh ports the flip kept reachable.
+//! private network's interface and ranges, the runtime's bridges (asked of the runtime, as the
+//! guard's are) and the ssh ports the flip kept reachable.
 
 use super::{Error, NodeFirewall};
 use crate::declaration::{Declaration, Settings};
@@ -25,6 +25,10 @@ pub fn filter_spec(
         private: settings
             .and_then(|s| s.private_network.as_ref())
             .map(|p| p.interface.clone()),
+        private_ranges: settings
+            .and_then(|s| s.private_network.as_ref())
+            .map(|p| p.networks())
+            .unwrap_or_default(),
         bridges,
         ssh: ssh.to_vec(),
         ssh_from: ssh_from.to_vec(),

@@ -324,6 +324,19 @@ fn short(reason: &str) -> String {
     s
 }
 
+/// A failure's first 25 lines, each cut at 300 characters: enough to say why, in the suite's
+/// summary, however long the report it printed.
+fn first_lines(reason: &str) -> String {
+    let mut out = String::new();
+    for line in reason.lines().take(25) {
+        let cut: String = line.chars().take(300).collect();
+        out.push_str("   ");
+        out.push_str(&cut);
+        out.push('\n');
+    }
+    out
+}
+
 #[test]
 fn adr_0100_how_it_is_checked_on_the_lab_bed_for_every_found_kind() {
     let started = Instant::now();
@@ -349,6 +362,7 @@ fn adr_0100_how_it_is_checked_on_the_lab_bed_for_every_found_kind() {
     }
     table.push('\n');
     let mut failures = String::new();
+    let mut reasons = String::new();
     for (i, title) in SCENARIOS.iter().enumerate() {
         let _ = write!(table, "{title:<44}");
         for (kind, results, _) in &columns {
@@ -356,6 +370,7 @@ fn adr_0100_how_it_is_checked_on_the_lab_bed_for_every_found_kind() {
                 Ok(()) => "pass".to_owned(),
                 Err(why) => {
                     let _ = writeln!(failures, "- {title} / {kind}: {}", short(why));
+                    let _ = writeln!(reasons, "-- {title} / {kind}:\n{}", first_lines(why));
                     "FAIL".to_owned()
                 }
             };
@@ -369,7 +384,10 @@ fn adr_0100_how_it_is_checked_on_the_lab_bed_for_every_found_kind() {
     }
     let _ = writeln!(table, "\ntotal: {:.0} s", started.elapsed().as_secs_f64());
     if !failures.is_empty() {
-        let _ = write!(table, "\nfailures:\n{failures}");
+        let _ = write!(
+            table,
+            "\nfailures:\n{failures}\nwhy, each failure's first lines:\n{reasons}"
+        );
     }
     // Straight to the standard error's descriptor, past the test harness's capture, so the table
     // is shown whether the suite passes or not.

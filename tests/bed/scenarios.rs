@@ -419,10 +419,15 @@ pub(super) fn predecessor_still_writing(cx: &Ctx) {
     }
     let report = cx.json(&["reconcile", "--json"]);
     cx.bed.stop_stand_in();
+    let entry = report["entries"]
+        .as_array()
+        .and_then(|e| e.iter().find(|e| e["id"] == "web/config"));
     assert_eq!(
         outcome(&report, "web/config"),
         "changed-by-something-else",
-        "{report:#}"
+        "the held file's entry: {entry:?}\nthe file was {:?} at adoption, is {:?} now\n{report:#}",
+        String::from_utf8_lossy(&cx.held_before),
+        std::fs::read_to_string(&path).unwrap_or_default(),
     );
     let now = std::fs::read_to_string(&path).expect("the held file");
     assert!(

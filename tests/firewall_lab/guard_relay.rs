@@ -1,7 +1,8 @@
 //! The private network is its interface **and** its range: a peer on `mesh0` that forwards for
 //! an outside host (`ip_forward=1`, the node's `rp_filter` off) brings that host's packets in on
 //! the private interface with the host's own outside source, and the guard refuses them in both
-//! layers and both families, while the peer's own private addresses still reach the store.
+//! layers and both families, while the peer's own private addresses still reach the store; on a
+//! converged node the derived filter judges it the same way.
 
 use super::guard_bpf::{Bpffs, BOTH};
 use super::*;
@@ -135,4 +136,60 @@ fn a_relaying_peer_brings_no_outside_source_to_the_store_through_either_layer() 
     // A foreign flush leaves the BPF layer alone, which judges the source too.
     run_ok(&net.node, &["nft", "flush", "ruleset"]);
     refused_through_the_relay_and_reached_from_the_peer(&net, "the BPF layer alone");
+}
+
+/// On a converged node the derived filter stands in the guard's place, and judges the private
+/// network the same way: ssh and an opening declared from the private network admit a packet on
+/// `mesh0` only from the private ranges, so the relayed outside host reaches neither, in either
+/// family, while the peer's own private addresses reach both.
+#[test]
+fn on_a_converged_node_a_relaying_peer_brings_no_outside_source_to_ssh_or_a_private_opening() {
+    let lab = new_lab();
+    let net = adoption(&lab);
+    let _listeners: Vec<lab::Process> = [STORE, SSH, SERVED]
+        .iter()
+        .map(|p| net.node.listen_tcp(*p).expect("listener on the node"))
+        .collect();
+    relay_through_the_peer(&net);
+    the_relay_carries(&net);
+    let host = Host::new(&net.node);
+    let mut store = opening("store/port", STORE, "incoming");
+    store["from"] = json!("private");
+    store["module"] = json!("store");
+    host.apply(&declaration(&[store]));
+    let out = host.run(&["converge", "--json"]);
+    assert!(out.success(), "the flip: {}\n{}", out.stdout, out.stderr);
+    for port in [STORE, SSH] {
+        expect(
+            &net.outside,
+            &node_private(),
+            port,
+            Probe::TimedOut,
+            &format!("converged: the outside relayed in on {PRIVATE_IF}"),
+        );
+        expect(
+            &net.peer,
+            &node_private(),
+            port,
+            Probe::Reached,
+            "converged: the peer's own private addresses",
+        );
+    }
+    let table = run_ok(
+        &net.node,
+        &["nft", "list", "chain", "inet", "mesh_host", "input"],
+    );
+    assert!(
+        table.contains("iifname \"mesh0\" ip saddr 10.77.0.0/24 tcp dport 22 accept")
+            && table.contains("iifname \"mesh0\" ip6 saddr fd77::/64 tcp dport 22 accept"),
+        "the derived filter's ssh rules:\n{table}"
+    );
+    // Not declared, so the flip closed it for everyone: the relay is not what refuses.
+    expect(
+        &net.outside,
+        &node_private(),
+        SERVED,
+        Probe::TimedOut,
+        "converged: an undeclared port through the relay",
+    );
 }
