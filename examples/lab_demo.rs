@@ -274,7 +274,7 @@ fn run(binary: &Path, kind: FoundKind) -> Result<(String, Vec<String>), lab::Err
     demo.expect(&["take", lab::SERVICE_MODULE], 0);
 
     step("converging, previewed: what stays, what closes, what is taken, what is disabled");
-    demo.expect(&["converge", "--preview"], 0);
+    demo.expect(&["converge", "--preview"], 4);
 
     step("the flip");
     demo.expect(&["converge"], 0);

@@ -19,6 +19,46 @@ pub use args::{
 use run::SystemRunner;
 use std::process::ExitCode;
 
+/// The exit code of an act whose standard output was closed before its report was printed: the
+/// act went to its end and its briefing is in the store, but its answer reached no one (128 + 13,
+/// as a shell says a process ended by SIGPIPE).
+pub const CLOSED_STDOUT: i32 = 141;
+
+/// Makes a closed standard output (a reader like `head` gone, SIGPIPE being ignored as Rust
+/// starts every program) end the process quietly instead of with a panic: a command that
+/// `reads_only` has done all it was asked and exits 0; an act exits [`CLOSED_STDOUT`], saying on
+/// standard error where its briefing is. Any other panic is reported as before.
+pub fn closed_stdout_ends_quietly(reads_only: bool) {
+    let before = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let text = info
+            .payload()
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| info.payload().downcast_ref::<&str>().copied())
+            .unwrap_or_default();
+        if text.starts_with("failed printing to stdout") && text.contains("Broken pipe") {
+            if reads_only {
+                std::process::exit(0);
+            }
+            eprintln!(
+                "mesh-host: standard output was closed before the report was printed; the act \
+                 went to its end and `mesh-host briefing` says how it ended"
+            );
+            std::process::exit(CLOSED_STDOUT);
+        }
+        before(info);
+    }));
+}
+
+/// Whether `e` is a write to standard output whose reader went away (EPIPE).
+pub fn closed_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}
+
 /// Runs one command and returns the process's exit code.
 pub fn run(cli: Cli) -> Result<ExitCode> {
     let needs_root = !matches!(
@@ -26,6 +66,15 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Command::Version { .. } | Command::Generate { .. }
     );
     if needs_root {
+        // Said before anything is read: as another user every command would fail on the store's
+        // permissions, and a preview would claim changes it cannot know of.
+        let euid = nix::unistd::geteuid();
+        if !euid.is_root() {
+            let why = format!(
+                "mesh-host must run as root: it reads and writes the store under --root's                  var/lib/mesh-host and the machine's firewall (running as uid {euid}; try sudo)"
+            );
+            return refusal(cli.json(), 2, &[why], "nothing was read or changed");
+        }
         if let Some(why) = missing_root(&cli.root) {
             return refusal(cli.json(), 2, &[why], "nothing was read or changed");
         }
@@ -132,8 +181,10 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
                         } else {
                             print!("{}", p.render());
                         }
+                        // As every preview: 4, changes pending (a flip always changes the
+                        // firewall), or 3 when the flip would be refused.
                         Ok(if p.refusals.is_empty() {
-                            ExitCode::SUCCESS
+                            ExitCode::from(4)
                         } else {
                             ExitCode::from(3)
                         })
@@ -439,7 +490,13 @@ fn generate(what: GenerateCommand) -> Result<()> {
                 .about(cmd.get_about().cloned().unwrap_or_default())
                 .args(cmd.get_arguments().cloned())
                 .subcommands(cmd.get_subcommands().filter(|c| !c.is_hide_set()).cloned());
-            clap_complete::generate(shell, &mut visible, "mesh-host", &mut out);
+            // Made whole first, then written: a reader gone (`| head`) is a write error this
+            // returns, not a panic inside the generator.
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut visible, "mesh-host", &mut script);
+            std::io::Write::write_all(&mut out, &script)
+                .and_then(|()| std::io::Write::flush(&mut out))
+                .context("writing the completions to standard output")?;
         }
         GenerateCommand::Man { dir } => {
             use std::io::Write as _;

@@ -9,9 +9,13 @@ fn main() -> ExitCode {
     // Long steps (an install, an image pull) are said on stderr while they run.
     mesh_host::progress::install();
     let cli = mesh_host::Cli::parse();
+    let reads_only = cli.reads_only();
+    mesh_host::cli::closed_stdout_ends_quietly(reads_only);
     let json = cli.json();
     match mesh_host::run(cli) {
         Ok(code) => code,
+        // The reader of a listing went away: all that was asked was done.
+        Err(e) if reads_only && mesh_host::cli::closed_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
             let text = mesh_host::error_text(&e);
             // Asked for JSON, a script reads even the failure as a document on stdout.

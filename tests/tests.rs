@@ -23,6 +23,7 @@ mod one_host;
 mod output;
 mod packages;
 mod preview;
+mod prompt;
 mod recover;
 mod refused_beforehand;
 mod release_local;

@@ -80,7 +80,8 @@ pub struct Inputs<'a> {
     pub listens: &'a [Listen],
 }
 
-/// The openings a node needs, in a stable order: the foundation's, then each listen as declared.
+/// The openings a node needs, in a stable order: the foundation's, then each listen as declared,
+/// each id once.
 ///
 /// - the private network's hub port (UDP, received by the machine) from anywhere: a node reaches
 ///   the hub before it has a private-network address;
@@ -127,15 +128,29 @@ pub fn derive(inputs: &Inputs<'_>) -> Vec<Opening> {
             path: Path::Forwarded,
         },
     ];
-    out.extend(inputs.listens.iter().map(|l| Opening {
-        id: l.id.clone(),
-        port: l.port,
-        proto: l.proto,
-        from: l.from.clone(),
-        path: l.path,
-    }));
+    // Each id once: a listen declared under a foundation opening's id (a declaration that already
+    // holds what an earlier derivation gave it) takes that opening's place, as declared; a second
+    // listen of an id is the first one's twin and is left out. Pasted into a declaration, the
+    // list is never refused for duplicate ids.
+    for l in inputs.listens {
+        let o = Opening {
+            id: l.id.clone(),
+            port: l.port,
+            proto: l.proto,
+            from: l.from.clone(),
+            path: l.path,
+        };
+        match out.iter().position(|f| f.id == o.id) {
+            Some(i) if i < FOUNDATION => out[i] = o,
+            Some(_) => {}
+            None => out.push(o),
+        }
+    }
     out
 }
+
+/// How many openings the foundation itself needs (the first ones [`derive`] gives).
+const FOUNDATION: usize = 5;
 
 #[cfg(test)]
 mod tests {
@@ -182,5 +197,54 @@ mod tests {
         for o in &got {
             o.validate().unwrap();
         }
+    }
+
+    #[test]
+    fn a_listen_under_a_foundation_id_takes_its_place_and_each_id_is_given_once() {
+        let ports = FoundationPorts {
+            store: 5432,
+            bus: 5672,
+            broker_management: 15672,
+            registry: 5000,
+            hub: 51820,
+        };
+        // What a node's declaration holds after `openings derive` was pasted into it: the
+        // foundation's openings as declared (the store's narrowed to a network), and one twice.
+        let store = Listen {
+            id: "store/port".into(),
+            port: 5432,
+            proto: Proto::Tcp,
+            from: From::Networks(vec![crate::Network {
+                addr: "10.77.0.0".parse().unwrap(),
+                len: 24,
+            }]),
+            path: Path::Forwarded,
+        };
+        let web = Listen {
+            id: "web/https".into(),
+            port: 443,
+            proto: Proto::Tcp,
+            from: From::Anywhere,
+            path: Path::Incoming,
+        };
+        let listens = [store.clone(), web.clone(), web];
+        let got = derive(&Inputs {
+            ports,
+            private_interface: "mesh0",
+            listens: &listens,
+        });
+        let ids: Vec<&str> = got.iter().map(|o| o.id.as_str()).collect();
+        assert_eq!(
+            ids,
+            [
+                "hub/port",
+                "broker/bus",
+                "registry/port",
+                "store/port",
+                "broker/management",
+                "web/https"
+            ]
+        );
+        assert_eq!(got[3].from, store.from, "the declared store opening stands");
     }
 }

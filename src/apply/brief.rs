@@ -151,7 +151,17 @@ pub(super) fn brief(store: &Store, decl: &Declaration, report: &Report) -> Brief
             Some(at) => format!("; original saved at {at}"),
             None => "; original recorded by its digest only".into(),
         });
-        let module = h.module.as_deref().unwrap_or("no module");
+        // What takes it: its module, or (a resource in no module) only the node's convergence.
+        let (until, before) = match h.module.as_deref() {
+            Some(m) => (
+                format!("until module {m} is taken"),
+                format!("taking module {m}"),
+            ),
+            None => (
+                "until the node converges (it is in no module, so no take reaches it)".to_owned(),
+                "converging the node".to_owned(),
+            ),
+        };
         match changed {
             Some(e) => {
                 lines.push(Line {
@@ -164,7 +174,7 @@ pub(super) fn brief(store: &Store, decl: &Declaration, report: &Report) -> Brief
                 });
                 look_at.push(format!(
                     "{} ({}) changed while held: {}. Something still writes it — the predecessor's \
-                     control, if it was not stopped. Stop it before taking module {module}.",
+                     control, if it was not stopped. Stop it before {before}.",
                     h.key, h.id, e.detail
                 ));
             }
@@ -172,7 +182,7 @@ pub(super) fn brief(store: &Store, decl: &Declaration, report: &Report) -> Brief
                 mark: Mark::Kept,
                 subject: h.id.clone(),
                 detail: format!(
-                    "found {} {} held as it is until module {module} is taken{}",
+                    "found {} {} held as it is {until}{}",
                     h.shape,
                     h.key,
                     original.unwrap_or_default()

@@ -363,4 +363,30 @@ impl Cli {
             Command::Run { .. } | Command::Boot | Command::Generate { .. } => false,
         }
     }
+
+    /// Whether the command only reads and prints (a listing, a status, a preview): such a command
+    /// whose reader went away (`mesh-host generate completions bash | head`) has done all it was
+    /// asked, and exits 0.
+    pub fn reads_only(&self) -> bool {
+        match &self.command {
+            Command::Version { .. }
+            | Command::Owned { .. }
+            | Command::Briefing { .. }
+            | Command::Profile { .. }
+            | Command::Inventory { .. }
+            | Command::Openings { .. }
+            | Command::Firewall { .. }
+            | Command::Generate { .. } => true,
+            Command::Apply { preview, .. }
+            | Command::Reconcile { preview, .. }
+            | Command::Genesis { preview, .. }
+            | Command::Take { preview, .. }
+            | Command::Converge { preview, .. }
+            | Command::Adopt { preview, .. } => *preview,
+            Command::Run { .. }
+            | Command::Boot
+            | Command::Enrol { .. }
+            | Command::Release { .. } => false,
+        }
+    }
 }

@@ -37,7 +37,16 @@ pub fn declaration(file: &Path, max: u64) -> Result<Got> {
     let name = file.display().to_string();
     // Asked before opening: opening a device can have effects of its own (a tape rewinds, a
     // watchdog arms), and opening a FIFO without O_NONBLOCK waits for a writer.
-    let before = std::fs::metadata(file).with_context(|| format!("reading declaration {name}"))?;
+    let before = match std::fs::metadata(file) {
+        Ok(m) => m,
+        // Bad input, as a missing bundle is: named, exit 2, nothing changed.
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Ok(Got::Refused(format!(
+                "declaration {name} does not exist; nothing was read or changed"
+            )))
+        }
+        Err(e) => return Err(e).with_context(|| format!("reading declaration {name}")),
+    };
     if let Some(kind) = not_regular(&before.file_type()) {
         return Ok(Got::Refused(format!(
             "declaration {name} is {kind}, not a regular file; nothing was read from it"

@@ -368,7 +368,8 @@ fn the_flip_and_the_return(kind: Kind) {
         docker.docker_host(),
         &["converge", "--preview", "--json"],
     );
-    assert_eq!(out.status.code(), Some(0), "{}\n{}", out.stdout, out.stderr);
+    // Changes pending, as every preview that would change something.
+    assert_eq!(out.status.code(), Some(4), "{}\n{}", out.stdout, out.stderr);
     let preview = json_of(&out, "the preview");
     let reach = |list: &str, port: u16| -> Value {
         preview[list]

@@ -2,7 +2,6 @@
 //! kfuncs a program calls) and the byte offsets and sizes of struct fields (what a BTF-typed load
 //! from the netfilter context reads), so nothing is assumed of the running kernel's layout.
 
-use std::collections::HashMap;
 use std::path::Path;
 
 use crate::error::{Error, Result};
@@ -29,21 +28,26 @@ const KIND_DECL_TAG: u32 = 17;
 const KIND_TYPE_TAG: u32 = 18;
 const KIND_ENUM64: u32 = 19;
 
-#[derive(Debug, Clone)]
+/// A struct's or union's member. Names are offsets into the string section: vmlinux has some
+/// 150,000 types, and a `String` each left the resident host's heap some 13 MiB larger for good
+/// after one load of the guard's program (freed, but in small pieces the allocator keeps).
+#[derive(Debug, Clone, Copy)]
 struct Member {
-    name: String,
+    name: u32,
     type_id: u32,
     bit_offset: u32,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Copy)]
 struct Type {
     kind: u32,
-    name: String,
+    name: u32,
     /// Size for ints, structs, unions, enums; the referenced type for pointers, typedefs,
     /// qualifiers and functions.
     size_or_type: u32,
-    members: Vec<Member>,
+    /// Its members: `members[first..first + count]` of the reader's one list.
+    first: u32,
+    count: u32,
     /// For arrays: (element type, element count).
     array: Option<(u32, u32)>,
 }
@@ -57,11 +61,13 @@ pub struct Field {
     pub size: u32,
 }
 
-/// The kernel's types, indexed by id (id 0 is `void`).
+/// The kernel's types, indexed by id (id 0 is `void`), in a few large allocations: the types,
+/// every member, and the string section their names point into.
 pub struct Btf {
     path: String,
     types: Vec<Type>,
-    by_name: HashMap<(u32, String), u32>,
+    members: Vec<Member>,
+    strs: Vec<u8>,
 }
 
 fn u16_at(b: &[u8], at: usize) -> Option<u16> {
@@ -109,18 +115,15 @@ impl Btf {
         let strs = b
             .get(strs_at..strs_at + str_len)
             .ok_or_else(|| bad("string section out of bounds"))?;
-        let name = |off: u32| -> String {
-            let s = strs.get(off as usize..).unwrap_or(&[]);
-            let end = s.iter().position(|&c| c == 0).unwrap_or(s.len());
-            String::from_utf8_lossy(&s[..end]).into_owned()
-        };
         let mut types = vec![Type {
             kind: 0,
-            name: String::new(),
+            name: 0,
             size_or_type: 0,
-            members: Vec::new(),
+            first: 0,
+            count: 0,
             array: None,
         }];
+        let mut members = Vec::new();
         let end = types_at + type_len;
         let mut at = types_at;
         while at < end {
@@ -135,9 +138,10 @@ impl Btf {
             let kflag = info >> 31 == 1;
             let mut t = Type {
                 kind,
-                name: name(name_off),
+                name: name_off,
                 size_or_type: sot,
-                members: Vec::new(),
+                first: members.len() as u32,
+                count: 0,
                 array: None,
             };
             match kind {
@@ -156,13 +160,14 @@ impl Btf {
                         else {
                             return Err(bad("struct member truncated"));
                         };
-                        t.members.push(Member {
-                            name: name(mn),
+                        members.push(Member {
+                            name: mn,
                             type_id: mt,
                             bit_offset: if kflag { mo & 0xff_ffff } else { mo },
                         });
                         at += 12;
                     }
+                    t.count = vlen as u32;
                 }
                 KIND_ENUM | KIND_FUNC_PROTO => at += 8 * vlen,
                 KIND_DATASEC | KIND_ENUM64 => at += 12 * vlen,
@@ -170,17 +175,29 @@ impl Btf {
             }
             types.push(t);
         }
-        let mut by_name = HashMap::new();
-        for (id, t) in types.iter().enumerate() {
-            if !t.name.is_empty() {
-                by_name.entry((t.kind, t.name.clone())).or_insert(id as u32);
-            }
-        }
         Ok(Btf {
             path: path.to_string(),
             types,
-            by_name,
+            members,
+            strs: strs.to_vec(),
         })
+    }
+
+    /// The name at `off` in the string section (empty past its end).
+    fn name(&self, off: u32) -> &[u8] {
+        let s = self.strs.get(off as usize..).unwrap_or(&[]);
+        let end = s.iter().position(|&c| c == 0).unwrap_or(s.len());
+        &s[..end]
+    }
+
+    /// The first type of `kind` named `name`: a scan, as a program's load asks a handful.
+    fn named(&self, kind: u32, name: &str) -> Option<u32> {
+        (1..self.types.len())
+            .find(|&id| {
+                let t = &self.types[id];
+                t.kind == kind && self.name(t.name) == name.as_bytes()
+            })
+            .map(|id| id as u32)
     }
 
     fn missing(&self, what: String) -> Error {
@@ -192,9 +209,7 @@ impl Btf {
 
     /// The id of a function (a kfunc's id for a `BPF_PSEUDO_KFUNC_CALL`).
     pub fn func_id(&self, name: &str) -> Result<u32> {
-        self.by_name
-            .get(&(KIND_FUNC, name.to_string()))
-            .copied()
+        self.named(KIND_FUNC, name)
             .ok_or_else(|| self.missing(format!("no function {name}")))
     }
 
@@ -223,9 +238,7 @@ impl Btf {
     /// The size of a struct.
     pub fn struct_size(&self, name: &str) -> Result<u32> {
         let id = self
-            .by_name
-            .get(&(KIND_STRUCT, name.to_string()))
-            .copied()
+            .named(KIND_STRUCT, name)
             .ok_or_else(|| self.missing(format!("no struct {name}")))?;
         Ok(self.types[id as usize].size_or_type)
     }
@@ -234,9 +247,7 @@ impl Btf {
     /// structs as C does.
     pub fn field(&self, name: &str, field: &str) -> Result<Field> {
         let id = self
-            .by_name
-            .get(&(KIND_STRUCT, name.to_string()))
-            .copied()
+            .named(KIND_STRUCT, name)
             .ok_or_else(|| self.missing(format!("no struct {name}")))?;
         self.find(id, field, 0, 0)
             .ok_or_else(|| self.missing(format!("struct {name} has no field {field}")))
@@ -247,9 +258,14 @@ impl Btf {
             return None;
         }
         let t = self.types.get(id as usize)?;
-        for m in &t.members {
+        let members = self
+            .members
+            .get(t.first as usize..(t.first + t.count) as usize)
+            .unwrap_or(&[]);
+        for m in members {
             let bits = base_bits + m.bit_offset;
-            if m.name == field {
+            let name = self.name(m.name);
+            if name == field.as_bytes() {
                 if bits % 8 != 0 {
                     return None;
                 }
@@ -258,7 +274,7 @@ impl Btf {
                     size: self.size_of(m.type_id)?,
                 });
             }
-            if m.name.is_empty() {
+            if name.is_empty() {
                 let inner = self.resolve(m.type_id)?;
                 if let Some(f) = self.find(inner, field, bits, depth + 1) {
                     return Some(f);
