@@ -87,12 +87,13 @@ fn a_cause_is_said_once() {
         )
     );
 
+    // A declaration that is not there is bad input (exit 2), said once, with the refusal's line.
     let r = node.run(&["apply", "/nonexistent/declaration.json"]);
-    assert_eq!(r.code, Some(1), "{}", r.stderr);
+    assert_eq!(r.code, Some(2), "{}", r.stderr);
     assert_eq!(
         r.stderr.trim_end(),
-        "error: reading declaration /nonexistent/declaration.json: No such file or directory \
-         (os error 2)"
+        "error: declaration /nonexistent/declaration.json does not exist\n\
+         the declaration was refused; nothing was changed"
     );
 }
 

@@ -41,9 +41,7 @@ pub fn declaration(file: &Path, max: u64) -> Result<Got> {
         Ok(m) => m,
         // Bad input, as a missing bundle is: named, exit 2, nothing changed.
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            return Ok(Got::Refused(format!(
-                "declaration {name} does not exist; nothing was read or changed"
-            )))
+            return Ok(Got::Refused(format!("declaration {name} does not exist")))
         }
         Err(e) => return Err(e).with_context(|| format!("reading declaration {name}")),
     };
