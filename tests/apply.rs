@@ -5,14 +5,7 @@ use crate::util::Node;
 use serde_json::{json, Value};
 
 fn decl(mode: &str, taken: &[&str], resources: Value) -> Value {
-    json!({
-        "version": 1, "node": "workstation", "mode": mode, "taken": taken,
-        "settings": {
-            "ports": {"store": 5432, "bus": 5672, "broker_management": 15672, "registry": 5000, "hub": 51820},
-            "private_network": {"interface": "mesh0", "range": "10.77.0.0/24"}
-        },
-        "resources": resources
-    })
+    crate::util::workstation(mode, taken, resources)
 }
 
 fn proxy_config(content: &str) -> Value {

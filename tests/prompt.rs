@@ -12,14 +12,7 @@ use std::process::{Command, Stdio};
 const MESH: &str = env!("CARGO_BIN_EXE_mesh-host");
 
 fn decl(mode: &str, resources: Value) -> Value {
-    json!({
-        "version": 1, "node": "workstation", "mode": mode, "taken": [],
-        "settings": {
-            "ports": {"store": 5432, "bus": 5672, "broker_management": 15672, "registry": 5000, "hub": 51820},
-            "private_network": {"interface": "mesh0", "range": "10.77.0.0/24"}
-        },
-        "resources": resources
-    })
+    crate::util::workstation(mode, &[], resources)
 }
 
 /// A user other than root: every command but `version` and `generate` is refused at once with

@@ -12,14 +12,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 fn decl(resources: Value) -> Value {
-    json!({
-        "version": 1, "node": "workstation", "mode": "converged",
-        "settings": {
-            "ports": {"store": 5432, "bus": 5672, "broker_management": 15672, "registry": 5000, "hub": 51820},
-            "private_network": {"interface": "mesh0", "range": "10.77.0.0/24"}
-        },
-        "resources": resources
-    })
+    crate::util::workstation("converged", &[], resources)
 }
 
 /// The resources every test begins with: fine on their own, each of them a change.

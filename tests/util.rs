@@ -7,6 +7,19 @@ use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+/// A declaration for node `workstation` with the foundation's default ports and the private
+/// network `mesh0` on 10.77.0.0/24, in `mode`, with the modules `taken` and these resources.
+pub fn workstation(mode: &str, taken: &[&str], resources: Value) -> Value {
+    serde_json::json!({
+        "version": 1, "node": "workstation", "mode": mode, "taken": taken,
+        "settings": {
+            "ports": {"store": 5432, "bus": 5672, "broker_management": 15672, "registry": 5000, "hub": 51820},
+            "private_network": {"interface": "mesh0", "range": "10.77.0.0/24"}
+        },
+        "resources": resources
+    })
+}
+
 /// What one run of the binary left.
 #[derive(Debug)]
 pub struct Run {

@@ -132,6 +132,7 @@ pub fn derive(inputs: &Inputs<'_>) -> Vec<Opening> {
     // holds what an earlier derivation gave it) takes that opening's place, as declared; a second
     // listen of an id is the first one's twin and is left out. Pasted into a declaration, the
     // list is never refused for duplicate ids.
+    let foundation = out.len();
     for l in inputs.listens {
         let o = Opening {
             id: l.id.clone(),
@@ -141,16 +142,13 @@ pub fn derive(inputs: &Inputs<'_>) -> Vec<Opening> {
             path: l.path,
         };
         match out.iter().position(|f| f.id == o.id) {
-            Some(i) if i < FOUNDATION => out[i] = o,
+            Some(i) if i < foundation => out[i] = o,
             Some(_) => {}
             None => out.push(o),
         }
     }
     out
 }
-
-/// How many openings the foundation itself needs (the first ones [`derive`] gives).
-const FOUNDATION: usize = 5;
 
 #[cfg(test)]
 mod tests {

@@ -156,19 +156,10 @@ impl FilterSpec {
     /// Where ssh is reached from: the private network (its interface, and each of its ranges
     /// when known), or anywhere when the node has none.
     fn private_sources(&self) -> Vec<RuleBody> {
-        let Some(i) = &self.private else {
-            return vec![RuleBody::new()];
-        };
-        if self.private_ranges.is_empty() {
-            return vec![RuleBody::new().iifname_eq(i)];
+        match &self.private {
+            Some(i) => rules::private_matches(i, &self.private_ranges, Family::Inet),
+            None => vec![RuleBody::new()],
         }
-        self.private_ranges
-            .iter()
-            .map(|n| match n.addr {
-                IpAddr::V4(a) => RuleBody::new().iifname_eq(i).ip_saddr(a, n.len),
-                IpAddr::V6(a) => RuleBody::new().iifname_eq(i).ip6_saddr(a, n.len),
-            })
-            .collect()
     }
 
     /// An opening's rules in the filter: one from the private network admits its ranges only.

@@ -105,16 +105,34 @@ fn sources(o: &Opening, family: Family) -> Vec<Src<'_>> {
 fn sources_within<'a>(
     o: &'a Opening,
     family: Family,
-    private: Option<(&str, &'a [Network])>,
+    (private, ranges): (&str, &'a [Network]),
 ) -> Vec<Src<'a>> {
-    match (&o.from, private) {
-        (From::Interface(i), Some((p, ranges))) if i == p && !ranges.is_empty() => ranges
-            .iter()
-            .filter(|n| of_family(n, family))
-            .map(|n| Src::IfaceNet(i, n))
-            .collect(),
+    match &o.from {
+        From::Interface(i) if i == private => private_sources(i, ranges, family),
         _ => sources(o, family),
     }
+}
+
+/// What arrives from the private network on `interface`: from each of its `ranges` of the
+/// family, or the interface alone when no ranges are known.
+fn private_sources<'a>(interface: &'a str, ranges: &'a [Network], family: Family) -> Vec<Src<'a>> {
+    if ranges.is_empty() {
+        return vec![Src::Iface(interface)];
+    }
+    ranges
+        .iter()
+        .filter(|n| of_family(n, family))
+        .map(|n| Src::IfaceNet(interface, n))
+        .collect()
+}
+
+/// The source matches of the private network on `interface` in a chain of `family`, one rule
+/// head each ([`private_sources`]): the derived filter's ssh rules start with them.
+pub fn private_matches(interface: &str, ranges: &[Network], family: Family) -> Vec<RuleBody> {
+    private_sources(interface, ranges, family)
+        .iter()
+        .map(|src| source_match(RuleBody::new(), src, family))
+        .collect()
 }
 
 /// How many rules an opening needs in a chain of `family`: one per source of that family.
@@ -163,7 +181,7 @@ pub fn nft_bodies(o: &Opening, site: Site) -> Vec<RuleBody> {
 /// [`nft_bodies`], an opening from `private`'s interface admitted only from its ranges (the
 /// derived filter's rules: on a converged node no guard stands beside them).
 pub fn nft_bodies_within(o: &Opening, site: Site, private: (&str, &[Network])) -> Vec<RuleBody> {
-    bodies(o, site, sources_within(o, site.family, Some(private)))
+    bodies(o, site, sources_within(o, site.family, private))
 }
 
 /// A source's match at the head of a rule in a chain of `family`.
