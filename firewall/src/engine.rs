@@ -59,6 +59,9 @@ pub struct Firewall<'a> {
     last: Option<LastModel>,
     /// How many batches have been sent since the convergence began ([`Firewall::last_commit_tries`]).
     commit_tries: u32,
+    /// How long the check of the last convergence's writes took, every plan of it counted
+    /// ([`Firewall::last_check`]).
+    check_time: std::time::Duration,
     /// The bridges the container runtimes report as theirs ([`Firewall::set_runtime_bridges`]):
     /// no way in for other machines' connections.
     runtime_bridges: Vec<String>,
@@ -118,6 +121,7 @@ impl<'a> Firewall<'a> {
             node: None,
             last: None,
             commit_tries: 0,
+            check_time: std::time::Duration::ZERO,
             runtime_bridges: Vec::new(),
         })
     }
@@ -296,6 +300,7 @@ impl<'a> Firewall<'a> {
         }
         let mut backoff = Backoff::new(self.deadline());
         self.commit_tries = 0;
+        self.check_time = std::time::Duration::ZERO;
         loop {
             match self.converge_once(openings, scope, &mut backoff) {
                 Err(Error::Refused { errno, .. }) if errno.0 == libc::ERESTART => {
@@ -329,6 +334,13 @@ impl<'a> Firewall<'a> {
     /// How many batches the last convergence sent before one applied (0: nothing to send).
     pub fn last_commit_tries(&self) -> u32 {
         self.commit_tries
+    }
+
+    /// How long the last convergence spent checking its writes against the whole ruleset before
+    /// sending them ([`check::settle`], every plan of it when the ruleset moved and it planned
+    /// again): the share of an apply that issue 30's check costs, which `bench/run` reports.
+    pub fn last_check(&self) -> std::time::Duration {
+        self.check_time
     }
 
     /// Sends a batch conditional on the generation of `listed`; while the kernel refuses it with
@@ -619,8 +631,10 @@ impl<'a> Firewall<'a> {
             });
         }
         // Every write checked against the whole ruleset before it is sent.
+        let started = std::time::Instant::now();
         let forwards = crate::eval::check::forwarding(&self.proc);
         check::settle(&mut plan, &model, &ifaces, &targets, openings, forwards);
+        self.check_time += started.elapsed();
         plan.ruleset = ruleset;
         Ok(plan)
     }
