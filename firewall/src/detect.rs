@@ -196,32 +196,6 @@ fn nft_layers(ruleset: &Ruleset, found: &mut Found) {
     }
 }
 
-/// One legacy table as `iptables-legacy-save` prints it: built-in chain policies and rules.
-pub(crate) struct LegacyTable {
-    pub policies: Vec<(String, String)>,
-    pub rules: Vec<(String, String)>,
-}
-
-/// Parses `iptables-save` output for one table.
-pub(crate) fn parse_save(text: &str) -> LegacyTable {
-    let mut t = LegacyTable {
-        policies: Vec::new(),
-        rules: Vec::new(),
-    };
-    for line in text.lines() {
-        if let Some(rest) = line.strip_prefix(':') {
-            let mut parts = rest.split_whitespace();
-            if let (Some(chain), Some(policy)) = (parts.next(), parts.next()) {
-                t.policies.push((chain.to_string(), policy.to_string()));
-            }
-        } else if let Some(rest) = line.strip_prefix("-A ") {
-            let (chain, spec) = rest.split_once(' ').unwrap_or((rest, ""));
-            t.rules.push((chain.to_string(), spec.to_string()));
-        }
-    }
-    t
-}
-
 fn legacy_layers(exec: &dyn Exec, proc: &FsPath, found: &mut Found) -> Result<()> {
     for (names, program, family) in [
         ("net/ip_tables_names", "iptables-legacy-save", Family::Ipv4),
@@ -281,8 +255,13 @@ fn legacy_table(
         return Ok(());
     }
     let out = exec.run_ok(program, &["-t".into(), name.into()], None)?;
-    let table = parse_save(&out.stdout);
-    let chains: Vec<&str> = table.policies.iter().map(|(c, _)| c.as_str()).collect();
+    // The evaluator's reader of a save; the lines of other tables, if the tool printed any, are
+    // not this table's.
+    let (_, policies, saved_rules) = crate::eval::parse_save(&out.stdout, name)
+        .into_iter()
+        .find(|(t, _, _)| t == name)
+        .unwrap_or_default();
+    let chains: Vec<&str> = policies.iter().map(|(c, _)| c.as_str()).collect();
     found
         .legacy_saves
         .insert((family, name.to_string()), out.stdout.clone());
@@ -291,10 +270,14 @@ fn legacy_table(
         ("INPUT", Hook::Input),
         ("FORWARD", Hook::Forward),
     ] {
-        let Some((_, policy)) = table.policies.iter().find(|(c, _)| c == chain) else {
+        let Some(policy) = policies
+            .iter()
+            .find(|(c, _)| c == chain)
+            .and_then(|(_, p)| p.as_deref())
+        else {
             continue;
         };
-        let rules: Vec<_> = table.rules.iter().filter(|(c, _)| c == chain).collect();
+        let rules: Vec<_> = saved_rules.iter().filter(|(c, _)| c == chain).collect();
         let can_drop = policy != "ACCEPT"
             || rules.iter().any(|(_, spec)| {
                 let target = spec

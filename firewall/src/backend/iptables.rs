@@ -201,34 +201,30 @@ pub fn read(key: &TableKey, variant: Variant, cx: &Cx<'_>) -> Result<TableView> 
     Ok(parse(&out.stdout))
 }
 
-/// One `iptables-save` table as a view: every chain (built-in and user), rules in order.
+/// One `iptables-save` table as a view: every chain (built-in and user), rules in order, read
+/// through the evaluator's reader of a save ([`crate::eval::parse_save`]).
 pub fn parse(text: &str) -> TableView {
-    let chains: Vec<String> = text
-        .lines()
-        .filter_map(|l| l.strip_prefix(':'))
-        .filter_map(|l| l.split_whitespace().next())
-        .map(str::to_string)
-        .collect();
     let mut view = TableView::default();
+    let tables = crate::eval::parse_save(text, "filter");
+    let chains: Vec<String> = tables
+        .iter()
+        .flat_map(|(_, chains, _)| chains.iter().map(|(c, _)| c.clone()))
+        .collect();
     for c in &chains {
         view.seen.insert(c.clone(), Vec::new());
         view.how.insert(c.clone(), Vec::new());
     }
-    for line in text.lines() {
-        let Some(rest) = line.strip_prefix("-A ") else {
-            continue;
-        };
-        let (chain, spec) = rest.split_once(' ').unwrap_or((rest, ""));
+    for (chain, spec) in tables.iter().flat_map(|(_, _, rules)| rules) {
         let mark = rules::spec_mark(spec);
         let how = match rules::split_spec(spec) {
             Some(words) => Removal::Spec(words),
             None => Removal::Spec(Vec::new()),
         };
         view.seen
-            .entry(chain.to_string())
+            .entry(chain.clone())
             .or_default()
             .push(seen_xt(spec, &chains, mark));
-        view.how.entry(chain.to_string()).or_default().push(how);
+        view.how.entry(chain.clone()).or_default().push(how);
     }
     view.index()
 }

@@ -6,14 +6,21 @@ use crate::netlink::{Chain, ChainHook, CmpOp, MetaKey, Rule, RuleBody};
 
 #[test]
 fn parses_iptables_save() {
-    let t = parse_save(
+    // Detection reads a legacy table through the evaluator's reader of a save: built-in chains
+    // with their policies, user chains with none, rules in order.
+    let t = crate::eval::parse_save(
         "# Generated\n*filter\n:INPUT DROP [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n\
-         -A INPUT -p tcp -m tcp --dport 22 -j ACCEPT\n-A INPUT -i lo -j ACCEPT\nCOMMIT\n",
+         :f2b-sshd - [0:0]\n-A INPUT -p tcp -m tcp --dport 22 -j ACCEPT\n-A INPUT -i lo -j ACCEPT\nCOMMIT\n",
+        "filter",
     );
-    assert_eq!(t.policies[0], ("INPUT".into(), "DROP".into()));
-    assert_eq!(t.rules.len(), 2);
+    assert_eq!(t.len(), 1);
+    let (name, chains, rules) = &t[0];
+    assert_eq!(name, "filter");
+    assert_eq!(chains[0], ("INPUT".into(), Some("DROP".into())));
+    assert_eq!(chains[3], ("f2b-sshd".into(), None));
+    assert_eq!(rules.len(), 2);
     assert_eq!(
-        t.rules[0],
+        rules[0],
         ("INPUT".into(), "-p tcp -m tcp --dport 22 -j ACCEPT".into())
     );
 }

@@ -129,9 +129,10 @@ fn fuzz_iptables_save() {
                 let mut model = Model::default();
                 model.add_legacy(fam, "filter", &text);
             }
-            let table = crate::detect::parse_save(&text);
-            assert!(table.rules.len() <= text.lines().count());
-            for (_, spec) in &table.rules {
+            let tables = parse_save(&text, "filter");
+            let rules: Vec<&(String, String)> = tables.iter().flat_map(|t| &t.2).collect();
+            assert!(rules.len() <= text.lines().count());
+            for (_, spec) in rules {
                 if let Some(words) = crate::rules::split_spec(spec) {
                     assert!(words.len() <= spec.len());
                 }

@@ -36,7 +36,7 @@ mod expr_tests;
 mod fuzz;
 
 pub use addrs::{Addrs, Fam};
-pub use model::{parse_save, Edit, EditWhat, Model, Snapshot};
+pub use model::{parse_save, Edit, EditWhat, Model, SavedTable, Snapshot};
 pub use opening::{families, interfaces, mark_runtime_bridges, ways, Iface, Part, Verdict, Way};
 
 use std::fmt;

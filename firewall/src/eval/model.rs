@@ -434,11 +434,13 @@ fn marked(r: &crate::netlink::Rule) -> bool {
     crate::rules::listed_mark(r).is_some()
 }
 
-/// One table of a save: its name, its chains with their policies (`-` for user chains), and
-/// its rules in order.
-type SavedTable = (String, Vec<(String, Option<String>)>, Vec<(String, String)>);
+/// One table of a save: its name, its chains with their policies (`None` for user chains,
+/// which the save prints as `-`), and its rules in order as (chain, spec).
+pub type SavedTable = (String, Vec<(String, Option<String>)>, Vec<(String, String)>);
 
-/// Parses `iptables-save` output of one or more tables (`*table` … `COMMIT`).
+/// Parses `iptables-save` output of one or more tables (`*table` … `COMMIT`): the one reader of
+/// a save in the crate (detection, the iptables driver's view and the model all read through
+/// it). Lines before a `*table` header count as `default_table`'s.
 pub fn parse_save(text: &str, default_table: &str) -> Vec<SavedTable> {
     let mut out: Vec<SavedTable> = Vec::new();
     for line in text.lines() {
