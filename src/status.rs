@@ -81,12 +81,25 @@ pub fn firewall_status(root: &std::path::Path, state: Option<&State>) -> Result<
     }))
 }
 
-/// An opening's verdict for scripts: its state, the sentence a person reads, and the parts of
-/// its sources with how each ends and the rule that decides.
+/// An opening's verdict for scripts: its state, the sentence a person reads, the summary they
+/// are said from (each way the parts end: the interfaces with their families, the sources when
+/// not every source, the rule), and the parts of its sources with how each ends and the rule
+/// that decides.
 pub fn verdict_json(v: &firewall::eval::Verdict) -> Value {
+    let s = v.summary();
     json!({
-        "state": v.state(),
-        "detail": v.describe(),
+        "state": s.state,
+        "detail": s.text,
+        "summary": s.clauses.iter().map(|c| json!({
+            "fate": c.fate.word(),
+            "on": c.on.iter().map(|(iif, fams)| json!({
+                "interface": iif,
+                "families": fams.iter().map(|f| f.name()).collect::<Vec<_>>(),
+            })).collect::<Vec<_>>(),
+            "sources": c.from.as_ref().map(|a| a.cidrs()),
+            "everywhere": c.everywhere,
+            "rule": c.fate.by().map(|b| b.to_string()),
+        })).collect::<Vec<_>>(),
         "parts": v.parts.iter().map(|p| json!({
             "family": p.fam.name(),
             "interface": p.iif,
@@ -653,6 +666,51 @@ fn guard_state(g: &Value) -> String {
 #[cfg(test)]
 mod tests {
     use serde_json::json;
+
+    #[test]
+    fn a_verdict_s_json_says_its_state_words_and_summary_from_one_summary() {
+        use firewall::eval::{Addrs, Decider, Fam, Fate, Part, Refusal, Verdict};
+        let by = Decider {
+            table: "netdev filter".into(),
+            chain: "ingress_eth0".into(),
+            handle: Some(3),
+            index: Some(0),
+            text: "tcp dport 9000 drop".into(),
+        };
+        let part = |fam: Fam, iif: &str, fate: Fate| Part {
+            fam,
+            iif: iif.into(),
+            sources: Addrs::all(fam),
+            fate,
+        };
+        let refused = Fate::Refused {
+            by,
+            why: Refusal::Port,
+        };
+        let v = Verdict {
+            parts: vec![
+                part(Fam::V4, "eth0", refused.clone()),
+                part(Fam::V4, "mesh0", Fate::Admitted),
+                part(Fam::V6, "eth0", refused),
+                part(Fam::V6, "mesh0", Fate::Admitted),
+            ],
+            none: None,
+        };
+        let j = super::verdict_json(&v);
+        assert_eq!(j["state"], "refused");
+        assert_eq!(j["detail"], v.describe());
+        assert_eq!(
+            j["summary"],
+            json!([
+                {"fate": "refused", "on": [{"interface": "eth0", "families": ["ipv4", "ipv6"]}],
+                 "sources": null, "everywhere": false,
+                 "rule": "netdev filter ingress_eth0: tcp dport 9000 drop"},
+                {"fate": "admitted", "on": [{"interface": "mesh0", "families": ["ipv4", "ipv6"]}],
+                 "sources": null, "everywhere": false, "rule": null},
+            ])
+        );
+        assert_eq!(j["parts"].as_array().map(Vec::len), Some(4));
+    }
 
     #[test]
     fn the_guards_layers_are_named_by_what_holds() {

@@ -133,10 +133,12 @@ impl Openings {
                 }),
             }
         }
-        if let Some(v) = verdict {
+        // The verdict's words, computed once for the line and the list of what is not admitted.
+        let summary = verdict.map(|v| v.summary());
+        if let (Some(v), Some(s)) = (verdict, &summary) {
             // What a new connection meets in the kernel is reported even where every layer
             // thinks itself in order.
-            if v.state() != "present" && not_admitted.is_empty() {
+            if s.state != "present" && not_admitted.is_empty() {
                 not_admitted.push(NotAdmitted {
                     id: id.clone(),
                     layer: v
@@ -144,7 +146,7 @@ impl Openings {
                         .and_then(|p| p.fate.by())
                         .map(|b| b.place())
                         .unwrap_or_else(|| "the found firewall".into()),
-                    why: v.describe(),
+                    why: s.text.clone(),
                 });
             }
         }
@@ -178,9 +180,9 @@ impl Openings {
                 "; {not_needed} other layer(s) let it on as they are"
             ));
         }
-        match verdict {
+        match &summary {
             // The line ends in what a new connection meets, as the status and the briefing say.
-            Some(v) => where_.push_str(&format!("; {}", v.describe())),
+            Some(s) => where_.push_str(&format!("; {}", s.text)),
             None if !refused.is_empty() => {
                 where_.push_str(&format!("; NOT admitted by {}", refused.join("; ")))
             }
@@ -200,5 +202,148 @@ impl Openings {
             line,
             not_admitted,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use firewall::eval::{Addrs, Decider, Fam, Fate, Part, Refusal, Verdict};
+    use firewall::Presence;
+
+    fn opening() -> Opening {
+        Opening {
+            id: "web/api".into(),
+            port: 9000,
+            proto: firewall::Proto::Tcp,
+            from: firewall::opening::From::Anywhere,
+            path: firewall::Path::Incoming,
+        }
+    }
+
+    /// The port refused by a netdev ingress chain on eth0; mesh0 admits it.
+    fn refused_on_eth0() -> Verdict {
+        let by = Decider {
+            table: "netdev filter".into(),
+            chain: "ingress_eth0".into(),
+            handle: Some(3),
+            index: Some(0),
+            text: "tcp dport 9000 drop".into(),
+        };
+        let part = |iif: &str, fate: Fate| Part {
+            fam: Fam::V4,
+            iif: iif.into(),
+            sources: Addrs::all(Fam::V4),
+            fate,
+        };
+        Verdict {
+            parts: vec![
+                part(
+                    "eth0",
+                    Fate::Refused {
+                        by,
+                        why: Refusal::Port,
+                    },
+                ),
+                part("mesh0", Fate::Admitted),
+            ],
+            none: None,
+        }
+    }
+
+    fn converged(added: bool, presence: Presence, verdict: Verdict) -> Openings {
+        let id = opening().id;
+        Openings {
+            kind: "nftables".into(),
+            result: Ok(Converged {
+                added: if added {
+                    [id.clone()].into()
+                } else {
+                    HashSet::new()
+                },
+                states: [(id.clone(), vec![presence])].into(),
+                verdicts: [(id, verdict)].into(),
+                ..Converged::default()
+            }),
+        }
+    }
+
+    const LAYER: &str = "inet filter input (nftables)";
+
+    #[test]
+    fn the_verdict_s_words_end_the_line_and_name_what_is_not_admitted() {
+        // Written now and in force in its layer, but eth0's ingress refuses the port ahead.
+        let written = Presence {
+            layer: LAYER.into(),
+            chain: Some("input".into()),
+            state: State::Present,
+        };
+        let v = refused_on_eth0();
+        let o = converged(true, written, v.clone()).of(&opening()).unwrap();
+        assert_eq!(o.change, Change::Created);
+        assert_eq!(o.line, format!("opened in {LAYER}; {}", v.describe()));
+        // The same words, from the same summary, in the list of what is not admitted.
+        assert_eq!(
+            o.not_admitted,
+            [NotAdmitted {
+                id: "web/api".into(),
+                layer: "netdev filter ingress_eth0".into(),
+                why: v.describe(),
+            }]
+        );
+        assert!(v.describe().starts_with("REFUSED on eth0 (ipv4)"));
+    }
+
+    #[test]
+    fn no_rule_written_only_when_none_was() {
+        // The check left it unwritten (no chain): nothing was written, and the line says so.
+        let unwritten = Presence {
+            layer: LAYER.into(),
+            chain: None,
+            state: State::Bypass("no place admits it without changing what is not its own".into()),
+        };
+        let o = converged(false, unwritten, refused_on_eth0())
+            .of(&opening())
+            .unwrap();
+        assert_eq!(o.change, Change::Unchanged);
+        assert!(
+            o.line.starts_with(
+                "NOT in force: the found firewall as it is (nftables), no rule written; "
+            ),
+            "{}",
+            o.line
+        );
+        // Its marked rule stands from an earlier apply but a rule on its way cannot be told:
+        // written, not "no rule written".
+        let standing = Presence {
+            layer: LAYER.into(),
+            chain: Some("input".into()),
+            state: State::Doubtful("inet filter input: th sport 53 accept".into()),
+        };
+        let o = converged(false, standing, refused_on_eth0())
+            .of(&opening())
+            .unwrap();
+        assert!(
+            o.line.contains(&format!("its rules written in {LAYER}"))
+                && !o.line.contains("no rule written"),
+            "{}",
+            o.line
+        );
+        // Written by this apply, before the layer counts it in force: written too.
+        let added = Presence {
+            layer: LAYER.into(),
+            chain: Some("input".into()),
+            state: State::Missing,
+        };
+        let o = converged(true, added, refused_on_eth0())
+            .of(&opening())
+            .unwrap();
+        assert!(
+            o.line.starts_with(&format!(
+                "opened in the found firewall (nftables), its rules written in {LAYER}; "
+            )) && !o.line.contains("no rule written"),
+            "{}",
+            o.line
+        );
     }
 }

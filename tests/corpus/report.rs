@@ -167,21 +167,38 @@ pub(super) fn layer_states(opening: &Value) -> (String, bool) {
 }
 
 /// Whether a verdict's `state` says what its parts say (issue 20: *present* only when every
-/// declared source the operator does not refuse is admitted): `None` when it does, or when there
-/// is no verdict (each cell says that), else what contradicts it.
+/// declared source the operator does not refuse is admitted; issue 30: and only when every way
+/// asked, a family arriving on an interface, admits some source): `None` when it does, or when
+/// there is no verdict (each cell says that), else what contradicts it.
 pub(super) fn state_contradiction(opening: &Value) -> Option<String> {
     let verdict = &opening["verdict"];
     let state = verdict["state"].as_str()?;
-    let fates: Vec<&str> = verdict["parts"]
-        .as_array()?
+    let parts = verdict["parts"].as_array()?;
+    let fates: Vec<&str> = parts
         .iter()
         .map(|p| p["fate"].as_str().unwrap_or("?"))
         .collect();
     let admitted = fates.iter().filter(|f| **f == "admitted").count();
     let open_or_banned = fates.iter().all(|f| *f == "admitted" || *f == "refused");
+    // The ways where no part is admitted.
+    let way = |p: &Value| (p["family"].to_string(), p["interface"].to_string());
+    let mut shut: Vec<(String, String)> = parts
+        .iter()
+        .map(way)
+        .filter(|w| {
+            !parts
+                .iter()
+                .any(|p| way(p) == *w && p["fate"] == "admitted")
+        })
+        .collect();
+    shut.sort();
+    shut.dedup();
     match state {
         "present" if !(open_or_banned && admitted > 0) => Some(format!(
             "the verdict says present, but its parts' fates are {fates:?}"
+        )),
+        "present" if !shut.is_empty() => Some(format!(
+            "the verdict says present, but nothing is admitted on {shut:?}"
         )),
         "present" => None,
         _ if !fates.is_empty() && admitted == fates.len() => Some(format!(
@@ -221,10 +238,16 @@ fn the_cidr_helper_holds_what_it_should() {
     );
     assert!(reported(&opening, Family::V6, a6, "eth0").is_err());
     assert_eq!(state_contradiction(&opening), None);
-    let by_interface = json!({"verdict": {"state": "present", "parts": [
+    let by_interface = json!({"verdict": {"state": "refused", "parts": [
         {"family": "ipv4", "interface": "eth0", "sources": ["0.0.0.0/0"], "fate": "refused"},
         {"family": "ipv4", "interface": "mesh0", "sources": ["0.0.0.0/0"], "fate": "admitted"},
     ]}});
+    assert_eq!(state_contradiction(&by_interface), None);
+    // The outside interface refusing every source is no exception of a present opening.
+    let mut said_present = by_interface.clone();
+    said_present["verdict"]["state"] = json!("present");
+    assert!(state_contradiction(&said_present)
+        .is_some_and(|c| c.contains("nothing is admitted on") && c.contains("eth0")));
     assert_eq!(
         reported(&by_interface, Family::V4, a4, "eth0").as_deref(),
         Ok("refused")

@@ -428,9 +428,11 @@ table inet filter {{
     assert!(
         out.stdout
             .contains("web/api                  opening web/api: NOT in force: ")
+            && out.stdout.contains("REFUSED on ")
             && out
                 .stdout
-                .contains("REFUSED: refused by the operator's rule")
+                .contains(") by the operator's rule inet filter input: ")
+            && out.stdout.contains(", which names the port")
             && !out.stdout.contains("in force in the found firewall")
             && out.stdout.contains("not admitted: web/api by ")
             && out.stdout.ends_with("outcome failed\n"),

@@ -26,6 +26,7 @@ mod legacy;
 mod lower;
 mod model;
 mod opening;
+mod summary;
 mod values;
 mod walk;
 mod xt;
@@ -34,10 +35,13 @@ mod xt;
 mod expr_tests;
 #[cfg(test)]
 mod fuzz;
+#[cfg(test)]
+mod summary_tests;
 
 pub use addrs::{Addrs, Fam};
 pub use model::{parse_save, Edit, EditWhat, Model, SavedTable, Snapshot};
 pub use opening::{families, interfaces, mark_runtime_bridges, ways, Iface, Part, Verdict, Way};
+pub use summary::{Clause, Summary};
 
 use std::fmt;
 use std::net::IpAddr;

@@ -261,64 +261,6 @@ pub struct Verdict {
     pub none: Option<String>,
 }
 
-impl Verdict {
-    /// `present`, `not-admitted`, `refused` or `doubtful`: present when every source the
-    /// operator does not refuse reaches accept on every layer.
-    pub fn state(&self) -> &'static str {
-        if self.none.is_some() {
-            return "not-admitted";
-        }
-        let any = |w: &str| self.parts.iter().any(|p| p.fate.word() == w);
-        if any("doubtful") {
-            "doubtful"
-        } else if any("not-admitted") {
-            "not-admitted"
-        } else if any("admitted") || self.parts.is_empty() {
-            "present"
-        } else {
-            "refused"
-        }
-    }
-
-    /// The part that decides the state, if it is not present.
-    pub fn decider(&self) -> Option<&Part> {
-        let want = self.state();
-        self.parts.iter().find(|p| p.fate.word() == want)
-    }
-
-    /// The state as a person reads it: "present", "present, except from 10.200.1.2/32 (refused
-    /// by …)", "NOT ADMITTED: inet filter input: policy drop (ipv4, from anywhere, on eth0)".
-    pub fn describe(&self) -> String {
-        if let Some(why) = &self.none {
-            return format!("NOT ADMITTED: {why}");
-        }
-        let state = self.state();
-        let except: Vec<String> = self
-            .parts
-            .iter()
-            .filter(|p| matches!(p.fate, Fate::Refused { .. }))
-            .map(|p| format!("from {} ({})", p.sources, p.fate.describe()))
-            .collect();
-        match (state, self.decider()) {
-            ("present", _) if except.is_empty() => "present".into(),
-            ("present", _) => format!("present, except {}", except.join("; ")),
-            (_, Some(p)) => format!(
-                "{}: {} ({}, from {}, arriving on {})",
-                match state {
-                    "refused" => "REFUSED",
-                    "doubtful" => "DOUBTFUL",
-                    _ => "NOT ADMITTED",
-                },
-                p.fate.describe(),
-                p.fam.name(),
-                p.sources,
-                p.iif
-            ),
-            _ => state.to_string(),
-        }
-    }
-}
-
 impl Model {
     /// An opening's verdict end to end: every way its new connections come.
     pub fn verdict(&self, o: &Opening, ifaces: &[Iface], targets: &[Target]) -> Verdict {
