@@ -149,6 +149,30 @@ impl NodeFirewall for Kernel {
         Ok(self.found()?.verdicts(openings)?)
     }
 
+    fn answers(
+        &mut self,
+        openings: &[Opening],
+    ) -> Result<Vec<Vec<(firewall::eval::Way, firewall::eval::Answer)>>, Error> {
+        let fw = self.found()?;
+        let mut out = Vec::new();
+        for o in openings {
+            out.push(fw.explain(o, None)?);
+        }
+        Ok(out)
+    }
+
+    fn ask_kernel(
+        &mut self,
+        ways: &[(firewall::eval::Way, firewall::eval::Answer)],
+    ) -> Result<firewall::confirm::Confirmation, Error> {
+        firewall::confirm::on_node(
+            firewall_exec(self.deadlines),
+            ways,
+            firewall::confirm::BUDGET,
+        )
+        .map_err(|e| Error::from(e).doing("asking the kernel in scratch network namespaces"))
+    }
+
     fn filter_in_force(&mut self, spec: &FilterSpec) -> Result<bool, Error> {
         Ok(firewall::filter::in_force(self.socket()?, spec)?)
     }
