@@ -153,12 +153,7 @@ impl NodeFirewall for Kernel {
         &mut self,
         openings: &[Opening],
     ) -> Result<Vec<Vec<(firewall::eval::Way, firewall::eval::Answer)>>, Error> {
-        let fw = self.found()?;
-        let mut out = Vec::new();
-        for o in openings {
-            out.push(fw.explain(o, None)?);
-        }
-        Ok(out)
+        Ok(self.found()?.explain_each(openings)?)
     }
 
     fn ask_kernel(
