@@ -101,9 +101,18 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             file,
             source,
             preview,
+            confirm,
             max_declaration_bytes,
             json,
         } => {
+            if preview && confirm {
+                return refusal(
+                    json,
+                    2,
+                    &[PREVIEW_CONFIRM.to_string()],
+                    "nothing was read or changed",
+                );
+            }
             let (name, bytes) = match input::declaration(&file, max_declaration_bytes)? {
                 input::Got::Bytes { name, bytes } => (name, bytes),
                 input::Got::Refused(why) => {
@@ -153,7 +162,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
                 return previewed(&cli.root, "apply", &decl, source, json);
             }
             interruptible();
-            let result = apply::apply(&host(&cli.root), &decl, source);
+            let result = apply::apply(&host(&cli.root).confirming(confirm), &decl, source);
             // A resident host on this root reconciles the new declaration at once.
             if tells_resident(&result) && crate::pid_file::tell_resident(&cli.root) {
                 tracing::info!("told the resident host that a new declaration is stored");
@@ -280,6 +289,17 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         }
         Command::Reconcile {
             preview: true,
+            confirm: true,
+            json,
+        } => refusal(
+            json,
+            2,
+            &[PREVIEW_CONFIRM.to_string()],
+            "nothing was read or changed",
+        ),
+        Command::Reconcile {
+            preview: true,
+            confirm: false,
             json,
         } => {
             let stored =
@@ -297,8 +317,9 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         }
         Command::Reconcile {
             preview: false,
+            confirm,
             json,
-        } => match interruptible_reconcile(&cli.root) {
+        } => match interruptible_reconcile(&cli.root, confirm) {
             // A reconcile that went to its end proves this binary works on this machine: it is the
             // version the launcher rolls back to, and its start attempts are no longer counted.
             Ok(Some(report)) if !report.stopped() => {
@@ -536,9 +557,10 @@ fn missing_root(root: &std::path::Path) -> Option<String> {
 /// A person's reconcile: interruptible, as every act they run.
 fn interruptible_reconcile(
     root: &std::path::Path,
+    confirm: bool,
 ) -> Result<Option<apply::Report>, apply::ApplyError> {
     interruptible();
-    apply::reconcile(&host(root))
+    apply::reconcile(&host(root).confirming(confirm))
 }
 
 fn host(root: &std::path::Path) -> Host<'_> {
@@ -547,5 +569,14 @@ fn host(root: &std::path::Path) -> Host<'_> {
         root,
         runner: &RUNNER,
         firewall: &crate::node_firewall::kernel,
+        confirm: false,
     }
 }
+
+/// Why `--preview --confirm` is refused: a preview's answers are of the ruleset before the act's
+/// writes, which the act then changes, so the kernel asked about them would confirm nothing the
+/// act leaves; the ruleset as it stands is asked about by `firewall explain PORT --confirm`.
+const PREVIEW_CONFIRM: &str = "--preview --confirm: a preview changes nothing and its answers \
+     are of the ruleset before the act's writes, so the kernel is not asked about them; use \
+     `mesh-host firewall explain PORT --confirm` for the ruleset as it stands, or the act \
+     itself with --confirm";

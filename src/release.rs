@@ -270,6 +270,7 @@ mod tests {
             root: root.path(),
             runner: &runner,
             firewall: &open,
+            confirm: false,
         };
         std::fs::create_dir_all(root.path().join("etc")).unwrap();
         std::fs::write(root.path().join("etc/found.conf"), "found\n").unwrap();
@@ -331,6 +332,7 @@ mod tests {
             root: root.path(),
             runner: &runner,
             firewall: &open,
+            confirm: false,
         };
         let declared = |mode: &str| {
             validate_value(

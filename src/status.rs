@@ -121,7 +121,7 @@ pub struct Explain {
 }
 
 /// The exit code of `firewall explain --confirm` when the kernel disagrees with the evaluator.
-pub const EXIT_DISAGREES: u8 = 7;
+pub const EXIT_DISAGREES: u8 = crate::apply::DISAGREES;
 
 /// `mesh-host firewall explain`: every problem with the arguments named at once (exit 2), then
 /// the walk of each way the connection comes, as text or JSON; exit 0 when every way admits it.
@@ -223,47 +223,34 @@ pub fn explain_command(
         });
     let confirmation = if how.confirm {
         let exec = firewall::DeadlinedExec(Default::default());
-        let listing = firewall::confirm::capture(&exec)
-            .context("reading the ruleset as its tools save it, for the confirmation")?;
-        let ifaces = firewall::eval::interfaces();
         Some(
-            firewall::confirm::confirm(&exec, &listing, &ifaces, &ways, firewall::confirm::BUDGET)
+            firewall::confirm::on_node(&exec, &ways, firewall::confirm::BUDGET)
                 .context("asking the kernel in scratch network namespaces")?,
         )
     } else {
         None
     };
     let mut v = explain_json(&ways, confirmation.as_ref());
-    let mut tally = [0usize; 4];
-    let mut kernel_admits = !ways.is_empty();
-    for (i, (_, a)) in ways.iter().enumerate() {
-        for (j, p) in a.parts.iter().enumerate() {
-            let probe = confirmation.as_ref().map(|c| &c.probes[i][j]);
-            let by_kernel = probe.and_then(|p| p.kernel.admitted());
-            kernel_admits &= by_kernel.unwrap_or(p.fate == firewall::eval::Fate::Admitted);
-            if let Some(pr) = probe {
-                tally[firewall::confirm::agreement(&p.fate, &pr.kernel) as usize] += 1;
-            }
-        }
-    }
-    let admitted = if confirmation.is_some() {
-        kernel_admits
-    } else {
-        evaluated
+    let tally = confirmation
+        .as_ref()
+        .map(|c| firewall::confirm::Tally::of(&ways, &c.probes));
+    let admitted = match &tally {
+        Some(t) => t.kernel_admits,
+        None => evaluated,
     };
     v["port"] = json!(port);
     v["proto"] = json!(proto.as_str());
     v["path"] = json!(path.as_str());
     v["from"] = json!(from.unwrap_or_else(|| "anywhere".into()));
     v["admitted"] = json!(admitted);
-    if let Some(c) = &confirmation {
+    if let (Some(c), Some(t)) = (&confirmation, &tally) {
         v["evaluator_admitted"] = json!(evaluated);
         v["confirm"] = json!({
-            "agrees": tally[1] == 0,
-            "parts_agreeing": tally[0],
-            "parts_disagreeing": tally[1],
-            "parts_settled": tally[2],
-            "parts_unprobed": tally[3],
+            "agrees": t.disagreeing == 0,
+            "parts_agreeing": t.agreeing,
+            "parts_disagreeing": t.disagreeing,
+            "parts_settled": t.settled,
+            "parts_unprobed": t.unprobed,
             "namespaces": c.namespaces,
             "notes": c.notes,
             "not_cloned": firewall::confirm::NOT_CLONED,
@@ -274,7 +261,7 @@ pub fn explain_command(
     } else {
         print!("{}", render_explain(&v));
     }
-    Ok(if confirmation.is_some() && tally[1] > 0 {
+    Ok(if tally.is_some_and(|t| t.disagreeing > 0) {
         std::process::ExitCode::from(EXIT_DISAGREES)
     } else if admitted {
         std::process::ExitCode::SUCCESS

@@ -495,6 +495,66 @@ pub struct Confirmation {
     pub notes: Vec<String>,
 }
 
+/// The kernel asked about `ways` against the ruleset of the calling process's network namespace
+/// as it stands now: its listing captured by its own tools ([`capture`]), the namespace's
+/// interfaces read, and [`confirm`] run within `budget`. The one confirmation of a list of ways:
+/// `firewall explain --confirm` asks it about one port's ways, `apply --confirm` about every
+/// declared opening's at once.
+pub fn on_node(exec: &dyn Exec, ways: &[(Way, Answer)], budget: Duration) -> Result<Confirmation> {
+    let listing = capture(exec)?;
+    let ifaces = crate::eval::interfaces();
+    confirm(exec, &listing, &ifaces, ways, budget)
+}
+
+/// How the parts of some ways stand beside the kernel's probes: how many agree, disagree, were
+/// settled where the evaluator was doubtful, and were not probed; and whether every part is
+/// admitted with the kernel's verdict standing where it was asked (the evaluator's elsewhere).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Tally {
+    pub agreeing: usize,
+    pub disagreeing: usize,
+    pub settled: usize,
+    pub unprobed: usize,
+    /// Every part admitted, by the kernel where it was probed; false when there is no way.
+    pub kernel_admits: bool,
+}
+
+impl Tally {
+    /// The tally of `ways` and their `probes` (one per part, in order, as [`Confirmation`]
+    /// holds them).
+    pub fn of(ways: &[(Way, Answer)], probes: &[Vec<Probe>]) -> Tally {
+        let mut t = Tally {
+            kernel_admits: !ways.is_empty(),
+            ..Tally::default()
+        };
+        for ((_, a), probes) in ways.iter().zip(probes) {
+            for (p, pr) in a.parts.iter().zip(probes) {
+                t.kernel_admits &= pr.kernel.admitted().unwrap_or(p.fate == Fate::Admitted);
+                match agreement(&p.fate, &pr.kernel) {
+                    Agreement::Agrees => t.agreeing += 1,
+                    Agreement::Disagrees => t.disagreeing += 1,
+                    Agreement::Settled => t.settled += 1,
+                    Agreement::Unprobed => t.unprobed += 1,
+                }
+            }
+        }
+        t
+    }
+}
+
+/// A part's fate with the kernel's verdict standing, as one word of [`Fate::word`]: where the
+/// kernel was asked, `admitted` when it connected, else the evaluator's `refused` (the
+/// operator's refusal, which the kernel bore out) or `not-admitted`; where it was not asked,
+/// the evaluator's word.
+pub fn standing(fate: &Fate, kernel: &Kernel) -> &'static str {
+    match kernel.admitted() {
+        None => fate.word(),
+        Some(true) => "admitted",
+        Some(false) if matches!(fate, Fate::Refused { .. }) => "refused",
+        Some(false) => "not-admitted",
+    }
+}
+
 /// Loads `listing` into scratch namespaces shaped like `ifaces` and sends the probes of
 /// [`plan`], within `budget`.
 pub fn confirm(

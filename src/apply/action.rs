@@ -92,6 +92,7 @@ mod tests {
             root: root.path(),
             runner: &SystemRunner,
             firewall: &open,
+            confirm: false,
         };
         let decl = |verify: &str| {
             let v = json!({

@@ -55,6 +55,43 @@ fn recovered_lines(
     }
 }
 
+/// `--confirm`: one line per declared opening saying whether the kernel agreed (ok), settled
+/// what the evaluator could not tell (ok: its verdict stands, and a refusal is the opening's own
+/// line), was not asked or not on every part (unknown), or disagreed (failed: the evaluator's
+/// reading of this ruleset is wrong somewhere).
+fn confirm_lines(
+    c: &crate::node_firewall::confirm::Confirmed,
+    lines: &mut Vec<Line>,
+    look_at: &mut Vec<String>,
+) {
+    use crate::node_firewall::confirm::Judged;
+    for o in &c.openings {
+        lines.push(Line {
+            mark: match o.agreement {
+                Judged::Agrees | Judged::Settled => Mark::Ok,
+                Judged::Unconfirmed => Mark::Unknown,
+                Judged::Disagrees => Mark::Failed,
+            },
+            subject: o.id.clone(),
+            detail: o.describe(),
+        });
+        match o.agreement {
+            Judged::Disagrees => look_at.push(format!(
+                "The kernel disagrees with the evaluator on opening {} (the evaluator says {},                  the kernel {}): the kernel's verdict is the one reported, and the host's                  placement of it was made on a reading of the ruleset that is wrong there.                  `mesh-host firewall explain PORT --confirm` shows the walk and the probe of                  each part; report the ruleset.",
+                o.id,
+                o.evaluator,
+                o.state()
+            )),
+            Judged::Unconfirmed => look_at.push(format!(
+                "Opening {} was not confirmed by the kernel ({}): its state is the evaluator's                  alone.",
+                o.id,
+                o.why.as_deref().unwrap_or("no part was probed")
+            )),
+            Judged::Agrees | Judged::Settled => {}
+        }
+    }
+}
+
 /// The briefing for the node as the store now stands, with this apply's conflicts and failure.
 pub(super) fn brief(store: &Store, decl: &Declaration, report: &Report) -> Briefing {
     let state = &store.state;
@@ -226,6 +263,9 @@ pub(super) fn brief(store: &Store, decl: &Declaration, report: &Report) -> Brief
              declaration, and run `mesh-host reconcile`.",
             n.id, n.layer, n.why
         ));
+    }
+    if let Some(c) = &report.confirm {
+        confirm_lines(c, &mut lines, &mut look_at);
     }
     if let Some(p) = &report.private_network {
         lines.push(Line {

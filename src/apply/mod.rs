@@ -25,7 +25,9 @@ mod safety;
 mod service;
 
 pub use error::{OriginalError, PathError, ResourceError};
-pub use report::{count, Entry, Interrupted, NotAdmitted, Outcome, Report, NOT_IN_FORCE};
+pub use report::{
+    count, Entry, Interrupted, NotAdmitted, Outcome, Report, DISAGREES, NOT_IN_FORCE,
+};
 pub use safety::{refusals, transition};
 
 use original::{digest_only_size, saved_at};
@@ -88,6 +90,16 @@ pub struct Host<'a> {
     pub runner: &'a dyn Runner,
     /// The node's firewall: the kernel's ([`node_firewall::kernel`]), or a fake in unit tests.
     pub firewall: node_firewall::Open<'a>,
+    /// `--confirm`: after the act's firewall writes, the kernel is asked about every declared
+    /// opening in scratch namespaces ([`node_firewall::confirm`]), and its verdict stands.
+    pub confirm: bool,
+}
+
+impl<'a> Host<'a> {
+    /// The same host, asking the kernel to confirm the openings after the act when `confirm`.
+    pub fn confirming(self, confirm: bool) -> Host<'a> {
+        Host { confirm, ..self }
+    }
 }
 
 /// What an applier did to one resource.
@@ -578,6 +590,10 @@ fn apply_locked(
             touched = true;
             sweep_stale_marks(&mut cx, &mut report);
         }
+        if host.confirm {
+            let confirmed = confirm_openings(&mut cx, &report);
+            report.kernel_stands(confirmed);
+        }
         let flipped = cx.store.state.flip.is_some();
         report.memo = Some(FirewallMemo {
             declaration: decl.clone(),
@@ -604,7 +620,11 @@ fn apply_locked(
         }
         // Everything of the firewall in force: the generation it is now at is recorded, so the
         // next reconcile of this declaration lists nothing if nobody changed the ruleset since.
-        if !report.stopped() && report.not_admitted.is_empty() {
+        let disagrees = report
+            .confirm
+            .as_ref()
+            .is_some_and(node_firewall::confirm::Confirmed::disagrees);
+        if !report.stopped() && report.not_admitted.is_empty() && !disagrees {
             let generation = match cx.firewall_unchanged {
                 Some(g) => Some(g),
                 None if touched || flipped || transition != Transition::Stay => cx.fw.generation(),
@@ -620,6 +640,35 @@ fn apply_locked(
     store.state.briefing = Some(briefing);
     store.save()?;
     Ok(report)
+}
+
+/// `--confirm`: every declared opening confirmed by the kernel against the ruleset as the act
+/// left it. An apply that stopped before its end (a failure, an interrupt) asks nothing: its
+/// openings are said unconfirmed, with why.
+fn confirm_openings(cx: &mut Cx<'_>, report: &Report) -> node_firewall::confirm::Confirmed {
+    let declared = declared_openings(cx);
+    let unknown = |ids: Vec<String>, why: &str| {
+        let ids: Vec<(String, &'static str)> = ids.into_iter().map(|id| (id, "unknown")).collect();
+        node_firewall::confirm::Confirmed::not_asked(&ids, why)
+    };
+    let ids = || -> Vec<String> {
+        cx.decl
+            .resources
+            .iter()
+            .filter(|r| matches!(r, Resource::Opening(_)))
+            .map(|r| r.id().to_string())
+            .collect()
+    };
+    if report.stopped() {
+        return unknown(
+            ids(),
+            "the act stopped before its end, so the kernel was not asked",
+        );
+    }
+    match declared {
+        Ok(openings) => node_firewall::confirm::confirm(&mut *cx.fw, &openings),
+        Err(e) => unknown(ids(), &format!("the openings could not be read: {e}")),
+    }
 }
 
 /// The interrupt a person's command caught (`run::interrupt`), as the apply reports it after

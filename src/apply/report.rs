@@ -100,6 +100,14 @@ impl Interrupted {
 /// a layer of the found firewall still refuses, the guard or the private network not as declared.
 pub const NOT_IN_FORCE: u8 = 5;
 
+/// The exit code of an act run with `--confirm` (and of `firewall explain --confirm`) when the
+/// kernel disagrees with the evaluator on some opening: it wins over [`NOT_IN_FORCE`], since the
+/// kernel's verdict standing is itself what often makes the briefing say `failed`, and a
+/// disagreement puts every line drawn from the evaluator's reading in doubt; a resource that
+/// failed (1) and an interrupt (128 + N) win over it, as the act did not reach its end and the
+/// kernel was not asked.
+pub const DISAGREES: u8 = 7;
+
 #[derive(Serialize, Debug, Clone)]
 pub struct Report {
     pub node: String,
@@ -129,6 +137,9 @@ pub struct Report {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub private_network: Option<Said>,
     pub entries: Vec<Entry>,
+    /// `--confirm`: what the kernel said of every declared opening after the act's writes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub confirm: Option<crate::node_firewall::confirm::Confirmed>,
     /// What the records the mesh recovered for a lost store did, when this apply read them.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub recovered: Option<Recovered>,
@@ -152,6 +163,7 @@ impl Report {
             source,
             entries: Vec::new(),
             recovered: None,
+            confirm: None,
             memo: None,
         }
     }
@@ -223,18 +235,62 @@ impl Report {
         self.failed().is_some() || self.interrupted.is_some()
     }
 
-    /// The process's exit code for this apply, from the briefing's outcome: 0 unless it says
-    /// `failed`; then 128 + the signal when interrupted, 1 when a resource (or a step of the
-    /// firewall before them) failed and the apply stopped there, [`NOT_IN_FORCE`] otherwise.
+    /// The process's exit code for this apply, from the briefing's outcome and the kernel's
+    /// confirmation: 128 + the signal when interrupted, 1 when a resource (or a step of the
+    /// firewall before them) failed and the apply stopped there; else [`DISAGREES`] when the
+    /// kernel disagrees with the evaluator on some opening; else [`NOT_IN_FORCE`] when the
+    /// briefing says `failed`, 0 when it does not.
     pub fn exit_code(&self) -> u8 {
-        if self.outcome != crate::briefing::Mark::Failed {
-            return 0;
-        }
+        let failed = self.outcome == crate::briefing::Mark::Failed;
         match (&self.interrupted, self.failed()) {
-            (Some(i), _) => i.code,
-            (None, Some(_)) => 1,
-            (None, None) => NOT_IN_FORCE,
+            (Some(i), _) if failed => return i.code,
+            (None, Some(_)) if failed => return 1,
+            _ => {}
         }
+        if self
+            .confirm
+            .as_ref()
+            .is_some_and(crate::node_firewall::confirm::Confirmed::disagrees)
+        {
+            DISAGREES
+        } else if failed {
+            NOT_IN_FORCE
+        } else {
+            0
+        }
+    }
+
+    /// The kernel's confirmation taken in, its verdict standing: an opening the kernel settled
+    /// or disagreed on is reported in the kernel's state (its refusals by the evaluator's
+    /// reading dropped where the kernel admits it on every part it was asked about, the
+    /// kernel's refusal added where it does not), and its line says so.
+    pub(crate) fn kernel_stands(&mut self, confirmed: crate::node_firewall::confirm::Confirmed) {
+        use crate::node_firewall::confirm::Judged;
+        for o in &confirmed.openings {
+            if !matches!(o.agreement, Judged::Disagrees | Judged::Settled) {
+                continue;
+            }
+            self.not_admitted.retain(|n| n.id != o.id);
+            if o.state() != "present" {
+                self.not_admitted.push(NotAdmitted {
+                    id: o.id.clone(),
+                    layer: "the kernel (asked in scratch namespaces)".into(),
+                    why: format!(
+                        "{} (the kernel's verdict, which stands; the evaluator says {})",
+                        o.state(),
+                        o.evaluator
+                    ),
+                });
+            }
+            for e in self
+                .entries
+                .iter_mut()
+                .filter(|e| e.id == o.id && e.shape == Shape::Opening)
+            {
+                e.detail.push_str(&format!("; {}", o.describe()));
+            }
+        }
+        self.confirm = Some(confirmed);
     }
 
     /// Whether this apply installed a new mesh-host and found that its binary runs: the upgrade
@@ -317,6 +373,12 @@ impl Report {
         }
         for n in &self.not_admitted {
             let _ = writeln!(out, "not admitted: {} by {}: {}", n.id, n.layer, n.why);
+        }
+        if let Some(c) = &self.confirm {
+            let _ = writeln!(out, "{}", c.summary());
+            for o in &c.openings {
+                let _ = writeln!(out, "kernel: {}: {}", o.id, o.describe());
+            }
         }
         if let Some(f) = self.failed() {
             let _ = writeln!(out, "the apply stopped at {}: {}", f.id, f.detail);

@@ -13,8 +13,10 @@ Exit codes:
   3    a safety rule refused the act and nothing changed
   4    --preview: the act would change something (changes pending); nothing was changed
   5    applied to the end, but the briefing says failed: an opening not admitted, the guard or the private network not as declared
-  7    firewall explain --confirm: the kernel disagrees with the evaluator on some part of the
-       answer (both verdicts named; the kernel's stands)
+  7    --confirm (apply, reconcile, firewall explain): the kernel disagrees with the evaluator on
+       some part of an answer (both verdicts named; the kernel's stands). It wins over 5: the
+       kernel's verdict standing is what often makes the briefing say failed; 1 and 130/143 win
+       over it (the act did not reach its end, and the kernel was not asked)
   130  interrupted by SIGINT after N of M resources (143: by SIGTERM); the child under way was passed the signal";
 
 const RUN_EXIT_CODES: &str = "\
@@ -61,6 +63,13 @@ pub enum Command {
         /// Show what the apply would do and change nothing (exit 4 when changes are pending).
         #[arg(long)]
         preview: bool,
+        /// After the act's firewall writes, ask the kernel about every declared opening: the
+        /// ruleset as it now stands is loaded into scratch network namespaces shaped like this
+        /// node (removed after), a real SYN is sent for each part of each opening's answer, and
+        /// each opening is said to agree, be settled, disagree or be unconfirmed (with why); the
+        /// kernel's verdict stands (exit 7 on a disagreement). Refused with --preview (exit 2).
+        #[arg(long)]
+        confirm: bool,
         /// Refuse (exit 2) a declaration larger than this many bytes.
         #[arg(long, value_name = "BYTES", default_value_t = super::input::MAX_DECLARATION_BYTES)]
         max_declaration_bytes: u64,
@@ -117,6 +126,13 @@ pub enum Command {
         /// Show what the reconcile would do and change nothing (exit 4 when changes are pending).
         #[arg(long)]
         preview: bool,
+        /// After the act's firewall writes, ask the kernel about every declared opening: the
+        /// ruleset as it now stands is loaded into scratch network namespaces shaped like this
+        /// node (removed after), a real SYN is sent for each part of each opening's answer, and
+        /// each opening is said to agree, be settled, disagree or be unconfirmed (with why); the
+        /// kernel's verdict stands (exit 7 on a disagreement). Refused with --preview (exit 2).
+        #[arg(long)]
+        confirm: bool,
         #[arg(long)]
         json: bool,
     },
@@ -291,7 +307,7 @@ pub enum FirewallCommand {
     /// Why a new connection to PORT is admitted or refused: the walk through every base chain
     /// it crosses, hook by hook, the rule that decides and the verdict, per family and
     /// interface it arrives on (exit 0 admitted, 1 not admitted, refused or doubtful, 2 bad
-    /// input, 5 with --confirm: the kernel disagrees with the evaluator).
+    /// input, 7 with --confirm: the kernel disagrees with the evaluator).
     #[command(after_help = EXIT_CODES)]
     Explain {
         port: u16,

@@ -35,6 +35,10 @@ pub struct Script {
     /// Marked rules in force (mark → id): a convergence of the given openings adds theirs, one
     /// of every marked rule removes the others'.
     pub in_force: BTreeMap<String, String>,
+    /// Each opening's ways and answers (`answers`), by id.
+    pub answers: BTreeMap<String, Vec<(firewall::eval::Way, firewall::eval::Answer)>>,
+    /// The kernel's verdict of each part `ask_kernel` is asked about, in order.
+    pub kernel: Vec<firewall::confirm::Kernel>,
 }
 
 /// The fake; clones share one log and one script, so a test keeps one to read what an apply
@@ -189,6 +193,49 @@ impl NodeFirewall for Recording {
     fn verdicts(&mut self, openings: &[Opening]) -> Result<BTreeMap<String, Verdict>, Error> {
         self.called("verdicts", openings)?;
         Ok(BTreeMap::new())
+    }
+
+    /// Each opening's ways as the script gives them (none when it gives none).
+    fn answers(
+        &mut self,
+        openings: &[Opening],
+    ) -> Result<Vec<Vec<(firewall::eval::Way, firewall::eval::Answer)>>, Error> {
+        self.called("answers", openings)?;
+        let script = self.script.borrow();
+        Ok(openings
+            .iter()
+            .map(|o| script.answers.get(&o.id).cloned().unwrap_or_default())
+            .collect())
+    }
+
+    /// The script's kernel verdict for each part, in order (unprobed where it runs out).
+    fn ask_kernel(
+        &mut self,
+        ways: &[(firewall::eval::Way, firewall::eval::Answer)],
+    ) -> Result<firewall::confirm::Confirmation, Error> {
+        self.called("ask_kernel", &[])?;
+        let script = self.script.borrow();
+        let mut kernel = script.kernel.iter();
+        Ok(firewall::confirm::Confirmation {
+            probes: ways
+                .iter()
+                .map(|(_, a)| {
+                    a.parts
+                        .iter()
+                        .map(|_| firewall::confirm::Probe {
+                            source: None,
+                            to: None,
+                            behind: None,
+                            kernel: kernel.next().cloned().unwrap_or(
+                                firewall::confirm::Kernel::Unprobed("not scripted".into()),
+                            ),
+                        })
+                        .collect()
+                })
+                .collect(),
+            namespaces: vec!["mesh-confirm-fake".into()],
+            notes: Vec::new(),
+        })
     }
 
     fn filter_in_force(&mut self, spec: &FilterSpec) -> Result<bool, Error> {

@@ -159,6 +159,25 @@ impl NodeFirewall for Kernel {
         Ok(self.found()?.verdicts(openings)?)
     }
 
+    fn answers(
+        &mut self,
+        openings: &[Opening],
+    ) -> Result<Vec<Vec<(firewall::eval::Way, firewall::eval::Answer)>>, Error> {
+        Ok(self.found()?.explain_each(openings)?)
+    }
+
+    fn ask_kernel(
+        &mut self,
+        ways: &[(firewall::eval::Way, firewall::eval::Answer)],
+    ) -> Result<firewall::confirm::Confirmation, Error> {
+        firewall::confirm::on_node(
+            firewall_exec(self.deadlines),
+            ways,
+            firewall::confirm::BUDGET,
+        )
+        .map_err(|e| Error::from(e).doing("asking the kernel in scratch network namespaces"))
+    }
+
     fn filter_in_force(&mut self, spec: &FilterSpec) -> Result<bool, Error> {
         Ok(firewall::filter::in_force(self.socket()?, spec)?)
     }

@@ -5,7 +5,8 @@
 //! 2. before the resources ([`before::before_resources`]): the flip's saving of the found
 //!    firewall, the store's record of the declaration, the flip or the return, the derived filter;
 //! 3. the openings ([`openings::converge`]), all at once;
-//! 4. the removal of openings no longer declared and of stale marks ([`removal::remove`]), once.
+//! 4. the removal of openings no longer declared and of stale marks ([`removal::remove`]), once;
+//! 5. with `--confirm`, the kernel asked about every declared opening ([`confirm::confirm`]).
 //!
 //! The resident host puts things back through the same port ([`put_back`], [`recheck`]).
 //! Every phase returns a typed outcome; the apply loop turns outcomes into its report. Nothing
@@ -14,6 +15,7 @@
 //! `declaration::openings`, before they reach a phase.
 
 pub mod before;
+pub mod confirm;
 #[cfg(test)]
 pub(crate) mod fake;
 mod flip;
@@ -64,6 +66,18 @@ pub trait NodeFirewall {
     fn converge(&mut self, openings: &[Opening], scope: Scope) -> Result<Converged, Error>;
     /// What a new connection of each opening meets, read from the kernel's ruleset now.
     fn verdicts(&mut self, openings: &[Opening]) -> Result<BTreeMap<String, Verdict>, Error>;
+    /// Each opening's ways and the evaluator's answer on each, read from the ruleset as it
+    /// stands now (the walk `firewall explain` prints), in the order given.
+    fn answers(
+        &mut self,
+        openings: &[Opening],
+    ) -> Result<Vec<Vec<(firewall::eval::Way, firewall::eval::Answer)>>, Error>;
+    /// The kernel asked about `ways` in scratch network namespaces shaped like this node, the
+    /// ruleset as it stands now loaded there ([`firewall::confirm::on_node`]).
+    fn ask_kernel(
+        &mut self,
+        ways: &[(firewall::eval::Way, firewall::eval::Answer)],
+    ) -> Result<firewall::confirm::Confirmation, Error>;
     /// Whether the derived filter `spec` is loaded exactly.
     fn filter_in_force(&mut self, spec: &FilterSpec) -> Result<bool, Error>;
     /// The derived filter `spec` loaded; whether it had to be written.

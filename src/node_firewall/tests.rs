@@ -1,7 +1,7 @@
 //! The apply loop's firewall paths driven through the recording fake: the guard before the store
 //! and every resource, a failed guard stopping everything, a failed convergence reported on each
-//! opening's line, the flip's and the return's stages in order, and a flip that fails part-way
-//! resumed from the store.
+//! opening's line, the flip's and the return's stages in order, a flip that fails part-way
+//! resumed from the store, and `--confirm`'s kernel asked last, its verdict standing.
 
 use super::fake::Recording;
 use super::NodeFirewall;
@@ -34,6 +34,11 @@ fn file_and_openings() -> serde_json::Value {
 
 /// One apply of `d` under `root` through `fake`.
 fn run(root: &Path, fake: &Recording, d: &Declaration) -> Report {
+    run_confirming(root, fake, d, false)
+}
+
+/// Likewise, with `--confirm` when `confirm`.
+fn run_confirming(root: &Path, fake: &Recording, d: &Declaration, confirm: bool) -> Report {
     let runner = RecordingRunner::default();
     let handed = fake.clone();
     let open = move |_: &Path, _: &crate::declaration::Declaration| -> Box<dyn NodeFirewall> {
@@ -43,6 +48,7 @@ fn run(root: &Path, fake: &Recording, d: &Declaration) -> Report {
         root,
         runner: &runner,
         firewall: &open,
+        confirm,
     };
     apply(&host, d, Source::Local).expect("the apply runs")
 }
@@ -256,6 +262,7 @@ fn another_nodes_marks_refuse_the_apply_before_anything_changes() {
         root: root.path(),
         runner: &runner,
         firewall: &open,
+        confirm: false,
     };
     let err = apply(&host, &decl("adopted", file_and_openings()), Source::Local).unwrap_err();
     assert!(
@@ -371,4 +378,188 @@ fn a_recheck_tells_the_engine_the_runtime_bridges_the_memo_keeps_before_convergi
         [vec!["docker0".to_string(), "br-0123456789ab".to_string()]]
     );
     assert!(fake.methods().contains(&"converge"), "{:?}", fake.methods());
+}
+
+/// One incoming way on eth0 whose every source the evaluator admits.
+fn admitted_way(fam: firewall::eval::Fam) -> (firewall::eval::Way, firewall::eval::Answer) {
+    use firewall::eval::{Addrs, Answer, Conn, Fate, Outcome, Way};
+    (
+        Way {
+            conn: Conn::incoming(fam, 6, 80, "eth0"),
+            sources: Addrs::all(fam),
+        },
+        Answer {
+            parts: vec![Outcome {
+                sources: Addrs::all(fam),
+                fate: Fate::Admitted,
+                trace: Vec::new(),
+                limits: Vec::new(),
+            }],
+        },
+    )
+}
+
+#[test]
+fn with_confirm_the_kernel_is_asked_last_and_a_disagreement_exits_7_with_its_verdict_standing() {
+    use crate::briefing::Mark;
+    use firewall::confirm::Kernel;
+    use firewall::eval::Fam;
+    let root = tempfile::tempdir().unwrap();
+    let fake = Recording::watching(&watched(root.path()));
+    {
+        let mut script = fake.script.borrow_mut();
+        for id in ["web/http", "web/https"] {
+            script.answers.insert(
+                id.into(),
+                vec![admitted_way(Fam::V4), admitted_way(Fam::V6)],
+            );
+        }
+        // http: the kernel drops the IPv4 SYN the evaluator admits; https: both connect.
+        script.kernel = vec![
+            Kernel::TimedOut,
+            Kernel::Connected,
+            Kernel::Connected,
+            Kernel::Connected,
+        ];
+    }
+    let report = run_confirming(
+        root.path(),
+        &fake,
+        &decl("adopted", file_and_openings()),
+        true,
+    );
+    assert!(report.failed().is_none(), "{}", report.render());
+    let methods = fake.methods();
+    let at = |m: &str| methods.iter().position(|x| *x == m).unwrap();
+    assert!(at("converge") < at("answers") && at("answers") < at("ask_kernel"));
+    assert_eq!(
+        fake.first("answers").unwrap().openings,
+        ["web/http", "web/https"]
+    );
+
+    let c = report
+        .confirm
+        .as_ref()
+        .expect("the confirmation is reported");
+    assert_eq!(c.namespaces, ["mesh-confirm-fake"]);
+    let judged: Vec<_> = c
+        .openings
+        .iter()
+        .map(|o| (o.id.as_str(), o.agreement.as_str()))
+        .collect();
+    assert_eq!(judged, [("web/http", "disagrees"), ("web/https", "agrees")]);
+    // The kernel's verdict stands: http is not admitted, by the kernel, and its line says so.
+    assert_eq!(report.not_admitted.len(), 1, "{:?}", report.not_admitted);
+    assert_eq!(report.not_admitted[0].id, "web/http");
+    assert_eq!(
+        report.not_admitted[0].layer,
+        "the kernel (asked in scratch namespaces)"
+    );
+    let http = report.entries.iter().find(|e| e.id == "web/http").unwrap();
+    assert!(
+        http.detail.contains("; THE KERNEL DISAGREES WITH THE EVALUATOR: the evaluator says present, the kernel not-admitted"),
+        "{}",
+        http.detail
+    );
+    // 7 wins over the briefing's failed (5).
+    assert_eq!(report.outcome, Mark::Failed);
+    assert_eq!(report.exit_code(), crate::apply::DISAGREES);
+    let text = report.render();
+    assert!(
+        text.contains(
+            "confirmed by the kernel in scratch namespaces (removed): 1 agree, 1 disagree, 0 \
+             settled where the evaluator was doubtful, 0 unconfirmed"
+        ) && text.contains("kernel: web/https: the kernel agrees: present (2 of 2 parts"),
+        "{text}"
+    );
+    let v = serde_json::to_value(&report).unwrap();
+    assert_eq!(v["confirm"]["openings"][0]["agreement"], "disagrees");
+    assert_eq!(v["confirm"]["openings"][0]["kernel"], "not-admitted");
+    assert_eq!(v["confirm"]["openings"][1]["agreement"], "agrees");
+
+    // The briefing's opening lines say the same.
+    let b = state(root.path()).briefing.expect("a briefing");
+    let line = |id: &str, starts: &str| {
+        b.lines
+            .iter()
+            .find(|l| l.subject == id && l.detail.starts_with(starts))
+            .unwrap_or_else(|| panic!("no line {id} {starts:?}: {b:#?}"))
+            .mark
+    };
+    assert_eq!(line("web/http", "THE KERNEL DISAGREES"), Mark::Failed);
+    assert_eq!(line("web/https", "the kernel agrees"), Mark::Ok);
+    assert!(
+        b.look_at
+            .iter()
+            .any(|s| s.contains("The kernel disagrees with the evaluator on opening web/http")),
+        "{:?}",
+        b.look_at
+    );
+}
+
+#[test]
+fn with_confirm_a_kernel_that_cannot_be_asked_leaves_every_opening_unconfirmed_not_agreed() {
+    use crate::briefing::Mark;
+    use firewall::eval::Fam;
+    let root = tempfile::tempdir().unwrap();
+    let fake = Recording::watching(&watched(root.path()));
+    {
+        let mut script = fake.script.borrow_mut();
+        for id in ["web/http", "web/https"] {
+            script
+                .answers
+                .insert(id.into(), vec![admitted_way(Fam::V4)]);
+        }
+        script.fail.push("ask_kernel");
+    }
+    let report = run_confirming(
+        root.path(),
+        &fake,
+        &decl("adopted", file_and_openings()),
+        true,
+    );
+    let c = report.confirm.as_ref().unwrap();
+    assert!(c.failed.is_some(), "{c:?}");
+    for o in &c.openings {
+        assert_eq!(o.agreement.as_str(), "unconfirmed", "{o:?}");
+        assert_eq!(o.evaluator, "present");
+        assert!(o.why.as_deref().unwrap().contains("ask_kernel"), "{o:?}");
+    }
+    // Unknown, not failed: the act exits 0 and the briefing says the host could not tell.
+    assert_eq!(report.outcome, Mark::Unknown);
+    assert_eq!(report.exit_code(), 0);
+    assert!(report.not_admitted.is_empty());
+
+    // Without --confirm nothing is asked and nothing is said.
+    fake.log.borrow_mut().clear();
+    let report = run(root.path(), &fake, &decl("adopted", file_and_openings()));
+    assert!(report.confirm.is_none());
+    assert!(!fake.methods().contains(&"ask_kernel"));
+}
+
+#[test]
+fn with_confirm_an_act_that_stopped_asks_nothing_and_its_failure_wins() {
+    let root = tempfile::tempdir().unwrap();
+    let fake = Recording::watching(&watched(root.path()));
+    fake.script.borrow_mut().fail.push("converge");
+    let report = run_confirming(
+        root.path(),
+        &fake,
+        &decl("adopted", file_and_openings()),
+        true,
+    );
+    assert!(report.failed().is_some(), "{}", report.render());
+    let c = report.confirm.as_ref().expect("said, though not asked");
+    assert_eq!(
+        c.failed.as_deref(),
+        Some("the act stopped before its end, so the kernel was not asked")
+    );
+    assert_eq!(c.openings.len(), 2);
+    assert!(c
+        .openings
+        .iter()
+        .all(|o| o.agreement.as_str() == "unconfirmed"));
+    assert!(!fake.methods().contains(&"ask_kernel"));
+    // A failed resource (1) wins over everything the confirmation could say.
+    assert_eq!(report.exit_code(), 1);
 }

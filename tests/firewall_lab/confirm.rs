@@ -4,7 +4,9 @@
 //! answer; here it must agree with the evaluator part by part on rulesets of the corpus of every
 //! kind, agree with a real connection from the outside machine to the lab node itself, leave no
 //! namespace behind, and, on a ruleset built to fool the model, say the kernel disagrees, with
-//! exit 7 and the kernel's verdict standing.
+//! exit 7 and the kernel's verdict standing. `apply --confirm` asks the same of every declared
+//! opening once the act's writes are made: it agrees on rulesets of the corpus, and on the
+//! ruleset built to fool the model it exits 7 naming both verdicts.
 
 use super::*;
 use crate::corpus::catalogue::{Fixture, CORPUS};
@@ -456,5 +458,270 @@ fn the_kernels_verdict_stands_where_the_evaluator_is_doubtful() {
         SSH,
         Probe::Reached,
         "Fedora's ruleset admits ssh on the node itself",
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// `apply --confirm`: every declared opening, after the act's writes.
+
+/// The corpus rulesets an apply is confirmed on: nftables, iptables-legacy, and a ban by a
+/// network jumped to a chain (parts the operator refuses beside parts admitted).
+const APPLIED: &[&str] = &[
+    "nftables wiki server",
+    "rhel7 iptables-services legacy",
+    "adv: ban net jump wan",
+];
+
+/// `apply FILE --confirm --json` (with `extra` arguments): the exit status and the report.
+fn apply_confirm(host: &Host, decl: &Value, extra: &[&str]) -> (Option<i32>, Value, String) {
+    let file = host.dir.path().join("declaration.json");
+    std::fs::write(&file, serde_json::to_vec_pretty(decl).unwrap()).unwrap();
+    let mut args = vec!["apply", file.to_str().unwrap(), "--confirm", "--json"];
+    args.extend_from_slice(extra);
+    let out = host.run(&args);
+    let v: Value = serde_json::from_str(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "apply --confirm printed no JSON ({e}), status {}:\n{}\n{}",
+            out.status, out.stdout, out.stderr
+        )
+    });
+    (out.status.code(), v, out.stderr)
+}
+
+/// The confirmation of opening `id` in an act's report.
+fn confirmed<'v>(report: &'v Value, id: &str) -> &'v Value {
+    report["confirm"]["openings"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no confirmation in {report:#}"))
+        .iter()
+        .find(|o| o["id"] == id)
+        .unwrap_or_else(|| panic!("opening {id} not confirmed: {report:#}"))
+}
+
+/// Every scratch namespace an act's confirmation named is gone.
+fn none_left_by_act(report: &Value) {
+    let names = report["confirm"]["namespaces"]
+        .as_array()
+        .expect("namespaces named");
+    assert!(!names.is_empty(), "{report:#}");
+    for n in names {
+        let n = n.as_str().unwrap();
+        assert!(
+            !Path::new("/var/run/netns").join(n).exists(),
+            "scratch namespace {n} was left behind"
+        );
+    }
+}
+
+#[test]
+fn apply_confirm_on_the_corpus_agrees_on_every_opening() {
+    let mut table = String::new();
+    for name in APPLIED {
+        let lab = new_lab();
+        let net = adoption(&lab);
+        let dir = lab.dir().join("corpus");
+        std::fs::create_dir_all(&dir).unwrap();
+        load::load(fixture(name), &net.node, &dir).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let host = Host::new(&net.node);
+        let _listener = net.node.listen_tcp(OPENED).expect("a listener on the node");
+        let decl = declaration(&[
+            opening("web", OPENED, "incoming"),
+            opening("ssh", SSH, "incoming"),
+        ]);
+        let started = std::time::Instant::now();
+        let (code, v, stderr) = apply_confirm(&host, &decl, &[]);
+        let _ = writeln!(
+            table,
+            "{name}: apply --confirm of 2 openings took {:?}",
+            started.elapsed()
+        );
+        assert_eq!(code, Some(0), "{name}: {v:#}\n{stderr}");
+        assert_nothing_failed(&v);
+        none_left_by_act(&v);
+        assert!(v["confirm"].get("failed").is_none(), "{name}: {v:#}");
+        for id in ["web", "ssh"] {
+            let o = confirmed(&v, id);
+            let parts = o["parts"].as_array().unwrap();
+            assert!(parts.len() >= 4, "both families on eth0 and mesh0: {o:#}");
+            for p in parts {
+                let _ = writeln!(
+                    table,
+                    "{name:<32} {id:<4} {:<5} {:<6} {:<34} {:<13} {:<10} {}",
+                    p["family"].as_str().unwrap(),
+                    p["interface"].as_str().unwrap(),
+                    p["sources"][0].as_str().unwrap_or(""),
+                    p["evaluator"].as_str().unwrap(),
+                    p["kernel"].as_str().unwrap(),
+                    p["agreement"].as_str().unwrap()
+                );
+            }
+            assert_eq!(o["agreement"], "agrees", "{name} {id}: {o:#}");
+            assert_eq!(o["kernel"], o["evaluator"], "{name} {id}: {o:#}");
+            assert!(
+                parts.iter().all(|p| p["agreement"] == "agrees"),
+                "{name} {id}: {o:#}"
+            );
+        }
+        // The node's own kernel, asked from the outside machine, says what the clone said for
+        // the part holding the outside machine's address.
+        let web = confirmed(&v, "web");
+        let holding = web["parts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| {
+                p["family"] == "ipv4"
+                    && p["interface"] == PUBLIC_IF
+                    && p["sources"].as_array().unwrap().iter().any(|c| {
+                        let (a, l) = c.as_str().unwrap().split_once('/').unwrap();
+                        in_cidr(
+                            OUTSIDE_PUBLIC_V4.into(),
+                            a.parse().unwrap(),
+                            l.parse().unwrap(),
+                        )
+                    })
+            })
+            .unwrap_or_else(|| panic!("{name}: no part on {PUBLIC_IF} holds the outside: {web:#}"));
+        let got = net
+            .outside
+            .probe_tcp(NODE_PUBLIC_V4.into(), OPENED, ANSWER)
+            .expect("probe");
+        assert_eq!(
+            holding["kernel"].as_str().unwrap(),
+            word(got),
+            "{name}: the clone and the node's own kernel: {web:#}"
+        );
+        // The briefing's opening lines say it too.
+        let b = host.json(&["briefing", "--json"]);
+        for id in ["web", "ssh"] {
+            assert!(
+                b["lines"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|l| l["subject"] == id
+                        && l["mark"] == "ok"
+                        && l["detail"]
+                            .as_str()
+                            .unwrap()
+                            .starts_with("the kernel agrees: present")),
+                "{name} {id}: {b:#}"
+            );
+        }
+    }
+    println!("ruleset / opening / family / interface / sources / evaluator / kernel / agreement\n{table}");
+}
+
+#[test]
+fn apply_confirm_on_a_ruleset_built_to_fool_the_model_exits_7_naming_both_verdicts() {
+    let lab = new_lab();
+    let net = adoption(&lab);
+    load_nft(&net.node, lab.dir(), "fool.nft", FOOLS_THE_MODEL);
+    let host = Host::new(&net.node);
+    let _listener = net.node.listen_tcp(OPENED).expect("a listener on the node");
+    let decl = declaration(&[opening("web", OPENED, "incoming")]);
+
+    // A preview is not confirmed: refused, nothing read or changed.
+    let file = host.dir.path().join("declaration.json");
+    std::fs::write(&file, serde_json::to_vec_pretty(&decl).unwrap()).unwrap();
+    let out = host.run(&["apply", file.to_str().unwrap(), "--preview", "--confirm"]);
+    assert_eq!(out.status.code(), Some(2), "{}\n{}", out.stdout, out.stderr);
+    assert!(
+        out.stderr
+            .contains("--preview --confirm: a preview changes nothing"),
+        "{}",
+        out.stderr
+    );
+    let out = host.run(&["reconcile", "--preview", "--confirm", "--json"]);
+    assert_eq!(out.status.code(), Some(2), "{}\n{}", out.stdout, out.stderr);
+    let refused: Value = serde_json::from_str(&out.stdout).expect("a JSON refusal");
+    assert_eq!(refused["refused"]["exit_code"], 2, "{refused:#}");
+    assert!(!host.root().join("var/lib/mesh-host").exists());
+
+    let (code, v, stderr) = apply_confirm(&host, &decl, &[]);
+    assert_eq!(code, Some(EXIT_DISAGREES), "{v:#}\n{stderr}");
+    assert_nothing_failed(&v);
+    none_left_by_act(&v);
+    let web = confirmed(&v, "web");
+    assert_eq!(
+        (&web["agreement"], &web["evaluator"], &web["kernel"]),
+        (
+            &json!("disagrees"),
+            &json!("present"),
+            &json!("not-admitted")
+        ),
+        "{web:#}"
+    );
+    let public: Vec<&Value> = web["parts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["interface"] == PUBLIC_IF)
+        .collect();
+    assert_eq!(public.len(), 2, "{web:#}");
+    for p in public {
+        assert_eq!(
+            (&p["evaluator"], &p["kernel"], &p["agreement"]),
+            (&json!("admitted"), &json!("timed-out"), &json!("disagrees")),
+            "{p:#}"
+        );
+    }
+    // The kernel's verdict stands: the opening is not admitted, by the kernel.
+    let refused = v["not_admitted"].as_array().expect("not_admitted");
+    assert!(
+        refused
+            .iter()
+            .any(|n| n["id"] == "web" && n["layer"] == "the kernel (asked in scratch namespaces)"),
+        "{v:#}"
+    );
+    assert_eq!(v["outcome"], "failed", "{v:#}");
+    // The node's own kernel drops it too: the clone told the truth.
+    expect(
+        &net.outside,
+        &node_public(),
+        OPENED,
+        Probe::TimedOut,
+        "the quota drops every SYN on the node",
+    );
+
+    // In words, from a reconcile --confirm: both verdicts named, the kernel's standing, exit 7.
+    let text = host.run(&["reconcile", "--confirm"]);
+    assert_eq!(
+        text.status.code(),
+        Some(EXIT_DISAGREES),
+        "{}\n{}",
+        text.stdout,
+        text.stderr
+    );
+    println!(
+        "reconcile --confirm on the ruleset built to fool the model:\n{}",
+        text.stdout
+    );
+    for words in [
+        "confirmed by the kernel in scratch namespaces (removed): 0 agree, 1 disagree",
+        "kernel: web: THE KERNEL DISAGREES WITH THE EVALUATOR: the evaluator says present, the \
+         kernel not-admitted",
+        "the evaluator says admitted, the kernel timed out",
+        "; the kernel's verdict stands",
+    ] {
+        assert!(
+            text.stdout.contains(words),
+            "{words:?} in:\n{}",
+            text.stdout
+        );
+    }
+    let b = host.json(&["briefing", "--json"]);
+    assert!(
+        b["lines"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|l| l["subject"] == "web"
+                && l["mark"] == "failed"
+                && l["detail"]
+                    .as_str()
+                    .unwrap()
+                    .starts_with("THE KERNEL DISAGREES WITH THE EVALUATOR")),
+        "{b:#}"
     );
 }

@@ -150,6 +150,80 @@ fn part(sources: Addrs, fate: Fate) -> Outcome {
     }
 }
 
+fn probe(kernel: Kernel) -> Probe {
+    Probe {
+        source: None,
+        to: None,
+        behind: None,
+        kernel,
+    }
+}
+
+#[test]
+fn the_tally_counts_each_part_and_the_kernels_verdict_stands_where_it_was_asked() {
+    let by = Decider {
+        table: "inet filter".into(),
+        chain: "input".into(),
+        handle: Some(9),
+        index: Some(3),
+        text: "ip saddr 192.0.2.0/24 drop".into(),
+    };
+    let ban = Fate::Refused {
+        by: by.clone(),
+        why: crate::eval::Refusal::Ban,
+    };
+    let doubt = Fate::Doubtful {
+        by,
+        what: "a socket".into(),
+    };
+    let ways = vec![
+        (
+            way("eth0", Fam::V4, 9000),
+            Answer {
+                parts: vec![
+                    part(cidr("192.0.2.0/24"), ban.clone()),
+                    part(cidr("0.0.0.0/1"), Fate::Admitted),
+                ],
+            },
+        ),
+        (
+            way("eth0", Fam::V6, 9000),
+            Answer {
+                parts: vec![part(Addrs::all(Fam::V6), doubt.clone())],
+            },
+        ),
+    ];
+    let probes = vec![
+        vec![probe(Kernel::TimedOut), probe(Kernel::Connected)],
+        vec![probe(Kernel::TimedOut)],
+    ];
+    let t = Tally::of(&ways, &probes);
+    assert_eq!(
+        (t.agreeing, t.disagreeing, t.settled, t.unprobed),
+        (2, 0, 1, 0)
+    );
+    // The ban's part is refused by the kernel too, and the doubt settled against: not every
+    // part is admitted.
+    assert!(!t.kernel_admits);
+    assert_eq!(standing(&ban, &Kernel::TimedOut), "refused");
+    assert_eq!(standing(&doubt, &Kernel::TimedOut), "not-admitted");
+    assert_eq!(standing(&doubt, &Kernel::Connected), "admitted");
+    assert_eq!(standing(&doubt, &Kernel::Unprobed("x".into())), "doubtful");
+    // Unprobed, the evaluator's fate counts for whether every part is admitted.
+    let admitted = vec![(
+        way("eth0", Fam::V4, 22),
+        Answer {
+            parts: vec![part(Addrs::all(Fam::V4), Fate::Admitted)],
+        },
+    )];
+    let t = Tally::of(&admitted, &[vec![probe(Kernel::Unprobed("x".into()))]]);
+    assert_eq!((t.unprobed, t.kernel_admits), (1, true));
+    let t = Tally::of(&admitted, &[vec![probe(Kernel::TimedOut)]]);
+    assert_eq!((t.disagreeing, t.kernel_admits), (1, false));
+    // No way at all admits nothing.
+    assert!(!Tally::of(&[], &[]).kernel_admits);
+}
+
 #[test]
 fn each_part_gets_its_own_source_and_a_way_with_nothing_to_send_to_says_so() {
     let ifaces = [

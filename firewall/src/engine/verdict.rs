@@ -41,6 +41,30 @@ impl Firewall<'_> {
         only_iif: Option<&str>,
     ) -> Result<Vec<(crate::eval::Way, crate::eval::Answer)>> {
         let (snap, found, model) = self.fresh_model()?;
+        Ok(self.walks(&snap, &found, &model, o, only_iif))
+    }
+
+    /// The same for each of `openings`, from one reading of the ruleset: what `apply
+    /// --confirm` asks the kernel about.
+    pub fn explain_each(
+        &mut self,
+        openings: &[Opening],
+    ) -> Result<Vec<Vec<(crate::eval::Way, crate::eval::Answer)>>> {
+        let (snap, found, model) = self.fresh_model()?;
+        Ok(openings
+            .iter()
+            .map(|o| self.walks(&snap, &found, &model, o, None))
+            .collect())
+    }
+
+    fn walks(
+        &self,
+        snap: &Snapshot,
+        found: &Found,
+        model: &Model,
+        o: &Opening,
+        only_iif: Option<&str>,
+    ) -> Vec<(crate::eval::Way, crate::eval::Answer)> {
         let ifaces = self.interfaces();
         let targets = match o.path {
             crate::opening::Path::Forwarded => {
@@ -58,7 +82,7 @@ impl Firewall<'_> {
                 out.push((w, a));
             }
         }
-        Ok(out)
+        out
     }
 
     /// Each opening's verdict end to end, read from the kernel now: what a new connection from
