@@ -380,9 +380,18 @@ pub fn plan(
     ways: &[(Way, Answer)],
     ifaces: &[Iface],
 ) -> Vec<Vec<std::result::Result<Shot, String>>> {
+    // The node's own addresses, and every host behind's: a source is routed back through the
+    // interface it arrives on, so a probe sent from a host behind's address would take the
+    // scratch node's way to that host (every forwarded probe of its round would go to the
+    // client instead).
     let own: Vec<IpAddr> = ifaces
         .iter()
         .flat_map(|i| i.addrs.iter().map(|(a, _)| *a))
+        .chain(
+            ways.iter()
+                .filter(|(w, _)| w.conn.path == Path::Forwarded)
+                .filter_map(|(w, _)| w.conn.daddr),
+        )
         .collect();
     let mut used = own.clone();
     // Which interface each source is routed back through, per round.
@@ -428,7 +437,8 @@ pub fn plan(
                     .or_else(|| representative(&part.sources, &own))
                     .ok_or_else(|| {
                         format!(
-                            "no unicast address in {} to send from",
+                            "no unicast address in {} to send from but this machine's or a \
+                             host behind's own",
                             part.sources.cidrs().join(", ")
                         )
                     })?;

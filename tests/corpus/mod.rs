@@ -9,7 +9,9 @@
 //! report said before the verdict. Issue 30: every opening's port is also probed at a LAN host
 //! routed behind the node before the apply and after it (`routed.rs`: an opening that opens
 //! forwarding fails), a banned source refused before the apply must stay refused, and where the
-//! ruleset limits each source, a burst from outside must still be cut short (`flood.rs`).
+//! ruleset limits each source, a burst from outside must still be cut short (`flood.rs`). Issue 30,
+//! point 5: the kernel is asked too, on every ruleset, by `firewall explain PORT --confirm` for
+//! every opening's port and the undeclared one (`confirmed.rs`).
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -23,6 +25,7 @@ use lab::{Adoption, Lab, Machine, Probe};
 use serde_json::{json, Value};
 
 pub(crate) mod catalogue;
+mod confirmed;
 mod flood;
 pub(crate) mod load;
 mod report;
@@ -30,7 +33,7 @@ mod routed;
 mod table;
 
 use catalogue::{Fixture, CORPUS};
-use report::{layer_states, reported, state_contradiction};
+use report::{apply_contradiction, explained, layer_states, reported, state_contradiction};
 use routed::Routed;
 use table::{short_probe, table};
 
@@ -362,6 +365,9 @@ struct Ran {
     rows: Vec<Row>,
     /// Where the ruleset limits each source: the bursts after the apply.
     flooded: Vec<flood::Flooded>,
+    /// `firewall explain PORT --confirm` after the apply, for every opening's port and the
+    /// undeclared one.
+    confirmed: Vec<confirmed::Confirmed>,
     took: Duration,
 }
 
@@ -387,8 +393,9 @@ fn run_fixture(fixture: &Fixture) -> Ran {
     let mut rows = Vec::new();
     let mut undeclared = String::new();
     let mut flooded = Vec::new();
+    let mut confirmed = Vec::new();
     let error = catch_unwind(AssertUnwindSafe(|| {
-        (rows, undeclared, flooded) = probe_fixture(fixture);
+        (rows, undeclared, flooded, confirmed) = probe_fixture(fixture);
     }))
     .err()
     .map(reason);
@@ -398,6 +405,7 @@ fn run_fixture(fixture: &Fixture) -> Ran {
         error,
         rows,
         flooded,
+        confirmed,
         took: started.elapsed(),
     }
 }
@@ -428,7 +436,14 @@ fn lab_carries_the_outside(net: &Adoption) {
     }
 }
 
-fn probe_fixture(fixture: &Fixture) -> (Vec<Row>, String, Vec<flood::Flooded>) {
+type Probed4 = (
+    Vec<Row>,
+    String,
+    Vec<flood::Flooded>,
+    Vec<confirmed::Confirmed>,
+);
+
+fn probe_fixture(fixture: &Fixture) -> Probed4 {
     let lab = Lab::new().expect("the lab needs root, iproute2 and nsenter; it never skips");
     let net = Adoption::build(&lab).expect("building the adoption topology");
     net.outside
@@ -501,6 +516,9 @@ fn probe_fixture(fixture: &Fixture) -> (Vec<Row>, String, Vec<flood::Flooded>) {
     let status = json_of(&status_out, "firewall status");
 
     // Every probe of the fixture at once: a probe that gets no answer costs its wait only once.
+    // The kernel is asked in scratch namespaces meanwhile (`firewall explain --confirm`).
+    let mut asked: Vec<(u16, &'static str)> = declared.iter().map(|o| (o.port, o.path)).collect();
+    asked.push((PORT_UNDECLARED, "incoming"));
     let mut jobs = Vec::new();
     for (i, o) in declared.iter().enumerate() {
         for &source in o.sources {
@@ -509,8 +527,9 @@ fn probe_fixture(fixture: &Fixture) -> (Vec<Row>, String, Vec<flood::Flooded>) {
             }
         }
     }
-    let (probes, undeclared, routed_after): (Vec<CellProbes>, Vec<OneProbe>, _) =
+    let (probes, undeclared, routed_after, confirmed): (Vec<CellProbes>, Vec<OneProbe>, _, _) =
         std::thread::scope(|s| {
+            let confirmed = s.spawn(|| confirmed::confirm_all(node, &root, &wrap, &asked));
             let routed_after = s.spawn(|| routed::probe_all(&net, &ports));
             let control: Vec<_> = Family::ALL
                 .iter()
@@ -579,7 +598,8 @@ fn probe_fixture(fixture: &Fixture) -> (Vec<Row>, String, Vec<flood::Flooded>) {
             let routed_after = routed_after
                 .join()
                 .expect("the probes of the LAN host panicked");
-            (probes.collect(), control.collect(), routed_after)
+            let confirmed = confirmed.join().expect("the confirmations panicked");
+            (probes.collect(), control.collect(), routed_after, confirmed)
         });
     let undeclared: Vec<&str> = undeclared.iter().map(short_probe).collect();
 
@@ -640,96 +660,7 @@ fn probe_fixture(fixture: &Fixture) -> (Vec<Row>, String, Vec<flood::Flooded>) {
         Vec::new()
     };
     drop(loaded);
-    (rows, undeclared.join(" "), flooded)
-}
-
-/// What `mesh-host firewall explain PORT --from SOURCE --interface IF --path PATH --json` says
-/// of a connection from `source` in `family` arriving where the probe arrives (issue 20, point
-/// 6: its answer checked against the probe): the fate of the part holding the source's address,
-/// on the way arriving on that interface.
-fn explained(
-    node: &Machine,
-    root: &Path,
-    wrap: &[String],
-    o: &Declared,
-    source: Source,
-    family: Family,
-) -> Result<String, String> {
-    let (port, addr) = (o.port.to_string(), source.addr(family).to_string());
-    let args = [
-        "firewall",
-        "explain",
-        &port,
-        "--proto",
-        "tcp",
-        "--from",
-        &addr,
-        "--interface",
-        source.interface(),
-        "--path",
-        o.path,
-        "--json",
-    ];
-    let out = mesh(node, root, wrap, &args);
-    let v: Value = serde_json::from_str(&out.stdout).map_err(|e| {
-        format!(
-            "mesh-host {} printed no JSON ({e}), exit {}: {}",
-            args.join(" "),
-            out.status,
-            out.stderr.trim()
-        )
-    })?;
-    let ways: Vec<&Value> = v["ways"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|w| w["family"] == family.name() && w["interface"] == source.interface())
-        .collect();
-    let [way] = ways.as_slice() else {
-        return Err(format!(
-            "firewall explain has {} {} ways arriving on {} for {addr}: {v}",
-            ways.len(),
-            family.name(),
-            source.interface()
-        ));
-    };
-    // The way's parts read as a verdict's: each with the way's family and interface.
-    let parts: Vec<Value> = way["parts"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(|p| {
-            let mut p = p.clone();
-            p["family"] = json!(family.name());
-            p["interface"] = way["interface"].clone();
-            p
-        })
-        .collect();
-    let as_verdict =
-        json!({"id": format!("explain {port} from {addr}"), "verdict": {"parts": parts}});
-    reported(&as_verdict, family, source.addr(family), source.interface())
-}
-
-/// Whether `apply`'s report and `firewall status` say the same of an opening (issue 20: they
-/// say the same thing): apply lists it as not admitted exactly where the status's verdict is
-/// not present. `None` when they agree or there is no verdict to compare.
-fn apply_contradiction(report: &Value, entry: &Value) -> Option<String> {
-    let state = entry["verdict"]["state"].as_str()?;
-    let listed = report["not_admitted"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .any(|n| n["id"] == entry["id"]);
-    match (state == "present", listed) {
-        (true, true) => Some(format!(
-            "firewall status says present, but apply listed it as not admitted: {}",
-            report["not_admitted"]
-        )),
-        (false, false) => Some(format!(
-            "firewall status says {state}, but apply did not list it as not admitted"
-        )),
-        _ => None,
-    }
+    (rows, undeclared.join(" "), flooded, confirmed)
 }
 
 fn reason(payload: Box<dyn std::any::Any + Send>) -> String {

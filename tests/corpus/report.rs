@@ -1,12 +1,17 @@
 //! Reading the host's own report: which part of an opening's verdict holds a probe's source (a
-//! small CIDR-contains helper), and the per-layer states the report gave before the verdict.
+//! small CIDR-contains helper), the per-layer states the report gave before the verdict, what
+//! `firewall explain` says of a cell, and whether `apply` and `firewall status` say the same.
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 
 use serde_json::{json, Value};
 
-use super::Family;
+use std::path::Path;
+
+use lab::Machine;
+
+use super::{mesh, Declared, Family, Source};
 
 /// Whether `cidr` (an address, or an address with a prefix length) holds `addr`; `None` when it
 /// is not a CIDR at all.
@@ -203,6 +208,95 @@ pub(super) fn state_contradiction(opening: &Value) -> Option<String> {
         "present" => None,
         _ if !fates.is_empty() && admitted == fates.len() => Some(format!(
             "the verdict says {state}, but every part is admitted"
+        )),
+        _ => None,
+    }
+}
+
+/// What `mesh-host firewall explain PORT --from SOURCE --interface IF --path PATH --json` says
+/// of a connection from `source` in `family` arriving where the probe arrives (issue 20, point
+/// 6: its answer checked against the probe): the fate of the part holding the source's address,
+/// on the way arriving on that interface.
+pub(super) fn explained(
+    node: &Machine,
+    root: &Path,
+    wrap: &[String],
+    o: &Declared,
+    source: Source,
+    family: Family,
+) -> Result<String, String> {
+    let (port, addr) = (o.port.to_string(), source.addr(family).to_string());
+    let args = [
+        "firewall",
+        "explain",
+        &port,
+        "--proto",
+        "tcp",
+        "--from",
+        &addr,
+        "--interface",
+        source.interface(),
+        "--path",
+        o.path,
+        "--json",
+    ];
+    let out = mesh(node, root, wrap, &args);
+    let v: Value = serde_json::from_str(&out.stdout).map_err(|e| {
+        format!(
+            "mesh-host {} printed no JSON ({e}), exit {}: {}",
+            args.join(" "),
+            out.status,
+            out.stderr.trim()
+        )
+    })?;
+    let ways: Vec<&Value> = v["ways"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|w| w["family"] == family.name() && w["interface"] == source.interface())
+        .collect();
+    let [way] = ways.as_slice() else {
+        return Err(format!(
+            "firewall explain has {} {} ways arriving on {} for {addr}: {v}",
+            ways.len(),
+            family.name(),
+            source.interface()
+        ));
+    };
+    // The way's parts read as a verdict's: each with the way's family and interface.
+    let parts: Vec<Value> = way["parts"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|p| {
+            let mut p = p.clone();
+            p["family"] = json!(family.name());
+            p["interface"] = way["interface"].clone();
+            p
+        })
+        .collect();
+    let as_verdict =
+        json!({"id": format!("explain {port} from {addr}"), "verdict": {"parts": parts}});
+    reported(&as_verdict, family, source.addr(family), source.interface())
+}
+
+/// Whether `apply`'s report and `firewall status` say the same of an opening (issue 20: they
+/// say the same thing): apply lists it as not admitted exactly where the status's verdict is
+/// not present. `None` when they agree or there is no verdict to compare.
+pub(super) fn apply_contradiction(report: &Value, entry: &Value) -> Option<String> {
+    let state = entry["verdict"]["state"].as_str()?;
+    let listed = report["not_admitted"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|n| n["id"] == entry["id"]);
+    match (state == "present", listed) {
+        (true, true) => Some(format!(
+            "firewall status says present, but apply listed it as not admitted: {}",
+            report["not_admitted"]
+        )),
+        (false, false) => Some(format!(
+            "firewall status says {state}, but apply did not list it as not admitted"
         )),
         _ => None,
     }

@@ -244,6 +244,7 @@ pub(super) fn table(ran: &[Ran], total: Duration) -> (String, String) {
          by the apply or closed by it, {routed_opened_before} reached before it (the found \
          firewall forwards there)"
     );
+    confirmations(&mut t, &mut failures, ran);
     for r in ran {
         for f in &r.flooded {
             let shown = |n: &Result<usize, String>| match n {
@@ -317,4 +318,104 @@ fn routed_text(r: &Routed) -> String {
         })
         .collect();
     shown.join(" ")
+}
+
+/// The kernel asked in scratch namespaces (`firewall explain PORT --confirm`) on each ruleset:
+/// its parts counted by agreement, the doubtful ones apart with the fixture's reason, and every
+/// problem a failure.
+fn confirmations(t: &mut String, failures: &mut String, ran: &[Ran]) {
+    let (mut total, mut asked, mut rulesets) = ([0usize; 4], 0, 0);
+    let mut lines = String::new();
+    let mut settled_lines = String::new();
+    let mut took: Vec<f64> = Vec::new();
+    for r in ran.iter().filter(|r| r.error.is_none()) {
+        rulesets += 1;
+        if r.confirmed.len() != r.rows.len() + 1 {
+            let _ = writeln!(
+                failures,
+                "- {}: {} confirmations for {} openings and the undeclared port",
+                r.fixture.name,
+                r.confirmed.len(),
+                r.rows.len()
+            );
+        }
+        took.push(
+            r.confirmed
+                .iter()
+                .map(|c| c.took.as_secs_f64())
+                .fold(0.0, f64::max),
+        );
+        let mut tally = [0usize; 4];
+        let mut ports = Vec::new();
+        // The kernel's verdicts on the parts the evaluator found doubtful.
+        let mut settled: std::collections::BTreeMap<String, usize> = Default::default();
+        for c in &r.confirmed {
+            for p in c.parts().iter().filter(|p| p.agreement == "settled") {
+                *settled.entry(p.kernel.clone()).or_default() += 1;
+            }
+            asked += 1;
+            let k = c.tally();
+            for i in 0..4 {
+                tally[i] += k[i];
+            }
+            ports.push(match c.outcome {
+                Ok((Some(code), _)) => format!("{}:{code}", c.port),
+                _ => format!("{}:ERR", c.port),
+            });
+            for p in super::confirmed::problems(c, r.fixture.undecided.is_some()) {
+                let _ = writeln!(failures, "- {}: {p}", r.fixture.name);
+            }
+        }
+        for i in 0..4 {
+            total[i] += tally[i];
+        }
+        if !settled.is_empty() {
+            let said: Vec<String> = settled.iter().map(|(k, n)| format!("{n} {k}")).collect();
+            let _ = writeln!(
+                settled_lines,
+                "  {}: the kernel said {} ({})",
+                r.fixture.name,
+                said.join(", "),
+                if r.fixture.undecided.is_some() {
+                    "a known gap"
+                } else {
+                    "NOT a known gap: a failure"
+                }
+            );
+        }
+        let _ = writeln!(
+            lines,
+            "  {:<31} {:>3} agree {:>2} disagree {:>2} settled {:>2} unprobed  (port:exit {})",
+            r.fixture.name,
+            tally[0],
+            tally[1],
+            tally[2],
+            tally[3],
+            ports.join(" ")
+        );
+    }
+    let [agree, disagree, settled, unprobed] = total;
+    let _ = writeln!(
+        t,
+        "the kernel asked (`firewall explain PORT --confirm` after the apply, every opening's port \
+         and {PORT_UNDECLARED}, on {rulesets} rulesets, {asked} confirmations): {} parts: {agree} \
+         agree with the evaluator, {disagree} disagree, {settled} doubtful parts settled by the \
+         kernel (not agreements: allowed only on the known gaps above), {unprobed} unprobed \
+         (an interface with no address of the family, a forwarded hairpin, a part holding only \
+         a host behind's own address)",
+        agree + disagree + settled + unprobed
+    );
+    t.push_str(&lines);
+    if !settled_lines.is_empty() {
+        let _ = writeln!(t, "doubtful parts, settled by the kernel:\n{settled_lines}");
+    }
+    took.sort_by(f64::total_cmp);
+    if let (Some(low), Some(high)) = (took.first(), took.last()) {
+        let _ = writeln!(
+            t,
+            "the confirmations of one ruleset (at once, beside its probes): {low:.1} to {high:.1} \
+             s, median {:.1} s",
+            took[took.len() / 2]
+        );
+    }
 }

@@ -15,8 +15,11 @@ use crate::corpus::load;
 /// The documented exit code of a disagreement (docs/operator.md, `--help`).
 const EXIT_DISAGREES: i32 = 7;
 
-/// The corpus rulesets confirmed: nftables, iptables-nft, iptables-legacy, a ban by a network
-/// jumped to a chain, and a ban by a set with timeouts.
+/// The corpus rulesets confirmed here on ports 22 and 9000 before any apply, with the clone's
+/// verdict also set beside the lab node's own kernel's from the outside machine: nftables,
+/// iptables-nft, iptables-legacy, a ban by a network jumped to a chain, and a ban by a set with
+/// timeouts. Every ruleset of the corpus is confirmed after its apply by the corpus suite
+/// itself (`tests/corpus/confirmed.rs`), in the lab node it is already loaded in.
 const CONFIRMED: &[&str] = &[
     "nftables wiki server",
     "arch wiki simple stateful",

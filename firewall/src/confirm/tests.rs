@@ -289,6 +289,52 @@ fn each_part_gets_its_own_source_and_a_way_with_nothing_to_send_to_says_so() {
     );
 }
 
+/// Docker's own hairpin rule gives the container's address a part of its own on a forwarded
+/// way. Sent from that address, the probe's way back (routed through the interface it arrives
+/// on) would also take every forwarded probe of its round to the client instead of the
+/// container: the corpus's Docker 20.10 ruleset, where the kernel seemed to time out what the
+/// node admits. The host behind's address is never a source; a part holding nothing else says
+/// so.
+#[test]
+fn a_host_behinds_own_address_is_never_a_source() {
+    let ifaces = [
+        iface("lo", 1, &[("127.0.0.1", 8)]),
+        iface("eth0", 2, &[("192.0.2.10", 24)]),
+        iface("docker0", 3, &[("172.17.0.1", 16)]),
+    ];
+    let mut w = way("eth0", Fam::V4, 8082);
+    w.conn.path = Path::Forwarded;
+    w.conn.daddr = Some(v4("172.17.0.2"));
+    w.conn.to_port = Some(80);
+    w.conn.oif = Some("docker0".into());
+    let container = cidr("172.17.0.2/32");
+    let near = cidr("172.17.0.0/30");
+    let ways = vec![(
+        w,
+        Answer {
+            parts: vec![
+                part(container, Fate::Admitted),
+                part(near.minus(&cidr("172.17.0.2/32")), Fate::Admitted),
+                part(Addrs::all(Fam::V4).minus(&near), Fate::Admitted),
+            ],
+        },
+    )];
+    let p = plan(&ways, &ifaces);
+    assert_eq!(
+        p[0][0].as_ref().unwrap_err(),
+        "no unicast address in 172.17.0.2/32 to send from but this machine's or a host \
+         behind's own"
+    );
+    // 172.17.0.1 is the node's and 172.17.0.2 the container's: the first span's start is left.
+    let second = p[0][1].as_ref().unwrap();
+    assert_eq!(second.src, v4("172.17.0.0"));
+    assert_eq!(
+        second.behind.as_ref().map(|b| b.target),
+        Some("172.17.0.2:80".parse().unwrap())
+    );
+    assert_eq!(p[0][2].as_ref().unwrap().src, v4("1.0.0.1"));
+}
+
 /// A real confirmation in namespaces this test makes: a node namespace standing for the node
 /// (its eth0 and an input chain that drops all but 22 and refuses a ban with a reset), read by
 /// `capture` from inside it; the probes' results are the kernel's.
