@@ -263,19 +263,34 @@ impl<'a> Firewall<'a> {
             })
             .filter(|(_, t)| !t.is_empty())
             .collect();
+        self.until_back(before, |now| {
+            wanted.iter().all(|(o, t)| {
+                let got = published::targets(now, legacy_saves, o.proto, o.port);
+                t.iter().all(|x| got.contains(x))
+            })
+        })
+    }
+
+    /// Waits, to [`RUNTIME_REWRITE_DEADLINE`], polling the ruleset every 10 ms, until every rule
+    /// `before` held outside firewalld's table and the mesh's is listed again and `also` holds
+    /// of the listing; past the deadline it returns and what follows reads what is there.
+    pub(crate) fn until_back(
+        &mut self,
+        before: &Ruleset,
+        also: impl Fn(&Ruleset) -> bool,
+    ) -> Result<()> {
+        if self.nf.is_none() {
+            return Ok(());
+        }
         let others = others_rules(before);
         let until = std::time::Instant::now() + RUNTIME_REWRITE_DEADLINE;
         loop {
             let now = self.snapshot()?;
-            let targets_back = wanted.iter().all(|(o, t)| {
-                let got = published::targets(&now.ruleset, legacy_saves, o.proto, o.port);
-                t.iter().all(|x| got.contains(x))
-            });
             let got = others_rules(&now.ruleset);
             let others_back = others
                 .iter()
                 .all(|(rule, n)| got.get(rule).is_some_and(|m| m >= n));
-            if (targets_back && others_back) || std::time::Instant::now() >= until {
+            if (others_back && also(&now.ruleset)) || std::time::Instant::now() >= until {
                 return Ok(());
             }
             std::thread::sleep(std::time::Duration::from_millis(10));
@@ -650,10 +665,11 @@ fn claim_of(comment: Option<&str>) -> Option<String> {
 }
 
 /// Each rule of `ruleset` outside firewalld's table and the mesh's, by where it is and what it
-/// says (not its handle, which a rule written again does not keep), with how many there are.
+/// says (not its handle, which a rule written again does not keep, nor its counter's counts,
+/// which traffic moves and a rule written again starts from zero), with how many there are.
 fn others_rules(
     ruleset: &Ruleset,
-) -> HashMap<(Family, &str, &str, &[crate::netlink::Expr]), usize> {
+) -> HashMap<(Family, &str, &str, Vec<crate::netlink::Expr>), usize> {
     let mut out = HashMap::new();
     for r in &ruleset.rules {
         if r.table == published::FIREWALLD_TABLE
@@ -661,13 +677,19 @@ fn others_rules(
         {
             continue;
         }
-        *out.entry((
-            r.family,
-            r.table.as_str(),
-            r.chain.as_str(),
-            r.exprs.as_slice(),
-        ))
-        .or_insert(0) += 1;
+        let says: Vec<crate::netlink::Expr> = r
+            .exprs
+            .iter()
+            .map(|e| match e {
+                crate::netlink::Expr::Counter { .. } => crate::netlink::Expr::Counter {
+                    bytes: 0,
+                    packets: 0,
+                },
+                e => e.clone(),
+            })
+            .collect();
+        *out.entry((r.family, r.table.as_str(), r.chain.as_str(), says))
+            .or_insert(0) += 1;
     }
     out
 }

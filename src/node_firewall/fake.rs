@@ -271,7 +271,12 @@ impl NodeFirewall for Recording {
         Ok((saved.to_vec(), true))
     }
 
-    fn unflip(&mut self, _saved: &[Retired]) -> Result<(), Error> {
+    fn unflip(
+        &mut self,
+        _saved: &[Retired],
+        start: &mut dyn FnMut() -> Result<(), Error>,
+    ) -> Result<(), Error> {
+        start()?;
         self.called("unflip", &[])
     }
 

@@ -203,8 +203,15 @@ impl NodeFirewall for Kernel {
         Ok(self.found()?.flip(spec, saved)?)
     }
 
-    fn unflip(&mut self, saved: &[Retired]) -> Result<(), Error> {
-        Ok(self.found()?.unflip(saved)?)
+    fn unflip(
+        &mut self,
+        saved: &[Retired],
+        start: &mut dyn FnMut() -> Result<(), Error>,
+    ) -> Result<(), Error> {
+        let fw = self.found()?;
+        let before = fw.listing_now()?;
+        start()?;
+        Ok(fw.unflip(saved, Some(&before))?)
     }
 
     fn runtime_bridges(

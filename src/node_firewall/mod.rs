@@ -90,8 +90,14 @@ pub trait NodeFirewall {
     /// what was retired, and whether the guard went in the same transaction.
     fn flip(&mut self, spec: &FilterSpec, saved: &[Retired])
         -> Result<(Vec<Retired>, bool), Error>;
-    /// The found firewall put back exactly as `saved`.
-    fn unflip(&mut self, saved: &[Retired]) -> Result<(), Error>;
+    /// The found firewall put back exactly as `saved`; `start` runs first, after the ruleset is
+    /// listed, and starts the daemons of the return (firewalld): the restore then waits, to a
+    /// deadline, until the container runtime has written again every rule that listing held.
+    fn unflip(
+        &mut self,
+        saved: &[Retired],
+        start: &mut dyn FnMut() -> Result<(), Error>,
+    ) -> Result<(), Error>;
     /// The bridges the container runtime reports (asked through `runner`) that are bridges among
     /// `interfaces`: the only interfaces besides loopback and the private network's that the guard
     /// lets through and the derived filter forwards from.

@@ -12,21 +12,26 @@ pub(super) fn unflip(cx: &mut Node<'_>) -> Result<String, Error> {
     let Some(saved) = cx.store.state.flip.clone() else {
         return Ok("nothing was flipped".into());
     };
-    // A firewall that is a daemon (firewalld) must run before its state can be put back.
-    for r in saved.retired.iter().filter(|r| r.daemon) {
-        if let Some(unit) = &r.unit {
-            let unit_error = |why: String| Error::Unit {
-                doing: "starting",
-                unit: unit.clone(),
-                why,
-            };
-            let sm =
-                crate::system::service_manager(cx.runner).map_err(|e| unit_error(e.to_string()))?;
-            sm.start(unit).map_err(|e| unit_error(e.to_string()))?;
+    // A firewall that is a daemon (firewalld) must run before its state can be put back; it is
+    // started once the firewall has listed the ruleset the return's wait compares with.
+    let runner = cx.runner;
+    let mut start = || -> Result<(), Error> {
+        for r in saved.retired.iter().filter(|r| r.daemon) {
+            if let Some(unit) = &r.unit {
+                let unit_error = |why: String| Error::Unit {
+                    doing: "starting",
+                    unit: unit.clone(),
+                    why,
+                };
+                let sm = crate::system::service_manager(runner)
+                    .map_err(|e| unit_error(e.to_string()))?;
+                sm.start(unit).map_err(|e| unit_error(e.to_string()))?;
+            }
         }
-    }
+        Ok(())
+    };
     cx.fw
-        .unflip(&saved.retired)
+        .unflip(&saved.retired, &mut start)
         .map_err(|e| e.doing("restoring the found firewall"))?;
     crate::failpoint::hit("return", "restored");
     let mut units = Vec::new();

@@ -81,7 +81,16 @@ impl Firewall<'_> {
 
     /// The return: each retired firewall put back exactly as saved, then the derived filter's
     /// chains removed (the caller ensured the guard first), so there is no moment with neither.
-    pub fn unflip(&mut self, saved: &[Retired]) -> Result<()> {
+    ///
+    /// A daemon's firewall put back (firewalld started again) makes the container runtime,
+    /// hearing it, delete and write its rules again a moment later: the return waits, to a
+    /// deadline, until every rule of the other tables listed before is back, so the verdicts
+    /// read after it are not read from that gap (an opening forwarded to a container reported
+    /// NOT ADMITTED, "no container runtime publishes it yet", while the runtime was rewriting).
+    ///
+    /// `before` is the ruleset listed before the caller started any daemon of the return (its
+    /// start alone makes the runtime rewrite); without it, the listing at this call is used.
+    pub fn unflip(&mut self, saved: &[Retired], before: Option<&Ruleset>) -> Result<()> {
         let ruleset = self.listing()?;
         let legacy = BTreeMap::new();
         for r in saved {
@@ -89,6 +98,9 @@ impl Firewall<'_> {
             let mut cx = self.cx(&ruleset, &legacy, &mut none);
             backend::kind(r.backend).retire.restore(r, &mut cx)?;
             self.send(&none)?;
+        }
+        if saved.iter().any(|r| r.backend != Backend::Nftables) {
+            self.until_back(before.unwrap_or(&ruleset), |_| true)?;
         }
         if let Some(sock) = self.nf.as_mut() {
             let mut batch = Batch::new();
@@ -98,6 +110,12 @@ impl Firewall<'_> {
         }
         self.found = None;
         Ok(())
+    }
+
+    /// The whole ruleset as it stands now, every table's rules included: what the return's
+    /// wait compares with, listed before a daemon of the return is started.
+    pub fn listing_now(&mut self) -> Result<Ruleset> {
+        self.listing()
     }
 
     /// Puts the derived filter in force as `spec` says; `true` when it had to be written.
