@@ -277,8 +277,10 @@ pub fn loadable_nft(listing: &str, skip: &[String]) -> String {
     out
 }
 
-/// One probe to send: a part's representative source, arriving on `iif`, to `dst`; forwarded,
-/// the host behind on `oif` at `target`, `gateway` being the node's address on that side.
+/// One probe to send: a part's representative source, arriving on `iif`, to `dst` (the
+/// node's address, which a runtime's DNAT sends on; routed on as sent, the host behind's own);
+/// forwarded, the host behind on `oif` at `target`, `gateway` being the node's address on that
+/// side.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Shot {
     pub fam: Fam,
@@ -296,7 +298,6 @@ pub struct Shot {
 pub struct Behind {
     pub oif: String,
     pub target: SocketAddr,
-    pub prefix: u8,
     pub gateway: IpAddr,
 }
 
@@ -380,10 +381,10 @@ pub fn plan(
     ways: &[(Way, Answer)],
     ifaces: &[Iface],
 ) -> Vec<Vec<std::result::Result<Shot, String>>> {
-    // The node's own addresses, and every host behind's: a source is routed back through the
-    // interface it arrives on, so a probe sent from a host behind's address would take the
-    // scratch node's way to that host (every forwarded probe of its round would go to the
-    // client instead).
+    // Neither the node's addresses nor a host behind it is taken as a probe's source: each is
+    // held in a namespace of its own, where a source of the same address would answer itself,
+    // and a source is routed back through the interface it arrives on, so a probe sent from a
+    // host behind's address would take the scratch node's way to that host.
     let own: Vec<IpAddr> = ifaces
         .iter()
         .flat_map(|i| i.addrs.iter().map(|(a, _)| *a))
@@ -415,14 +416,15 @@ pub fn plan(
                 if c.proto != 6 {
                     return Err("only tcp is confirmed (a SYN)".to_string());
                 }
-                let Some(dst) = node_addr else {
-                    return Err(format!(
-                        "{} has no {} address to send to",
-                        c.iif,
-                        c.fam.name()
-                    ));
-                };
                 let behind = behind.clone()?;
+                // Routed on as sent (no DNAT), the SYN is addressed to the host behind itself;
+                // otherwise to the node, whose DNAT sends it on.
+                let dst = match &behind {
+                    Some(b) if c.routed => b.target.ip(),
+                    _ => node_addr.ok_or_else(|| {
+                        format!("{} has no {} address to send to", c.iif, c.fam.name())
+                    })?,
+                };
                 if behind.as_ref().is_some_and(|b| b.oif == c.iif) {
                     // The client and the host behind would share one side; on a node too the
                     // reply goes straight between them, never back through the translation.
@@ -484,13 +486,12 @@ fn behind(c: &crate::eval::Conn, ifaces: &[Iface]) -> std::result::Result<Behind
                 && Addrs::cidr(c.fam, to_num(*a), u32::from(*len)).contains(target)
         })
     });
-    let Some((gateway, prefix)) = gw else {
+    let Some((gateway, _)) = gw else {
         return Err(format!("{oif} has no address in the network of {target}"));
     };
     Ok(Behind {
         oif: oif.clone(),
         target: SocketAddr::new(target, c.to_port.unwrap_or(c.port)),
-        prefix: *prefix,
         gateway: *gateway,
     })
 }

@@ -144,11 +144,20 @@ fn send(s: &Scratch<'_>, node: &str, planned: &Planned, peers: &Peers) -> Result
     let last = shots.iter().map(|sh| sh.round).max().unwrap_or(0);
     for round in 0..=last {
         let mut waiting = Vec::new();
+        // A source is held on its client's side for its round only: a source two rounds share
+        // arrives on another interface in each, and where that interface's side holds a host
+        // behind, the host's answer to a source held beside it would never leave.
+        let mut held: Vec<(String, IpAddr)> = Vec::new();
         for (i, row) in planned.iter().enumerate() {
             for (j, sh) in row.iter().enumerate() {
                 let Ok(sh) = sh else { continue };
                 if sh.round != round {
                     continue;
+                }
+                let peer_ns = &peers[&sh.iif].0;
+                if !held.contains(&(peer_ns.clone(), sh.src)) {
+                    s.addr(peer_ns, "peer", sh.src, host_len(sh.fam))?;
+                    held.push((peer_ns.clone(), sh.src));
                 }
                 route_back(s, node, sh, &peers[&sh.iif].2)?;
                 let ns = peers[&sh.iif].0.clone();
@@ -166,6 +175,12 @@ fn send(s: &Scratch<'_>, node: &str, planned: &Planned, peers: &Peers) -> Result
                 .map_err(|_| s.fail("a probe", "its thread panicked".into()))?
                 .map_err(|e| s.fail("a probe", e.to_string()))?;
             probes[i][j].kernel = got;
+        }
+        if round < last {
+            for (ns, src) in held {
+                let cidr = format!("{src}/{}", host_len(Fam::of(src)));
+                s.ip(&ns, &["addr", "del", &cidr, "dev", "peer"])?;
+            }
         }
     }
     Ok(probes)
@@ -230,9 +245,9 @@ fn load(s: &Scratch<'_>, node: &str, listing: &Listing) -> Result<()> {
     Ok(())
 }
 
-/// Each probe's source on its client side (routed back per round, [`route_back`]); each host behind with its address,
-/// gateway and listener; the listener on the node. Returns the listeners, held open until the
-/// probes are done.
+/// Each probe's way to the node on its client's side (its source held and routed back per
+/// round, [`send`]); each host behind with its address, gateway and listener; the listener on
+/// the node. Returns the listeners, held open until the probes are done.
 fn wire(
     s: &Scratch<'_>,
     node: &str,
@@ -245,7 +260,6 @@ fn wire(
     for sh in shots {
         let (peer_ns, mac_node, _) = &peers[&sh.iif];
         let host = host_len(sh.fam);
-        s.addr(peer_ns, "peer", sh.src, host)?;
         let dst = sh.dst.ip().to_string();
         s.ip(
             peer_ns,
@@ -278,7 +292,10 @@ fn wire(
                     behinds.push(b.target);
                     let t = b.target.ip().to_string();
                     let gw = b.gateway.to_string();
-                    s.addr(bns, "peer", b.target.ip(), b.prefix)?;
+                    // The host holds its address alone and reaches everything through the
+                    // node: a probe's source inside its network is answered through the node
+                    // too, never straight on the link where no client listens.
+                    s.addr(bns, "peer", b.target.ip(), host_len(sh.fam))?;
                     let dflt = if sh.fam == Fam::V6 {
                         "::/0"
                     } else {
@@ -298,7 +315,12 @@ fn wire(
                             "permanent",
                         ],
                     )?;
-                    s.ip(bns, &["route", "replace", dflt, "via", &gw, "dev", "peer"])?;
+                    s.ip(
+                        bns,
+                        &[
+                            "route", "replace", dflt, "via", &gw, "dev", "peer", "onlink",
+                        ],
+                    )?;
                     s.ip(
                         node,
                         &[

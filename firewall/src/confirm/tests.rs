@@ -513,3 +513,48 @@ fn the_ruleset_is_captured_through_the_exec_seam() {
     .collect();
     assert_eq!(calls, want);
 }
+
+/// A connection routed on as sent (no DNAT) is addressed to the host behind, not to the node
+/// (which would answer it as incoming); a published port's goes to the node. No source is the
+/// host behind's address, even where a part's sources hold it.
+#[test]
+fn a_routed_way_is_sent_to_the_host_behind_and_no_source_is_that_host() {
+    let ifaces = [
+        iface("eth0", 2, &[("192.0.2.10", 24)]),
+        iface("lan0", 3, &[("198.51.100.1", 24)]),
+    ];
+    let mut routed = way("eth0", Fam::V4, 22);
+    routed.conn.path = Path::Forwarded;
+    routed.conn.oif = Some("lan0".into());
+    routed.conn.daddr = Some(v4("198.51.100.2"));
+    routed.conn.routed = true;
+    let mut published = routed.clone();
+    published.conn.routed = false;
+    published.conn.to_port = Some(80);
+    let lan = cidr("198.51.100.0/24");
+    let ways: Vec<(Way, Answer)> = [routed, published]
+        .into_iter()
+        .map(|w| {
+            (
+                w,
+                Answer {
+                    parts: vec![part(lan.clone(), Fate::Admitted)],
+                },
+            )
+        })
+        .collect();
+    let p = plan(&ways, &ifaces);
+    let (r, d) = (p[0][0].as_ref().unwrap(), p[1][0].as_ref().unwrap());
+    assert_eq!(r.dst, "198.51.100.2:22".parse().unwrap());
+    assert_eq!(d.dst, "192.0.2.10:22".parse().unwrap());
+    assert_eq!(
+        d.behind.as_ref().map(|b| b.target),
+        Some("198.51.100.2:80".parse().unwrap())
+    );
+    for s in [r, d] {
+        assert!(
+            s.src != v4("198.51.100.2") && s.src != v4("198.51.100.1"),
+            "{s:?}"
+        );
+    }
+}
