@@ -365,7 +365,7 @@ const STORE_PATH: &str = "/var/lib/mesh-host";
 
 /// The names in the store's directory that are checked before it is used under a root other
 /// than `/`: none may be a link or on another mount.
-const ENTRIES: [&str; 10] = [
+const ENTRIES: [&str; 13] = [
     "lock",
     ACTING,
     "state.json",
@@ -375,6 +375,9 @@ const ENTRIES: [&str; 10] = [
     crate::launch::KNOWN_GOOD,
     crate::launch::ATTEMPTS,
     crate::launch::ROLLED_BACK,
+    "run.lock",
+    "run.pid",
+    "run.pid.tmp",
     "originals",
 ];
 

@@ -286,3 +286,39 @@ fn services_and_packages_under_a_root_never_touch_the_machine() {
     let called = calls();
     assert!(called.starts_with("systemctl show "), "{called}");
 }
+
+/// Proves the resident host, which claims the store without a declaration (its run lock and pid
+/// file live there), refuses a symlinked store too: `run` fails at once (exit 1) naming the link,
+/// and nothing is written where it points.
+#[test]
+fn the_resident_host_refuses_a_symlinked_store() {
+    let node = Node::new();
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(node.path("/var/lib")).unwrap();
+    std::os::unix::fs::symlink(outside.path(), node.path("/var/lib/mesh-host")).unwrap();
+    let (root_before, outside_before) = (tree(node.root()), tree(outside.path()));
+    for args in [&["run"][..]] {
+        // A resident host that was not refused would run until stopped: `timeout` bounds it.
+        let out = std::process::Command::new("timeout")
+            .args(["30", "unshare", "--net", "--"])
+            .arg(env!("CARGO_BIN_EXE_mesh-host"))
+            .arg("--root")
+            .arg(node.root())
+            .args(args)
+            .env_remove(HOST_TOOLS)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains("/var/lib/mesh-host: /var/lib/mesh-host is a symbolic link"),
+            "{args:?}: {stderr}"
+        );
+        assert_eq!(
+            tree(outside.path()),
+            outside_before,
+            "{args:?} wrote outside"
+        );
+        assert_eq!(tree(node.root()), root_before, "{args:?} changed the root");
+    }
+}
