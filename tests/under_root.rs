@@ -297,28 +297,27 @@ fn the_resident_host_refuses_a_symlinked_store() {
     std::fs::create_dir_all(node.path("/var/lib")).unwrap();
     std::os::unix::fs::symlink(outside.path(), node.path("/var/lib/mesh-host")).unwrap();
     let (root_before, outside_before) = (tree(node.root()), tree(outside.path()));
-    for args in [&["run"][..]] {
-        // A resident host that was not refused would run until stopped: `timeout` bounds it.
-        let out = std::process::Command::new("timeout")
-            .args(["30", "unshare", "--net", "--"])
-            .arg(env!("CARGO_BIN_EXE_mesh-host"))
-            .arg("--root")
-            .arg(node.root())
-            .args(args)
-            .env_remove(HOST_TOOLS)
-            .output()
-            .unwrap();
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
-        assert!(
-            stderr.contains("/var/lib/mesh-host: /var/lib/mesh-host is a symbolic link"),
-            "{args:?}: {stderr}"
-        );
-        assert_eq!(
-            tree(outside.path()),
-            outside_before,
-            "{args:?} wrote outside"
-        );
-        assert_eq!(tree(node.root()), root_before, "{args:?} changed the root");
-    }
+    let args = ["run"];
+    // A resident host that was not refused would run until stopped: `timeout` bounds it.
+    let out = std::process::Command::new("timeout")
+        .args(["30", "unshare", "--net", "--"])
+        .arg(env!("CARGO_BIN_EXE_mesh-host"))
+        .arg("--root")
+        .arg(node.root())
+        .args(args)
+        .env_remove(HOST_TOOLS)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
+    assert!(
+        stderr.contains("/var/lib/mesh-host: /var/lib/mesh-host is a symbolic link"),
+        "{args:?}: {stderr}"
+    );
+    assert_eq!(
+        tree(outside.path()),
+        outside_before,
+        "{args:?} wrote outside"
+    );
+    assert_eq!(tree(node.root()), root_before, "{args:?} changed the root");
 }
