@@ -9,6 +9,14 @@
 //! real path (docs/operator.md). What is at a declared file's path is opened `O_NONBLOCK |
 //! O_NOFOLLOW` and refused unless `fstat` says it is a regular file, so a FIFO, device or socket
 //! is never read.
+//!
+//! Under a root other than the machine's own `/` (`--root /mnt/sysimage`, a test's throw-away
+//! root) nothing is resolved across a mount either: `RESOLVE_NO_XDEV` is added, the walk compares
+//! each component's mount (`statx`'s mount id) with the root's, and a found file on another mount
+//! (a file bind-mounted over it) is refused, each naming the component and the mount. Such a root
+//! is a copy of a machine the host writes into; a bind mount inside it pointing elsewhere would
+//! carry the declared writes, and the originals copied, out of it. Under `/` itself mounts are
+//! the machine's own layout (`/var` or `/srv` on a file system of its own) and are crossed.
 
 use nix::errno::Errno;
 use nix::fcntl::{self, OFlag, OpenHow, ResolveFlag};
@@ -43,6 +51,15 @@ pub enum BeneathError {
     Changing { declared: String },
     #[error("{declared}: {component} is not a directory")]
     NotDirectory { declared: String, component: String },
+    #[error(
+        "{declared}: {component} is on another mount than the root ({mount}); under a root other \
+         than / the host reads and writes nothing across a mount"
+    )]
+    Mount {
+        declared: String,
+        component: String,
+        mount: String,
+    },
     #[error("{declared}: the path must be absolute, without `.`, `..` or empty components")]
     Unclean { declared: String },
     #[error(
@@ -182,6 +199,101 @@ pub enum Removed {
 pub struct Root {
     fd: OwnedFd,
     path: PathBuf,
+    /// The root's own mount, when it is not the machine's `/`: nothing beneath may be on another.
+    xdev: Option<Mount>,
+}
+
+/// Which mount a file is on: `statx`'s mount id where the kernel gives it (Linux 5.8), and its
+/// device (a bind mount of a directory on the same file system has the same device, so the id
+/// is what tells it; the device is the fallback).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Mount {
+    id: Option<u64>,
+    dev: (u32, u32),
+}
+
+impl Mount {
+    /// Whether `other` is this same mount.
+    pub fn same(&self, other: &Mount) -> bool {
+        match (self.id, other.id) {
+            (Some(a), Some(b)) => a == b,
+            _ => self.dev == other.dev,
+        }
+    }
+
+    /// The mount in words, for a refusal: its id, where it is mounted and what of which file
+    /// system it shows, from `/proc/self/mountinfo` when that can be read.
+    pub fn describe(&self) -> String {
+        let (major, minor) = self.dev;
+        let Some(id) = self.id else {
+            return format!("device {major}:{minor}");
+        };
+        let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+        let line = info.lines().find_map(|l| {
+            let f: Vec<&str> = l.split(' ').collect();
+            (f.first() == Some(&id.to_string().as_str()) && f.len() > 4).then(|| (f[3], f[4]))
+        });
+        match line {
+            Some((from, at)) => {
+                format!("mount {id} at {at}, {from} of device {major}:{minor}")
+            }
+            None => format!("mount {id}, device {major}:{minor}"),
+        }
+    }
+}
+
+/// The mount of what `path` names relative to `dirfd` (the handle itself with an empty path),
+/// never following a link.
+fn mount_at(dirfd: std::os::fd::RawFd, path: &std::ffi::CStr) -> Result<Mount, Errno> {
+    let mut stx = std::mem::MaybeUninit::<nix::libc::statx>::zeroed();
+    let mut flags = nix::libc::AT_SYMLINK_NOFOLLOW | nix::libc::AT_NO_AUTOMOUNT;
+    if path.is_empty() {
+        flags |= nix::libc::AT_EMPTY_PATH;
+    }
+    // SAFETY: `path` is a valid C string, `stx` a buffer of the size the kernel writes.
+    let rc = unsafe {
+        nix::libc::statx(
+            dirfd,
+            path.as_ptr(),
+            flags,
+            nix::libc::STATX_MNT_ID,
+            stx.as_mut_ptr(),
+        )
+    };
+    if rc != 0 {
+        return Err(Errno::last());
+    }
+    // SAFETY: statx returned 0, so it filled the buffer.
+    let stx = unsafe { stx.assume_init() };
+    Ok(Mount {
+        id: (stx.stx_mask & nix::libc::STATX_MNT_ID != 0).then_some(stx.stx_mnt_id),
+        dev: (stx.stx_dev_major, stx.stx_dev_minor),
+    })
+}
+
+/// The mount an open handle is on.
+pub fn mount_of(fd: BorrowedFd<'_>) -> Result<Mount, Errno> {
+    use std::os::fd::AsRawFd;
+    mount_at(fd.as_raw_fd(), c"")
+}
+
+/// The mount of a path (the link itself when it is one).
+pub fn mount_of_path(path: &Path) -> Result<Mount, Errno> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes()).map_err(|_| Errno::EINVAL)?;
+    mount_at(nix::libc::AT_FDCWD, &c)
+}
+
+/// Whether `path` is the machine's own `/` (the same directory, however it is spelled): under it
+/// mounts are the machine's layout; under any other root, a mount is a way out of it.
+pub fn is_machine_root(path: &Path) -> bool {
+    match (std::fs::metadata(path), std::fs::metadata("/")) {
+        (Ok(a), Ok(b)) => {
+            use std::os::unix::fs::MetadataExt;
+            a.dev() == b.dev() && a.ino() == b.ino()
+        }
+        _ => false,
+    }
 }
 
 /// The components of a declared path, refused if it is not clean.
@@ -237,10 +349,47 @@ impl Root {
             root: path.to_path_buf(),
             source: e.into(),
         })?;
+        let xdev = if is_machine_root(path) {
+            None
+        } else {
+            Some(mount_of(fd.as_fd()).map_err(|e| BeneathError::Root {
+                root: path.to_path_buf(),
+                source: e.into(),
+            })?)
+        };
         Ok(Root {
             fd,
             path: path.to_path_buf(),
+            xdev,
         })
+    }
+
+    /// Whether this root refuses mount crossings (it is not the machine's `/`).
+    pub fn confined(&self) -> bool {
+        self.xdev.is_some()
+    }
+
+    /// Refuses what `fd` (the `n`th component of `parts`, or the declared path itself) is when it
+    /// is on another mount than a confined root.
+    fn same_mount(
+        &self,
+        fd: BorrowedFd<'_>,
+        declared: &str,
+        component: String,
+    ) -> Result<(), BeneathError> {
+        let Some(root) = &self.xdev else {
+            return Ok(());
+        };
+        let here = mount_of(fd).map_err(io("resolving", declared))?;
+        if root.same(&here) {
+            Ok(())
+        } else {
+            Err(BeneathError::Mount {
+                declared: declared.to_string(),
+                component,
+                mount: here.describe(),
+            })
+        }
     }
 
     /// The root's path, for messages only.
@@ -272,17 +421,19 @@ impl Root {
                 .map_err(io("opening the root for", declared));
         }
         if !NO_OPENAT2.load(Ordering::Relaxed) {
-            let how = OpenHow::new().flags(DIR_FLAGS).resolve(
-                ResolveFlag::RESOLVE_BENEATH
-                    | ResolveFlag::RESOLVE_NO_SYMLINKS
-                    | ResolveFlag::RESOLVE_NO_MAGICLINKS,
-            );
+            let mut resolve = ResolveFlag::RESOLVE_BENEATH
+                | ResolveFlag::RESOLVE_NO_SYMLINKS
+                | ResolveFlag::RESOLVE_NO_MAGICLINKS;
+            if self.xdev.is_some() {
+                resolve |= ResolveFlag::RESOLVE_NO_XDEV;
+            }
+            let how = OpenHow::new().flags(DIR_FLAGS).resolve(resolve);
             match fcntl::openat2(&self.fd, parts[..n].join("/").as_str(), how) {
                 Ok(fd) => return Ok(Some(Dir { fd })),
                 Err(Errno::ENOENT) => return Ok(None),
                 Err(Errno::ENOSYS | Errno::EINVAL) => NO_OPENAT2.store(true, Ordering::Relaxed),
-                // A link or a file on the way (or a rename racing the lookup): the walk names
-                // the component, and is as safe as openat2.
+                // A link, a file or a mount on the way (or a rename racing the lookup): the walk
+                // names the component, and is as safe as openat2.
                 Err(Errno::ELOOP | Errno::ENOTDIR | Errno::EXDEV | Errno::EAGAIN) => {}
                 Err(e) => return Err(io("resolving", declared)(e)),
             }
@@ -318,7 +469,11 @@ impl Root {
             .map_err(io("opening the root for", declared))?;
         for (i, name) in parts[..n].iter().enumerate() {
             match fcntl::openat(&cur.fd, *name, DIR_FLAGS, Mode::empty()) {
-                Ok(fd) => cur = Dir { fd },
+                Ok(fd) => {
+                    self.same_mount(fd.as_fd(), declared, spelled(parts, i + 1))
+                        .map_err(Some)?;
+                    cur = Dir { fd }
+                }
                 Err(Errno::ENOENT) => return Ok(None),
                 Err(Errno::ELOOP | Errno::ENOTDIR) => {
                     return Err(self.not_dir(&cur, declared, parts, i))
@@ -346,6 +501,43 @@ impl Root {
                 declared,
                 component,
             }),
+        }
+    }
+
+    /// Refuses what stands at the declared path `declared`, a name in the already resolved
+    /// `dir`, when it is a symbolic link or (under a confined root) on another mount; nothing
+    /// there is fine. For the store, whose files are then opened by name in a checked directory.
+    pub fn entry(&self, dir: &Dir, declared: &str) -> Result<(), BeneathError> {
+        use std::os::fd::AsRawFd;
+        let parts = components(declared)?;
+        let Some(name) = parts.last().copied() else {
+            return Ok(());
+        };
+        match stat::fstatat(&dir.fd, name, fcntl::AtFlags::AT_SYMLINK_NOFOLLOW) {
+            Err(Errno::ENOENT) => return Ok(()),
+            Err(e) => return Err(io("reading", declared)(e)),
+            Ok(st) if st.st_mode & SFlag::S_IFMT.bits() == SFlag::S_IFLNK.bits() => {
+                return Err(BeneathError::Symlink {
+                    declared: declared.to_string(),
+                    component: declared.to_string(),
+                })
+            }
+            Ok(_) => {}
+        }
+        let Some(root) = &self.xdev else {
+            return Ok(());
+        };
+        let c = std::ffi::CString::new(name).map_err(|_| BeneathError::Unclean {
+            declared: declared.to_string(),
+        })?;
+        match mount_at(dir.fd.as_raw_fd(), &c) {
+            Ok(m) if !root.same(&m) => Err(BeneathError::Mount {
+                declared: declared.to_string(),
+                component: declared.to_string(),
+                mount: m.describe(),
+            }),
+            Ok(_) | Err(Errno::ENOENT) => Ok(()),
+            Err(e) => Err(io("resolving", declared)(e)),
         }
     }
 
@@ -382,7 +574,10 @@ impl Root {
                 Err(e) => return Err(io("creating a directory of", declared)(e)),
             }
             match fcntl::openat(&cur.fd, *name, DIR_FLAGS, Mode::empty()) {
-                Ok(fd) => cur = Dir { fd },
+                Ok(fd) => {
+                    self.same_mount(fd.as_fd(), declared, spelled(parts, i + 1))?;
+                    cur = Dir { fd }
+                }
                 Err(Errno::ELOOP | Errno::ENOTDIR) => {
                     return Err(self.not_dir(&cur, declared, parts, i).unwrap_or(
                         BeneathError::Changing {
@@ -440,6 +635,8 @@ impl Root {
             }
             Err(e) => return Err(io("opening", declared)(e)),
         };
+        // A file bind-mounted over the declared one is another machine's (or the host's own).
+        self.same_mount(fd.as_fd(), declared, declared.to_string())?;
         let st = stat::fstat(&fd).map_err(io("reading", declared))?;
         if st.st_mode & SFlag::S_IFMT.bits() != SFlag::S_IFREG.bits() {
             return Err(BeneathError::Special {
@@ -479,6 +676,14 @@ impl Root {
             });
         };
         let dir = self.mkdir_parts(declared, &parts, parts.len() - 1)?;
+        // A file mounted over the declared one: refused before anything is staged.
+        if self.xdev.is_some() {
+            match self.entry(&dir, declared) {
+                // A link at the name is replaced by the rename, never followed.
+                Ok(()) | Err(BeneathError::Symlink { .. }) => {}
+                Err(e) => return Err(e),
+            }
+        }
         let tmp = staged(&dir, declared, bytes, &prepare, true)?;
         if let Err(e) = fcntl::renameat(&dir.fd, tmp.as_str(), &dir.fd, name) {
             let _ = nix::unistd::unlinkat(&dir.fd, tmp.as_str(), UnlinkatFlags::NoRemoveDir);

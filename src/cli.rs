@@ -78,6 +78,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         if let Some(why) = missing_root(&cli.root) {
             return refusal(cli.json(), 2, &[why], "nothing was read or changed");
         }
+        crate::system::confine(&cli.root);
     }
     match cli.command {
         Command::Version { json } => {

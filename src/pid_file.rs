@@ -46,6 +46,9 @@ pub enum ClaimError {
         lock: PathBuf,
         pid: Option<u32>,
     },
+    /// Under a root other than `/`, a link or a mount on the way to the store or in it.
+    #[error(transparent)]
+    Store(#[from] store::StoreError),
     #[error("{}: {source}", path.display())]
     Io {
         path: PathBuf,
@@ -71,6 +74,9 @@ impl Claim {
             let path = path.to_path_buf();
             move |source| ClaimError::Io { path, source }
         };
+        // Under a root other than `/` the store's directory is made and checked beneath it
+        // first: a link or a mount there would put the lock and the pid file outside the root.
+        store::confined_dir(root, true)?;
         std::fs::create_dir_all(&dir).map_err(io(&dir))?;
         let lock_path = run_lock(root);
         // Close-on-exec, as every file the standard library opens: no child inherits the lock.

@@ -75,6 +75,13 @@ pub enum StoreError {
         "store {path} has format version {version} but no checksum; it is damaged and is not read"
     )]
     Unsealed { path: PathBuf, version: u32 },
+    /// Under a root other than `/`, a link or a mount on the way to the store or in it.
+    #[error("store {path}: {source}")]
+    Outside {
+        path: PathBuf,
+        #[source]
+        source: crate::beneath::BeneathError,
+    },
     #[error("store journal {path}: {source}")]
     Journal {
         path: PathBuf,
@@ -353,6 +360,81 @@ pub fn store_dir(root: &Path) -> PathBuf {
     root.join("var/lib/mesh-host")
 }
 
+/// The store's directory as a declared path, for `beneath`.
+const STORE_PATH: &str = "/var/lib/mesh-host";
+
+/// The names in the store's directory that are checked before it is used under a root other
+/// than `/`: none may be a link or on another mount.
+const ENTRIES: [&str; 13] = [
+    "lock",
+    ACTING,
+    "state.json",
+    "state.json.tmp",
+    journal::FILE,
+    RELEASED,
+    crate::launch::KNOWN_GOOD,
+    crate::launch::ATTEMPTS,
+    crate::launch::ROLLED_BACK,
+    "run.lock",
+    "run.pid",
+    "run.pid.tmp",
+    "originals",
+];
+
+/// Where the store's directory is, as `beneath` found it.
+pub enum Confined {
+    /// The root is the machine's `/`: its mounts and links are the machine's layout, and the
+    /// store is opened by path.
+    Machine,
+    /// Under another root, the store has no directory yet (and none was to be made).
+    Missing,
+    /// Under another root, the store's directory, opened beneath it: no link and no mount on the
+    /// way to it, to its `originals/` or at any of its files.
+    Dir(crate::beneath::Dir),
+}
+
+/// The store's directory under a root other than the machine's `/`, resolved (and made, when
+/// `make`) through `beneath` like a declared path: a symbolic link or a mount on the way to
+/// `var/lib/mesh-host`, to its `originals/`, or at one of its files is refused naming it, so
+/// nothing of the store is read or written outside the root.
+pub fn confined_dir(root: &Path, make: bool) -> Result<Confined, StoreError> {
+    use crate::beneath::Root;
+    let outside = |source| StoreError::Outside {
+        path: store_dir(root),
+        source,
+    };
+    let b = Root::open(root).map_err(outside)?;
+    if !b.confined() {
+        return Ok(Confined::Machine);
+    }
+    let dir = if make {
+        b.mkdir_all(STORE_PATH).map(Some)
+    } else {
+        b.dir(STORE_PATH)
+    }
+    .map_err(outside)?;
+    let Some(dir) = dir else {
+        return Ok(Confined::Missing);
+    };
+    for name in ENTRIES {
+        b.entry(&dir, &format!("{STORE_PATH}/{name}"))
+            .map_err(outside)?;
+    }
+    b.dir(&format!("{STORE_PATH}/originals")).map_err(outside)?;
+    Ok(Confined::Dir(dir))
+}
+
+/// Opens (creating) a lock file by name in the store's directory handle, following no link.
+fn open_lock_in(dir: &crate::beneath::Dir, name: &str) -> Result<File, nix::errno::Errno> {
+    nix::fcntl::openat(
+        dir.fd(),
+        name,
+        OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+        nix::sys::stat::Mode::from_bits_truncate(0o644),
+    )
+    .map(File::from)
+}
+
 /// Whether another process holds the store under `root` open now (an apply, a converge, an
 /// adopt under way): its lock cannot be taken without waiting. Asked without waiting, and let
 /// go of at once; a store that has no lock file yet is held by no one.
@@ -372,16 +454,23 @@ pub const ACTING: &str = "act.lock";
 /// (a shared lock on [`ACTING`]: acts do not wait for each other here). `None` where the store
 /// has no directory yet: no resident host remembers anything of it then.
 pub fn acting(root: &Path) -> Option<Flock<File>> {
-    let dir = store_dir(root);
-    if !dir.is_dir() {
-        return None;
-    }
-    let f = OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(dir.join(ACTING))
-        .ok()?;
+    let f = match confined_dir(root, false) {
+        // A store outside the root is refused when it is opened; nothing is made for it here.
+        Err(_) | Ok(Confined::Missing) => return None,
+        Ok(Confined::Dir(d)) => open_lock_in(&d, ACTING).ok()?,
+        Ok(Confined::Machine) => {
+            let dir = store_dir(root);
+            if !dir.is_dir() {
+                return None;
+            }
+            OpenOptions::new()
+                .create(true)
+                .truncate(false)
+                .write(true)
+                .open(dir.join(ACTING))
+                .ok()?
+        }
+    };
     Flock::lock(f, FlockArg::LockShared).ok()
 }
 
@@ -395,14 +484,25 @@ impl Store {
         let earlier = ["lock", "originals", "known-good"]
             .iter()
             .any(|f| dir.join(f).exists());
-        fs::create_dir_all(&dir).map_err(io(&dir))?;
         let lock_path = dir.join("lock");
-        let lock = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&lock_path)
-            .map_err(io(&lock_path))?;
+        // Under a root other than `/` the directory is made and checked beneath the root, and
+        // the lock opened in its handle; the files the store then opens by name are in a
+        // directory known to be the root's own, and none of them is a link.
+        let lock = match confined_dir(root, true)? {
+            Confined::Dir(d) => open_lock_in(&d, "lock").map_err(|e| StoreError::Io {
+                path: lock_path.clone(),
+                source: e.into(),
+            })?,
+            Confined::Machine | Confined::Missing => {
+                fs::create_dir_all(&dir).map_err(io(&dir))?;
+                OpenOptions::new()
+                    .create(true)
+                    .truncate(false)
+                    .write(true)
+                    .open(&lock_path)
+                    .map_err(io(&lock_path))?
+            }
+        };
         // Blocks until the other holder lets go; held until the store is dropped.
         let lock =
             Flock::lock(lock, FlockArg::LockExclusive).map_err(|(_, errno)| StoreError::Io {

@@ -222,12 +222,14 @@ fn an_admins_file_named_like_the_old_temporary_survives_an_apply() {
     }
 }
 
-/// Proves a rename that fails leaves no temporary file (one was left for good before): the
-/// declared file is a mount point (a file bind-mounted over it, in a mount namespace of the
-/// test's own, so the host's mounts are untouched), so `renameat` over it fails with EBUSY; the
-/// apply fails naming the path and the directory holds nothing of the host's.
+/// Proves a declared file that is a mount point (a file bind-mounted over it, in a mount
+/// namespace of the test's own, so the host's mounts are untouched) is refused before anything
+/// is staged under a root other than `/` (the rename over it failed with EBUSY before, and left
+/// its temporary file for good): exit 3 naming the path and the mount, and the directory holds
+/// nothing of the host's. The rename's own cleanup, below the refusal, is proved in
+/// `beneath`'s unit tests.
 #[test]
-fn a_rename_that_fails_leaves_no_temporary_file() {
+fn a_file_mounted_over_a_declared_one_is_refused_and_leaves_no_temporary_file() {
     let node = Node::new();
     node.write("/etc/app.conf", "the mounted one\n");
     let over = tempfile::NamedTempFile::new().unwrap();
@@ -262,16 +264,14 @@ fn a_rename_that_fails_leaves_no_temporary_file() {
         "apply over a mount point: {:?}\n{stdout}",
         out.status.code()
     );
-    // Refused by the rename today. (A mount crossing refused before the write, which issue 33
-    // asks for, would end it earlier; then this must be proved below `beneath` instead.)
     assert_eq!(
         out.status.code(),
-        Some(1),
+        Some(3),
         "{stdout}\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(
-        stdout.contains("renaming into /etc/app.conf: Device or resource busy"),
+        stdout.contains("/etc/app.conf: /etc/app.conf is on another mount than the root (mount "),
         "{stdout}"
     );
     assert_eq!(temporaries(&node.path("/etc")), Vec::<String>::new());

@@ -41,6 +41,8 @@ fn apply_env(node: &Node, d: &Value) -> Run {
         .arg(file.path())
         .arg("--json")
         .env_remove("MESH_HOST_FAILPOINT")
+        // This throw-away machine's own apt is meant here (see the module's doc).
+        .env(crate::util::HOST_TOOLS, "1")
         .output()
         .expect("running mesh-host");
     Run {

@@ -30,5 +30,6 @@ mod release_local;
 mod rouse;
 mod services;
 mod tarball;
+mod under_root;
 mod upgrade;
 mod util;

@@ -61,6 +61,10 @@ pub struct Node {
 /// The private network's interface and address a node made by [`Node::with_private_network`]
 /// carries.
 pub const PRIVATE_IF: &str = "mesh0";
+
+/// The variable with which a harness asks mesh-host for the machine's own service and package
+/// managers under a `--root` other than `/` (`system::HOST_TOOLS_VAR`).
+pub const HOST_TOOLS: &str = "MESH_HOST_HOST_TOOLS";
 pub const PRIVATE_ADDR: &str = "10.77.0.1/24";
 
 impl Node {
@@ -123,7 +127,11 @@ impl Node {
             .arg("--root")
             .arg(self.root())
             .args(args)
-            .env_remove("MESH_HOST_FAILPOINT");
+            .env_remove("MESH_HOST_FAILPOINT")
+            // The tests' stubs (or this throw-away machine's own apt) stand in for the service
+            // and package managers, which mesh-host refuses under a root other than `/` unless
+            // asked for (tests/under_root.rs proves the refusal).
+            .env(HOST_TOOLS, "1");
         for (k, v) in env {
             cmd.env(k, v);
         }

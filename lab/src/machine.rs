@@ -16,6 +16,11 @@ use crate::lab::{validate_name, Shared};
 use crate::netns;
 use crate::probe::{self, Probe, UdpEcho};
 
+/// The variable with which the lab asks mesh-host, under a `--root` other than `/`, for the
+/// machine's own service and package managers (mesh-host's `system::HOST_TOOLS_VAR`): set on
+/// every program a machine runs, since the lab's stubs stand in for those managers.
+pub const HOST_TOOLS_VAR: &str = "MESH_HOST_HOST_TOOLS";
+
 /// How long a lab listener may take to start listening.
 const READY_WAIT: Duration = Duration::from_secs(15);
 
@@ -62,6 +67,9 @@ impl Machine {
         cmd.arg(net).arg("--");
         cmd.args(argv);
         cmd.stdin(Stdio::null());
+        // mesh-host under a `--root` other than `/` refuses the machine's service and package
+        // managers unless asked for them: the lab's stubs stand in for them, so it asks.
+        cmd.env(HOST_TOOLS_VAR, "1");
         cmd
     }
 

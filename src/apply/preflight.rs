@@ -1,10 +1,12 @@
 //! The checks of the machine an apply makes before its first resource, so that what the host
 //! would refuse part-way is refused while nothing has changed: every declared file and
-//! directory walked component by component under the root, without following anything.
+//! directory walked component by component under the root, without following anything and,
+//! under a root other than the machine's `/`, without crossing a mount (see `beneath`).
 //!
 //! This is the up-front refusal; the appliers still open every path beneath the root without
 //! following links, which is what holds against a link swapped in after this walk.
 
+use crate::beneath::Mount;
 use crate::declaration::{validate::Problem, Declaration, Problems, Resource};
 use std::fs::FileType;
 use std::io::ErrorKind;
@@ -38,8 +40,10 @@ fn kind(t: FileType) -> &'static str {
 /// on the way that is not a directory; and at the path itself something other than what is
 /// declared — a regular file for a file (never a FIFO, a device or a socket, which reading would
 /// hang on or consume), a directory for a directory. A component that does not exist ends the
-/// walk: the apply creates the rest.
-fn refusal(root: &Path, declared: &str, want_dir: bool) -> Option<String> {
+/// walk: the apply creates the rest. Under a root other than `/` (`mount` is then the root's
+/// own), a component on another mount — a bind mount inside the root pointing elsewhere, a file
+/// mounted over the declared one — is refused, naming the component and the mount.
+fn refusal(root: &Path, declared: &str, want_dir: bool, mount: Option<&Mount>) -> Option<String> {
     let parts: Vec<&str> = declared.split('/').filter(|c| !c.is_empty()).collect();
     let mut at = root.to_path_buf();
     for (n, part) in parts.iter().enumerate() {
@@ -60,6 +64,19 @@ fn refusal(root: &Path, declared: &str, want_dir: bool) -> Option<String> {
                 "{declared}: {shown} is a symbolic link{target}; the host follows no link the \
                  declaration did not name, so it will not write through it"
             ));
+        }
+        if let Some(root_mount) = mount {
+            match crate::beneath::mount_of_path(&at) {
+                Ok(m) if !root_mount.same(&m) => {
+                    return Some(format!(
+                        "{declared}: {shown} is on another mount than the root ({}); under a \
+                         root other than / the host reads and writes nothing across a mount",
+                        m.describe()
+                    ))
+                }
+                Ok(_) => {}
+                Err(e) => return Some(format!("{declared}: reading {shown} under the root: {e}")),
+            }
         }
         if !last && !t.is_dir() {
             return Some(format!(
@@ -88,6 +105,9 @@ fn refusal(root: &Path, declared: &str, want_dir: bool) -> Option<String> {
 /// all at once; `Ok` when the apply may begin.
 pub fn check(root: &Path, decl: &Declaration) -> Result<(), Problems> {
     let root = root.canonicalize().unwrap_or_else(|_| root.to_path_buf());
+    let mount = (!crate::beneath::is_machine_root(&root))
+        .then(|| crate::beneath::mount_of_path(&root).ok())
+        .flatten();
     let problems: Vec<Problem> = decl
         .resources
         .iter()
@@ -98,7 +118,7 @@ pub fn check(root: &Path, decl: &Declaration) -> Result<(), Problems> {
                 Resource::Directory(d) => (d.path.as_str(), true),
                 _ => return None,
             };
-            refusal(&root, path, want_dir).map(|message| Problem {
+            refusal(&root, path, want_dir, mount.as_ref()).map(|message| Problem {
                 path: format!("resources[{i}].path"),
                 message,
             })
@@ -109,6 +129,26 @@ pub fn check(root: &Path, decl: &Declaration) -> Result<(), Problems> {
     } else {
         Err(Problems(problems))
     }
+}
+
+/// The declared services and packages, refused together under a root other than `/` unless a
+/// test harness asked for the machine's own tools (see `system::confine`): their managers know
+/// nothing of the root and would act on this machine.
+pub fn system_tools(decl: &Declaration) -> Option<String> {
+    let named: Vec<String> = decl
+        .resources
+        .iter()
+        .filter_map(|r| match r {
+            Resource::Service(s) => Some(format!("{} (service {})", s.id, s.name)),
+            Resource::Package(p) => Some(format!("{} (package {})", p.id, p.name)),
+            _ => None,
+        })
+        .collect();
+    if named.is_empty() {
+        return None;
+    }
+    let why = crate::system::confined("service and package managers")?;
+    Some(format!("{}: {why}", named.join(", ")))
 }
 
 #[cfg(test)]

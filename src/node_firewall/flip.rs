@@ -37,11 +37,18 @@ pub(super) fn flip(cx: &mut Node<'_>, spec: FilterSpec) -> Result<(String, Filte
             units.push(format!("{} disabled (not stopped)", u.unit));
         }
     }
+    // Under a root other than `/` the service manager is never asked (it would answer for this
+    // machine, not the root): said so, not as a manager that could not tell.
+    let confined = crate::system::confined("service manager");
     for u in saved.units.iter().filter(|u| u.enabled.is_none()) {
-        units.push(format!(
-            "{}: the service manager could not say whether it is enabled, so it is left as it is",
-            u.unit
-        ));
+        units.push(match &confined {
+            Some(why) => format!("{}: left as it is ({why})", u.unit),
+            None => format!(
+                "{}: the service manager could not say whether it is enabled, so it is left as \
+                 it is",
+                u.unit
+            ),
+        });
     }
     for u in saved.units.iter().filter(|u| u.enabled == Some(false)) {
         units.push(format!("{} was not enabled at boot; left so", u.unit));

@@ -295,8 +295,46 @@ pub trait PackageManager {
     fn install(&self, name: &str, version: Option<&str>) -> Result<(), Error>;
 }
 
-/// This build's service manager.
+// ---------------------------------------------------------------------------------------------
+// Under a root other than `/`
+
+/// The environment variable with which a test harness asks, under a `--root` other than `/`,
+/// for the machine's own service and package managers (`1`): the lab's tests set it, with stub
+/// `systemctl`, `dpkg-query` and `apt-get` first on PATH standing in for them.
+pub const HOST_TOOLS_VAR: &str = "MESH_HOST_HOST_TOOLS";
+
+/// The `--root` under which the service and package managers are refused, once set.
+static CONFINED: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+
+/// Says, once per process, which root the host works under. A root other than the machine's `/`
+/// is a copy of a machine (an image being built, a test's throw-away root), but `systemctl` and
+/// `dpkg` know nothing of it: they would start, enable, disable and install on this machine
+/// itself. Under such a root, without [`HOST_TOOLS_VAR`]`=1`, they are refused from then on.
+pub fn confine(root: &Path) {
+    if !crate::beneath::is_machine_root(root) && std::env::var(HOST_TOOLS_VAR).as_deref() != Ok("1")
+    {
+        let _ = CONFINED.set(root.to_path_buf());
+    }
+}
+
+/// Why the service manager (`what` = `"service manager"`) or the package manager may not be
+/// used: the root is not `/` and no harness asked for the machine's own tools.
+pub fn confined(what: &str) -> Option<String> {
+    CONFINED.get().map(|root| {
+        format!(
+            "under --root {} the {what} would act on this machine itself, not on the root; the \
+             host refuses it there ({HOST_TOOLS_VAR}=1 is for test harnesses whose stubs stand \
+             in for it)",
+            root.display()
+        )
+    })
+}
+
+/// This build's service manager; refused under a root other than `/` (see [`confine`]).
 pub fn service_manager<'r>(runner: &'r dyn Runner) -> Result<Box<dyn ServiceManager + 'r>, Error> {
+    if let Some(why) = confined("service manager") {
+        return Err(Error::Unavailable(why));
+    }
     build_service_manager(runner).ok_or_else(|| {
         Error::Unavailable(
             BUILD
@@ -306,8 +344,11 @@ pub fn service_manager<'r>(runner: &'r dyn Runner) -> Result<Box<dyn ServiceMana
     })
 }
 
-/// This build's package manager.
+/// This build's package manager; refused under a root other than `/` (see [`confine`]).
 pub fn package_manager<'r>(runner: &'r dyn Runner) -> Result<Box<dyn PackageManager + 'r>, Error> {
+    if let Some(why) = confined("package manager") {
+        return Err(Error::Unavailable(why));
+    }
     build_package_manager(runner).ok_or_else(|| {
         Error::Unavailable(
             BUILD
