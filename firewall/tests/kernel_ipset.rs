@@ -57,6 +57,34 @@ const RULES: &[&[&str]] = &[
         "-j",
         "DROP",
     ],
+    &[
+        "-A",
+        "INPUT",
+        "-p",
+        "tcp",
+        "-m",
+        "set",
+        "--match-set",
+        "svc",
+        "src,dst",
+        "-j",
+        "DROP",
+    ],
+    &[
+        "-A",
+        "INPUT",
+        "-p",
+        "tcp",
+        "--dport",
+        "8443",
+        "-m",
+        "set",
+        "--match-set",
+        "holes",
+        "src",
+        "-j",
+        "DROP",
+    ],
     &["-A", "INPUT", "-p", "tcp", "-j", "ACCEPT"],
 ];
 
@@ -116,6 +144,13 @@ fn a_set_match_is_decided_from_the_kernels_members_through_both_tools() {
     run(&["ipset", "add", "nets", "198.51.100.0/24"]);
     run(&["ipset", "create", "bans6", "hash:ip", "family", "inet6"]);
     run(&["ipset", "add", "bans6", "2001:db8::77"]);
+    // An address and a port: the member holds for its protocol and port only.
+    run(&["ipset", "create", "svc", "hash:ip,port"]);
+    run(&["ipset", "add", "svc", "192.0.2.7,tcp:2222"]);
+    // A network with a hole cut by a nomatch member: not read, undecided.
+    run(&["ipset", "create", "holes", "hash:net"]);
+    run(&["ipset", "add", "holes", "203.0.113.0/24"]);
+    run(&["ipset", "add", "holes", "203.0.113.128/25", "nomatch"]);
     for tool in ["iptables-nft", "iptables-legacy"] {
         for r in RULES {
             let mut args = vec![tool];
@@ -128,7 +163,10 @@ fn a_set_match_is_decided_from_the_kernels_members_through_both_tools() {
     let snap = read();
     let sets = snap.ipsets.as_ref().unwrap();
     let names: Vec<&str> = sets.iter().map(|s| s.name.as_str()).collect();
-    assert_eq!(names, ["first", "bans", "nets", "bans6"]);
+    assert_eq!(names, ["first", "bans", "nets", "bans6", "svc", "holes"]);
+    let svc = &sets[4].members[0];
+    assert_eq!((svc.port, svc.proto), (Some(2222), Some(6)), "{svc:?}");
+    assert!(sets[5].members.iter().any(|m| m.nomatch));
     let bans = &sets[1];
     assert_eq!((bans.typename.as_str(), bans.family), ("hash:ip", 2));
     assert_eq!(bans.index, Some(1));
@@ -161,6 +199,15 @@ fn a_set_match_is_decided_from_the_kernels_members_through_both_tools() {
         assert!(
             matches!(outside, Fate::Refused { .. }),
             "{tool}: {outside:?}"
+        );
+        let svc = fate(&m, 2222, "192.0.2.7");
+        assert!(matches!(svc, Fate::Refused { .. }), "{tool}: {svc:?}");
+        assert_eq!(fate(&m, 2223, "192.0.2.7"), Fate::Admitted, "{tool}");
+        assert_eq!(fate(&m, 2222, "192.0.2.8"), Fate::Admitted, "{tool}");
+        let hole = fate(&m, 8443, "203.0.113.1");
+        assert!(
+            matches!(&hole, Fate::Doubtful { what, .. } if what.contains("nomatch")),
+            "{tool}: {hole:?}"
         );
     }
 

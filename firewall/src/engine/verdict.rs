@@ -23,9 +23,13 @@ impl Firewall<'_> {
 
     /// The namespace's ipsets with their members and kernel indices, for x_tables' `set` match;
     /// `None` (each such match undecided) without a socket or when the kernel would not list
-    /// them.
+    /// them. Without the `ip_set` module there is no set to read, and asking would load it.
     pub(super) fn ipsets(&mut self) -> Option<Vec<crate::netlink::Ipset>> {
-        self.nf.as_mut().and_then(|s| s.ipsets().ok())
+        let sock = self.nf.as_mut()?;
+        if !std::path::Path::new("/sys/module/ip_set").exists() {
+            return Some(Vec::new());
+        }
+        sock.ipsets().ok()
     }
 
     /// The ruleset read again, with every set's elements, the legacy tables and the ipsets, its
