@@ -510,6 +510,7 @@ impl<'a> Firewall<'a> {
             self.found = Some(detect::detect_in(listed, self.exec, &self.proc)?);
             self.detected = self.nf.as_ref().map(|_| snap.ruleset.generation);
         }
+        snap.ipsets = self.ipsets();
         let found = self.found.as_ref().expect("detected above");
         snap.legacy = legacy_of(&found.legacy_saves);
         let model = std::rc::Rc::new(Model::new(&snap));

@@ -3,7 +3,7 @@
 //! x_tables rows through iptables-nft and iptables-legacy), listed once over netlink, and each
 //! row's verdict asserted from the evaluator. The rows the kernel here cannot load (`last`,
 //! `queue`, `flow_offload`, `inner`, `tunnel`) are hand-built in the crate's tests; `-m set`
-//! loads with an ipset made by the `ipset` tool in the same namespace.
+//! loads with an ipset made by the `ipset` tool in the same namespace, read back over netlink.
 
 mod common;
 
@@ -98,7 +98,8 @@ fn every_expression_row_reads_as_the_table_says() {
     run("sh", &["-c", XT], &[("IPT", "iptables-nft")]);
     run("sh", &["-c", XT], &[("IPT", "iptables-legacy")]);
     let mut s = NfSocket::open().unwrap();
-    let snap = Snapshot::read(&mut s).unwrap();
+    let mut snap = Snapshot::read(&mut s).unwrap();
+    snap.ipsets = Some(s.ipsets().unwrap());
     let save = run("iptables-legacy-save", &["-t", "filter"], &[]);
     let mut rows = Rows(Vec::new());
 
@@ -108,6 +109,7 @@ fn every_expression_row_reads_as_the_table_says() {
     let nft_xt = model_of(&snap, &[(Family::Ipv4, "filter")]);
     let mut legacy = Model::default();
     legacy.add_legacy(Fam::V4, "filter", &save);
+    legacy.ipsets = nft_xt.ipsets.clone();
     for (name, m) in [("iptables-nft", &nft_xt), ("iptables-legacy", &legacy)] {
         xt_rows(name, m, &mut rows);
     }
@@ -328,7 +330,7 @@ fn xt_rows(tool: &str, m: &Model, rows: &mut Rows) {
         (
             "set --match-set (an ipset's members)",
             9110,
-            "doubtful",
+            "admitted",
             false,
         ),
     ] {
@@ -340,6 +342,19 @@ fn xt_rows(tool: &str, m: &Model, rows: &mut Rows) {
             rows.0
                 .push(format!("{row}: a limit met wanted {limited}, got {a:?}"));
         }
+    }
+    // The ipset's member is refused as a ban, read from the kernel's members.
+    let banned = fate_from(m, &conn(9110), "192.0.2.77");
+    if !matches!(
+        banned,
+        Fate::Refused {
+            why: Refusal::Ban,
+            ..
+        }
+    ) {
+        rows.0.push(format!(
+            "{tool} set: 192.0.2.77 wants a ban, got {banned:?}"
+        ));
     }
 }
 

@@ -315,9 +315,7 @@ pub const CORPUS: &[Fixture] = &[
         name: "proxmox pve-firewall ipsets",
         steps: &[Step::Script("proxmox-pvefw.sh")],
         burst: false,
-        undecided: Some(
-            "iptables-nft's `-m set --match-set` names its ipset by the kernel's index, and the              host does not read ipset members: the blacklist and management sets are undecided",
-        ),
+        undecided: None,
     },
     nft_fixture!("flood limits dynset/ct count", "flood-limits.nft"),
     Fixture {

@@ -21,13 +21,25 @@ impl Firewall<'_> {
         }
     }
 
-    /// The ruleset read again, with every set's elements and the legacy tables, its layers and
-    /// its model.
+    /// The namespace's ipsets with their members and kernel indices, for x_tables' `set` match;
+    /// `None` (each such match undecided) without a socket or when the kernel would not list
+    /// them. Without the `ip_set` module there is no set to read, and asking would load it.
+    pub(super) fn ipsets(&mut self) -> Option<Vec<crate::netlink::Ipset>> {
+        let sock = self.nf.as_mut()?;
+        if !std::path::Path::new("/sys/module/ip_set").exists() {
+            return Some(Vec::new());
+        }
+        sock.ipsets().ok()
+    }
+
+    /// The ruleset read again, with every set's elements, the legacy tables and the ipsets, its
+    /// layers and its model.
     fn fresh_model(&mut self) -> Result<(Snapshot, Found, Model)> {
         let mut snap = self.snapshot()?;
         let listed = self.nf.is_some().then_some(&snap.ruleset);
         let found = detect::detect_in(listed, self.exec, &self.proc)?;
         snap.legacy = legacy_of(&found.legacy_saves);
+        snap.ipsets = self.ipsets();
         let model = Model::new(&snap);
         Ok((snap, found, model))
     }

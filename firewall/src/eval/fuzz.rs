@@ -156,6 +156,7 @@ const EXTENSIONS: &[(&str, usize)] = &[
     ("addrtype", 8),
     ("connlimit", 32),
     ("rpfilter", 1),
+    ("set", 48),
     ("comment", 256),
     ("limit", 32),
     ("frag", 16),
@@ -177,7 +178,7 @@ fn xt_expr(rng: &mut Rng) -> Vec<u8> {
     };
     let mut data = Vec::new();
     attr::put_str(&mut data, NFTA_XT_NAME, name);
-    attr::put_be32(&mut data, NFTA_XT_REV, rng.below(4) as u32);
+    attr::put_be32(&mut data, NFTA_XT_REV, rng.below(5) as u32);
     let mut info = rng.bytes(size);
     // Counts and flags small enough to mean something, often.
     if rng.bool() {

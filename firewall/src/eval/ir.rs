@@ -108,6 +108,41 @@ pub enum Test {
         set: String,
         neg: bool,
     },
+    /// x_tables' `set` match (`-m set --match-set NAME src,dst`): a test of the ipset against
+    /// the connection's dimensions, in the order the match lists them; the key is empty, the
+    /// walk loads each dimension itself. `src` has bit `i + 1` set when dimension `i` (from 0)
+    /// is taken from the source, as the kernel's `IPSET_DIM_*_SRC`.
+    Ipset {
+        set: IpsetRef,
+        dims: u8,
+        src: u8,
+        neg: bool,
+    },
+}
+
+/// The ipset a `set` match names: by its name in a legacy save, by the kernel's index in
+/// iptables-nft's x_tables (all its `xt_set_info` keeps).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum IpsetRef {
+    Name(String),
+    Index(u16),
+}
+
+impl std::fmt::Display for IpsetRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            IpsetRef::Name(n) => f.write_str(n),
+            IpsetRef::Index(i) => write!(f, "with kernel index {i}"),
+        }
+    }
+}
+
+/// The `src,dst` words of a `set` match's dimensions.
+pub fn ipset_dims(dims: u8, src: u8) -> String {
+    (0..dims.min(6))
+        .map(|i| if src & (2 << i) != 0 { "src" } else { "dst" })
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 /// One condition: a key (one load, or several for a concatenation) and its test.
@@ -334,6 +369,20 @@ pub fn render(items: &[Item]) -> String {
                     Test::InSet { set, neg } => {
                         format!("{key} {}@{set}", if *neg { "!= " } else { "" })
                     }
+                    Test::Ipset {
+                        set,
+                        dims,
+                        src,
+                        neg,
+                    } => format!(
+                        "-m set {}--match-set {} {}",
+                        if *neg { "! " } else { "" },
+                        match set {
+                            IpsetRef::Name(n) => n.clone(),
+                            IpsetRef::Index(i) => format!("#{i}"),
+                        },
+                        ipset_dims(*dims, *src)
+                    ),
                 });
             }
             Item::Fixed(_, what) => out.push(format!("({what})")),

@@ -2,7 +2,7 @@
 //! options turned into the same steps as iptables-nft's x_tables matches and targets.
 
 use super::addrs::Fam;
-use super::ir::{Act, Cond, Item, Load, MarkOp, Src, Test, XtFixed};
+use super::ir::{Act, Cond, IpsetRef, Item, Load, MarkOp, Src, Test, XtFixed};
 use super::xt::{
     any_bit, cmp, dport, fixed, l4proto, masked, orig_dport, sport, tcp_flags, unknown, GOING_ON,
     NAT,
@@ -248,8 +248,8 @@ pub fn legacy_items(spec: &str, fam: Fam, chains: &[String]) -> Vec<Item> {
                         false,
                         "an IPv6 extension header (a new connection's SYN carries none)",
                     )),
-                    "set" | "string" | "u32" | "bpf" | "time" | "statistic" | "length" | "ttl"
-                    | "hl" | "dscp" | "tos" | "ecn" | "physdev" | "socket" | "owner" | "policy"
+                    "string" | "u32" | "bpf" | "time" | "statistic" | "length" | "ttl" | "hl"
+                    | "dscp" | "tos" | "ecn" | "physdev" | "socket" | "owner" | "policy"
                     | "quota" | "helper" | "realm" | "cgroup" | "cluster" | "devgroup" | "cpu"
                     | "tcpmss" | "osf" | "ipvs" | "connbytes" | "dccp" | "sctp" | "ah" | "esp"
                     | "ipv6header" | "eui64" | "geoip" | "condition" | "account" => {
@@ -455,6 +455,29 @@ pub fn legacy_items(spec: &str, fam: Fam, chains: &[String]) -> Vec<Item> {
                 });
             }
             "--connlimit-mask" if module == "connlimit" => {}
+            // `-m set [!] --match-set NAME src,dst`: the set by its name, the dimensions in order.
+            "--match-set" if module == "set" => {
+                took = 3;
+                let dirs: Vec<&str> = arg(i + 1).split(',').collect();
+                let ok = dirs.len() <= 6 && dirs.iter().all(|d| *d == "src" || *d == "dst");
+                item = Some(if ok {
+                    let src = dirs
+                        .iter()
+                        .enumerate()
+                        .filter(|(_, d)| **d == "src")
+                        .fold(0u8, |f, (n, _)| f | (2 << n));
+                    super::xt::ipset(
+                        IpsetRef::Name(arg(i).to_string()),
+                        dirs.len() as u8,
+                        src | u8::from(neg),
+                    )
+                } else {
+                    unknown(format!("ipset {} by {}", arg(i), arg(i + 1)))
+                });
+            }
+            // Counters are updated, not tested, unless a --packets/--bytes test follows (an
+            // option read as unknown below).
+            "--update-counters" | "--update-subcounters" if module == "set" => took = 1,
             "--connlimit-saddr" | "--connlimit-daddr" if module == "connlimit" => took = 1,
             "--set" | "--rcheck" | "--update" | "--remove" | "--rsource" | "--rdest" | "--reap"
             | "--rttl"

@@ -21,6 +21,7 @@
 
 mod addrs;
 pub mod check;
+mod ipsets;
 mod ir;
 mod legacy;
 mod lower;

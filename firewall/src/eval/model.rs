@@ -20,6 +20,9 @@ pub struct Snapshot {
     pub elements: HashMap<(Family, String, String), Vec<Elem>>,
     /// `iptables-legacy-save -t TABLE` and `ip6tables-legacy-save` output: family, table, text.
     pub legacy: Vec<(Fam, String, String)>,
+    /// The namespace's ipsets with their members and kernel indices, which x_tables' `set`
+    /// match tests; `None` when they could not be read (each such match is then undecided).
+    pub ipsets: Option<Vec<crate::netlink::Ipset>>,
 }
 
 impl Snapshot {
@@ -41,6 +44,7 @@ impl Snapshot {
                 ruleset,
                 elements,
                 legacy: Vec::new(),
+                ipsets: None,
             });
             if done {
                 break;
@@ -427,6 +431,8 @@ pub struct Base {
 pub struct Model {
     pub tables: Vec<TableIr>,
     pub bases: Vec<Base>,
+    /// The ipsets as read once for the model, shared with its edited copies.
+    pub ipsets: Rc<Option<Vec<super::ipsets::IpsetIr>>>,
 }
 
 /// Whether a rule carries the mesh's mark (its comment, or an x_tables comment match).
@@ -540,6 +546,12 @@ impl Model {
         for (fam, table, save) in &snap.legacy {
             m.add_legacy(*fam, table, save);
         }
+        m.ipsets = Rc::new(snap.ipsets.as_ref().map(|sets| {
+            sets.iter()
+                .cloned()
+                .map(super::ipsets::IpsetIr::new)
+                .collect()
+        }));
         m.index_runs();
         m
     }

@@ -179,11 +179,23 @@ impl Walker<'_> {
     }
 
     pub(super) fn cond(&self, table: &TableIr, c: &Cond, at: &At<'_>, q: &Pkt) -> M {
+        if let Test::Ipset {
+            set,
+            dims,
+            src,
+            neg,
+        } = &c.test
+        {
+            return self.ipset_cond(set, *dims, *src, *neg, at, q);
+        }
         let vals: Vec<Val> = c.key.iter().map(|l| self.load(l, at, q)).collect();
         let about_port = c.key.len() == 1 && (is_dport(&c.key[0]) || is_orig_dport(&c.key[0]));
         let positive = match &c.test {
             Test::Cmp { op, .. } => *op != CmpOp::Neq,
-            Test::Range { neg, .. } | Test::InList { neg, .. } | Test::InSet { neg, .. } => !neg,
+            Test::Range { neg, .. }
+            | Test::InList { neg, .. }
+            | Test::InSet { neg, .. }
+            | Test::Ipset { neg, .. } => !neg,
         };
         let about_mark = c.key.len() == 1
             && match &c.key[0].src {
@@ -217,6 +229,7 @@ impl Walker<'_> {
                             Some(s) => set_has(s, std::slice::from_ref(b)) != *neg,
                             None => return M::Unknown(format!("set {set} is not listed")),
                         },
+                        Test::Ipset { .. } => unreachable!("read above"),
                     };
                     return if hit { M::All(named) } else { M::None };
                 }

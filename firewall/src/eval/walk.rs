@@ -98,7 +98,7 @@ impl At<'_> {
 }
 
 pub(super) struct Walker<'m> {
-    model: &'m Model,
+    pub(super) model: &'m Model,
     /// The undecided tests met, by fork id: the rule and what it tests.
     doubts: Vec<(Decider, String)>,
     trace: bool,

@@ -2,7 +2,7 @@
 //! extensions inside nf_tables rules, their kernel structs decoded into the evaluator's steps
 //! (`legacy.rs` reads iptables-legacy's saves into the same steps).
 
-use super::ir::{Act, Cond, Item, Load, MarkOp, Src, Test, XtFixed};
+use super::ir::{Act, Cond, IpsetRef, Item, Load, MarkOp, Src, Test, XtFixed};
 use crate::netlink::{CmpOp, CtDirection, CtKey, Expr, MetaKey, PayloadBase};
 
 pub(super) fn dport() -> Load {
@@ -114,7 +114,7 @@ pub fn match_items(e: &Expr) -> Vec<Item> {
         .unwrap_or_else(|| vec![unknown(format!("x_tables match {name}"))])
 }
 
-fn decode_match(name: &str, rev: u32, b: &[u8]) -> Option<Vec<Item>> {
+pub(super) fn decode_match(name: &str, rev: u32, b: &[u8]) -> Option<Vec<Item>> {
     let mut out = Vec::new();
     match name {
         "comment" | "nfacct" => {}
@@ -301,6 +301,27 @@ fn decode_match(name: &str, rev: u32, b: &[u8]) -> Option<Vec<Item>> {
                 inv_dst: flags & 2 != 0,
             }));
         }
+        // struct xt_set_info { ip_set_id_t index; u8 dim; u8 flags } first in every revision
+        // from 1; revision 3 then two counter tests (struct ip_set_counter_match0 { u8 op;
+        // u64 value }, op at 8 and 24), revision 4 the same with the value first (op at 16
+        // and 32). A counter test or --return-nomatch is not read.
+        "set" if rev >= 1 => {
+            let (index, dims, flags) = (u16_at(b, 0)?, *b.get(2)?, *b.get(3)?);
+            let counters = match rev {
+                1 | 2 => false,
+                3 => *b.get(8)? != 0 || *b.get(24)? != 0,
+                4 => *b.get(16)? != 0 || *b.get(32)? != 0,
+                _ => return None,
+            };
+            out.push(if counters || flags & 0x80 != 0 {
+                unknown(format!(
+                    "the counters or --return-nomatch of ipset {}",
+                    IpsetRef::Index(index)
+                ))
+            } else {
+                ipset(IpsetRef::Index(index), dims, flags)
+            });
+        }
         // IPv6 extension headers: a new connection's first packet carries none.
         "rt" | "frag" | "hbh" | "dst" | "mh" => out.push(Item::Fixed(
             false,
@@ -333,6 +354,20 @@ pub(super) fn recent(check_set: u8, hit_count: u32, invert: bool, name: &str) ->
         };
     }
     unknown(format!("whether the source is on recent list {name}"))
+}
+
+/// A `set` match of ipset `set` over `dims` dimensions, with the kernel's flags (bit 0 the
+/// inversion, bit `i + 1` dimension `i` from the source).
+pub(super) fn ipset(set: IpsetRef, dims: u8, flags: u8) -> Item {
+    Item::Cond(Cond {
+        key: Vec::new(),
+        test: Test::Ipset {
+            set,
+            dims,
+            src: flags & 0x7e,
+            neg: flags & 1 != 0,
+        },
+    })
 }
 
 pub(super) fn fixed(f: XtFixed) -> Item {

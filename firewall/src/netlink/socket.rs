@@ -21,7 +21,7 @@ const RCVBUF_PER_ACK: usize = 1024;
 /// One datagram from the kernel: dumps send at most ~32 KiB, events and ACKs far less.
 const RECV_BUF: usize = 256 << 10;
 /// How long to wait for a kernel answer that should already be queued.
-const ANSWER_TIMEOUT: Duration = Duration::from_secs(5);
+pub(super) const ANSWER_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// How long a receive may wait.
 #[derive(Debug, Clone, Copy)]
@@ -351,10 +351,15 @@ impl NfSocket {
         self.nl.portid()
     }
 
-    fn take_seq(&mut self, n: usize) -> u32 {
+    pub(super) fn take_seq(&mut self, n: usize) -> u32 {
         let first = self.seq;
         self.seq = self.seq.wrapping_add(n as u32).max(1);
         first
+    }
+
+    /// The raw socket, for the other netfilter subsystems read over it (ipset).
+    pub(super) fn nl_mut(&mut self) -> &mut NlFd {
+        &mut self.nl
     }
 
     /// Sends the batch as one atomic transaction and waits for every acknowledgement; the first
