@@ -154,12 +154,13 @@ fn send(s: &Scratch<'_>, node: &str, planned: &Planned, peers: &Peers) -> Result
                 if sh.round != round {
                     continue;
                 }
-                let peer_ns = &peers[&sh.iif].0;
+                let (peer_ns, mac_node, mac_peer) = &peers[&sh.iif];
                 if !held.contains(&(peer_ns.clone(), sh.src)) {
                     s.addr(peer_ns, "peer", sh.src, host_len(sh.fam))?;
                     held.push((peer_ns.clone(), sh.src));
                 }
-                route_back(s, node, sh, &peers[&sh.iif].2)?;
+                way_to_node(s, peer_ns, sh, mac_node)?;
+                route_back(s, node, sh, mac_peer)?;
                 let ns = peers[&sh.iif].0.clone();
                 let (src, dst) = (sh.src, sh.dst);
                 waiting.push((i, j, move || sock::connect(&ns, src, dst, PROBE_WAIT)));
@@ -184,6 +185,34 @@ fn send(s: &Scratch<'_>, node: &str, planned: &Planned, peers: &Peers) -> Result
         }
     }
     Ok(probes)
+}
+
+/// The client's way to the node: a route to the probe's destination on its side and the node's
+/// link address, made in the round the probe is sent. Made again each round, since the end of a
+/// round takes its sources' addresses away, and the kernel, when a side's last IPv4 address
+/// goes, flushes that side's routes and neighbours with it (a later round's probe then met
+/// 'network unreachable' at its own client).
+fn way_to_node(s: &Scratch<'_>, peer_ns: &str, sh: &Shot, mac_node: &str) -> Result<()> {
+    let dst = sh.dst.ip().to_string();
+    let host = host_len(sh.fam);
+    s.ip(
+        peer_ns,
+        &["route", "replace", &format!("{dst}/{host}"), "dev", "peer"],
+    )?;
+    s.ip(
+        peer_ns,
+        &[
+            "neigh",
+            "replace",
+            &dst,
+            "lladdr",
+            mac_node,
+            "dev",
+            "peer",
+            "nud",
+            "permanent",
+        ],
+    )
 }
 
 /// The scratch node's way back to a probe's source: through the interface it arrives on, to
@@ -245,9 +274,9 @@ fn load(s: &Scratch<'_>, node: &str, listing: &Listing) -> Result<()> {
     Ok(())
 }
 
-/// Each probe's way to the node on its client's side (its source held and routed back per
-/// round, [`send`]); each host behind with its address, gateway and listener; the listener on
-/// the node. Returns the listeners, held open until the probes are done.
+/// Each host behind with its address, gateway and listener, and the listener on the node (a
+/// probe's source, its way to the node and the way back are made per round, in [`send`]).
+/// Returns the listeners, held open until the probes are done.
 fn wire(
     s: &Scratch<'_>,
     node: &str,
@@ -258,27 +287,6 @@ fn wire(
     let mut listening: Vec<(String, u16)> = Vec::new();
     let mut behinds: Vec<SocketAddr> = Vec::new();
     for sh in shots {
-        let (peer_ns, mac_node, _) = &peers[&sh.iif];
-        let host = host_len(sh.fam);
-        let dst = sh.dst.ip().to_string();
-        s.ip(
-            peer_ns,
-            &["route", "replace", &format!("{dst}/{host}"), "dev", "peer"],
-        )?;
-        s.ip(
-            peer_ns,
-            &[
-                "neigh",
-                "replace",
-                &dst,
-                "lladdr",
-                mac_node,
-                "dev",
-                "peer",
-                "nud",
-                "permanent",
-            ],
-        )?;
         match &sh.behind {
             None => {
                 if !listening.contains(&(node.to_string(), sh.dst.port())) {
