@@ -103,6 +103,12 @@ pub struct Found {
     pub mode: u32,
     pub uid: u32,
     pub gid: u32,
+    /// Its identity and times, by `fstat` on this handle.
+    pub stamp: crate::store::Stamp,
+    /// Whether its change time was older than the clock's tick before the `fstat` (see
+    /// [`crate::store::Stamp`]): only then is the stamp kept beside a digest read through this
+    /// handle.
+    pub settled: bool,
 }
 
 /// Bytes read per call when a found file is streamed.
@@ -147,6 +153,17 @@ impl Found {
         Ok(same && rest.is_empty() && read == bytes.len() as u64)
     }
 
+    /// The stamp to keep beside a digest read through this handle: `None` when it is not settled.
+    pub fn settled_stamp(&self) -> Option<crate::store::Stamp> {
+        self.settled.then_some(self.stamp)
+    }
+
+    /// Whether `recorded` is a stamp this file still shows: its digest is then the record's, and
+    /// nothing need be read.
+    pub fn unchanged_since(&self, recorded: Option<&crate::store::Stamp>) -> bool {
+        recorded == Some(&self.stamp)
+    }
+
     /// The file's digest as the store writes digests (`sha256:<hex>`), streamed.
     pub fn digest(&self) -> std::io::Result<String> {
         use sha2::{Digest, Sha256};
@@ -167,6 +184,20 @@ pub fn hex(sum: &[u8]) -> String {
         out.push_str(&format!("{b:02x}"));
     }
     out
+}
+
+/// The coarse real-time clock (seconds, nanoseconds): the clock the kernel stamps a file's change
+/// time from (or a finer one), read before a file's `fstat` to tell whether the change time it
+/// shows is settled.
+fn coarse_now() -> [i64; 2] {
+    let mut ts = nix::libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid timespec for the call to fill; CLOCK_REALTIME_COARSE always exists
+    // on Linux. On failure it stays zero, and no change time is then settled.
+    unsafe { nix::libc::clock_gettime(nix::libc::CLOCK_REALTIME_COARSE, &mut ts) };
+    [ts.tv_sec, ts.tv_nsec]
 }
 
 /// What a removal found.
@@ -440,6 +471,7 @@ impl Root {
             }
             Err(e) => return Err(io("opening", declared)(e)),
         };
+        let tick = coarse_now();
         let st = stat::fstat(&fd).map_err(io("reading", declared))?;
         if st.st_mode & SFlag::S_IFMT.bits() != SFlag::S_IFREG.bits() {
             return Err(BeneathError::Special {
@@ -447,12 +479,21 @@ impl Root {
                 kind: kind(st.st_mode),
             });
         }
+        let stamp = crate::store::Stamp {
+            dev: st.st_dev,
+            ino: st.st_ino,
+            size: st.st_size as u64,
+            mtime: [st.st_mtime, st.st_mtime_nsec],
+            ctime: [st.st_ctime, st.st_ctime_nsec],
+        };
         Ok(Some(Found {
             file: File::from(fd),
             size: st.st_size as u64,
             mode: st.st_mode & 0o7777,
             uid: st.st_uid,
             gid: st.st_gid,
+            settled: stamp.ctime < tick,
+            stamp,
         }))
     }
 

@@ -325,7 +325,12 @@ fn xt_rows(tool: &str, m: &Model, rows: &mut Rows) {
         ("limit --limit", 9107, "admitted", false),
         ("connlimit --connlimit-upto", 9108, "admitted", false),
         ("hashlimit --hashlimit-upto", 9109, "admitted", false),
-        ("set --match-set (an ipset's members)", 9110, "doubtful", false),
+        (
+            "set --match-set (an ipset's members)",
+            9110,
+            "doubtful",
+            false,
+        ),
     ] {
         let row = format!("{tool} {row}");
         rows.word(&row, m, &conn(port), want);

@@ -9,7 +9,7 @@
 
 use super::{Cx, Done, Outcome};
 use crate::declaration::Shape;
-use crate::store::{Held, Owned, StoreError};
+use crate::store::{Held, Owned, Stamp, StoreError};
 
 /// A declared resource the host has no owned record of, as its applier found it.
 pub(super) struct Found<'a> {
@@ -23,6 +23,9 @@ pub(super) struct Found<'a> {
     pub keep: bool,
     /// What is there now, as its fingerprint; `None` when nothing is.
     pub now: Option<String>,
+    /// A file's settled stamp, taken with its fingerprint (its digest): kept in the held record,
+    /// so a file that still shows it is not read again.
+    pub stamp: Option<Stamp>,
 }
 
 /// What the decision kept: the resource is left as it is, and the applier words why.
@@ -49,8 +52,10 @@ impl Kept {
 
 /// The adoption decision for a resource with no owned record. `None` when it is not kept, and the
 /// applier creates it (nothing there) or takes it over (found, not kept); otherwise what is kept,
-/// with a found resource recorded held the first time it is seen. A held record is never
-/// rewritten: it keeps what was found, so a later change by something else stays reported.
+/// with a found resource recorded held the first time it is seen. A held record's fingerprint is
+/// never rewritten: it keeps what was found, so a later change by something else stays reported.
+/// Only the stamp beside it is, when the fingerprint read again is the same and the file shows
+/// another settled stamp (touched, or its stamp was not yet settled when it was first held).
 pub(super) fn decide(cx: &mut Cx<'_>, found: &Found<'_>) -> Result<Option<Kept>, StoreError> {
     if !found.keep {
         return Ok(None);
@@ -62,7 +67,15 @@ pub(super) fn decide(cx: &mut Cx<'_>, found: &Found<'_>) -> Result<Option<Kept>,
         (Some(h), Some(now)) if h.digest.as_deref() != Some(now.as_str()) => Kept::Changed {
             was: h.digest.unwrap_or_default(),
         },
-        (Some(_), Some(_)) => Kept::Held,
+        (Some(h), Some(_)) => {
+            if found.stamp.is_some() && found.stamp != h.stamp {
+                cx.record_held(Held {
+                    stamp: found.stamp,
+                    ..h
+                })?;
+            }
+            Kept::Held
+        }
         (None, Some(now)) => {
             cx.record_held(Held {
                 id: found.id.to_string(),
@@ -70,6 +83,7 @@ pub(super) fn decide(cx: &mut Cx<'_>, found: &Found<'_>) -> Result<Option<Kept>,
                 shape: found.shape,
                 key: found.key.to_string(),
                 digest: Some(now.clone()),
+                stamp: found.stamp,
             })?;
             Kept::Held
         }
@@ -104,6 +118,7 @@ mod tests {
             key: "/etc/web.conf",
             keep,
             now: now.map(str::to_string),
+            stamp: None,
         }
     }
 
@@ -196,6 +211,7 @@ mod tests {
             key: "/etc/web.conf".into(),
             digest: Some("sha256:aa".into()),
             found: false,
+            stamp: None,
         };
         bed.cx(&d).refresh_owned(rec.clone(), None).unwrap();
         assert_eq!(bed.store.state.owned("web/conf"), Some(&rec));

@@ -48,6 +48,7 @@ pub(super) fn apply(cx: &mut Cx<'_>, spec: &DirectorySpec) -> Result<Done, Resou
         key,
         keep,
         now,
+        stamp: None,
     };
     let record = |found: bool| Owned {
         parents: Vec::new(),
@@ -57,6 +58,7 @@ pub(super) fn apply(cx: &mut Cx<'_>, spec: &DirectorySpec) -> Result<Done, Resou
         key: key.to_string(),
         digest: None,
         found,
+        stamp: None,
     };
     let ensure = |cx: &mut Cx<'_>, rec: Owned, create: bool| -> Result<(), ResourceError> {
         let rec = with_parents(cx, rec)?;
@@ -79,9 +81,14 @@ pub(super) fn apply(cx: &mut Cx<'_>, spec: &DirectorySpec) -> Result<Done, Resou
     match (owned, cur) {
         (Some(rec), Some((m, u, g))) => {
             if want.matches(m, u, g) {
-                if rec.id != id {
-                    cx.record_owned(record(rec.found))?;
-                }
+                // Recorded again only when its id or module changed, with the parents its
+                // record already names.
+                let same = Owned {
+                    id: id.to_string(),
+                    module: spec.module.clone(),
+                    ..rec.clone()
+                };
+                cx.refresh_owned(same, Some(&rec))?;
                 return Ok(Done::new(Outcome::Unchanged, "matches the declaration"));
             }
             ensure(cx, record(rec.found), false)?;

@@ -23,6 +23,8 @@ mod remove;
 mod report;
 mod safety;
 mod service;
+#[cfg(test)]
+mod stale;
 
 pub use error::{OriginalError, PathError, ResourceError};
 pub use report::{
@@ -31,7 +33,9 @@ pub use report::{
 pub use safety::{refusals, transition};
 
 use original::{digest_only_size, saved_at};
-pub use original::{originals_limit, ORIGINALS_LIMIT_DEFAULT};
+pub use original::{
+    found_read_limit, originals_limit, FOUND_READ_LIMIT_DEFAULT, ORIGINALS_LIMIT_DEFAULT,
+};
 use remove::{moved_away, remove_undeclared, sweep_stale_marks};
 
 use crate::declaration::{openings, Declaration, Mode, Problems, Resource, Shape, Source};

@@ -328,6 +328,7 @@ impl Walker {
             "private_network",
             "deadlines",
             "originals_limit_bytes",
+            "found_read_limit_bytes",
         ];
         let Some(map) = self.object(v, "settings", &keys, &["ports"]) else {
             return false;
@@ -335,15 +336,15 @@ impl Walker {
         if let Some(d) = map.get("deadlines") {
             self.deadlines(d);
         }
-        // The largest found file saved whole as an original: a whole number of bytes.
-        if let Some(l) = map
-            .get("originals_limit_bytes")
-            .filter(|l| l.as_u64().is_none())
-        {
-            self.err(
-                "settings.originals_limit_bytes",
-                format!("must be a whole number of bytes, found {}", type_name(l)),
-            );
+        // The largest found file saved whole as an original, and the largest file read whole:
+        // whole numbers of bytes.
+        for name in ["originals_limit_bytes", "found_read_limit_bytes"] {
+            if let Some(l) = map.get(name).filter(|l| l.as_u64().is_none()) {
+                self.err(
+                    format!("settings.{name}"),
+                    format!("must be a whole number of bytes, found {}", type_name(l)),
+                );
+            }
         }
         if let Some(ports) = map.get("ports") {
             let names = ["store", "bus", "broker_management", "registry", "hub"];

@@ -441,6 +441,7 @@ fn declaration() -> impl Strategy<Value = Declaration> {
                         ..Default::default()
                     }),
                     originals_limit_bytes: None,
+                    found_read_limit_bytes: None,
                 }),
                 resources,
                 release: false,
