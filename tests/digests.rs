@@ -199,3 +199,42 @@ fn a_found_file_over_the_read_limit_is_refused_unread() {
     );
     assert!(read < 64 << 20, "not read: {read} bytes");
 }
+
+/// Proves the read limit holds for a recovery too: a recovered record whose file is now a 2 GiB
+/// file (over the default limit) is left in place unread, reported changed since the record.
+#[test]
+fn a_recovered_record_whose_file_is_over_the_read_limit_is_left_unread() {
+    let node = Node::new();
+    node.apply(&decl(
+        "converged",
+        json!([{"id": "conf", "type": "file", "path": "/etc/app.conf", "content": "v1\n"}]),
+    ));
+    let owned = node.state()["owned"].clone();
+    for f in ["state.json", "state.journal"] {
+        let _ = std::fs::remove_file(node.path(&format!("/var/lib/mesh-host/{f}")));
+    }
+    std::fs::File::create(node.path("/etc/app.conf"))
+        .unwrap()
+        .set_len(2 * GIB)
+        .unwrap();
+    let mut none = decl("converged", json!([]));
+    none["recovered"] = owned;
+    let started = Instant::now();
+    let r = node.apply(&none);
+    assert_eq!(
+        r.outcome("conf"),
+        "changed-by-something-else",
+        "{:#}",
+        r.json()
+    );
+    assert!(
+        r.stdout.contains("over the found files' read limit"),
+        "{}",
+        r.stdout
+    );
+    assert!(started.elapsed() < Duration::from_secs(5));
+    assert_eq!(
+        std::fs::metadata(node.path("/etc/app.conf")).unwrap().len(),
+        2 * GIB
+    );
+}

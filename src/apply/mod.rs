@@ -699,8 +699,13 @@ fn settle_pending(root: &Path, runner: &dyn Runner, state: &mut store::State) {
     let beneath = crate::beneath::Root::open(root).ok();
     let written = match (rec.shape, &beneath) {
         (Shape::File, Some(b)) => {
+            // Past the read limit it is not the declared bytes the host was writing: not read.
+            let limit = found_read_limit(state.settings.as_ref());
             let found = b.read_file(&rec.key).ok().flatten();
-            found.and_then(|f| f.digest().ok()) == rec.digest
+            found
+                .filter(|f| f.size <= limit)
+                .and_then(|f| f.digest().ok())
+                == rec.digest
         }
         (Shape::Directory, Some(b)) => b.dir(&rec.key).is_ok_and(|d| d.is_some()),
         (Shape::File | Shape::Directory, None) => false,
