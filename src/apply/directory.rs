@@ -222,3 +222,36 @@ pub(super) fn then_parents(
         ),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::declaration::Resource;
+    use crate::system::fake::{declaration, Bed};
+    use serde_json::json;
+
+    /// A directory already as declared whose module moved is recorded again with its new module
+    /// and the parents its record names (the host made them), so its removal still takes them.
+    #[test]
+    fn a_directory_whose_module_moved_keeps_the_parents_the_host_made() {
+        let mut bed = Bed::new();
+        let run = |bed: &mut Bed, module: &str| {
+            let d = declaration(
+                "converged",
+                &[],
+                json!([{"id": "d", "module": module, "type": "directory", "path": "/srv/a/b"}]),
+            );
+            let Resource::Directory(spec) = &d.resources[0] else {
+                panic!("not a directory")
+            };
+            apply(&mut bed.cx(&d), spec).unwrap().outcome
+        };
+        assert_eq!(run(&mut bed, "web"), Outcome::Created);
+        let made = bed.store.state.owned("d").unwrap().clone();
+        assert_eq!(made.parents, ["/srv", "/srv/a"]);
+        assert_eq!(run(&mut bed, "app"), Outcome::Unchanged);
+        let moved = bed.store.state.owned("d").unwrap();
+        assert_eq!(moved.module.as_deref(), Some("app"));
+        assert_eq!(moved.parents, made.parents);
+    }
+}
