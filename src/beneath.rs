@@ -109,6 +109,9 @@ pub struct Found {
     /// [`crate::store::Stamp`]): only then is the stamp kept beside a digest read through this
     /// handle.
     pub settled: bool,
+    /// When a whole read of it gives up (`settings.found_read_s`), with the seconds it was given:
+    /// a read past it fails with `TimedOut`, naming them. `None`: no deadline.
+    pub deadline: Option<(std::time::Instant, u64)>,
 }
 
 /// Bytes read per call when a found file is streamed.
@@ -123,6 +126,18 @@ impl Found {
         let mut buf = vec![0u8; CHUNK];
         let mut at = 0u64;
         loop {
+            if let Some((by, secs)) = self.deadline {
+                if std::time::Instant::now() > by {
+                    return Err(std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        format!(
+                            "read stopped after {at} of {} bytes: past its deadline of {secs} s \
+                             (settings.found_read_s)",
+                            self.size
+                        ),
+                    ));
+                }
+            }
             let n = match self.file.read_at(&mut buf, at) {
                 Ok(0) => return Ok(at),
                 Ok(n) => n,
@@ -494,6 +509,7 @@ impl Root {
             gid: st.st_gid,
             settled: stamp.ctime < tick,
             stamp,
+            deadline: None,
         }))
     }
 

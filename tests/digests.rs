@@ -238,3 +238,43 @@ fn a_recovered_record_whose_file_is_over_the_read_limit_is_left_unread() {
         2 * GIB
     );
 }
+
+/// Proves the read's time bound: a found 4 GiB file under the size limit, with
+/// `settings.found_read_s` at 1, fails its resource once its read passes the second, named,
+/// instead of reading on (a whole read takes 5 s and more here).
+#[test]
+fn a_found_file_read_past_its_deadline_fails_named() {
+    let node = Node::with_private_network();
+    let big = node.path("/srv/data/big.img");
+    std::fs::create_dir_all(big.parent().unwrap()).unwrap();
+    std::fs::File::create(&big)
+        .unwrap()
+        .set_len(4 * GIB)
+        .unwrap();
+    let mut d = crate::util::workstation(
+        "adopted",
+        &[],
+        json!([{"id": "data/img", "module": "data", "type": "file", "path": "/srv/data/big.img", "content": "declared"}]),
+    );
+    d["settings"]["found_read_limit_bytes"] = json!(8 * GIB);
+    d["settings"]["found_read_s"] = json!(1);
+    let (report, read, took, rc) = apply_counting_reads(&node, &d);
+    eprintln!("past the deadline: {read} bytes read in {took:?}");
+    assert_ne!(rc, 0, "{report:#}");
+    assert_eq!(outcome(&report, "data/img"), "failed", "{report:#}");
+    let entry = report["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["id"] == "data/img")
+        .unwrap()
+        .to_string();
+    assert!(
+        entry.contains("/srv/data/big.img")
+            && entry.contains("past its deadline of 1 s (settings.found_read_s)"),
+        "{entry}"
+    );
+    assert!(read < 4 * GIB, "stopped before the end: {read} bytes");
+    assert!(took < Duration::from_secs(5), "{took:?}");
+    assert!(node.state()["held"].as_array().is_none_or(Vec::is_empty));
+}

@@ -72,6 +72,22 @@ pub(super) fn read(root: &Root, key: &str) -> Result<Option<Current>, ResourceEr
     Ok(root.read_file(key)?.map(|found| Current { found }))
 }
 
+/// [`read`], each whole read of it bounded by `settings.found_read_s` from now.
+pub(super) fn read_within(
+    root: &Root,
+    key: &str,
+    settings: Option<&crate::declaration::Settings>,
+) -> Result<Option<Current>, ResourceError> {
+    let secs = super::original::found_read_secs(settings);
+    Ok(read(root, key)?.map(|mut cur| {
+        cur.found.deadline = Some((
+            std::time::Instant::now() + std::time::Duration::from_secs(secs),
+            secs,
+        ));
+        cur
+    }))
+}
+
 /// Whether what is there is exactly the declared bytes (the length first, then streamed, within
 /// the read `limit`) with the declared mode and ownership.
 pub(super) fn matches(
@@ -132,7 +148,7 @@ pub(super) fn apply(cx: &mut Cx<'_>, spec: &FileSpec) -> Result<Done, ResourceEr
         spec.owner.as_deref(),
         spec.group.as_deref(),
     )?;
-    let cur = read(&cx.beneath, key)?;
+    let cur = read_within(&cx.beneath, key, cx.store.state.settings.as_ref())?;
     let limit = found_read_limit(cx.store.state.settings.as_ref());
     let owned = cx.store.state.owned_by_key(Shape::File, key).cloned();
     let held = cx.store.state.held_at(id, key).cloned();

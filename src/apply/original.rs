@@ -107,6 +107,16 @@ impl Cx<'_> {
     }
 }
 
+/// The default of `settings.found_read_s`: 60 s.
+pub const FOUND_READ_S_DEFAULT: u64 = 60;
+
+/// How long one whole read of a found, held or owned file may take.
+pub fn found_read_secs(settings: Option<&crate::declaration::Settings>) -> u64 {
+    settings
+        .and_then(|s| s.found_read_s)
+        .map_or(FOUND_READ_S_DEFAULT, u64::from)
+}
+
 /// The default of `settings.found_read_limit_bytes`: 1 GiB.
 pub const FOUND_READ_LIMIT_DEFAULT: u64 = 1024 * 1024 * 1024;
 
@@ -180,6 +190,7 @@ mod tests {
             deadlines: None,
             originals_limit_bytes: Some(4),
             found_read_limit_bytes: None,
+            found_read_s: None,
         });
         std::fs::create_dir(bed.dir.path().join("etc")).unwrap();
         std::fs::write(bed.dir.path().join("etc/big"), "12345").unwrap();

@@ -268,6 +268,7 @@ pub(super) fn derive_openings(
         deadlines: None,
         originals_limit_bytes: None,
         found_read_limit_bytes: None,
+        found_read_s: None,
     });
     let mut problems = Vec::new();
     if let Some(spec) = ports {

@@ -329,6 +329,7 @@ impl Walker {
             "deadlines",
             "originals_limit_bytes",
             "found_read_limit_bytes",
+            "found_read_s",
         ];
         let Some(map) = self.object(v, "settings", &keys, &["ports"]) else {
             return false;
@@ -345,6 +346,21 @@ impl Walker {
                     format!("must be a whole number of bytes, found {}", type_name(l)),
                 );
             }
+        }
+        // How long one whole read of a found file may take: as a deadline, 1 s to a day.
+        if let Some(v) = map
+            .get("found_read_s")
+            .filter(|v| !v.as_u64().is_some_and(|n| (1..=86_400).contains(&n)))
+        {
+            let found = if v.is_number() {
+                v.to_string()
+            } else {
+                type_name(v).to_string()
+            };
+            self.err(
+                "settings.found_read_s",
+                format!("must be a whole number of seconds from 1 to 86400, found {found}"),
+            );
         }
         if let Some(ports) = map.get("ports") {
             let names = ["store", "bus", "broker_management", "registry", "hub"];

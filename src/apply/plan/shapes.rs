@@ -26,8 +26,10 @@ pub(super) fn plan_file(r: &Reading<'_>, spec: &FileSpec) -> (Outcome, String) {
     };
     let cur = match crate::beneath::Root::open(r.root)
         .map_err(Into::into)
-        .and_then(|b| file::read(&b, key))
-    {
+        .and_then(|b| {
+            let settings = r.decl.settings.as_ref().or(r.state.settings.as_ref());
+            file::read_within(&b, key, settings)
+        }) {
         Ok(c) => c,
         Err(e) => return (Outcome::Failed, e.to_string()),
     };

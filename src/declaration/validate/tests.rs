@@ -442,6 +442,7 @@ fn declaration() -> impl Strategy<Value = Declaration> {
                     }),
                     originals_limit_bytes: None,
                     found_read_limit_bytes: None,
+                    found_read_s: None,
                 }),
                 resources,
                 release: false,
@@ -774,4 +775,27 @@ fn under_the_root_the_whole_path_and_the_running_binary_are_judged() {
         "{p:#?}"
     );
     under_root(&d, Path::new("/")).expect("under / neither is refused");
+}
+
+#[test]
+fn the_found_files_read_bounds_are_whole_bytes_and_seconds() {
+    let mut v = base();
+    v["settings"]["found_read_limit_bytes"] = json!(8_589_934_592u64);
+    v["settings"]["found_read_s"] = json!(5);
+    let s = ok(v.clone()).settings.unwrap();
+    assert_eq!(
+        (s.found_read_limit_bytes, s.found_read_s),
+        (Some(8_589_934_592), Some(5))
+    );
+    v["settings"]["found_read_limit_bytes"] = json!(-1);
+    v["settings"]["found_read_s"] = json!(0);
+    let mut got = problems(v, Source::Local);
+    got.sort();
+    assert_eq!(
+        got,
+        [
+            "settings.found_read_limit_bytes: must be a whole number of bytes, found a number",
+            "settings.found_read_s: must be a whole number of seconds from 1 to 86400, found 0",
+        ]
+    );
 }
