@@ -68,11 +68,12 @@ pub(super) fn decide(cx: &mut Cx<'_>, found: &Found<'_>) -> Result<Option<Kept>,
             was: h.digest.unwrap_or_default(),
         },
         (Some(h), Some(_)) => {
+            // The stamp alone: no journal line (see `Cx::refresh_owned`).
             if found.stamp.is_some() && found.stamp != h.stamp {
-                cx.record_held(Held {
+                cx.store.state.record_held(Held {
                     stamp: found.stamp,
                     ..h
-                })?;
+                });
             }
             Kept::Held
         }
@@ -93,13 +94,26 @@ pub(super) fn decide(cx: &mut Cx<'_>, found: &Found<'_>) -> Result<Option<Kept>,
 
 impl Cx<'_> {
     /// Records an owned resource the machine already matches, only when the store's record of it
-    /// (`was`) is not already exactly `rec` (a new id or module, a record taken over): an apply
-    /// that changes nothing writes nothing.
+    /// (`was`) is not already exactly `rec` (a new id or module, a record taken over, a stale
+    /// digest brought to what is on disk): an apply that changes nothing journals nothing. A
+    /// record that differs in its stamp alone is changed in the state without a journal line:
+    /// the fold that ends every apply writes it, and a crash that loses it costs one more read.
     pub fn refresh_owned(&mut self, rec: Owned, was: Option<&Owned>) -> Result<(), StoreError> {
         if was == Some(&rec) {
             return Ok(());
         }
+        if was.is_some_and(|w| unstamped_owned(w) == unstamped_owned(&rec)) {
+            self.store.state.record_owned(rec);
+            return Ok(());
+        }
         self.record_owned(rec)
+    }
+}
+
+fn unstamped_owned(rec: &Owned) -> Owned {
+    Owned {
+        stamp: None,
+        ..rec.clone()
     }
 }
 
@@ -224,6 +238,30 @@ mod tests {
         };
         bed.cx(&d).refresh_owned(moved.clone(), Some(&rec)).unwrap();
         assert_eq!(bed.store.state.owned("web/conf"), Some(&moved));
+        // Its stamp alone: the state has it, the journal does not grow (the fold writes it).
+        let len = journal_len(&bed);
+        let stamped = Owned {
+            stamp: Some(crate::store::Stamp {
+                dev: 1,
+                ino: 2,
+                size: 3,
+                mtime: [4, 5],
+                ctime: [6, 7],
+            }),
+            ..moved.clone()
+        };
+        bed.cx(&d)
+            .refresh_owned(stamped.clone(), Some(&moved))
+            .unwrap();
+        assert_eq!(bed.store.state.owned("web/conf"), Some(&stamped));
+        assert_eq!(journal_len(&bed), len, "a stamp alone is not journaled");
+        // A digest brought to disk is.
+        let healed = Owned {
+            digest: Some("sha256:bb".into()),
+            ..stamped.clone()
+        };
+        bed.cx(&d).refresh_owned(healed, Some(&stamped)).unwrap();
+        assert!(journal_len(&bed) > len, "a new digest is journaled");
     }
 
     /// Through the file applier: not found is created and recorded; found on an adopted node is
