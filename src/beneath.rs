@@ -168,9 +168,11 @@ impl Found {
         Ok(same && rest.is_empty() && read == bytes.len() as u64)
     }
 
-    /// The stamp to keep beside a digest read through this handle: `None` when it is not settled.
+    /// The stamp to keep beside a digest read through this handle: `None` when it is not settled,
+    /// or when the file is read in one call (no larger than a chunk), which costs no more than
+    /// its stamp would cost the store.
     pub fn settled_stamp(&self) -> Option<crate::store::Stamp> {
-        self.settled.then_some(self.stamp)
+        (self.settled && self.size > CHUNK as u64).then_some(self.stamp)
     }
 
     /// Whether `recorded` is a stamp this file still shows: its digest is then the record's, and

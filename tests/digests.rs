@@ -131,7 +131,7 @@ fn an_unchanged_held_file_of_4_gib_costs_no_read_on_the_next_apply() {
     assert!(read >= 4 * GIB, "the first apply digests it: {read} bytes");
     let held = node.state()["held"][0].clone();
     assert_eq!(held["id"], "data/img");
-    assert!(held["stamp"].is_object(), "its stamp kept: {held:#}");
+    assert!(held["stamp"].is_string(), "its stamp kept: {held:#}");
 
     let (again, read, took, rc) = apply_counting_reads(&node, &d);
     assert_eq!(rc, 0, "{again:#}");

@@ -351,3 +351,29 @@ fn a_version_3_store_is_rewritten_whole_before_a_stamp_is_journaled() {
     assert_eq!(ids(&state), ["a", "b"]);
     assert_eq!(state.owned("b").unwrap().stamp, Some(stamp));
 }
+
+/// A stamp is stored as one string and read back exactly; anything else in its place is refused.
+#[test]
+fn a_stamp_is_one_string_read_back_exactly() {
+    let s = Stamp {
+        dev: 2049,
+        ino: 1_835_016,
+        size: 4 << 30,
+        mtime: [-5, 7],
+        ctime: [1_764_871_200, 123_456_789],
+    };
+    let text = serde_json::to_string(&s).unwrap();
+    assert_eq!(
+        text,
+        "\"2049:1835016:4294967296:-5.000000007:1764871200.123456789\""
+    );
+    assert_eq!(serde_json::from_str::<Stamp>(&text).unwrap(), s);
+    for bad in [
+        "\"1:2:3:4.5\"",
+        "\"1:2:3:4:5.0\"",
+        "\"1:2:3:4.1000000000:5.0\"",
+        "{}",
+    ] {
+        assert!(serde_json::from_str::<Stamp>(bad).is_err(), "{bad}");
+    }
+}
