@@ -799,3 +799,21 @@ fn the_found_files_read_bounds_are_whole_bytes_and_seconds() {
         ]
     );
 }
+
+/// A recovered record may carry the stamp the store kept (a record of a file larger than one
+/// read, as `owned --json` and the link's reports give it); anything else in its place is refused.
+#[test]
+fn a_recovered_record_may_carry_its_stamp() {
+    let mut v = base();
+    v["recovered"] = json!([{"id": "f", "shape": "file", "key": "/etc/f", "digest": "sha256:00",
+                             "stamp": "2049:12:70000:1764871200.000000001:1764871200.000000005"}]);
+    let d = ok(v.clone());
+    assert_eq!(d.recovered[0].stamp.map(|s| s.size), Some(70_000));
+    v["recovered"][0]["stamp"] = json!("yesterday");
+    let got = problems(v, Source::Local);
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert!(
+        got[0].starts_with("recovered[0].stamp: not a file's stamp"),
+        "{got:?}"
+    );
+}
