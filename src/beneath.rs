@@ -120,6 +120,15 @@ pub struct Found {
     pub mode: u32,
     pub uid: u32,
     pub gid: u32,
+    /// Its identity and times, by `fstat` on this handle.
+    pub stamp: crate::store::Stamp,
+    /// Whether its change time was older than the clock's tick before the `fstat` (see
+    /// [`crate::store::Stamp`]): only then is the stamp kept beside a digest read through this
+    /// handle.
+    pub settled: bool,
+    /// When a whole read of it gives up (`settings.found_read_s`), with the seconds it was given:
+    /// a read past it fails with `TimedOut`, naming them. `None`: no deadline.
+    pub deadline: Option<(std::time::Instant, u64)>,
 }
 
 /// Bytes read per call when a found file is streamed.
@@ -134,6 +143,18 @@ impl Found {
         let mut buf = vec![0u8; CHUNK];
         let mut at = 0u64;
         loop {
+            if let Some((by, secs)) = self.deadline {
+                if std::time::Instant::now() > by {
+                    return Err(std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        format!(
+                            "read stopped after {at} of {} bytes: past its deadline of {secs} s \
+                             (settings.found_read_s)",
+                            self.size
+                        ),
+                    ));
+                }
+            }
             let n = match self.file.read_at(&mut buf, at) {
                 Ok(0) => return Ok(at),
                 Ok(n) => n,
@@ -164,6 +185,19 @@ impl Found {
         Ok(same && rest.is_empty() && read == bytes.len() as u64)
     }
 
+    /// The stamp to keep beside a digest read through this handle: `None` when it is not settled,
+    /// or when the file is read in one call (no larger than a chunk), which costs no more than
+    /// its stamp would cost the store.
+    pub fn settled_stamp(&self) -> Option<crate::store::Stamp> {
+        (self.settled && self.size > CHUNK as u64).then_some(self.stamp)
+    }
+
+    /// Whether `recorded` is a stamp this file still shows: its digest is then the record's, and
+    /// nothing need be read.
+    pub fn unchanged_since(&self, recorded: Option<&crate::store::Stamp>) -> bool {
+        recorded == Some(&self.stamp)
+    }
+
     /// The file's digest as the store writes digests (`sha256:<hex>`), streamed.
     pub fn digest(&self) -> std::io::Result<String> {
         use sha2::{Digest, Sha256};
@@ -184,6 +218,20 @@ pub fn hex(sum: &[u8]) -> String {
         out.push_str(&format!("{b:02x}"));
     }
     out
+}
+
+/// The coarse real-time clock (seconds, nanoseconds): the clock the kernel stamps a file's change
+/// time from (or a finer one), read before a file's `fstat` to tell whether the change time it
+/// shows is settled.
+fn coarse_now() -> [i64; 2] {
+    let mut ts = nix::libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid timespec for the call to fill; CLOCK_REALTIME_COARSE always exists
+    // on Linux. On failure it stays zero, and no change time is then settled.
+    unsafe { nix::libc::clock_gettime(nix::libc::CLOCK_REALTIME_COARSE, &mut ts) };
+    [ts.tv_sec, ts.tv_nsec]
 }
 
 /// What a removal found.
@@ -637,6 +685,7 @@ impl Root {
         };
         // A file bind-mounted over the declared one is another machine's (or the host's own).
         self.same_mount(fd.as_fd(), declared, declared.to_string())?;
+        let tick = coarse_now();
         let st = stat::fstat(&fd).map_err(io("reading", declared))?;
         if st.st_mode & SFlag::S_IFMT.bits() != SFlag::S_IFREG.bits() {
             return Err(BeneathError::Special {
@@ -644,12 +693,22 @@ impl Root {
                 kind: kind(st.st_mode),
             });
         }
+        let stamp = crate::store::Stamp {
+            dev: st.st_dev,
+            ino: st.st_ino,
+            size: st.st_size as u64,
+            mtime: [st.st_mtime, st.st_mtime_nsec],
+            ctime: [st.st_ctime, st.st_ctime_nsec],
+        };
         Ok(Some(Found {
             file: File::from(fd),
             size: st.st_size as u64,
             mode: st.st_mode & 0o7777,
             uid: st.st_uid,
             gid: st.st_gid,
+            settled: stamp.ctime < tick,
+            stamp,
+            deadline: None,
         }))
     }
 

@@ -31,6 +31,10 @@ pub fn hit(kind: &str, id: &str) {
 /// Whether this boundary is the armed one (counting it), for a boundary that must do something
 /// of its own before the kill, such as leaving half a line in the store's journal.
 pub fn armed(kind: &str, id: &str) -> bool {
+    #[cfg(test)]
+    if let Some(hit) = here::armed(kind, id) {
+        return hit;
+    }
     let Ok(spec) = std::env::var(VAR) else {
         return false;
     };
@@ -63,6 +67,66 @@ pub fn armed(kind: &str, id: &str) -> bool {
 
 /// Kills the host at once, as a power cut or the OOM killer would.
 pub fn kill() -> ! {
+    #[cfg(test)]
+    here::unwind();
     let _ = nix::sys::signal::kill(nix::unistd::getpid(), nix::sys::signal::Signal::SIGKILL);
     unreachable!("SIGKILL is not survived")
+}
+
+/// Failpoints armed by a unit test in its own thread, so an in-process apply stops at a boundary
+/// as a killed host would (its store's lock and files let go by the unwinding): what the store
+/// holds on disk then is what a kill there leaves. Other tests' threads, and the environment
+/// variable, are not affected.
+#[cfg(test)]
+pub mod here {
+    use std::cell::RefCell;
+
+    /// The panic an armed boundary unwinds with.
+    #[derive(Debug)]
+    pub struct Killed;
+
+    thread_local! {
+        /// The armed point, the N-th boundary of it that kills, and how many were seen.
+        static ARMED: RefCell<Option<(String, usize, usize)>> = const { RefCell::new(None) };
+    }
+
+    /// Arms `point` (`KIND:ID#N`, as the environment variable) in this thread until the guard
+    /// is dropped.
+    pub fn arm(point: &str) -> Disarm {
+        let (p, nth) = match point.rsplit_once('#') {
+            Some((p, n)) => (p.to_string(), n.parse().unwrap_or(1)),
+            None => (point.to_string(), 1),
+        };
+        ARMED.with(|a| *a.borrow_mut() = Some((p, nth, 0)));
+        Disarm
+    }
+
+    /// Disarms this thread's failpoint when dropped.
+    pub struct Disarm;
+
+    impl Drop for Disarm {
+        fn drop(&mut self) {
+            ARMED.with(|a| *a.borrow_mut() = None);
+        }
+    }
+
+    /// `Some(hit)` when a failpoint is armed in this thread (the environment is then not read).
+    pub(super) fn armed(kind: &str, id: &str) -> Option<bool> {
+        ARMED.with(|a| {
+            let mut a = a.borrow_mut();
+            let (point, nth, seen) = a.as_mut()?;
+            if *point != format!("{kind}:{id}") {
+                return Some(false);
+            }
+            *seen += 1;
+            Some(*seen == *nth)
+        })
+    }
+
+    /// Unwinds with [`Killed`] when this thread armed the failpoint being hit.
+    pub(super) fn unwind() {
+        if ARMED.with(|a| a.borrow().is_some()) {
+            std::panic::panic_any(Killed);
+        }
+    }
 }

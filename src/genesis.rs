@@ -204,6 +204,8 @@ pub fn run(
         }),
         deadlines: None,
         originals_limit_bytes: None,
+        found_read_limit_bytes: None,
+        found_read_s: None,
     };
     let derived = crate::declaration::openings::derive_for(&settings, &[])
         .map_err(|e| ApplyError::Safety(e.to_string()))?;

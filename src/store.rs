@@ -35,12 +35,14 @@ use std::fs::{self, File, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-/// The store's own format version. Version 3 carries checksums: the snapshot's first field, and
-/// one per journal line. Version 2 may have a journal beside its snapshot; a host that reads only
-/// version 1 would not replay it, so it refuses the store rather than lose records. Versions 1
-/// and 2 (no checksums) are read as they are, once, and the next write rewrites the store whole
-/// as version 3; an older host refuses version 3.
-pub const STORE_VERSION: u32 = 3;
+/// The store's own format version. Version 4 keeps a file record's [`Stamp`] beside its digest.
+/// Version 3 carries checksums: the snapshot's first field, and one per journal line. Version 2
+/// may have a journal beside its snapshot; a host that reads only version 1 would not replay it,
+/// so it refuses the store rather than lose records. Versions 1 to 3 are read as they are, once,
+/// and the next write rewrites the store whole as version 4 (no journal line with a stamp is
+/// ever appended over a snapshot of an older version, which an older host would read); an older
+/// host refuses version 4.
+pub const STORE_VERSION: u32 = 4;
 
 /// The last format version written without checksums.
 const UNCHECKED_VERSION: u32 = 2;
@@ -114,6 +116,10 @@ pub struct Owned {
     /// is never removed, only forgotten, because the host never removes what it did not create.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub found: bool,
+    /// A file's identity and times when its digest was taken: while the file still shows exactly
+    /// these, its digest is the record's and it is not read again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stamp: Option<Stamp>,
     /// The directories the host made on the way to it (they were missing), shallowest first:
     /// removed after it, deepest first and only while empty, so a removal leaves no parent the
     /// host created behind.
@@ -134,6 +140,69 @@ pub struct Held {
     /// something else changed it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub digest: Option<String>,
+    /// A held file's identity and times when its digest was taken (see [`Owned::stamp`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stamp: Option<Stamp>,
+}
+
+/// What a file's digest was taken of, read by `fstat` on the handle it was read through: its
+/// device and inode, its size, and its modification and change times with their nanoseconds.
+/// Any write to the file moves its change time (so does `utime` putting its modification time
+/// back, a `chmod`, a `chown`, a rename onto it makes another inode), so a file that still shows
+/// the same stamp holds the bytes its digest was taken of, and is not read again.
+///
+/// A stamp is kept only when it is *settled*: its change time is older than the coarse clock
+/// read before the `fstat`. A write in the same clock tick as the reading could otherwise leave
+/// the change time as it was (the racy case); one that is older than the reading's tick cannot be
+/// repeated by any later write.
+///
+/// Stored as one short string, `dev:ino:size:mtime:ctime` with each time as
+/// `seconds.nanoseconds` (`2049:1835016:4294967296:1764871200.123456789:1764871200.123456789`):
+/// a stamp is kept for every file larger than one read, and the store is read whole by every
+/// command, so it costs a line, not an object of seven.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
+#[serde(into = "String", try_from = "String")]
+pub struct Stamp {
+    pub dev: u64,
+    pub ino: u64,
+    pub size: u64,
+    /// Seconds and nanoseconds.
+    pub mtime: [i64; 2],
+    pub ctime: [i64; 2],
+}
+
+impl From<Stamp> for String {
+    fn from(s: Stamp) -> String {
+        format!(
+            "{}:{}:{}:{}.{:09}:{}.{:09}",
+            s.dev, s.ino, s.size, s.mtime[0], s.mtime[1], s.ctime[0], s.ctime[1]
+        )
+    }
+}
+
+impl TryFrom<String> for Stamp {
+    type Error = String;
+    fn try_from(text: String) -> Result<Stamp, String> {
+        let bad = || format!("not a file's stamp (dev:ino:size:mtime:ctime): {text:?}");
+        let time = |t: &str| -> Option<[i64; 2]> {
+            let (s, ns) = t.split_once('.')?;
+            let ns: i64 = ns.parse().ok()?;
+            (0..1_000_000_000)
+                .contains(&ns)
+                .then_some([s.parse().ok()?, ns])
+        };
+        let parts: Vec<&str> = text.split(':').collect();
+        let [dev, ino, size, mtime, ctime] = parts[..] else {
+            return Err(bad());
+        };
+        Ok(Stamp {
+            dev: dev.parse().map_err(|_| bad())?,
+            ino: ino.parse().map_err(|_| bad())?,
+            size: size.parse().map_err(|_| bad())?,
+            mtime: time(mtime).ok_or_else(bad)?,
+            ctime: time(ctime).ok_or_else(bad)?,
+        })
+    }
 }
 
 /// The saved original of a found file, kept for good.
@@ -529,9 +598,11 @@ impl Store {
         };
         if let Some(l) = loaded {
             store.state = l.state;
-            // A snapshot of the previous format is not journaled over: the next write rewrites
-            // the store whole, with its checksum.
-            store.snapshot = l.snapshot.filter(|_| !l.unchecked);
+            // A snapshot of an earlier format is not journaled over: the next write rewrites the
+            // store whole, in this format (with its checksum, and stamps an older host would
+            // refuse in a journal line it replays).
+            let current = !l.unchecked && store.state.version == STORE_VERSION;
+            store.snapshot = l.snapshot.filter(|_| current);
             store.journal_on_disk = l.journal_found;
         }
         if store.journal_on_disk {

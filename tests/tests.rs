@@ -10,6 +10,7 @@ mod containers;
 mod corpus;
 mod crash;
 mod deadlines;
+mod digests;
 mod firewall_lab;
 mod genesis_lab;
 mod integrity;

@@ -188,6 +188,28 @@ impl Node {
     }
 }
 
+/// A stored state without its records' stamps: a file's inode and times are this root's own
+/// (and a stamp is kept only once its change time has settled), so two roots that hold the same
+/// machine and store differ in them, as in the briefing's time.
+pub fn without_stamps(state: &mut Value) {
+    for list in ["owned", "held"] {
+        if let Some(records) = state.get_mut(list).and_then(Value::as_array_mut) {
+            for r in records {
+                if let Some(r) = r.as_object_mut() {
+                    r.remove("stamp");
+                }
+            }
+        }
+    }
+    if let Some(r) = state
+        .get_mut("pending")
+        .and_then(|p| p.get_mut("record"))
+        .and_then(Value::as_object_mut)
+    {
+        r.remove("stamp");
+    }
+}
+
 fn walk(root: &Path, dir: &Path, out: &mut BTreeMap<String, String>) {
     let mut entries: Vec<_> = std::fs::read_dir(dir)
         .unwrap()
@@ -210,6 +232,7 @@ fn walk(root: &Path, dir: &Path, out: &mut BTreeMap<String, String>) {
             if let Some(c) = v.get_mut("checksum") {
                 *c = Value::Null;
             }
+            without_stamps(&mut v);
             out.insert(rel, format!("file {mode:o} {v:#}"));
         } else {
             out.insert(

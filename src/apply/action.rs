@@ -32,6 +32,7 @@ pub(super) fn apply(cx: &mut Cx<'_>, spec: &ActionSpec) -> Result<Done, Resource
             format!("{:?}{:?}", spec.run, spec.verify).as_bytes(),
         )),
         found: false,
+        stamp: None,
     };
     if run(cx, &spec.verify)?.success() {
         let was = cx.store.state.owned(&spec.id).cloned();

@@ -9,7 +9,7 @@
 
 use super::{Cx, Done, Outcome};
 use crate::declaration::Shape;
-use crate::store::{Held, Owned, StoreError};
+use crate::store::{Held, Owned, Stamp, StoreError};
 
 /// A declared resource the host has no owned record of, as its applier found it.
 pub(super) struct Found<'a> {
@@ -23,6 +23,9 @@ pub(super) struct Found<'a> {
     pub keep: bool,
     /// What is there now, as its fingerprint; `None` when nothing is.
     pub now: Option<String>,
+    /// A file's settled stamp, taken with its fingerprint (its digest): kept in the held record,
+    /// so a file that still shows it is not read again.
+    pub stamp: Option<Stamp>,
 }
 
 /// What the decision kept: the resource is left as it is, and the applier words why.
@@ -49,8 +52,10 @@ impl Kept {
 
 /// The adoption decision for a resource with no owned record. `None` when it is not kept, and the
 /// applier creates it (nothing there) or takes it over (found, not kept); otherwise what is kept,
-/// with a found resource recorded held the first time it is seen. A held record is never
-/// rewritten: it keeps what was found, so a later change by something else stays reported.
+/// with a found resource recorded held the first time it is seen. A held record's fingerprint is
+/// never rewritten: it keeps what was found, so a later change by something else stays reported.
+/// Only the stamp beside it is, when the fingerprint read again is the same and the file shows
+/// another settled stamp (touched, or its stamp was not yet settled when it was first held).
 pub(super) fn decide(cx: &mut Cx<'_>, found: &Found<'_>) -> Result<Option<Kept>, StoreError> {
     if !found.keep {
         return Ok(None);
@@ -62,7 +67,16 @@ pub(super) fn decide(cx: &mut Cx<'_>, found: &Found<'_>) -> Result<Option<Kept>,
         (Some(h), Some(now)) if h.digest.as_deref() != Some(now.as_str()) => Kept::Changed {
             was: h.digest.unwrap_or_default(),
         },
-        (Some(_), Some(_)) => Kept::Held,
+        (Some(h), Some(_)) => {
+            // The stamp alone: no journal line (see `Cx::refresh_owned`).
+            if found.stamp.is_some() && found.stamp != h.stamp {
+                cx.store.state.record_held(Held {
+                    stamp: found.stamp,
+                    ..h
+                });
+            }
+            Kept::Held
+        }
         (None, Some(now)) => {
             cx.record_held(Held {
                 id: found.id.to_string(),
@@ -70,6 +84,7 @@ pub(super) fn decide(cx: &mut Cx<'_>, found: &Found<'_>) -> Result<Option<Kept>,
                 shape: found.shape,
                 key: found.key.to_string(),
                 digest: Some(now.clone()),
+                stamp: found.stamp,
             })?;
             Kept::Held
         }
@@ -79,13 +94,26 @@ pub(super) fn decide(cx: &mut Cx<'_>, found: &Found<'_>) -> Result<Option<Kept>,
 
 impl Cx<'_> {
     /// Records an owned resource the machine already matches, only when the store's record of it
-    /// (`was`) is not already exactly `rec` (a new id or module, a record taken over): an apply
-    /// that changes nothing writes nothing.
+    /// (`was`) is not already exactly `rec` (a new id or module, a record taken over, a stale
+    /// digest brought to what is on disk): an apply that changes nothing journals nothing. A
+    /// record that differs in its stamp alone is changed in the state without a journal line:
+    /// the fold that ends every apply writes it, and a crash that loses it costs one more read.
     pub fn refresh_owned(&mut self, rec: Owned, was: Option<&Owned>) -> Result<(), StoreError> {
         if was == Some(&rec) {
             return Ok(());
         }
+        if was.is_some_and(|w| unstamped_owned(w) == unstamped_owned(&rec)) {
+            self.store.state.record_owned(rec);
+            return Ok(());
+        }
         self.record_owned(rec)
+    }
+}
+
+fn unstamped_owned(rec: &Owned) -> Owned {
+    Owned {
+        stamp: None,
+        ..rec.clone()
     }
 }
 
@@ -104,6 +132,7 @@ mod tests {
             key: "/etc/web.conf",
             keep,
             now: now.map(str::to_string),
+            stamp: None,
         }
     }
 
@@ -196,6 +225,7 @@ mod tests {
             key: "/etc/web.conf".into(),
             digest: Some("sha256:aa".into()),
             found: false,
+            stamp: None,
         };
         bed.cx(&d).refresh_owned(rec.clone(), None).unwrap();
         assert_eq!(bed.store.state.owned("web/conf"), Some(&rec));
@@ -208,6 +238,30 @@ mod tests {
         };
         bed.cx(&d).refresh_owned(moved.clone(), Some(&rec)).unwrap();
         assert_eq!(bed.store.state.owned("web/conf"), Some(&moved));
+        // Its stamp alone: the state has it, the journal does not grow (the fold writes it).
+        let len = journal_len(&bed);
+        let stamped = Owned {
+            stamp: Some(crate::store::Stamp {
+                dev: 1,
+                ino: 2,
+                size: 3,
+                mtime: [4, 5],
+                ctime: [6, 7],
+            }),
+            ..moved.clone()
+        };
+        bed.cx(&d)
+            .refresh_owned(stamped.clone(), Some(&moved))
+            .unwrap();
+        assert_eq!(bed.store.state.owned("web/conf"), Some(&stamped));
+        assert_eq!(journal_len(&bed), len, "a stamp alone is not journaled");
+        // A digest brought to disk is.
+        let healed = Owned {
+            digest: Some("sha256:bb".into()),
+            ..stamped.clone()
+        };
+        bed.cx(&d).refresh_owned(healed, Some(&stamped)).unwrap();
+        assert!(journal_len(&bed) > len, "a new digest is journaled");
     }
 
     /// Through the file applier: not found is created and recorded; found on an adopted node is

@@ -300,6 +300,7 @@ fn converge_resource(
         key: name,
         keep,
         now,
+        stamp: None,
     };
     let record = Owned {
         parents: Vec::new(),
@@ -309,6 +310,7 @@ fn converge_resource(
         key: name.to_string(),
         digest: Some(digest.clone()),
         found: false,
+        stamp: None,
     };
     // A container carrying the host's labels for this very declaration is the host's own, made
     // by an apply that died before recording it; it is never "found".

@@ -48,6 +48,7 @@ pub(super) fn apply(cx: &mut Cx<'_>, spec: &DirectorySpec) -> Result<Done, Resou
         key,
         keep,
         now,
+        stamp: None,
     };
     let record = |found: bool| Owned {
         parents: Vec::new(),
@@ -57,6 +58,7 @@ pub(super) fn apply(cx: &mut Cx<'_>, spec: &DirectorySpec) -> Result<Done, Resou
         key: key.to_string(),
         digest: None,
         found,
+        stamp: None,
     };
     let ensure = |cx: &mut Cx<'_>, rec: Owned, create: bool| -> Result<(), ResourceError> {
         let rec = with_parents(cx, rec)?;
@@ -79,9 +81,14 @@ pub(super) fn apply(cx: &mut Cx<'_>, spec: &DirectorySpec) -> Result<Done, Resou
     match (owned, cur) {
         (Some(rec), Some((m, u, g))) => {
             if want.matches(m, u, g) {
-                if rec.id != id {
-                    cx.record_owned(record(rec.found))?;
-                }
+                // Recorded again only when its id or module changed, with the parents its
+                // record already names.
+                let same = Owned {
+                    id: id.to_string(),
+                    module: spec.module.clone(),
+                    ..rec.clone()
+                };
+                cx.refresh_owned(same, Some(&rec))?;
                 return Ok(Done::new(Outcome::Unchanged, "matches the declaration"));
             }
             ensure(cx, record(rec.found), false)?;
@@ -214,4 +221,37 @@ pub(super) fn then_parents(
             ),
         ),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::declaration::Resource;
+    use crate::system::fake::{declaration, Bed};
+    use serde_json::json;
+
+    /// A directory already as declared whose module moved is recorded again with its new module
+    /// and the parents its record names (the host made them), so its removal still takes them.
+    #[test]
+    fn a_directory_whose_module_moved_keeps_the_parents_the_host_made() {
+        let mut bed = Bed::new();
+        let run = |bed: &mut Bed, module: &str| {
+            let d = declaration(
+                "converged",
+                &[],
+                json!([{"id": "d", "module": module, "type": "directory", "path": "/srv/a/b"}]),
+            );
+            let Resource::Directory(spec) = &d.resources[0] else {
+                panic!("not a directory")
+            };
+            apply(&mut bed.cx(&d), spec).unwrap().outcome
+        };
+        assert_eq!(run(&mut bed, "web"), Outcome::Created);
+        let made = bed.store.state.owned("d").unwrap().clone();
+        assert_eq!(made.parents, ["/srv", "/srv/a"]);
+        assert_eq!(run(&mut bed, "app"), Outcome::Unchanged);
+        let moved = bed.store.state.owned("d").unwrap();
+        assert_eq!(moved.module.as_deref(), Some("app"));
+        assert_eq!(moved.parents, made.parents);
+    }
 }

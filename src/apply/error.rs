@@ -65,6 +65,14 @@ pub enum ResourceError {
         binary: String,
         why: String,
     },
+    /// A file the host would have to read whole (to take its digest or compare it) is larger
+    /// than the settings allow it to read, so it is not read and nothing touches it.
+    #[error(
+        "{key} is {size} bytes, over the found files' read limit of {limit} bytes \
+         (settings.found_read_limit_bytes): not read, so it is neither kept, compared nor \
+         replaced; raise the limit or make the file smaller"
+    )]
+    TooLarge { key: String, size: u64, limit: u64 },
     /// The original of a found file could not be saved, so nothing else touches it.
     #[error(transparent)]
     Original(#[from] OriginalError),

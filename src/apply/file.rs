@@ -1,10 +1,11 @@
 //! The file applier: a declared file's content, mode and ownership, and keeping a found one.
 
 use super::adopt::{self, Found, Kept};
+use super::original::found_read_limit;
 use super::{Cx, Done, Outcome, ResourceError};
 use crate::beneath::{self, Removed, Root};
 use crate::declaration::{validate::parse_mode, FileSpec, Shape};
-use crate::store::{self, Owned};
+use crate::store::{self, Owned, Stamp};
 use std::os::fd::{AsFd, BorrowedFd};
 use std::path::Path;
 
@@ -71,18 +72,67 @@ pub(super) fn read(root: &Root, key: &str) -> Result<Option<Current>, ResourceEr
     Ok(root.read_file(key)?.map(|found| Current { found }))
 }
 
-/// Whether what is there is exactly the declared bytes (the length first, then streamed) with
-/// the declared mode and ownership.
-pub(super) fn matches(cur: &Current, bytes: &[u8], want: &Want) -> bool {
-    want.matches(cur.mode(), cur.found.uid, cur.found.gid)
-        && cur.found.holds(bytes).unwrap_or(false)
+/// [`read`], each whole read of it bounded by `settings.found_read_s` from now.
+pub(super) fn read_within(
+    root: &Root,
+    key: &str,
+    settings: Option<&crate::declaration::Settings>,
+) -> Result<Option<Current>, ResourceError> {
+    let secs = super::original::found_read_secs(settings);
+    Ok(read(root, key)?.map(|mut cur| {
+        cur.found.deadline = Some((
+            std::time::Instant::now() + std::time::Duration::from_secs(secs),
+            secs,
+        ));
+        cur
+    }))
 }
 
-/// The found file's digest, streamed.
-pub(super) fn digest(cur: &Current, key: &str) -> Result<String, ResourceError> {
+/// Whether what is there is exactly the declared bytes (the length first, then streamed, within
+/// the read `limit`) with the declared mode and ownership.
+pub(super) fn matches(
+    cur: &Current,
+    key: &str,
+    bytes: &[u8],
+    want: &Want,
+    limit: u64,
+) -> Result<bool, ResourceError> {
+    Ok(want.matches(cur.mode(), cur.found.uid, cur.found.gid) && holds(cur, key, bytes, limit)?)
+}
+
+/// Whether the file holds exactly the declared bytes: the length first, then streamed (within
+/// the read `limit`).
+fn holds(cur: &Current, key: &str, bytes: &[u8], limit: u64) -> Result<bool, ResourceError> {
+    if cur.found.size != bytes.len() as u64 {
+        return Ok(false);
+    }
+    may_read(key, &cur.found, limit)?;
+    Ok(cur.found.holds(bytes).unwrap_or(false))
+}
+
+/// The file's digest, streamed (within the read `limit`).
+pub(super) fn digest(cur: &Current, key: &str, limit: u64) -> Result<String, ResourceError> {
+    may_read(key, &cur.found, limit)?;
     cur.found
         .digest()
         .map_err(ResourceError::io(format!("reading {key}")))
+}
+
+/// Refuses a file larger than the read `limit` (`settings.found_read_limit_bytes`) before it is
+/// read whole: no apply spends minutes on one file.
+pub(super) fn may_read(
+    key: &str,
+    found: &crate::beneath::Found,
+    limit: u64,
+) -> Result<(), ResourceError> {
+    if found.size > limit {
+        return Err(ResourceError::TooLarge {
+            key: key.to_string(),
+            size: found.size,
+            limit,
+        });
+    }
+    Ok(())
 }
 
 pub(super) fn apply(cx: &mut Cx<'_>, spec: &FileSpec) -> Result<Done, ResourceError> {
@@ -90,6 +140,7 @@ pub(super) fn apply(cx: &mut Cx<'_>, spec: &FileSpec) -> Result<Done, ResourceEr
     let key = spec.path.as_str();
     cx.machine(key)?;
     let bytes = spec.bytes();
+    let declared = store::digest(&bytes);
     let want = Want::of(
         cx.root,
         spec.mode.as_deref(),
@@ -97,40 +148,72 @@ pub(super) fn apply(cx: &mut Cx<'_>, spec: &FileSpec) -> Result<Done, ResourceEr
         spec.owner.as_deref(),
         spec.group.as_deref(),
     )?;
-    let cur = read(&cx.beneath, key)?;
+    let cur = read_within(&cx.beneath, key, cx.store.state.settings.as_ref())?;
+    let limit = found_read_limit(cx.store.state.settings.as_ref());
     let owned = cx.store.state.owned_by_key(Shape::File, key).cloned();
     let held = cx.store.state.held_at(id, key).cloned();
     let keep = cx.keeps_found(spec.module.as_deref()) || spec.create_once;
-    let found = |now: Option<String>| Found {
+    let found = |now: Option<String>, stamp: Option<Stamp>| Found {
         id,
         module: spec.module.as_deref(),
         shape: Shape::File,
         key,
         keep,
         now,
+        stamp,
     };
-    let record = |found: bool| Owned {
+    let record = |found: bool, stamp: Option<Stamp>| Owned {
         parents: Vec::new(),
         id: id.to_string(),
         module: spec.module.clone(),
         shape: Shape::File,
         key: key.to_string(),
-        digest: Some(store::digest(&bytes)),
+        digest: Some(declared.clone()),
         found,
+        stamp,
     };
 
     match (owned, cur) {
         (Some(rec), Some(cur)) => {
-            if spec.create_once || matches(&cur, &bytes, &want) {
-                let mut same = rec.clone();
-                same.id = id.to_string();
-                same.module = spec.module.clone();
+            // What is on disk, as the record's digest: taken from the record while the file
+            // shows the stamp that digest was taken with, otherwise read. The record is brought
+            // to it whatever it said before (someone wrote the declared bytes meanwhile, or the
+            // record of the last write was lost), so the store never keeps a stale digest.
+            let unchanged = cur.found.unchanged_since(rec.stamp.as_ref());
+            let on_disk = if spec.create_once {
+                // Created once and then left: whatever is there is what the record says.
+                Some(match (&rec.digest, unchanged) {
+                    (Some(d), true) => d.clone(),
+                    _ => digest(&cur, key, limit)?,
+                })
+            } else if !want.matches(cur.mode(), cur.found.uid, cur.found.gid) {
+                None
+            } else if unchanged && rec.digest.as_deref() == Some(declared.as_str())
+                || holds(&cur, key, &bytes, limit)?
+            {
+                Some(declared.clone())
+            } else {
+                None
+            };
+            let settled = if unchanged {
+                rec.stamp
+            } else {
+                cur.found.settled_stamp()
+            };
+            if let Some(digest) = on_disk {
+                let same = Owned {
+                    id: id.to_string(),
+                    module: spec.module.clone(),
+                    digest: Some(digest),
+                    stamp: settled,
+                    ..rec.clone()
+                };
                 cx.refresh_owned(same, Some(&rec))?;
                 return Ok(Done::new(Outcome::Unchanged, "matches the declaration"));
             }
             let rec = Owned {
                 found: rec.found,
-                ..record(rec.found)
+                ..record(rec.found, None)
             };
             write_and_record(cx, key, &bytes, &want, rec)?;
             Ok(Done::new(
@@ -141,37 +224,49 @@ pub(super) fn apply(cx: &mut Cx<'_>, spec: &FileSpec) -> Result<Done, ResourceEr
         (Some(rec), None) => {
             let rec = Owned {
                 found: rec.found,
-                ..record(rec.found)
+                ..record(rec.found, None)
             };
             write_and_record(cx, key, &bytes, &want, rec)?;
             Ok(Done::new(Outcome::Created, "was missing; written again"))
         }
         (None, None) => {
-            if let Some(kept) = adopt::decide(cx, &found(None))? {
+            if let Some(kept) = adopt::decide(cx, &found(None, None))? {
                 return Ok(
                     kept.done(|_| "held file was removed by something else; not recreated".into())
                 );
             }
-            write_and_record(cx, key, &bytes, &want, record(false))?;
+            write_and_record(cx, key, &bytes, &want, record(false, None))?;
             Ok(Done::new(Outcome::Created, "written"))
         }
         (None, Some(cur)) => {
             // The store was lost: a file that is exactly what the declaration says is most likely
             // the host's own write from before. It is taken over (never removed, as anything
             // found) but not saved as a found original, which would be the host's own bytes.
-            if cx.store.rebuilt && held.is_none() && matches(&cur, &bytes, &want) {
-                cx.record_owned(record(true))?;
+            if cx.store.rebuilt && held.is_none() && matches(&cur, key, &bytes, &want, limit)? {
+                cx.record_owned(record(true, cur.found.settled_stamp()))?;
                 return Ok(Done::new(
                     Outcome::Unchanged,
                     "matches the declaration; the store was rebuilt, so it is taken as the \
                      host's own write (not saved as a found original, never removed)",
                 ));
             }
+            // A held file that still shows the stamp its digest was taken with is not read.
+            let known = held
+                .as_ref()
+                .filter(|h| cur.found.unchanged_since(h.stamp.as_ref()))
+                .and_then(|h| h.digest.clone());
+            let stamp = match &known {
+                Some(_) => held.as_ref().and_then(|h| h.stamp),
+                None => cur.found.settled_stamp(),
+            };
+            if known.is_none() || cx.store.state.original(key).is_none() {
+                may_read(key, &cur.found, limit)?;
+            }
             // Found: present with no record. Its original is saved before anything else.
-            let kept = cx.keep_original(id, key, &cur.found)?;
+            let kept = cx.keep_original(id, key, &cur.found, known)?;
             let saved = kept.said();
             let now = kept.digest;
-            if let Some(kept) = adopt::decide(cx, &found(Some(now.clone())))? {
+            if let Some(kept) = adopt::decide(cx, &found(Some(now.clone()), stamp))? {
                 return Ok(kept.done(|k| match k {
                     Kept::Gone | Kept::Changed { .. } => format!(
                         "held file was rewritten by something else (now {now}); not reverted"
@@ -179,14 +274,14 @@ pub(super) fn apply(cx: &mut Cx<'_>, spec: &FileSpec) -> Result<Done, ResourceEr
                     Kept::Held => format!("found; kept as it is; {saved}"),
                 }));
             }
-            if matches(&cur, &bytes, &want) {
-                cx.record_owned(record(true))?;
+            if now == declared && matches(&cur, key, &bytes, &want, limit)? {
+                cx.record_owned(record(true, stamp))?;
                 return Ok(Done::new(
                     Outcome::Unchanged,
                     format!("found file already matches; taken over; {saved}"),
                 ));
             }
-            write_and_record(cx, key, &bytes, &want, record(true))?;
+            write_and_record(cx, key, &bytes, &want, record(true, None))?;
             Ok(Done::new(
                 Outcome::Changed,
                 format!("found file replaced; {saved}"),
@@ -211,11 +306,14 @@ fn write_and_record(
     let back = read(&cx.beneath, key)?.ok_or_else(|| {
         ResourceError::NotAsDeclared(format!("{key} is missing right after it was written"))
     })?;
-    if !matches(&back, bytes, want) {
+    // Read back whatever its size: the bytes are the declaration's own.
+    if !matches(&back, key, bytes, want, u64::MAX)? {
         return Err(ResourceError::NotAsDeclared(format!(
             "{key} does not read back as written"
         )));
     }
+    // Recorded as intended, without a stamp: a file just written has the change time of this
+    // very moment, never settled; the next apply that reads it keeps its stamp.
     Ok(cx.record_owned(rec)?)
 }
 

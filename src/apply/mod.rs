@@ -23,6 +23,8 @@ mod remove;
 mod report;
 mod safety;
 mod service;
+#[cfg(test)]
+mod stale;
 
 pub use error::{OriginalError, PathError, ResourceError};
 pub use report::{
@@ -31,7 +33,9 @@ pub use report::{
 pub use safety::{refusals, transition};
 
 use original::{digest_only_size, saved_at};
-pub use original::{originals_limit, ORIGINALS_LIMIT_DEFAULT};
+pub use original::{
+    found_read_limit, originals_limit, FOUND_READ_LIMIT_DEFAULT, ORIGINALS_LIMIT_DEFAULT,
+};
 use remove::{moved_away, remove_undeclared, sweep_stale_marks};
 
 use crate::declaration::{openings, Declaration, Mode, Problems, Resource, Shape, Source};
@@ -704,8 +708,13 @@ fn settle_pending(root: &Path, runner: &dyn Runner, state: &mut store::State) {
     let beneath = crate::beneath::Root::open(root).ok();
     let written = match (rec.shape, &beneath) {
         (Shape::File, Some(b)) => {
+            // Past the read limit it is not the declared bytes the host was writing: not read.
+            let limit = found_read_limit(state.settings.as_ref());
             let found = b.read_file(&rec.key).ok().flatten();
-            found.and_then(|f| f.digest().ok()) == rec.digest
+            found
+                .filter(|f| f.size <= limit)
+                .and_then(|f| f.digest().ok())
+                == rec.digest
         }
         (Shape::Directory, Some(b)) => b.dir(&rec.key).is_ok_and(|d| d.is_some()),
         (Shape::File | Shape::Directory, None) => false,

@@ -93,6 +93,7 @@ pub(super) fn record_of(spec: &OpeningSpec, opening: &Opening) -> Owned {
         key: spec.id.clone(),
         digest: Some(firewall::rules::mark(opening)),
         found: false,
+        stamp: None,
     }
 }
 

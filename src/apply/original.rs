@@ -10,11 +10,15 @@ impl Cx<'_> {
     /// Saves the original of a found file before anything else happens to it, once per path,
     /// copied by streaming from the handle it was opened by (never whole in memory); past the
     /// settings' originals limit only its digest is recorded. Returns what was kept.
+    ///
+    /// `known` is the file's digest when its held record's stamp says it is unchanged: a file
+    /// whose original is already kept is then not read at all.
     pub fn keep_original(
         &mut self,
         id: &str,
         key: &str,
         found: &crate::beneath::Found,
+        known: Option<String>,
     ) -> Result<KeptOriginal, OriginalError> {
         let limit = originals_limit(self.store.state.settings.as_ref());
         let save = |source| OriginalError::Save {
@@ -22,9 +26,13 @@ impl Cx<'_> {
             source,
         };
         if let Some(o) = self.store.state.original(key) {
+            let digest = match known {
+                Some(d) => d,
+                None => found.digest().map_err(save)?,
+            };
             return Ok(KeptOriginal {
                 saved: saved_at(o).map(str::to_string),
-                digest: found.digest().map_err(save)?,
+                digest,
                 size: found.size,
                 limit,
             });
@@ -99,6 +107,26 @@ impl Cx<'_> {
     }
 }
 
+/// The default of `settings.found_read_s`: 60 s.
+pub const FOUND_READ_S_DEFAULT: u64 = 60;
+
+/// How long one whole read of a found, held or owned file may take.
+pub fn found_read_secs(settings: Option<&crate::declaration::Settings>) -> u64 {
+    settings
+        .and_then(|s| s.found_read_s)
+        .map_or(FOUND_READ_S_DEFAULT, u64::from)
+}
+
+/// The default of `settings.found_read_limit_bytes`: 1 GiB.
+pub const FOUND_READ_LIMIT_DEFAULT: u64 = 1024 * 1024 * 1024;
+
+/// The largest file the host reads whole.
+pub fn found_read_limit(settings: Option<&crate::declaration::Settings>) -> u64 {
+    settings
+        .and_then(|s| s.found_read_limit_bytes)
+        .unwrap_or(FOUND_READ_LIMIT_DEFAULT)
+}
+
 /// What the store records in an original's `saved` when the file was over the originals limit
 /// and only its digest was kept (followed by its size).
 const DIGEST_ONLY: &str = "not saved, recorded by its digest only: ";
@@ -161,6 +189,8 @@ mod tests {
             private_network: None,
             deadlines: None,
             originals_limit_bytes: Some(4),
+            found_read_limit_bytes: None,
+            found_read_s: None,
         });
         std::fs::create_dir(bed.dir.path().join("etc")).unwrap();
         std::fs::write(bed.dir.path().join("etc/big"), "12345").unwrap();
@@ -168,14 +198,14 @@ mod tests {
         let decl = declaration("converged", &[], serde_json::json!([]));
         let mut cx = bed.cx(&decl);
         let big = cx.beneath.read_file("/etc/big").unwrap().unwrap();
-        let kept = cx.keep_original("a", "/etc/big", &big).unwrap();
+        let kept = cx.keep_original("a", "/etc/big", &big, None).unwrap();
         assert_eq!(kept.saved, None);
         assert_eq!(kept.digest, crate::store::digest(b"12345"));
         assert!(kept
             .said()
             .contains("5 bytes, over the originals limit of 4 bytes"));
         let small = cx.beneath.read_file("/etc/small").unwrap().unwrap();
-        let kept = cx.keep_original("b", "/etc/small", &small).unwrap();
+        let kept = cx.keep_original("b", "/etc/small", &small, None).unwrap();
         let saved = kept.saved.clone().expect("saved whole");
         drop(cx);
         let on_disk = bed.dir.path().join(saved.trim_start_matches('/'));

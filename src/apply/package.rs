@@ -77,6 +77,7 @@ pub(super) fn apply_with(
         key: name,
         keep,
         now,
+        stamp: None,
     };
     let record = |found: bool| Owned {
         parents: Vec::new(),
@@ -86,6 +87,7 @@ pub(super) fn apply_with(
         key: name.to_string(),
         digest: wanted_digest(want),
         found,
+        stamp: None,
     };
     let fits = |v: &str| want.is_none_or(|w| w == v);
 

@@ -119,6 +119,19 @@ fn remove_file(cx: &mut Cx<'_>, rec: &Owned) -> Result<Done, ResourceError> {
             )),
             Err(e) => return Err(e.into()),
         };
+    // A file past the read limit is not the one the record describes (the host writes only a
+    // declaration's bytes): it is left, unread.
+    let limit = super::found_read_limit(cx.store.state.settings.as_ref());
+    if found.size > limit {
+        return Ok(Done::new(
+            Outcome::ChangedBySomethingElse,
+            format!(
+                "changed since the recovered record ({} bytes, over the found files' read limit \
+                 of {limit} bytes, so not read); left in place",
+                found.size
+            ),
+        ));
+    }
     let now = found
         .digest()
         .map_err(ResourceError::io(format!("reading {}", rec.key)))?;

@@ -75,6 +75,7 @@ pub(super) fn apply_with(
         key: name,
         keep,
         now: (held.is_some() || st.running).then(|| cur.clone()),
+        stamp: None,
     };
     if owned.is_none() {
         if let Some(kept) = adopt::decide(cx, &found)? {
@@ -99,6 +100,7 @@ pub(super) fn apply_with(
         digest: Some(store::digest(want.as_bytes())),
         // Taken over when it was already running at the host's first sight of it.
         found: owned.as_ref().map_or(st.running, |o| o.found),
+        stamp: None,
     };
     if cur == want {
         cx.refresh_owned(record, owned.as_ref())?;

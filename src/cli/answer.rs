@@ -267,6 +267,8 @@ pub(super) fn derive_openings(
         private_network: None,
         deadlines: None,
         originals_limit_bytes: None,
+        found_read_limit_bytes: None,
+        found_read_s: None,
     });
     let mut problems = Vec::new();
     if let Some(spec) = ports {

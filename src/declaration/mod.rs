@@ -115,6 +115,14 @@ pub struct Settings {
     /// recorded by its digest only, and the briefing says so.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub originals_limit_bytes: Option<u64>,
+    /// The largest file the host reads whole to take its digest or compare it (default 1 GiB):
+    /// a larger found, held or owned file that would have to be read fails its resource, named.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub found_read_limit_bytes: Option<u64>,
+    /// How long one whole read of such a file may take, in seconds (default 60): a read past it
+    /// fails its resource, named.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub found_read_s: Option<u32>,
 }
 
 /// The ports the foundation binds on this node (the catalogue's numbers are only defaults): the

@@ -328,6 +328,8 @@ impl Walker {
             "private_network",
             "deadlines",
             "originals_limit_bytes",
+            "found_read_limit_bytes",
+            "found_read_s",
         ];
         let Some(map) = self.object(v, "settings", &keys, &["ports"]) else {
             return false;
@@ -335,14 +337,29 @@ impl Walker {
         if let Some(d) = map.get("deadlines") {
             self.deadlines(d);
         }
-        // The largest found file saved whole as an original: a whole number of bytes.
-        if let Some(l) = map
-            .get("originals_limit_bytes")
-            .filter(|l| l.as_u64().is_none())
+        // The largest found file saved whole as an original, and the largest file read whole:
+        // whole numbers of bytes.
+        for name in ["originals_limit_bytes", "found_read_limit_bytes"] {
+            if let Some(l) = map.get(name).filter(|l| l.as_u64().is_none()) {
+                self.err(
+                    format!("settings.{name}"),
+                    format!("must be a whole number of bytes, found {}", type_name(l)),
+                );
+            }
+        }
+        // How long one whole read of a found file may take: as a deadline, 1 s to a day.
+        if let Some(v) = map
+            .get("found_read_s")
+            .filter(|v| !v.as_u64().is_some_and(|n| (1..=86_400).contains(&n)))
         {
+            let found = if v.is_number() {
+                v.to_string()
+            } else {
+                type_name(v).to_string()
+            };
             self.err(
-                "settings.originals_limit_bytes",
-                format!("must be a whole number of bytes, found {}", type_name(l)),
+                "settings.found_read_s",
+                format!("must be a whole number of seconds from 1 to 86400, found {found}"),
             );
         }
         if let Some(ports) = map.get("ports") {

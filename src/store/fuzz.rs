@@ -34,6 +34,7 @@ fn owned(rng: &mut Rng) -> Owned {
             .bool()
             .then(|| format!("sha256:{}", fuzz::hex(&rng.bytes(4)))),
         found: rng.bool(),
+        stamp: None,
     }
 }
 
@@ -49,6 +50,7 @@ fn op(rng: &mut Rng) -> Op {
             shape: shape(rng),
             key: format!("/srv/{}", rng.below(6)),
             digest: None,
+            stamp: None,
         }),
         4 => Op::Unown {
             id: id(rng),

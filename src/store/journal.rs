@@ -308,6 +308,7 @@ mod tests {
             key: format!("/etc/{id}"),
             digest: Some("sha256:00".into()),
             found: false,
+            stamp: None,
         }
     }
 

@@ -237,6 +237,7 @@ mod tests {
             key: key.into(),
             digest: None,
             found: false,
+            stamp: None,
         }
     }
 

@@ -13,6 +13,7 @@ fn owned(id: &str) -> Owned {
         key: format!("/etc/{id}"),
         digest: Some(digest(id.as_bytes())),
         found: false,
+        stamp: None,
     }
 }
 
@@ -226,7 +227,7 @@ fn a_retired_store_leaves_nothing_to_reconcile_and_the_next_is_not_taken_for_a_l
 }
 
 /// A snapshot whose bytes no longer match its checksum is refused, by a look and by an open,
-/// naming the file; so is one stripped of its checksum that still says version 3.
+/// naming the file; so is one stripped of its checksum that still says a version that has one.
 #[test]
 fn a_snapshot_that_fails_its_checksum_is_refused_naming_the_file() {
     let root = tempfile::tempdir().unwrap();
@@ -253,7 +254,10 @@ fn a_snapshot_that_fails_its_checksum_is_refused_naming_the_file() {
         .join("\n");
     fs::write(&path, stripped).unwrap();
     let e = peek(root.path()).unwrap_err().to_string();
-    assert!(e.contains("format version 3 but no checksum"), "{e}");
+    assert!(
+        e.contains(&format!("format version {STORE_VERSION} but no checksum")),
+        "{e}"
+    );
     fs::write(&path, good).unwrap();
     assert_eq!(
         peek(root.path()).unwrap().unwrap().node.as_deref(),
@@ -292,4 +296,84 @@ fn a_store_without_checksums_is_read_once_and_rewritten_with_them() {
     assert!(snap.starts_with("{\n  \"checksum\": \"sha256:"), "{snap}");
     drop(s);
     assert_eq!(peek(root.path()).unwrap().unwrap().version, STORE_VERSION);
+}
+
+/// A store of format version 3 (checksums, no stamps) is read as it is, and its first write
+/// rewrites it whole as version 4 rather than journal a record with a stamp over it, which a
+/// version-3 host would refuse to read; the stamp then survives a replay.
+#[test]
+fn a_version_3_store_is_rewritten_whole_before_a_stamp_is_journaled() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = store_dir(root.path());
+    fs::create_dir_all(&dir).unwrap();
+    let v3 = State {
+        version: 3,
+        node: Some("n1".into()),
+        ..State::default()
+    };
+    let mut body = serde_json::to_vec_pretty(&v3).unwrap();
+    body.push(b'\n');
+    fs::write(dir.join("state.json"), checksum::seal(&body)).unwrap();
+    assert_eq!(peek(root.path()).unwrap().unwrap().version, 3);
+    let stamp = Stamp {
+        dev: 1,
+        ino: 2,
+        size: 3,
+        mtime: [4, 5],
+        ctime: [6, 7],
+    };
+    let mut s = Store::open(root.path()).unwrap();
+    s.record(
+        "a",
+        Op::Own(Owned {
+            stamp: Some(stamp),
+            ..owned("a")
+        }),
+    )
+    .unwrap();
+    assert!(
+        journal_of(root.path()).is_none(),
+        "rewritten, not journaled"
+    );
+    assert_eq!(peek(root.path()).unwrap().unwrap().version, STORE_VERSION);
+    // Over a snapshot of this version, a stamped record is journaled and replayed.
+    s.record(
+        "b",
+        Op::Own(Owned {
+            stamp: Some(stamp),
+            ..owned("b")
+        }),
+    )
+    .unwrap();
+    assert!(journal_of(root.path()).is_some());
+    drop(s);
+    let state = peek(root.path()).unwrap().unwrap();
+    assert_eq!(ids(&state), ["a", "b"]);
+    assert_eq!(state.owned("b").unwrap().stamp, Some(stamp));
+}
+
+/// A stamp is stored as one string and read back exactly; anything else in its place is refused.
+#[test]
+fn a_stamp_is_one_string_read_back_exactly() {
+    let s = Stamp {
+        dev: 2049,
+        ino: 1_835_016,
+        size: 4 << 30,
+        mtime: [-5, 7],
+        ctime: [1_764_871_200, 123_456_789],
+    };
+    let text = serde_json::to_string(&s).unwrap();
+    assert_eq!(
+        text,
+        "\"2049:1835016:4294967296:-5.000000007:1764871200.123456789\""
+    );
+    assert_eq!(serde_json::from_str::<Stamp>(&text).unwrap(), s);
+    for bad in [
+        "\"1:2:3:4.5\"",
+        "\"1:2:3:4:5.0\"",
+        "\"1:2:3:4.1000000000:5.0\"",
+        "{}",
+    ] {
+        assert!(serde_json::from_str::<Stamp>(bad).is_err(), "{bad}");
+    }
 }

@@ -26,21 +26,40 @@ pub(super) fn plan_file(r: &Reading<'_>, spec: &FileSpec) -> (Outcome, String) {
     };
     let cur = match crate::beneath::Root::open(r.root)
         .map_err(Into::into)
-        .and_then(|b| file::read(&b, key))
-    {
+        .and_then(|b| {
+            let settings = r.decl.settings.as_ref().or(r.state.settings.as_ref());
+            file::read_within(&b, key, settings)
+        }) {
         Ok(c) => c,
         Err(e) => return (Outcome::Failed, e.to_string()),
     };
     let owned = r.state.owned_by_key(Shape::File, key);
     let keep = r.keeps_found(spec.module.as_deref()) || spec.create_once;
+    let settings = r.decl.settings.as_ref().or(r.state.settings.as_ref());
+    let limit = crate::apply::found_read_limit(settings);
+    let declared = crate::store::digest(&bytes);
     match (owned, cur) {
-        (Some(_), Some(cur)) if spec.create_once || file::matches(&cur, &bytes, &want) => {
+        // Unchanged since the record's digest was taken, and that digest is the declared one:
+        // nothing is read, as the act would not.
+        (Some(rec), Some(cur))
+            if !spec.create_once
+                && cur.found.unchanged_since(rec.stamp.as_ref())
+                && rec.digest.as_deref() == Some(declared.as_str())
+                && want.matches(cur.found.mode, cur.found.uid, cur.found.gid) =>
+        {
             (Outcome::Unchanged, "matches the declaration".into())
         }
-        (Some(_), Some(_)) => (
-            Outcome::Changed,
-            "differs from the declaration; would be written again".into(),
-        ),
+        (Some(_), Some(_)) if spec.create_once => {
+            (Outcome::Unchanged, "matches the declaration".into())
+        }
+        (Some(_), Some(cur)) => match file::matches(&cur, key, &bytes, &want, limit) {
+            Ok(true) => (Outcome::Unchanged, "matches the declaration".into()),
+            Ok(false) => (
+                Outcome::Changed,
+                "differs from the declaration; would be written again".into(),
+            ),
+            Err(e) => (Outcome::Failed, e.to_string()),
+        },
         (Some(_), None) => (Outcome::Created, "missing; would be written again".into()),
         (None, None) => match r.kept(id, key, keep, None) {
             Some(o) => (
@@ -53,7 +72,13 @@ pub(super) fn plan_file(r: &Reading<'_>, spec: &FileSpec) -> (Outcome, String) {
             ),
         },
         (None, Some(cur)) => {
-            let now = match file::digest(&cur, key) {
+            // A held file that still shows the stamp its digest was taken with is not read.
+            let known = r
+                .state
+                .held_at(id, key)
+                .filter(|h| cur.found.unchanged_since(h.stamp.as_ref()))
+                .and_then(|h| h.digest.clone());
+            let now = match known.map_or_else(|| file::digest(&cur, key, limit), Ok) {
                 Ok(d) => d,
                 Err(e) => return (Outcome::Failed, e.to_string()),
             };
@@ -66,10 +91,14 @@ pub(super) fn plan_file(r: &Reading<'_>, spec: &FileSpec) -> (Outcome, String) {
                     o,
                     format!("held file was rewritten by something else (now {now}); not reverted"),
                 ),
-                None if file::matches(&cur, &bytes, &want) => (
-                    Outcome::Unchanged,
-                    "found file already matches; would be taken over".into(),
-                ),
+                None if now == declared
+                    && file::matches(&cur, key, &bytes, &want, limit).unwrap_or(false) =>
+                {
+                    (
+                        Outcome::Unchanged,
+                        "found file already matches; would be taken over".into(),
+                    )
+                }
                 None => (
                     Outcome::Changed,
                     "found file would be replaced, its original saved first".into(),

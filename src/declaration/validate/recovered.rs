@@ -8,7 +8,9 @@ use super::{join, type_name, Walker};
 use crate::declaration::Shape;
 use serde_json::Value;
 
-const RECORD_FIELDS: &[&str] = &["id", "module", "shape", "key", "digest", "found", "parents"];
+const RECORD_FIELDS: &[&str] = &[
+    "id", "module", "shape", "key", "digest", "found", "parents", "stamp",
+];
 
 impl Walker {
     pub(super) fn recovered(&mut self, v: &Value) {
@@ -32,6 +34,12 @@ impl Walker {
             }
             self.string(map, "digest", &path);
             self.boolean(map, "found", &path);
+            // A file's stamp, as the store kept it (a removal reads the file again regardless).
+            if let Some(stamp) = map.get("stamp") {
+                if let Err(e) = serde_json::from_value::<crate::store::Stamp>(stamp.clone()) {
+                    self.err(join(&path, "stamp"), format!("not a file's stamp: {e}"));
+                }
+            }
             let shape = self.string(map, "shape", &path).and_then(|s| {
                 let shape = Shape::from_name(s);
                 if shape.is_none() {

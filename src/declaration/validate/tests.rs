@@ -441,6 +441,8 @@ fn declaration() -> impl Strategy<Value = Declaration> {
                         ..Default::default()
                     }),
                     originals_limit_bytes: None,
+                    found_read_limit_bytes: None,
+                    found_read_s: None,
                 }),
                 resources,
                 release: false,
@@ -773,4 +775,45 @@ fn under_the_root_the_whole_path_and_the_running_binary_are_judged() {
         "{p:#?}"
     );
     under_root(&d, Path::new("/")).expect("under / neither is refused");
+}
+
+#[test]
+fn the_found_files_read_bounds_are_whole_bytes_and_seconds() {
+    let mut v = base();
+    v["settings"]["found_read_limit_bytes"] = json!(8_589_934_592u64);
+    v["settings"]["found_read_s"] = json!(5);
+    let s = ok(v.clone()).settings.unwrap();
+    assert_eq!(
+        (s.found_read_limit_bytes, s.found_read_s),
+        (Some(8_589_934_592), Some(5))
+    );
+    v["settings"]["found_read_limit_bytes"] = json!(-1);
+    v["settings"]["found_read_s"] = json!(0);
+    let mut got = problems(v, Source::Local);
+    got.sort();
+    assert_eq!(
+        got,
+        [
+            "settings.found_read_limit_bytes: must be a whole number of bytes, found a number",
+            "settings.found_read_s: must be a whole number of seconds from 1 to 86400, found 0",
+        ]
+    );
+}
+
+/// A recovered record may carry the stamp the store kept (a record of a file larger than one
+/// read, as `owned --json` and the link's reports give it); anything else in its place is refused.
+#[test]
+fn a_recovered_record_may_carry_its_stamp() {
+    let mut v = base();
+    v["recovered"] = json!([{"id": "f", "shape": "file", "key": "/etc/f", "digest": "sha256:00",
+                             "stamp": "2049:12:70000:1764871200.000000001:1764871200.000000005"}]);
+    let d = ok(v.clone());
+    assert_eq!(d.recovered[0].stamp.map(|s| s.size), Some(70_000));
+    v["recovered"][0]["stamp"] = json!("yesterday");
+    let got = problems(v, Source::Local);
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert!(
+        got[0].starts_with("recovered[0].stamp: not a file's stamp"),
+        "{got:?}"
+    );
 }
