@@ -75,6 +75,9 @@ fn refusal(root: &Path, declared: &str, want_dir: bool, mount: Option<&Mount>) -
                     ))
                 }
                 Ok(_) => {}
+                // Gone since the lstat above (a rename under the walk): as a component that
+                // does not exist, the apply's own resolution beneath the root decides.
+                Err(nix::errno::Errno::ENOENT) => return None,
                 Err(e) => return Some(format!("{declared}: reading {shown} under the root: {e}")),
             }
         }
