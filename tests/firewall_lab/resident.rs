@@ -275,24 +275,27 @@ fn a_store_that_cannot_be_written_still_leaves_the_guard_in_place() {
     let decl = declaration(&[]);
     host.apply(&decl);
     assert!(guard_present(node));
-    // A full disk: the store's folder on a tiny tmpfs, filled to the last byte.
-    let dir = host.root().join("var/lib/mesh-host");
-    let saved = host.dir.path().join("store-copy");
+    // A full disk: the whole root on a tiny tmpfs, filled to the last byte. The root, not the
+    // store's folder alone: under a root other than `/` a store on a mount of its own is refused
+    // before anything (a mount inside the root is a way out of it), and this is a full disk.
+    let root = host.root();
+    let dir = root.join("var/lib/mesh-host");
+    let saved = host.dir.path().join("root-copy");
     run_ok(
         node,
-        &["cp", "-a", dir.to_str().unwrap(), saved.to_str().unwrap()],
+        &["cp", "-a", root.to_str().unwrap(), saved.to_str().unwrap()],
     );
-    let _mount = Tmpfs::mount(&dir, "256k");
+    let _mount = Tmpfs::mount(&root, "1m");
     run_ok(
         node,
         &[
             "cp",
             "-a",
             &format!("{}/.", saved.display()),
-            dir.to_str().unwrap(),
+            root.to_str().unwrap(),
         ],
     );
-    let filler = dir.join("filler");
+    let filler = root.join("filler");
     let _ = std::process::Command::new("dd")
         .args(["if=/dev/zero", "bs=4k", "count=1000"])
         .arg(format!("of={}", filler.display()))

@@ -96,6 +96,9 @@ impl Bed {
     fn env(&self) -> Vec<(String, String)> {
         vec![
             ("STUB".into(), self.stub.path().display().to_string()),
+            // The host runs under a throw-away root with stub package tools first on PATH: the
+            // harness asks for the host's tools (docs/operator.md, "Under a root other than /").
+            ("MESH_HOST_HOST_TOOLS".into(), "1".into()),
             (
                 "PATH".into(),
                 format!(
