@@ -8,10 +8,10 @@
 
 use crate::beneath::Mount;
 use crate::declaration::{validate::Problem, Declaration, Problems, Resource};
+use std::collections::HashSet;
 use std::fs::FileType;
 use std::io::ErrorKind;
 use std::os::unix::fs::FileTypeExt;
-use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 
 /// What a found thing is, in the words of a refusal.
