@@ -845,7 +845,18 @@ fn load(dir: &Path) -> Result<Option<Loaded>, StoreError> {
                     source,
                 }
             })?;
-        tracing::debug!(?replayed, journal = %jpath.display(), "journal read");
+        match replayed {
+            // Everything in it is in the snapshot already, or it is another store's: said, not
+            // hidden at debug (issue 33: a journal from another store was dropped silently).
+            journal::Replayed::Stale => tracing::warn!(
+                "journal {} names another snapshot than {}: ignored (a fold that died after \
+                 renaming its snapshot leaves one behind, and so does a journal copied from \
+                 another store); it is replaced at the next record",
+                jpath.display(),
+                path.display()
+            ),
+            r => tracing::debug!(replayed = ?r, journal = %jpath.display(), "journal read"),
+        }
     }
     Ok(Some(Loaded {
         state,

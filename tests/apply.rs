@@ -247,6 +247,49 @@ fn create_once_never_overwrites() {
 }
 
 #[test]
+fn an_owned_file_edited_since_it_was_written_is_left_in_place_when_undeclared() {
+    let node = Node::new();
+    let f = |path: &str| json!({"id": path, "type": "file", "path": path, "content": "mine\n"});
+    let both = json!([f("/etc/edited"), f("/etc/untouched")]);
+    let r = node.apply(&decl("converged", &[], both));
+    assert_eq!(r.outcome("/etc/edited"), "created");
+    node.write("/etc/edited", "an admin's line\n");
+    // The preview says what the act will do, and changes nothing.
+    let empty = decl("converged", &[], json!([]));
+    let p = node.apply_env(&empty, &["--preview"], &[]);
+    assert_eq!(p.code, Some(4), "{}\n{}", p.stdout, p.stderr);
+    assert!(
+        p.stdout.contains("changed since the host wrote it"),
+        "{}\n{}",
+        p.stdout,
+        p.stderr
+    );
+    assert_eq!(node.read("/etc/untouched").as_deref(), Some("mine\n"));
+    let r = node.apply(&empty);
+    assert_eq!(r.outcome("/etc/edited"), "forgotten", "{}", r.stdout);
+    assert_eq!(r.outcome("/etc/untouched"), "removed", "{}", r.stdout);
+    assert!(
+        r.stdout.contains("changed since the host wrote it")
+            && r.stdout.contains("left in place, not removed"),
+        "{}",
+        r.stdout
+    );
+    assert_eq!(
+        node.read("/etc/edited").as_deref(),
+        Some("an admin's line\n")
+    );
+    assert_eq!(node.read("/etc/untouched"), None);
+    assert!(
+        node.state()["owned"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|o| o["key"] != "/etc/edited"),
+        "the record is forgotten"
+    );
+}
+
+#[test]
 fn a_failure_stops_the_apply_and_the_briefing_reads_failed() {
     let node = Node::new();
     let resources = json!([

@@ -195,3 +195,32 @@ fn a_damaged_record_inside_the_journal_refuses_the_store_with_exit_1() {
         r.stderr
     );
 }
+
+/// Proves that a journal from another store is said, not dropped silently: `state.journal` of
+/// one node laid beside another node's `state.json` is ignored (its header names the other
+/// snapshot), the store reads as its own snapshot says, and a warning names both files.
+#[test]
+fn a_journal_from_another_store_is_ignored_and_said() {
+    let donor = store_with_a_journal();
+    let node = Node::new();
+    node.apply(&decl(json!([file("a", "/etc/a.conf", "mine")])));
+    let before = read(node.root()).expect("the node's store reads");
+    let store = |n: &Node| n.root().join("var/lib/mesh-host");
+    std::fs::copy(
+        store(&donor).join("state.journal"),
+        store(&node).join("state.journal"),
+    )
+    .expect("the donor's journal copied");
+    let r = node.run(&["owned"]);
+    assert_eq!(r.code, Some(0), "{}\n{}", r.stdout, r.stderr);
+    assert!(
+        r.stderr.contains("names another snapshot") && r.stderr.contains("state.journal"),
+        "the foreign journal is said: {}",
+        r.stderr
+    );
+    assert_eq!(
+        read(node.root()).expect("the store still reads"),
+        before,
+        "nothing of the other store's journal was applied"
+    );
+}

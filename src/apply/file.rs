@@ -343,6 +343,9 @@ pub(super) fn remove(cx: &mut Cx<'_>, rec: &Owned) -> Result<Done, ResourceError
         ));
     }
     cx.machine(&rec.key)?;
+    if let Some(why) = edited_since(&cx.beneath, rec, cx.store.state.settings.as_ref())? {
+        return Ok(Done::new(Outcome::Forgotten, why));
+    }
     match cx.beneath.remove_file(&rec.key)? {
         Removed::Removed => {
             cx.changed(&rec.id);
@@ -353,6 +356,34 @@ pub(super) fn remove(cx: &mut Cx<'_>, rec: &Owned) -> Result<Done, ResourceError
             "no longer declared; already gone",
         )),
     }
+}
+
+/// Why an owned file no longer declared is not the host's to remove, if it is not: changed since
+/// the host last recorded it (an admin's edit after the host wrote it), it holds bytes the host
+/// did not write, so it is left in place and its record forgotten, said with both digests —
+/// never removed unseen. The stamp spares the read of an unchanged file. The act and the
+/// preview both ask this.
+pub(super) fn edited_since(
+    root: &Root,
+    rec: &Owned,
+    settings: Option<&crate::declaration::Settings>,
+) -> Result<Option<String>, ResourceError> {
+    let Some(recorded) = rec.digest.as_deref() else {
+        return Ok(None);
+    };
+    let Some(cur) = read_within(root, &rec.key, settings)? else {
+        return Ok(None);
+    };
+    if cur.found.unchanged_since(rec.stamp.as_ref()) {
+        return Ok(None);
+    }
+    let now = digest(&cur, &rec.key, found_read_limit(settings))?;
+    Ok((now != recorded).then(|| {
+        format!(
+            "no longer declared, but changed since the host wrote it ({recorded} recorded, \
+             {now} on disk): left in place, not removed"
+        )
+    }))
 }
 
 /// A release's giving back of a file the host took over: its original `o`, as saved in the store

@@ -483,10 +483,20 @@ pub(super) fn removal(r: &Reading<'_>, rec: &Owned) -> (Outcome, String) {
             Outcome::Forgotten,
             "taken over, not created: left in place".into(),
         ),
-        Shape::File => (
-            Outcome::Removed,
-            "no longer declared; would be removed".into(),
-        ),
+        Shape::File => {
+            let settings = r.decl.settings.as_ref().or(r.state.settings.as_ref());
+            let edited = crate::beneath::Root::open(r.root)
+                .map_err(Into::into)
+                .and_then(|b| file::edited_since(&b, rec, settings));
+            match edited {
+                Ok(Some(why)) => (Outcome::Forgotten, why),
+                Ok(None) => (
+                    Outcome::Removed,
+                    "no longer declared; would be removed".into(),
+                ),
+                Err(e) => (Outcome::Failed, e.to_string()),
+            }
+        }
         Shape::Directory if rec.found => (
             Outcome::Forgotten,
             "taken over, not created: left in place".into(),

@@ -817,3 +817,25 @@ fn a_recovered_record_may_carry_its_stamp() {
         "{got:?}"
     );
 }
+
+#[test]
+fn an_owner_or_group_past_the_largest_id_is_refused_naming_it() {
+    let v = json!({
+        "version": 1, "node": "n", "mode": "converged",
+        "resources": [
+            {"id": "a", "type": "file", "path": "/a", "content": "", "owner": "4294967295"},
+            {"id": "b", "type": "directory", "path": "/b", "group": "99999999999"},
+            {"id": "c", "type": "file", "path": "/c", "content": "", "owner": "4294967294", "group": "0"}
+        ]
+    });
+    let p = problems(v, Source::Local);
+    assert_eq!(p.len(), 2, "{p:?}");
+    assert!(
+        p[0].contains("resources[0].owner") && p[0].contains("4294967295 is out of range"),
+        "{p:?}"
+    );
+    assert!(
+        p[1].contains("resources[1].group") && p[1].contains("99999999999 is out of range"),
+        "{p:?}"
+    );
+}

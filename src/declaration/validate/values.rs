@@ -157,9 +157,20 @@ pub fn parse_mode(s: &str) -> Result<u32, Invalid> {
     u32::from_str_radix(s, 8).map_err(|e| Invalid(format!("mode {s:?}: {e}")))
 }
 
+/// The largest id an owner or group may be given by number: 4294967295 is `(uid_t)-1`, which
+/// chown(2) reads as "leave it as it is", so a file declared with it would keep whatever owner
+/// it had while the host reported it written as declared.
+pub(crate) const MAX_ID: u32 = u32::MAX - 1;
+
 pub(crate) fn check_account(s: &str) -> Result<(), Invalid> {
     if !s.is_empty() && s.chars().all(|c| c.is_ascii_digit()) {
-        return Ok(());
+        return match s.parse::<u32>() {
+            Ok(id) if id <= MAX_ID => Ok(()),
+            _ => Err(Invalid(format!(
+                "account id {s} is out of range: an owner or group given by number is at most \
+                 {MAX_ID} (4294967295 is chown's \"leave it as it is\")"
+            ))),
+        };
     }
     charset(s, "account name", 32, |c| {
         c.is_ascii_alphanumeric() || "_-.".contains(c)
