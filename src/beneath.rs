@@ -29,6 +29,11 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use found::coarse_now;
+pub use found::{hex, Found};
+use mount::mount_at;
+pub use mount::{is_machine_root, mount_of, mount_of_path, Mount};
+
 /// Why a declared path could not be resolved or used beneath the root. Each message names the
 /// declared path (the resource) and, for a refusal, the component that caused it.
 #[derive(Debug, thiserror::Error)]
@@ -112,128 +117,6 @@ impl Dir {
     }
 }
 
-/// A regular file found at a declared path, open for reading.
-#[derive(Debug)]
-pub struct Found {
-    pub file: File,
-    pub size: u64,
-    pub mode: u32,
-    pub uid: u32,
-    pub gid: u32,
-    /// Its identity and times, by `fstat` on this handle.
-    pub stamp: crate::store::Stamp,
-    /// Whether its change time was older than the clock's tick before the `fstat` (see
-    /// [`crate::store::Stamp`]): only then is the stamp kept beside a digest read through this
-    /// handle.
-    pub settled: bool,
-    /// When a whole read of it gives up (`settings.found_read_s`), with the seconds it was given:
-    /// a read past it fails with `TimedOut`, naming them. `None`: no deadline.
-    pub deadline: Option<(std::time::Instant, u64)>,
-}
-
-/// Bytes read per call when a found file is streamed.
-const CHUNK: usize = 64 * 1024;
-
-impl Found {
-    /// Reads the whole file through `each` in chunks from offset 0 (never all at once).
-    pub fn stream(
-        &self,
-        mut each: impl FnMut(&[u8]) -> std::io::Result<()>,
-    ) -> std::io::Result<u64> {
-        let mut buf = vec![0u8; CHUNK];
-        let mut at = 0u64;
-        loop {
-            if let Some((by, secs)) = self.deadline {
-                if std::time::Instant::now() > by {
-                    return Err(std::io::Error::new(
-                        std::io::ErrorKind::TimedOut,
-                        format!(
-                            "read stopped after {at} of {} bytes: past its deadline of {secs} s \
-                             (settings.found_read_s)",
-                            self.size
-                        ),
-                    ));
-                }
-            }
-            let n = match self.file.read_at(&mut buf, at) {
-                Ok(0) => return Ok(at),
-                Ok(n) => n,
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                Err(e) => return Err(e),
-            };
-            each(&buf[..n])?;
-            at += n as u64;
-        }
-    }
-
-    /// Whether the file holds exactly `bytes`: the length first, then streamed.
-    pub fn holds(&self, bytes: &[u8]) -> std::io::Result<bool> {
-        if self.size != bytes.len() as u64 {
-            return Ok(false);
-        }
-        let mut rest = bytes;
-        let mut same = true;
-        let read = self.stream(|chunk| {
-            if same {
-                same = rest.len() >= chunk.len() && rest[..chunk.len()] == *chunk;
-                if same {
-                    rest = &rest[chunk.len()..];
-                }
-            }
-            Ok(())
-        })?;
-        Ok(same && rest.is_empty() && read == bytes.len() as u64)
-    }
-
-    /// The stamp to keep beside a digest read through this handle: `None` when it is not settled,
-    /// or when the file is read in one call (no larger than a chunk), which costs no more than
-    /// its stamp would cost the store.
-    pub fn settled_stamp(&self) -> Option<crate::store::Stamp> {
-        (self.settled && self.size > CHUNK as u64).then_some(self.stamp)
-    }
-
-    /// Whether `recorded` is a stamp this file still shows: its digest is then the record's, and
-    /// nothing need be read.
-    pub fn unchanged_since(&self, recorded: Option<&crate::store::Stamp>) -> bool {
-        recorded == Some(&self.stamp)
-    }
-
-    /// The file's digest as the store writes digests (`sha256:<hex>`), streamed.
-    pub fn digest(&self) -> std::io::Result<String> {
-        use sha2::{Digest, Sha256};
-        let mut h = Sha256::new();
-        self.stream(|c| {
-            h.update(c);
-            Ok(())
-        })?;
-        Ok(hex(&h.finalize()))
-    }
-}
-
-/// `sha256:<hex>` of a finished sha256.
-pub fn hex(sum: &[u8]) -> String {
-    let mut out = String::with_capacity(71);
-    out.push_str("sha256:");
-    for b in sum {
-        out.push_str(&format!("{b:02x}"));
-    }
-    out
-}
-
-/// The coarse real-time clock (seconds, nanoseconds): the clock the kernel stamps a file's change
-/// time from (or a finer one), read before a file's `fstat` to tell whether the change time it
-/// shows is settled.
-fn coarse_now() -> [i64; 2] {
-    let mut ts = nix::libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid timespec for the call to fill; CLOCK_REALTIME_COARSE always exists
-    // on Linux. On failure it stays zero, and no change time is then settled.
-    unsafe { nix::libc::clock_gettime(nix::libc::CLOCK_REALTIME_COARSE, &mut ts) };
-    [ts.tv_sec, ts.tv_nsec]
-}
-
 /// What a removal found.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Removed {
@@ -249,99 +132,6 @@ pub struct Root {
     path: PathBuf,
     /// The root's own mount, when it is not the machine's `/`: nothing beneath may be on another.
     xdev: Option<Mount>,
-}
-
-/// Which mount a file is on: `statx`'s mount id where the kernel gives it (Linux 5.8), and its
-/// device (a bind mount of a directory on the same file system has the same device, so the id
-/// is what tells it; the device is the fallback).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Mount {
-    id: Option<u64>,
-    dev: (u32, u32),
-}
-
-impl Mount {
-    /// Whether `other` is this same mount.
-    pub fn same(&self, other: &Mount) -> bool {
-        match (self.id, other.id) {
-            (Some(a), Some(b)) => a == b,
-            _ => self.dev == other.dev,
-        }
-    }
-
-    /// The mount in words, for a refusal: its id, where it is mounted and what of which file
-    /// system it shows, from `/proc/self/mountinfo` when that can be read.
-    pub fn describe(&self) -> String {
-        let (major, minor) = self.dev;
-        let Some(id) = self.id else {
-            return format!("device {major}:{minor}");
-        };
-        let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-        let line = info.lines().find_map(|l| {
-            let f: Vec<&str> = l.split(' ').collect();
-            (f.first() == Some(&id.to_string().as_str()) && f.len() > 4).then(|| (f[3], f[4]))
-        });
-        match line {
-            Some((from, at)) => {
-                format!("mount {id} at {at}, {from} of device {major}:{minor}")
-            }
-            None => format!("mount {id}, device {major}:{minor}"),
-        }
-    }
-}
-
-/// The mount of what `path` names relative to `dirfd` (the handle itself with an empty path),
-/// never following a link.
-fn mount_at(dirfd: std::os::fd::RawFd, path: &std::ffi::CStr) -> Result<Mount, Errno> {
-    let mut stx = std::mem::MaybeUninit::<nix::libc::statx>::zeroed();
-    let mut flags = nix::libc::AT_SYMLINK_NOFOLLOW | nix::libc::AT_NO_AUTOMOUNT;
-    if path.is_empty() {
-        flags |= nix::libc::AT_EMPTY_PATH;
-    }
-    // SAFETY: `path` is a valid C string, `stx` a buffer of the size the kernel writes.
-    let rc = unsafe {
-        nix::libc::statx(
-            dirfd,
-            path.as_ptr(),
-            flags,
-            nix::libc::STATX_MNT_ID,
-            stx.as_mut_ptr(),
-        )
-    };
-    if rc != 0 {
-        return Err(Errno::last());
-    }
-    // SAFETY: statx returned 0, so it filled the buffer.
-    let stx = unsafe { stx.assume_init() };
-    Ok(Mount {
-        id: (stx.stx_mask & nix::libc::STATX_MNT_ID != 0).then_some(stx.stx_mnt_id),
-        dev: (stx.stx_dev_major, stx.stx_dev_minor),
-    })
-}
-
-/// The mount an open handle is on.
-pub fn mount_of(fd: BorrowedFd<'_>) -> Result<Mount, Errno> {
-    use std::os::fd::AsRawFd;
-    mount_at(fd.as_raw_fd(), c"")
-}
-
-/// The mount of a path (the link itself when it is one).
-pub fn mount_of_path(path: &Path) -> Result<Mount, Errno> {
-    use std::os::unix::ffi::OsStrExt;
-    let c = std::ffi::CString::new(path.as_os_str().as_bytes()).map_err(|_| Errno::EINVAL)?;
-    mount_at(nix::libc::AT_FDCWD, &c)
-}
-
-/// Whether `path` is the machine's own `/` (the same directory, however it is spelled): under it
-/// mounts are the machine's layout; under any other root, a mount is a way out of it.
-pub fn is_machine_root(path: &Path) -> bool {
-    match (std::fs::metadata(path), std::fs::metadata("/")) {
-        (Ok(a), Ok(b)) => {
-            use std::os::unix::fs::MetadataExt;
-            a.dev() == b.dev() && a.ino() == b.ino()
-        }
-        _ => false,
-    }
 }
 
 /// The components of a declared path, refused if it is not clean.
@@ -921,5 +711,7 @@ pub fn copy_digest(found: &Found, out: Option<&mut File>) -> std::io::Result<Str
     Ok(hex(&h.finalize()))
 }
 
+mod found;
+mod mount;
 #[cfg(test)]
 mod tests;

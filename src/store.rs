@@ -17,14 +17,21 @@
 //! found.
 
 mod checksum;
+mod confined;
+mod flip;
 mod journal;
 mod records;
+mod stamp;
 
 #[cfg(test)]
 mod fuzz;
 
+use confined::open_lock_in;
+pub use confined::{confined_dir, Confined};
+pub use flip::{Boot, BootUnit, Flip, FlipStage};
 pub use journal::Op;
 pub use records::List;
+pub use stamp::Stamp;
 
 use crate::briefing::Briefing;
 use crate::declaration::{Declaration, Mode, Settings, Shape, Source};
@@ -145,66 +152,6 @@ pub struct Held {
     pub stamp: Option<Stamp>,
 }
 
-/// What a file's digest was taken of, read by `fstat` on the handle it was read through: its
-/// device and inode, its size, and its modification and change times with their nanoseconds.
-/// Any write to the file moves its change time (so does `utime` putting its modification time
-/// back, a `chmod`, a `chown`, a rename onto it makes another inode), so a file that still shows
-/// the same stamp holds the bytes its digest was taken of, and is not read again.
-///
-/// A stamp is kept only when it is *settled*: its change time is older than the coarse clock
-/// read before the `fstat`. A write in the same clock tick as the reading could otherwise leave
-/// the change time as it was (the racy case); one that is older than the reading's tick cannot be
-/// repeated by any later write.
-///
-/// Stored as one short string, `dev:ino:size:mtime:ctime` with each time as
-/// `seconds.nanoseconds` (`2049:1835016:4294967296:1764871200.123456789:1764871200.123456789`):
-/// a stamp is kept for every file larger than one read, and the store is read whole by every
-/// command, so it costs a line, not an object of seven.
-#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
-#[serde(into = "String", try_from = "String")]
-pub struct Stamp {
-    pub dev: u64,
-    pub ino: u64,
-    pub size: u64,
-    /// Seconds and nanoseconds.
-    pub mtime: [i64; 2],
-    pub ctime: [i64; 2],
-}
-
-impl From<Stamp> for String {
-    fn from(s: Stamp) -> String {
-        format!(
-            "{}:{}:{}:{}.{:09}:{}.{:09}",
-            s.dev, s.ino, s.size, s.mtime[0], s.mtime[1], s.ctime[0], s.ctime[1]
-        )
-    }
-}
-
-impl TryFrom<String> for Stamp {
-    type Error = String;
-    fn try_from(text: String) -> Result<Stamp, String> {
-        let bad = || format!("not a file's stamp (dev:ino:size:mtime:ctime): {text:?}");
-        let time = |t: &str| -> Option<[i64; 2]> {
-            let (s, ns) = t.split_once('.')?;
-            let ns: i64 = ns.parse().ok()?;
-            (0..1_000_000_000)
-                .contains(&ns)
-                .then_some([s.parse().ok()?, ns])
-        };
-        let parts: Vec<&str> = text.split(':').collect();
-        let [dev, ino, size, mtime, ctime] = parts[..] else {
-            return Err(bad());
-        };
-        Ok(Stamp {
-            dev: dev.parse().map_err(|_| bad())?,
-            ino: ino.parse().map_err(|_| bad())?,
-            size: size.parse().map_err(|_| bad())?,
-            mtime: time(mtime).ok_or_else(bad)?,
-            ctime: time(ctime).ok_or_else(bad)?,
-        })
-    }
-}
-
 /// The saved original of a found file, kept for good.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
@@ -277,53 +224,6 @@ pub struct State {
     /// here, the derived filter is the node's firewall.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub flip: Option<Flip>,
-}
-
-/// The node's own firewall as the last apply left it in force, for the boot step: the guard on
-/// an adopted node, the derived filter on a flipped one.
-#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Default)]
-#[serde(deny_unknown_fields)]
-pub struct Boot {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub guard: Option<firewall::GuardSpec>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub filter: Option<firewall::FilterSpec>,
-}
-
-/// What the flip of an adopted node to converged saved, and how far it got.
-#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
-#[serde(deny_unknown_fields)]
-pub struct Flip {
-    pub stage: FlipStage,
-    /// The found firewall of each kind as it was before the flip: what return puts back.
-    pub retired: Vec<firewall::Retired>,
-    /// Each found firewall's boot unit, and whether it was enabled before the flip.
-    pub units: Vec<BootUnit>,
-    /// The ports ssh listened on at the flip, kept reachable by the derived filter.
-    pub ssh: Vec<u16>,
-    /// Where the operator's ssh sessions came from when genesis raised the node converged, kept
-    /// reachable on ssh's ports by the derived filter (empty for the flip of an adopted node).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub ssh_from: Vec<std::net::IpAddr>,
-}
-
-/// How far a flip got: `saved` when the found firewall's state is kept and nothing else may
-/// have happened yet (the next apply finishes it), `done` when the filter is in force and the
-/// found firewall retired.
-#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
-#[serde(rename_all = "lowercase")]
-pub enum FlipStage {
-    Saved,
-    Done,
-}
-
-/// A found firewall's boot unit as the flip found it.
-#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
-#[serde(deny_unknown_fields)]
-pub struct BootUnit {
-    pub unit: String,
-    /// `None` when the service manager could not say (no such unit, none here).
-    pub enabled: Option<bool>,
 }
 
 impl State {
@@ -427,81 +327,6 @@ pub const RELEASED: &str = "released.json";
 /// The directory of the store under a root.
 pub fn store_dir(root: &Path) -> PathBuf {
     root.join("var/lib/mesh-host")
-}
-
-/// The store's directory as a declared path, for `beneath`.
-const STORE_PATH: &str = "/var/lib/mesh-host";
-
-/// The names in the store's directory that are checked before it is used under a root other
-/// than `/`: none may be a link or on another mount.
-const ENTRIES: [&str; 13] = [
-    "lock",
-    ACTING,
-    "state.json",
-    "state.json.tmp",
-    journal::FILE,
-    RELEASED,
-    crate::launch::KNOWN_GOOD,
-    crate::launch::ATTEMPTS,
-    crate::launch::ROLLED_BACK,
-    "run.lock",
-    "run.pid",
-    "run.pid.tmp",
-    "originals",
-];
-
-/// Where the store's directory is, as `beneath` found it.
-pub enum Confined {
-    /// The root is the machine's `/`: its mounts and links are the machine's layout, and the
-    /// store is opened by path.
-    Machine,
-    /// Under another root, the store has no directory yet (and none was to be made).
-    Missing,
-    /// Under another root, the store's directory, opened beneath it: no link and no mount on the
-    /// way to it, to its `originals/` or at any of its files.
-    Dir(crate::beneath::Dir),
-}
-
-/// The store's directory under a root other than the machine's `/`, resolved (and made, when
-/// `make`) through `beneath` like a declared path: a symbolic link or a mount on the way to
-/// `var/lib/mesh-host`, to its `originals/`, or at one of its files is refused naming it, so
-/// nothing of the store is read or written outside the root.
-pub fn confined_dir(root: &Path, make: bool) -> Result<Confined, StoreError> {
-    use crate::beneath::Root;
-    let outside = |source| StoreError::Outside {
-        path: store_dir(root),
-        source,
-    };
-    let b = Root::open(root).map_err(outside)?;
-    if !b.confined() {
-        return Ok(Confined::Machine);
-    }
-    let dir = if make {
-        b.mkdir_all(STORE_PATH).map(Some)
-    } else {
-        b.dir(STORE_PATH)
-    }
-    .map_err(outside)?;
-    let Some(dir) = dir else {
-        return Ok(Confined::Missing);
-    };
-    for name in ENTRIES {
-        b.entry(&dir, &format!("{STORE_PATH}/{name}"))
-            .map_err(outside)?;
-    }
-    b.dir(&format!("{STORE_PATH}/originals")).map_err(outside)?;
-    Ok(Confined::Dir(dir))
-}
-
-/// Opens (creating) a lock file by name in the store's directory handle, following no link.
-fn open_lock_in(dir: &crate::beneath::Dir, name: &str) -> Result<File, nix::errno::Errno> {
-    nix::fcntl::openat(
-        dir.fd(),
-        name,
-        OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
-        nix::sys::stat::Mode::from_bits_truncate(0o644),
-    )
-    .map(File::from)
 }
 
 /// Whether another process holds the store under `root` open now (an apply, a converge, an

@@ -1,0 +1,82 @@
+//! The store's directory under a root other than the machine's `/`, resolved through `beneath`
+//! like a declared path: no link and no mount on the way to it or at its files.
+
+use super::*;
+
+/// The store's directory as a declared path, for `beneath`.
+const STORE_PATH: &str = "/var/lib/mesh-host";
+
+/// The names in the store's directory that are checked before it is used under a root other
+/// than `/`: none may be a link or on another mount.
+const ENTRIES: [&str; 13] = [
+    "lock",
+    ACTING,
+    "state.json",
+    "state.json.tmp",
+    journal::FILE,
+    RELEASED,
+    crate::launch::KNOWN_GOOD,
+    crate::launch::ATTEMPTS,
+    crate::launch::ROLLED_BACK,
+    "run.lock",
+    "run.pid",
+    "run.pid.tmp",
+    "originals",
+];
+
+/// Where the store's directory is, as `beneath` found it.
+pub enum Confined {
+    /// The root is the machine's `/`: its mounts and links are the machine's layout, and the
+    /// store is opened by path.
+    Machine,
+    /// Under another root, the store has no directory yet (and none was to be made).
+    Missing,
+    /// Under another root, the store's directory, opened beneath it: no link and no mount on the
+    /// way to it, to its `originals/` or at any of its files.
+    Dir(crate::beneath::Dir),
+}
+
+/// The store's directory under a root other than the machine's `/`, resolved (and made, when
+/// `make`) through `beneath` like a declared path: a symbolic link or a mount on the way to
+/// `var/lib/mesh-host`, to its `originals/`, or at one of its files is refused naming it, so
+/// nothing of the store is read or written outside the root.
+pub fn confined_dir(root: &Path, make: bool) -> Result<Confined, StoreError> {
+    use crate::beneath::Root;
+    let outside = |source| StoreError::Outside {
+        path: store_dir(root),
+        source,
+    };
+    let b = Root::open(root).map_err(outside)?;
+    if !b.confined() {
+        return Ok(Confined::Machine);
+    }
+    let dir = if make {
+        b.mkdir_all(STORE_PATH).map(Some)
+    } else {
+        b.dir(STORE_PATH)
+    }
+    .map_err(outside)?;
+    let Some(dir) = dir else {
+        return Ok(Confined::Missing);
+    };
+    for name in ENTRIES {
+        b.entry(&dir, &format!("{STORE_PATH}/{name}"))
+            .map_err(outside)?;
+    }
+    b.dir(&format!("{STORE_PATH}/originals")).map_err(outside)?;
+    Ok(Confined::Dir(dir))
+}
+
+/// Opens (creating) a lock file by name in the store's directory handle, following no link.
+pub(super) fn open_lock_in(
+    dir: &crate::beneath::Dir,
+    name: &str,
+) -> Result<File, nix::errno::Errno> {
+    nix::fcntl::openat(
+        dir.fd(),
+        name,
+        OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+        nix::sys::stat::Mode::from_bits_truncate(0o644),
+    )
+    .map(File::from)
+}
