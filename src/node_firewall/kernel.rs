@@ -209,7 +209,7 @@ impl NodeFirewall for Kernel {
         start: &mut dyn FnMut() -> Result<(), Error>,
     ) -> Result<(), Error> {
         let fw = self.found()?;
-        let before = fw.listing_now()?;
+        let before = fw.listing()?;
         start()?;
         Ok(fw.unflip(saved, Some(&before))?)
     }

@@ -112,12 +112,6 @@ impl Firewall<'_> {
         Ok(())
     }
 
-    /// The whole ruleset as it stands now, every table's rules included: what the return's
-    /// wait compares with, listed before a daemon of the return is started.
-    pub fn listing_now(&mut self) -> Result<Ruleset> {
-        self.listing()
-    }
-
     /// Puts the derived filter in force as `spec` says; `true` when it had to be written.
     pub fn ensure_filter(&mut self, spec: &FilterSpec) -> Result<bool> {
         let sock = self.nf.as_mut().ok_or_else(no_nf)?;
@@ -139,8 +133,9 @@ impl Firewall<'_> {
     }
 
     /// The whole ruleset, every table's rules included (never read by table): what is retired
-    /// is saved from it and put back exactly.
-    fn listing(&mut self) -> Result<Ruleset> {
+    /// is saved from it and put back exactly, and what the return's wait compares with (listed
+    /// by the caller before a daemon of the return is started).
+    pub fn listing(&mut self) -> Result<Ruleset> {
         match self.nf.as_mut() {
             Some(s) => s.ruleset_complete(None),
             None => Err(no_nf()),
