@@ -106,3 +106,87 @@ fn a_service_manager_that_never_answers_fails_at_the_deadline_and_the_next_apply
     assert_eq!(r.outcome("web/nginx"), "unchanged");
     assert_eq!(node.state()["owned"][0]["id"], "web/nginx");
 }
+
+/// The pids of the live processes whose command line is exactly `line` and whose environment
+/// holds `MESH_TEST_TAG=tag` (so another run's processes on the machine are not counted).
+fn tagged(line: &str, tag: &str) -> Vec<String> {
+    let want = format!("MESH_TEST_TAG={tag}");
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let pid = entry.file_name().to_string_lossy().into_owned();
+        let (Ok(cmdline), Ok(env)) = (
+            std::fs::read(entry.path().join("cmdline")),
+            std::fs::read(entry.path().join("environ")),
+        ) else {
+            continue;
+        };
+        let words: Vec<&[u8]> = cmdline
+            .split(|b| *b == 0)
+            .filter(|w| !w.is_empty())
+            .collect();
+        if words.join(&b' ') == line.as_bytes()
+            && env.split(|b| *b == 0).any(|v| v == want.as_bytes())
+            && alive(&pid)
+        {
+            found.push(pid);
+        }
+    }
+    found
+}
+
+#[test]
+fn a_daemon_an_action_starts_with_setsid_is_killed_at_the_deadline_and_named() {
+    let node = Node::new();
+    let tag = format!("setsid-{}", std::process::id());
+    let decl = json!({
+        "version": 1, "node": "n1", "mode": "converged",
+        "settings": {
+            "ports": {"store": 5432, "bus": 5672, "broker_management": 15672, "registry": 5000, "hub": 51820},
+            "deadlines": {"action_s": 1}
+        },
+        "resources": [
+            {"id": "ops/daemon", "module": "ops", "type": "action",
+             "run": ["sh", "-c", "setsid sh -c 'sleep 1000' & sleep 30"],
+             "verify": ["false"]}
+        ]
+    });
+    let started = Instant::now();
+    let r = node.apply_env(&decl, &[], &[("MESH_TEST_TAG", tag.as_str())]);
+    let took = started.elapsed();
+    assert_eq!(r.code, Some(1), "{}\n{}", r.stdout, r.stderr);
+    assert!(took < Duration::from_secs(20), "took {took:?}");
+    assert_eq!(r.outcome("ops/daemon"), "failed");
+    let report = r.json();
+    let detail = report["entries"][0]["detail"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    // Nothing is left of the daemon once the apply has returned (a killed process is gone when
+    // it is next scheduled, and its reaper may take a moment).
+    let until = Instant::now() + Duration::from_secs(10);
+    while !tagged("sleep 1000", &tag).is_empty() && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(
+        tagged("sleep 1000", &tag),
+        Vec::<String>::new(),
+        "the setsid daemon outlived the action's deadline: {detail}"
+    );
+    // The report names what was killed: the new session's shell and its sleep.
+    let said = detail
+        .split_once("; killed 2 processes left behind: ")
+        .map(|(_, s)| s.to_string())
+        .unwrap_or_else(|| panic!("no kill named in {detail:?}"));
+    let names: Vec<&str> = said
+        .split(", pid ")
+        .map(|p| {
+            p.split_once(" (")
+                .map_or("", |(_, c)| c.trim_end_matches(')'))
+        })
+        .collect();
+    assert_eq!(names, ["sh -c sleep 1000", "sleep 1000"], "{detail}");
+    assert!(
+        detail.contains("did not finish within 1 s and was killed"),
+        "{detail}"
+    );
+}

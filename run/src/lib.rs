@@ -7,12 +7,14 @@
 mod capture;
 mod deadlines;
 pub mod interrupt;
+mod leftovers;
 mod progress;
 mod runner;
 mod spawn;
 
 pub use capture::{Keep, PastLimit, EXCERPT_BYTES, WHOLE_LIMIT};
 pub use deadlines::{Deadlines, Kind};
+pub use leftovers::{LeftBehind, MARK};
 pub use progress::{set_progress_hook, Hook, Progress, REPORT_AFTER, REPORT_EVERY};
 pub use runner::{
     describe, excerpt, on_path, Call, Deadlined, RecordingRunner, Runner, SystemRunner,

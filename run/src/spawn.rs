@@ -1,7 +1,8 @@
 //! The one implementation of starting a child: spawned in a process group of its own, killed
 //! (`PR_SET_PDEATHSIG`) if the thread that started it dies first, its input written and its output
 //! read on one thread with `poll(2)`, all of it within one deadline, at which the whole group is
-//! killed; reachable by an interrupt the process catches (`interrupt`) while it runs.
+//! killed, and with it whatever the child started that left the group (`leftovers`); reachable by
+//! an interrupt the process catches (`interrupt`) while it runs.
 
 use crate::capture::{Capture, Keep, PastLimit};
 use std::ffi::OsStr;
@@ -51,6 +52,9 @@ pub struct PastDeadline {
     pub exited: Option<String>,
     /// What the child had written on stderr by then.
     pub stderr: Vec<u8>,
+    /// The processes it had started that had left its process group (`setsid`), killed with
+    /// it.
+    pub left_behind: Vec<crate::LeftBehind>,
 }
 
 impl PastDeadline {
@@ -64,6 +68,9 @@ impl PastDeadline {
             text.push_str(&format!(
                 " (it had {exited}, but a process it started still held its output)"
             ));
+        }
+        if let Some(killed) = crate::leftovers::said(&self.left_behind) {
+            text.push_str(&format!("; {killed}"));
         }
         text
     }
@@ -113,8 +120,14 @@ pub fn command_keeping(
     if stdin.is_some() {
         cmd.stdin(Stdio::piped());
     }
+    let mark = format!(
+        "{}.{}",
+        std::process::id(),
+        CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    );
     cmd.stdout(Stdio::piped())
         .stderr(Stdio::piped())
+        .env(crate::leftovers::MARK, &mark)
         .process_group(0);
     let parent = std::process::id() as libc::pid_t;
     let image = Image::of(cmd);
@@ -128,6 +141,12 @@ pub fn command_keeping(
             // The parent died before the setting was made: nobody would kill this child.
             if libc::getppid() != parent {
                 return Err(io::Error::from_raw_os_error(libc::ESRCH));
+            }
+            // What the child starts and leaves (a double fork's daemon) is handed to the child,
+            // not to init, while the child lives: still its descendant when the deadline comes.
+            // Kept across exec.
+            if libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1) != 0 {
+                return Err(io::Error::last_os_error());
             }
             if let Some(image) = &image {
                 // Returns only when it failed.
@@ -164,6 +183,12 @@ pub fn command_keeping(
     // SAFETY: kill(2) has no memory effects; the negative id is the child's own process group
     // (`process_group(0)` made it equal to the unreaped child's pid).
     unsafe {
+        libc::kill(-(child.id() as i32), libc::SIGSTOP);
+    }
+    // What left the group (`setsid`, `setpgid`) is found and killed as well, named.
+    let left_behind = crate::leftovers::kill_all(child.id() as i32, &mark, exited.is_some());
+    // SAFETY: as above.
+    unsafe {
         libc::kill(-(child.id() as i32), libc::SIGKILL);
     }
     // A child that moved to a group of its own goes too.
@@ -177,6 +202,7 @@ pub fn command_keeping(
                 argv,
                 deadline,
                 exited,
+                left_behind,
                 stderr: stderr.finish().unwrap_or_default(),
             },
         )),
@@ -184,6 +210,9 @@ pub fn command_keeping(
         Ok(Ok(_)) => unreachable!("returned above"),
     }
 }
+
+/// The number of the next call, for its mark.
+static CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 /// A child that exited, with what was kept of its output.
 struct Ended {

@@ -82,6 +82,101 @@ fn a_grandchild_holding_stdout_ends_the_call_at_the_deadline_and_goes_with_the_g
 }
 
 #[test]
+fn a_grandchild_that_left_the_group_with_setsid_is_killed_at_the_deadline_and_named() {
+    let e = SystemRunner
+        .run_within(
+            &sh("setsid sh -c 'sleep 1044' & sleep 1045"),
+            Path::new("/"),
+            &[],
+            Duration::from_millis(500),
+        )
+        .unwrap_err();
+    assert_eq!(e.kind(), io::ErrorKind::TimedOut);
+    let past = past_deadline(&e);
+    // The new session's shell and its sleep (dash forks for a `-c` line's last command).
+    let mut commands: Vec<&str> = past
+        .left_behind
+        .iter()
+        .map(|l| l.command.as_str())
+        .collect();
+    commands.sort();
+    assert_eq!(commands, ["sh -c sleep 1044", "sleep 1044"]);
+    let named: Vec<String> = past
+        .left_behind
+        .iter()
+        .map(|l| format!("pid {} ({})", l.pid, l.command))
+        .collect();
+    assert_eq!(
+        e.to_string(),
+        format!(
+            "sh -c \"setsid sh -c 'sleep 1044' & sleep 1045\" did not finish within 500 ms and \
+             was killed; killed 2 processes left behind: {}",
+            named.join(", ")
+        )
+    );
+    assert!(
+        gone("sleep 1044"),
+        "the setsid grandchild outlived the deadline"
+    );
+    assert!(gone("sleep 1045"));
+}
+
+#[test]
+fn a_daemon_double_forked_out_of_an_ended_child_is_killed_at_the_deadline() {
+    // The child ends at once; the daemon it left (its own session, handed to init) holds its
+    // output, so the call waits to the deadline, and goes then, found by its mark.
+    let e = SystemRunner
+        .run_within(
+            &sh("(setsid sh -c 'sleep 1046' &) ; exit 0"),
+            Path::new("/"),
+            &[],
+            Duration::from_millis(500),
+        )
+        .unwrap_err();
+    assert_eq!(e.kind(), io::ErrorKind::TimedOut);
+    let past = past_deadline(&e);
+    assert_eq!(past.exited.as_deref(), Some("exited with status 0"));
+    let mut commands: Vec<&str> = past
+        .left_behind
+        .iter()
+        .map(|l| l.command.as_str())
+        .collect();
+    commands.sort();
+    assert_eq!(commands, ["sh -c sleep 1046", "sleep 1046"]);
+    assert!(gone("sleep 1046"), "the daemon outlived the deadline");
+}
+
+#[test]
+fn a_daemon_started_by_a_child_that_ends_in_time_is_left_running() {
+    // A service's start script daemonises on purpose: nothing is killed after a call that
+    // ended within its deadline.
+    let out = SystemRunner
+        .run_within(
+            &sh("setsid sh -c 'sleep 1047' </dev/null >/dev/null 2>&1 & exit 0"),
+            Path::new("/"),
+            &[],
+            Duration::from_secs(5),
+        )
+        .unwrap();
+    assert!(out.success());
+    let until = Instant::now() + Duration::from_secs(5);
+    while running("sleep 1047").is_empty() && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let pids = running("sleep 1047");
+    assert_eq!(pids.len(), 1, "the daemon runs after the call: {pids:?}");
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(running("sleep 1047"), pids, "and still runs");
+    for pid in pids {
+        // SAFETY: kill(2) of the test's own daemon, found by its command line just now.
+        unsafe {
+            libc::kill(pid.parse().unwrap(), libc::SIGKILL);
+        }
+    }
+    assert!(gone("sleep 1047"));
+}
+
+#[test]
 fn a_child_that_never_reads_a_large_input_is_killed_at_the_deadline() {
     let big = vec![b'x'; 4 << 20];
     let started = Instant::now();
