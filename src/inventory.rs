@@ -44,6 +44,10 @@ const INSPECT_AT_ONCE: usize = 200;
 /// The running containers, through whichever runtime is on the machine (none is not an error:
 /// a machine without a runtime runs no containers).
 pub fn running_containers(runner: &dyn Runner) -> Result<(Vec<Container>, Runtime)> {
+    // Under a root other than `/` the engine is this machine's, not the root's: not asked.
+    if let Some(why) = system::confined("container runtime") {
+        return Ok((Vec::new(), Runtime::None(why)));
+    }
     let Some(kind) = system::detect_runtime(|k| std::env::var(k).ok(), system::on_path) else {
         return Ok((
             Vec::new(),

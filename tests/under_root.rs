@@ -287,6 +287,106 @@ fn services_and_packages_under_a_root_never_touch_the_machine() {
     assert!(called.starts_with("systemctl show "), "{called}");
 }
 
+/// Proves containers under a root other than `/` are refused before anything, like services and
+/// packages (exit 3, each named): the `docker` and `podman` on PATH (recording stubs) are never
+/// called, and neither engine's socket (a listener of the test's, named by `DOCKER_HOST` and
+/// `CONTAINER_HOST`) is connected to; the preview alike. Asked for explicitly, the runtime is
+/// what the host drives.
+#[test]
+fn containers_under_a_root_never_touch_the_machines_engine() {
+    let node = Node::new();
+    let stub = tempfile::tempdir().unwrap();
+    let bin = stub.path().join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    for prog in ["docker", "podman"] {
+        let p = bin.join(prog);
+        std::fs::write(&p, RECORDER).unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let sockets: Vec<std::os::unix::net::UnixListener> = ["docker.sock", "podman.sock"]
+        .iter()
+        .map(|s| {
+            let l = std::os::unix::net::UnixListener::bind(stub.path().join(s)).unwrap();
+            l.set_nonblocking(true).unwrap();
+            l
+        })
+        .collect();
+    let asked = || sockets.iter().filter(|l| l.accept().is_ok()).count();
+    let path = format!("{}:/usr/sbin:/usr/bin:/sbin:/bin", bin.display());
+    let home = stub.path().display().to_string();
+    let docker_host = format!("unix://{}/docker.sock", stub.path().display());
+    let container_host = format!("unix://{}/podman.sock", stub.path().display());
+    let env = [
+        ("PATH", path.as_str()),
+        ("STUB", home.as_str()),
+        ("DOCKER_HOST", docker_host.as_str()),
+        ("CONTAINER_HOST", container_host.as_str()),
+    ];
+    let d = decl(json!([
+        {"id": "web/app", "module": "web", "type": "container", "name": "root-web",
+         "image": "lab/busybox:1", "command": ["/bin/httpd", "-f", "-p", "80"]},
+        {"id": "db/cache", "module": "db", "type": "container", "name": "root-cache",
+         "image": "lab/busybox:1", "command": ["/bin/sleep", "1000"]}
+    ]));
+    let root_before = tree(node.root());
+    let calls = || std::fs::read_to_string(stub.path().join("calls")).unwrap_or_default();
+    let r = apply_bound(&node, &[], &d, &env);
+    assert_eq!(r.code, Some(3), "{}\n{}", r.stdout, r.stderr);
+    let said = problems(&r);
+    assert!(
+        said.contains(&format!(
+            "web/app (container root-web), db/cache (container root-cache): under --root {} the \
+             container runtime would act on this machine itself, not on the root",
+            node.root().display()
+        )),
+        "{said}"
+    );
+    assert_eq!(calls(), "", "the machine's container tools were called");
+    assert_eq!(asked(), 0, "an engine's socket was asked");
+    assert_eq!(tree(node.root()), root_before, "the root changed");
+
+    // The preview is refused alike, and asks nothing either.
+    let file = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(file.path(), serde_json::to_vec(&d).unwrap()).unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_mesh-host"))
+        .arg("--root")
+        .arg(node.root())
+        .args([
+            "apply",
+            file.path().to_str().unwrap(),
+            "--preview",
+            "--json",
+        ])
+        .env_remove(HOST_TOOLS)
+        .envs(env)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3), "{:?}", out);
+    assert_eq!(
+        calls(),
+        "",
+        "the preview called the machine's container tools"
+    );
+    assert_eq!(asked(), 0, "the preview asked an engine's socket");
+    assert_eq!(tree(node.root()), root_before, "the root changed");
+
+    // Asked for explicitly, as the lab asks, the runtime is what the host drives: its socket
+    // (which answers nothing here) or its CLI (the stub) is reached.
+    let r = apply_bound(
+        &node,
+        &[],
+        &d,
+        &[env[0], env[1], env[2], env[3], (HOST_TOOLS, "1")],
+    );
+    assert_ne!(r.code, Some(3), "{}\n{}", r.stdout, r.stderr);
+    assert!(
+        !calls().is_empty() || asked() > 0,
+        "the runtime was not reached with the host's tools asked for:\n{}\n{}",
+        r.stdout,
+        r.stderr
+    );
+}
+
 /// Proves the resident host, which claims the store without a declaration (its run lock and pid
 /// file live there), refuses a symlinked store too: `run` fails at once (exit 1) naming the link,
 /// and nothing is written where it points.

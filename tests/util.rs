@@ -63,7 +63,7 @@ pub struct Node {
 pub const PRIVATE_IF: &str = "mesh0";
 
 /// The variable with which a harness asks mesh-host for the machine's own service and package
-/// managers under a `--root` other than `/` (`system::HOST_TOOLS_VAR`).
+/// managers and container runtime under a `--root` other than `/` (`system::HOST_TOOLS_VAR`).
 pub const HOST_TOOLS: &str = "MESH_HOST_HOST_TOOLS";
 pub const PRIVATE_ADDR: &str = "10.77.0.1/24";
 

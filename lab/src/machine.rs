@@ -17,8 +17,9 @@ use crate::netns;
 use crate::probe::{self, Probe, UdpEcho};
 
 /// The variable with which the lab asks mesh-host, under a `--root` other than `/`, for the
-/// machine's own service and package managers (mesh-host's `system::HOST_TOOLS_VAR`): set on
-/// every program a machine runs, since the lab's stubs stand in for those managers.
+/// machine's own service and package managers and container runtime (mesh-host's
+/// `system::HOST_TOOLS_VAR`): set on every program a machine runs, since the lab's stubs and
+/// private engines stand in for them.
 pub const HOST_TOOLS_VAR: &str = "MESH_HOST_HOST_TOOLS";
 
 /// How long a lab listener may take to start listening.

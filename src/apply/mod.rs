@@ -233,9 +233,9 @@ impl Cx<'_> {
 /// What the host would refuse of `decl` under `root` part-way, refused before anything changes:
 /// the paths validation could not judge without the root ([`ApplyError::Refused`], exit 2) and
 /// what the machine shows at the declared paths ([`ApplyError::Machine`], exit 3); and, under a
-/// root other than `/`, declared services and packages (their managers would act on this
-/// machine, not the root) and a store a link or a mount would put outside the root
-/// ([`ApplyError::Safety`], exit 3).
+/// root other than `/`, declared services, packages and containers (their managers and the
+/// container runtime would act on this machine, not the root) and a store a link or a mount
+/// would put outside the root ([`ApplyError::Safety`], exit 3).
 pub fn refuse_beforehand(root: &Path, decl: &Declaration) -> Result<(), ApplyError> {
     crate::declaration::validate::under_root(decl, root).map_err(ApplyError::Refused)?;
     preflight::check(root, decl).map_err(ApplyError::Machine)?;

@@ -150,23 +150,37 @@ pub fn check(root: &Path, decl: &Declaration) -> Result<(), Problems> {
     }
 }
 
-/// The declared services and packages, refused together under a root other than `/` unless a
-/// test harness asked for the machine's own tools (see `system::confine`): their managers know
-/// nothing of the root and would act on this machine.
+/// The declared services, packages and containers, refused together under a root other than `/`
+/// unless a test harness asked for the machine's own tools (see `system::confine`): their
+/// managers and the container runtime know nothing of the root and would act on this machine.
 pub fn system_tools(decl: &Declaration) -> Option<String> {
+    let (mut managers, mut runtime) = (false, false);
     let named: Vec<String> = decl
         .resources
         .iter()
         .filter_map(|r| match r {
-            Resource::Service(s) => Some(format!("{} (service {})", s.id, s.name)),
-            Resource::Package(p) => Some(format!("{} (package {})", p.id, p.name)),
+            Resource::Service(s) => {
+                managers = true;
+                Some(format!("{} (service {})", s.id, s.name))
+            }
+            Resource::Package(p) => {
+                managers = true;
+                Some(format!("{} (package {})", p.id, p.name))
+            }
+            Resource::Container(c) => {
+                runtime = true;
+                Some(format!("{} (container {})", c.id, c.name))
+            }
             _ => None,
         })
         .collect();
-    if named.is_empty() {
-        return None;
-    }
-    let why = crate::system::confined("service and package managers")?;
+    let what = match (managers, runtime) {
+        (false, false) => return None,
+        (true, false) => "service and package managers",
+        (false, true) => "container runtime",
+        (true, true) => "service and package managers and the container runtime",
+    };
+    let why = crate::system::confined(what)?;
     Some(format!("{}: {why}", named.join(", ")))
 }
 

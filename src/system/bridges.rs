@@ -56,6 +56,10 @@ fn ask(runner: &dyn run::Runner) -> Vec<String> {
     {
         return Vec::new();
     }
+    // Under a root other than `/` the engine is this machine's, not the root's: not asked.
+    if super::confined("container runtime").is_some() {
+        return Vec::new();
+    }
     let Some(kind) = super::detect_runtime(|k| std::env::var(k).ok(), super::on_path) else {
         return Vec::new();
     };

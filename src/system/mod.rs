@@ -245,6 +245,9 @@ pub fn container_runtime<'r>(
     if let Some(why) = BUILD.refusal(Shape::Container) {
         return Err(Error::Unavailable(why));
     }
+    if let Some(why) = confined("container runtime") {
+        return Err(Error::Unavailable(why));
+    }
     match detect_runtime(|k| std::env::var(k).ok(), on_path) {
         Some(RuntimeKind::Docker) => Ok(Box::new(docker::new(runner))),
         Some(RuntimeKind::Podman) => Ok(Box::new(podman::new(runner))),
@@ -299,17 +302,18 @@ pub trait PackageManager {
 // Under a root other than `/`
 
 /// The environment variable with which a test harness asks, under a `--root` other than `/`,
-/// for the machine's own service and package managers (`1`): the lab's tests set it, with stub
-/// `systemctl`, `dpkg-query` and `apt-get` first on PATH standing in for them.
+/// for the machine's own service and package managers and container runtime (`1`): the lab's
+/// tests set it, with stub `systemctl`, `dpkg-query`, `apt-get` or a private engine standing in
+/// for them.
 pub const HOST_TOOLS_VAR: &str = "MESH_HOST_HOST_TOOLS";
 
 /// The `--root` under which the service and package managers are refused, once set.
 static CONFINED: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
 
 /// Says, once per process, which root the host works under. A root other than the machine's `/`
-/// is a copy of a machine (an image being built, a test's throw-away root), but `systemctl` and
-/// `dpkg` know nothing of it: they would start, enable, disable and install on this machine
-/// itself. Under such a root, without [`HOST_TOOLS_VAR`]`=1`, they are refused from then on.
+/// is a copy of a machine (an image being built, a test's throw-away root), but `systemctl`,
+/// `dpkg` and the container engines know nothing of it: they would start, enable, disable,
+/// install and run containers on this machine itself. Under such a root, without [`HOST_TOOLS_VAR`]`=1`, they are refused from then on.
 pub fn confine(root: &Path) {
     if !crate::beneath::is_machine_root(root) && std::env::var(HOST_TOOLS_VAR).as_deref() != Ok("1")
     {
