@@ -20,6 +20,7 @@ mod checksum;
 mod confined;
 mod flip;
 mod journal;
+mod named;
 mod records;
 mod stamp;
 
@@ -30,6 +31,7 @@ use confined::open_lock_in;
 pub use confined::{confined_dir, Confined};
 pub use flip::{Boot, BootUnit, Flip, FlipStage};
 pub use journal::Op;
+pub use named::Named;
 pub use records::List;
 pub use stamp::Stamp;
 
@@ -284,7 +286,8 @@ impl State {
 
 /// The store of one root, open and locked.
 pub struct Store {
-    dir: PathBuf,
+    /// The store's directory, open: its files are opened by name in it, following no link.
+    dir: Named,
     _lock: Flock<File>,
     pub state: State,
     /// The snapshot on disk that the journal applies over, once this process has read or written
@@ -323,6 +326,9 @@ const FOLD_FLOOR: u64 = 64 * 1024;
 /// node was released, not lost, so the next store made here is not a rebuilt one. Removed by that
 /// store's first save.
 pub const RELEASED: &str = "released.json";
+
+/// The snapshot's temporary name while it is written.
+const TMP: &str = "state.json.tmp";
 
 /// The directory of the store under a root.
 pub fn store_dir(root: &Path) -> PathBuf {
@@ -382,19 +388,29 @@ impl Store {
         // Under a root other than `/` the directory is made and checked beneath the root, and
         // the lock opened in its handle; the files the store then opens by name are in a
         // directory known to be the root's own, and none of them is a link.
-        let lock = match confined_dir(root, true)? {
-            Confined::Dir(d) => open_lock_in(&d, "lock").map_err(|e| StoreError::Io {
-                path: lock_path.clone(),
-                source: e.into(),
-            })?,
+        let (lock, named) = match confined_dir(root, true)? {
+            Confined::Dir(d) => (
+                open_lock_in(&d, "lock").map_err(|e| StoreError::Io {
+                    path: lock_path.clone(),
+                    source: e.into(),
+                })?,
+                Named::confined(&d, &dir).map_err(io(&dir))?,
+            ),
             Confined::Machine | Confined::Missing => {
                 fs::create_dir_all(&dir).map_err(io(&dir))?;
-                OpenOptions::new()
-                    .create(true)
-                    .truncate(false)
-                    .write(true)
-                    .open(&lock_path)
-                    .map_err(io(&lock_path))?
+                let named = Named::open(&dir).map_err(io(&dir))?;
+                let lock = nix::fcntl::openat(
+                    named.fd(),
+                    "lock",
+                    OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+                    nix::sys::stat::Mode::from_bits_truncate(0o644),
+                )
+                .map(File::from)
+                .map_err(|e| StoreError::Io {
+                    path: lock_path.clone(),
+                    source: e.into(),
+                })?;
+                (lock, named)
             }
         };
         // Blocks until the other holder lets go; held until the store is dropped.
@@ -403,10 +419,10 @@ impl Store {
                 path: lock_path,
                 source: errno.into(),
             })?;
-        let loaded = load(&dir)?;
-        let released = dir.join(RELEASED).exists();
+        let loaded = load(&named)?;
+        let released = named.exists(RELEASED);
         let mut store = Store {
-            dir,
+            dir: named,
             _lock: lock,
             state: State {
                 version: STORE_VERSION,
@@ -437,40 +453,39 @@ impl Store {
     }
 
     pub fn dir(&self) -> &Path {
-        &self.dir
+        self.dir.path()
     }
 
-    pub fn originals_dir(&self) -> PathBuf {
-        self.dir.join("originals")
+    /// The saved originals' directory, opened by name in the store's (made when `make`): `None`
+    /// when it is missing and not made.
+    pub fn originals(&self, make: bool) -> std::io::Result<Option<Named>> {
+        self.dir.subdir("originals", make)
     }
 
     fn journal_path(&self) -> PathBuf {
-        self.dir.join(journal::FILE)
+        self.dir.shown(journal::FILE)
     }
 
     /// Folds everything into a new snapshot, written atomically (temp file, fsync, rename, fsync
     /// of the directory), then removes the journal, whose every line the snapshot now holds.
     pub fn save(&mut self) -> Result<(), StoreError> {
-        let path = self.dir.join("state.json");
-        let tmp = self.dir.join("state.json.tmp");
+        let path = self.dir.shown("state.json");
+        let tmp = self.dir.shown(TMP);
         self.state.version = STORE_VERSION;
         let mut body = serde_json::to_vec_pretty(&self.state).expect("state serializes");
         body.push(b'\n');
         let bytes = checksum::seal(&body);
         if failpoint::armed("fold-torn", "store") {
-            let _ = write_synced(&tmp, &bytes[..bytes.len() / 2]);
+            let _ = self.dir.write_synced(TMP, &bytes[..bytes.len() / 2]);
             failpoint::kill();
         }
         // A temporary snapshot that failed (a full disk) is removed, not left half written.
-        if let Err(e) = write_synced(&tmp, &bytes) {
-            let _ = fs::remove_file(&tmp);
-            return Err(io(&tmp)(e));
-        }
-        if let Err(e) = fs::rename(&tmp, &path) {
-            let _ = fs::remove_file(&tmp);
+        self.dir.write_synced(TMP, &bytes).map_err(io(&tmp))?;
+        if let Err(e) = self.dir.rename(TMP, "state.json") {
+            let _ = self.dir.remove(TMP);
             return Err(io(&path)(e));
         }
-        sync_dir(&self.dir).map_err(io(&self.dir))?;
+        self.dir.sync().map_err(io(self.dir.path()))?;
         self.snapshot = Some(Snapshot {
             digest: digest(&bytes),
             len: bytes.len() as u64,
@@ -478,12 +493,8 @@ impl Store {
         failpoint::hit("fold-renamed", "store");
         if self.released {
             // A store again: a loss from now on is a loss.
-            let marker = self.dir.join(RELEASED);
-            match fs::remove_file(&marker) {
-                Ok(()) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => return Err(io(&marker)(e)),
-            }
+            let marker = self.dir.shown(RELEASED);
+            self.dir.remove(RELEASED).map_err(io(&marker))?;
             self.released = false;
         }
         // From here the journal is stale (it names the snapshot just replaced), so a host that
@@ -493,17 +504,8 @@ impl Store {
         self.journal_len = 0;
         if self.journal_on_disk {
             let jpath = self.journal_path();
-            match fs::remove_file(&jpath) {
-                Ok(()) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => {
-                    return Err(StoreError::Io {
-                        path: jpath,
-                        source: e,
-                    })
-                }
-            }
-            sync_dir(&self.dir).map_err(io(&self.dir))?;
+            self.dir.remove(journal::FILE).map_err(io(&jpath))?;
+            self.dir.sync().map_err(io(self.dir.path()))?;
             self.journal_on_disk = false;
         }
         Ok(())
@@ -514,16 +516,11 @@ impl Store {
     /// the caller has written [`RELEASED`] first, so the next store is not taken for a rebuilt one.
     pub fn retire(mut self) -> Result<(), StoreError> {
         for f in ["state.json", journal::FILE] {
-            let path = self.dir.join(f);
-            match fs::remove_file(&path) {
-                Ok(()) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => return Err(io(&path)(e)),
-            }
+            self.dir.remove(f).map_err(io(&self.dir.shown(f)))?;
         }
         self.journal = None;
         self.snapshot = None;
-        sync_dir(&self.dir).map_err(io(&self.dir))
+        self.dir.sync().map_err(io(self.dir.path()))
     }
 
     /// Records one change: applied to the state, then appended to the journal and fsynced, so
@@ -568,7 +565,7 @@ impl Store {
         if let Some(header) = header {
             self.chain = journal::Chain::new();
             let (line, crc) = self.chain.line(&header);
-            let file = create_appending(&jpath).map_err(io(&jpath))?;
+            let file = self.dir.create(journal::FILE, true).map_err(io(&jpath))?;
             self.journal_on_disk = true;
             self.journal = Some(file);
             self.append(&line)?;
@@ -590,7 +587,7 @@ impl Store {
         self.chain = chain;
         if created {
             // The journal's own name must survive a power cut, not only its bytes.
-            sync_dir(&self.dir).map_err(io(&self.dir))?;
+            self.dir.sync().map_err(io(self.dir.path()))?;
         }
         if self.journal_len > fold_at {
             self.save()?;
@@ -614,7 +611,17 @@ impl Store {
 /// journal replayed, changing nothing on disk. (An apply running meanwhile may fold between the
 /// two reads; the journal then names another snapshot and the view is that of the snapshot.)
 pub fn peek(root: &Path) -> Result<Option<State>, StoreError> {
-    Ok(load(&store_dir(root))?.map(|l| l.state))
+    let dir = store_dir(root);
+    let named = match confined_dir(root, false)? {
+        Confined::Missing => return Ok(None),
+        Confined::Dir(d) => Named::confined(&d, &dir).map_err(io(&dir))?,
+        Confined::Machine => match Named::open(&dir) {
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(io(&dir)(e)),
+        },
+    };
+    Ok(load(&named)?.map(|l| l.state))
 }
 
 /// A store as read from disk.
@@ -627,24 +634,11 @@ struct Loaded {
     journal_found: bool,
 }
 
-fn load(dir: &Path) -> Result<Option<Loaded>, StoreError> {
-    let path = dir.join("state.json");
-    let bytes = match fs::read(&path) {
-        Ok(b) => Some(b),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-        Err(e) => return Err(StoreError::Io { path, source: e }),
-    };
-    let jpath = dir.join(journal::FILE);
-    let jbytes = match fs::read(&jpath) {
-        Ok(b) => Some(b),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-        Err(e) => {
-            return Err(StoreError::Io {
-                path: jpath,
-                source: e,
-            })
-        }
-    };
+fn load(dir: &Named) -> Result<Option<Loaded>, StoreError> {
+    let path = dir.shown("state.json");
+    let bytes = dir.read("state.json").map_err(io(&path))?;
+    let jpath = dir.shown(journal::FILE);
+    let jbytes = dir.read(journal::FILE).map_err(io(&jpath))?;
     let Some(bytes) = bytes else {
         // A journal is only ever begun over a snapshot; without one it holds nothing to keep.
         return Ok(jbytes.map(|_| Loaded {
@@ -720,23 +714,6 @@ fn read_snapshot(path: &Path, bytes: &[u8]) -> Result<(State, bool), StoreError>
         });
     }
     Ok((state, unchecked))
-}
-
-/// Creates the journal fresh (whatever was at its name is removed first, and no link is
-/// followed), open for appending.
-fn create_appending(path: &Path) -> std::io::Result<File> {
-    use std::os::unix::fs::OpenOptionsExt;
-    match fs::remove_file(path) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(e),
-    }
-    OpenOptions::new()
-        .append(true)
-        .create_new(true)
-        .custom_flags(OFlag::O_NOFOLLOW.bits())
-        .mode(0o600)
-        .open(path)
 }
 
 /// Writes a new file and fsyncs it before returning it, still open. Whatever was at `path` (a

@@ -208,6 +208,110 @@ fn a_symlinked_or_mounted_store_inside_is_refused() {
     assert_eq!(tree(node.root()), root_before, "the root changed");
 }
 
+/// Proves the store's files are opened by name in the directory checked when the store was
+/// opened, never by path: an action run part-way through the act (after the check) moves the
+/// store's directory away and puts a link to a directory outside the root in its place, or puts
+/// a link to outside at `originals/` and at the snapshot's temporary name: the found file taken
+/// over after it has its original saved in the store's own directory (or, with `originals/` a
+/// link, fails, named), the snapshot is written there, and nothing is written outside.
+#[test]
+fn links_swapped_into_the_store_during_an_act_are_never_followed() {
+    for swap in ["directory", "files"] {
+        let node = Node::new();
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::write(outside.path().join("keep"), "outside\n").unwrap();
+        node.write("/etc/app.conf", "found\n");
+        // A first apply makes the store (and its originals/ directory) as the host makes it.
+        let first = decl(json!([
+            {"id": "app/seed", "type": "file", "path": "/etc/seed.conf", "content": "seed\n"}
+        ]));
+        let r = apply_bound(&node, &[], &first, &[]);
+        assert_eq!(r.code, Some(0), "{}\n{}", r.stdout, r.stderr);
+        let store = node.path("/var/lib/mesh-host");
+        std::fs::create_dir_all(store.join("originals")).unwrap();
+        let out = outside.path().display().to_string();
+        let plant = match swap {
+            // The whole directory moved away and a link to outside put in its place.
+            "directory" => format!("mv {s} {s}.moved && ln -s {out} {s}", s = store.display()),
+            // Links at originals/ and at the snapshot's temporary name.
+            _ => format!(
+                "rm -rf {s}/originals && ln -s {out} {s}/originals && \
+                 ln -s {out}/tmp {s}/state.json.tmp",
+                s = store.display()
+            ),
+        };
+        let marker = node.path("/swapped").display().to_string();
+        let plant = format!("{plant} && touch {marker}");
+        let outside_before = tree(outside.path());
+        let d = decl(json!([
+            {"id": "app/seed", "type": "file", "path": "/etc/seed.conf", "content": "seed\n"},
+            {"id": "ops/swap", "type": "action", "run": ["sh", "-c", plant],
+             "verify": ["test", "-e", marker]},
+            {"id": "app/conf", "type": "file", "path": "/etc/app.conf", "content": "declared\n"}
+        ]));
+        let r = apply_bound(&node, &[], &d, &[]);
+        assert_eq!(
+            tree(outside.path()),
+            outside_before,
+            "{swap}: written outside:\n{}\n{}",
+            r.stdout,
+            r.stderr
+        );
+        let kept = match swap {
+            "directory" => node.path("/var/lib/mesh-host.moved"),
+            _ => store.clone(),
+        };
+        let state: Value =
+            serde_json::from_str(&std::fs::read_to_string(kept.join("state.json")).unwrap())
+                .or_else(|_| {
+                    // A sealed snapshot opens with its checksum line.
+                    let text = std::fs::read_to_string(kept.join("state.json")).unwrap();
+                    serde_json::from_str(text.split_once('\n').unwrap().1)
+                })
+                .unwrap();
+        let ids: Vec<&str> = state["owned"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|o| o["id"].as_str())
+            .collect();
+        match swap {
+            "directory" => {
+                assert!(ids.contains(&"app/conf"), "{swap}: {ids:?}\n{}", r.stdout);
+                // The original was saved in the store's own (moved) directory.
+                let originals: Vec<_> = std::fs::read_dir(kept.join("originals"))
+                    .unwrap()
+                    .flatten()
+                    .map(|e| std::fs::read_to_string(e.path()).unwrap())
+                    .collect();
+                assert_eq!(originals, ["found\n"], "{swap}");
+                assert_eq!(r.code, Some(0), "{swap}: {}\n{}", r.stdout, r.stderr);
+            }
+            _ => {
+                // originals/ is a link now: the original cannot be saved through it, so the
+                // takeover fails, named, and nothing lands where the link points.
+                assert_eq!(r.code, Some(1), "{swap}: {}\n{}", r.stdout, r.stderr);
+                assert_eq!(r.outcome("app/conf"), "failed", "{}", r.stdout);
+                assert!(
+                    r.stdout.contains(&format!(
+                        "originals directory {}: a symbolic link, not followed",
+                        store.join("originals").display()
+                    )),
+                    "{}",
+                    r.stdout
+                );
+                assert!(!ids.contains(&"app/conf"), "{swap}: {ids:?}");
+                assert!(
+                    std::fs::symlink_metadata(store.join("state.json"))
+                        .unwrap()
+                        .is_file(),
+                    "{swap}: the snapshot is a file of the store's own"
+                );
+            }
+        }
+    }
+}
+
 /// Stands in for `systemctl`, `dpkg-query`, `dpkg`, `apt-get` and `apt`: records every call in
 /// `$STUB/calls` and answers as a machine with nothing would.
 const RECORDER: &str = r#"#!/bin/sh

@@ -397,16 +397,24 @@ fn put_back(
 ) -> Result<Done, ResourceError> {
     let name = Path::new(saved)
         .file_name()
-        .map(|n| n.to_os_string())
-        .unwrap_or_default();
-    let path = cx.store.originals_dir().join(name);
-    let bytes = std::fs::read(&path).map_err(|e| {
-        ResourceError::NotAsDeclared(format!(
-            "the saved original of {} ({}) cannot be read: {e}; the file is left as it is",
-            rec.key,
-            path.display()
-        ))
-    })?;
+        .and_then(|n| n.to_str())
+        .unwrap_or_default()
+        .to_string();
+    let path = cx.store.dir().join("originals").join(&name);
+    // Read by name in the store's directory, following no link.
+    let bytes = cx
+        .store
+        .originals(false)
+        .and_then(|d| d.ok_or_else(|| std::io::ErrorKind::NotFound.into()))
+        .and_then(|d| d.read(&name))
+        .and_then(|b| b.ok_or_else(|| std::io::ErrorKind::NotFound.into()))
+        .map_err(|e| {
+            ResourceError::NotAsDeclared(format!(
+                "the saved original of {} ({}) cannot be read: {e}; the file is left as it is",
+                rec.key,
+                path.display()
+            ))
+        })?;
     if crate::store::digest(&bytes) != o.digest {
         return Err(ResourceError::NotAsDeclared(format!(
             "the saved original of {} ({}) no longer has the digest it was saved with ({}); \

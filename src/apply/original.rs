@@ -45,36 +45,40 @@ impl Cx<'_> {
         let (saved, digest) = if found.size > limit {
             (None, found.digest().map_err(save)?)
         } else {
-            let dir = self.store.originals_dir();
-            std::fs::create_dir_all(&dir).map_err(|source| OriginalError::Directory {
-                dir: dir.clone(),
-                source,
-            })?;
-            let path = dir.join(format!("{tag}-{base}"));
+            // Opened by name in the store's directory, following no link: a link planted at an
+            // original's name (or at `originals/`) is never written through.
+            let shown = self.store.dir().join("originals");
+            let dir = self
+                .store
+                .originals(true)
+                .and_then(|d| d.ok_or_else(|| std::io::ErrorKind::NotFound.into()))
+                .map_err(|source| OriginalError::Directory { dir: shown, source })?;
+            let name = format!("{tag}-{base}");
             // An original saved by a host that died before recording it is the first one; keep
-            // it (its digest is the file's as found then, which is what it holds).
-            let digest = if path.exists() {
+            // it (its digest is the file's as found then, which is what it holds). Anything else
+            // at its name (a link) is replaced.
+            let digest = if dir.is_file(&name) {
                 found.digest().map_err(save)?
             } else {
                 // In the store's own directory, under a name only the host gives; one left by a
                 // host that died while copying is replaced, and one that failed is removed (a
                 // full disk would otherwise keep the partial copy of a large original).
-                let tmp = dir.join(format!(".{tag}.tmp"));
-                let copied = store::create_synced(&tmp, &[]).and_then(|mut out| {
+                let tmp = format!(".{tag}.tmp");
+                let copied = dir.create(&tmp, false).and_then(|mut out| {
                     let digest = crate::beneath::copy_digest(found, Some(&mut out))?;
                     out.sync_all()?;
                     drop(out);
-                    std::fs::rename(&tmp, &path)?;
+                    dir.rename(&tmp, &name)?;
                     Ok(digest)
                 });
                 let digest = match copied {
                     Ok(d) => d,
                     Err(e) => {
-                        let _ = std::fs::remove_file(&tmp);
+                        let _ = dir.remove(&tmp);
                         return Err(save(e));
                     }
                 };
-                store::sync_dir(&dir).map_err(save)?;
+                dir.sync().map_err(save)?;
                 digest
             };
             // Recorded as a machine path, so the store reads the same under any root.
