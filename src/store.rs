@@ -599,9 +599,14 @@ impl Store {
     fn append(&mut self, bytes: &[u8]) -> Result<(), StoreError> {
         let jpath = self.journal_path();
         let file = self.journal.as_mut().expect("the journal is open");
-        file.write_all(bytes)
-            .and_then(|()| file.sync_data())
-            .map_err(io(&jpath))?;
+        if let Err(e) = file.write_all(bytes).and_then(|()| file.sync_data()) {
+            // A write cut short (a full disk) is taken back to the last whole line, so the
+            // journal holds only what is true and a later append does not follow a torn one.
+            let _ = file
+                .set_len(self.journal_len)
+                .and_then(|()| file.sync_data());
+            return Err(io(&jpath)(e));
+        }
         self.journal_len += bytes.len() as u64;
         Ok(())
     }

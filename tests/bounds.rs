@@ -318,3 +318,165 @@ fn a_root_that_does_not_exist_is_refused_not_created() {
     assert!(String::from_utf8_lossy(&out.stdout).contains("is not a directory"));
     assert!(mesh(&missing, &["version"]).status.success());
 }
+
+/// Runs, in a mount namespace of its own (none of it reaches the machine), the node's root moved
+/// onto a 256 KiB tmpfs filled to the last page but `free_pages`: an apply of `d` (JSON) with
+/// `--json`, then copies of the store's directory and the root's `/etc` and `/srv` out to
+/// `out`, then, the filler removed, the same apply again. Returns both runs' exit codes and
+/// stdout.
+fn apply_on_a_full_disk(
+    node: &Node,
+    d: &Value,
+    free_pages: u32,
+    out: &std::path::Path,
+) -> ((i32, String), (i32, String)) {
+    let file = out.join("d.json");
+    std::fs::write(&file, serde_json::to_vec(d).unwrap()).unwrap();
+    let script = r#"set -eu
+bin=$1 root=$2 out=$3 free=$4 decl=$5
+cp -a "$root/." "$out/saved"
+mount -t tmpfs -o size=256k tmpfs "$root"
+cp -a "$out/saved/." "$root/"
+dd if=/dev/zero of="$root/filler" bs=4k 2>/dev/null || true
+truncate -s "-$((free * 4096))" "$root/filler"
+set +e
+"$bin" --root "$root" apply "$decl" --json > "$out/stdout1" 2> "$out/stderr1"
+echo $? > "$out/code1"
+set -e
+cp -a "$root/var/lib/mesh-host" "$out/store"
+cp -a "$root/etc" "$out/etc"
+cp -a "$root/srv" "$out/srv" 2>/dev/null || true
+rm "$root/filler"
+set +e
+"$bin" --root "$root" apply "$decl" --json > "$out/stdout2" 2> "$out/stderr2"
+echo $? > "$out/code2"
+"#;
+    let status = std::process::Command::new("timeout")
+        .args([
+            "120",
+            "unshare",
+            "--mount",
+            "--propagation",
+            "private",
+            "--net",
+        ])
+        .args(["--", "sh", "-c", script, "sh"])
+        .arg(env!("CARGO_BIN_EXE_mesh-host"))
+        .arg(node.root())
+        .arg(out)
+        .arg(free_pages.to_string())
+        .arg(&file)
+        .env(crate::util::HOST_TOOLS, "1")
+        .env_remove("MESH_HOST_FAILPOINT")
+        .status()
+        .unwrap();
+    assert!(status.success(), "the full-disk bed failed: {status:?}");
+    let read = |n: &str| std::fs::read_to_string(out.join(n)).unwrap();
+    let code = |n: &str| read(n).trim().parse::<i32>().unwrap();
+    (
+        (code("code1"), read("stdout1")),
+        (code("code2"), read("stdout2")),
+    )
+}
+
+/// Proves a full disk never takes the apply's report with it nor leaves the store untrue: with
+/// no page free the very first write of the store fails, and the report is printed all the same
+/// with the store's error naming the file and ENOSPC (exit 1, failed part-way), the snapshot
+/// byte for byte as it was; with one page free a directory is made, the next file fails for want
+/// of space and the store's last write fails too: the report says both, no temporary file is
+/// left, and the journal keeps the directory's record (the next apply, with room again, finds it
+/// unchanged and finishes the rest).
+#[test]
+fn a_full_disk_still_reports_the_apply_and_leaves_the_store_true() {
+    let first = decl(json!([
+        {"id": "app/a", "type": "file", "path": "/etc/a.conf", "content": "one\n"}
+    ]));
+    let second = decl(json!([
+        {"id": "app/d", "type": "directory", "path": "/srv/d"},
+        {"id": "app/a", "type": "file", "path": "/etc/a.conf", "content": "one\n", "mode": "0600"},
+        {"id": "app/b", "type": "file", "path": "/etc/b.conf", "content": "two\n"}
+    ]));
+    let entry = |report: &Value, id: &str| -> (String, String) {
+        let e = report["entries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["id"] == id)
+            .unwrap_or_else(|| panic!("no entry {id} in {report:#}"));
+        (
+            e["outcome"].as_str().unwrap().to_string(),
+            e["detail"].as_str().unwrap().to_string(),
+        )
+    };
+    for free in [0, 1] {
+        let node = Node::new();
+        let r = node.apply(&first);
+        assert_eq!(r.code, Some(0), "{}\n{}", r.stdout, r.stderr);
+        let store = node.path("/var/lib/mesh-host");
+        let before = std::fs::read(store.join("state.json")).unwrap();
+        let out = tempfile::tempdir().unwrap();
+        let ((code, stdout), (again, stdout2)) =
+            apply_on_a_full_disk(&node, &second, free, out.path());
+        let report: Value = serde_json::from_str(&stdout)
+            .unwrap_or_else(|e| panic!("{free} free: no report ({e}): {stdout}"));
+        assert_eq!(code, 1, "{free} free: {report:#}");
+        assert_eq!(report["outcome"], "failed", "{report:#}");
+        let said = report["store_error"].as_str().unwrap_or_default();
+        let kept = out.path().join("store");
+        let tmp = format!("{}/state.json.tmp", store.display());
+        assert!(
+            said.starts_with(&format!(
+                "store {tmp}: No space left on device (os error 28)"
+            )),
+            "{free} free: {report:#}"
+        );
+        let left: Vec<String> = std::fs::read_dir(&kept)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n.contains("tmp"))
+            .collect();
+        assert_eq!(
+            left,
+            Vec::<String>::new(),
+            "{free} free: a temporary file left"
+        );
+        assert_eq!(
+            temporaries(&out.path().join("etc")),
+            Vec::<String>::new(),
+            "{free} free"
+        );
+        if free == 0 {
+            // Nothing could be written: nothing was done, and the snapshot is as it was.
+            assert_eq!(report["entries"], json!([]), "{report:#}");
+            assert_eq!(
+                std::fs::read(kept.join("state.json")).unwrap(),
+                before,
+                "the snapshot changed"
+            );
+            assert!(!kept.join("state.journal").exists());
+        } else {
+            assert_eq!(entry(&report, "app/d").0, "created", "{report:#}");
+            let (outcome, detail) = entry(&report, "app/a");
+            assert_eq!(outcome, "failed", "{report:#}");
+            assert!(
+                detail.ends_with("No space left on device (os error 28)"),
+                "{detail}"
+            );
+            assert!(out.path().join("srv/d").is_dir());
+            let journal = std::fs::read_to_string(kept.join("state.journal")).unwrap();
+            assert!(journal.contains("\"/srv/d\""), "{journal}");
+        }
+        // With room again the store is read as it was left: what the failed apply did is
+        // recorded (the directory unchanged, not made again), and the rest is done.
+        let report2: Value = serde_json::from_str(&stdout2)
+            .unwrap_or_else(|e| panic!("{free} free, again: ({e}): {stdout2}"));
+        assert_eq!(again, 0, "{free} free, again: {report2:#}");
+        let d = entry(&report2, "app/d").0;
+        assert_eq!(
+            d,
+            if free == 0 { "created" } else { "unchanged" },
+            "{report2:#}"
+        );
+        assert_eq!(entry(&report2, "app/b").0, "created", "{report2:#}");
+    }
+}

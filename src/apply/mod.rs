@@ -502,11 +502,17 @@ fn apply_locked(
         transition,
         early,
         recorded,
-    )
-    .map_err(|e| match e {
-        node_firewall::Error::Store(e) => ApplyError::Store(e),
-        e => ApplyError::Safety(e.to_string()),
-    })?;
+    );
+    let firewall_before = match firewall_before {
+        Ok(b) => b,
+        // The store could not be written before the first resource (a full disk): the report
+        // says what the firewall's steps did, with the store's error, and the act stops.
+        Err(node_firewall::Error::Store(e)) => {
+            report.unsaved(&e);
+            return Ok(report);
+        }
+        Err(e) => return Err(ApplyError::Safety(e.to_string())),
+    };
     let firewall_unchanged = firewall_before.unchanged;
     report.said_firewall(&firewall_before);
     let node_firewall::Before {
@@ -651,7 +657,11 @@ fn apply_locked(
     // One value for both: the exit code is made from the briefing's outcome.
     report.outcome = briefing.outcome();
     store.state.briefing = Some(briefing);
-    store.save()?;
+    // A store that cannot be written (a full disk) does not take the report with it: what was
+    // done is said, with the store's error, and the act failed part-way (exit 1).
+    if let Err(e) = store.save() {
+        report.unsaved(&e);
+    }
     Ok(report)
 }
 

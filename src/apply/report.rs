@@ -146,6 +146,10 @@ pub struct Report {
     /// The guard and openings this apply put in force, for the resident host.
     #[serde(skip)]
     pub memo: Option<super::FirewallMemo>,
+    /// The store could not be written (a full disk): the error, naming the file. What the act
+    /// did is in the entries; the store on disk holds what it held before the failed write.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub store_error: Option<String>,
 }
 
 impl Report {
@@ -165,7 +169,18 @@ impl Report {
             recovered: None,
             confirm: None,
             memo: None,
+            store_error: None,
         }
+    }
+
+    /// The store could not be written at the end of the act, or before its first resource:
+    /// said with the report, and the act failed part-way.
+    pub(crate) fn unsaved(&mut self, e: &crate::store::StoreError) {
+        self.store_error = Some(format!(
+            "{e}; what is above was done, and the store keeps what it held before this write \
+             (its snapshot as it was, its journal's whole lines)"
+        ));
+        self.outcome = crate::briefing::Mark::Failed;
     }
 
     /// Adds one resource's line: what its applier did, or why it failed (the error's text is
@@ -242,6 +257,10 @@ impl Report {
     /// briefing says `failed`, 0 when it does not.
     pub fn exit_code(&self) -> u8 {
         let failed = self.outcome == crate::briefing::Mark::Failed;
+        // A store that could not be written: the apply failed part-way, whatever else it did.
+        if self.store_error.is_some() {
+            return self.interrupted.as_ref().map_or(1, |i| i.code);
+        }
         match (&self.interrupted, self.failed()) {
             (Some(i), _) if failed => return i.code,
             (None, Some(_)) if failed => return 1,
@@ -385,6 +404,9 @@ impl Report {
         }
         if let Some(i) = &self.interrupted {
             let _ = writeln!(out, "{}", i.describe());
+        }
+        if let Some(e) = &self.store_error {
+            let _ = writeln!(out, "the store was not written: {e}");
         }
         let _ = writeln!(out, "outcome {}", self.outcome.as_str());
         out

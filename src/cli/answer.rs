@@ -197,10 +197,12 @@ pub(super) fn finish(result: Result<Report, ApplyError>, json: bool) -> Result<E
     Ok(ExitCode::from(report.exit_code()))
 }
 
-/// Whether a resident host should be told of this apply: it stored a declaration, and no
-/// interrupt stopped it (a person who stopped an apply did not ask for it to go on at once).
+/// Whether a resident host should be told of this apply: it stored a declaration (its store was
+/// written), and no interrupt stopped it (a person who stopped an apply did not ask for it to go on at once).
 pub(super) fn tells_resident(result: &Result<Report, ApplyError>) -> bool {
-    result.as_ref().is_ok_and(|r| r.interrupted.is_none())
+    result
+        .as_ref()
+        .is_ok_and(|r| r.interrupted.is_none() && r.store_error.is_none())
 }
 
 /// From here on SIGINT and SIGTERM are caught and passed on to the running child's group; the
