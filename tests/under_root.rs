@@ -79,6 +79,43 @@ fn apply_bound(node: &Node, binds: &[(&Path, &Path)], d: &Value, env: &[(&str, &
     }
 }
 
+/// `mesh-host --root ROOT apply DECL --preview --json` with `env` and without the harness's
+/// request for the machine's own tools.
+fn preview(node: &Node, d: &Value, env: &[(&str, &str)]) -> std::process::Output {
+    let file = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(file.path(), serde_json::to_vec(d).unwrap()).unwrap();
+    std::process::Command::new(env!("CARGO_BIN_EXE_mesh-host"))
+        .arg("--root")
+        .arg(node.root())
+        .args([
+            "apply",
+            file.path().to_str().unwrap(),
+            "--preview",
+            "--json",
+        ])
+        .env_remove(HOST_TOOLS)
+        .envs(env.iter().copied())
+        .output()
+        .unwrap()
+}
+
+/// Applies `d` under the node's root with `env` (no harness request for the host's tools) and
+/// proves it refused before anything (exit 3), naming `named` and that `what` would act on this
+/// machine itself.
+fn refused_naming(node: &Node, d: &Value, env: &[(&str, &str)], named: &str, what: &str) {
+    let r = apply_bound(node, &[], d, env);
+    assert_eq!(r.code, Some(3), "{}\n{}", r.stdout, r.stderr);
+    let said = problems(&r);
+    assert!(
+        said.contains(&format!(
+            "{named}: under --root {} the {what} would act on this machine itself, not on the \
+             root",
+            node.root().display()
+        )),
+        "{said}"
+    );
+}
+
 /// The problems of a refusal printed with `--json`, joined.
 fn problems(r: &Run) -> String {
     let v: Value = serde_json::from_str(&r.stdout)
@@ -349,36 +386,18 @@ fn services_and_packages_under_a_root_never_touch_the_machine() {
     ]));
     let root_before = tree(node.root());
     let calls = || std::fs::read_to_string(stub.path().join("calls")).unwrap_or_default();
-    let r = apply_bound(&node, &[], &d, &env);
-    assert_eq!(r.code, Some(3), "{}\n{}", r.stdout, r.stderr);
-    let said = problems(&r);
-    assert!(
-        said.contains(&format!(
-            "web/nginx (service nginx.service), fun/sl (package sl): under --root {} the \
-             service and package managers would act on this machine itself, not on the root",
-            node.root().display()
-        )),
-        "{said}"
+    refused_naming(
+        &node,
+        &d,
+        &env,
+        "web/nginx (service nginx.service), fun/sl (package sl)",
+        "service and package managers",
     );
     assert_eq!(calls(), "", "the machine's tools were called");
     assert_eq!(tree(node.root()), root_before, "the root changed");
 
     // The preview is refused alike, and calls nothing either.
-    let file = tempfile::NamedTempFile::new().unwrap();
-    std::fs::write(file.path(), serde_json::to_vec(&d).unwrap()).unwrap();
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_mesh-host"))
-        .arg("--root")
-        .arg(node.root())
-        .args([
-            "apply",
-            file.path().to_str().unwrap(),
-            "--preview",
-            "--json",
-        ])
-        .env_remove(HOST_TOOLS)
-        .envs(env)
-        .output()
-        .unwrap();
+    let out = preview(&node, &d, &env);
     assert_eq!(out.status.code(), Some(3), "{:?}", out);
     assert_eq!(calls(), "", "the preview called the machine's tools");
     assert_eq!(tree(node.root()), root_before, "the root changed");
@@ -434,37 +453,19 @@ fn containers_under_a_root_never_touch_the_machines_engine() {
     ]));
     let root_before = tree(node.root());
     let calls = || std::fs::read_to_string(stub.path().join("calls")).unwrap_or_default();
-    let r = apply_bound(&node, &[], &d, &env);
-    assert_eq!(r.code, Some(3), "{}\n{}", r.stdout, r.stderr);
-    let said = problems(&r);
-    assert!(
-        said.contains(&format!(
-            "web/app (container root-web), db/cache (container root-cache): under --root {} the \
-             container runtime would act on this machine itself, not on the root",
-            node.root().display()
-        )),
-        "{said}"
+    refused_naming(
+        &node,
+        &d,
+        &env,
+        "web/app (container root-web), db/cache (container root-cache)",
+        "container runtime",
     );
     assert_eq!(calls(), "", "the machine's container tools were called");
     assert_eq!(asked(), 0, "an engine's socket was asked");
     assert_eq!(tree(node.root()), root_before, "the root changed");
 
     // The preview is refused alike, and asks nothing either.
-    let file = tempfile::NamedTempFile::new().unwrap();
-    std::fs::write(file.path(), serde_json::to_vec(&d).unwrap()).unwrap();
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_mesh-host"))
-        .arg("--root")
-        .arg(node.root())
-        .args([
-            "apply",
-            file.path().to_str().unwrap(),
-            "--preview",
-            "--json",
-        ])
-        .env_remove(HOST_TOOLS)
-        .envs(env)
-        .output()
-        .unwrap();
+    let out = preview(&node, &d, &env);
     assert_eq!(out.status.code(), Some(3), "{:?}", out);
     assert_eq!(
         calls(),

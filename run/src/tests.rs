@@ -81,25 +81,27 @@ fn a_grandchild_holding_stdout_ends_the_call_at_the_deadline_and_goes_with_the_g
     assert!(gone("sleep 41"), "the grandchild outlived its group");
 }
 
-#[test]
-fn a_grandchild_that_left_the_group_with_setsid_is_killed_at_the_deadline_and_named() {
+/// Runs `script` under `sh -c` within 500 ms, which it must outlast: the error, and the
+/// command lines of what it left behind outside its group, sorted.
+fn past_deadline_leaving(script: &str) -> (io::Error, Vec<String>) {
     let e = SystemRunner
-        .run_within(
-            &sh("setsid sh -c 'sleep 1044' & sleep 1045"),
-            Path::new("/"),
-            &[],
-            Duration::from_millis(500),
-        )
+        .run_within(&sh(script), Path::new("/"), &[], Duration::from_millis(500))
         .unwrap_err();
     assert_eq!(e.kind(), io::ErrorKind::TimedOut);
-    let past = past_deadline(&e);
-    // The new session's shell and its sleep (dash forks for a `-c` line's last command).
-    let mut commands: Vec<&str> = past
+    let mut commands: Vec<String> = past_deadline(&e)
         .left_behind
         .iter()
-        .map(|l| l.command.as_str())
+        .map(|l| l.command.clone())
         .collect();
     commands.sort();
+    (e, commands)
+}
+
+#[test]
+fn a_grandchild_that_left_the_group_with_setsid_is_killed_at_the_deadline_and_named() {
+    let (e, commands) = past_deadline_leaving("setsid sh -c 'sleep 1044' & sleep 1045");
+    let past = past_deadline(&e);
+    // The new session's shell and its sleep (dash forks for a `-c` line's last command).
     assert_eq!(commands, ["sh -c sleep 1044", "sleep 1044"]);
     let named: Vec<String> = past
         .left_behind
@@ -125,23 +127,11 @@ fn a_grandchild_that_left_the_group_with_setsid_is_killed_at_the_deadline_and_na
 fn a_daemon_double_forked_out_of_an_ended_child_is_killed_at_the_deadline() {
     // The child ends at once; the daemon it left (its own session, handed to init) holds its
     // output, so the call waits to the deadline, and goes then, found by its mark.
-    let e = SystemRunner
-        .run_within(
-            &sh("(setsid sh -c 'sleep 1046' &) ; exit 0"),
-            Path::new("/"),
-            &[],
-            Duration::from_millis(500),
-        )
-        .unwrap_err();
-    assert_eq!(e.kind(), io::ErrorKind::TimedOut);
-    let past = past_deadline(&e);
-    assert_eq!(past.exited.as_deref(), Some("exited with status 0"));
-    let mut commands: Vec<&str> = past
-        .left_behind
-        .iter()
-        .map(|l| l.command.as_str())
-        .collect();
-    commands.sort();
+    let (e, commands) = past_deadline_leaving("(setsid sh -c 'sleep 1046' &) ; exit 0");
+    assert_eq!(
+        past_deadline(&e).exited.as_deref(),
+        Some("exited with status 0")
+    );
     assert_eq!(commands, ["sh -c sleep 1046", "sleep 1046"]);
     assert!(gone("sleep 1046"), "the daemon outlived the deadline");
 }

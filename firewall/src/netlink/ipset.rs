@@ -5,7 +5,7 @@
 //! `include/uapi/linux/netfilter/ipset/ip_set.h`.
 
 use super::attr::{self, Attr, Attrs};
-use super::consts::{NFGENMSG_LEN, NLMSG_DONE, NLMSG_ERROR, NLM_F_ACK, NLM_F_DUMP, NLM_F_REQUEST};
+use super::consts::{NFGENMSG_LEN, NLMSG_ERROR, NLM_F_ACK, NLM_F_DUMP, NLM_F_REQUEST};
 use super::msg::{self, NlMsg};
 use super::socket::{NfSocket, Wait, ANSWER_TIMEOUT};
 use crate::error::{Errno, Error, Result};
@@ -243,64 +243,23 @@ impl NfSocket {
         let req = request(IPSET_CMD_LIST, NLM_F_DUMP, seq, |_| {});
         self.nl_mut().send(&req)?;
         let mut out: Vec<Ipset> = Vec::new();
-        'read: loop {
-            let data = self
-                .nl_mut()
-                .recv(Wait::For(ANSWER_TIMEOUT))?
-                .ok_or(Error::Timeout {
-                    what: "ipset listing",
-                    millis: ANSWER_TIMEOUT.as_millis(),
-                })?;
-            let msgs = msg::split(data).map_err(|reason| Error::Malformed {
-                what: what.into(),
-                reason,
-            })?;
-            for m in msgs.iter().filter(|m| m.seq == seq) {
-                match m.ty {
-                    NLMSG_DONE => {
-                        let err = m
-                            .payload
-                            .get(..4)
-                            .and_then(|b| b.try_into().ok())
-                            .map(i32::from_ne_bytes)
-                            .unwrap_or(0);
-                        if err < 0 {
-                            return Err(Error::ListRefused {
-                                what: what.into(),
-                                errno: Errno(err.checked_neg().unwrap_or(i32::MAX)),
-                                detail: None,
-                            });
-                        }
-                        break 'read;
-                    }
-                    NLMSG_ERROR => {
-                        let ack = msg::parse_ack(m).map_err(|reason| Error::Malformed {
-                            what: what.into(),
-                            reason,
-                        })?;
-                        if ack.errno != 0 {
-                            return Err(Error::ListRefused {
-                                what: what.into(),
-                                errno: Errno(ack.errno),
-                                detail: ack.message,
-                            });
-                        }
-                        break 'read;
-                    }
-                    _ if is_ipset(m, IPSET_CMD_LIST) => {
-                        let Some(part) = decode_list(m) else { continue };
-                        merge(&mut out, part);
-                        if out.len() > MAX_SETS {
-                            return Err(Error::Malformed {
-                                what: what.into(),
-                                reason: format!("more than {MAX_SETS} sets"),
-                            });
-                        }
-                    }
-                    _ => {}
+        // A listing the kernel flags as interrupted is read as it came: sets change by their own
+        // commands, and the next reading sees what changed.
+        self.read_dump(seq, what, "ipset listing", |m| {
+            if !is_ipset(m, IPSET_CMD_LIST) {
+                return Ok(());
+            }
+            if let Some(part) = decode_list(m) {
+                merge(&mut out, part);
+                if out.len() > MAX_SETS {
+                    return Err(Error::Malformed {
+                        what: what.into(),
+                        reason: format!("more than {MAX_SETS} sets"),
+                    });
                 }
             }
-        }
+            Ok(())
+        })?;
         for s in &mut out {
             s.index = self
                 .ipset_get(IPSET_CMD_GET_BYNAME, |b| {

@@ -479,76 +479,95 @@ impl NfSocket {
         decode: fn(&NlMsg<'_>) -> T,
     ) -> Result<(Vec<T>, bool)> {
         let reply = get - 1; // GETx is answered with NEWx
-        {
-            let seq = self.take_seq(1);
-            let mut req = Vec::with_capacity(64);
-            let fam = family.map(Family::to_raw).unwrap_or(0);
-            let start = msg::begin(
-                &mut req,
-                msg::nft_type(get),
-                NLM_F_REQUEST | NLM_F_DUMP,
-                seq,
-                fam,
-                0,
-            );
-            filter(&mut req);
-            msg::end(&mut req, start);
-            self.nl.send(&req)?;
+        let seq = self.take_seq(1);
+        let mut req = Vec::with_capacity(64);
+        let fam = family.map(Family::to_raw).unwrap_or(0);
+        let start = msg::begin(
+            &mut req,
+            msg::nft_type(get),
+            NLM_F_REQUEST | NLM_F_DUMP,
+            seq,
+            fam,
+            0,
+        );
+        filter(&mut req);
+        msg::end(&mut req, start);
+        self.nl.send(&req)?;
 
-            let mut out = Vec::new();
-            let mut interrupted = false;
-            'read: loop {
-                let data = self
-                    .nl
-                    .recv(Wait::For(ANSWER_TIMEOUT))?
-                    .ok_or(Error::Timeout {
-                        what: "listing",
-                        millis: ANSWER_TIMEOUT.as_millis(),
-                    })?;
-                let msgs = msg::split(data).map_err(|reason| Error::Malformed {
-                    what: what.to_string(),
-                    reason,
+        let mut out = Vec::new();
+        let interrupted = self.read_dump(seq, what, "listing", |m| {
+            if m.nft_msg() == Some(reply) {
+                out.push(decode(m));
+            }
+            Ok(())
+        })?;
+        Ok((out, interrupted))
+    }
+
+    /// Reads the kernel's answer to the dump request sent as `seq` to its end (`NLMSG_DONE`, or
+    /// an error or acknowledgement), handing each other message of that sequence to `each`,
+    /// which keeps what it wants of it within its own bounds (and may fail the read); returns
+    /// whether the kernel flagged the dump as interrupted. `what` names the listing in errors,
+    /// `waited` in the error of an answer that did not come within [`ANSWER_TIMEOUT`]. The one
+    /// dump reader of nf_tables' listings and ipset's.
+    pub(super) fn read_dump(
+        &mut self,
+        seq: u32,
+        what: &str,
+        waited: &'static str,
+        mut each: impl FnMut(&NlMsg<'_>) -> Result<()>,
+    ) -> Result<bool> {
+        let mut interrupted = false;
+        loop {
+            let data = self
+                .nl
+                .recv(Wait::For(ANSWER_TIMEOUT))?
+                .ok_or(Error::Timeout {
+                    what: waited,
+                    millis: ANSWER_TIMEOUT.as_millis(),
                 })?;
-                for m in msgs.iter().filter(|m| m.seq == seq) {
-                    if m.flags & NLM_F_DUMP_INTR != 0 {
-                        interrupted = true;
-                    }
-                    match m.ty {
-                        NLMSG_DONE => {
-                            let err = m
-                                .payload
-                                .get(..4)
-                                .map(|b| i32::from_ne_bytes(b.try_into().unwrap()))
-                                .unwrap_or(0);
-                            if err < 0 {
-                                return Err(Error::ListRefused {
-                                    what: what.to_string(),
-                                    errno: Errno(-err),
-                                    detail: None,
-                                });
-                            }
-                            break 'read;
-                        }
-                        NLMSG_ERROR => {
-                            let ack = msg::parse_ack(m).map_err(|reason| Error::Malformed {
+            let msgs = msg::split(data).map_err(|reason| Error::Malformed {
+                what: what.to_string(),
+                reason,
+            })?;
+            for m in msgs.iter().filter(|m| m.seq == seq) {
+                if m.flags & NLM_F_DUMP_INTR != 0 {
+                    interrupted = true;
+                }
+                match m.ty {
+                    NLMSG_DONE => {
+                        let err = m
+                            .payload
+                            .get(..4)
+                            .and_then(|b| b.try_into().ok())
+                            .map(i32::from_ne_bytes)
+                            .unwrap_or(0);
+                        if err < 0 {
+                            return Err(Error::ListRefused {
                                 what: what.to_string(),
-                                reason,
-                            })?;
-                            if ack.errno != 0 {
-                                return Err(Error::ListRefused {
-                                    what: what.to_string(),
-                                    errno: Errno(ack.errno),
-                                    detail: ack.message,
-                                });
-                            }
-                            break 'read;
+                                errno: Errno(err.checked_neg().unwrap_or(i32::MAX)),
+                                detail: None,
+                            });
                         }
-                        _ if m.nft_msg() == Some(reply) => out.push(decode(m)),
-                        _ => {}
+                        return Ok(interrupted);
                     }
+                    NLMSG_ERROR => {
+                        let ack = msg::parse_ack(m).map_err(|reason| Error::Malformed {
+                            what: what.to_string(),
+                            reason,
+                        })?;
+                        if ack.errno != 0 {
+                            return Err(Error::ListRefused {
+                                what: what.to_string(),
+                                errno: Errno(ack.errno),
+                                detail: ack.message,
+                            });
+                        }
+                        return Ok(interrupted);
+                    }
+                    _ => each(m)?,
                 }
             }
-            Ok((out, interrupted))
         }
     }
 
