@@ -63,6 +63,14 @@ pub enum ApplyError {
     /// The machine's root could not be opened.
     #[error(transparent)]
     Root(#[from] crate::beneath::BeneathError),
+    /// The store could not be written part-way (a full disk): the report of what the act did,
+    /// which says the store's error too ([`Report::store_error`]).
+    #[error("{source}")]
+    Unsaved {
+        report: Box<Report>,
+        #[source]
+        source: StoreError,
+    },
     /// The store could not be opened or written; the guard was ensured before it was touched.
     #[error("{source}; the guard had been ensured first: {guard}")]
     Unrecorded {
@@ -509,7 +517,10 @@ fn apply_locked(
         // says what the firewall's steps did, with the store's error, and the act stops.
         Err(node_firewall::Error::Store(e)) => {
             report.unsaved(&e);
-            return Ok(report);
+            return Err(ApplyError::Unsaved {
+                report: Box::new(report),
+                source: e,
+            });
         }
         Err(e) => return Err(ApplyError::Safety(e.to_string())),
     };
@@ -657,10 +668,15 @@ fn apply_locked(
     // One value for both: the exit code is made from the briefing's outcome.
     report.outcome = briefing.outcome();
     store.state.briefing = Some(briefing);
-    // A store that cannot be written (a full disk) does not take the report with it: what was
-    // done is said, with the store's error, and the act failed part-way (exit 1).
+    // A store that cannot be written (a full disk) does not take the report with it: the error
+    // carries it, what was done is said with the store's error, and the act failed part-way
+    // (exit 1). Callers that go on after an apply (a release, the resident host) see an error.
     if let Err(e) = store.save() {
         report.unsaved(&e);
+        return Err(ApplyError::Unsaved {
+            report: Box::new(report),
+            source: e,
+        });
     }
     Ok(report)
 }

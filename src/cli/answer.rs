@@ -147,6 +147,9 @@ pub(super) fn act(
 pub(super) fn finish(result: Result<Report, ApplyError>, json: bool) -> Result<ExitCode> {
     let report = match result {
         Ok(r) => r,
+        // The store could not be written part-way: the report is printed all the same, with the
+        // store's error, and exits 1.
+        Err(ApplyError::Unsaved { report, .. }) => *report,
         Err(ApplyError::Refused(p)) => return refused(&p, json),
         Err(ApplyError::Safety(why)) => {
             return refusal(json, 3, &[format!("refused: {why}")], "nothing was changed");
@@ -197,12 +200,10 @@ pub(super) fn finish(result: Result<Report, ApplyError>, json: bool) -> Result<E
     Ok(ExitCode::from(report.exit_code()))
 }
 
-/// Whether a resident host should be told of this apply: it stored a declaration (its store was
-/// written), and no interrupt stopped it (a person who stopped an apply did not ask for it to go on at once).
+/// Whether a resident host should be told of this apply: it stored a declaration, and no
+/// interrupt stopped it (a person who stopped an apply did not ask for it to go on at once).
 pub(super) fn tells_resident(result: &Result<Report, ApplyError>) -> bool {
-    result
-        .as_ref()
-        .is_ok_and(|r| r.interrupted.is_none() && r.store_error.is_none())
+    result.as_ref().is_ok_and(|r| r.interrupted.is_none())
 }
 
 /// From here on SIGINT and SIGTERM are caught and passed on to the running child's group; the
