@@ -1,7 +1,8 @@
 //! The workspace's one way of starting a child process: an argv array (never a shell line), a
 //! working directory, environment added, optional input, and one deadline over writing the
-//! input, reading the output and waiting, the child's process group killed at it; what is kept
-//! of its output bounded however much it prints. The core, the firewall engine and the lab's
+//! input, reading the output and waiting, the child's process group killed at it with whatever
+//! the child started that left the group; what is kept of its output bounded however much it
+//! prints. The core, the firewall engine and the lab's
 //! bounded runs all start their children here.
 
 mod capture;
