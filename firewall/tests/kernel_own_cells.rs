@@ -7,8 +7,8 @@
 //! outside and a LAN interface, forwarding on); random openings converged through them; then
 //! the ruleset as the kernel lists it after the write, against the one listed before, for every
 //! class of new connection: the only cells that differ are the openings' own. That is the
-//! evaluator's half, run on every case (`MESH_FUZZ_CASES`, 2,000 by default): the writes are
-//! real and read back, no packet is sent. And the kernel agrees: on `MESH_KERNEL_CASES` of them
+//! evaluator's half, run on every case (`MESH_FUZZ_CASES`, 2,000 by default, on two threads
+//! each with a namespace of its own): the writes are real and read back, no packet is sent. And the kernel agrees: on `MESH_KERNEL_CASES` of them
 //! (spread over the run), every cell the check compares is sent a real SYN, and the kernel's
 //! answer is set beside the evaluator's after-model.
 //!
@@ -40,8 +40,10 @@ use firewall::eval::{Addrs, Answer, Conn, Fam, Fate, Iface, Model, Path, Snapsho
 use firewall::netlink::NfSocket;
 use firewall::outcome::Converged;
 use firewall::{Exec, Firewall, Opening, Output, Scope, SystemExec};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::net::IpAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
 use std::thread::JoinHandle;
 use std::time::Instant;
 
@@ -58,8 +60,8 @@ impl Exec for NoLegacy {
 }
 
 /// A /proc of the test's own: no legacy tables, forwarding on in both families.
-fn proc_dir() -> std::path::PathBuf {
-    let proc = std::env::temp_dir().join(format!("fw-own-cells-{}", std::process::id()));
+fn proc_dir(w: usize) -> std::path::PathBuf {
+    let proc = std::env::temp_dir().join(format!("fw-own-cells-{}-{w}", std::process::id()));
     std::fs::create_dir_all(proc.join("net")).unwrap();
     std::fs::create_dir_all(proc.join("sys/net/ipv4")).unwrap();
     std::fs::create_dir_all(proc.join("sys/net/ipv6/conf/all")).unwrap();
@@ -499,7 +501,7 @@ impl Tally {
 
 /// Asks the kernel about every cell of `a`, on a thread of its own (a confirmation needs
 /// nothing of the calling thread's namespace).
-fn ask(a: Asked) -> JoinHandle<(Asked, firewall::Result<confirm::Confirmation>)> {
+fn ask(a: Asked) -> Asking {
     std::thread::spawn(move || {
         let got = confirm::confirm(&SystemExec, &a.listing, &a.ifaces, &a.ways, confirm::BUDGET);
         (a, got)
@@ -602,7 +604,7 @@ struct Bed {
 }
 
 impl Bed {
-    fn new() -> Bed {
+    fn new(w: usize) -> Bed {
         in_fresh_netns();
         interfaces();
         // What a confirmation clones besides nf_tables, read once: the bed's routes (its
@@ -615,7 +617,7 @@ impl Bed {
         );
         listing.nft.clear();
         Bed {
-            proc: proc_dir(),
+            proc: proc_dir(w),
             ifaces: firewall::eval::interfaces(),
             listing,
         }
@@ -654,31 +656,38 @@ struct Checked {
     phases: [std::time::Duration; 4],
 }
 
-#[test]
-fn every_write_changes_only_its_openings_own_cells_and_the_kernel_agrees_on_each() {
-    let started = Instant::now();
-    // Every case is checked by the evaluator; `asked` of them, spread over the run, are also
-    // asked of the kernel.
-    let cases = fuzz::cases(2_000);
-    let asked = kernel_cases().min(cases);
-    let bed = Bed::new();
-    let mut rng = fuzz::Rng::new(0x0030_c0de);
-    let mut checked = Checked {
-        cases,
-        ..Checked::default()
-    };
-    let mut tally = Tally {
-        cases: asked,
-        ..Tally::default()
-    };
+/// How many threads converge and check cases, each in a namespace of its own: on a machine
+/// shared with other builds, a case spends most of its wall waiting for a processor.
+const WORKERS: usize = 2;
+
+/// What the workers share: the next case's number, the tallies, the confirmations in flight.
+struct Shared {
+    next: AtomicU64,
+    checked: Mutex<Checked>,
+    tally: Mutex<Tally>,
+    asking: Mutex<VecDeque<Asking>>,
+}
+
+/// A confirmation in flight: the case asked, and what the kernel answered.
+type Asking = JoinHandle<(Asked, firewall::Result<confirm::Confirmation>)>;
+
+/// Takes cases until none is left: each loaded into this worker's bed, converged, listed and
+/// compared; the asked ones handed to a confirmation.
+fn worker(w: usize, cases: u64, asked: u64, shared: &Shared) {
+    let bed = Bed::new(w);
     let mut sock = NfSocket::open().unwrap();
-    let mut asking: std::collections::VecDeque<JoinHandle<_>> = Default::default();
-    for case in 0..cases {
+    loop {
+        let case = shared.next.fetch_add(1, Ordering::Relaxed);
+        if case >= cases {
+            break;
+        }
+        let mut rng = fuzz::Rng::new(0x0030_c0de ^ (case + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15));
+        let mut phases = [std::time::Duration::ZERO; 4];
         let t0 = Instant::now();
         let found = ruleset(&mut rng);
         bed.load(&found.text);
         let t1 = Instant::now();
-        checked.phases[0] += t1 - t0;
+        phases[0] += t1 - t0;
         let os = openings(&mut rng);
         let snap = Snapshot::read(&mut sock).unwrap();
         let tables: BTreeSet<&str> = snap
@@ -700,15 +709,14 @@ fn every_write_changes_only_its_openings_own_cells_and_the_kernel_agrees_on_each
             .unwrap_or_else(|e| panic!("case {case}: {e}\n{}", found.text));
         drop(fw);
         let t3 = Instant::now();
-        checked.phases[1] += t3 - t2;
+        phases[1] += t3 - t2;
         let after_snap = Snapshot::read(&mut sock).unwrap();
         let after_model = Model::new(&after_snap);
         let t4 = Instant::now();
-        checked.phases[2] += (t4 - t3) + (t2 - t1);
+        phases[2] += (t4 - t3) + (t2 - t1);
         let mut ports: BTreeSet<(u8, u16)> = os.iter().map(|o| (6, o.port)).collect();
         ports.insert((6, check::unnamed_port(&ports)));
         let conns = check::classes(&bed.ifaces, &ports, &[], [true, true]);
-        checked.classes += conns.len();
         let before = Before::of(&before_model, conns.clone());
         let v = check::diff(&before, &after_model, &Own(&os));
         assert!(
@@ -718,17 +726,11 @@ fn every_write_changes_only_its_openings_own_cells_and_the_kernel_agrees_on_each
             found.text,
             bed.run("nft", &["list", "ruleset"])
         );
-        checked.phases[3] += t4.elapsed();
-        count_written(&os, &done, &mut checked.written, &mut checked.unwritten);
-        *checked
-            .by_bans
-            .entry(format!("{:?}", found.bans).to_lowercase())
-            .or_default() += 1;
-        checked.split += u64::from(found.split);
+        phases[3] += t4.elapsed();
         // The asked cases spread evenly over the run, so that their confirmations' waits
         // overlap with the evaluator's work on the cases between them.
-        if (case + 1) * asked / cases > case * asked / cases {
-            let a = cells(
+        let a = ((case + 1) * asked / cases > case * asked / cases).then(|| {
+            cells(
                 case,
                 &found,
                 &os,
@@ -737,27 +739,76 @@ fn every_write_changes_only_its_openings_own_cells_and_the_kernel_agrees_on_each
                 &conns,
                 &bed.ifaces,
                 &bed,
-                &mut tally,
-            );
-            checked.busy += t0.elapsed();
-            if asking.len() == IN_FLIGHT {
-                let (a, got) = asking.pop_front().unwrap().join().unwrap();
-                tally.add(&a, got);
+                &mut shared.tally.lock().unwrap(),
+            )
+        });
+        {
+            let mut guard = shared.checked.lock().unwrap();
+            let checked = &mut *guard;
+            checked.classes += conns.len();
+            count_written(&os, &done, &mut checked.written, &mut checked.unwritten);
+            *checked
+                .by_bans
+                .entry(format!("{:?}", found.bans).to_lowercase())
+                .or_default() += 1;
+            checked.split += u64::from(found.split);
+            for (sum, p) in checked.phases.iter_mut().zip(phases) {
+                *sum += p;
             }
-            asking.push_back(ask(a));
-        } else {
             checked.busy += t0.elapsed();
         }
+        if let Some(a) = a {
+            let full = shared.asking.lock().unwrap().len() >= IN_FLIGHT;
+            if full {
+                let oldest = shared.asking.lock().unwrap().pop_front();
+                if let Some(t) = oldest {
+                    let (a, got) = t.join().unwrap();
+                    shared.tally.lock().unwrap().add(&a, got);
+                }
+            }
+            shared.asking.lock().unwrap().push_back(ask(a));
+        }
     }
+    std::fs::remove_dir_all(&bed.proc).ok();
+}
+
+#[test]
+fn every_write_changes_only_its_openings_own_cells_and_the_kernel_agrees_on_each() {
+    let started = Instant::now();
+    // Every case is checked by the evaluator; `asked` of them, spread over the run, are also
+    // asked of the kernel.
+    let cases = fuzz::cases(2_000);
+    let asked = kernel_cases().min(cases);
+    let shared = Shared {
+        next: AtomicU64::new(0),
+        checked: Mutex::new(Checked {
+            cases,
+            ..Checked::default()
+        }),
+        tally: Mutex::new(Tally {
+            cases: asked,
+            ..Tally::default()
+        }),
+        asking: Mutex::new(Default::default()),
+    };
+    // One bed per worker, each in its own namespace; a case's ruleset and openings come from
+    // its own number, so which worker takes it changes nothing.
+    std::thread::scope(|scope| {
+        for w in 0..WORKERS {
+            let shared = &shared;
+            scope.spawn(move || worker(w, cases, asked, shared));
+        }
+    });
     let check_wall = started.elapsed();
-    for t in asking {
+    let mut tally = shared.tally.into_inner().unwrap();
+    for t in shared.asking.into_inner().unwrap() {
         let (a, got) = t.join().unwrap();
         tally.add(&a, got);
     }
+    let checked = shared.checked.into_inner().unwrap();
     let wall = started.elapsed();
-    std::fs::remove_dir_all(&bed.proc).ok();
     println!(
-        "evaluator: {} random rulesets ({}; {} as ip + ip6 tables, the rest inet) checked in {:.1} s of work ({:.1} ms each: {}): {} openings written, {} left unwritten (every place would change more than their own cells), {} classes of connection compared before and after, 0 changed beyond the openings' own",
+        "evaluator: {} random rulesets ({}; {} as ip + ip6 tables, the rest inet) checked by {WORKERS} threads in {:.1} s ({:.1} s of work, {:.1} ms each: {}): {} openings written, {} left unwritten (every place would change more than their own cells), {} classes of connection compared before and after, 0 changed beyond the openings' own",
         checked.cases,
         checked
             .by_bans
@@ -766,6 +817,7 @@ fn every_write_changes_only_its_openings_own_cells_and_the_kernel_agrees_on_each
             .collect::<Vec<_>>()
             .join(", "),
         checked.split,
+        check_wall.as_secs_f64(),
         checked.busy.as_secs_f64(),
         checked.busy.as_secs_f64() * 1000.0 / checked.cases.max(1) as f64,
         ["nft -f", "converge", "list and model twice", "compare"]
