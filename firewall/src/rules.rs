@@ -188,6 +188,10 @@ pub fn nft_bodies_within(o: &Opening, site: Site, private: (&str, &[Network])) -
 fn source_match(b: RuleBody, src: &Src<'_>, family: Family) -> RuleBody {
     let net = |b: RuleBody, n: &Network| match n.addr {
         _ if family == Family::Netdev => b.saddr_by_ethertype(n.addr, n.len),
+        // In an `ip` or `ip6` table the family is the table's: no `meta nfproto` (nft writes
+        // none there, and cannot list a rule that has one).
+        IpAddr::V4(_) if family == Family::Ipv4 => b.saddr_in_own_family(n.addr, n.len),
+        IpAddr::V6(_) if family == Family::Ipv6 => b.saddr_in_own_family(n.addr, n.len),
         IpAddr::V4(a) => b.ip_saddr(a, n.len),
         IpAddr::V6(a) => b.ip6_saddr(a, n.len),
     };
@@ -439,6 +443,43 @@ mod tests {
         assert_eq!(nft_bodies(&op, Site::late(Family::Inet)).len(), 2);
         let v6 = &xt_specs(&op, Family::Ipv6, false)[0];
         assert_eq!(v6[..4], ["-p", "tcp", "-s", "fd77::/64"]);
+    }
+
+    #[test]
+    fn a_source_network_tests_the_family_only_where_the_table_does_not() {
+        use crate::netlink::{Expr, MetaKey};
+        let nets = vec![
+            Network {
+                addr: "10.0.0.0".parse().unwrap(),
+                len: 8,
+            },
+            Network {
+                addr: "fd77::".parse().unwrap(),
+                len: 64,
+            },
+        ];
+        let op = o(From::Networks(nets), Path::Incoming);
+        let nfproto = |b: &RuleBody| {
+            b.exprs.iter().any(|e| {
+                matches!(
+                    e,
+                    Expr::Meta {
+                        key: MetaKey::NfProto,
+                        ..
+                    }
+                )
+            })
+        };
+        // `ip` and `ip6` tables: as nft writes `ip saddr 10.0.0.0/8` there (nft 1.0.6 aborts
+        // listing a rule of such a table that tests `meta nfproto`).
+        for family in [Family::Ipv4, Family::Ipv6] {
+            let b = nft_bodies(&op, Site::late(family));
+            assert!(!nfproto(&b[0]), "{family:?}: {:?}", b[0].exprs);
+        }
+        // `inet`: the family is the rule's to test.
+        assert!(nft_bodies(&op, Site::late(Family::Inet))
+            .iter()
+            .all(nfproto));
     }
 
     #[test]

@@ -1,9 +1,11 @@
 //! Every row of docs/EXPRESSIONS.md that this kernel and nft 1.0.6 can load: one namespace, the
 //! rows loaded at once (nft rows each on a port of their own or in a table of their own, the
 //! x_tables rows through iptables-nft and iptables-legacy), listed once over netlink, and each
-//! row's verdict asserted from the evaluator. The rows the kernel here cannot load (`last`,
-//! `queue`, `flow_offload`, `inner`, `tunnel`) are hand-built in the crate's tests; `-m set`
-//! loads with an ipset made by the `ipset` tool in the same namespace, read back over netlink.
+//! row's verdict asserted from the evaluator. The rows nft 1.0.6 cannot write (`last`, `tunnel`,
+//! `inner`) are sent by the project's own codec, their expressions built at the attribute level,
+//! and listed back; the two this kernel cannot load (`queue`, `flow_offload`) are shown refused
+//! and read as stand-ins on a listed rule. `-m set` loads with an ipset made by the `ipset` tool
+//! in the same namespace, read back over netlink.
 
 mod common;
 
@@ -458,4 +460,276 @@ fn decided_rows_agree_with_a_real_connection_and_an_opening_stays_behind_the_lim
         3,
         "the opening skips no limit: {a:?}"
     );
+}
+
+/// One netlink attribute (length, type, data, padded to four bytes), as the kernel parses it.
+fn nla(buf: &mut Vec<u8>, ty: u16, data: &[u8]) {
+    buf.extend(((4 + data.len()) as u16).to_ne_bytes());
+    buf.extend(ty.to_ne_bytes());
+    buf.extend(data);
+    while buf.len() % 4 != 0 {
+        buf.push(0);
+    }
+}
+
+fn be32(v: u32) -> [u8; 4] {
+    v.to_be_bytes()
+}
+
+/// An expression kept raw: its name and the bytes of its NFTA_EXPR_DATA, which the codec
+/// writes verbatim.
+fn raw(name: &str, attrs: &[(u16, Vec<u8>)]) -> firewall::netlink::Expr {
+    let mut data = Vec::new();
+    for (ty, v) in attrs {
+        nla(&mut data, *ty, v);
+    }
+    firewall::netlink::Expr::Raw {
+        name: name.into(),
+        data,
+    }
+}
+
+/// `last` (nf_tables.h `nft_last_attributes`): NFTA_LAST_SET (1) 0, never used yet.
+fn last() -> firewall::netlink::Expr {
+    raw("last", &[(1, be32(0).to_vec())])
+}
+
+/// `tunnel path` into register 1 (`nft_tunnel_attributes`: NFTA_TUNNEL_KEY (1) = NFT_TUNNEL_PATH
+/// (0), NFTA_TUNNEL_DREG (2) = 1, NFTA_TUNNEL_MODE (3) = NFT_TUNNEL_MODE_NONE).
+fn tunnel_path() -> firewall::netlink::Expr {
+    raw(
+        "tunnel",
+        &[
+            (1, be32(0).to_vec()),
+            (2, be32(1).to_vec()),
+            (3, be32(0).to_vec()),
+        ],
+    )
+}
+
+/// `vxlan ip saddr` into register 1 as nft 1.0.7 and later write it (`nft_inner_attributes`:
+/// NFTA_INNER_NUM (1) 0, NFTA_INNER_TYPE (2) NFT_INNER_VXLAN (1), NFTA_INNER_FLAGS (3)
+/// HDRSIZE | LL | NH, NFTA_INNER_HDRSIZE (4) 8, NFTA_INNER_EXPR (5) a `payload` of the inner
+/// network header: NFTA_PAYLOAD_DREG (1) 1, BASE (2) NFT_PAYLOAD_NETWORK_HEADER (1), OFFSET (3)
+/// 12, LEN (4) 4).
+fn inner_vxlan_saddr() -> firewall::netlink::Expr {
+    let mut payload = Vec::new();
+    for (ty, v) in [(1u16, 1u32), (2, 1), (3, 12), (4, 4)] {
+        nla(&mut payload, ty, &be32(v));
+    }
+    let mut expr = Vec::new();
+    nla(&mut expr, 1, b"payload\0");
+    nla(&mut expr, 2, &payload);
+    raw(
+        "inner",
+        &[
+            (1, be32(0).to_vec()),
+            (2, be32(1).to_vec()),
+            (3, be32(1 | 2 | 4).to_vec()),
+            (4, be32(8).to_vec()),
+            (5, expr),
+        ],
+    )
+}
+
+/// `queue num 0` (`nft_queue_attributes`: NFTA_QUEUE_NUM (1) and NFTA_QUEUE_TOTAL (2), 16 bits
+/// each, big-endian).
+fn queue() -> firewall::netlink::Expr {
+    raw(
+        "queue",
+        &[
+            (1, 0u16.to_be_bytes().to_vec()),
+            (2, 1u16.to_be_bytes().to_vec()),
+        ],
+    )
+}
+
+/// `flow add @ft` (`nft_offload_attributes`: NFTA_FLOW_TABLE_NAME (1)).
+fn flow_offload() -> firewall::netlink::Expr {
+    raw("flow_offload", &[(1, b"ft\0".to_vec())])
+}
+
+fn cmp_eq(data: Vec<u8>) -> firewall::netlink::Expr {
+    firewall::netlink::Expr::Cmp {
+        sreg: 1,
+        op: firewall::netlink::CmpOp::Eq,
+        data,
+    }
+}
+
+/// The rows nft 1.0.6 cannot write, sent by the project's own codec as NEWRULEs whose
+/// expressions are built at the attribute level: `last`, `tunnel` and `inner` load here (6.18:
+/// `last` and `inner` are part of nf_tables, CONFIG_NFT_TUNNEL=y), are listed back from the
+/// kernel and read as the table says; `queue` and `flow_offload` the kernel refuses (no
+/// `nft_queue`, no `nf_flow_table`), so their rows stand in on a listed rule of this kernel with
+/// the expression put where the refused NEWRULE had it.
+#[test]
+fn rows_nft_cannot_write_are_sent_by_the_codec_and_listed_back() {
+    use firewall::netlink::{Batch, Expr, Position, RuleBody};
+    use firewall::Exec as _;
+    in_fresh_netns();
+    // Child processes through the exec seam: each with its deadline and a bound on its output.
+    let exec = |program: &str, args: &[&str], stdin: Option<&str>| {
+        let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+        firewall::SystemExec.run(program, &args, stdin).unwrap()
+    };
+    // The ingress chain's device: the kernel takes `tunnel` in the netdev family only (in an
+    // inet table its NEWRULE is refused with ENOENT, as a type it does not have).
+    let out = exec(
+        "ip",
+        &[
+            "link", "add", "eth0", "type", "veth", "peer", "name", "eth1",
+        ],
+        None,
+    );
+    assert_eq!(out.code, Some(0), "ip link add: {}", out.stderr);
+    let tables =
+        "table inet e_hand {\n chain c {\n  type filter hook input priority 0; policy drop;\n  \
+         tcp dport 9043 counter accept\n  tcp dport 9044 counter accept\n }\n}\n\
+         table netdev e_tun {\n chain c {\n  type filter hook ingress device \"eth0\" priority 0; \
+         policy accept;\n }\n}\n";
+    let out = exec("nft", &["-f", "-"], Some(tables));
+    assert_eq!(out.code, Some(0), "nft -f: {}\n{tables}", out.stderr);
+    let mut s = NfSocket::open().unwrap();
+    // `tunnel path` drops at ingress what came through a tunnel; input accepts the port.
+    let rules = [
+        (9040, vec![last()], Family::Inet, "e_hand", true),
+        (
+            9041,
+            vec![tunnel_path(), cmp_eq(vec![1])],
+            Family::Netdev,
+            "e_tun",
+            false,
+        ),
+        (9041, vec![], Family::Inet, "e_hand", true),
+        (
+            9042,
+            vec![inner_vxlan_saddr(), cmp_eq(vec![10, 0, 0, 1])],
+            Family::Inet,
+            "e_hand",
+            true,
+        ),
+    ];
+    for (port, exprs, family, table, accept) in &rules {
+        let body = exprs
+            .iter()
+            .cloned()
+            .fold(RuleBody::new().tcp_dport(*port), RuleBody::expr);
+        let body = if *accept { body.accept() } else { body.drop() };
+        let mut b = Batch::new();
+        b.add_rule(*family, table, "c", &body, Position::Append)
+            .unwrap();
+        s.send(&b)
+            .unwrap_or_else(|e| panic!("port {port}: the kernel refused the hand-built rule: {e}"));
+    }
+    // The kernel here has neither: the NEWRULE is refused as a missing expression type.
+    for (name, e) in [("queue", queue()), ("flow_offload", flow_offload())] {
+        let body = RuleBody::new().tcp_dport(9045).expr(e);
+        let mut b = Batch::new();
+        b.add_rule(Family::Inet, "e_hand", "c", &body, Position::Append)
+            .unwrap();
+        match s.send(&b) {
+            Err(firewall::Error::Refused { errno, .. })
+                if errno.0 == libc::ENOENT || errno.0 == libc::EOPNOTSUPP => {}
+            other => {
+                panic!("{name}: the kernel was to refuse it (ENOENT or EOPNOTSUPP), got {other:?}")
+            }
+        }
+    }
+    let mut snap = Snapshot::read(&mut s).unwrap();
+    // Each hand-built expression is in the kernel's listing, by name, with the data it was
+    // sent (the kernel dumps `last` with a timestamp field of its own, so that one by name).
+    let listed = |port: u16, table: &str| -> Vec<Expr> {
+        let want = port.to_be_bytes().to_vec();
+        snap.ruleset
+            .rules
+            .iter()
+            .find(|r| {
+                r.table == table
+                    && r.exprs
+                        .iter()
+                        .any(|e| matches!(e, Expr::Cmp { data, .. } if *data == want))
+            })
+            .unwrap_or_else(|| panic!("port {port}: no rule listed"))
+            .exprs
+            .clone()
+    };
+    for (port, exprs, _, table, _) in &rules {
+        let got = listed(*port, table);
+        for e in exprs {
+            let found = got.iter().any(|g| match (g, e) {
+                (Expr::Raw { name: a, .. }, Expr::Raw { name: b, .. }) if b == "last" => a == b,
+                (Expr::Raw { name: a, data: x }, Expr::Raw { name: b, data: y })
+                    if b == "inner" =>
+                {
+                    // The kernel dumps the inner payload with its own attribute order.
+                    a == b && x.len() == y.len()
+                }
+                _ => g == e,
+            });
+            assert!(found, "port {port}: {e:?} not listed back, got {got:?}");
+        }
+    }
+    // The stand-ins: the listed rules of 9043 and 9044 with their counter replaced by the
+    // expression the kernel refused, as a kernel with the module would list it.
+    for (port, e) in [(9043u16, queue()), (9044, flow_offload())] {
+        let want = port.to_be_bytes().to_vec();
+        let rule = snap
+            .ruleset
+            .rules
+            .iter_mut()
+            .find(|r| {
+                r.exprs
+                    .iter()
+                    .any(|x| matches!(x, Expr::Cmp { data, .. } if *data == want))
+            })
+            .unwrap();
+        let at = rule
+            .exprs
+            .iter()
+            .position(|x| x.name() == "counter")
+            .unwrap();
+        if e.name() == "queue" {
+            // `queue` ends the rule: userspace gives the verdict.
+            rule.exprs.truncate(at);
+            rule.exprs.push(e);
+        } else {
+            rule.exprs[at] = e;
+        }
+    }
+    let m = model_of(
+        &snap,
+        &[(Family::Inet, "e_hand"), (Family::Netdev, "e_tun")],
+    );
+    let mut rows = Rows(Vec::new());
+    for (row, port, want) in [
+        ("last: a timestamp kept", 9040, "admitted"),
+        ("tunnel path", 9041, "doubtful"),
+        ("inner (vxlan ip saddr)", 9042, "doubtful"),
+        ("queue (stand-in)", 9043, "doubtful"),
+        ("flow_offload (stand-in)", 9044, "not-admitted"),
+    ] {
+        rows.word(row, &m, &conn(port), want);
+    }
+    for (port, what) in [(9041, "tunnel"), (9042, "inner"), (9043, "queue")] {
+        if let Fate::Doubtful { what: w, .. } = fate_from(&m, &conn(port), ANY) {
+            if !w.contains(what) {
+                rows.0
+                    .push(format!("port {port}: the doubt names {what:?}, got {w:?}"));
+            }
+        }
+    }
+    assert!(
+        rows.0.is_empty(),
+        "rows that do not hold:\n{}",
+        rows.0.join("\n")
+    );
+    // What nft 1.0.6 makes of the kernel's listing of these rules.
+    for t in [["inet", "e_hand"], ["netdev", "e_tun"]] {
+        let out = exec("nft", &["list", "table", t[0], t[1]], None);
+        println!(
+            "nft list table {} {}: exit {:?}\n{}{}",
+            t[0], t[1], out.code, out.stdout, out.stderr
+        );
+    }
 }

@@ -1,12 +1,16 @@
 //! The scratch namespaces of one confirmation: the node shaped like this one (its interfaces by
 //! name, addresses, routes), the ruleset loaded by its own tools, each probe's client and host
-//! behind wired, the probes sent in rounds; every namespace removed on drop.
+//! behind wired, the probes sent in rounds; every namespace removed on drop. The `ip` commands
+//! are queued per namespace and sent as one `ip -n NS -batch -` each before anything depends on
+//! them (a case of the property test asked some 300 `ip` processes one by one, most of the
+//! confirmation's time on this machine).
 
 use super::sock;
 use super::{args, is_link_local, Kernel, Listing, Probe, Shot, BUDGET, PROBE_WAIT};
 use crate::error::{Error, Result};
 use crate::eval::{Fam, Iface};
 use crate::exec::Exec;
+use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
 use std::time::Instant;
@@ -31,8 +35,6 @@ pub(super) fn run(
         .filter_map(|r| r.as_ref().ok())
         .collect();
     let mut notes = Vec::new();
-    let node = s.add("node")?;
-    s.ip(&node, &["link", "set", "lo", "up"])?;
     // The interfaces a probe arrives on or leaves by get a veth and a peer namespace.
     let mut probed: Vec<String> = Vec::new();
     for sh in &shots {
@@ -52,31 +54,41 @@ pub(super) fn run(
             names.push(p.clone());
         }
     }
+    // Every namespace at once: the node, a peer per probed interface, a sink for the others.
+    let mut roles = vec!["node".to_string()];
+    roles.extend((0..probed.len()).map(|k| format!("p{k}")));
+    if names.iter().any(|n| !probed.contains(n)) {
+        roles.push("sink".into());
+    }
+    let made = s.add_all(&roles)?;
+    let node = made[0].clone();
+    let sink = names
+        .iter()
+        .any(|n| !probed.contains(n))
+        .then(|| made[made.len() - 1].clone());
+    s.queue(&node, &["link", "set", "lo", "up"])?;
     let mut peers: Peers = BTreeMap::new();
-    let (mut sink, mut spare) = (None::<String>, 0usize);
+    let mut spare = 0usize;
     for name in &names {
         if let Some(k) = probed.iter().position(|p| p == name) {
-            let peer_ns = s.add(&format!("p{k}"))?;
+            let peer_ns = made[k + 1].clone();
             let (mac_node, mac_peer) = (mac(k, 1), mac(k, 2));
-            s.ip(
+            s.queue(
                 &node,
                 &[
                     "link", "add", name, "address", &mac_node, "type", "veth", "peer", "name",
                     "peer", "address", &mac_peer, "netns", &peer_ns,
                 ],
             )?;
-            s.ip(&peer_ns, &["link", "set", "peer", "up"])?;
+            s.queue(&peer_ns, &["link", "set", "peer", "up"])?;
             peers.insert(name.clone(), (peer_ns, mac_node, mac_peer));
         } else {
             // Not every kernel has the dummy device; a veth whose other end sits in the sink
             // namespace is as quiet.
-            if sink.is_none() {
-                sink = Some(s.add("sink")?);
-            }
             let peer = format!("s{spare}");
             spare += 1;
             let sink = sink.as_deref().unwrap_or_default();
-            s.ip(
+            s.queue(
                 &node,
                 &[
                     "link", "add", name, "type", "veth", "peer", "name", &peer, "netns", sink,
@@ -91,8 +103,10 @@ pub(super) fn run(
         {
             s.addr(&node, name, *a, *len)?;
         }
-        s.ip(&node, &["link", "set", name, "up"])?;
+        s.queue(&node, &["link", "set", name, "up"])?;
     }
+    // The routes one by one: one the scratch node will not take is a note, not a failure.
+    s.flush()?;
     for (fam, text) in &listing.routes {
         for argv in route_args(text, &names) {
             let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
@@ -108,6 +122,7 @@ pub(super) fn run(
     }
     load(s, &node, listing)?;
     let ports = wire(s, &node, &shots, &peers)?;
+    s.flush()?;
     let probes = send(s, &node, planned, &peers)?;
     drop(ports);
     Ok((probes, notes))
@@ -166,6 +181,7 @@ fn send(s: &Scratch<'_>, node: &str, planned: &Planned, peers: &Peers) -> Result
                 waiting.push((i, j, move || sock::connect(&ns, src, dst, PROBE_WAIT)));
             }
         }
+        s.flush()?;
         let started: Vec<_> = waiting
             .into_iter()
             .map(|(i, j, f)| (i, j, std::thread::spawn(f)))
@@ -180,8 +196,9 @@ fn send(s: &Scratch<'_>, node: &str, planned: &Planned, peers: &Peers) -> Result
         if round < last {
             for (ns, src) in held {
                 let cidr = format!("{src}/{}", host_len(Fam::of(src)));
-                s.ip(&ns, &["addr", "del", &cidr, "dev", "peer"])?;
+                s.queue(&ns, &["addr", "del", &cidr, "dev", "peer"])?;
             }
+            s.flush()?;
         }
     }
     Ok(probes)
@@ -195,11 +212,11 @@ fn send(s: &Scratch<'_>, node: &str, planned: &Planned, peers: &Peers) -> Result
 fn way_to_node(s: &Scratch<'_>, peer_ns: &str, sh: &Shot, mac_node: &str) -> Result<()> {
     let dst = sh.dst.ip().to_string();
     let host = host_len(sh.fam);
-    s.ip(
+    s.queue(
         peer_ns,
         &["route", "replace", &format!("{dst}/{host}"), "dev", "peer"],
     )?;
-    s.ip(
+    s.queue(
         peer_ns,
         &[
             "neigh",
@@ -220,8 +237,8 @@ fn way_to_node(s: &Scratch<'_>, peer_ns: &str, sh: &Shot, mac_node: &str) -> Res
 fn route_back(s: &Scratch<'_>, node: &str, sh: &Shot, mac_peer: &str) -> Result<()> {
     let src = sh.src.to_string();
     let host = format!("{src}/{}", host_len(sh.fam));
-    s.ip(node, &["route", "replace", &host, "dev", &sh.iif])?;
-    s.ip(
+    s.queue(node, &["route", "replace", &host, "dev", &sh.iif])?;
+    s.queue(
         node,
         &[
             "neigh",
@@ -309,7 +326,7 @@ fn wire(
                     } else {
                         "0.0.0.0/0"
                     };
-                    s.ip(
+                    s.queue(
                         bns,
                         &[
                             "neigh",
@@ -323,13 +340,13 @@ fn wire(
                             "permanent",
                         ],
                     )?;
-                    s.ip(
+                    s.queue(
                         bns,
                         &[
                             "route", "replace", dflt, "via", &gw, "dev", "peer", "onlink",
                         ],
                     )?;
-                    s.ip(
+                    s.queue(
                         node,
                         &[
                             "neigh",
@@ -427,6 +444,8 @@ pub(super) struct Scratch<'e> {
     pub(super) names: Vec<String>,
     deadline: Instant,
     stem: String,
+    /// `ip` commands not yet sent, per namespace in the order queued.
+    pending: RefCell<Vec<(String, Vec<String>)>>,
 }
 
 /// The namespaces an earlier confirmation left when its process was killed before it could
@@ -470,6 +489,7 @@ impl<'e> Scratch<'e> {
                 std::process::id(),
                 SEQ.fetch_add(1, Ordering::Relaxed)
             ),
+            pending: RefCell::new(Vec::new()),
         }
     }
 
@@ -490,17 +510,19 @@ impl<'e> Scratch<'e> {
         Ok(())
     }
 
-    /// A new namespace, `STEM-ROLE`.
-    fn add(&mut self, role: &str) -> Result<String> {
-        let name = format!("{}-{role}", self.stem);
-        self.check_deadline("making a namespace")?;
+    /// New namespaces, `STEM-ROLE` for each role, made by one `ip -batch`; their names in
+    /// order. Each is taken as made before the call, so whatever was made is removed.
+    fn add_all(&mut self, roles: &[String]) -> Result<Vec<String>> {
+        self.check_deadline("making the namespaces")?;
+        let names: Vec<String> = roles.iter().map(|r| format!("{}-{r}", self.stem)).collect();
+        self.names.extend(names.iter().cloned());
+        let lines: String = names.iter().map(|n| format!("netns add {n}\n")).collect();
         self.exec
-            .run_ok("ip", &args(&["netns", "add", &name]), None)?;
-        self.names.push(name.clone());
-        Ok(name)
+            .run_ok("ip", &args(&["-batch", "-"]), Some(&lines))?;
+        Ok(names)
     }
 
-    /// `ip -n NS ARGS…`.
+    /// `ip -n NS ARGS…`, at once.
     fn ip(&self, ns: &str, a: &[&str]) -> Result<()> {
         self.check_deadline("configuring a namespace")?;
         let mut argv = args(&["-n", ns]);
@@ -508,17 +530,67 @@ impl<'e> Scratch<'e> {
         self.exec.run_ok("ip", &argv, None).map(|_| ())
     }
 
-    /// An address on `dev` in `ns`, without duplicate address detection.
+    /// `ip -n NS ARGS…`, queued for the next [`Scratch::flush`]. An argument `ip -batch` would
+    /// split or read as a comment (blanks, quotes, `#`, `\`) is run at once instead, after
+    /// what is queued.
+    fn queue(&self, ns: &str, a: &[&str]) -> Result<()> {
+        let plain = |w: &&str| {
+            !w.is_empty() && !w.contains(|c: char| c.is_whitespace() || "\"'#\\".contains(c))
+        };
+        if !a.iter().all(plain) || !plain(&ns) {
+            self.flush()?;
+            return self.ip(ns, a);
+        }
+        self.pending.borrow_mut().push((ns.to_string(), args(a)));
+        Ok(())
+    }
+
+    /// Sends what is queued: one `ip -n NS -batch -` per namespace, in the order the
+    /// namespaces were made (the node first, whose veths the peers' commands find), each
+    /// namespace's commands in the order queued, a command queued twice sent once.
+    fn flush(&self) -> Result<()> {
+        let pending = std::mem::take(&mut *self.pending.borrow_mut());
+        if pending.is_empty() {
+            return Ok(());
+        }
+        self.check_deadline("configuring a namespace")?;
+        let mut order: Vec<&str> = self.names.iter().map(String::as_str).collect();
+        for (ns, _) in &pending {
+            if !order.contains(&ns.as_str()) {
+                order.push(ns);
+            }
+        }
+        for ns in order {
+            let mut lines: Vec<String> = Vec::new();
+            for (_, a) in pending.iter().filter(|(n, _)| n == ns) {
+                let line = a.join(" ");
+                if !lines.contains(&line) {
+                    lines.push(line);
+                }
+            }
+            if lines.is_empty() {
+                continue;
+            }
+            let mut text = lines.join("\n");
+            text.push('\n');
+            self.exec
+                .run_ok("ip", &args(&["-n", ns, "-batch", "-"]), Some(&text))?;
+        }
+        Ok(())
+    }
+
+    /// An address on `dev` in `ns`, without duplicate address detection (queued).
     fn addr(&self, ns: &str, dev: &str, a: IpAddr, len: u8) -> Result<()> {
         let cidr = format!("{a}/{len}");
         match a {
-            IpAddr::V4(_) => self.ip(ns, &["addr", "replace", &cidr, "dev", dev]),
-            IpAddr::V6(_) => self.ip(ns, &["addr", "replace", &cidr, "dev", dev, "nodad"]),
+            IpAddr::V4(_) => self.queue(ns, &["addr", "replace", &cidr, "dev", dev]),
+            IpAddr::V6(_) => self.queue(ns, &["addr", "replace", &cidr, "dev", dev, "nodad"]),
         }
     }
 
     /// `PROGRAM ARGS…` run inside `ns` (through nsenter), `stdin` fed to it.
     fn inside(&self, ns: &str, program: &str, a: &[&str], stdin: Option<&str>) -> Result<()> {
+        self.flush()?;
         self.check_deadline("loading the ruleset")?;
         let mut argv = vec![format!("--net={NETNS_DIR}/{ns}"), program.to_string()];
         argv.extend(args(a));
@@ -533,9 +605,20 @@ impl<'e> Scratch<'e> {
     /// Removes every namespace made, last first; what cannot be removed is left named in the
     /// error log of the caller by `ip netns list` (a removal never fails the confirmation).
     pub(super) fn remove(&mut self) {
-        while let Some(n) = self.names.pop() {
-            let _ = self.exec.run("ip", &args(&["netns", "delete", &n]), None);
+        self.pending.borrow_mut().clear();
+        if self.names.is_empty() {
+            return;
         }
+        // One process, last made first; `-force` goes on past a namespace that is not there.
+        let lines: String = self
+            .names
+            .drain(..)
+            .rev()
+            .map(|n| format!("netns delete {n}\n"))
+            .collect();
+        let _ = self
+            .exec
+            .run("ip", &args(&["-force", "-batch", "-"]), Some(&lines));
     }
 }
 

@@ -1,7 +1,8 @@
-//! The expression table's rows (docs/EXPRESSIONS.md) with hand-built expressions: the rows the
-//! kernel here cannot load (`last`, `queue`, `flow_offload`, `inner`, `tunnel`, an unknown
-//! expression, `-m set`), and each fix read at the level of its steps. The same rows from a
-//! real listing are in `tests/kernel_expressions.rs`.
+//! The expression table's rows (docs/EXPRESSIONS.md) with hand-built expressions (`last`,
+//! `queue`, `flow_offload`, `inner`, `tunnel`, an unknown expression, `-m set`), and each fix
+//! read at the level of its steps. The same rows from a real listing are in
+//! `tests/kernel_expressions.rs` (`queue` and `flow_offload`, which this kernel refuses, as
+//! stand-ins on a listed rule).
 
 use super::ir::{Item, RegOp};
 use super::lower::from_nft;

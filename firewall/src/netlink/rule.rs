@@ -322,6 +322,17 @@ impl RuleBody {
             .network_prefix(24, &addr.octets(), prefix_len)
     }
 
+    /// `ip saddr ADDR/LEN` or `ip6 saddr ADDR/LEN` in a table of the address's own family (`ip`
+    /// or `ip6`), as nft writes it there: without the `meta nfproto` dependency, which the
+    /// family makes (and which nft 1.0.6 cannot list in such a table: `nft list ruleset` aborts
+    /// on its `payload_expr_complete` assertion).
+    pub fn saddr_in_own_family(self, addr: std::net::IpAddr, prefix_len: u8) -> RuleBody {
+        match addr {
+            std::net::IpAddr::V4(a) => self.network_prefix(12, &a.octets(), prefix_len),
+            std::net::IpAddr::V6(a) => self.network_prefix(8, &a.octets(), prefix_len),
+        }
+    }
+
     /// `ip saddr` or `ip6 saddr` in a netdev chain, where `meta nfproto` is the netdev family
     /// itself: the address's family is told by the ethertype (`meta protocol ip|ip6`).
     pub fn saddr_by_ethertype(self, addr: std::net::IpAddr, prefix_len: u8) -> RuleBody {
