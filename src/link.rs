@@ -241,7 +241,7 @@ pub fn enrol(host: &Host<'_>, text: &str, json: bool) -> Result<ExitCode> {
             "brokers": token.brokers,
             "certificate_sha256": token.fingerprint,
         }});
-        println!("{}", serde_json::to_string_pretty(&v)?);
+        crate::json_contract::print("enrolled", 0, &v)?;
     } else {
         println!(
             "enrolled as node {} through broker {} (certificate {}); `mesh-host run` keeps the \

@@ -256,18 +256,19 @@ pub fn explain_command(
             "not_cloned": firewall::confirm::NOT_CLONED,
         });
     }
+    let code = if tally.is_some_and(|t| t.disagreeing > 0) {
+        EXIT_DISAGREES
+    } else if admitted {
+        0
+    } else {
+        1
+    };
     if json {
-        println!("{}", serde_json::to_string_pretty(&v)?);
+        crate::json_contract::print("firewall_explain", code, &v)?;
     } else {
         print!("{}", render_explain(&v));
     }
-    Ok(if tally.is_some_and(|t| t.disagreeing > 0) {
-        std::process::ExitCode::from(EXIT_DISAGREES)
-    } else if admitted {
-        std::process::ExitCode::SUCCESS
-    } else {
-        std::process::ExitCode::from(1)
-    })
+    Ok(std::process::ExitCode::from(code))
 }
 
 /// The ways and their parts for scripts, each part with the kernel's probe when it was asked.

@@ -251,8 +251,10 @@ fn shown(out: &lab::Output) -> String {
 }
 
 fn json_of(out: &lab::Output) -> Value {
-    serde_json::from_str(&out.stdout)
-        .unwrap_or_else(|e| panic!("mesh-host printed no JSON ({e}):\n{}", shown(out)))
+    if let Err(e) = serde_json::from_str::<Value>(&out.stdout) {
+        panic!("mesh-host printed no JSON ({e}):\n{}", shown(out));
+    }
+    crate::util::contract(&out.stdout)
 }
 
 /// The lines a refused genesis named (`--json` prints them as `refused.problems`).
@@ -309,7 +311,7 @@ fn container(docker: &Docker, name: &str) -> (String, Vec<String>) {
     let out = docker
         .docker(&["container", "inspect", name])
         .unwrap_or_else(|e| panic!("inspecting {name}: {e}"));
-    let v: Value = serde_json::from_str(&out.stdout).unwrap();
+    let v: Value = crate::util::contract(&out.stdout);
     let c = &v[0];
     let mut ports = Vec::new();
     for (spec, bindings) in c["HostConfig"]["PortBindings"].as_object().unwrap() {
