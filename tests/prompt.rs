@@ -370,3 +370,103 @@ fn converge_preview_counts_a_port_closed_now_as_staying_closed_not_closing() {
         "{plan:#}"
     );
 }
+
+/// Every command that answers in JSON, run with `--json` against a node of its own: each prints
+/// one document of the contract (`docs/json/schema.json`, checked by `Run::json`), whose status
+/// and exit_code agree with the process's exit code; a mistyped command and a missing argument
+/// are refusal documents too, with clap's own words still on stderr.
+#[test]
+fn every_command_prints_one_document_of_the_json_contract() {
+    let node = Node::new();
+    node.write("/etc/found.conf", "found\n");
+    let file = node.path("/d.json");
+    let d = json!({"version": 1, "node": "n1", "mode": "adopted",
+        "settings": {"ports": {"store": 5432, "bus": 5672, "broker_management": 15672,
+                               "registry": 5000, "hub": 51820}},
+        "resources": [
+            {"id": "web/conf", "module": "web", "type": "file", "path": "/etc/found.conf",
+             "content": "declared\n"},
+            {"id": "web/dir", "module": "web", "type": "directory", "path": "/srv/web"}]});
+    std::fs::write(&file, serde_json::to_vec(&d).unwrap()).unwrap();
+    let decl = file.to_str().unwrap();
+    let mut kinds = std::collections::BTreeSet::new();
+    let status = |code: i32| match code {
+        0 => "ok",
+        1 => "failed",
+        2 | 3 | 6 => "refused",
+        4 => "changes",
+        5 => "not_in_force",
+        7 => "disagrees",
+        _ => "interrupted",
+    };
+    for (args, want) in [
+        (&["version", "--json"][..], 0),
+        (&["briefing", "--json"], 0),
+        (&["reconcile", "--json"], 2),
+        (&["apply", decl, "--preview", "--json"], 4),
+        (&["apply", decl, "--json"], 0),
+        // Each run has a network namespace of its own: the guard's table is never there yet.
+        (&["reconcile", "--preview", "--json"], 4),
+        (&["reconcile", "--json"], 0),
+        (&["take", "web", "--preview", "--json"], 4),
+        (&["converge", "--preview", "--json"], 4),
+        (&["adopt", "--preview", "--json"], 3),
+        (&["release", "--preview", "--json"], 4),
+        (&["owned", "--json"], 0),
+        (&["briefing", "--json"], 0),
+        (&["openings", "derive", "--json"], 0),
+        (&["firewall", "status", "--json"], 0),
+        (&["firewall", "explain", "22", "--json"], 0),
+        (&["inventory", "--json"], 0),
+        (&["profile", "--json"], 0),
+        (&["genesis", "--node", "n1", "--preview", "--json"], 3),
+        (&["enrol", "--token", "nonsense", "--json"], 2),
+        (&["aply", "--json"], 2),
+        (&["apply", "--json"], 2),
+        (&["release", "--json"], 0),
+    ] {
+        let r = node.run(args);
+        assert_eq!(r.code, Some(want), "{args:?}:\n{}\n{}", r.stdout, r.stderr);
+        let v = r.json();
+        assert_eq!(
+            (v["exit_code"].as_i64(), v["status"].as_str()),
+            (Some(i64::from(want)), Some(status(want))),
+            "{args:?}: {v:#}"
+        );
+        kinds.insert(v["kind"].as_str().unwrap().to_string());
+    }
+    assert_eq!(
+        kinds.into_iter().collect::<Vec<_>>(),
+        [
+            "briefing",
+            "firewall_explain",
+            "firewall_status",
+            "inventory",
+            "openings",
+            "owned",
+            "plan",
+            "profile",
+            "refused",
+            "release",
+            "report",
+            "version"
+        ]
+    );
+    // clap's words stay on stderr beside the document.
+    let r = node.run(&["aply", "--json"]);
+    assert!(
+        r.stderr.contains("similar subcommand exists: 'apply'"),
+        "{}",
+        r.stderr
+    );
+    // An error that ended a command is a document too (kind error, exit 1).
+    node.apply(&json!({"version": 1, "node": "n1", "mode": "converged", "resources": []}));
+    std::fs::write(node.path("/var/lib/mesh-host/state.json"), "garbage").unwrap();
+    let r = node.run(&["reconcile", "--json"]);
+    assert_eq!(r.code, Some(1), "{}\n{}", r.stdout, r.stderr);
+    let v = r.json();
+    assert_eq!(
+        (v["kind"].as_str(), v["status"].as_str()),
+        (Some("error"), Some("failed"))
+    );
+}

@@ -40,7 +40,7 @@ fn published(cx: &Ctx, name: &str) -> Vec<String> {
         .docker
         .docker(&["container", "inspect", name])
         .unwrap_or_else(|e| panic!("inspecting {name}: {e}"));
-    let v: Value = crate::util::contract(&out.stdout);
+    let v: Value = serde_json::from_str(&out.stdout).unwrap();
     let mut ports = Vec::new();
     for (spec, bindings) in v[0]["HostConfig"]["PortBindings"]
         .as_object()

@@ -311,7 +311,7 @@ fn container(docker: &Docker, name: &str) -> (String, Vec<String>) {
     let out = docker
         .docker(&["container", "inspect", name])
         .unwrap_or_else(|e| panic!("inspecting {name}: {e}"));
-    let v: Value = crate::util::contract(&out.stdout);
+    let v: Value = serde_json::from_str(&out.stdout).unwrap();
     let c = &v[0];
     let mut ports = Vec::new();
     for (spec, bindings) in c["HostConfig"]["PortBindings"].as_object().unwrap() {
