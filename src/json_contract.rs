@@ -1,5 +1,5 @@
 //! The JSON contract: every document a command prints with `--json` carries `schema_version`,
-//! its `kind`, a `status` and the process's `exit_code` beside the command's own keys, as
+//! its kind as `document`, a `status` and the process's `exit_code` beside the command's own keys, as
 //! `docs/json/schema.json` describes; and a small validator of that schema (the subset of JSON
 //! Schema draft 2020-12 the file uses), so the tests check every command's output against the
 //! same file the docs publish.
@@ -53,11 +53,13 @@ impl Status {
 }
 
 /// The document of `kind` for `body` (an object whose keys it carries, or any other value put
-/// under `kind`'s own name), with the contract's keys first.
+/// under `kind`'s own name), with the contract's keys (`schema_version`, `document`, `status`,
+/// `exit_code`). A body key of the same name as one of them is a bug (its value would be lost):
+/// a debug build panics on it, so every test that prints a document checks it.
 pub fn document(kind: &str, code: u8, body: &impl Serialize) -> Value {
     let mut out = Map::new();
     out.insert("schema_version".into(), SCHEMA_VERSION.into());
-    out.insert("kind".into(), kind.into());
+    out.insert("document".into(), kind.into());
     out.insert(
         "status".into(),
         serde_json::to_value(Status::of_exit(code)).unwrap_or(Value::Null),
@@ -66,9 +68,11 @@ pub fn document(kind: &str, code: u8, body: &impl Serialize) -> Value {
     match serde_json::to_value(body) {
         Ok(Value::Object(m)) => {
             for (k, v) in m {
-                if !out.contains_key(&k) {
-                    out.insert(k, v);
-                }
+                debug_assert!(
+                    !out.contains_key(&k),
+                    "{kind}'s own key {k} is one of the contract's"
+                );
+                out.entry(k).or_insert(v);
             }
         }
         Ok(other) => {

@@ -337,7 +337,7 @@ fn converge_preview_counts_a_port_closed_now_as_staying_closed_not_closing() {
     let plan = crate::util::contract(&stdout);
     assert_eq!(
         (
-            plan["kind"].as_str(),
+            plan["document"].as_str(),
             plan["act"].as_str(),
             plan["status"].as_str()
         ),
@@ -433,7 +433,7 @@ fn every_command_prints_one_document_of_the_json_contract() {
             (Some(i64::from(want)), Some(status(want))),
             "{args:?}: {v:#}"
         );
-        kinds.insert(v["kind"].as_str().unwrap().to_string());
+        kinds.insert(v["document"].as_str().unwrap().to_string());
     }
     assert_eq!(
         kinds.into_iter().collect::<Vec<_>>(),
@@ -466,7 +466,7 @@ fn every_command_prints_one_document_of_the_json_contract() {
     assert_eq!(r.code, Some(1), "{}\n{}", r.stdout, r.stderr);
     let v = r.json();
     assert_eq!(
-        (v["kind"].as_str(), v["status"].as_str()),
+        (v["document"].as_str(), v["status"].as_str()),
         (Some("error"), Some("failed"))
     );
 }
