@@ -2,22 +2,25 @@
 
 use crate::apply::{self, Host};
 use crate::declaration::{self, Source};
+use crate::json_contract;
 use crate::store;
 use answer::{
     act, derive_openings, finish, genesis_refused, interruptible, nothing_applied, preview_asked,
-    previewed, print_briefing, refused, render_owned, tells_resident,
+    previewed, print_briefing, refused, render_owned, tells_resident, verbose,
 };
-pub use answer::{error_json, refusal};
+pub use answer::{error_json, refusal, refusal_json};
 use anyhow::{Context, Result};
 
 mod answer;
 mod args;
 mod input;
+mod usage;
 pub use args::{
     Cli, Command, CompletionShell, FirewallCommand, GenerateCommand, OpeningsCommand, SourceArg,
 };
 use run::SystemRunner;
 use std::process::ExitCode;
+pub use usage::parse_or_refuse;
 
 /// The exit code of an act whose standard output was closed before its report was printed: the
 /// act went to its end and its briefing is in the store, but its answer reached no one (128 + 13,
@@ -61,6 +64,7 @@ pub fn closed_pipe(e: &anyhow::Error) -> bool {
 
 /// Runs one command and returns the process's exit code.
 pub fn run(cli: Cli) -> Result<ExitCode> {
+    answer::set_verbose(cli.verbose);
     let needs_root = !matches!(
         cli.command,
         Command::Version { .. } | Command::Generate { .. }
@@ -88,7 +92,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
                     "system": crate::build::BUILD.system,
                     "line": crate::launch::version_line(),
                 });
-                println!("{}", serde_json::to_string_pretty(&v)?);
+                json_contract::print("version", 0, &v)?;
             } else {
                 println!("{}", crate::launch::version_line());
             }
@@ -187,17 +191,11 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
                     Err(asked) => act(&cli.root, asked, json),
                     Ok(p) => {
                         if json {
-                            println!("{}", serde_json::to_string_pretty(&p)?);
+                            println!("{}", serde_json::to_string_pretty(&p.document())?);
                         } else {
-                            print!("{}", p.render());
+                            print!("{}", p.render(verbose()));
                         }
-                        // As every preview: 4, changes pending (a flip always changes the
-                        // firewall), or 3 when the flip would be refused.
-                        Ok(if p.refusals.is_empty() {
-                            ExitCode::from(4)
-                        } else {
-                            ExitCode::from(3)
-                        })
+                        Ok(ExitCode::from(p.exit_code()))
                     }
                 };
             }
@@ -232,7 +230,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
                     if json {
                         let mut v = serde_json::to_value(&done.report)?;
                         v["guard_removed"] = serde_json::json!(done.guard);
-                        println!("{}", serde_json::to_string_pretty(&v)?);
+                        json_contract::print("release", done.report.exit_code(), &v)?;
                     } else {
                         print!("{}", done.report.render());
                         for line in &done.guard {
@@ -245,7 +243,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
                 Err(e) => {
                     if let Some(r) = e.report() {
                         if json {
-                            println!("{}", serde_json::to_string_pretty(r)?);
+                            json_contract::print("report", r.exit_code(), r)?;
                         } else {
                             print!("{}", r.render());
                         }
@@ -342,7 +340,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
                     "held": state.held,
                     "originals": state.originals,
                 });
-                println!("{}", serde_json::to_string_pretty(&v)?);
+                json_contract::print("owned", 0, &v)?;
             } else {
                 print!("{}", render_owned(&state));
             }
@@ -351,7 +349,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Command::Inventory { json } => {
             let view = crate::inventory::read(host(&cli.root).runner)?;
             if json {
-                println!("{}", serde_json::to_string_pretty(&view.to_json())?);
+                json_contract::print("inventory", 0, &view.to_json())?;
             } else {
                 print!("{}", view.render());
             }
@@ -389,9 +387,9 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
                 Ok(crate::genesis::Outcome::Applied(r)) => finish(Ok(*r), json),
                 Ok(crate::genesis::Outcome::Previewed(p)) => {
                     if json {
-                        println!("{}", serde_json::to_string_pretty(&p)?);
+                        println!("{}", serde_json::to_string_pretty(&p.document())?);
                     } else {
-                        print!("{}", p.render());
+                        print!("{}", p.render(verbose()));
                     }
                     Ok(ExitCode::from(p.exit_code()))
                 }
@@ -412,7 +410,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             let state = store::peek(&cli.root)?;
             let v = crate::status::firewall_status(&cli.root, state.as_ref())?;
             if json {
-                println!("{}", serde_json::to_string_pretty(&v)?);
+                json_contract::print("firewall_status", 0, &v)?;
             } else {
                 print!("{}", crate::status::render(&v));
             }
@@ -448,9 +446,11 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             let state = store::peek(&cli.root)?;
             let Some(b) = state.and_then(|s| s.briefing) else {
                 // A script asking for the briefing of a node not raised yet gets a document
-                // that says so (`null`), not a refusal.
+                // that says so (its keys null and empty), not a refusal.
                 if json {
-                    println!("null");
+                    let none = serde_json::json!({"outcome": null, "node": null, "mode": null,
+                        "at": null, "lines": [], "look_at": []});
+                    json_contract::print("briefing", 0, &none)?;
                     return Ok(ExitCode::SUCCESS);
                 }
                 eprintln!(
@@ -484,7 +484,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
                         persist: f.persist,
                     });
             if json {
-                println!("{}", serde_json::to_string_pretty(&profile)?);
+                json_contract::print("profile", 0, &profile)?;
             } else {
                 print!("{}", profile.render());
             }

@@ -5,7 +5,7 @@
 
 use crate::apply::Host;
 use crate::declaration::openings as opening;
-use crate::declaration::{Declaration, Mode, Resource, Shape};
+use crate::declaration::{Declaration, Mode, Resource, Shape, Source};
 use crate::node_firewall::save::ssh_ports;
 use crate::store::{self, State};
 use anyhow::{Context, Result};
@@ -218,6 +218,10 @@ pub struct Preview {
     /// The refusals the flip lifts: bans of sources of a port that stays reachable, held in a
     /// found nftables table the flip deletes, which the derived filter does not carry.
     pub lifts: Vec<String>,
+    /// The converge's apply planned resource by resource, as every preview's plan (its keys
+    /// are the document's, beside the flip's own account above).
+    #[serde(skip)]
+    pub plan: crate::apply::plan::Plan,
 }
 
 /// The processes that hold a published port's socket for the runtime, so they are shown as the
@@ -412,7 +416,31 @@ pub fn preview(host: &Host<'_>) -> Result<std::result::Result<Preview, Asked>> {
             how: retiring_how(r),
         })
         .collect();
-    let refusals = crate::apply::refusals(&state, &target);
+    let mut refusals = crate::apply::refusals(&state, &target);
+    // The act's own answer, resource by resource, read as every preview reads it.
+    let plan = match crate::apply::plan::plan(
+        host.root,
+        host.runner,
+        "converge",
+        &target,
+        Source::Local,
+    ) {
+        Ok(p) => p,
+        Err(r) => {
+            if r.code == 1 {
+                anyhow::bail!(r.why);
+            }
+            if !refusals.iter().any(|x| r.why.contains(x.as_str())) {
+                refusals.push(r.why);
+            }
+            crate::apply::plan::Plan::empty(
+                "converge",
+                &decl.node,
+                Mode::Converged.as_str(),
+                Source::Local,
+            )
+        }
+    };
     let incoming = openings
         .iter()
         .filter(|(o, _)| o.path == firewall::Path::Incoming)
@@ -438,6 +466,7 @@ pub fn preview(host: &Host<'_>) -> Result<std::result::Result<Preview, Asked>> {
         ),
         refusals,
         lifts,
+        plan,
     }))
 }
 
@@ -463,7 +492,7 @@ fn reach_change(v: &firewall::eval::Verdict, r: &Reach) -> (String, String) {
 
 /// Where a new connection from anywhere is admitted, by the interfaces it arrives on: `anywhere`,
 /// `anywhere except 10.200.1.2/32`, `nowhere`, or each interface's own answer.
-fn reached_from(v: &firewall::eval::Verdict) -> String {
+pub(crate) fn reached_from(v: &firewall::eval::Verdict) -> String {
     use firewall::eval::{Addrs, Fam, Fate};
     let mut ifaces: Vec<&str> = v.parts.iter().map(|p| p.iif.as_str()).collect();
     ifaces.sort();
@@ -520,6 +549,37 @@ fn reached_from(v: &firewall::eval::Verdict) -> String {
         .join("; ")
 }
 
+impl Preview {
+    /// What the flip closes, counted as the lines say it: a port reached now that no opening
+    /// admits `WILL CLOSE`; one reached from nowhere now `stays closed`.
+    fn closing_words(&self) -> String {
+        let all: Vec<&Reach> = self.listening.iter().chain(&self.published).collect();
+        let stays = all
+            .iter()
+            .filter(|r| r.closes && r.change == "stays closed")
+            .count();
+        let closes = all.iter().filter(|r| r.closes).count() - stays;
+        let ports = |n: usize| if n == 1 { "port" } else { "ports" };
+        let stay = |n: usize| {
+            format!(
+                "{n} {} closed now {}",
+                ports(n),
+                if n == 1 {
+                    "stays closed"
+                } else {
+                    "stay closed"
+                }
+            )
+        };
+        match (closes, stays) {
+            (0, 0) => "no port closes".into(),
+            (c, 0) => format!("{c} {} reached now would close", ports(c)),
+            (0, s) => format!("no port reached now closes; {}", stay(s)),
+            (c, s) => format!("{c} {} reached now would close; {}", ports(c), stay(s)),
+        }
+    }
+}
+
 /// How a kind is retired, in a sentence for the operator.
 fn retiring_how(r: &firewall::Retired) -> String {
     let unit = r
@@ -556,7 +616,34 @@ fn retiring_how(r: &firewall::Retired) -> String {
 }
 
 impl Preview {
-    pub fn render(&self) -> String {
+    /// 3 when the flip would be refused; else 4, changes pending (a flip always changes the
+    /// firewall).
+    pub fn exit_code(&self) -> u8 {
+        if self.refusals.is_empty() {
+            crate::apply::plan::CHANGES_PENDING
+        } else {
+            3
+        }
+    }
+
+    /// The `--json` document: a plan, as every preview's, with the flip's account beside it.
+    pub fn document(&self) -> serde_json::Value {
+        let mut plan = self.plan.clone();
+        plan.pending = self.exit_code() == crate::apply::plan::CHANGES_PENDING;
+        let mut v = crate::json_contract::document("plan", self.exit_code(), &plan);
+        if let (Some(doc), Ok(serde_json::Value::Object(own))) =
+            (v.as_object_mut(), serde_json::to_value(self))
+        {
+            for (k, val) in own {
+                doc.entry(k).or_insert(val);
+            }
+        }
+        v
+    }
+
+    /// The preview as a person reads it: the flip's account, then the converge's plan resource
+    /// by resource (unchanged ones listed only when `verbose`) and its summary line.
+    pub fn render(&self, verbose: bool) -> String {
         let mut out = String::new();
         let _ = writeln!(
             out,
@@ -642,15 +729,12 @@ impl Preview {
             }
         }
         if self.refusals.is_empty() {
-            let closes = self
-                .listening
-                .iter()
-                .chain(&self.published)
-                .filter(|r| r.closes)
-                .count();
+            let _ = writeln!(out);
+            out.push_str(&self.plan.render(verbose));
             let _ = writeln!(
                 out,
-                "\nthe flip would go ahead ({closes} port(s) would close): run `mesh-host converge`"
+                "\nthe flip would go ahead ({}): run `mesh-host converge`",
+                self.closing_words()
             );
         } else {
             let _ = writeln!(out, "\nthe flip would be REFUSED:");

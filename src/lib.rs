@@ -14,6 +14,7 @@ pub mod error;
 pub mod failpoint;
 pub mod genesis;
 pub mod inventory;
+pub mod json_contract;
 pub mod launch;
 pub mod link;
 pub mod logging;

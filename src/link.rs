@@ -241,7 +241,7 @@ pub fn enrol(host: &Host<'_>, text: &str, json: bool) -> Result<ExitCode> {
             "brokers": token.brokers,
             "certificate_sha256": token.fingerprint,
         }});
-        println!("{}", serde_json::to_string_pretty(&v)?);
+        crate::json_contract::print("enrolled", 0, &v)?;
     } else {
         println!(
             "enrolled as node {} through broker {} (certificate {}); `mesh-host run` keeps the \
@@ -427,7 +427,7 @@ impl Resident {
         while let Ok(event) = self.events.try_recv() {
             match event {
                 link::Event::Linked { addr, unlinked_for } => {
-                    tracing::info!(broker = %addr, unlinked_s = ?unlinked_for.map(|d| d.as_secs()), "linked to the mesh");
+                    tracing::info!(broker = %addr, unlinked_s = unlinked_for.map(|d| d.as_secs()), "linked to the mesh");
                     heard.reconnected = true;
                     self.contact(host.root, link::now_secs());
                 }
@@ -498,7 +498,7 @@ impl Resident {
         let report = match declaration::parse(&text, Source::Link) {
             Err(problems) => {
                 let list: Vec<String> = problems.0.iter().map(|p| p.to_string()).collect();
-                tracing::warn!(version = v.version, problems = ?list, "a declaration from the link was refused; nothing was changed");
+                tracing::warn!(version = v.version, problems = %list.join("; "), "a declaration from the link was refused; nothing was changed");
                 serde_json::json!({"refused": list})
             }
             Ok(decl) if decl.release => {
@@ -510,7 +510,11 @@ impl Resident {
                 Ok(report) => {
                     restarts = report.restarts_host();
                     memo = report.memo.clone();
-                    tracing::info!(version = v.version, failed = ?report.failed().map(|e| e.id.clone()), "applied a declaration from the link");
+                    tracing::info!(
+                        version = v.version,
+                        failed = report.failed().map(|e| e.id.as_str()),
+                        "applied a declaration from the link"
+                    );
                     serde_json::to_value(&report).unwrap_or_default()
                 }
                 Err(e) => {

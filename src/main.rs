@@ -1,6 +1,5 @@
 //! The mesh-host binary: parse the command line, set up logging, run.
 
-use clap::Parser;
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
@@ -8,7 +7,8 @@ fn main() -> ExitCode {
     mesh_host::logging::init();
     // Long steps (an install, an image pull) are said on stderr while they run.
     mesh_host::progress::install();
-    let cli = mesh_host::Cli::parse();
+    // A refused command line is a JSON document too under `--json`.
+    let cli = mesh_host::cli::parse_or_refuse();
     let reads_only = cli.reads_only();
     mesh_host::cli::closed_stdout_ends_quietly(reads_only);
     let json = cli.json();

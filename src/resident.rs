@@ -208,7 +208,13 @@ pub fn run(host: &Host<'_>, opts: &Options) -> Result<ExitCode> {
             let failed = match apply::reconcile_with(host, memo.as_ref()) {
                 Ok(Some(report)) => {
                     let failed = report.failed().map(|e| e.id.clone());
-                    tracing::info!(trigger = why, seq, millis = started.elapsed().as_millis() as u64, failed = ?failed, "reconciled");
+                    tracing::info!(
+                        trigger = why,
+                        seq,
+                        millis = started.elapsed().as_millis() as u64,
+                        failed = failed.as_deref(),
+                        "reconciled"
+                    );
                     if failed.is_none() {
                         // The launcher's known-good: this binary works on this machine.
                         if let Err(e) = crate::launch::reconciled(&store::store_dir(host.root)) {
@@ -607,7 +613,14 @@ fn recheck(
         }) => {
             let since = first.map(|f| f.elapsed().as_micros() as u64);
             if guard_written || openings > 0 {
-                tracing::info!(by = who, guard_restored = guard_written, openings_restored = openings, micros_since_change = ?since, micros = started.elapsed().as_micros() as u64, "ruleset changed by another program; put back");
+                tracing::info!(
+                    by = who,
+                    guard_restored = guard_written,
+                    openings_restored = openings,
+                    micros_since_change = since,
+                    micros = started.elapsed().as_micros() as u64,
+                    "ruleset changed by another program; put back"
+                );
             } else {
                 tracing::debug!(
                     by = who,

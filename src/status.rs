@@ -243,6 +243,9 @@ pub fn explain_command(
     v["path"] = json!(path.as_str());
     v["from"] = json!(from.unwrap_or_else(|| "anywhere".into()));
     v["admitted"] = json!(admitted);
+    // Without --confirm the two keys are there, null: the document's keys do not depend on it.
+    v["evaluator_admitted"] = Value::Null;
+    v["confirm"] = Value::Null;
     if let (Some(c), Some(t)) = (&confirmation, &tally) {
         v["evaluator_admitted"] = json!(evaluated);
         v["confirm"] = json!({
@@ -256,18 +259,19 @@ pub fn explain_command(
             "not_cloned": firewall::confirm::NOT_CLONED,
         });
     }
+    let code = if tally.is_some_and(|t| t.disagreeing > 0) {
+        EXIT_DISAGREES
+    } else if admitted {
+        0
+    } else {
+        1
+    };
     if json {
-        println!("{}", serde_json::to_string_pretty(&v)?);
+        crate::json_contract::print("firewall_explain", code, &v)?;
     } else {
         print!("{}", render_explain(&v));
     }
-    Ok(if tally.is_some_and(|t| t.disagreeing > 0) {
-        std::process::ExitCode::from(EXIT_DISAGREES)
-    } else if admitted {
-        std::process::ExitCode::SUCCESS
-    } else {
-        std::process::ExitCode::from(1)
-    })
+    Ok(std::process::ExitCode::from(code))
 }
 
 /// The ways and their parts for scripts, each part with the kernel's probe when it was asked.
@@ -292,6 +296,7 @@ fn explain_json(
                     "handle": p.fate.by().and_then(|b| b.handle),
                     "detail": p.fate.describe(),
                     "walk": p.trace,
+                    "kernel": null,
                 });
                 if let Some(pr) = confirmation.map(|c| &c.probes[i][j]) {
                     part["kernel"] = json!({
@@ -449,15 +454,19 @@ fn with_bpf(mut guard: Value, root: &std::path::Path) -> Value {
             json!({"pinned": pinned, "pins": pins.dir, "program": st.program,
                    "links": st.links, "link_ids": st.link_ids,
                    "ports": st.contents.ports, "interfaces": st.contents.ifaces,
-                   "nets": st.contents.nets, "kernel": kernel})
+                   "nets": st.contents.nets, "kernel": kernel, "error": null})
         }
-        Err(e) => json!({"pinned": false, "pins": pins.dir, "error": e.to_string()}),
+        // The same keys as a layer read, empty: a script finds every key in every case.
+        Err(e) => json!({"pinned": false, "pins": pins.dir, "program": null, "links": [],
+                         "link_ids": [], "ports": [], "interfaces": [], "nets": [],
+                         "kernel": null, "error": e.to_string()}),
     };
     bpf["held"] = json!(held_ids);
     bpf["attached"] = json!(stands);
-    if let Err(e) = &held {
-        bpf["held_error"] = json!(e.to_string());
-    }
+    bpf["held_error"] = match &held {
+        Err(e) => json!(e.to_string()),
+        Ok(_) => Value::Null,
+    };
     let filter = !guard["filter"].is_null();
     guard["layers"] = json!(layers_named(guard["present"] == true, stands, filter));
     guard["bpf"] = bpf;

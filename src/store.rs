@@ -679,7 +679,9 @@ fn load(dir: &Named) -> Result<Option<Loaded>, StoreError> {
                 jpath.display(),
                 path.display()
             ),
-            r => tracing::debug!(replayed = ?r, journal = %jpath.display(), "journal read"),
+            journal::Replayed::Applied { ops, torn } => {
+                tracing::debug!(ops, torn, journal = %jpath.display(), "journal read")
+            }
         }
     }
     Ok(Some(Loaded {

@@ -33,7 +33,7 @@ fn inventory_lists_a_listener_with_its_process_and_a_container_with_its_publishe
     cmd.env("DOCKER_HOST", docker.docker_host());
     let out = lab::run(&mut cmd).expect("mesh-host inventory runs");
     assert!(out.success(), "{}\n{}", out.stdout, out.stderr);
-    let v: Value = serde_json::from_str(&out.stdout).unwrap();
+    let v: Value = crate::util::contract(&out.stdout);
 
     let ours: Vec<&Value> = v["listeners"]
         .as_array()

@@ -145,3 +145,105 @@ fn colour_codes_reach_a_terminal_only() {
     assert!(seen.contains("applying"), "{seen}");
     assert!(seen.contains('\u{1b}'), "no colour on a terminal: {seen:?}");
 }
+
+/// The log macros' invocations in `text`: each from its name to its closing parenthesis, string
+/// literals read whole so a parenthesis inside one does not end it.
+fn log_calls(text: &str) -> Vec<(usize, String)> {
+    let mut out = Vec::new();
+    for name in [
+        "trace!(", "debug!(", "info!(", "warn!(", "error!(", "event!(",
+    ] {
+        let mut from = 0;
+        while let Some(at) = text[from..].find(name) {
+            let start = from + at;
+            from = start + name.len();
+            // A macro's own name, not the tail of another identifier (`my_info!(`).
+            let before = text[..start].chars().next_back();
+            if before.is_some_and(|c| c.is_alphanumeric() || c == '_') {
+                continue;
+            }
+            let bytes = text.as_bytes();
+            let (mut depth, mut i, mut in_str) = (1, from, false);
+            while i < bytes.len() && depth > 0 {
+                match (bytes[i], in_str) {
+                    (b'\\', true) => i += 1,
+                    (b'"', _) => in_str = !in_str,
+                    (b'(', false) => depth += 1,
+                    (b')', false) => depth -= 1,
+                    _ => {}
+                }
+                i += 1;
+            }
+            let line = text[..start].lines().count();
+            out.push((line, text[start..i].to_string()));
+        }
+    }
+    out
+}
+
+/// Whether a log call formats a value with Rust's `Debug`: `{:?}`, `{x:?}`, `{:#?}` in its
+/// message, or a field recorded with the `?` sigil (`field = ?value`, `?value`).
+fn debug_formatted(call: &str) -> bool {
+    if call.contains(":?}") || call.contains(":#?}") {
+        return true;
+    }
+    let chars: Vec<char> = call.chars().collect();
+    chars.iter().enumerate().any(|(i, c)| {
+        *c == '?'
+            && chars
+                .get(i + 1)
+                .is_some_and(|n| n.is_alphabetic() || *n == '_')
+            && chars[..i]
+                .iter()
+                .rev()
+                .find(|p| !p.is_whitespace())
+                .is_some_and(|p| matches!(p, ',' | '(' | '='))
+    })
+}
+
+#[test]
+fn the_debug_check_sees_what_it_must_and_nothing_else() {
+    assert!(debug_formatted(r#"info!(failed = ?failed, "x")"#));
+    assert!(debug_formatted(r#"warn!(?err, "x")"#));
+    assert!(debug_formatted(r#"debug!("got {:?}", v)"#));
+    assert!(debug_formatted(r#"debug!("got {v:?}")"#));
+    assert!(!debug_formatted(
+        r#"info!(failed = failed.as_deref(), n = f()?, "why? {x}")"#
+    ));
+    let calls = log_calls("tracing::info!(a = ?b, \"(\");\nmy_info!(x);\nwarn!(\"ok\")");
+    assert_eq!(calls.len(), 2, "{calls:?}");
+}
+
+/// No log line shows Rust's `Debug` form (`Some(…)`, `None`, a struct dumped): every value a log
+/// call records is rendered as a person reads it (an `Option` field is recorded only when set).
+#[test]
+fn no_log_call_formats_a_value_with_debug() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut found = Vec::new();
+    let mut read = 0;
+    for dir in ["src", "firewall/src", "genesis/src", "link/src", "run/src"] {
+        let mut stack = vec![root.join(dir)];
+        while let Some(d) = stack.pop() {
+            for e in std::fs::read_dir(&d).unwrap_or_else(|e| panic!("{}: {e}", d.display())) {
+                let path = e.unwrap().path();
+                if path.is_dir() {
+                    stack.push(path);
+                } else if path.extension().is_some_and(|x| x == "rs") {
+                    let text = std::fs::read_to_string(&path).unwrap();
+                    read += 1;
+                    for (line, call) in log_calls(&text) {
+                        if debug_formatted(&call) {
+                            found.push(format!("{}:{line}: {call}", path.display()));
+                        }
+                    }
+                }
+            }
+        }
+    }
+    assert!(read > 100, "only {read} source files read");
+    assert!(
+        found.is_empty(),
+        "log calls in Debug form:\n{}",
+        found.join("\n")
+    );
+}

@@ -92,7 +92,7 @@ fn a_store_that_exists_ignores_recovered_records() {
     smaller["recovered"] = owned;
     let r = node.apply(&smaller);
     assert_eq!(r.outcome("b"), "forgotten", "{:#}", r.json());
-    assert!(r.json().get("recovered").is_none());
+    assert!(r.json()["recovered"].is_null());
     for id in ["c", "d"] {
         assert!(node.path(&format!("/etc/recover/{id}")).exists(), "{id}");
     }

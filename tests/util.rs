@@ -29,11 +29,25 @@ pub struct Run {
     pub stderr: String,
 }
 
+/// The one document a command printed with `--json`, checked against the published schema
+/// (`docs/json/schema.json`, through `mesh_host::json_contract::check`): a document that breaks
+/// the contract fails the test that read it, naming every problem.
+pub fn contract(stdout: &str) -> Value {
+    let v: Value = serde_json::from_str(stdout)
+        .unwrap_or_else(|e| panic!("not one JSON document ({e}):\n{stdout}"));
+    if let Err(problems) = mesh_host::json_contract::check(&v) {
+        panic!("the document breaks the JSON contract: {problems:#?}\n{v:#}");
+    }
+    v
+}
+
 impl Run {
-    /// The JSON the command printed.
+    /// The JSON the command printed, checked against the schema ([`contract`]).
     pub fn json(&self) -> Value {
-        serde_json::from_str(&self.stdout)
-            .unwrap_or_else(|e| panic!("not JSON ({e}):\n{}\n{}", self.stdout, self.stderr))
+        if let Err(e) = serde_json::from_str::<Value>(&self.stdout) {
+            panic!("not JSON ({e}):\n{}\n{}", self.stdout, self.stderr);
+        }
+        contract(&self.stdout)
     }
 
     /// The outcome the report gives a resource.

@@ -252,7 +252,7 @@ impl Runner {
                 Ok(s) => {
                     backoff.reset();
                     let unlinked_for = last_contact.map(|t| t.elapsed().unwrap_or(Duration::ZERO));
-                    tracing::info!(addr = %s.addr, millis = started.elapsed().as_millis() as u64, unlinked_s = ?unlinked_for.map(|d| d.as_secs()), "linked");
+                    tracing::info!(addr = %s.addr, millis = started.elapsed().as_millis() as u64, unlinked_s = unlinked_for.map(|d| d.as_secs()), "linked");
                     self.sink.event(Event::Linked {
                         addr: s.addr.clone(),
                         unlinked_for,
@@ -453,7 +453,7 @@ impl Runner {
         let version = v.version;
         if !superseded.is_empty() {
             superseded.sort_unstable();
-            tracing::info!(version, superseded = ?superseded, "declarations that waited were superseded by a newer one; only the newest is applied");
+            tracing::info!(version, superseded = %superseded.iter().map(u64::to_string).collect::<Vec<_>>().join(", "), "declarations that waited were superseded by a newer one; only the newest is applied");
         }
         v.superseded = superseded;
         let (tx, rx) = oneshot::channel();

@@ -65,7 +65,7 @@ impl Resolver {
         let hosts = read_optional(&self.hosts).map_err(fail)?;
         let found = from_hosts(&hosts, host);
         if !found.is_empty() {
-            tracing::debug!(host, addrs = ?found, file = %self.hosts.display(), "resolved");
+            tracing::debug!(host, addrs = %join(&found), file = %self.hosts.display(), "resolved");
             return Ok(found);
         }
         let conf = parse_conf(&read_optional(&self.resolv_conf).map_err(fail)?);
@@ -92,7 +92,7 @@ impl Resolver {
                                 self.hosts.display()
                             )));
                         }
-                        tracing::debug!(host, addrs = ?v4, nameserver = %ns, "resolved");
+                        tracing::debug!(host, addrs = %join(&v4), nameserver = %ns, "resolved");
                         return Ok(v4);
                     }
                     // A nameserver that answers one kind and drops the other (some drop AAAA
@@ -100,7 +100,7 @@ impl Resolver {
                     (Ok(Answer::Addrs(v)), Err(e)) | (Err(e), Ok(Answer::Addrs(v)))
                         if !v.is_empty() =>
                     {
-                        tracing::debug!(host, addrs = ?v, nameserver = %ns, error = %e, "resolved one kind");
+                        tracing::debug!(host, addrs = %join(&v), nameserver = %ns, error = %e, "resolved one kind");
                         return Ok(v);
                     }
                     (Err(e), _) | (_, Err(e)) => problems.push(format!("nameserver {ns}: {e}")),
@@ -259,6 +259,15 @@ async fn ask_tcp(
     let mut buf = vec![0u8; usize::from(u16::from_be_bytes(len))];
     s.read_exact(&mut buf).await.map_err(|e| e.to_string())?;
     dns::answer(&buf, id, name, kind).map_err(|e| e.to_string())
+}
+
+/// Addresses as a log line shows them: `192.0.2.1, 2001:db8::1`.
+fn join(addrs: &[std::net::IpAddr]) -> String {
+    addrs
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 #[cfg(test)]

@@ -11,7 +11,9 @@
 //! [`store::peek`] (no lock, nothing created); nothing here calls a recording method of `Cx`.
 //! An action's `verify` is run, since it is the action's own read of whether its work is done.
 
+mod diff;
 mod shapes;
+mod summary;
 
 use super::safety::check_safety;
 use super::Outcome;
@@ -27,6 +29,7 @@ use shapes::{
 use std::collections::HashSet;
 use std::fmt::Write as _;
 use std::path::Path;
+pub use summary::{thousands, Summary};
 
 /// The exit code of a preview that found something the act would change.
 pub const CHANGES_PENDING: u8 = 4;
@@ -42,12 +45,12 @@ pub struct Plan {
     /// Whether the act would change anything (the preview's exit code is then
     /// [`CHANGES_PENDING`]).
     pub pending: bool,
-    /// The guard, on an adopted node with settings.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    /// How many resources each verb would meet, the unchanged ones among them.
+    pub summary: Summary,
+    /// The guard, on an adopted node with settings; `null` elsewhere.
     pub guard: Option<GuardPlan>,
     /// The flip or the return this act would make (see `converge --preview` for the flip's
-    /// whole account).
-    #[serde(skip_serializing_if = "Option::is_none")]
+    /// whole account); `null` when it makes neither.
     pub flip: Option<String>,
     /// Each resource the act would touch, in the order it would, with the outcome it would
     /// report.
@@ -57,7 +60,6 @@ pub struct Plan {
     pub openings: Vec<OpeningPlan>,
     /// What the preview could not read (the found firewall, a runtime), so its account is
     /// partial there.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub unread: Vec<String>,
 }
 
@@ -69,16 +71,30 @@ pub struct Step {
     pub key: String,
     /// The outcome the act would report for it.
     pub outcome: Outcome,
-    /// The same as a verb: create, change, hold, release, remove, forget, nothing, fail.
+    /// The same as a verb: create, change, hold, release, remove, nothing, fail.
     pub verb: &'static str,
     pub detail: String,
+    /// A changed file's content, from what is there to what is declared, as `diff -u` prints
+    /// it (bounded: [`diff::MAX_SHOWN`] lines, the rest counted), or one line saying why it is
+    /// not shown (binary, past the read bound); empty for anything else.
+    pub diff: Vec<String>,
+    /// A changed file's or directory's mode and ownership, one line each that would change
+    /// (`mode 0644 → 0600`); empty when they stay.
+    pub attributes: Vec<String>,
 }
 
 /// How the guard stands and what the act would do to it.
 #[derive(Serialize, Debug, Clone)]
 pub struct GuardPlan {
-    /// The guard's table holds every rule the settings call for.
+    /// The guard's table holds every rule the settings call for, and its netfilter BPF layer is
+    /// pinned and attached.
     pub in_force: bool,
+    /// The guard's table holds every rule the settings call for.
+    pub table: bool,
+    /// Its netfilter BPF layer is pinned under the root with all its links attached (`false`
+    /// too where it cannot be loaded here, no bpffs or a kernel that refuses the program: the
+    /// table then holds alone, as the act says, and `in_force` does not wait for it).
+    pub bpf: bool,
     /// The ports it guards.
     pub ports: Vec<u16>,
     pub detail: String,
@@ -91,8 +107,8 @@ pub struct OpeningPlan {
     /// The found firewall's kind.
     pub kind: String,
     pub layers: Vec<LayerPlan>,
-    /// What a new connection meets now, computed through every layer by the evaluator.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    /// What a new connection meets now, computed through every layer by the evaluator; `null`
+    /// when the evaluator could not say.
     pub verdict_now: Option<String>,
 }
 
@@ -100,7 +116,6 @@ pub struct OpeningPlan {
 #[derive(Serialize, Debug, Clone)]
 pub struct LayerPlan {
     pub layer: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub chain: Option<String>,
     /// How it stands now (`present`, `missing`, `no rule needed: …`, `refused by …`).
     pub now: String,
@@ -201,6 +216,7 @@ pub fn plan(
         mode: decl.mode.as_str(),
         source,
         pending: false,
+        summary: Summary::default(),
         guard: None,
         flip: None,
         entries: Vec::new(),
@@ -233,7 +249,7 @@ pub fn plan(
     }
     if decl.mode == Mode::Adopted {
         if let Some(s) = &settings {
-            plan.guard = Some(guard(fw.as_mut(), s, decl));
+            plan.guard = Some(guard(fw.as_mut(), root, s, decl));
         }
     }
     plan.flip = match super::transition(&state, decl) {
@@ -269,9 +285,18 @@ pub fn plan(
                 format!("{d} (moved to {} {})", res.shape(), res.key()),
             );
         }
+        let mut shown = Shown::default();
         let (outcome, detail) = match res {
-            Resource::File(f) => plan_file(&r, f),
-            Resource::Directory(d) => plan_directory(&r, d),
+            Resource::File(f) => {
+                let (o, d, s) = plan_file(&r, f);
+                shown = s;
+                (o, d)
+            }
+            Resource::Directory(d) => {
+                let (o, d, s) = plan_directory(&r, d);
+                shown = s;
+                (o, d)
+            }
             Resource::Action(a) => plan_action(&r, a),
             Resource::Container(c) => plan_container(&r, c),
             Resource::Service(s) => plan_service(&r, s),
@@ -291,6 +316,8 @@ pub fn plan(
             outcome,
             verb: verb(outcome),
             detail,
+            diff: shown.diff,
+            attributes: shown.attributes,
         });
         if outcome == Outcome::Failed {
             break;
@@ -312,6 +339,8 @@ pub fn plan(
                     "held {} {} would be released: left exactly as it was found",
                     h.shape, h.key
                 ),
+                diff: Vec::new(),
+                attributes: Vec::new(),
             });
         }
         for rec in state
@@ -340,7 +369,15 @@ pub fn plan(
             .iter()
             .any(|e| e.outcome == Outcome::Unchanged && state.owned(&e.id).is_none())
         || state.declaration.as_ref() != Some(decl);
+    plan.summary = Summary::of(&plan.entries);
     Ok(plan)
+}
+
+/// What a preview shows of a change beside its line: the content's diff, the mode and owner.
+#[derive(Default)]
+pub(super) struct Shown {
+    pub diff: Vec<String>,
+    pub attributes: Vec<String>,
 }
 
 impl Plan {
@@ -352,7 +389,40 @@ impl Plan {
             outcome,
             verb: verb(outcome),
             detail,
+            diff: Vec::new(),
+            attributes: Vec::new(),
         });
+    }
+
+    /// An empty preview of `act` for `node`, for a preview whose act would be refused before
+    /// any resource (genesis refused): the same keys as every plan.
+    pub fn empty(act: &str, node: &str, mode: &'static str, source: Source) -> Plan {
+        Plan {
+            act: act.to_string(),
+            node: node.to_string(),
+            mode,
+            source,
+            pending: false,
+            summary: Summary::default(),
+            guard: None,
+            flip: None,
+            entries: Vec::new(),
+            openings: Vec::new(),
+            unread: Vec::new(),
+        }
+    }
+
+    /// The summary line of this preview.
+    pub fn summary_line(&self) -> String {
+        let firewall = self.flip.as_deref().map(|f| {
+            if f.starts_with("return") {
+                "the return to the found firewall"
+            } else {
+                "the flip to the derived filter"
+            }
+        });
+        self.summary
+            .line(self.guard.as_ref().is_some_and(|g| !g.in_force), firewall)
     }
 
     /// The exit code of this preview: 0 when the act would change nothing, else
@@ -365,8 +435,17 @@ impl Plan {
         }
     }
 
-    /// The preview as a person reads it.
-    pub fn render(&self) -> String {
+    /// The preview as a person reads it: every resource the act would touch, the unchanged
+    /// ones folded into the summary's count unless `verbose`, and the summary line last.
+    pub fn render(&self, verbose: bool) -> String {
+        let mut out = self.render_body(verbose);
+        out.push_str(&self.summary_line());
+        out.push('\n');
+        out
+    }
+
+    /// [`Plan::render`] without its summary line, for a preview that says its own (genesis).
+    pub fn render_body(&self, verbose: bool) -> String {
         let mut out = String::new();
         let _ = writeln!(
             out,
@@ -382,7 +461,8 @@ impl Plan {
         if let Some(f) = &self.flip {
             let _ = writeln!(out, "{f}");
         }
-        for e in &self.entries {
+        let listed = |outcome: Outcome| verbose || outcome != Outcome::Unchanged;
+        for e in self.entries.iter().filter(|e| listed(e.outcome)) {
             let verb = match e.outcome {
                 Outcome::Unchanged => "unchanged".to_string(),
                 _ => format!("would {}", e.verb),
@@ -392,8 +472,21 @@ impl Plan {
                 "{verb:<14} {:<24} {} {}: {}",
                 e.id, e.shape, e.key, e.detail
             );
+            for a in &e.attributes {
+                let _ = writeln!(out, "    {a}");
+            }
+            for d in &e.diff {
+                let _ = writeln!(out, "    {d}");
+            }
         }
         for o in &self.openings {
+            let unchanged = self
+                .entries
+                .iter()
+                .any(|e| e.id == o.id && e.outcome == Outcome::Unchanged);
+            if unchanged && !verbose {
+                continue;
+            }
             for l in &o.layers {
                 let chain = l
                     .chain
@@ -414,22 +507,34 @@ impl Plan {
         for u in &self.unread {
             let _ = writeln!(out, "not read: {u}");
         }
-        let _ = writeln!(
-            out,
-            "{}",
-            if self.pending {
-                "changes pending"
-            } else {
-                "nothing would change"
-            }
-        );
+        if !verbose && self.summary.unchanged > 0 {
+            let _ = writeln!(
+                out,
+                "({} unchanged not listed; --verbose lists them)",
+                thousands(self.summary.unchanged)
+            );
+        }
+        let s = &self.summary;
+        let counted = s.create + s.change + s.hold + s.remove + s.release + s.fail > 0;
+        let firewall = self.guard.as_ref().is_some_and(|g| !g.in_force) || self.flip.is_some();
+        if self.pending && !counted && !firewall {
+            // Nothing on the machine changes, but the store's records would: a new declaration
+            // stored, a found resource recorded as taken over.
+            let _ = writeln!(
+                out,
+                "the store would record the declaration; nothing on the machine changes"
+            );
+        }
         out
     }
 }
 
-/// The guard the settings call for beside the guard's table as it stands.
+/// The guard the settings call for beside the guard's two layers as they stand: its table in
+/// nf_tables and its netfilter BPF layer pinned under `root` (read from the pins, so a table
+/// flushed by a reload is said apart from the BPF layer that held through it).
 fn guard(
     fw: Option<&mut firewall::Firewall<'_>>,
+    root: &Path,
     settings: &crate::declaration::Settings,
     decl: &Declaration,
 ) -> GuardPlan {
@@ -450,11 +555,11 @@ fn guard(
         })
         .collect();
     let status = fw.and_then(|fw| fw.socket()).map(firewall::guard::status);
-    let (in_force, detail) = match status {
+    let (table, table_words) = match status {
         Some(Ok(st)) if st.present && st.plain && want.iter().all(|m| st.rules.contains(m)) => (
             true,
             format!(
-                "in force (table inet mesh_host, {} rules); would be checked again",
+                "table inet mesh_host in force ({} rules); would be checked again",
                 st.rules.len()
             ),
         ),
@@ -466,17 +571,132 @@ fn guard(
         Some(Ok(_)) => (
             false,
             format!(
-                "not in force; would be written (table inet mesh_host refusing ports {} and {} \
-                 from outside, and its netfilter BPF layer)",
+                "table inet mesh_host not in force; would be written (refusing ports {} and {} \
+                 from outside)",
                 ports[0], ports[1]
             ),
         ),
-        Some(Err(e)) => (false, format!("unreadable ({e}); would be written")),
-        None => (false, "no nf_tables socket; would be written".into()),
+        Some(Err(e)) => (
+            false,
+            format!("table inet mesh_host unreadable ({e}); would be written"),
+        ),
+        None => (
+            false,
+            "no nf_tables socket; table inet mesh_host would be written".into(),
+        ),
     };
+    let (bpf, needed, bpf_words) = bpf_layer(root);
     GuardPlan {
-        in_force,
+        in_force: table && (bpf || !needed),
+        table,
+        bpf,
         ports,
-        detail,
+        detail: format!("{table_words}; {bpf_words}"),
+    }
+}
+
+/// The guard's netfilter BPF layer as pinned under `root`: whether it stands, whether the act
+/// would load it (not where it cannot be loaded at all, which the act says in its own line and
+/// cannot change), and its clause.
+fn bpf_layer(root: &Path) -> (bool, bool, String) {
+    let pins = firewall::bpf::Pins::under(root);
+    if !pins.may_mount && !firewall::bpf::is_bpffs(&pins.fs) {
+        return (
+            false,
+            false,
+            format!(
+                "no bpffs at {}, so no netfilter BPF layer here (the table holds alone)",
+                pins.fs.display()
+            ),
+        );
+    }
+    match firewall::bpf::status(&pins) {
+        Ok(st) if st.holds() => (
+            true,
+            true,
+            format!(
+                "its netfilter BPF layer pinned at {} with {} links attached; would be checked \
+                 again",
+                pins.dir.display(),
+                st.links.len()
+            ),
+        ),
+        Ok(st) => match firewall::bpf::supported() {
+            Ok(()) => (
+                false,
+                true,
+                format!(
+                    "its netfilter BPF layer {}; would be written",
+                    if st.program.is_some() {
+                        format!(
+                            "pinned with {} of {} links attached",
+                            st.links.len(),
+                            firewall::bpf::HOOKS.len()
+                        )
+                    } else {
+                        "not pinned".to_string()
+                    }
+                ),
+            ),
+            Err(e) => (
+                false,
+                false,
+                format!("no netfilter BPF layer: this kernel refuses the program ({e})"),
+            ),
+        },
+        Err(e) => (
+            false,
+            true,
+            format!("its netfilter BPF layer unreadable ({e}); would be written"),
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn step(id: &str, outcome: Outcome) -> Step {
+        Step {
+            id: id.into(),
+            shape: Shape::File,
+            key: format!("/etc/{id}"),
+            outcome,
+            verb: verb(outcome),
+            detail: "why".into(),
+            diff: Vec::new(),
+            attributes: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn unchanged_resources_are_folded_into_the_count_unless_verbose() {
+        let mut p = Plan::empty("reconcile", "n1", "converged", Source::Local);
+        p.entries = vec![
+            step("same", Outcome::Unchanged),
+            step("new", Outcome::Created),
+        ];
+        p.entries[1].diff = vec!["--- /etc/new (now)".into()];
+        p.entries[1].attributes = vec!["mode 0600 → 0644".into()];
+        p.summary = Summary::of(&p.entries);
+        p.pending = true;
+        let folded = p.render(false);
+        assert!(!folded.contains("/etc/same"), "{folded}");
+        assert!(folded.contains("would create   new"), "{folded}");
+        assert!(
+            folded.contains("\n    mode 0600 → 0644\n    --- /etc/new (now)\n"),
+            "{folded}"
+        );
+        assert!(
+            folded.contains("(1 unchanged not listed; --verbose lists them)"),
+            "{folded}"
+        );
+        assert!(
+            folded.ends_with("Plan: 1 to create, 1 unchanged.\n"),
+            "{folded}"
+        );
+        let all = p.render(true);
+        assert!(all.contains("unchanged      same"), "{all}");
+        assert!(!all.contains("not listed"), "{all}");
     }
 }

@@ -108,6 +108,8 @@ pub const NOT_IN_FORCE: u8 = 5;
 /// kernel was not asked.
 pub const DISAGREES: u8 = 7;
 
+/// Every key is present in its JSON whatever the mode (`null` or `[]` when it does not apply),
+/// as the JSON contract (`docs/json.md`) promises.
 #[derive(Serialize, Debug, Clone)]
 pub struct Report {
     pub node: String,
@@ -117,31 +119,23 @@ pub struct Report {
     /// it ([`Report::exit_code`]), so the two never disagree.
     pub outcome: crate::briefing::Mark,
     /// Set when an interrupt stopped the apply before its end.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub interrupted: Option<Interrupted>,
     /// How the guard stands, on an adopted node.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub guard: Option<String>,
     /// What the flip or the return did, when this apply made one.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub flip: Option<String>,
     /// How the derived filter stands, on a flipped node.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub filter: Option<String>,
     /// Openings a layer of the found firewall still refuses, each with the layer and why: the
     /// operator's own refusal of the port, or a table the host cannot write.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub not_admitted: Vec<NotAdmitted>,
     /// How the declared private network's interface stands (the one the guard lets through), on
     /// an adopted node with a private network.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub private_network: Option<Said>,
     pub entries: Vec<Entry>,
     /// `--confirm`: what the kernel said of every declared opening after the act's writes.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub confirm: Option<crate::node_firewall::confirm::Confirmed>,
     /// What the records the mesh recovered for a lost store did, when this apply read them.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub recovered: Option<Recovered>,
     /// The guard and openings this apply put in force, for the resident host.
     #[serde(skip)]

@@ -5,10 +5,26 @@ use super::host;
 use crate::apply::{self, ApplyError, Report};
 use crate::briefing::Briefing;
 use crate::declaration::{self, Source};
+use crate::json_contract;
 use crate::store;
 use anyhow::Result;
 use run::SystemRunner;
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// `--verbose`: previews list their unchanged resources too. Set once from the command line
+/// before a command runs.
+static VERBOSE: AtomicBool = AtomicBool::new(false);
+
+/// Sets whether previews list their unchanged resources (`--verbose`).
+pub(super) fn set_verbose(verbose: bool) {
+    VERBOSE.store(verbose, Ordering::Relaxed);
+}
+
+/// Whether previews list their unchanged resources.
+pub(super) fn verbose() -> bool {
+    VERBOSE.load(Ordering::Relaxed)
+}
 
 /// Genesis said no: every reason on stderr (and as JSON when asked), nothing changed.
 pub(super) fn genesis_refused(reasons: &[String], json: bool, code: u8) -> Result<ExitCode> {
@@ -21,16 +37,11 @@ pub(super) fn genesis_refused(reasons: &[String], json: bool, code: u8) -> Resul
 }
 
 /// A refusal: each problem on stderr (`error: …`) and the summary after them, and with `--json`
-/// the same as one document on stdout, `{"refused": {"exit_code": N, "problems": [...]}}`; the
-/// process exits `code`.
+/// the same as one document on stdout, kind `refused` with
+/// `{"refused": {"exit_code": N, "problems": [...], "summary": ...}}`; the process exits `code`.
 pub fn refusal(json: bool, code: u8, problems: &[String], summary: &str) -> Result<ExitCode> {
     if json {
-        let v = serde_json::json!({"refused": {
-            "exit_code": code,
-            "problems": problems,
-            "summary": summary,
-        }});
-        println!("{}", serde_json::to_string_pretty(&v)?);
+        println!("{}", refusal_json(code, problems, summary));
     }
     for p in problems {
         eprintln!("error: {p}");
@@ -39,9 +50,23 @@ pub fn refusal(json: bool, code: u8, problems: &[String], summary: &str) -> Resu
     Ok(ExitCode::from(code))
 }
 
-/// The document `main` prints on stdout for an error that ended a command run with `--json`.
+/// The document of a refusal (kind `refused`), as [`refusal`] prints it and as `main` prints
+/// a command line clap refused under `--json`.
+pub fn refusal_json(code: u8, problems: &[String], summary: &str) -> String {
+    let body = serde_json::json!({"refused": {
+        "exit_code": code,
+        "problems": problems,
+        "summary": summary,
+    }});
+    serde_json::to_string_pretty(&json_contract::document("refused", code, &body))
+        .unwrap_or_default()
+}
+
+/// The document `main` prints on stdout for an error that ended a command run with `--json`
+/// (kind `error`, exit 1).
 pub fn error_json(text: &str) -> String {
-    serde_json::json!({"error": {"exit_code": 1, "message": text}}).to_string()
+    let body = serde_json::json!({"error": {"exit_code": 1, "message": text}});
+    json_contract::document("error", 1, &body).to_string()
 }
 
 pub(super) fn refused(problems: &declaration::Problems, json: bool) -> Result<ExitCode> {
@@ -94,9 +119,9 @@ pub(super) fn previewed(
 
 pub(super) fn show_plan(p: &apply::plan::Plan, json: bool) -> Result<ExitCode> {
     if json {
-        println!("{}", serde_json::to_string_pretty(p)?);
+        json_contract::print("plan", p.exit_code(), p)?;
     } else {
-        print!("{}", p.render());
+        print!("{}", p.render(verbose()));
     }
     Ok(ExitCode::from(p.exit_code()))
 }
@@ -171,7 +196,7 @@ pub(super) fn finish(result: Result<Report, ApplyError>, json: bool) -> Result<E
         }
     };
     if json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        json_contract::print("report", report.exit_code(), &report)?;
     } else {
         print!("{}", report.render());
     }
@@ -216,7 +241,7 @@ pub(super) fn interruptible() {
 
 pub(super) fn print_briefing(b: &Briefing, json: bool) -> Result<()> {
     if json {
-        println!("{}", serde_json::to_string_pretty(&b.shown())?);
+        json_contract::print("briefing", 0, &b.shown())?;
     } else {
         print!("{}", b.render());
     }
@@ -324,7 +349,7 @@ pub(super) fn derive_openings(
             .iter()
             .map(crate::declaration::openings::to_resource)
             .collect();
-        println!("{}", serde_json::to_string_pretty(&v)?);
+        json_contract::print("openings", 0, &v)?;
     } else {
         for o in &openings {
             let from = o.from.describe();

@@ -42,6 +42,10 @@ pub struct Cli {
     /// Resolve every machine path, and the store, under this directory instead of `/`.
     #[arg(long, global = true, value_name = "DIR", default_value = "/")]
     pub root: PathBuf,
+    /// Previews: list the resources that would stay unchanged too (by default they are only
+    /// counted in the summary line).
+    #[arg(long, global = true)]
+    pub verbose: bool,
     #[command(subcommand)]
     pub command: Command,
 }

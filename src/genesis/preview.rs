@@ -1,6 +1,7 @@
 //! `mesh-host genesis --preview`: what genesis would do, changing nothing. For a converged raise
 //! the derived filter it would load (ssh's ports, from where, the openings) and what it does to
-//! every listener on the machine: kept, narrowed to where the filter admits it, or closed.
+//! every listener on the machine, beside where the found firewall lets it be reached from now:
+//! kept, narrowed to where the filter admits it, opened (closed now, admitted after), or closed.
 
 use crate::apply::{ApplyError, Host};
 use crate::declaration::{Declaration, Mode, Settings};
@@ -20,7 +21,9 @@ pub struct Preview {
     pub refused: Vec<String>,
     /// The derived filter a converged raise loads before anything else (none on an adopted one).
     pub filter: Option<Filter>,
-    /// What the foundation's apply would do, resource by resource.
+    /// What the foundation's apply would do, resource by resource: the document's plan keys
+    /// ([`Preview::document`]).
+    #[serde(skip)]
     pub apply: Option<crate::apply::plan::Plan>,
 }
 
@@ -42,7 +45,8 @@ pub struct Filter {
 #[derive(Serialize, Debug, Clone, PartialEq, Eq)]
 pub struct Fate {
     pub listener: String,
-    /// `kept` (reached as now), `narrowed` (reached only from where it says), `closed`.
+    /// `kept` (reached as now), `narrowed` (reached only from where it says), `opens` (the
+    /// found firewall closes it now; the filter admits it), `closed`.
     pub fate: &'static str,
     pub why: String,
 }
@@ -65,11 +69,15 @@ pub(super) fn of(
             let spec = filter_spec(&mut *fw, host.runner, decl, Some(settings), ssh, ssh_from)
                 .map_err(|e| ApplyError::Safety(e.to_string()))?;
             let private = spec.private.clone();
+            let now = reached_now(&mut *fw, &m.listeners);
             Some(Filter {
                 listeners: m
                     .listeners
                     .iter()
-                    .map(|l| fate(l, &spec.openings, ssh, private.as_deref(), ssh_from))
+                    .map(|l| {
+                        let now = now.get(&now_id(l)).map(String::as_str);
+                        fate(l, &spec.openings, ssh, private.as_deref(), ssh_from, now)
+                    })
                     .collect(),
                 openings: spec.openings.iter().map(opening_words).collect(),
                 ssh: ssh.to_vec(),
@@ -85,6 +93,42 @@ pub(super) fn of(
         filter,
         apply: None,
     })
+}
+
+/// The key of a listener's answer in [`reached_now`].
+fn now_id(l: &Listener) -> String {
+    format!("now/{}/{}/{}", l.proto, l.addr, l.port)
+}
+
+/// Where each listener is reached from now, as the evaluator walks a new connection from
+/// anywhere through the found firewall (`converge --preview`'s words: `anywhere`, `nowhere`,
+/// `anywhere except …`); a firewall that cannot be read answers nothing, and each fate is then
+/// said from the filter alone.
+fn reached_now(
+    fw: &mut dyn crate::node_firewall::NodeFirewall,
+    listeners: &[Listener],
+) -> std::collections::BTreeMap<String, String> {
+    let asked: Vec<Opening> = listeners
+        .iter()
+        .filter(|l| !l.addr.is_loopback())
+        .map(|l| Opening {
+            id: now_id(l),
+            port: l.port,
+            proto: l.proto,
+            from: From::Anywhere,
+            path: Path::Incoming,
+        })
+        .collect();
+    match fw.verdicts(&asked) {
+        Ok(v) => v
+            .iter()
+            .map(|(id, v)| (id.clone(), crate::converge::reached_from(v)))
+            .collect(),
+        Err(e) => {
+            tracing::warn!(error = %e, "the found firewall could not be walked for the listeners");
+            Default::default()
+        }
+    }
 }
 
 fn from_words(from: &From) -> String {
@@ -143,12 +187,15 @@ fn ssh_words(private: Option<&str>, ssh_from: &[IpAddr]) -> String {
     parts.join(" and ")
 }
 
+/// What the filter does to listener `l`, beside where it is reached from `now` (`None`: not
+/// known).
 fn fate(
     l: &Listener,
     openings: &[Opening],
     ssh: &[u16],
     private: Option<&str>,
     ssh_from: &[IpAddr],
+    now: Option<&str>,
 ) -> Fate {
     let listener = listener_words(l);
     if l.addr.is_loopback() {
@@ -179,11 +226,31 @@ fn fate(
         .iter()
         .filter(|o| o.proto == l.proto && o.port == l.port)
         .collect();
+    let closed_now = now == Some("nowhere");
     match admitting.first() {
-        Some(o) if o.from == From::Anywhere => Fate {
+        Some(o) if closed_now => Fate {
             listener,
-            fate: "kept",
-            why: format!("admitted by opening {}", o.id),
+            fate: "opens",
+            why: format!(
+                "the found firewall closes it now; opening {} admits it from {}",
+                o.id,
+                from_words(&o.from)
+            ),
+        },
+        Some(o) if o.from == From::Anywhere => match now {
+            Some(n) if n != "anywhere" => Fate {
+                listener,
+                fate: "opens",
+                why: format!(
+                    "reached from {n} now; opening {} admits it from anywhere",
+                    o.id
+                ),
+            },
+            _ => Fate {
+                listener,
+                fate: "kept",
+                why: format!("admitted by opening {}", o.id),
+            },
         },
         Some(o) => Fate {
             listener,
@@ -194,6 +261,13 @@ fn fate(
                 from_words(&o.from)
             ),
         },
+        None if closed_now => Fate {
+            listener,
+            fate: "closed",
+            why: "the found firewall closes it now and the derived filter admits no opening to \
+                  it: it stays closed"
+                .into(),
+        },
         None => Fate {
             listener,
             fate: "closed",
@@ -203,8 +277,33 @@ fn fate(
 }
 
 impl Preview {
-    /// The preview in words, for the terminal.
-    pub fn render(&self) -> String {
+    /// The `--json` document: a plan, as every preview's (the foundation's apply, or an empty
+    /// one when genesis would refuse), with genesis's own `refused` and `filter` beside it.
+    pub fn document(&self) -> serde_json::Value {
+        let code = self.exit_code();
+        let mut plan = self.apply.clone().unwrap_or_else(|| {
+            crate::apply::plan::Plan::empty(
+                "genesis",
+                &self.node,
+                self.mode,
+                crate::declaration::Source::Bundle,
+            )
+        });
+        plan.pending = code == crate::apply::plan::CHANGES_PENDING;
+        let mut v = crate::json_contract::document("plan", code, &plan);
+        if let (Some(doc), Ok(serde_json::Value::Object(own))) =
+            (v.as_object_mut(), serde_json::to_value(self))
+        {
+            for (k, val) in own {
+                doc.entry(k).or_insert(val);
+            }
+        }
+        v
+    }
+
+    /// The preview in words, for the terminal; the foundation's unchanged resources listed only
+    /// when `verbose`.
+    pub fn render(&self, verbose: bool) -> String {
         let mut out = format!(
             "genesis of node {} ({}), a preview: nothing was changed\n",
             self.node, self.mode
@@ -241,10 +340,24 @@ impl Preview {
             }
         }
         if let Some(plan) = &self.apply {
-            out.push_str(&plan.render());
+            out.push_str(&plan.render_body(verbose));
         }
         for r in &self.refused {
             let _ = writeln!(out, "refused: {r}");
+        }
+        if let (Some(plan), true) = (&self.apply, self.refused.is_empty()) {
+            let filter = self.filter.as_ref().map(|f| {
+                let opens = f.listeners.iter().filter(|l| l.fate == "opens").count();
+                let closes = f.listeners.iter().filter(|l| l.fate == "closed").count();
+                let n = |k: usize| if k == 1 { "listener" } else { "listeners" };
+                format!(
+                    "the derived filter to load ({opens} {} it opens, {closes} {} closed)",
+                    n(opens),
+                    n(closes)
+                )
+            });
+            let guard = plan.guard.as_ref().is_some_and(|g| !g.in_force);
+            let _ = writeln!(out, "{}", plan.summary.line(guard, filter.as_deref()));
         }
         out
     }
@@ -286,7 +399,16 @@ mod tests {
             path: Path::Forwarded,
         };
         let peers: Vec<IpAddr> = vec!["192.0.2.30".parse().unwrap()];
-        let f = |l: Listener| fate(&l, std::slice::from_ref(&bus), &[22], Some("mesh0"), &peers);
+        let f = |l: Listener| {
+            fate(
+                &l,
+                std::slice::from_ref(&bus),
+                &[22],
+                Some("mesh0"),
+                &peers,
+                Some("anywhere"),
+            )
+        };
         let ssh = f(listener("0.0.0.0", 22, "sshd"));
         assert_eq!(ssh.fate, "narrowed");
         assert_eq!(
@@ -301,6 +423,33 @@ mod tests {
         );
         assert_eq!(f(listener("127.0.0.1", 6379, "redis")).fate, "kept");
         assert_eq!(f(listener("::", 5672, "docker-proxy")).fate, "kept");
+        // Closed by the found firewall now, admitted by the filter: it opens, and says so.
+        let closed_now = |l: Listener, now: &str| {
+            fate(
+                &l,
+                std::slice::from_ref(&bus),
+                &[22],
+                Some("mesh0"),
+                &peers,
+                Some(now),
+            )
+        };
+        let opens = closed_now(listener("0.0.0.0", 5672, "docker-proxy"), "nowhere");
+        assert_eq!(
+            (opens.fate, opens.why.as_str()),
+            (
+                "opens",
+                "the found firewall closes it now; opening broker/bus admits it from anywhere"
+            )
+        );
+        let wider = closed_now(
+            listener("0.0.0.0", 5672, "docker-proxy"),
+            "anywhere except 192.0.2.0/24",
+        );
+        assert_eq!(wider.fate, "opens", "{}", wider.why);
+        let stays = closed_now(listener("192.0.2.10", 8081, "busybox"), "nowhere");
+        assert_eq!(stays.fate, "closed");
+        assert!(stays.why.ends_with("it stays closed"), "{}", stays.why);
 
         let preview = Preview {
             node: "n1".into(),
@@ -315,7 +464,7 @@ mod tests {
             }),
             apply: None,
         };
-        let text = preview.render();
+        let text = preview.render(false);
         for line in [
             "genesis of node n1 (converged), a preview: nothing was changed",
             "firewall: the derived filter is loaded before anything else, drop by default; ssh 22 \

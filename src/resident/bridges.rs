@@ -172,8 +172,11 @@ pub(super) fn cover(
             return Covered::Reconcile;
         }
         tracing::info!(
-            was = ?guard.as_ref().map(|g| &g.runtimes),
-            now = ?new.runtimes,
+            was = %guard
+                .as_ref()
+                .map(|g| g.runtimes.join(", "))
+                .unwrap_or_default(),
+            now = %new.runtimes.join(", "),
             micros_since_heard = heard.elapsed().as_micros() as u64,
             "the container runtime's bridges changed; the guard covers them"
         );
@@ -185,7 +188,7 @@ pub(super) fn cover(
             return Covered::Reconcile;
         }
         tracing::info!(
-            now = ?new.bridges,
+            now = %new.bridges.join(", "),
             micros_since_heard = heard.elapsed().as_micros() as u64,
             "the container runtime's bridges changed; the derived filter forwards from them"
         );

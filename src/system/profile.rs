@@ -27,8 +27,7 @@ pub struct Manager {
     /// Whether that program is on PATH.
     pub present: bool,
     /// For a service manager: whether it runs this machine (systemd as init, OpenRC booted);
-    /// absent for a package manager.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    /// `null` for a package manager.
     pub running: Option<bool>,
 }
 
@@ -40,7 +39,6 @@ pub struct Runtime {
     pub version: Option<String>,
     /// `DOCKER_HOST` or `CONTAINER_HOST` as the host's environment sets it.
     pub endpoint: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
 }
 

@@ -178,8 +178,10 @@ fn shown(out: &lab::Output) -> String {
 }
 
 fn json_of(out: &lab::Output) -> Value {
-    serde_json::from_str(&out.stdout)
-        .unwrap_or_else(|e| panic!("mesh-host printed no JSON ({e}):\n{}", shown(out)))
+    if let Err(e) = serde_json::from_str::<Value>(&out.stdout) {
+        panic!("mesh-host printed no JSON ({e}):\n{}", shown(out));
+    }
+    crate::util::contract(&out.stdout)
 }
 
 fn outcome(report: &Value, id: &str) -> String {

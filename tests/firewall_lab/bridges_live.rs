@@ -69,7 +69,7 @@ fn a_reconcile_with_an_unchanged_generation_starts_no_process() {
 
     let (out, execs) = traced_execs(&host, docker.docker_host(), &["reconcile", "--json"]);
     assert!(out.success(), "{}\n{}", out.stdout, out.stderr);
-    let report: Value = serde_json::from_str(&out.stdout).expect("a JSON report");
+    let report: Value = crate::util::contract(&out.stdout);
     assert_nothing_failed(&report);
     let entry = &report["entries"][0];
     assert!(
@@ -100,7 +100,7 @@ fn a_reconcile_with_an_unchanged_generation_starts_no_process() {
     assert_only_the_binary(&execs, "with no engine socket");
     let (out, execs) = traced_execs(&host, docker.docker_host(), &["reconcile", "--json"]);
     assert!(out.success(), "{}\n{}", out.stdout, out.stderr);
-    let report: Value = serde_json::from_str(&out.stdout).expect("a JSON report");
+    let report: Value = crate::util::contract(&out.stdout);
     assert_eq!(outcome(&report, "web/api"), "unchanged", "{report:#}");
     assert_only_the_binary(&execs, "with no engine socket, generation unchanged");
 }

@@ -526,7 +526,7 @@ fn apply_confirm_on_the_corpus_agrees_on_every_opening() {
         assert_eq!(code, Some(0), "{name}: {v:#}\n{stderr}");
         assert_nothing_failed(&v);
         none_left(&v);
-        assert!(v["confirm"].get("failed").is_none(), "{name}: {v:#}");
+        assert!(v["confirm"]["failed"].is_null(), "{name}: {v:#}");
         for id in ["web", "ssh"] {
             let o = confirmed(&v, id);
             let parts = o["parts"].as_array().unwrap();
@@ -622,7 +622,7 @@ fn apply_confirm_on_a_ruleset_built_to_fool_the_model_exits_7_naming_both_verdic
     );
     let out = host.run(&["reconcile", "--preview", "--confirm", "--json"]);
     assert_eq!(out.status.code(), Some(2), "{}\n{}", out.stdout, out.stderr);
-    let refused: Value = serde_json::from_str(&out.stdout).expect("a JSON refusal");
+    let refused: Value = crate::util::contract(&out.stdout);
     assert_eq!(refused["refused"]["exit_code"], 2, "{refused:#}");
     assert!(!host.root().join("var/lib/mesh-host").exists());
 

@@ -148,12 +148,13 @@ fn act(host: &Host, stub: &Path, docker_host: &str, args: &[&str]) -> lab::Outpu
 }
 
 fn json_of(out: &lab::Output, what: &str) -> Value {
-    serde_json::from_str(&out.stdout).unwrap_or_else(|e| {
+    if let Err(e) = serde_json::from_str::<Value>(&out.stdout) {
         panic!(
             "{what} printed no JSON ({e}): status {}\n{}\n{}",
             out.status, out.stdout, out.stderr
-        )
-    })
+        );
+    }
+    crate::util::contract(&out.stdout)
 }
 
 /// Probes the store's port on the node's public addresses from outside until stopped, counting

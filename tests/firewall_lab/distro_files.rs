@@ -330,7 +330,7 @@ fn a_ban_in_the_found_table_is_named_as_lifted_and_the_flip_lifts_it() {
 
     let out = host.run(&["converge", "--preview", "--json"]);
     assert_eq!(out.status.code(), Some(4), "{}\n{}", out.stdout, out.stderr);
-    let preview: Value = serde_json::from_str(&out.stdout).unwrap();
+    let preview: Value = crate::util::contract(&out.stdout);
     let lifts = preview["lifts"].as_array().unwrap();
     assert!(
         lifts.iter().any(|l| {

@@ -254,7 +254,7 @@ fn an_earlier_versions_owned_guard_is_reported_while_held_and_replaced_once_orph
     );
     let out = host.run(&["reconcile", "--json"]);
     assert!(!out.success(), "{}\n{}", out.stdout, out.stderr);
-    let report: Value = serde_json::from_str(&out.stdout).expect("a JSON report");
+    let report: Value = crate::util::contract(&out.stdout);
     let line = report["guard"].as_str().unwrap_or_default();
     assert!(
         line.contains(&format!("held by netlink port {}", holder.portid()))

@@ -139,6 +139,33 @@ fn pinned_beside_the_table_the_guard_holds_through_a_flush_with_no_host_running(
         "{status:#}"
     );
 
+    // The preview reads both layers apart: the table would be written again, the BPF layer is
+    // pinned and attached (it held through the flush) and is not said to be written.
+    let out = host.run(&["reconcile", "--preview", "--json"]);
+    assert_eq!(out.status.code(), Some(4), "{}\n{}", out.stdout, out.stderr);
+    let plan = crate::util::contract(&out.stdout);
+    let guard = &plan["guard"];
+    assert_eq!(
+        (&guard["table"], &guard["bpf"], &guard["in_force"]),
+        (&json!(false), &json!(true), &json!(false)),
+        "{plan:#}"
+    );
+    let detail = guard["detail"].as_str().unwrap();
+    assert!(
+        detail.contains("table inet mesh_host not in force; would be written")
+            && detail.contains("its netfilter BPF layer pinned at ")
+            && detail.contains("with 4 links attached; would be checked again"),
+        "{detail}"
+    );
+    let text = host.run(&["reconcile", "--preview"]).stdout;
+    assert!(
+        text.lines()
+            .last()
+            .unwrap()
+            .ends_with("; the guard to write."),
+        "{text}"
+    );
+
     // The next reconcile writes the table back and takes the same links back.
     let report = host.reconcile();
     let line = report["guard"].as_str().unwrap_or_default();

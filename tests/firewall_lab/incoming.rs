@@ -443,7 +443,7 @@ fn an_opening_works_on_a_legacy_machine_with_no_nft_installed() {
     };
     let out = run(&["apply", file.to_str().unwrap(), "--json"]);
     assert!(out.success(), "{}\n{}", out.stdout, out.stderr);
-    let report: Value = serde_json::from_str(&out.stdout).unwrap();
+    let report: Value = crate::util::contract(&out.stdout);
     assert_eq!(outcome(&report, "web/api"), "created", "{report:#}");
     expect(
         &a.outside,

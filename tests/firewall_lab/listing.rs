@@ -99,7 +99,7 @@ fn firewall_status_lists_every_fixture_ruleset() {
             "firewall status failed after {line:?}:\n{}",
             out.stderr
         );
-        let status: Value = serde_json::from_str(&out.stdout).unwrap();
+        let status: Value = crate::util::contract(&out.stdout);
         let input = status["layers"]
             .as_array()
             .unwrap()

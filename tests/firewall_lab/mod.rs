@@ -248,8 +248,10 @@ impl Host {
             out.stdout,
             out.stderr
         );
-        serde_json::from_str(&out.stdout)
-            .unwrap_or_else(|e| panic!("mesh-host {args:?} printed no JSON ({e}):\n{}", out.stdout))
+        if let Err(e) = serde_json::from_str::<Value>(&out.stdout) {
+            panic!("mesh-host {args:?} printed no JSON ({e}):\n{}", out.stdout);
+        }
+        crate::util::contract(&out.stdout)
     }
 
     /// Applies a declaration and returns the report; the apply must succeed with nothing failed.
@@ -277,9 +279,7 @@ impl Host {
             out.stdout,
             out.stderr
         );
-        let report: Value = serde_json::from_str(&out.stdout).unwrap_or_else(|e| {
-            panic!("mesh-host {args:?} printed no JSON ({e}):\n{}", out.stdout)
-        });
+        let report = crate::util::contract(&out.stdout);
         assert_nothing_failed(&report);
         assert_eq!(report["outcome"], "failed", "{report:#}");
         report
@@ -334,8 +334,7 @@ impl Host {
             out.stdout,
             out.stderr
         );
-        let report: Value = serde_json::from_str(&out.stdout)
-            .unwrap_or_else(|e| panic!("reconcile printed no JSON ({e}):\n{}", out.stdout));
+        let report = crate::util::contract(&out.stdout);
         assert_nothing_failed(&report);
         assert_eq!(report["outcome"], "failed", "{report:#}");
         report

@@ -73,7 +73,7 @@ fn a_ufw_whose_grandchild_holds_its_output_fails_at_the_deadline_and_the_next_ap
         took < Duration::from_secs(60),
         "the apply took {took:?}: something waited for the sleep"
     );
-    let report: Value = serde_json::from_str(&out.stdout).expect("a JSON report");
+    let report: Value = crate::util::contract(&out.stdout);
     assert_eq!(outcome(&report, "web/api"), "failed", "{report:#}");
     let entry = report["entries"]
         .as_array()

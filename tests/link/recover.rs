@@ -105,6 +105,6 @@ fn after_state_json_is_lost_a_reenrolment_recovers_removal_of_the_orphans() {
         .wait_for(node, "report", WAIT, |p| p["version"] == 3)
         .expect("the report of version 3")
         .payload;
-    assert!(third["report"].get("recovered").is_none(), "{third:#}");
+    assert!(third["report"]["recovered"].is_null(), "{third:#}");
     drop(host);
 }

@@ -2,7 +2,7 @@
 //! the outcome the act would report and a line saying why. Nothing here writes.
 
 use super::Reading;
-use super::{LayerPlan, OpeningPlan};
+use super::{diff, LayerPlan, OpeningPlan, Shown};
 use crate::apply::{container, directory, file, opening, package, service, Outcome};
 use crate::declaration::{
     ActionSpec, ContainerSpec, DirectorySpec, FileSpec, Mode, OpeningSpec, PackageSpec,
@@ -11,7 +11,103 @@ use crate::declaration::{
 use crate::store::Owned;
 use crate::system;
 
-pub(super) fn plan_file(r: &Reading<'_>, spec: &FileSpec) -> (Outcome, String) {
+/// A file's line, and for a file the act would write over, its diff and its mode and owner
+/// lines.
+pub(super) fn plan_file(r: &Reading<'_>, spec: &FileSpec) -> (Outcome, String, Shown) {
+    let (outcome, detail) = decide_file(r, spec);
+    let shown = if outcome == Outcome::Changed {
+        file_shown(r, spec)
+    } else {
+        Shown::default()
+    };
+    (outcome, detail, shown)
+}
+
+/// What a file the act would write over shows: the content's diff (when it differs) and each
+/// of mode, owner and group that would change. Read through the same bounded handle the
+/// decision reads; a failure to read says so in the diff's one line.
+fn file_shown(r: &Reading<'_>, spec: &FileSpec) -> Shown {
+    let key = spec.path.as_str();
+    let settings = r.decl.settings.as_ref().or(r.state.settings.as_ref());
+    let mut shown = Shown::default();
+    let Ok(want) = file::Want::of(
+        r.root,
+        spec.mode.as_deref(),
+        0o644,
+        spec.owner.as_deref(),
+        spec.group.as_deref(),
+    ) else {
+        return shown;
+    };
+    let cur = match crate::beneath::Root::open(r.root)
+        .map_err(Into::into)
+        .and_then(|b| file::read_within(&b, key, settings))
+    {
+        Ok(Some(c)) => c,
+        Ok(None) => return shown,
+        Err(e) => {
+            shown
+                .diff
+                .push(format!("content not read for the diff: {e}"));
+            return shown;
+        }
+    };
+    shown.attributes = attributes(&want, cur.found.mode, cur.found.uid, cur.found.gid);
+    let declared = spec.bytes();
+    let limit = crate::apply::found_read_limit(settings).min(diff::MAX_BYTES);
+    if cur.found.size > limit || declared.len() as u64 > diff::MAX_BYTES {
+        if cur.found.size != declared.len() as u64 || cur.found.holds(&declared).ok() != Some(true)
+        {
+            shown.diff.push(format!(
+                "content differs ({} bytes now, {} declared): past the diff's bound of {} \
+                 bytes; not shown",
+                cur.found.size,
+                declared.len(),
+                limit
+            ));
+        }
+        return shown;
+    }
+    let mut now = Vec::with_capacity(cur.found.size as usize);
+    let read = cur.found.stream(|chunk| {
+        now.extend_from_slice(chunk);
+        if now.len() as u64 > limit {
+            return Err(std::io::Error::other(
+                "grew past the diff's bound while read",
+            ));
+        }
+        Ok(())
+    });
+    match read {
+        Ok(_) if now == declared => {}
+        Ok(_) => shown.diff = diff::unified(key, &now, &declared),
+        Err(e) => shown
+            .diff
+            .push(format!("content not read for the diff: {key}: {e}")),
+    }
+    shown
+}
+
+/// Each of mode, owner and group that differs from what is wanted, as `mode 0644 → 0600`.
+fn attributes(want: &file::Want, mode: u32, uid: u32, gid: u32) -> Vec<String> {
+    let mut out = Vec::new();
+    if mode & 0o7777 != want.mode & 0o7777 {
+        out.push(format!(
+            "mode {:04o} → {:04o}",
+            mode & 0o7777,
+            want.mode & 0o7777
+        ));
+    }
+    if let Some(u) = want.uid.filter(|u| *u != uid) {
+        out.push(format!("owner uid {uid} → {u}"));
+    }
+    if let Some(g) = want.gid.filter(|g| *g != gid) {
+        out.push(format!("group gid {gid} → {g}"));
+    }
+    out
+}
+
+fn decide_file(r: &Reading<'_>, spec: &FileSpec) -> (Outcome, String) {
     let (id, key) = (spec.id.as_str(), spec.path.as_str());
     let bytes = spec.bytes();
     let want = match file::Want::of(
@@ -108,7 +204,29 @@ pub(super) fn plan_file(r: &Reading<'_>, spec: &FileSpec) -> (Outcome, String) {
     }
 }
 
-pub(super) fn plan_directory(r: &Reading<'_>, spec: &DirectorySpec) -> (Outcome, String) {
+/// A directory's line, and for one whose mode or owner would be set, a line for each.
+pub(super) fn plan_directory(r: &Reading<'_>, spec: &DirectorySpec) -> (Outcome, String, Shown) {
+    let (outcome, detail) = decide_directory(r, spec);
+    let mut shown = Shown::default();
+    if outcome == Outcome::Changed {
+        let want = file::Want::of(
+            r.root,
+            spec.mode.as_deref(),
+            0o755,
+            spec.owner.as_deref(),
+            spec.group.as_deref(),
+        );
+        let now = crate::beneath::Root::open(r.root)
+            .map_err(Into::into)
+            .and_then(|b| directory::read(&b, &spec.path));
+        if let (Ok(want), Ok(Some((m, u, g)))) = (want, now) {
+            shown.attributes = attributes(&want, m, u, g);
+        }
+    }
+    (outcome, detail, shown)
+}
+
+fn decide_directory(r: &Reading<'_>, spec: &DirectorySpec) -> (Outcome, String) {
     let (id, key) = (spec.id.as_str(), spec.path.as_str());
     let want = match file::Want::of(
         r.root,
