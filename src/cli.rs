@@ -80,6 +80,9 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         }
         crate::system::confine(&cli.root);
     }
+    if cli.acts_in_words() {
+        crate::counter::stream_acts();
+    }
     match cli.command {
         Command::Version { json } => {
             if json {
@@ -233,6 +236,8 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
                         let mut v = serde_json::to_value(&done.report)?;
                         v["guard_removed"] = serde_json::json!(done.guard);
                         println!("{}", serde_json::to_string_pretty(&v)?);
+                    } else if crate::counter::act_ends() {
+                        print!("{}", done.report.render_summary());
                     } else {
                         print!("{}", done.report.render());
                         for line in &done.guard {
@@ -246,6 +251,8 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
                     if let Some(r) = e.report() {
                         if json {
                             println!("{}", serde_json::to_string_pretty(r)?);
+                        } else if crate::counter::act_ends() {
+                            print!("{}", r.render_summary());
                         } else {
                             print!("{}", r.render());
                         }

@@ -116,6 +116,28 @@ pub enum TokenFileError {
     Empty { shown: String },
 }
 
+/// Says (a warning) when a token file can be read by its group or by others: its secret enrols
+/// any machine that presents it first, so a copy another user could read is worth a word, not a
+/// refusal (the token is used once, and the operator may be enrolling right now for that reason).
+fn warn_if_shared(path: &Path, file: &std::fs::File) {
+    use std::os::unix::fs::PermissionsExt as _;
+    let Ok(meta) = file.metadata() else { return };
+    let mode = meta.permissions().mode() & 0o777;
+    if mode & 0o044 != 0 {
+        let who = match (mode & 0o040 != 0, mode & 0o004 != 0) {
+            (true, true) => "its group and every user",
+            (true, false) => "its group",
+            _ => "every user",
+        };
+        tracing::warn!(
+            "token file {} can be read by {who} (mode {mode:04o}): its secret enrols whoever \
+             presents it first; keep a token in a file only root reads (chmod 600) and remove it \
+             once enrolled",
+            path.display()
+        );
+    }
+}
+
 /// The token of `enrol --token-file PATH` (`-`: standard input), whitespace around it dropped.
 /// A missing, unreadable, oversized or empty file is an error naming it.
 pub fn read_token_file(path: &Path) -> std::result::Result<String, TokenFileError> {
@@ -132,7 +154,9 @@ pub fn read_token_file(path: &Path) -> std::result::Result<String, TokenFileErro
     let reader: Box<dyn std::io::Read> = if path == Path::new("-") {
         Box::new(std::io::stdin())
     } else {
-        Box::new(std::fs::File::open(path).map_err(unreadable)?)
+        let file = std::fs::File::open(path).map_err(unreadable)?;
+        warn_if_shared(path, &file);
+        Box::new(file)
     };
     let mut text = String::new();
     reader
@@ -427,7 +451,11 @@ impl Resident {
         while let Ok(event) = self.events.try_recv() {
             match event {
                 link::Event::Linked { addr, unlinked_for } => {
-                    tracing::info!(broker = %addr, unlinked_s = ?unlinked_for.map(|d| d.as_secs()), "linked to the mesh");
+                    tracing::info!(
+                        broker = %addr,
+                        unlinked = %unlinked_for.map_or("-".into(), |d| link::human::duration(d.as_secs())),
+                        "linked to the mesh"
+                    );
                     heard.reconnected = true;
                     self.contact(host.root, link::now_secs());
                 }

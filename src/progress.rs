@@ -62,15 +62,20 @@ fn report(p: Progress<'_>) {
             let mut err = std::io::stderr().lock();
             let _ = write!(
                 err,
-                "\r\x1b[K{}: running for {} s",
+                "\r\x1b[K{}: running for {}",
                 what(argv),
-                elapsed.as_secs()
+                link::human::duration(elapsed.as_secs())
             );
             let _ = err.flush();
         }
         Progress::Ended { argv, elapsed } if live() => {
             let mut err = std::io::stderr().lock();
-            let _ = writeln!(err, "\r\x1b[K{}: took {} s", what(argv), elapsed.as_secs());
+            let _ = writeln!(
+                err,
+                "\r\x1b[K{}: took {}",
+                what(argv),
+                link::human::duration(elapsed.as_secs())
+            );
         }
         Progress::Running { argv, elapsed } => {
             // The first report, then one every LOG_EVERY: the hook is told about once a second.
@@ -80,17 +85,17 @@ fn report(p: Progress<'_>) {
             {
                 tracing::info!(
                     target: "mesh_host::progress",
-                    "{}: still running after {} s",
+                    "{}: still running after {}",
                     what(argv),
-                    elapsed.as_secs()
+                    link::human::duration(elapsed.as_secs())
                 );
             }
         }
         Progress::Ended { argv, elapsed } => tracing::info!(
             target: "mesh_host::progress",
-            "{}: finished after {} s",
+            "{}: finished after {}",
             what(argv),
-            elapsed.as_secs()
+            link::human::duration(elapsed.as_secs())
         ),
     }
 }

@@ -184,7 +184,7 @@ pub fn run(host: &Host<'_>, opts: &Options) -> Result<ExitCode> {
     let mut changed: Option<(Instant, Instant, String)> = None;
     tracing::info!(
         pid = me,
-        period_s = opts.period.as_secs(),
+        period = %link::human::duration(opts.period.as_secs()),
         settle_ms = opts.settle.as_millis() as u64,
         "resident host started"
     );

@@ -180,3 +180,192 @@ fn a_held_resource_in_no_module_is_said_to_be_held_until_the_node_converges() {
     );
     assert!(!briefing.contains("no module is taken"), "{briefing}");
 }
+
+/// `n` files under /etc/many, each its own resource.
+fn many_files(n: usize) -> Vec<Value> {
+    (0..n)
+        .map(|i| json!({"id": format!("f{i}"), "type": "file", "path": format!("/etc/many/f{i}"), "content": "x\n"}))
+        .collect()
+}
+
+/// A SIGINT into a 2,000-file apply whose standard output is a pipe: the lines of what was done
+/// reach the reader as each resource is done (the first before the signal is sent), and every
+/// file the act wrote has its line there when the act ends.
+#[test]
+fn an_interrupted_apply_into_a_pipe_has_delivered_the_lines_of_what_was_done() {
+    use std::io::BufRead as _;
+    let node = Node::new();
+    let file = node.path("/d.json");
+    let d = decl("converged", Value::Array(many_files(2000)));
+    std::fs::write(&file, serde_json::to_vec(&d).unwrap()).unwrap();
+    let started = std::time::Instant::now();
+    let mut child = Command::new("unshare")
+        .args(["--net", "--"])
+        .arg(MESH)
+        .arg("--root")
+        .arg(node.root())
+        .args(["apply", file.to_str().unwrap()])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The reader: every line with the moment it arrived.
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if tx.send((std::time::Instant::now(), line)).is_err() {
+                break;
+            }
+        }
+    });
+    // 0.7 s in, and not before the first line came (a line only at the end fails below).
+    let first = rx
+        .recv_timeout(std::time::Duration::from_secs(60))
+        .expect("no line reached the pipe within 60 s");
+    let wait = std::time::Duration::from_millis(700).saturating_sub(started.elapsed());
+    std::thread::sleep(wait);
+    let signalled = std::time::Instant::now();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the apply did not end"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    reader.join().unwrap();
+    let mut lines = vec![first];
+    lines.extend(rx.try_iter());
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert_eq!(status.code(), Some(130), "{stderr}");
+    let created: Vec<&String> = lines
+        .iter()
+        .map(|(_, l)| l)
+        .filter(|l| l.starts_with("created ") && l.contains("/etc/many/f"))
+        .collect();
+    let written = std::fs::read_dir(node.path("/etc/many")).unwrap().count();
+    assert!(
+        written > 0 && written < 2000,
+        "{written} files: the signal did not stop the act part-way"
+    );
+    assert_eq!(created.len(), written, "a line for each file written");
+    assert!(
+        lines.iter().any(|(at, _)| *at < signalled),
+        "no line reached the reader before the signal"
+    );
+    // The report's end follows the lines, which are not printed twice.
+    let text: Vec<&str> = lines.iter().map(|(_, l)| l.as_str()).collect();
+    assert!(
+        text.iter().any(|l| l.contains("interrupted by SIGINT")),
+        "{}",
+        text[text.len().saturating_sub(5)..].join("\n")
+    );
+    assert_eq!(
+        text.iter().filter(|l| l.contains("/etc/many/f0:")).count(),
+        1,
+        "a line said twice"
+    );
+}
+
+/// Files, an action that sleeps past the counter's threshold, then files again: what the act
+/// says on standard error.
+fn slow_act(node: &Node) -> std::path::PathBuf {
+    let mut resources = many_files(3);
+    resources.push(json!({"id": "pause", "type": "action",
+        "run": ["sh", "-c", "sleep 2.5; touch \"$MESH_HOST_ROOT/paused\""],
+        "verify": ["sh", "-c", "test -e \"$MESH_HOST_ROOT/paused\""]}));
+    resources.extend(
+        (3..6).map(|i| json!({"id": format!("f{i}"), "type": "file", "path": format!("/etc/many/f{i}"), "content": "x\n"})),
+    );
+    let file = node.path("/d.json");
+    let d = decl("converged", Value::Array(resources));
+    std::fs::write(&file, serde_json::to_vec(&d).unwrap()).unwrap();
+    file
+}
+
+/// On a terminal an act past 2 s draws `N/M resources` on standard error (wiped at its end);
+/// into a pipe it draws nothing, and its lines alone are said.
+#[test]
+fn an_act_past_two_seconds_counts_its_resources_on_a_terminal_and_not_into_a_pipe() {
+    // A terminal: `script` gives the command a pty for standard error; standard output is a file.
+    let node = Node::new();
+    let file = slow_act(&node);
+    let out = node.root().with_extension("out");
+    let command = format!(
+        "unshare --net -- '{MESH}' --root '{}' apply '{}' > '{}'",
+        node.root().display(),
+        file.display(),
+        out.display()
+    );
+    let tty = Command::new("timeout")
+        .args(["60", "script", "-qec", &command, "/dev/null"])
+        .stdin(Stdio::null())
+        .output()
+        .expect("script (util-linux)");
+    let terminal = String::from_utf8_lossy(&tty.stdout);
+    assert_eq!(tty.status.code(), Some(0), "{terminal}");
+    assert!(terminal.contains("4/7 resources"), "{terminal:?}");
+    assert!(
+        terminal.ends_with("\r\x1b[K"),
+        "the counter was not wiped: {terminal:?}"
+    );
+    let lines = std::fs::read_to_string(&out).unwrap();
+    assert!(
+        lines.contains("created") && !lines.contains(" resources"),
+        "{lines}"
+    );
+    assert!(node.read("/etc/many/f5").is_some());
+
+    // A pipe: the same act counts nothing.
+    let node = Node::new();
+    let file = slow_act(&node);
+    let r = node.run(&["apply", file.to_str().unwrap()]);
+    assert_eq!(r.code, Some(0), "{}", r.stderr);
+    assert!(!r.stderr.contains("resources"), "{:?}", r.stderr);
+    assert!(!r.stderr.contains('\r'), "{:?}", r.stderr);
+    assert_eq!(
+        r.stdout
+            .lines()
+            .filter(|l| l.starts_with("created"))
+            .count(),
+        6,
+        "{}",
+        r.stdout
+    );
+}
+
+/// A token file that its group or others can read is used, with a warning that names it.
+#[test]
+fn a_token_file_others_can_read_is_warned_of() {
+    let node = Node::new();
+    let token = node.path("/token");
+    std::fs::write(&token, "not-a-token\n").unwrap();
+    std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let r = node.run(&["enrol", "--token-file", token.to_str().unwrap()]);
+    // Refused as a token (it is none), after the word about its mode.
+    assert_eq!(r.code, Some(2), "{}", r.stderr);
+    assert!(
+        r.stderr.contains(&format!(
+            "token file {} can be read by its group and every user (mode 0644)",
+            token.display()
+        )),
+        "{}",
+        r.stderr
+    );
+    std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let r = node.run(&["enrol", "--token-file", token.to_str().unwrap()]);
+    assert_eq!(r.code, Some(2), "{}", r.stderr);
+    assert!(!r.stderr.contains("can be read by"), "{}", r.stderr);
+}

@@ -145,6 +145,8 @@ pub(super) fn act(
 }
 
 pub(super) fn finish(result: Result<Report, ApplyError>, json: bool) -> Result<ExitCode> {
+    // The counter, if drawn, is wiped whatever the end; lines already printed are not again.
+    let streamed = crate::counter::act_ends();
     let report = match result {
         Ok(r) => r,
         Err(ApplyError::Refused(p)) => return refused(&p, json),
@@ -169,6 +171,8 @@ pub(super) fn finish(result: Result<Report, ApplyError>, json: bool) -> Result<E
     };
     if json {
         println!("{}", serde_json::to_string_pretty(&report)?);
+    } else if streamed {
+        print!("{}", report.render_summary());
     } else {
         print!("{}", report.render());
     }

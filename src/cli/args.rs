@@ -383,6 +383,18 @@ impl Cli {
     /// Whether the command only reads and prints (a listing, a status, a preview): such a command
     /// whose reader went away (`mesh-host generate completions bash | head`) has done all it was
     /// asked, and exits 0.
+    /// Whether this is a person's act answered in words: its resources' lines are printed as
+    /// each is done (`crate::counter`). Not a preview, not `--json`, not the resident host or the
+    /// boot step (their lines are the journal's).
+    pub fn acts_in_words(&self) -> bool {
+        !self.json()
+            && !self.reads_only()
+            && !matches!(
+                self.command,
+                Command::Run { .. } | Command::Boot | Command::Enrol { .. }
+            )
+    }
+
     pub fn reads_only(&self) -> bool {
         match &self.command {
             Command::Version { .. }
