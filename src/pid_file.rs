@@ -144,7 +144,7 @@ fn holder(file: &File, root: &Path) -> Option<u32> {
 }
 
 /// The pid `/proc/locks` gives the FLOCK on the file with this device and inode.
-fn locked_by(m: &std::fs::Metadata) -> Option<u32> {
+pub(crate) fn locked_by(m: &std::fs::Metadata) -> Option<u32> {
     let dev = m.dev();
     // The kernel writes the device as `%02x:%02x` of its major and minor numbers.
     let want = format!(

@@ -19,6 +19,7 @@
 mod checksum;
 mod confined;
 mod flip;
+mod holder;
 mod journal;
 mod records;
 mod stamp;
@@ -285,7 +286,7 @@ impl State {
 /// The store of one root, open and locked.
 pub struct Store {
     dir: PathBuf,
-    _lock: Flock<File>,
+    _lock: holder::Held,
     pub state: State,
     /// The snapshot on disk that the journal applies over, once this process has read or written
     /// one.
@@ -397,12 +398,12 @@ impl Store {
                     .map_err(io(&lock_path))?
             }
         };
-        // Blocks until the other holder lets go; held until the store is dropped.
-        let lock =
-            Flock::lock(lock, FlockArg::LockExclusive).map_err(|(_, errno)| StoreError::Io {
-                path: lock_path,
-                source: errno.into(),
-            })?;
+        // Blocks until the other holder lets go, saying who that is; held until the store is
+        // dropped.
+        let lock = holder::lock(lock, &lock_path).map_err(|errno| StoreError::Io {
+            path: lock_path,
+            source: errno.into(),
+        })?;
         let loaded = load(&dir)?;
         let released = dir.join(RELEASED).exists();
         let mut store = Store {

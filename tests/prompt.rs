@@ -369,3 +369,95 @@ fn a_token_file_others_can_read_is_warned_of() {
     assert_eq!(r.code, Some(2), "{}", r.stderr);
     assert!(!r.stderr.contains("can be read by"), "{}", r.stderr);
 }
+
+/// A second apply that finds the store's lock taken says whose it is before it waits: the pid
+/// the kernel gives, the holder's command and when it began.
+#[test]
+fn a_second_apply_says_whose_lock_it_waits_for() {
+    let node = Node::new();
+    // The first apply holds the store while its action waits for `go` (at most 60 s).
+    let first = node.path("/first.json");
+    let d = decl(
+        "converged",
+        json!([{"id": "hold", "type": "action",
+            "run": ["sh", "-c", "for i in $(seq 600); do [ -e \"$MESH_HOST_ROOT/go\" ] && break; sleep 0.1; done; touch \"$MESH_HOST_ROOT/held\""],
+            "verify": ["sh", "-c", "test -e \"$MESH_HOST_ROOT/held\""]}]),
+    );
+    std::fs::write(&first, serde_json::to_vec(&d).unwrap()).unwrap();
+    let spawn = |file: &std::path::Path, err: &std::path::Path| {
+        Command::new("unshare")
+            .args(["--net", "--"])
+            .arg(MESH)
+            .arg("--root")
+            .arg(node.root())
+            .args(["apply", file.to_str().unwrap()])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(err).unwrap())
+            .spawn()
+            .unwrap()
+    };
+    let first_err = node.root().with_extension("first.err");
+    let mut holder = spawn(&first, &first_err);
+    // Once the action runs, the store is held.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !std::fs::read_to_string(node.path("/var/lib/mesh-host/lock"))
+        .is_ok_and(|t| t.starts_with(&format!("{} ", holder.id())))
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the first apply never held the store"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let second_err = node.root().with_extension("second.err");
+    let mut waiter = spawn(&first, &second_err);
+    let said = format!(
+        "waiting for the lock held by pid {} (apply since ",
+        holder.id()
+    );
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !std::fs::read_to_string(&second_err)
+        .unwrap()
+        .contains(&said)
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the waiter said: {}",
+            std::fs::read_to_string(&second_err).unwrap()
+        );
+        assert!(
+            waiter.try_wait().unwrap().is_none(),
+            "the second apply did not wait"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let text = std::fs::read_to_string(&second_err).unwrap();
+    assert!(
+        text.contains(" UTC, ") && text.contains(" s ago) on store "),
+        "{text}"
+    );
+    node.write("/go", "");
+    let within = |child: &mut std::process::Child| {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        loop {
+            if let Some(s) = child.try_wait().unwrap() {
+                return s;
+            }
+            assert!(std::time::Instant::now() < deadline, "an apply did not end");
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    };
+    assert!(
+        within(&mut holder).success(),
+        "{}",
+        std::fs::read_to_string(&first_err).unwrap()
+    );
+    assert!(
+        within(&mut waiter).success(),
+        "{}",
+        std::fs::read_to_string(&second_err).unwrap()
+    );
+    // Let go, the lock file names no holder.
+    assert_eq!(node.read("/var/lib/mesh-host/lock").as_deref(), Some(""));
+}
