@@ -339,7 +339,9 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             Err(e) => finish(Err(e), json),
         },
         Command::Owned { json } => {
-            let state = store::peek(&cli.root)?.unwrap_or_default();
+            let state = store::peek(&cli.root)?;
+            let lost = state.is_none() && answer::say_lost(&cli.root).is_some();
+            let state = state.unwrap_or_default();
             if json {
                 let v = serde_json::json!({
                     "node": state.node,
@@ -351,7 +353,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
                 });
                 println!("{}", serde_json::to_string_pretty(&v)?);
             } else {
-                print!("{}", render_owned(&state));
+                print!("{}", render_owned(&state, lost));
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -456,14 +458,17 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             let Some(b) = state.and_then(|s| s.briefing) else {
                 // A script asking for the briefing of a node not raised yet gets a document
                 // that says so (`null`), not a refusal.
+                let lost = answer::say_lost(&cli.root);
                 if json {
                     println!("null");
                     return Ok(ExitCode::SUCCESS);
                 }
-                eprintln!(
-                    "error: {}: no briefing yet; nothing has been applied on this node",
-                    store::store_dir(&cli.root).display()
-                );
+                if lost.is_none() {
+                    eprintln!(
+                        "error: {}: no briefing yet; nothing has been applied on this node",
+                        store::store_dir(&cli.root).display()
+                    );
+                }
                 return Ok(ExitCode::from(2));
             };
             print_briefing(&b, json)?;

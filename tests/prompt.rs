@@ -461,3 +461,64 @@ fn a_second_apply_says_whose_lock_it_waits_for() {
     // Let go, the lock file names no holder.
     assert_eq!(node.read("/var/lib/mesh-host/lock").as_deref(), Some(""));
 }
+
+/// A store lost (its state.json gone, an earlier store's files beside it) is said as lost by
+/// every command that reads it, never passed off as a node never applied; the apply that
+/// rebuilds it warns, and its briefing says so.
+#[test]
+fn a_lost_store_is_said_loudly_until_an_apply_rebuilds_it() {
+    let node = Node::new();
+    let d = decl(
+        "converged",
+        json!([{"id": "f", "type": "file", "path": "/etc/f", "content": "x\n"}]),
+    );
+    node.apply(&d);
+    // Before anything was applied: nothing said of a loss.
+    let fresh = Node::new();
+    let r = fresh.run(&["owned"]);
+    assert!(
+        r.stdout.contains("nothing applied yet") && !r.stderr.contains("lost"),
+        "{r:?}"
+    );
+
+    std::fs::remove_file(node.path("/var/lib/mesh-host/state.json")).unwrap();
+    let r = node.run(&["owned"]);
+    assert_eq!(r.code, Some(0), "{r:?}");
+    assert!(
+        r.stderr.contains("WARN") && r.stderr.contains("was lost"),
+        "{}",
+        r.stderr
+    );
+    assert!(r.stdout.contains("store lost"), "{}", r.stdout);
+    assert!(!r.stdout.contains("nothing applied yet"), "{}", r.stdout);
+    let r = node.run(&["briefing"]);
+    assert_eq!(r.code, Some(2), "{r:?}");
+    assert!(r.stderr.contains("was lost"), "{}", r.stderr);
+    let r = node.run(&["reconcile", "--json"]);
+    assert_eq!(r.code, Some(2), "{r:?}");
+    assert!(
+        r.json()["refused"]["problems"]
+            .to_string()
+            .contains("was lost"),
+        "{}",
+        r.stdout
+    );
+
+    let r = node.apply(&d);
+    assert!(
+        r.stderr.contains("was lost") && r.stderr.contains("rebuilding it"),
+        "{}",
+        r.stderr
+    );
+    let briefing = node.run(&["briefing"]);
+    assert!(
+        briefing.stdout.contains("rebuilt: state.json was missing"),
+        "{}",
+        briefing.stdout
+    );
+    let r = node.run(&["owned"]);
+    assert!(
+        !r.stderr.contains("lost") && !r.stdout.contains("lost"),
+        "{r:?}"
+    );
+}

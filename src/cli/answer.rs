@@ -58,15 +58,22 @@ pub(super) fn refused(problems: &declaration::Problems, json: bool) -> Result<Ex
 }
 
 pub(super) fn nothing_applied(root: &std::path::Path, json: bool) -> Result<ExitCode> {
-    refusal(
-        json,
-        2,
-        &[format!(
+    // A lost store has no declaration either, but it is no node never applied.
+    let why = store::lost(root).unwrap_or_else(|| {
+        format!(
             "{}: no declaration has been applied on this node yet",
             store::store_dir(root).display()
-        )],
-        "nothing was changed",
-    )
+        )
+    });
+    refusal(json, 2, &[why], "nothing was changed")
+}
+
+/// Says on standard error that the store under `root` was lost, when it was (a listing of
+/// nothing would otherwise pass for a node never applied); returns the words.
+pub(super) fn say_lost(root: &std::path::Path) -> Option<String> {
+    let why = store::lost(root)?;
+    tracing::warn!("{why}");
+    Some(why)
 }
 
 /// The preview of an act: its plan printed (as JSON with `--json`), exit 0 when nothing would
@@ -224,17 +231,18 @@ pub(super) fn print_briefing(b: &Briefing, json: bool) -> Result<()> {
     Ok(())
 }
 
-pub(super) fn render_owned(state: &store::State) -> String {
+pub(super) fn render_owned(state: &store::State, lost: bool) -> String {
     use std::fmt::Write as _;
     let mut out = String::new();
     let _ = writeln!(
         out,
         "node {} ({})",
         state.node.as_deref().unwrap_or("-"),
-        state
-            .mode
-            .map(|m| m.as_str())
-            .unwrap_or("nothing applied yet")
+        state.mode.map(|m| m.as_str()).unwrap_or(if lost {
+            "store lost: what the host owned here is not known until the next apply rebuilds it"
+        } else {
+            "nothing applied yet"
+        })
     );
     for o in &state.owned {
         let how = if o.found {
