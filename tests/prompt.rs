@@ -522,3 +522,37 @@ fn a_lost_store_is_said_loudly_until_an_apply_rebuilds_it() {
         "{r:?}"
     );
 }
+
+/// `openings derive --json` gives each opening once, and what it gives, pasted into a
+/// declaration, is accepted: the round trip an operator makes.
+#[test]
+fn derived_openings_pasted_into_a_declaration_are_accepted() {
+    let node = Node::new();
+    let r = node.run(&["openings", "derive", "--json"]);
+    assert_eq!(r.code, Some(0), "{r:?}");
+    let derived = r.json();
+    let list = derived.as_array().expect("a list of resources");
+    let ids: Vec<&str> = list.iter().map(|o| o["id"].as_str().unwrap()).collect();
+    let mut unique = ids.clone();
+    unique.sort_unstable();
+    unique.dedup();
+    assert_eq!(unique.len(), ids.len(), "an id given twice: {ids:?}");
+    assert!(ids.len() >= 5, "the foundation's openings: {ids:?}");
+    for mode in ["adopted", "converged"] {
+        let file = node.path(&format!("/{mode}.json"));
+        std::fs::write(
+            &file,
+            serde_json::to_vec(&decl(mode, derived.clone())).unwrap(),
+        )
+        .unwrap();
+        let r = node.run(&["apply", file.to_str().unwrap(), "--preview", "--json"]);
+        assert!(
+            matches!(r.code, Some(0 | 4)),
+            "{mode}: refused ({:?}): {}\n{}",
+            r.code,
+            r.stdout,
+            r.stderr
+        );
+        assert!(r.json().get("refused").is_none(), "{}", r.stdout);
+    }
+}
