@@ -14,7 +14,8 @@ mod answer;
 mod args;
 mod input;
 pub use args::{
-    Cli, Command, CompletionShell, FirewallCommand, GenerateCommand, OpeningsCommand, SourceArg,
+    Cli, Command, CompletionShell, FirewallCommand, GenerateCommand, LinkCommand, OpeningsCommand,
+    SourceArg,
 };
 use run::SystemRunner;
 use std::process::ExitCode;
@@ -453,6 +454,9 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
                 ),
             },
         ),
+        Command::Link {
+            command: LinkCommand::Status { json },
+        } => crate::link::status::command(&cli.root, json),
         Command::Briefing { json } => {
             let state = store::peek(&cli.root)?;
             let Some(b) = state.and_then(|s| s.briefing) else {

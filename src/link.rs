@@ -19,6 +19,8 @@ use std::process::ExitCode;
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, UNIX_EPOCH};
 
+pub mod status;
+
 /// The longest one attempt to reach one broker address may take before it is given up.
 pub const ATTEMPT_DEADLINE: Duration = Duration::from_secs(30);
 
@@ -40,6 +42,21 @@ pub struct Linked {
     /// When the broker was last heard from (seconds since the epoch).
     #[serde(default)]
     pub last_contact: Option<u64>,
+    /// How the resident host's link stands, as it last recorded (`mesh-host link status` reads
+    /// it; whether that host still runs is asked of the kernel there).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub connection: Option<Connection>,
+}
+
+/// The resident host's link as it last changed: up to a broker, or down and why.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Connection {
+    /// Linked to a broker now.
+    pub up: bool,
+    /// Since when (seconds since the epoch).
+    pub since: u64,
+    /// The broker's address when up; why it is down otherwise.
+    pub detail: String,
 }
 
 /// `<store>/link.json`.
@@ -257,6 +274,7 @@ pub fn enrol(host: &Host<'_>, text: &str, json: bool) -> Result<ExitCode> {
         enrolled_at: link::now_secs(),
         last_version,
         last_contact: Some(link::now_secs()),
+        connection: None,
     };
     save(host.root, &linked)?;
     if json {
@@ -385,6 +403,18 @@ impl Resident {
             return Ok(None);
         }
         let key = load_key(root)?;
+        // What an earlier host recorded of its link is not this one's: not linked yet.
+        let mut state = state;
+        if state.connection.as_ref().is_none_or(|c| c.up) {
+            state.connection = Some(Connection {
+                up: false,
+                since: link::now_secs(),
+                detail: "the resident host started; not linked yet".into(),
+            });
+            if let Err(e) = save(root, &state) {
+                tracing::warn!(error = %e, "recording the link not linked yet");
+            }
+        }
         let controller = link::controller_key(&state.controller)
             .map_err(|e| anyhow::anyhow!("{}: controller: {e}", link_file(root).display()))?;
         let wakeup = Wakeup::new().context("opening an eventfd")?;
@@ -457,6 +487,11 @@ impl Resident {
                         "linked to the mesh"
                     );
                     heard.reconnected = true;
+                    self.state.connection = Some(Connection {
+                        up: true,
+                        since: link::now_secs(),
+                        detail: addr,
+                    });
                     self.contact(host.root, link::now_secs());
                 }
                 link::Event::Contact(t) => {
@@ -469,6 +504,7 @@ impl Resident {
                 }
                 link::Event::Unlinked { why, retry_in } => {
                     tracing::info!(why = %why, retry_in_ms = retry_in.as_millis() as u64, "unlinked; reconciling against the store meanwhile");
+                    self.down(host.root, why);
                 }
                 link::Event::Refused(r) => {
                     tracing::warn!(kind = r.kind(), reason = %r, "refused a delivery from the link; nothing was changed");
@@ -507,6 +543,24 @@ impl Resident {
             }
         }
         heard
+    }
+
+    /// Records the link down (once per loss: a failed attempt after it only updates why, in
+    /// memory, so a broker away for hours costs no write per attempt).
+    fn down(&mut self, root: &Path, why: String) {
+        match &mut self.state.connection {
+            Some(c) if !c.up => c.detail = why,
+            _ => {
+                self.state.connection = Some(Connection {
+                    up: false,
+                    since: link::now_secs(),
+                    detail: why,
+                });
+                if let Err(e) = save(root, &self.state) {
+                    tracing::warn!(error = %e, "recording the link down");
+                }
+            }
+        }
     }
 
     fn contact(&mut self, root: &Path, at: u64) {
@@ -659,6 +713,7 @@ mod tests {
                 enrolled_at,
                 last_version: 7,
                 last_contact: None,
+                connection: None,
             },
         )
         .unwrap();

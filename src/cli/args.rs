@@ -250,6 +250,11 @@ pub enum Command {
         #[command(subcommand)]
         command: FirewallCommand,
     },
+    /// The link to the mesh as this node knows it, from local state only (no broker asked).
+    Link {
+        #[command(subcommand)]
+        command: LinkCommand,
+    },
     /// Shell completions and the man page, generated from this command line for the packages.
     #[command(hide = true)]
     Generate {
@@ -292,6 +297,18 @@ pub enum OpeningsCommand {
         /// The private network's interface (default: the node's setting, else mesh0).
         #[arg(long, value_name = "NAME")]
         private_interface: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum LinkCommand {
+    /// Enrolled or not (as which node, through which brokers), linked or not (the resident
+    /// host's record, and whether it runs), the last contact with the broker and the declaration
+    /// in force. Reads `link.json` and the store only, so it answers with the broker down.
+    /// Exit 0.
+    Status {
         #[arg(long)]
         json: bool,
     },
@@ -375,6 +392,9 @@ impl Cli {
             }
             | Command::Firewall {
                 command: FirewallCommand::Status { json } | FirewallCommand::Explain { json, .. },
+            }
+            | Command::Link {
+                command: LinkCommand::Status { json },
             } => *json,
             Command::Run { .. } | Command::Boot | Command::Generate { .. } => false,
         }
@@ -404,6 +424,7 @@ impl Cli {
             | Command::Inventory { .. }
             | Command::Openings { .. }
             | Command::Firewall { .. }
+            | Command::Link { .. }
             | Command::Generate { .. } => true,
             Command::Apply { preview, .. }
             | Command::Reconcile { preview, .. }
