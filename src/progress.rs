@@ -56,7 +56,23 @@ pub fn what(argv: &[String]) -> String {
     text
 }
 
+/// The long step under way, if one is: what it is, and how long it had run when last told.
+static CURRENT: std::sync::Mutex<Option<(String, Duration)>> = std::sync::Mutex::new(None);
+
+/// The child step under way past `run::REPORT_AFTER`, and how long it has run (the resident host
+/// says it while a stop waits for it).
+pub fn current() -> Option<(String, Duration)> {
+    CURRENT.lock().unwrap_or_else(|p| p.into_inner()).clone()
+}
+
 fn report(p: Progress<'_>) {
+    {
+        let mut current = CURRENT.lock().unwrap_or_else(|p| p.into_inner());
+        *current = match &p {
+            Progress::Running { argv, elapsed } => Some((what(argv), *elapsed)),
+            Progress::Ended { .. } => None,
+        };
+    }
     match p {
         Progress::Running { argv, elapsed } if live() => {
             let mut err = std::io::stderr().lock();
