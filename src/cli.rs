@@ -237,10 +237,15 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
                         let mut v = serde_json::to_value(&done.report)?;
                         v["guard_removed"] = serde_json::json!(done.guard);
                         println!("{}", serde_json::to_string_pretty(&v)?);
-                    } else if crate::counter::act_ends() {
-                        print!("{}", done.report.render_summary());
                     } else {
-                        print!("{}", done.report.render());
+                        // Only the summary when the resources' lines were printed as each
+                        // was done.
+                        let text = if crate::counter::act_ends() {
+                            done.report.render_summary()
+                        } else {
+                            done.report.render()
+                        };
+                        print!("{text}");
                         for line in &done.guard {
                             println!("{line}");
                         }
