@@ -6,8 +6,13 @@
 //! standard error, rewritten as resources are done and wiped when the act ends; anywhere else
 //! (a pipe, a file, the journal) no counter is drawn. `--json` and the resident host stream
 //! nothing: their answer is one document, or the journal's lines.
+//!
+//! The lines and the counter are written by a thread of their own, fed through a queue: a reader
+//! that reads slowly or not yet (`| less`) holds the writer, never the act (which holds the
+//! store's lock), and the act's end waits for the queue to be written before its summary.
 
 use std::io::{IsTerminal, Write as _};
+use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -15,27 +20,41 @@ use std::time::{Duration, Instant};
 /// lines.
 pub const COUNTER_AFTER: Duration = Duration::from_secs(2);
 
+enum Said {
+    /// An apply of this many resources begins.
+    Begins(usize),
+    /// One resource's line.
+    Line(String),
+    /// The act has ended: answered with whether any line was printed, once all before it are.
+    Ends(Sender<bool>),
+}
+
 struct Act {
     started: Instant,
     total: usize,
     done: usize,
-    drawn: Option<Instant>,
+    drawn: bool,
 }
 
-struct Stream {
+/// The writer's side: what it printed and whether the counter is drawn.
+struct Writer {
     /// Whether the counter may be drawn: standard error is a terminal, not the journal.
     counter: bool,
-    /// Whether any line was printed as it was done, so the report's lines are not printed again.
+    /// Whether any line was printed, so the report's lines are not printed again.
     streamed: bool,
     /// Whether standard output's reader went away (a write failed).
     closed: bool,
     act: Option<Act>,
 }
 
-static STREAM: Mutex<Option<Stream>> = Mutex::new(None);
+static QUEUE: Mutex<Option<Sender<Said>>> = Mutex::new(None);
 
-fn with<T>(f: impl FnOnce(&mut Option<Stream>) -> T) -> T {
-    f(&mut STREAM.lock().unwrap_or_else(|p| p.into_inner()))
+fn send(said: Said) -> bool {
+    QUEUE
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .as_ref()
+        .is_some_and(|q| q.send(said).is_ok())
 }
 
 /// Makes this process a person's act: each resource's line goes to standard output when done
@@ -43,39 +62,71 @@ fn with<T>(f: impl FnOnce(&mut Option<Stream>) -> T) -> T {
 pub fn stream_acts() {
     let counter = std::io::stderr().is_terminal()
         && crate::logging::style() != crate::logging::Style::Journal;
-    with(|s| {
-        *s = Some(Stream {
-            counter,
-            streamed: false,
-            closed: false,
-            act: None,
-        })
-    });
+    let (tx, rx) = channel();
+    let writer = Writer {
+        counter,
+        streamed: false,
+        closed: false,
+        act: None,
+    };
+    if std::thread::Builder::new()
+        .name("lines".into())
+        .spawn(move || writer.run(rx))
+        .is_ok()
+    {
+        *QUEUE.lock().unwrap_or_else(|p| p.into_inner()) = Some(tx);
+    }
 }
 
 /// An apply of `total` resources begins (the apply loop calls this; nothing happens unless the
 /// process streams its acts).
 pub fn act_begins(total: usize) {
-    with(|s| {
-        if let Some(s) = s {
-            s.act = Some(Act {
-                started: Instant::now(),
-                total,
-                done: 0,
-                drawn: None,
-            });
-        }
-    });
+    send(Said::Begins(total));
 }
 
-/// One resource's line, said as it is done: printed at once (standard output is line-buffered,
-/// so the line leaves the process now) and counted.
+/// One resource's line, said as it is done: queued at once for the writer, which prints it
+/// (standard output is line-buffered, so it leaves the process then) and counts it.
 pub fn done(line: &str) {
-    with(|s| {
-        let Some(s) = s else { return };
-        s.streamed = true;
+    send(Said::Line(line.to_string()));
+}
+
+/// The act has ended: once every line queued before is printed, its counter, if drawn, is wiped.
+/// Returns whether its lines were printed as they were done (then only the report's summary is
+/// left to print).
+pub fn act_ends() -> bool {
+    let (tx, rx) = channel();
+    send(Said::Ends(tx)) && rx.recv().unwrap_or(false)
+}
+
+impl Writer {
+    fn run(mut self, rx: Receiver<Said>) {
+        for said in rx {
+            match said {
+                Said::Begins(total) => {
+                    self.act = Some(Act {
+                        started: Instant::now(),
+                        total,
+                        done: 0,
+                        drawn: false,
+                    })
+                }
+                Said::Line(line) => self.line(&line),
+                Said::Ends(answer) => {
+                    if self.act.take().is_some_and(|a| a.drawn) {
+                        let mut err = std::io::stderr().lock();
+                        let _ = write!(err, "\r\x1b[K");
+                        let _ = err.flush();
+                    }
+                    let _ = answer.send(self.streamed);
+                }
+            }
+        }
+    }
+
+    fn line(&mut self, line: &str) {
+        self.streamed = true;
         let mut err = std::io::stderr().lock();
-        let drawn = s.act.as_ref().is_some_and(|a| a.drawn.is_some());
+        let drawn = self.act.as_ref().is_some_and(|a| a.drawn);
         if drawn {
             // The counter's line is wiped first, so a line on the same terminal starts clean.
             let _ = write!(err, "\r\x1b[K");
@@ -84,35 +135,17 @@ pub fn done(line: &str) {
         // A reader gone does not stop the act: its lines are dropped from then on, and the
         // report's summary at the end meets the closed pipe and says so
         // (`cli::closed_stdout_ends_quietly`).
-        if !s.closed {
+        if !self.closed {
             let mut out = std::io::stdout().lock();
-            s.closed = writeln!(out, "{line}").and_then(|()| out.flush()).is_err();
+            self.closed = writeln!(out, "{line}").and_then(|()| out.flush()).is_err();
         }
-        let Some(a) = s.act.as_mut() else { return };
+        let Some(a) = self.act.as_mut() else { return };
         a.done += 1;
-        if !s.counter {
-            return;
-        }
-        let now = Instant::now();
         // Once drawn it is drawn again after every line (the line wiped it).
-        if drawn || now.duration_since(a.started) >= COUNTER_AFTER {
+        if self.counter && (drawn || a.started.elapsed() >= COUNTER_AFTER) {
             let _ = write!(err, "{}/{} resources", a.done, a.total.max(a.done));
             let _ = err.flush();
-            a.drawn = Some(now);
+            a.drawn = true;
         }
-    });
-}
-
-/// The act has ended: its counter, if drawn, is wiped. Returns whether its lines were already
-/// printed as they were done (then only the report's summary is left to print).
-pub fn act_ends() -> bool {
-    with(|s| {
-        let Some(s) = s else { return false };
-        if s.act.take().is_some_and(|a| a.drawn.is_some()) {
-            let mut err = std::io::stderr().lock();
-            let _ = write!(err, "\r\x1b[K");
-            let _ = err.flush();
-        }
-        s.streamed
-    })
+    }
 }

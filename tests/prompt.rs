@@ -115,6 +115,7 @@ fn a_reader_gone_ends_a_listing_with_0_and_an_act_with_141_and_a_word_never_a_pa
         &["generate", "man"],
         &["version", "--json"],
         &["owned"],
+        &["link", "status"],
     ] {
         let (code, stderr) = with_stdout_closed(node.root(), args);
         assert_eq!(code, Some(0), "{args:?}: {stderr}");
@@ -555,4 +556,60 @@ fn derived_openings_pasted_into_a_declaration_are_accepted() {
         );
         assert!(r.json().get("refused").is_none(), "{}", r.stdout);
     }
+}
+
+/// A reader that does not read yet (`| less` on its first page) holds the lines, never the act:
+/// a 2,000-file apply into a pipe nobody reads writes every file and lets the store's lock go,
+/// and its lines are all there when the reader comes.
+#[test]
+fn a_reader_that_does_not_read_holds_the_lines_not_the_act() {
+    use std::io::Read as _;
+    let node = Node::new();
+    let file = node.path("/d.json");
+    let d = decl("converged", Value::Array(many_files(2000)));
+    std::fs::write(&file, serde_json::to_vec(&d).unwrap()).unwrap();
+    let mut child = Command::new("unshare")
+        .args(["--net", "--"])
+        .arg(MESH)
+        .arg("--root")
+        .arg(node.root())
+        .args(["apply", file.to_str().unwrap()])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // 2,000 lines are well past a pipe's 64 KiB: written in the act, they would stop it.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    let lock = node.path("/var/lib/mesh-host/lock");
+    loop {
+        let written = std::fs::read_dir(node.path("/etc/many")).map_or(0, |d| d.count());
+        let let_go = written == 2000 && std::fs::read_to_string(&lock).is_ok_and(|t| t.is_empty());
+        if let_go {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the act did not end while its reader did not read ({written} files written)"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let mut out = String::new();
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut out)
+        .unwrap();
+    assert!(child.wait().unwrap().success());
+    assert_eq!(
+        out.lines().filter(|l| l.starts_with("created ")).count(),
+        2000
+    );
+    assert!(
+        out.lines()
+            .last()
+            .is_some_and(|l| l.starts_with("outcome ")),
+        "{out}"
+    );
 }
