@@ -12,6 +12,7 @@
 //! store's lock), and the act's end waits for the queue to be written before its summary.
 
 use std::io::{IsTerminal, Write as _};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -49,6 +50,15 @@ struct Writer {
 
 static QUEUE: Mutex<Option<Sender<Said>>> = Mutex::new(None);
 
+/// Whether this process streams its acts: asked before a line is even made, so the resident host
+/// and `--json` pay nothing per resource.
+static STREAMING: AtomicBool = AtomicBool::new(false);
+
+/// Whether this process streams its acts' lines ([`stream_acts`] was called).
+pub fn streaming() -> bool {
+    STREAMING.load(Ordering::Relaxed)
+}
+
 fn send(said: Said) -> bool {
     QUEUE
         .lock()
@@ -75,6 +85,7 @@ pub fn stream_acts() {
         .is_ok()
     {
         *QUEUE.lock().unwrap_or_else(|p| p.into_inner()) = Some(tx);
+        STREAMING.store(true, Ordering::Relaxed);
     }
 }
 
@@ -86,8 +97,8 @@ pub fn act_begins(total: usize) {
 
 /// One resource's line, said as it is done: queued at once for the writer, which prints it
 /// (standard output is line-buffered, so it leaves the process then) and counts it.
-pub fn done(line: &str) {
-    send(Said::Line(line.to_string()));
+pub fn done(line: String) {
+    send(Said::Line(line));
 }
 
 /// The act has ended: once every line queued before is printed, its counter, if drawn, is wiped.

@@ -212,7 +212,9 @@ impl Report {
             detail,
         };
         // Said at once to a person at the prompt (or a pipe), not only in the report at the end.
-        crate::counter::done(&entry.line());
+        if crate::counter::streaming() {
+            crate::counter::done(entry.line());
+        }
         self.entries.push(entry);
     }
 
