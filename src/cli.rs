@@ -16,7 +16,8 @@ mod args;
 mod input;
 mod usage;
 pub use args::{
-    Cli, Command, CompletionShell, FirewallCommand, GenerateCommand, OpeningsCommand, SourceArg,
+    Cli, Command, CompletionShell, FirewallCommand, GenerateCommand, LinkCommand, OpeningsCommand,
+    SourceArg,
 };
 use run::SystemRunner;
 use std::process::ExitCode;
@@ -75,7 +76,8 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         let euid = nix::unistd::geteuid();
         if !euid.is_root() {
             let why = format!(
-                "mesh-host must run as root: it reads and writes the store under --root's                  var/lib/mesh-host and the machine's firewall (running as uid {euid}; try sudo)"
+                "mesh-host must run as root: it reads and writes the store under --root's \
+                 var/lib/mesh-host and the machine's firewall (running as uid {euid}; try sudo)"
             );
             return refusal(cli.json(), 2, &[why], "nothing was read or changed");
         }
@@ -83,6 +85,9 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             return refusal(cli.json(), 2, &[why], "nothing was read or changed");
         }
         crate::system::confine(&cli.root);
+    }
+    if cli.acts_in_words() {
+        crate::counter::stream_acts();
     }
     match cli.command {
         Command::Version { json } => {
@@ -232,7 +237,14 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
                         v["guard_removed"] = serde_json::json!(done.guard);
                         json_contract::print("release", done.report.exit_code(), &v)?;
                     } else {
-                        print!("{}", done.report.render());
+                        // Only the summary when the resources' lines were printed as each
+                        // was done.
+                        let text = if crate::counter::act_ends() {
+                            done.report.render_summary()
+                        } else {
+                            done.report.render()
+                        };
+                        print!("{text}");
                         for line in &done.guard {
                             println!("{line}");
                         }
@@ -244,6 +256,8 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
                     if let Some(r) = e.report() {
                         if json {
                             json_contract::print("report", r.exit_code(), r)?;
+                        } else if crate::counter::act_ends() {
+                            print!("{}", r.render_summary());
                         } else {
                             print!("{}", r.render());
                         }
@@ -330,7 +344,9 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             Err(e) => finish(Err(e), json),
         },
         Command::Owned { json } => {
-            let state = store::peek(&cli.root)?.unwrap_or_default();
+            let state = store::peek(&cli.root)?;
+            let lost = state.is_none() && answer::say_lost(&cli.root).is_some();
+            let state = state.unwrap_or_default();
             if json {
                 let v = serde_json::json!({
                     "node": state.node,
@@ -342,7 +358,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
                 });
                 json_contract::print("owned", 0, &v)?;
             } else {
-                print!("{}", render_owned(&state));
+                print!("{}", render_owned(&state, lost));
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -442,21 +458,27 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
                 ),
             },
         ),
+        Command::Link {
+            command: LinkCommand::Status { json },
+        } => crate::link::status::command(&cli.root, json),
         Command::Briefing { json } => {
             let state = store::peek(&cli.root)?;
             let Some(b) = state.and_then(|s| s.briefing) else {
                 // A script asking for the briefing of a node not raised yet gets a document
                 // that says so (its keys null and empty), not a refusal.
+                let lost = answer::say_lost(&cli.root);
                 if json {
                     let none = serde_json::json!({"outcome": null, "node": null, "mode": null,
                         "at": null, "lines": [], "look_at": []});
                     json_contract::print("briefing", 0, &none)?;
                     return Ok(ExitCode::SUCCESS);
                 }
-                eprintln!(
-                    "error: {}: no briefing yet; nothing has been applied on this node",
-                    store::store_dir(&cli.root).display()
-                );
+                if lost.is_none() {
+                    eprintln!(
+                        "error: {}: no briefing yet; nothing has been applied on this node",
+                        store::store_dir(&cli.root).display()
+                    );
+                }
                 return Ok(ExitCode::from(2));
             };
             print_briefing(&b, json)?;

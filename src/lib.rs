@@ -9,6 +9,7 @@ pub mod briefing;
 pub mod build;
 pub mod cli;
 pub mod converge;
+pub mod counter;
 pub mod declaration;
 pub mod error;
 pub mod failpoint;

@@ -19,6 +19,8 @@ use std::process::ExitCode;
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, UNIX_EPOCH};
 
+pub mod status;
+
 /// The longest one attempt to reach one broker address may take before it is given up.
 pub const ATTEMPT_DEADLINE: Duration = Duration::from_secs(30);
 
@@ -40,6 +42,21 @@ pub struct Linked {
     /// When the broker was last heard from (seconds since the epoch).
     #[serde(default)]
     pub last_contact: Option<u64>,
+    /// How the resident host's link stands, as it last recorded (`mesh-host link status` reads
+    /// it; whether that host still runs is asked of the kernel there).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub connection: Option<Connection>,
+}
+
+/// The resident host's link as it last changed: up to a broker, or down and why.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Connection {
+    /// Linked to a broker now.
+    pub up: bool,
+    /// Since when (seconds since the epoch).
+    pub since: u64,
+    /// The broker's address when up; why it is down otherwise.
+    pub detail: String,
 }
 
 /// `<store>/link.json`.
@@ -116,6 +133,28 @@ pub enum TokenFileError {
     Empty { shown: String },
 }
 
+/// Says (a warning) when a token file can be read by its group or by others: its secret enrols
+/// any machine that presents it first, so a copy another user could read is worth a word, not a
+/// refusal (the token is used once, and the operator may be enrolling right now for that reason).
+fn warn_if_shared(path: &Path, file: &std::fs::File) {
+    use std::os::unix::fs::PermissionsExt as _;
+    let Ok(meta) = file.metadata() else { return };
+    let mode = meta.permissions().mode() & 0o777;
+    if mode & 0o044 != 0 {
+        let who = match (mode & 0o040 != 0, mode & 0o004 != 0) {
+            (true, true) => "its group and every user",
+            (true, false) => "its group",
+            _ => "every user",
+        };
+        tracing::warn!(
+            "token file {} can be read by {who} (mode {mode:04o}): its secret enrols whoever \
+             presents it first; keep a token in a file only root reads (chmod 600) and remove it \
+             once enrolled",
+            path.display()
+        );
+    }
+}
+
 /// The token of `enrol --token-file PATH` (`-`: standard input), whitespace around it dropped.
 /// A missing, unreadable, oversized or empty file is an error naming it.
 pub fn read_token_file(path: &Path) -> std::result::Result<String, TokenFileError> {
@@ -132,7 +171,9 @@ pub fn read_token_file(path: &Path) -> std::result::Result<String, TokenFileErro
     let reader: Box<dyn std::io::Read> = if path == Path::new("-") {
         Box::new(std::io::stdin())
     } else {
-        Box::new(std::fs::File::open(path).map_err(unreadable)?)
+        let file = std::fs::File::open(path).map_err(unreadable)?;
+        warn_if_shared(path, &file);
+        Box::new(file)
     };
     let mut text = String::new();
     reader
@@ -233,6 +274,7 @@ pub fn enrol(host: &Host<'_>, text: &str, json: bool) -> Result<ExitCode> {
         enrolled_at: link::now_secs(),
         last_version,
         last_contact: Some(link::now_secs()),
+        connection: None,
     };
     save(host.root, &linked)?;
     if json {
@@ -361,6 +403,18 @@ impl Resident {
             return Ok(None);
         }
         let key = load_key(root)?;
+        // What an earlier host recorded of its link is not this one's: not linked yet.
+        let mut state = state;
+        if state.connection.as_ref().is_none_or(|c| c.up) {
+            state.connection = Some(Connection {
+                up: false,
+                since: link::now_secs(),
+                detail: "the resident host started; not linked yet".into(),
+            });
+            if let Err(e) = save(root, &state) {
+                tracing::warn!(error = %e, "recording the link not linked yet");
+            }
+        }
         let controller = link::controller_key(&state.controller)
             .map_err(|e| anyhow::anyhow!("{}: controller: {e}", link_file(root).display()))?;
         let wakeup = Wakeup::new().context("opening an eventfd")?;
@@ -427,8 +481,17 @@ impl Resident {
         while let Ok(event) = self.events.try_recv() {
             match event {
                 link::Event::Linked { addr, unlinked_for } => {
-                    tracing::info!(broker = %addr, unlinked_s = unlinked_for.map(|d| d.as_secs()), "linked to the mesh");
+                    tracing::info!(
+                        broker = %addr,
+                        unlinked = %unlinked_for.map_or("-".into(), |d| link::human::duration(d.as_secs())),
+                        "linked to the mesh"
+                    );
                     heard.reconnected = true;
+                    self.state.connection = Some(Connection {
+                        up: true,
+                        since: link::now_secs(),
+                        detail: addr,
+                    });
                     self.contact(host.root, link::now_secs());
                 }
                 link::Event::Contact(t) => {
@@ -441,6 +504,7 @@ impl Resident {
                 }
                 link::Event::Unlinked { why, retry_in } => {
                     tracing::info!(why = %why, retry_in_ms = retry_in.as_millis() as u64, "unlinked; reconciling against the store meanwhile");
+                    self.down(host.root, why);
                 }
                 link::Event::Refused(r) => {
                     tracing::warn!(kind = r.kind(), reason = %r, "refused a delivery from the link; nothing was changed");
@@ -479,6 +543,24 @@ impl Resident {
             }
         }
         heard
+    }
+
+    /// Records the link down (once per loss: a failed attempt after it only updates why, in
+    /// memory, so a broker away for hours costs no write per attempt).
+    fn down(&mut self, root: &Path, why: String) {
+        match &mut self.state.connection {
+            Some(c) if !c.up => c.detail = why,
+            _ => {
+                self.state.connection = Some(Connection {
+                    up: false,
+                    since: link::now_secs(),
+                    detail: why,
+                });
+                if let Err(e) = save(root, &self.state) {
+                    tracing::warn!(error = %e, "recording the link down");
+                }
+            }
+        }
     }
 
     fn contact(&mut self, root: &Path, at: u64) {
@@ -635,6 +717,7 @@ mod tests {
                 enrolled_at,
                 last_version: 7,
                 last_contact: None,
+                connection: None,
             },
         )
         .unwrap();

@@ -144,7 +144,7 @@ fn holder(file: &File, root: &Path) -> Option<u32> {
 }
 
 /// The pid `/proc/locks` gives the FLOCK on the file with this device and inode.
-fn locked_by(m: &std::fs::Metadata) -> Option<u32> {
+pub(crate) fn locked_by(m: &std::fs::Metadata) -> Option<u32> {
     let dev = m.dev();
     // The kernel writes the device as `%02x:%02x` of its major and minor numbers.
     let want = format!(
@@ -165,6 +165,13 @@ fn locked_by(m: &std::fs::Metadata) -> Option<u32> {
 
 fn is_mesh_host(pid: u32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == "mesh-host")
+}
+
+/// The pid of the resident host running on the store under `root`: the holder of `run.lock` as
+/// the kernel gives it (`/proc/locks`), so a pid file a crashed host left names no one.
+pub fn resident(root: &Path) -> Option<u32> {
+    let m = std::fs::metadata(run_lock(root)).ok()?;
+    locked_by(&m)
 }
 
 /// Tells a resident host on this root that a new declaration is stored (SIGUSR1), if one runs.

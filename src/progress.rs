@@ -56,21 +56,42 @@ pub fn what(argv: &[String]) -> String {
     text
 }
 
+/// The long step under way, if one is: what it is, and how long it had run when last told.
+static CURRENT: std::sync::Mutex<Option<(String, Duration)>> = std::sync::Mutex::new(None);
+
+/// The child step under way past `run::REPORT_AFTER`, and how long it has run (the resident host
+/// says it while a stop waits for it).
+pub fn current() -> Option<(String, Duration)> {
+    CURRENT.lock().unwrap_or_else(|p| p.into_inner()).clone()
+}
+
 fn report(p: Progress<'_>) {
+    {
+        let mut current = CURRENT.lock().unwrap_or_else(|p| p.into_inner());
+        *current = match &p {
+            Progress::Running { argv, elapsed } => Some((what(argv), *elapsed)),
+            Progress::Ended { .. } => None,
+        };
+    }
     match p {
         Progress::Running { argv, elapsed } if live() => {
             let mut err = std::io::stderr().lock();
             let _ = write!(
                 err,
-                "\r\x1b[K{}: running for {} s",
+                "\r\x1b[K{}: running for {}",
                 what(argv),
-                elapsed.as_secs()
+                link::human::duration(elapsed.as_secs())
             );
             let _ = err.flush();
         }
         Progress::Ended { argv, elapsed } if live() => {
             let mut err = std::io::stderr().lock();
-            let _ = writeln!(err, "\r\x1b[K{}: took {} s", what(argv), elapsed.as_secs());
+            let _ = writeln!(
+                err,
+                "\r\x1b[K{}: took {}",
+                what(argv),
+                link::human::duration(elapsed.as_secs())
+            );
         }
         Progress::Running { argv, elapsed } => {
             // The first report, then one every LOG_EVERY: the hook is told about once a second.
@@ -80,17 +101,17 @@ fn report(p: Progress<'_>) {
             {
                 tracing::info!(
                     target: "mesh_host::progress",
-                    "{}: still running after {} s",
+                    "{}: still running after {}",
                     what(argv),
-                    elapsed.as_secs()
+                    link::human::duration(elapsed.as_secs())
                 );
             }
         }
         Progress::Ended { argv, elapsed } => tracing::info!(
             target: "mesh_host::progress",
-            "{}: finished after {} s",
+            "{}: finished after {}",
             what(argv),
-            elapsed.as_secs()
+            link::human::duration(elapsed.as_secs())
         ),
     }
 }

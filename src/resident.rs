@@ -21,6 +21,7 @@ use pace::{Failing, Reconciles, Trigger};
 
 mod bridges;
 mod pace;
+mod stopping;
 
 use anyhow::{Context, Result};
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
@@ -184,7 +185,7 @@ pub fn run(host: &Host<'_>, opts: &Options) -> Result<ExitCode> {
     let mut changed: Option<(Instant, Instant, String)> = None;
     tracing::info!(
         pid = me,
-        period_s = opts.period.as_secs(),
+        period = %link::human::duration(opts.period.as_secs()),
         settle_ms = opts.settle.as_millis() as u64,
         "resident host started"
     );
@@ -205,7 +206,10 @@ pub fn run(host: &Host<'_>, opts: &Options) -> Result<ExitCode> {
                 waited_ms = started.saturating_duration_since(asked.since).as_millis() as u64,
                 "reconcile started"
             );
-            let failed = match apply::reconcile_with(host, memo.as_ref()) {
+            let reconciled = stopping::watching(signals.fd.as_fd(), "the reconcile", || {
+                apply::reconcile_with(host, memo.as_ref())
+            });
+            let failed = match reconciled {
                 Ok(Some(report)) => {
                     let failed = report.failed().map(|e| e.id.clone());
                     tracing::info!(
@@ -278,7 +282,10 @@ pub fn run(host: &Host<'_>, opts: &Options) -> Result<ExitCode> {
             }
         }
         if let Some(l) = linked.as_mut() {
-            let from_link = l.handle_events(host);
+            let from_link =
+                stopping::watching(signals.fd.as_fd(), "the declaration from the link", || {
+                    l.handle_events(host)
+                });
             if from_link.memo.is_some() {
                 memo = from_link.memo;
                 // The link's declaration was applied whole: a reconcile pending now would do it

@@ -19,6 +19,7 @@
 mod checksum;
 mod confined;
 mod flip;
+mod holder;
 mod journal;
 mod named;
 mod records;
@@ -288,7 +289,7 @@ impl State {
 pub struct Store {
     /// The store's directory, open: its files are opened by name in it, following no link.
     dir: Named,
-    _lock: Flock<File>,
+    _lock: holder::Held,
     pub state: State,
     /// The snapshot on disk that the journal applies over, once this process has read or written
     /// one.
@@ -333,6 +334,31 @@ const TMP: &str = "state.json.tmp";
 /// The directory of the store under a root.
 pub fn store_dir(root: &Path) -> PathBuf {
     root.join("var/lib/mesh-host")
+}
+
+/// What an earlier store leaves beside its state (its lock, saved originals, the launcher's
+/// known-good binary): if these are here and the state is not, the state was lost.
+const EARLIER: [&str; 3] = ["lock", "originals", "known-good"];
+
+/// Why the store under `root` is taken for lost, when it is: no `state.json` nor journal, beside
+/// files an earlier store left, and no release that retired it. Said by the commands that read
+/// the store (a listing of nothing would otherwise pass for a node never applied).
+pub fn lost(root: &Path) -> Option<String> {
+    let dir = store_dir(root);
+    let lost = ["state.json", journal::FILE, RELEASED]
+        .iter()
+        .all(|f| !dir.join(f).exists())
+        && EARLIER.iter().any(|f| dir.join(f).exists());
+    lost.then(|| {
+        format!(
+            "store {} was lost: its state.json is missing beside an earlier store's files, so \
+             what the host owned and held here is not known; the next apply or reconcile \
+             rebuilds it from the declaration (what matches is taken as the host's own, never \
+             removed), and a node enrolled again as itself is handed the mesh's copy of its \
+             records",
+            dir.display()
+        )
+    })
 }
 
 /// Whether another process holds the store under `root` open now (an apply, a converge, an
@@ -381,9 +407,7 @@ impl Store {
         let dir = store_dir(root);
         // What an earlier store leaves beside its state: if these are here and the state is not,
         // the state was lost.
-        let earlier = ["lock", "originals", "known-good"]
-            .iter()
-            .any(|f| dir.join(f).exists());
+        let earlier = EARLIER.iter().any(|f| dir.join(f).exists());
         let lock_path = dir.join("lock");
         // Under a root other than `/` the directory is made and checked beneath the root, and
         // the lock opened in its handle; the files the store then opens by name are in a
@@ -413,12 +437,12 @@ impl Store {
                 (lock, named)
             }
         };
-        // Blocks until the other holder lets go; held until the store is dropped.
-        let lock =
-            Flock::lock(lock, FlockArg::LockExclusive).map_err(|(_, errno)| StoreError::Io {
-                path: lock_path,
-                source: errno.into(),
-            })?;
+        // Blocks until the other holder lets go, saying who that is; held until the store is
+        // dropped.
+        let lock = holder::lock(lock, &lock_path).map_err(|errno| StoreError::Io {
+            path: lock_path,
+            source: errno.into(),
+        })?;
         let loaded = load(&named)?;
         let released = named.exists(RELEASED);
         let mut store = Store {
@@ -448,6 +472,15 @@ impl Store {
         }
         if store.journal_on_disk {
             store.save()?;
+        }
+        if store.rebuilt {
+            // Loud where it happens: the briefing's store line says it too, once written.
+            tracing::warn!(
+                "store {} was lost (state.json is missing beside an earlier store's files): \
+                 rebuilding it from this declaration; what matches is taken as the host's own \
+                 and never removed, and what an older declaration left is no longer the host's",
+                store.dir.path().display()
+            );
         }
         Ok(store)
     }

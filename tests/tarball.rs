@@ -46,7 +46,16 @@ fn the_tarball_unpacks_into_a_fresh_directory_and_runs_with_nothing_else_there()
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path().to_str().unwrap();
     let t = tarball();
-    let out = run(&["/bin/tar", "-xzf", t.to_str().unwrap(), "-C", d]);
+    // As the operator's guide says: the binary and the launcher alone into the directory.
+    let out = run(&[
+        "/bin/tar",
+        "-xzf",
+        t.to_str().unwrap(),
+        "-C",
+        d,
+        "mesh-host",
+        "mesh-host-launch",
+    ]);
     assert!(out.status.success(), "{out:?}");
     let mut names: Vec<String> = std::fs::read_dir(dir.path())
         .unwrap()
@@ -75,6 +84,97 @@ fn the_tarball_unpacks_into_a_fresh_directory_and_runs_with_nothing_else_there()
     assert!(launch.starts_with("#!/bin/sh\n"));
     assert!(launch.contains("\npackage_manager=${MESH_HOST_PACKAGE_MANAGER:-apt}\n"));
     assert!(launch.contains("elif [ -x \"$here/mesh-host\" ]; then"));
+}
+
+/// The tarball's hooks, put in place as the operator's guide says (`tar -xzf T -C /
+/// --strip-components=1 hooks`, here into a fresh directory): the packaging's own rouse scripts,
+/// executable, at the paths the .deb installs them.
+#[test]
+fn the_tarball_carries_the_rouse_hooks_at_their_installed_paths() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = tarball();
+    let out = run(&[
+        "/bin/tar",
+        "-xzf",
+        t.to_str().unwrap(),
+        "-C",
+        dir.path().to_str().unwrap(),
+        "--strip-components=1",
+        "hooks",
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    let rouse = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("packaging/rouse");
+    let mut found = Vec::new();
+    for (path, script) in [
+        ("etc/network/if-up.d/mesh-host", "ifupdown"),
+        (
+            "usr/lib/NetworkManager/dispatcher.d/90-mesh-host",
+            "nm-dispatcher",
+        ),
+        (
+            "usr/lib/networkd-dispatcher/routable.d/50-mesh-host",
+            "networkd-dispatcher",
+        ),
+        (
+            "usr/lib/networkd-dispatcher/configured.d/50-mesh-host",
+            "networkd-dispatcher",
+        ),
+        ("usr/lib/systemd/system-sleep/mesh-host", "sleep"),
+    ] {
+        let hook = dir.path().join(path);
+        let meta = std::fs::metadata(&hook).unwrap_or_else(|e| panic!("{path}: {e}"));
+        use std::os::unix::fs::PermissionsExt as _;
+        assert_eq!(meta.permissions().mode() & 0o777, 0o755, "{path}");
+        assert_eq!(
+            std::fs::read(&hook).unwrap(),
+            std::fs::read(rouse.join(script)).unwrap(),
+            "{path} is not packaging/rouse/{script}"
+        );
+        found.push(path);
+    }
+    // Nothing else is put in place.
+    let out = run(&["/usr/bin/find", dir.path().to_str().unwrap(), "-type", "f"]);
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).lines().count(),
+        found.len(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+}
+
+/// The `.SRCINFO` beside the PKGBUILD is what `packaging/arch/srcinfo` makes of it (makepkg's
+/// `--printsrcinfo`, which Debian has not), so it never drifts; the release's carries the
+/// tarball's checksum and the optional dependencies.
+#[test]
+fn the_srcinfo_is_the_pkgbuilds_own() {
+    let arch = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("packaging/arch");
+    let made = |pkgbuild: &std::path::Path| {
+        let out = run(&[
+            "/bin/bash",
+            arch.join("srcinfo").to_str().unwrap(),
+            pkgbuild.to_str().unwrap(),
+        ]);
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let checked_in = std::fs::read_to_string(arch.join(".SRCINFO")).unwrap();
+    assert_eq!(made(&arch.join("PKGBUILD")), checked_in);
+    assert!(
+        checked_in.contains("\toptdepends = nftables: "),
+        "{checked_in}"
+    );
+    assert!(checked_in.contains(&format!("\tpkgver = {}\n", env!("CARGO_PKG_VERSION"))));
+    let r = release();
+    let srcinfo = std::fs::read_to_string(r.join(".SRCINFO")).unwrap();
+    assert_eq!(srcinfo, made(&r.join("PKGBUILD")));
+    let tarball = r.join(format!("mesh-host-{}.tar.gz", env!("CARGO_PKG_VERSION")));
+    assert!(
+        srcinfo.contains(&format!(
+            "\tsha256sums = {}\n",
+            digest("/usr/bin/sha256sum", &tarball)
+        )),
+        "{srcinfo}"
+    );
 }
 
 fn target_dir() -> PathBuf {
@@ -223,7 +323,8 @@ fn the_pkgbuild_builds_from_the_release_tarball() {
         .arg("-euc")
         .arg(
             ". \"$startdir/PKGBUILD\"; set -o pipefail; \
-             cd \"$srcdir\"; prepare; cd \"$srcdir\"; build; cd \"$srcdir\"; package",
+             cd \"$srcdir\"; prepare; cd \"$srcdir\"; build; cd \"$srcdir\"; check; \
+             cd \"$srcdir\"; package",
         )
         .env("startdir", &r)
         .env("srcdir", &srcdir)

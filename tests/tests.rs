@@ -22,6 +22,7 @@ mod logs;
 mod manpages;
 mod one_host;
 mod output;
+mod package_files;
 mod packages;
 mod preview;
 mod prompt;

@@ -252,7 +252,13 @@ impl Runner {
                 Ok(s) => {
                     backoff.reset();
                     let unlinked_for = last_contact.map(|t| t.elapsed().unwrap_or(Duration::ZERO));
-                    tracing::info!(addr = %s.addr, millis = started.elapsed().as_millis() as u64, unlinked_s = unlinked_for.map(|d| d.as_secs()), "linked");
+                    tracing::info!(
+                        addr = %s.addr,
+                        millis = started.elapsed().as_millis() as u64,
+                        unlinked = %unlinked_for
+                            .map_or("-".into(), |d| crate::human::duration(d.as_secs())),
+                        "linked"
+                    );
                     self.sink.event(Event::Linked {
                         addr: s.addr.clone(),
                         unlinked_for,

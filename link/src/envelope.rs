@@ -35,7 +35,7 @@ pub enum Refusal {
     OtherNode { for_node: String, this: String },
     #[error("version {version} is not newer than {last}, the last accepted (a replay)")]
     Replayed { version: u64, last: u64 },
-    #[error("version {version} expired {ago} s ago")]
+    #[error("version {version} expired {} ago", crate::human::duration(*.ago))]
     Expired { version: u64, ago: u64 },
 }
 

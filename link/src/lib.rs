@@ -14,6 +14,7 @@ mod dns;
 mod driver;
 pub mod envelope;
 mod error;
+pub mod human;
 pub mod names;
 mod pin;
 mod resolve;

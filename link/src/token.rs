@@ -73,8 +73,8 @@ impl Token {
         let mut problems = token.problems();
         if token.expires <= now {
             problems.push(format!(
-                "expires: it expired {} s ago",
-                now.saturating_sub(token.expires)
+                "expires: it expired {} ago",
+                crate::human::duration(now.saturating_sub(token.expires))
             ));
         }
         if problems.is_empty() {

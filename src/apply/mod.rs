@@ -441,6 +441,7 @@ fn apply_locked(
     recovered: &[Owned],
 ) -> Result<Report, ApplyError> {
     tracing::info!(node = %decl.node, mode = decl.mode.as_str(), source = source.as_str(), resources = decl.resources.len(), "applying");
+    crate::counter::act_begins(decl.resources.len());
     safety::check_safety(&store.state, decl)?;
     let transition = safety::transition(&store.state, decl);
     let mut touched = decl.touches_firewall();

@@ -50,6 +50,20 @@ pub struct Entry {
     pub detail: String,
 }
 
+impl Entry {
+    /// The resource's line as a person reads it (no newline).
+    pub fn line(&self) -> String {
+        format!(
+            "{:<26} {:<24} {} {}: {}",
+            self.outcome.as_str(),
+            self.id,
+            self.shape,
+            self.key,
+            self.detail
+        )
+    }
+}
+
 /// A line the apply says about the machine beside its resources, with its briefing mark.
 #[derive(Serialize, Debug, Clone)]
 pub struct Said {
@@ -199,13 +213,18 @@ impl Report {
                 tracing::debug!(resource = id, %shape, key = %key, outcome = outcome.as_str(), "{detail}")
             }
         }
-        self.entries.push(Entry {
+        let entry = Entry {
             id: id.to_string(),
             shape,
             key,
             outcome,
             detail,
-        });
+        };
+        // Said at once to a person at the prompt (or a pipe), not only in the report at the end.
+        if crate::counter::streaming() {
+            crate::counter::done(entry.line());
+        }
+        self.entries.push(entry);
     }
 
     /// The resource that stopped the apply, if one did.
@@ -326,16 +345,16 @@ impl Report {
     pub fn render(&self) -> String {
         let mut out = String::new();
         for e in &self.entries {
-            let _ = writeln!(
-                out,
-                "{:<26} {:<24} {} {}: {}",
-                e.outcome.as_str(),
-                e.id,
-                e.shape,
-                e.key,
-                e.detail
-            );
+            out.push_str(&e.line());
+            out.push('\n');
         }
+        out + &self.render_summary()
+    }
+
+    /// The report's summary alone: what follows the resources' lines when those were printed as
+    /// each was done (`crate::counter`).
+    pub fn render_summary(&self) -> String {
+        let mut out = String::new();
         let counts: Vec<String> = [
             Outcome::Created,
             Outcome::Changed,

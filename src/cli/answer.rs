@@ -83,15 +83,22 @@ pub(super) fn refused(problems: &declaration::Problems, json: bool) -> Result<Ex
 }
 
 pub(super) fn nothing_applied(root: &std::path::Path, json: bool) -> Result<ExitCode> {
-    refusal(
-        json,
-        2,
-        &[format!(
+    // A lost store has no declaration either, but it is no node never applied.
+    let why = store::lost(root).unwrap_or_else(|| {
+        format!(
             "{}: no declaration has been applied on this node yet",
             store::store_dir(root).display()
-        )],
-        "nothing was changed",
-    )
+        )
+    });
+    refusal(json, 2, &[why], "nothing was changed")
+}
+
+/// Says on standard error that the store under `root` was lost, when it was (a listing of
+/// nothing would otherwise pass for a node never applied); returns the words.
+pub(super) fn say_lost(root: &std::path::Path) -> Option<String> {
+    let why = store::lost(root)?;
+    tracing::warn!("{why}");
+    Some(why)
 }
 
 /// The preview of an act: its plan printed (as JSON with `--json`), exit 0 when nothing would
@@ -170,6 +177,8 @@ pub(super) fn act(
 }
 
 pub(super) fn finish(result: Result<Report, ApplyError>, json: bool) -> Result<ExitCode> {
+    // The counter, if drawn, is wiped whatever the end; lines already printed are not again.
+    let streamed = crate::counter::act_ends();
     let report = match result {
         Ok(r) => r,
         // The store could not be written part-way: the report is printed all the same, with the
@@ -197,6 +206,8 @@ pub(super) fn finish(result: Result<Report, ApplyError>, json: bool) -> Result<E
     };
     if json {
         json_contract::print("report", report.exit_code(), &report)?;
+    } else if streamed {
+        print!("{}", report.render_summary());
     } else {
         print!("{}", report.render());
     }
@@ -248,17 +259,18 @@ pub(super) fn print_briefing(b: &Briefing, json: bool) -> Result<()> {
     Ok(())
 }
 
-pub(super) fn render_owned(state: &store::State) -> String {
+pub(super) fn render_owned(state: &store::State, lost: bool) -> String {
     use std::fmt::Write as _;
     let mut out = String::new();
     let _ = writeln!(
         out,
         "node {} ({})",
         state.node.as_deref().unwrap_or("-"),
-        state
-            .mode
-            .map(|m| m.as_str())
-            .unwrap_or("nothing applied yet")
+        state.mode.map(|m| m.as_str()).unwrap_or(if lost {
+            "store lost: what the host owned here is not known until the next apply rebuilds it"
+        } else {
+            "nothing applied yet"
+        })
     );
     for o in &state.owned {
         let how = if o.found {

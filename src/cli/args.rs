@@ -254,6 +254,11 @@ pub enum Command {
         #[command(subcommand)]
         command: FirewallCommand,
     },
+    /// The link to the mesh as this node knows it, from local state only (no broker asked).
+    Link {
+        #[command(subcommand)]
+        command: LinkCommand,
+    },
     /// Shell completions and the man page, generated from this command line for the packages.
     #[command(hide = true)]
     Generate {
@@ -296,6 +301,18 @@ pub enum OpeningsCommand {
         /// The private network's interface (default: the node's setting, else mesh0).
         #[arg(long, value_name = "NAME")]
         private_interface: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum LinkCommand {
+    /// Enrolled or not (as which node, through which brokers), linked or not (the resident
+    /// host's record, and whether it runs), the last contact with the broker and the declaration
+    /// in force. Reads `link.json` and the store only, so it answers with the broker down.
+    /// Exit 0.
+    Status {
         #[arg(long)]
         json: bool,
     },
@@ -379,6 +396,9 @@ impl Cli {
             }
             | Command::Firewall {
                 command: FirewallCommand::Status { json } | FirewallCommand::Explain { json, .. },
+            }
+            | Command::Link {
+                command: LinkCommand::Status { json },
             } => *json,
             Command::Run { .. } | Command::Boot | Command::Generate { .. } => false,
         }
@@ -387,6 +407,18 @@ impl Cli {
     /// Whether the command only reads and prints (a listing, a status, a preview): such a command
     /// whose reader went away (`mesh-host generate completions bash | head`) has done all it was
     /// asked, and exits 0.
+    /// Whether this is a person's act answered in words: its resources' lines are printed as
+    /// each is done (`crate::counter`). Not a preview, not `--json`, not the resident host or the
+    /// boot step (their lines are the journal's).
+    pub fn acts_in_words(&self) -> bool {
+        !self.json()
+            && !self.reads_only()
+            && !matches!(
+                self.command,
+                Command::Run { .. } | Command::Boot | Command::Enrol { .. }
+            )
+    }
+
     pub fn reads_only(&self) -> bool {
         match &self.command {
             Command::Version { .. }
@@ -396,6 +428,7 @@ impl Cli {
             | Command::Inventory { .. }
             | Command::Openings { .. }
             | Command::Firewall { .. }
+            | Command::Link { .. }
             | Command::Generate { .. } => true,
             Command::Apply { preview, .. }
             | Command::Reconcile { preview, .. }

@@ -572,10 +572,22 @@ fn reload_and_stop(boot: &Boot) {
         );
         std::thread::sleep(Duration::from_millis(50));
     }
+    // The unit's SyslogIdentifier: the launcher's and the host's lines are found by their tag.
+    let tagged = boot.journal(&["-t", "mesh-host"]);
+    assert!(
+        tagged.contains("reconciled") && tagged.contains("resident host started"),
+        "journalctl -t mesh-host: {tagged}"
+    );
     let out = boot
         .inside(&["systemctl", "stop", "mesh-host.service"])
         .expect("inside");
     assert_eq!(out.code, Some(0), "systemctl stop: {}", text(&out));
+    // The stop is said under the same tag, with what it waited for (nothing was under way here).
+    let tagged = boot.journal(&["-t", "mesh-host"]);
+    assert!(
+        tagged.contains("stopping: asked to, and no apply is under way"),
+        "journalctl -t mesh-host: {tagged}"
+    );
     let out = boot
         .inside(&["systemctl", "is-active", "mesh-host.service"])
         .expect("inside");

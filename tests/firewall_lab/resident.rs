@@ -229,8 +229,13 @@ fn sigterm_during_an_apply_finishes_it_then_exits_zero() {
         "it waited for the action"
     );
     let reconciled = text.find("reconciled").expect("reconciled");
-    let stopping = text.find("stopping").expect("stopping");
+    let stopping = text.find("stopping: asked to").expect("stopping");
     assert!(reconciled < stopping, "{text}");
+    // While it waited, it said what for.
+    let waiting = text
+        .find("stopping: waiting for the reconcile under way to end")
+        .expect("the wait said");
+    assert!(waiting < reconciled, "{text}");
 }
 
 #[test]

@@ -230,6 +230,11 @@ fn the_unit_asks_systemd_for_what_the_launcher_promises() {
         stop >= longest + 60,
         "TimeoutStopSec {stop} s against {longest} s"
     );
+    // No longer than it must be: a shutdown waits this long at most.
+    assert!(
+        stop <= longest + 120,
+        "TimeoutStopSec {stop} s holds a shutdown past the longest step ({longest} s)"
+    );
     assert_eq!(values(&u, "ExecReload"), ["/bin/kill -HUP $MAINPID"]);
     assert_eq!(values(&u, "ExecStart"), ["/usr/lib/mesh-host/launch"]);
     assert_eq!(values(&u, "Restart"), ["always"]);
@@ -276,9 +281,9 @@ fn the_unit_asks_systemd_for_what_the_launcher_promises() {
     assert!(rc.contains("\ndepend() {\n"));
     let retry = rc
         .lines()
-        .find_map(|l| l.strip_prefix("retry=\"TERM/"))
-        .expect("a stop timeout");
-    let wait: u64 = retry.split('/').next().unwrap().parse().unwrap();
+        .find_map(|l| l.strip_prefix("retry=\"TERM/${MESH_HOST_STOP_TIMEOUT:-"))
+        .expect("a stop timeout, MESH_HOST_STOP_TIMEOUT by default");
+    let wait: u64 = retry.split('}').next().unwrap().parse().unwrap();
     assert!(wait >= longest + 60, "retry waits {wait} s");
 }
 
@@ -309,6 +314,11 @@ fn a_stop_during_a_package_install_lets_the_install_finish() {
         "{err}"
     );
     assert!(err.contains("reconciled"), "{err}");
+    // The stop's wait was said while the install ran.
+    assert!(
+        err.contains("stopping: waiting for the reconcile under way to end (begun "),
+        "{err}"
+    );
 }
 
 /// `systemctl reload` (ExecReload: HUP to the launcher): the launcher passes it to the host, which

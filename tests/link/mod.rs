@@ -13,6 +13,7 @@ mod enrol;
 mod recover;
 mod release;
 mod resident;
+mod status;
 mod token_file;
 
 use serde_json::{json, Value};

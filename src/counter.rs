@@ -1,0 +1,162 @@
+//! An act's lines as its resources are done, and its counter on a terminal: a person's apply
+//! (reconcile, take, converge, adopt, genesis, release) prints each resource's line on standard
+//! output the moment it is done, so a reader at the end of a pipe has every line of what was
+//! done even when the act is interrupted or killed part-way, and the report at the end adds only
+//! its summary. On a terminal an act past [`COUNTER_AFTER`] also draws `412/2000 resources` on
+//! standard error, rewritten as resources are done and wiped when the act ends; anywhere else
+//! (a pipe, a file, the journal) no counter is drawn. `--json` and the resident host stream
+//! nothing: their answer is one document, or the journal's lines.
+//!
+//! The lines and the counter are written by a thread of their own, fed through a queue: a reader
+//! that reads slowly or not yet (`| less`) holds the writer, never the act (which holds the
+//! store's lock), and the act's end waits for the queue to be written before its summary.
+
+use std::io::{IsTerminal, Write as _};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{channel, Receiver, Sender};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// How long an act runs before its counter is drawn: a short act says nothing more than its
+/// lines.
+pub const COUNTER_AFTER: Duration = Duration::from_secs(2);
+
+enum Said {
+    /// An apply of this many resources begins.
+    Begins(usize),
+    /// One resource's line.
+    Line(String),
+    /// The act has ended: answered with whether any line was printed, once all before it are.
+    Ends(Sender<bool>),
+}
+
+struct Act {
+    started: Instant,
+    total: usize,
+    done: usize,
+    drawn: bool,
+}
+
+/// The writer's side: what it printed and whether the counter is drawn.
+struct Writer {
+    /// Whether the counter may be drawn: standard error is a terminal, not the journal.
+    counter: bool,
+    /// Whether any line was printed, so the report's lines are not printed again.
+    streamed: bool,
+    /// Whether standard output's reader went away (a write failed).
+    closed: bool,
+    act: Option<Act>,
+}
+
+static QUEUE: Mutex<Option<Sender<Said>>> = Mutex::new(None);
+
+/// Whether this process streams its acts: asked before a line is even made, so the resident host
+/// and `--json` pay nothing per resource.
+static STREAMING: AtomicBool = AtomicBool::new(false);
+
+/// Whether this process streams its acts' lines ([`stream_acts`] was called).
+pub fn streaming() -> bool {
+    STREAMING.load(Ordering::Relaxed)
+}
+
+fn send(said: Said) -> bool {
+    QUEUE
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .as_ref()
+        .is_some_and(|q| q.send(said).is_ok())
+}
+
+/// Makes this process a person's act: each resource's line goes to standard output when done
+/// (the command line calls this once, for an act answered in words).
+pub fn stream_acts() {
+    let counter = std::io::stderr().is_terminal()
+        && crate::logging::style() != crate::logging::Style::Journal;
+    let (tx, rx) = channel();
+    let writer = Writer {
+        counter,
+        streamed: false,
+        closed: false,
+        act: None,
+    };
+    if std::thread::Builder::new()
+        .name("lines".into())
+        .spawn(move || writer.run(rx))
+        .is_ok()
+    {
+        *QUEUE.lock().unwrap_or_else(|p| p.into_inner()) = Some(tx);
+        STREAMING.store(true, Ordering::Relaxed);
+    }
+}
+
+/// An apply of `total` resources begins (the apply loop calls this; nothing happens unless the
+/// process streams its acts).
+pub fn act_begins(total: usize) {
+    send(Said::Begins(total));
+}
+
+/// One resource's line, said as it is done: queued at once for the writer, which prints it
+/// (standard output is line-buffered, so it leaves the process then) and counts it.
+pub fn done(line: String) {
+    send(Said::Line(line));
+}
+
+/// The act has ended: once every line queued before is printed, its counter, if drawn, is wiped.
+/// Returns whether its lines were printed as they were done (then only the report's summary is
+/// left to print).
+pub fn act_ends() -> bool {
+    let (tx, rx) = channel();
+    send(Said::Ends(tx)) && rx.recv().unwrap_or(false)
+}
+
+impl Writer {
+    fn run(mut self, rx: Receiver<Said>) {
+        for said in rx {
+            match said {
+                Said::Begins(total) => {
+                    self.act = Some(Act {
+                        started: Instant::now(),
+                        total,
+                        done: 0,
+                        drawn: false,
+                    })
+                }
+                Said::Line(line) => self.line(&line),
+                Said::Ends(answer) => {
+                    if self.act.take().is_some_and(|a| a.drawn) {
+                        let mut err = std::io::stderr().lock();
+                        let _ = write!(err, "\r\x1b[K");
+                        let _ = err.flush();
+                    }
+                    let _ = answer.send(self.streamed);
+                }
+            }
+        }
+    }
+
+    fn line(&mut self, line: &str) {
+        self.streamed = true;
+        let mut err = std::io::stderr().lock();
+        let drawn = self.act.as_ref().is_some_and(|a| a.drawn);
+        if drawn {
+            // The counter's line is wiped first, so a line on the same terminal starts clean.
+            let _ = write!(err, "\r\x1b[K");
+            let _ = err.flush();
+        }
+        // A reader gone does not stop the act: its lines are dropped from then on, and the
+        // report's summary at the end meets the closed pipe and says so
+        // (`cli::closed_stdout_ends_quietly`).
+        if !self.closed {
+            let mut out = std::io::stdout().lock();
+            self.closed = writeln!(out, "{line}").and_then(|()| out.flush()).is_err();
+        }
+        let Some(a) = self.act.as_mut() else { return };
+        a.done += 1;
+        // Once drawn it is drawn again after every line (the line wiped it).
+        if self.counter && (drawn || a.started.elapsed() >= COUNTER_AFTER) {
+            let _ = write!(err, "{}/{} resources", a.done, a.total.max(a.done));
+            let _ = err.flush();
+            a.drawn = true;
+        }
+    }
+}
