@@ -366,6 +366,19 @@ impl ChainIr {
         self.rules.push(r);
     }
 
+    /// The rules a connection to `port` can match, in order; every rule when the port is not
+    /// known (after a DNAT whose destination is not known).
+    pub fn candidates_for(&self, port: Option<u16>) -> impl Iterator<Item = usize> + '_ {
+        let (known, every) = match port {
+            Some(p) => (Some(self.candidates(p)), None),
+            None => (None, Some(0..self.rules.len())),
+        };
+        known
+            .into_iter()
+            .flatten()
+            .chain(every.into_iter().flatten())
+    }
+
     /// The rules a connection to `port` can match, in order (a run of bans stands as its first
     /// rule), without allocating.
     pub fn candidates(&self, port: u16) -> impl Iterator<Item = usize> + '_ {
