@@ -385,9 +385,9 @@ impl Model {
     /// Whether an opening's rules, as they stand in the base chain `chain` of `table`, are
     /// where its placement wants them: every part of its connections that the chain refuses by
     /// default without the mesh's rules is admitted with them, and every other part (a ban, a
-    /// refusal of the port, an undecided test, the limits met on the way) is as it was. A rule
-    /// ahead of a ban or a limit, or behind the catch-all, fails this. `None` when the model
-    /// does not hold the chain.
+    /// refusal of the port, the limits met on the way) is as it was; a doubtful part stays
+    /// doubtful or is admitted. A rule ahead of a ban or a limit, or behind the catch-all, fails
+    /// this. `None` when the model does not hold the chain.
     pub fn stands(
         &self,
         table: &str,
@@ -410,8 +410,13 @@ impl Model {
                         .iter()
                         .filter(|a| !a.sources.intersect(&b.sources).is_empty())
                     {
+                        // A doubt may be resolved by the rule admitting its refused way (the
+                        // rule goes where that way is refused); everything else stays.
                         let wanted = match &b.fate {
                             Fate::NotAdmitted { .. } => a.fate == Fate::Admitted,
+                            f @ Fate::Doubtful { .. } => {
+                                a.fate == Fate::Admitted || super::check::same(f, &a.fate)
+                            }
                             f => super::check::same(f, &a.fate),
                         };
                         if !wanted || a.limits != b.limits {

@@ -323,3 +323,44 @@ fn the_evaluator_reads_a_dnat_rule_for_its_protocol_and_port() {
     let spec = "! -p tcp -m tcp --dport 8085 -j DNAT --to-destination 172.17.0.2:80";
     assert!(!saved_rule_is_for(spec, Fam::V4, 6, 8085));
 }
+
+#[test]
+fn a_forwarded_rule_placed_while_nothing_publishes_its_port_stands_there() {
+    let fwd = Opening {
+        id: "web/fwd".into(),
+        port: 8082,
+        proto: Proto::Tcp,
+        from: From::Anywhere,
+        path: OPath::Forwarded,
+    };
+    let marked = format!(
+        "-p tcp -m conntrack --ctstate DNAT --ctorigdstport 8082 -m comment --comment \"{}\" -j ACCEPT",
+        crate::rules::mark(&fwd)
+    );
+    let stands = |rules: &[&str]| {
+        let mut save = "*filter\n:FORWARD DROP [0:0]\n".to_string();
+        for r in rules {
+            save.push_str(&format!("-A FORWARD {r}\n"));
+        }
+        save.push_str("COMMIT\n");
+        filter(&save)
+            .stands(
+                "iptables-legacy filter",
+                "FORWARD",
+                crate::netlink::Family::Ipv4,
+                &fwd,
+                &eth0(),
+                &[],
+            )
+            .expect("the base chain is in the model")
+    };
+    let refusal = "-p tcp -m tcp --dport 80 -j DROP";
+    // Ahead of a refusal of a port it may be sent to, or behind it: the doubt is said either
+    // way, and the rule is not moved on every convergence.
+    assert!(stands(&[&marked, refusal]));
+    assert!(stands(&[refusal, &marked]));
+    // Behind a catch-all it admits nothing.
+    assert!(!stands(&["-j DROP", &marked]));
+    // Ahead of a ban it would let the banned source in.
+    assert!(!stands(&[&marked, "-s 203.0.113.0/24 -j DROP"]));
+}
