@@ -303,6 +303,17 @@ pub fn saved_rule_is_for(spec: &str, fam: Fam, proto: u8, port: u16) -> bool {
     is_for(legacy::legacy_items(spec, fam, &[]), proto, port)
 }
 
+/// Whether a saved iptables rule (of family `fam`) can only let a packet on, as the evaluator
+/// reads its verdict: `-j ACCEPT`, `-j RETURN`. Anything else (a refusal, a jump, a target it
+/// does not know, no verdict at all) may lead to a drop. Detection asks this of an accepting
+/// legacy chain's rules to tell whether the chain can drop.
+pub fn saved_rule_lets_on(spec: &str, fam: Fam) -> bool {
+    matches!(
+        legacy::legacy_items(spec, fam, &[]).last(),
+        Some(ir::Item::Act(ir::Act::Accept | ir::Act::Return))
+    )
+}
+
 fn is_for(items: Vec<ir::Item>, proto: u8, port: u16) -> bool {
     let names_proto = items.iter().any(|i| match i {
         ir::Item::Cond(c) => {

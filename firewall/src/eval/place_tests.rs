@@ -364,3 +364,19 @@ fn a_forwarded_rule_placed_while_nothing_publishes_its_port_stands_there() {
     // Ahead of a ban it would let the banned source in.
     assert!(!stands(&[&marked, "-s 203.0.113.0/24 -j DROP"]));
 }
+
+#[test]
+fn detection_reads_whether_a_saved_rule_can_only_let_a_packet_on() {
+    assert!(saved_rule_lets_on("-i lo -j ACCEPT", Fam::V4));
+    assert!(saved_rule_lets_on("-p tcp --dport 22 -j RETURN", Fam::V4));
+    // A refusal, a jump, a target that does not end the way, no verdict: it may lead to a drop.
+    for spec in [
+        "-s 203.0.113.0/24 -j DROP",
+        "-j REJECT --reject-with icmp-port-unreachable",
+        "-j f2b-sshd",
+        "-j LOG --log-prefix \"in: \"",
+        "-p tcp --dport 22",
+    ] {
+        assert!(!saved_rule_lets_on(spec, Fam::V4), "{spec}");
+    }
+}
