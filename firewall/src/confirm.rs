@@ -208,11 +208,12 @@ pub fn capture(exec: &dyn Exec) -> Result<Listing> {
     Ok(out)
 }
 
-/// The tables of an `*-save` text (`*filter` lines).
+/// The tables of an `*-save` text (its `*filter` lines), as the crate's one reader of a save
+/// finds them.
 fn saved_tables(text: &str) -> Vec<String> {
-    text.lines()
-        .filter_map(|l| l.strip_prefix('*'))
-        .map(|t| t.trim().to_string())
+    crate::eval::parse_save(text, "filter")
+        .into_iter()
+        .map(|(t, _, _)| t)
         .collect()
 }
 

@@ -278,17 +278,15 @@ fn legacy_table(
             continue;
         };
         let rules: Vec<_> = saved_rules.iter().filter(|(c, _)| c == chain).collect();
+        let fam = if family == Family::Ipv6 {
+            crate::eval::Fam::V6
+        } else {
+            crate::eval::Fam::V4
+        };
         let can_drop = policy != "ACCEPT"
-            || rules.iter().any(|(_, spec)| {
-                let target = spec
-                    .split(" -j ")
-                    .nth(1)
-                    .or_else(|| spec.split(" -g ").nth(1));
-                !matches!(
-                    target.map(|t| t.split_whitespace().next().unwrap_or("")),
-                    Some("ACCEPT") | Some("RETURN")
-                )
-            });
+            || rules
+                .iter()
+                .any(|(_, spec)| !crate::eval::saved_rule_lets_on(spec, fam));
         let backend = legacy_writer(&chains);
         found.layers.push(Layer {
             backend,

@@ -1,7 +1,7 @@
 //! The engine: converges openings through every layer of the found firewall that a packet of
 //! theirs crosses (ingress, prerouting, input or forward), each in its own driver's terms, with
-//! the operator's refusals kept first (see [`crate::place`]), and removes only rules the host
-//! marked.
+//! the operator's refusals kept first (where the evaluator's model places them, see
+//! [`crate::eval`]), and removes only rules the host marked.
 //!
 //! One convergence is one plan from one listing: every native change goes in one nf_tables batch
 //! stamped with that listing's generation (a ruleset reloaded in between makes the kernel refuse
@@ -22,10 +22,9 @@ use crate::eval::Model;
 use crate::exec::Exec;
 use crate::found::{Backend, Found, Layer, MESH_TABLE};
 use crate::netlink::backoff::DEFAULT_DEADLINE;
-use crate::netlink::{Backoff, Batch, Family, NfSocket, Policy, Ruleset, TableFlags};
+use crate::netlink::{Backoff, Batch, Family, NfSocket, Ruleset, TableFlags};
 use crate::opening::Opening;
 use crate::outcome::{Converged, Presence, Scope, State};
-use crate::place::{self, Place, Want};
 use crate::published;
 use crate::rules;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -298,7 +297,7 @@ impl<'a> Firewall<'a> {
     }
 
     /// Converges the given openings through every layer their packets cross: missing rules are
-    /// put where [`place`] says (after the operator's refusals, before the catch-all), misplaced
+    /// put where the model places them (after the operator's refusals, before the catch-all), misplaced
     /// and old versions and (with [`Scope::All`]) marked rules of other openings are removed.
     /// Nothing unmarked is touched.
     ///

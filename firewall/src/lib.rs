@@ -16,7 +16,6 @@ pub mod guard;
 pub mod netlink;
 pub mod opening;
 pub mod outcome;
-pub mod place;
 pub mod probe;
 pub mod published;
 pub mod retire;

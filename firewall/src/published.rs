@@ -11,7 +11,6 @@
 use crate::netlink::consts::NFT_REG_VERDICT;
 use crate::netlink::{Expr, Family, ImmediateData, Ruleset};
 use crate::opening::Proto;
-use crate::place::seen_nft;
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
@@ -55,8 +54,7 @@ pub fn targets(
         let Some(to) = dnat_of(rule.family, &rule.exprs) else {
             continue;
         };
-        let seen = seen_nft(&rule.exprs, None, String::new());
-        if seen.proto == Some(l4) && seen.dports.as_deref() == Some(&[port][..]) {
+        if crate::eval::nft_rule_is_for(&rule.exprs, l4, port) {
             out.push(Target {
                 addr: to.0,
                 port: to.1.unwrap_or(port),
@@ -67,10 +65,13 @@ pub fn targets(
         if table != "nat" {
             continue;
         }
-        out.extend(
-            text.lines()
-                .filter_map(|l| legacy_dnat(*family, l, proto, port)),
-        );
+        for (_, _, rules) in crate::eval::parse_save(text, "nat") {
+            out.extend(
+                rules
+                    .iter()
+                    .filter_map(|(_, spec)| legacy_dnat(*family, spec, proto, port)),
+            );
+        }
     }
     out.sort();
     out.dedup();
@@ -190,32 +191,25 @@ fn nft_dnat(exprs: &[Expr], data: &[u8]) -> Option<(IpAddr, Option<u16>)> {
     Some((addr, port))
 }
 
-/// One iptables-legacy save line's DNAT for `proto` port `port`: `-A CHAIN … -p tcp … --dport
-/// PORT … -j DNAT --to-destination ADDR[:PORT]` (IPv6 addresses in brackets when a port follows).
-fn legacy_dnat(family: Family, line: &str, proto: Proto, port: u16) -> Option<Target> {
-    let words: Vec<&str> = line.split_whitespace().collect();
-    if words.first() != Some(&"-A") {
-        return None;
-    }
+/// One iptables-legacy saved rule's DNAT for `proto` port `port` (`-p tcp … --dport PORT … -j
+/// DNAT --to-destination ADDR[:PORT]`, IPv6 addresses in brackets when a port follows): the
+/// match as the evaluator reads it, the destination from the target's option.
+fn legacy_dnat(family: Family, spec: &str, proto: Proto, port: u16) -> Option<Target> {
+    let fam = if family == Family::Ipv6 {
+        crate::eval::Fam::V6
+    } else {
+        crate::eval::Fam::V4
+    };
+    let words = crate::rules::split_spec(spec)?;
     let after = |flag: &str| {
         words
             .iter()
-            .position(|w| *w == flag)
+            .position(|w| w == flag)
             .and_then(|i| words.get(i + 1))
-            .copied()
-    };
-    // A negated protocol or port (`! -p`, `! --dport`) is not a match on it.
-    let negated = |flag: &str| {
-        words
-            .iter()
-            .position(|w| *w == flag)
-            .is_some_and(|i| i > 0 && words[i - 1] == "!")
+            .map(String::as_str)
     };
     if after("-j") != Some("DNAT")
-        || after("-p") != Some(proto.as_str())
-        || negated("-p")
-        || negated("--dport")
-        || after("--dport")?.parse::<u16>().ok()? != port
+        || !crate::eval::saved_rule_is_for(spec, fam, proto.number(), port)
     {
         return None;
     }

@@ -17,7 +17,6 @@ use crate::exec::Exec;
 use crate::found::{Backend, Layer};
 use crate::netlink::{Family, Ruleset};
 use crate::opening::Opening;
-use crate::place::seen_xt;
 use crate::retire::Retired;
 use crate::rules::{self, Site};
 use std::path::Path as FsPath;
@@ -206,12 +205,8 @@ pub fn read(key: &TableKey, variant: Variant, cx: &Cx<'_>) -> Result<TableView> 
 pub fn parse(text: &str) -> TableView {
     let mut view = TableView::default();
     let tables = crate::eval::parse_save(text, "filter");
-    let chains: Vec<String> = tables
-        .iter()
-        .flat_map(|(_, chains, _)| chains.iter().map(|(c, _)| c.clone()))
-        .collect();
-    for c in &chains {
-        view.seen.insert(c.clone(), Vec::new());
+    for (c, _) in tables.iter().flat_map(|(_, chains, _)| chains) {
+        view.marks.insert(c.clone(), Vec::new());
         view.how.insert(c.clone(), Vec::new());
     }
     for (chain, spec) in tables.iter().flat_map(|(_, _, rules)| rules) {
@@ -220,13 +215,10 @@ pub fn parse(text: &str) -> TableView {
             Some(words) => Removal::Spec(words),
             None => Removal::Spec(Vec::new()),
         };
-        view.seen
-            .entry(chain.clone())
-            .or_default()
-            .push(seen_xt(spec, &chains, mark));
+        view.marks.entry(chain.clone()).or_default().push(mark);
         view.how.entry(chain.clone()).or_default().push(how);
     }
-    view.index()
+    view
 }
 
 /// The changes with every removal's spec, read with `*-save` only when a removal has none (a
@@ -265,10 +257,14 @@ fn with_specs(
                     continue;
                 }
                 done.push((chain.clone(), mark.clone()));
-                let seen = saved.seen.get(chain).map(Vec::as_slice).unwrap_or_default();
+                let marks = saved
+                    .marks
+                    .get(chain)
+                    .map(Vec::as_slice)
+                    .unwrap_or_default();
                 let how = saved.how.get(chain).map(Vec::as_slice).unwrap_or_default();
-                for (i, (s, h)) in seen.iter().zip(how).enumerate() {
-                    if s.mark.as_deref() == Some(mark.as_str()) {
+                for (i, (m, h)) in marks.iter().zip(how).enumerate() {
+                    if m.as_deref() == Some(mark.as_str()) {
                         out.push(Change::Remove {
                             chain: chain.clone(),
                             index: i,

@@ -7,11 +7,10 @@
 use super::seam::{Removal, TableKey, TableView};
 use crate::netlink::consts::IFNAMSIZ;
 use crate::netlink::{Expr, Family, MetaKey, Ruleset};
-use crate::place::seen_nft;
 use crate::rules;
 
-/// Every chain of an nf_tables table from the listing, each rule reduced for placement and
-/// removable by its handle.
+/// Every chain of an nf_tables table from the listing, each rule's mark and its handle to
+/// remove it by.
 pub fn read(key: &TableKey, ruleset: &Ruleset) -> TableView {
     let mut view = TableView::default();
     for c in ruleset
@@ -19,24 +18,16 @@ pub fn read(key: &TableKey, ruleset: &Ruleset) -> TableView {
         .iter()
         .filter(|c| c.family == key.family && c.table == key.table)
     {
-        let mut seen = Vec::new();
+        let mut marks = Vec::new();
         let mut how = Vec::new();
         for r in ruleset.rules_of(key.family, &key.table, &c.name) {
-            let mark = rules::listed_mark(r);
-            seen.push(seen_nft(
-                &r.exprs,
-                mark,
-                format!(
-                    "rule handle {} in {} {} {}",
-                    r.handle, key.family, key.table, c.name
-                ),
-            ));
+            marks.push(rules::listed_mark(r));
             how.push(Removal::Handle(r.handle));
         }
-        view.seen.insert(c.name.clone(), seen);
+        view.marks.insert(c.name.clone(), marks);
         view.how.insert(c.name.clone(), how);
     }
-    view.index()
+    view
 }
 
 /// Names of the built-in chains iptables creates.

@@ -10,7 +10,6 @@ use crate::found::{Backend, Layer};
 use crate::netlink::{Batch, Family, Ruleset};
 use crate::opening::Opening;
 use crate::outcome::{Converged, Scope};
-use crate::place::{Chains, Seen};
 use crate::retire::Retired;
 use crate::rules::Site;
 use std::collections::BTreeMap;
@@ -41,38 +40,13 @@ pub enum Removal {
     Spec(Vec<String>),
 }
 
-/// One table read for placement: every chain's rules in order, each reduced to what placement
-/// needs, with how to remove it.
+/// One table read for the engine's plan: per chain, each rule's mesh mark (if it carries one)
+/// and how to remove it, in order. What the rules do is the evaluator's to read
+/// ([`crate::eval::Model`]), never the driver's.
 #[derive(Debug, Clone, Default)]
 pub struct TableView {
-    pub seen: BTreeMap<String, Vec<Seen>>,
+    pub marks: BTreeMap<String, Vec<Option<String>>>,
     pub how: BTreeMap<String, Vec<Removal>>,
-    /// Per chain, the indices of the rules that are not the mesh's (see [`TableView::index`]).
-    pub unmarked: BTreeMap<String, Vec<usize>>,
-}
-
-impl TableView {
-    /// Indexes the rules that are not the mesh's, once, after reading.
-    pub fn index(mut self) -> TableView {
-        self.unmarked = self
-            .seen
-            .iter()
-            .map(|(c, rules)| (c.clone(), crate::place::unmarked_of(rules)))
-            .collect();
-        self
-    }
-}
-
-impl Chains for TableView {
-    fn rules(&self, chain: &str) -> Option<&[Seen]> {
-        self.seen.get(chain).map(Vec::as_slice)
-    }
-
-    fn unmarked(&self, chain: &str) -> Option<std::borrow::Cow<'_, [usize]>> {
-        self.unmarked
-            .get(chain)
-            .map(|v| std::borrow::Cow::Borrowed(v.as_slice()))
-    }
 }
 
 /// One change to a table.
@@ -128,7 +102,7 @@ pub trait Detect {
 /// table. Both verbs are idempotent in effect: reading changes nothing, and writing the changes
 /// computed from a fresh read leaves the table as the plan says, whatever it held.
 pub trait TableDriver {
-    /// Reads one table: every chain, each rule reduced for placement, with how to remove it.
+    /// Reads one table: every chain, each rule's mesh mark, with how to remove it.
     fn read(&self, key: &TableKey, cx: &mut Cx<'_>) -> Result<TableView>;
 
     /// Writes one table's changes in this backend's own terms, as one transaction: a failure

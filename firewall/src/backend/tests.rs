@@ -176,7 +176,7 @@ fn table_driver_reads_and_writes_through_the_trait_object() {
         "read from the listing"
     );
     assert_eq!(native.how, nft.how);
-    assert_eq!(native.unmarked, nft.unmarked);
+    assert_eq!(native.marks, nft.marks);
     assert!(
         exec.calls.borrow().is_empty(),
         "no program runs to read nf_tables"
@@ -212,7 +212,7 @@ fn table_driver_reads_and_writes_through_the_trait_object() {
     let view = legacy
         .read(&key, &mut cx(&ruleset, &saves, &mut none, &exec))
         .unwrap();
-    assert_eq!(view.seen["INPUT"].len(), 2);
+    assert_eq!(view.marks["INPUT"].len(), 2);
     assert!(exec.calls.borrow().is_empty(), "read from detection's save");
     assert_eq!(legacy.rules_for(&o, Site::late(Family::Ipv4)), 1);
     legacy

@@ -44,6 +44,8 @@ pub(super) fn run(
             }
         }
     }
+    // A fresh namespace holds one interface of its own, its loopback `lo`, brought up above: the
+    // one name no veth can take there.
     let mut names: Vec<String> = ifaces
         .iter()
         .map(|i| i.name.clone())

@@ -12,7 +12,7 @@
 use super::{Plan, TablePlan};
 use crate::backend::{quoted, Change, TableKey};
 use crate::eval::check::{self, Before, May, Violation};
-use crate::eval::{families, ways, Addrs, Conn, Edit, EditWhat, Fam, Fate, Iface, Model};
+use crate::eval::{families, placed_ways, Addrs, Conn, Edit, EditWhat, Fam, Fate, Iface, Model};
 use crate::found::{Backend, Layer};
 use crate::netlink::Family;
 use crate::opening::{Opening, Path};
@@ -220,7 +220,7 @@ fn useful(
 ) -> bool {
     layers.iter().filter(|l| l.crossed_by(o)).any(|l| {
         families(o).into_iter().any(|fam| {
-            ways(o, fam, ifaces, targets).iter().any(|w| {
+            placed_ways(o, fam, ifaces, targets).iter().any(|w| {
                 // Each branch of an undecided test apart, as placement reads them: a rule that
                 // admits where the test lets the connection on is of use, the doubt said beside.
                 after
@@ -327,7 +327,9 @@ pub(super) fn settle(
                         let none = Vec::new();
                         let to = targets.get(&o.id).unwrap_or(&none);
                         for fam in families(o) {
-                            dnat.extend(ways(o, fam, ifaces, to).into_iter().map(|w| w.conn));
+                            dnat.extend(
+                                placed_ways(o, fam, ifaces, to).into_iter().map(|w| w.conn),
+                            );
                         }
                     }
                 }

@@ -4,6 +4,27 @@
 
 use super::*;
 
+/// Where an opening stands in one layer, as the engine acts on it: the evaluator's placement
+/// ([`crate::eval::Placement`]) as a position in the table's chains.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Place {
+    /// The layer refuses nothing of it by default, or already accepts it: no rule.
+    NotNeeded(String),
+    /// Its rule goes in `chain`, before the rule at index `before` (the refusal that would take
+    /// it), or at the end when `None` (the chain's policy refuses).
+    At {
+        chain: String,
+        before: Option<usize>,
+    },
+    /// A test on its way cannot be decided: it is never reported admitted. `then` is where it
+    /// goes otherwise.
+    Doubtful { rule: String, then: Box<Place> },
+    /// The operator refuses exactly this port in `chain`: the opening is not admitted there.
+    Refused { chain: String, rule: String },
+    /// The evaluator's model holds no such base chain: nothing is written there.
+    Unread(String),
+}
+
 /// One table's changes: where each opening's rules belong in it, which marked rules go, and
 /// which rules are added; records each opening's state per layer into `done`.
 #[allow(clippy::too_many_arguments)]
@@ -18,13 +39,13 @@ pub(super) fn table_plan(
     eval: &Eval<'_>,
     done: &mut Converged,
 ) -> Vec<Change> {
-    // (chain, mark) → (opening, how many rules, before which rule, site, well placed so far).
+    // (chain, mark) → (opening, how many rules, before which rule, site, the layer it is for).
     struct Wanted<'o> {
         opening: &'o Opening,
         count: usize,
         before: Option<usize>,
         site: crate::rules::Site,
-        want: Want,
+        layer: &'o Layer,
     }
     let mut wanted: BTreeMap<(String, String), Wanted<'_>> = BTreeMap::new();
     // Where each opening's state will be recorded once the marks are counted.
@@ -35,20 +56,13 @@ pub(super) fn table_plan(
     let mut doubts: BTreeMap<(String, String), String> = BTreeMap::new();
     for l in layers {
         for o in openings.iter().filter(|o| l.crossed_by(o)) {
-            let want = Want {
-                proto: o.proto.number(),
-                port: o.port,
-                forwarded: o.path == crate::opening::Path::Forwarded,
-                before_dnat: l.before_dnat(),
-            };
             let places = if l.can_drop {
                 eval.places(l, o).unwrap_or_else(|| {
-                    vec![place::place(
-                        view,
-                        &l.chain,
-                        l.policy == Policy::Drop,
-                        &want,
-                    )]
+                    vec![Place::Unread(format!(
+                        "the evaluator holds no base chain {} in {}",
+                        l.chain,
+                        l.describe()
+                    ))]
                 })
             } else {
                 vec![Place::NotNeeded(format!("nothing in {} can drop", l.chain))]
@@ -71,6 +85,9 @@ pub(super) fn table_plan(
                         None,
                         State::Refused(format!("in chain {chain}: {rule}")),
                     )),
+                    Place::Unread(why) => {
+                        pending.push((o.id.clone(), l.describe(), None, State::Unwritable(why)))
+                    }
                     Place::Doubtful { .. } => unreachable!("unwrapped above"),
                     Place::At { .. } if l.unwritable.is_some() => pending.push((
                         o.id.clone(),
@@ -105,7 +122,7 @@ pub(super) fn table_plan(
                             count,
                             before,
                             site,
-                            want,
+                            layer: l,
                         });
                     }
                 }
@@ -114,9 +131,9 @@ pub(super) fn table_plan(
     }
     // The marked rules now in the table, by chain and mark: (index, how).
     let mut marked: BTreeMap<(String, String), Vec<usize>> = BTreeMap::new();
-    for (chain, rules) in &view.seen {
-        for (i, r) in rules.iter().enumerate() {
-            if let Some(m) = &r.mark {
+    for (chain, marks) in &view.marks {
+        for (i, m) in marks.iter().enumerate() {
+            if let Some(m) = m {
                 marked
                     .entry((chain.clone(), m.clone()))
                     .or_default()
@@ -129,10 +146,9 @@ pub(super) fn table_plan(
     for ((chain, mark), at) in &marked {
         let remove = match wanted.get(&(chain.clone(), mark.clone())) {
             Some(w) => {
-                let ok = at.len() == w.count
-                    && at
-                        .iter()
-                        .all(|i| place::well_placed(view, chain, *i, w.before, &w.want));
+                // Where they stand, the model says whether they admit what the placement
+                // would and pass every ban and limit the placement keeps ahead.
+                let ok = at.len() == w.count && eval.stands(w.layer, w.opening);
                 if ok {
                     satisfied.insert((chain.clone(), mark.clone()));
                 }

@@ -1,14 +1,14 @@
 //! The engine's side of the evaluator: the ruleset read again with its sets' elements for the
 //! verdicts it reports and the walk `firewall explain` prints, and placement asked of the model.
 
+use super::table::Place;
 use super::Firewall;
 use crate::detect;
 use crate::error::Result;
 use crate::eval::{Fam, Model, Placement, Snapshot, Verdict};
-use crate::found::{Backend, Found, Layer};
+use crate::found::{Found, Layer};
 use crate::netlink::Family;
 use crate::opening::Opening;
-use crate::place::Place;
 use crate::published;
 use std::collections::BTreeMap;
 
@@ -161,32 +161,41 @@ pub(super) struct Eval<'e> {
 }
 
 impl Eval<'_> {
+    /// The table of layer `l` as the model names it.
+    fn table(l: &Layer) -> String {
+        super::check::model_table(&crate::backend::TableKey {
+            backend: l.backend,
+            family: l.family,
+            table: l.table.clone(),
+        })
+    }
+
     /// Where `o`'s rule goes in layer `l`, from the verdict of its connections through that
-    /// layer's base chain; `None` when the model does not hold the layer.
+    /// layer's base chain (a forwarded opening that nothing publishes yet: its connections
+    /// translated to a destination not known, [`crate::eval::placed_ways`]); `None` when the
+    /// model does not hold the layer.
     pub(super) fn place(&self, l: &Layer, o: &Opening) -> Option<Place> {
-        let table = match l.backend {
-            Backend::IptablesLegacy => format!(
-                "{} {}",
-                if l.family == Family::Ipv6 {
-                    "ip6tables-legacy"
-                } else {
-                    "iptables-legacy"
-                },
-                l.table
-            ),
-            _ => format!("{} {}", l.family, l.table),
-        };
         let none = Vec::new();
         let targets = self.targets.get(&o.id).unwrap_or(&none);
-        if o.path == crate::opening::Path::Forwarded && targets.is_empty() {
-            // Nothing publishes the port yet: where it would lead is not known, so the layer
-            // is read as before, by the shapes of its rules.
-            return None;
-        }
-        let p = self
-            .model
-            .place_opening(&table, &l.chain, l.family, o, self.ifaces, targets)?;
+        let p = self.model.place_opening(
+            &Self::table(l),
+            &l.chain,
+            l.family,
+            o,
+            self.ifaces,
+            targets,
+        )?;
         Some(to_place(p))
+    }
+
+    /// Whether `o`'s marked rules, as they stand in layer `l`, are where its placement wants
+    /// them ([`Model::stands`]); false when the model does not hold the layer.
+    pub(super) fn stands(&self, l: &Layer, o: &Opening) -> bool {
+        let none = Vec::new();
+        let targets = self.targets.get(&o.id).unwrap_or(&none);
+        self.model
+            .stands(&Self::table(l), &l.chain, l.family, o, self.ifaces, targets)
+            .unwrap_or(false)
     }
 }
 
@@ -209,18 +218,7 @@ impl Eval<'_> {
         };
         let mut chains = vec![chain];
         let mut out = vec![main];
-        let table = match l.backend {
-            Backend::IptablesLegacy => format!(
-                "{} {}",
-                if l.family == Family::Ipv6 {
-                    "ip6tables-legacy"
-                } else {
-                    "iptables-legacy"
-                },
-                l.table
-            ),
-            _ => format!("{} {}", l.family, l.table),
-        };
+        let table = Self::table(l);
         let none = Vec::new();
         let targets = self.targets.get(&o.id).unwrap_or(&none);
         for i in self.ifaces.iter().filter(|i| match &o.from {

@@ -154,7 +154,13 @@ impl Walker<'_> {
                 addr_n += 1;
             }
         }
-        let port = at.dport();
+        let port = match at.dport() {
+            Some(p) => p,
+            None if concrete.iter().any(|(_, k, _)| *k == Dim::Port) => {
+                return M::Unknown("the port the runtime's DNAT sends it to".into())
+            }
+            None => 0,
+        };
         let holds = |m: &Member| {
             concrete.iter().all(|(n, k, d)| match (k, d) {
                 (Dim::Addr, Some(d)) => {

@@ -37,11 +37,15 @@ mod expr_tests;
 #[cfg(test)]
 mod fuzz;
 #[cfg(test)]
+mod place_tests;
+#[cfg(test)]
 mod summary_tests;
 
 pub use addrs::{Addrs, Fam};
 pub use model::{parse_save, Edit, EditWhat, Model, SavedTable, Snapshot};
-pub use opening::{families, interfaces, mark_runtime_bridges, ways, Iface, Part, Verdict, Way};
+pub use opening::{
+    families, interfaces, mark_runtime_bridges, placed_ways, ways, Iface, Part, Verdict, Way,
+};
 pub use summary::{Clause, Summary};
 
 use std::fmt;
@@ -284,6 +288,53 @@ pub enum Placement {
         what: String,
         then: Box<Placement>,
     },
+}
+
+/// Whether a listed nf_tables rule is about new connections of protocol `proto` to port `port`
+/// alone, as the evaluator reads its tests: an equality on the protocol and a first test of the
+/// destination port that names `port` and no other. Where a runtime's DNAT leads
+/// ([`crate::published`]) is read through this.
+pub fn nft_rule_is_for(exprs: &[crate::netlink::Expr], proto: u8, port: u16) -> bool {
+    is_for(lower::from_nft(exprs, &|_| None), proto, port)
+}
+
+/// The same for a saved iptables rule (what follows `-A CHAIN` in a save, of family `fam`).
+pub fn saved_rule_is_for(spec: &str, fam: Fam, proto: u8, port: u16) -> bool {
+    is_for(legacy::legacy_items(spec, fam, &[]), proto, port)
+}
+
+/// Whether a saved iptables rule (of family `fam`) can only let a packet on, as the evaluator
+/// reads its verdict: `-j ACCEPT`, `-j RETURN`. Anything else (a refusal, a jump, a target it
+/// does not know, no verdict at all) may lead to a drop. Detection asks this of an accepting
+/// legacy chain's rules to tell whether the chain can drop.
+pub fn saved_rule_lets_on(spec: &str, fam: Fam) -> bool {
+    matches!(
+        legacy::legacy_items(spec, fam, &[]).last(),
+        Some(ir::Item::Act(ir::Act::Accept | ir::Act::Return))
+    )
+}
+
+fn is_for(items: Vec<ir::Item>, proto: u8, port: u16) -> bool {
+    let names_proto = items.iter().any(|i| match i {
+        ir::Item::Cond(c) => {
+            c.key.len() == 1
+                && c.key[0].mask.is_none()
+                && c.key[0].src == ir::Src::Meta(crate::netlink::MetaKey::L4Proto)
+                && c.test
+                    == ir::Test::Cmp {
+                        op: crate::netlink::CmpOp::Eq,
+                        data: vec![proto],
+                    }
+        }
+        _ => false,
+    });
+    let rule = ir::IrRule {
+        items,
+        handle: 0,
+        text: ir::RuleText::Nft(None),
+        marked: false,
+    };
+    names_proto && rule.port_keys().as_deref() == Some(&[port][..])
 }
 
 impl Model {

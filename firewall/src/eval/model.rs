@@ -366,6 +366,19 @@ impl ChainIr {
         self.rules.push(r);
     }
 
+    /// The rules a connection to `port` can match, in order; every rule when the port is not
+    /// known (after a DNAT whose destination is not known).
+    pub fn candidates_for(&self, port: Option<u16>) -> impl Iterator<Item = usize> + '_ {
+        let (known, every) = match port {
+            Some(p) => (Some(self.candidates(p)), None),
+            None => (None, Some(0..self.rules.len())),
+        };
+        known
+            .into_iter()
+            .flatten()
+            .chain(every.into_iter().flatten())
+    }
+
     /// The rules a connection to `port` can match, in order (a run of bans stands as its first
     /// rule), without allocating.
     pub fn candidates(&self, port: u16) -> impl Iterator<Item = usize> + '_ {
@@ -444,12 +457,13 @@ fn marked(r: &crate::netlink::Rule) -> bool {
 /// which the save prints as `-`), and its rules in order as (chain, spec).
 pub type SavedTable = (String, Vec<(String, Option<String>)>, Vec<(String, String)>);
 
-/// Parses `iptables-save` output of one or more tables (`*table` … `COMMIT`): the one reader of
-/// a save in the crate (detection, the iptables driver's view and the model all read through
-/// it). Lines before a `*table` header count as `default_table`'s.
+/// Parses `iptables-save` output of one or more tables (`*table` … `COMMIT`), or a rules file in
+/// that form (its lines trimmed): the one reader of a save in the crate (detection, the iptables
+/// driver's view and its retiring, published ports and the model all read through it). Lines
+/// before a `*table` header count as `default_table`'s.
 pub fn parse_save(text: &str, default_table: &str) -> Vec<SavedTable> {
     let mut out: Vec<SavedTable> = Vec::new();
-    for line in text.lines() {
+    for line in text.lines().map(str::trim) {
         if let Some(t) = line.strip_prefix('*') {
             out.push((t.trim().to_string(), Vec::new(), Vec::new()));
             continue;

@@ -167,10 +167,32 @@ pub struct Way {
 /// on and, forwarded, per place the runtime's DNAT sends the port. Forwarded with no DNAT for
 /// the port, there is no way yet (the caller says so).
 pub fn ways(o: &Opening, fam: Fam, ifaces: &[Iface], targets: &[Target]) -> Vec<Way> {
+    ways_as(o, fam, ifaces, targets, false)
+}
+
+/// The ways placement and the check of every write ask about: [`ways`], and for a forwarded
+/// opening that nothing publishes in this family yet, its connections translated by a DNAT
+/// whose destination is not known (the port, address and interface they are sent to): the
+/// opening's rule admits any translated connection to its port, so it goes ahead of what would
+/// refuse every one of them, and a test of what is not known is undecided, said beside the
+/// placement. The verdict never asks about these: there is no connection yet ([`Verdict::none`]).
+pub fn placed_ways(o: &Opening, fam: Fam, ifaces: &[Iface], targets: &[Target]) -> Vec<Way> {
+    ways_as(o, fam, ifaces, targets, true)
+}
+
+fn ways_as(
+    o: &Opening,
+    fam: Fam,
+    ifaces: &[Iface],
+    targets: &[Target],
+    unpublished: bool,
+) -> Vec<Way> {
     let src = sources(o, fam);
     if src.is_empty() {
         return Vec::new();
     }
+    let unpublished =
+        unpublished && o.path == Path::Forwarded && !targets.iter().any(|t| Fam::of(t.addr) == fam);
     let mut out = Vec::new();
     let arrive = arrivals(o, ifaces);
     let fallback = Iface {
@@ -211,6 +233,15 @@ pub fn ways(o: &Opening, fam: Fam, ifaces: &[Iface], targets: &[Target]) -> Vec<
                 conn: base,
                 sources: src.clone(),
             }),
+            Path::Forwarded if unpublished => {
+                let mut c = base;
+                c.path = EvalPath::Forwarded;
+                c.daddr = None;
+                out.push(Way {
+                    conn: c,
+                    sources: src.clone(),
+                });
+            }
             Path::Forwarded => {
                 for t in targets.iter().filter(|t| Fam::of(t.addr) == fam) {
                     let bridge = ifaces.iter().find(|i| {
@@ -308,11 +339,16 @@ impl Model {
                 _ => true,
             })
             .collect();
+        if fams.is_empty() {
+            return Some(Placement::NotNeeded(format!(
+                "its sources have no address of family {family}"
+            )));
+        }
         let mut at = None;
         let mut doubt: Option<(Decider, String)> = None;
         let mut not_needed = None;
         for fam in fams {
-            for w in ways(o, fam, ifaces, targets) {
+            for w in placed_ways(o, fam, ifaces, targets) {
                 match self.place(table, chain, &w.conn, &w.sources)? {
                     p @ Placement::Refused(_) => return Some(p),
                     p @ Placement::At { .. } => {
@@ -344,5 +380,52 @@ impl Model {
             },
             None => then,
         })
+    }
+
+    /// Whether an opening's rules, as they stand in the base chain `chain` of `table`, are
+    /// where its placement wants them: every part of its connections that the chain refuses by
+    /// default without the mesh's rules is admitted with them, and every other part (a ban, a
+    /// refusal of the port, the limits met on the way) is as it was; a doubtful part stays
+    /// doubtful or is admitted. A rule ahead of a ban or a limit, or behind the catch-all, fails
+    /// this. `None` when the model does not hold the chain.
+    pub fn stands(
+        &self,
+        table: &str,
+        chain: &str,
+        family: Family,
+        o: &Opening,
+        ifaces: &[Iface],
+        targets: &[Target],
+    ) -> Option<bool> {
+        for fam in families(o).into_iter().filter(|f| match family {
+            Family::Ipv4 => *f == Fam::V4,
+            Family::Ipv6 => *f == Fam::V6,
+            _ => true,
+        }) {
+            for w in placed_ways(o, fam, ifaces, targets) {
+                let without = self.evaluate_base(table, chain, &w.conn, &w.sources, true)?;
+                let with = self.evaluate_base(table, chain, &w.conn, &w.sources, false)?;
+                for b in &without {
+                    for a in with
+                        .iter()
+                        .filter(|a| !a.sources.intersect(&b.sources).is_empty())
+                    {
+                        // A doubt may be resolved by the rule admitting its refused way (the
+                        // rule goes where that way is refused); everything else stays.
+                        let wanted = match &b.fate {
+                            Fate::NotAdmitted { .. } => a.fate == Fate::Admitted,
+                            f @ Fate::Doubtful { .. } => {
+                                a.fate == Fate::Admitted || super::check::same(f, &a.fate)
+                            }
+                            f => super::check::same(f, &a.fate),
+                        };
+                        if !wanted || a.limits != b.limits {
+                            return Some(false);
+                        }
+                    }
+                }
+            }
+        }
+        Some(true)
     }
 }

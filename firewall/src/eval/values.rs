@@ -98,7 +98,10 @@ impl Walker<'_> {
                         }
                     }
                     PayloadBase::Transport => match (off, len) {
-                        (2, 2) => Val::Bytes(at.dport().to_be_bytes().to_vec()),
+                        (2, 2) => match at.dport() {
+                            Some(p) => Val::Bytes(p.to_be_bytes().to_vec()),
+                            None => Val::Unknown("the port the runtime's DNAT sends it to".into()),
+                        },
                         (13, 1) if c.proto == 6 => Val::Bytes(vec![0x02]),
                         (0, 2) => Val::Unknown("the source port".into()),
                         _ => Val::Unknown(format!("transport header bytes {off}..{}", off + len)),

@@ -88,11 +88,14 @@ pub(super) struct At<'a> {
 }
 
 impl At<'_> {
-    pub(super) fn dport(&self) -> u16 {
+    /// The destination port the packet carries here: the published port until the runtime's
+    /// DNAT, the port it translates to after; `None` after a DNAT whose destination is not known
+    /// (a forwarded opening that nothing publishes yet), where a test of it is undecided.
+    pub(super) fn dport(&self) -> Option<u16> {
         if self.translated {
-            self.conn.to_port.unwrap_or(self.conn.port)
+            self.conn.to_port
         } else {
-            self.conn.port
+            Some(self.conn.port)
         }
     }
 }
@@ -370,7 +373,7 @@ impl<'m> Walker<'m> {
         let mut live = vec![p];
         let mut spare = Vec::new();
         let mut skip_to = 0;
-        for i in chain.candidates(at.dport()) {
+        for i in chain.candidates_for(at.dport()) {
             if i < skip_to {
                 continue;
             }

@@ -374,9 +374,33 @@ pub(super) fn fixed(f: XtFixed) -> Item {
     cmp(Load::new(Src::XtFixed(f), 1), false, vec![1])
 }
 
-/// x_tables targets that never end a packet's way through a chain: placement's list, read after
-/// MARK and CONNMARK, which the evaluator follows for what they set.
-pub(super) use crate::place::XT_GOING_ON as GOING_ON;
+/// x_tables targets that never end a packet's way through a chain, read after MARK and
+/// CONNMARK, which the evaluator follows for what they set.
+pub(super) const GOING_ON: &[&str] = &[
+    "LOG",
+    "NFLOG",
+    "ULOG",
+    "MARK",
+    "CONNMARK",
+    "TCPMSS",
+    "NOTRACK",
+    "CT",
+    "CLASSIFY",
+    "DSCP",
+    "TOS",
+    "TTL",
+    "HL",
+    "SECMARK",
+    "CONNSECMARK",
+    "AUDIT",
+    "TRACE",
+    "CHECKSUM",
+    "TEE",
+    "IDLETIMER",
+    "LED",
+    "SET",
+    "comment",
+];
 
 pub(super) const NAT: &[&str] = &["DNAT", "SNAT", "MASQUERADE", "REDIRECT", "NETMAP"];
 

@@ -62,27 +62,18 @@ impl Tab {
     }
 }
 
-/// Every table of an `iptables-save` text or a rules file.
+/// Every table of an `iptables-save` text or a rules file, read through the crate's one reader
+/// of a save ([`crate::eval::parse_save`]); a table named twice is one table.
 pub(crate) fn parse_tables(text: &str) -> BTreeMap<String, Tab> {
     let mut out: BTreeMap<String, Tab> = BTreeMap::new();
-    let mut current: Option<String> = None;
-    for line in text.lines().map(str::trim) {
-        if let Some(t) = line.strip_prefix('*') {
-            current = Some(t.to_string());
-            out.entry(t.to_string()).or_default();
-        } else if line == "COMMIT" {
-            current = None;
-        } else if let (Some(t), Some(rest)) = (&current, line.strip_prefix(':')) {
-            let mut w = rest.split_whitespace();
-            if let (Some(c), Some(p)) = (w.next(), w.next()) {
-                let tab = out.entry(t.clone()).or_default();
-                tab.chains.push((c.to_string(), p.to_string()));
-            }
-        } else if let (Some(t), Some(rest)) = (&current, line.strip_prefix("-A ")) {
-            let (chain, spec) = rest.split_once(' ').unwrap_or((rest, ""));
-            let tab = out.entry(t.clone()).or_default();
-            tab.rules.push((chain.to_string(), spec.to_string()));
-        }
+    for (table, chains, rules) in crate::eval::parse_save(text, "filter") {
+        let tab = out.entry(table).or_default();
+        tab.chains.extend(
+            chains
+                .into_iter()
+                .map(|(c, p)| (c, p.unwrap_or_else(|| "-".into()))),
+        );
+        tab.rules.extend(rules);
     }
     out
 }
@@ -329,11 +320,9 @@ pub(crate) fn restore(variant: Variant, saved: &Retired, cx: &mut Cx<'_>) -> Res
             .split_once(REMOVED)
             .ok_or_else(|| malformed(part))?;
         let before = parse_tables(before_text).remove(&table).unwrap_or_default();
-        let gone: Vec<(String, String)> = gone_text
-            .lines()
-            .filter_map(|l| l.strip_prefix("-A "))
-            .filter_map(|r| r.split_once(' '))
-            .map(|(c, s)| (c.to_string(), s.to_string()))
+        let gone: Vec<(String, String)> = crate::eval::parse_save(gone_text, &table)
+            .into_iter()
+            .flat_map(|(_, _, rules)| rules)
             .collect();
         let now = parse_tables(&save(variant, family, &table, cx)?)
             .remove(&table)
