@@ -469,6 +469,8 @@ fn every_command_prints_one_document_of_the_json_contract() {
     assert_eq!(
         (v["document"].as_str(), v["status"].as_str()),
         (Some("error"), Some("failed"))
+    );
+}
 
 /// `n` files under /etc/many, each its own resource.
 fn many_files(n: usize) -> Vec<Value> {
