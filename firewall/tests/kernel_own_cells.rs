@@ -470,6 +470,7 @@ fn every_write_changes_only_its_openings_own_cells_and_the_kernel_agrees_on_each
     let mut rng = fuzz::Rng::new(0x0030_c0de);
     let mut written = 0;
     let mut unwritten = 0;
+    let mut from_the_check = 0;
     let mut tally = Tally {
         cases,
         ..Tally::default()
@@ -489,6 +490,23 @@ fn every_write_changes_only_its_openings_own_cells_and_the_kernel_agrees_on_each
             .converge(&os, Scope::All)
             .unwrap_or_else(|e| panic!("case {case}: {e}\n{text}"));
         let after_model = listed(&mut sock);
+        // The verdicts after the write, read from the model the check built where nothing else
+        // committed since the batch, are the verdicts of the ruleset listed afresh.
+        let listings = fw.listings();
+        let kept = fw
+            .verdicts(&os)
+            .unwrap_or_else(|e| panic!("case {case}: {e}"));
+        if fw.listings() == listings {
+            from_the_check += 1;
+        }
+        let fresh = Firewall::open_at(&exec, &proc)
+            .unwrap()
+            .verdicts(&os)
+            .unwrap_or_else(|e| panic!("case {case}: {e}"));
+        assert_eq!(
+            kept, fresh,
+            "case {case}: the verdicts after the write differ from a fresh listing's\nruleset:\n{text}\nopenings: {os:?}"
+        );
         let mut ports: BTreeSet<(u8, u16)> = os.iter().map(|o| (6, o.port)).collect();
         ports.insert((6, check::unnamed_port(&ports)));
         let ifaces = firewall::eval::interfaces();
@@ -571,6 +589,11 @@ fn every_write_changes_only_its_openings_own_cells_and_the_kernel_agrees_on_each
     assert!(
         written > 0,
         "no opening was ever written: the property holds vacuously"
+    );
+    println!("verdicts after the write read from the checked model, no listing: {from_the_check} of {cases} cases");
+    assert!(
+        from_the_check > 0,
+        "no case read its verdicts from the checked model: the comparison holds vacuously"
     );
     for fam in [Fam::V4, Fam::V6] {
         for path in [Path::Incoming, Path::Forwarded] {

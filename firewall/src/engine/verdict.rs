@@ -15,6 +15,7 @@ use std::collections::BTreeMap;
 impl Firewall<'_> {
     /// The ruleset with every set's elements, for the evaluator.
     pub(super) fn snapshot(&mut self) -> Result<Snapshot> {
+        self.listings += 1;
         match self.nf.as_mut() {
             Some(s) => Snapshot::read(s),
             None => Ok(Snapshot::default()),
