@@ -54,8 +54,8 @@ pub struct Firewall<'a> {
     node: Option<String>,
     /// The last plan's model of the ruleset, with its generation and where each forwarded
     /// opening's port led: the verdicts of a convergence that wrote nothing read it instead of
-    /// listing again. Never kept where legacy tables are in force (they change with no
-    /// generation).
+    /// listing again. Where legacy tables are in force (they change with no generation) their
+    /// saves are read again and compared before it is read.
     last: Option<LastModel>,
     /// How many batches have been sent since the convergence began ([`Firewall::last_commit_tries`]).
     commit_tries: u32,
@@ -72,6 +72,9 @@ pub struct Firewall<'a> {
 /// A model of one listing, for the verdicts that follow a plan that wrote nothing.
 struct LastModel {
     generation: u32,
+    /// The legacy tables' saves the model read (empty without legacy tables): still the same
+    /// when saved again, the model stands for them too.
+    legacy: BTreeMap<(Family, String), String>,
     model: std::rc::Rc<Model>,
     targets: std::rc::Rc<BTreeMap<String, Vec<published::Target>>>,
 }
@@ -502,6 +505,7 @@ impl<'a> Firewall<'a> {
                     (Some(g), Some(after)) if Some(g) == plan.generation && mirrored(&plan) => {
                         Some(LastModel {
                             generation: g.wrapping_add(1),
+                            legacy: plan.legacy_saves.clone(),
                             model: std::rc::Rc::new(after),
                             targets: plan.targets.clone(),
                         })
@@ -560,8 +564,9 @@ impl<'a> Firewall<'a> {
                 })
                 .collect(),
         );
-        self.last = (self.nf.is_some() && found.legacy_saves.is_empty()).then(|| LastModel {
+        self.last = self.nf.is_some().then(|| LastModel {
             generation: ruleset.generation,
+            legacy: found.legacy_saves.clone(),
             model: model.clone(),
             targets: targets.clone(),
         });
