@@ -10,8 +10,8 @@
 //!    `nft flush ruleset` 50 times: connections that got through; then the same with the
 //!    guard's netfilter BPF layer pinned beside the table, through 50 flushes and 50 `nft -f`
 //!    reloads.
-//! 3. **Idle cost**: resident memory after 1,000 foreign ruleset changes and a minute of one-second
-//!    timer ticks; CPU per event.
+//! 3. **Idle cost**: resident memory and CPU per change after 1,000 foreign ruleset changes; CPU
+//!    per SIGHUP (each its own reconcile); a minute of one-second timer ticks.
 //!
 //! It finds the binary at `$MESH_HOST` or beside its own directory (`target/release/mesh-host`).
 //! `--reloads N` changes the 50; `--check` runs each part once, briefly, and checks the results
@@ -594,6 +594,21 @@ fn main() {
         rss0,
         rss1,
         (cpu1 - cpu0) as f64 / hz * 1e3 / (events * 2) as f64
+    );
+    // A SIGHUP each (the operator's or a dispatcher's rouse), spaced past the host's settle so
+    // each one runs its own reconcile of an unchanged declaration and ruleset.
+    let hups = if check { 3 } else { 40 };
+    let cpu2 = cpu_ticks(pid);
+    for _ in 0..hups {
+        // SAFETY: kill with a live child's pid and a valid signal.
+        unsafe { libc::kill(pid as i32, libc::SIGHUP) };
+        std::thread::sleep(Duration::from_millis(600));
+    }
+    let cpu3 = cpu_ticks(pid);
+    println!(
+        "{:<58} {:.3} ms CPU per SIGHUP",
+        format!("rouse cost, {hups} SIGHUPs 600 ms apart"),
+        (cpu3 - cpu2) as f64 / hz * 1e3 / hups as f64
     );
     drop(bed);
     let mut bed = Bed::new("nftables");

@@ -228,6 +228,56 @@ fn legacy_layers(exec: &dyn Exec, proc: &FsPath, found: &mut Found) -> Result<()
     Ok(())
 }
 
+/// The legacy tables' saves as [`detect_in`] reads them (the same tables, the same programs),
+/// nothing parsed: what shows whether the legacy layers are still as a model read them.
+pub(crate) fn legacy_saves_now(
+    exec: &dyn Exec,
+    proc: &FsPath,
+) -> Result<std::collections::BTreeMap<(Family, String), String>> {
+    let mut out = std::collections::BTreeMap::new();
+    for (names, program, family) in [
+        ("net/ip_tables_names", "iptables-legacy-save", Family::Ipv4),
+        (
+            "net/ip6_tables_names",
+            "ip6tables-legacy-save",
+            Family::Ipv6,
+        ),
+    ] {
+        let listed = std::fs::read_to_string(proc.join(names)).unwrap_or_default();
+        if !exec.exists(program) {
+            continue;
+        }
+        for name in LEGACY_TABLES.iter().map(|(n, _)| *n).chain(["nat"]) {
+            if listed.lines().any(|l| l.trim() == name) {
+                let got = exec.run_ok(program, &["-t".into(), name.into()], None)?;
+                out.insert((family, name.to_string()), got.stdout);
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Whether two sets of legacy saves say the same rules: the tools' comment lines (which carry
+/// the time of the save) and the chains' packet and byte counts (which traffic moves) aside.
+pub(crate) fn same_saves(
+    a: &std::collections::BTreeMap<(Family, String), String>,
+    b: &std::collections::BTreeMap<(Family, String), String>,
+) -> bool {
+    fn said(text: &str) -> impl Iterator<Item = &str> {
+        text.lines().filter(|l| !l.starts_with('#')).map(|l| {
+            if l.starts_with(':') {
+                l.rsplit_once(" [").map_or(l, |(head, _)| head)
+            } else {
+                l
+            }
+        })
+    }
+    a.len() == b.len()
+        && a.iter()
+            .zip(b)
+            .all(|((ka, ta), (kb, tb))| ka == kb && said(ta).eq(said(tb)))
+}
+
 /// The legacy tables whose PREROUTING, INPUT and FORWARD chains can drop, with their hook
 /// priorities.
 const LEGACY_TABLES: &[(&str, i32)] = &[

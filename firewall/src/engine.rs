@@ -53,8 +53,8 @@ pub struct Firewall<'a> {
     node: Option<String>,
     /// The last plan's model of the ruleset, with its generation and where each forwarded
     /// opening's port led: the verdicts of a convergence that wrote nothing read it instead of
-    /// listing again. Never kept where legacy tables are in force (they change with no
-    /// generation).
+    /// listing again. Where legacy tables are in force (they change with no generation) their
+    /// saves are read again and compared before it is read.
     last: Option<LastModel>,
     /// How many batches have been sent since the convergence began ([`Firewall::last_commit_tries`]).
     commit_tries: u32,
@@ -64,11 +64,16 @@ pub struct Firewall<'a> {
     /// The bridges the container runtimes report as theirs ([`Firewall::set_runtime_bridges`]):
     /// no way in for other machines' connections.
     runtime_bridges: Vec<String>,
+    /// How many times the whole ruleset has been listed ([`Firewall::listings`]).
+    listings: u32,
 }
 
 /// A model of one listing, for the verdicts that follow a plan that wrote nothing.
 struct LastModel {
     generation: u32,
+    /// The legacy tables' saves the model read (empty without legacy tables): still the same
+    /// when saved again, the model stands for them too.
+    legacy: BTreeMap<(Family, String), String>,
     model: std::rc::Rc<Model>,
     targets: std::rc::Rc<BTreeMap<String, Vec<published::Target>>>,
 }
@@ -101,6 +106,11 @@ struct Plan {
     whole: BTreeMap<Backend, Vec<Layer>>,
     /// (table, change) of additions the check left unwritten, dropped once it is done.
     unwritten: BTreeSet<(usize, usize)>,
+    /// The model as the plan's changes leave it, when the check passed them whole: what the
+    /// verdicts after the write read instead of listing again, if nothing else committed.
+    after: Option<Model>,
+    /// Where each forwarded opening's port led in the plan's listing.
+    targets: std::rc::Rc<BTreeMap<String, Vec<published::Target>>>,
 }
 
 impl<'a> Firewall<'a> {
@@ -122,6 +132,7 @@ impl<'a> Firewall<'a> {
             commit_tries: 0,
             check_time: std::time::Duration::ZERO,
             runtime_bridges: Vec::new(),
+            listings: 0,
         })
     }
 
@@ -345,6 +356,12 @@ impl<'a> Firewall<'a> {
         }
     }
 
+    /// How many times this firewall has listed the whole ruleset with its sets' elements: what
+    /// shows that the verdicts after a write read the checked model rather than the kernel.
+    pub fn listings(&self) -> u32 {
+        self.listings
+    }
+
     /// How many batches the last convergence sent before one applied (0: nothing to send).
     pub fn last_commit_tries(&self) -> u32 {
         self.commit_tries
@@ -360,6 +377,7 @@ impl<'a> Firewall<'a> {
     /// Sends a batch conditional on the generation of `listed`; while the kernel refuses it with
     /// ERESTART and everything `listed` read is still as it was, sends it again at the new
     /// generation. An ERESTART is returned when the ruleset really changed (the plan is stale).
+    /// Returns the generation the batch applied on, or `None` when it went without one.
     ///
     /// Under a churn that holds the kernel's commit lock back to back (elsewhere in the
     /// ruleset), the generation moves between every read of it and the batch: after
@@ -374,7 +392,7 @@ impl<'a> Firewall<'a> {
         listed: &Ruleset,
         backoff: &mut Backoff,
         sent: &mut u32,
-    ) -> Result<()> {
+    ) -> Result<Option<u32>> {
         let stale = |batch: &Batch| Error::Refused {
             what: format!("a batch of {} messages", batch.len()),
             seq: 0,
@@ -390,7 +408,7 @@ impl<'a> Firewall<'a> {
             match sock.send(batch) {
                 Ok(()) if unconditional => {
                     return if sock.only_mine_since(listed, mine)? {
-                        Ok(())
+                        Ok(None)
                     } else {
                         Err(stale(batch))
                     };
@@ -420,7 +438,8 @@ impl<'a> Firewall<'a> {
                         None => return Err(stale(batch)),
                     }
                 }
-                other => return other,
+                Ok(()) => return Ok(batch.generation()),
+                other => return other.map(|()| None),
             }
         }
     }
@@ -469,13 +488,29 @@ impl<'a> Firewall<'a> {
                 let sock = self.nf.as_mut().ok_or_else(|| Error::Unsupported {
                     reason: "nf_tables layers were found but no nf_tables socket is open".into(),
                 })?;
-                Self::send_steady(
+                let applied_on = Self::send_steady(
                     sock,
                     &mut batch,
                     &plan.ruleset,
                     backoff,
                     &mut self.commit_tries,
                 )?;
+                // The batch applied on the listing's own generation, so the kernel's ruleset is
+                // the listing with this batch: one generation later it is the model the check
+                // built, and the verdicts read that instead of listing everything again
+                // (`Firewall::verdicts` compares the generation first; any other commit since,
+                // and they list). Only where the batch is the whole write and mirrors the edits.
+                self.last = match (applied_on, plan.after.take()) {
+                    (Some(g), Some(after)) if Some(g) == plan.generation && mirrored(&plan) => {
+                        Some(LastModel {
+                            generation: g.wrapping_add(1),
+                            legacy: plan.legacy_saves.clone(),
+                            model: std::rc::Rc::new(after),
+                            targets: plan.targets.clone(),
+                        })
+                    }
+                    _ => None,
+                };
             }
         }
         let mut done = std::mem::take(&mut plan.done);
@@ -528,8 +563,9 @@ impl<'a> Firewall<'a> {
                 })
                 .collect(),
         );
-        self.last = (self.nf.is_some() && found.legacy_saves.is_empty()).then(|| LastModel {
+        self.last = self.nf.is_some().then(|| LastModel {
             generation: ruleset.generation,
+            legacy: found.legacy_saves.clone(),
             model: model.clone(),
             targets: targets.clone(),
         });
@@ -572,6 +608,8 @@ impl<'a> Firewall<'a> {
             mesh_table: mesh_table.is_some(),
             whole: BTreeMap::new(),
             unwritten: BTreeSet::new(),
+            after: None,
+            targets: targets.clone(),
         };
         let mut by_table: BTreeMap<TableKey, Vec<Layer>> = BTreeMap::new();
         for l in &found.layers {
@@ -653,6 +691,32 @@ impl<'a> Firewall<'a> {
         plan.ruleset = ruleset;
         Ok(plan)
     }
+}
+
+/// Whether the plan's writes are its nf_tables batch alone, each change written as the check's
+/// edit of the model says (a removal by its handle, an addition before the handle of the rule
+/// at its index or at the chain's end), so the model edited by them is the ruleset the batch
+/// leaves.
+fn mirrored(plan: &Plan) -> bool {
+    plan.whole.is_empty()
+        && plan
+            .tables
+            .iter()
+            .filter(|t| !t.changes.is_empty())
+            .all(|t| {
+                t.key.backend == Backend::Nftables
+                    && t.changes.iter().all(|c| match c {
+                        Change::Remove { how, .. } => {
+                            matches!(how, crate::backend::Removal::Handle(_))
+                        }
+                        Change::Add { chain, before, .. } => match before {
+                            None => true,
+                            Some(i) => t.view.how.get(chain).is_some_and(|h| {
+                                *i >= h.len() || matches!(h[*i], crate::backend::Removal::Handle(_))
+                            }),
+                        },
+                    })
+            })
 }
 
 /// The prefix of the claim chain's comment, before the node's name.

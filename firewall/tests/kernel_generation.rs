@@ -141,3 +141,100 @@ fn a_reload_between_listing_and_commit_never_costs_the_operator_a_rule() {
     );
     std::fs::remove_dir_all(&proc).unwrap();
 }
+
+/// The system's programs, each run counted by name.
+struct CountingExec {
+    runs: std::cell::RefCell<Vec<String>>,
+}
+
+impl Exec for CountingExec {
+    fn run(&self, program: &str, args: &[String], stdin: Option<&str>) -> firewall::Result<Output> {
+        self.runs.borrow_mut().push(program.to_string());
+        firewall::SystemExec.run(program, args, stdin)
+    }
+
+    fn exists(&self, program: &str) -> bool {
+        firewall::SystemExec.exists(program)
+    }
+}
+
+#[test]
+fn legacy_verdicts_read_the_plan_s_model_while_the_saves_say_the_same_and_afresh_once_not() {
+    in_fresh_netns();
+    common::ip(&[
+        "link", "add", "eth0", "type", "veth", "peer", "name", "eth0p",
+    ]);
+    common::ip(&["addr", "add", "203.0.113.1/24", "dev", "eth0"]);
+    common::ip(&["link", "set", "eth0", "up"]);
+    common::ip(&["link", "set", "eth0p", "up"]);
+    for args in [
+        &["-w", "-P", "INPUT", "DROP"][..],
+        &[
+            "-w", "-A", "INPUT", "-p", "tcp", "--dport", "22", "-j", "ACCEPT",
+        ],
+    ] {
+        common::run_ok("iptables-legacy", args);
+    }
+    let os = [firewall::Opening {
+        id: "web/api".into(),
+        port: 9000,
+        proto: firewall::Proto::Tcp,
+        from: firewall::opening::From::Anywhere,
+        path: firewall::Path::Incoming,
+    }];
+    // This thread's /proc: its namespace's legacy tables.
+    let proc = std::path::PathBuf::from("/proc/thread-self");
+    let exec = CountingExec {
+        runs: Default::default(),
+    };
+    let mut fw = Firewall::open_at(&exec, &proc).unwrap();
+    let fresh = |exec: &CountingExec| {
+        Firewall::open_at(exec, &proc)
+            .unwrap()
+            .verdicts(&os)
+            .unwrap()
+    };
+    // The first apply writes: its verdicts are read afresh (the saves differ from the plan's).
+    let done = fw.converge(&os, Scope::Given).unwrap();
+    assert_eq!(done.added.len(), 1, "{done:?}");
+    let listings = fw.listings();
+    let written = fw.verdicts(&os).unwrap();
+    assert_eq!(
+        fw.listings(),
+        listings + 1,
+        "read afresh after a legacy write"
+    );
+    assert_eq!(written, fresh(&exec));
+    assert_eq!(written["web/api"].summary().state, "present", "{written:?}");
+
+    // Nothing to write: the saves are read again and say the same, so the plan's model answers.
+    let done = fw.converge(&os, Scope::Given).unwrap();
+    assert!(done.added.is_empty(), "{done:?}");
+    let (listings, runs) = (fw.listings(), exec.runs.borrow().len());
+    let kept = fw.verdicts(&os).unwrap();
+    assert_eq!(fw.listings(), listings, "the plan's model read, no listing");
+    assert_eq!(
+        exec.runs.borrow()[runs..],
+        ["iptables-legacy-save".to_string()],
+        "one save read again, the fingerprint"
+    );
+    assert_eq!(kept, written);
+
+    // Another program refuses the port between the plan and the verdicts: read afresh, and said.
+    fw.converge(&os, Scope::Given).unwrap();
+    common::run_ok(
+        "iptables-legacy",
+        &[
+            "-w", "-I", "INPUT", "-p", "tcp", "--dport", "9000", "-j", "DROP",
+        ],
+    );
+    let listings = fw.listings();
+    let changed = fw.verdicts(&os).unwrap();
+    assert_eq!(
+        fw.listings(),
+        listings + 1,
+        "read afresh once the save differs"
+    );
+    assert_eq!(changed, fresh(&exec));
+    assert_ne!(changed["web/api"].summary().state, "present", "{changed:?}");
+}

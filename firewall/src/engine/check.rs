@@ -360,11 +360,16 @@ pub(super) fn settle(
         openings: planned,
         withdrawn,
     };
-    let v = check::diff(&before, &model.edited(&edits), &all);
+    let after = model.edited(&edits);
+    let v = check::diff(&before, &after, &all);
     let withdrawn = all.withdrawn;
     if v.is_empty() {
+        // The model as the write will leave it: the verdicts after the write read it when the
+        // kernel shows no other commit between the listing and the batch (`Firewall::verdicts`).
+        plan.after = Some(after);
         return;
     }
+    drop(after);
     let solo = Solo {
         before: &before,
         spare,
@@ -410,14 +415,18 @@ pub(super) fn settle(
             Change::Remove { .. } => None,
         })
         .collect();
+    let after = model.edited(&edits);
     let again = check::diff(
         &before,
-        &model.edited(&edits),
+        &after,
         &Allowed {
             openings: planned,
             withdrawn,
         },
     );
+    if again.is_empty() {
+        plan.after = Some(after);
+    }
     if let Some(first) = again.into_iter().next() {
         let rest: Vec<AddAt> = plan
             .tables

@@ -15,6 +15,7 @@ use std::collections::BTreeMap;
 impl Firewall<'_> {
     /// The ruleset with every set's elements, for the evaluator.
     pub(super) fn snapshot(&mut self) -> Result<Snapshot> {
+        self.listings += 1;
         match self.nf.as_mut() {
             Some(s) => Snapshot::read(s),
             None => Ok(Snapshot::default()),
@@ -106,7 +107,18 @@ impl Firewall<'_> {
         } else {
             None
         };
-        if let (Some(last), Some(now)) = (&self.last, now) {
+        // Legacy tables have no generation: their saves, read again, must say what the model read
+        // (two small child processes rather than a second reading of every table and a model).
+        let legacy_same = match &self.last {
+            Some(last) if !last.legacy.is_empty() && Some(last.generation) == now => {
+                detect::same_saves(
+                    &last.legacy,
+                    &detect::legacy_saves_now(self.exec, &self.proc)?,
+                )
+            }
+            _ => true,
+        };
+        if let (Some(last), Some(now), true) = (&self.last, now, legacy_same) {
             if last.generation == now
                 && openings.iter().all(|o| {
                     o.path == crate::opening::Path::Incoming || last.targets.contains_key(&o.id)
