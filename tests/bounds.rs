@@ -405,7 +405,7 @@ fn a_full_disk_still_reports_the_apply_and_leaves_the_store_true() {
             .unwrap_or_else(|| panic!("no entry {id} in {report:#}"));
         (
             e["outcome"].as_str().unwrap().to_string(),
-            e["detail"].as_str().unwrap().to_string(),
+            e["detail"].as_str().unwrap_or_default().to_string(),
         )
     };
     for free in [0, 1] {

@@ -5,18 +5,24 @@
 
 use nix::fcntl::{Flock, FlockArg};
 use std::fs::File;
-use std::io::{Read as _, Write as _};
+use std::io::Read as _;
 use std::os::fd::AsRawFd as _;
+use std::os::unix::fs::FileExt as _;
 use std::path::Path;
 
-/// The store's lock, held: the holder's record is emptied when it is let go, so a lock file
+/// The store's lock, held: the holder's record is blanked when it is let go, so a lock file
 /// holds a record only while some process holds the lock (or one that died did: the kernel's
 /// word on the holder then disowns it).
 pub(super) struct Held(Flock<File>);
 
+/// The record's slot: written in place at the file's start, padded with spaces, and blanked (not
+/// truncated) when the lock is let go, so the file keeps the one block it was given and a later
+/// holder on a full disk takes no space the store's own writes need.
+const SLOT: usize = 128;
+
 impl Drop for Held {
     fn drop(&mut self) {
-        let _ = self.0.set_len(0);
+        let _ = (*self.0).write_all_at(&[b' '; SLOT], 0);
     }
 }
 
@@ -36,14 +42,12 @@ pub(super) fn lock(lock: File, path: &Path) -> Result<Held, nix::errno::Errno> {
         Err((_, e)) => return Err(e),
     };
     // The record is a courtesy to a waiter: a lock file that cannot be written is still a lock.
-    let record = format!(
-        "{} {} {}\n",
-        std::process::id(),
-        link::now_secs(),
-        command()
-    );
-    let _ = lock.set_len(0);
-    let _ = (&*lock).write_all(record.as_bytes());
+    let mut record =
+        format!("{} {} {}", std::process::id(), link::now_secs(), command()).into_bytes();
+    record.truncate(SLOT - 1);
+    record.resize(SLOT - 1, b' ');
+    record.push(b'\n');
+    let _ = (*lock).write_all_at(&record, 0);
     Ok(Held(lock))
 }
 
