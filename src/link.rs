@@ -69,44 +69,58 @@ pub fn key_file(root: &Path) -> PathBuf {
     store::store_dir(root).join("node.key")
 }
 
-/// Writes `bytes` to `path` created 0600, through a temporary file renamed into place, so a
-/// crash leaves the old file or the new one, never half of one. The temporary file is the
-/// store's own kind ([`store::write_synced`]: fresh, 0600, never through a planted link), and
+/// Writes `bytes` to the store's file `name` (under `root`) created 0600, through a temporary
+/// file renamed into place, so a crash leaves the old file or the new one, never half of one.
+/// Both are opened by name in the store's directory handle ([`store::named_dir`]: checked
+/// beneath a root other than `/`), the temporary one fresh and never through a planted link, and
 /// the directory is synced so the rename survives a power cut.
-fn write_private(path: &Path, bytes: &[u8]) -> Result<()> {
-    let dir = path.parent().context("a private file has a directory")?;
-    let tmp = dir.join(format!(
-        ".{}.tmp",
-        path.file_name().unwrap_or_default().to_string_lossy()
-    ));
-    store::write_synced(&tmp, bytes).with_context(|| format!("writing {}", tmp.display()))?;
-    std::fs::rename(&tmp, path).with_context(|| format!("renaming into {}", path.display()))?;
-    store::sync_dir(dir).with_context(|| format!("syncing {}", dir.display()))
+fn write_private(root: &Path, name: &str, bytes: &[u8]) -> Result<()> {
+    let shown = store::store_dir(root).join(name);
+    let dir = store::named_dir(root, true)?
+        .with_context(|| format!("store {}", store::store_dir(root).display()))?;
+    let tmp = format!(".{name}.tmp");
+    dir.write_synced(&tmp, bytes)
+        .with_context(|| format!("writing {}", dir.shown(&tmp).display()))?;
+    dir.rename(&tmp, name)
+        .with_context(|| format!("renaming into {}", shown.display()))?;
+    dir.sync()
+        .with_context(|| format!("syncing {}", dir.path().display()))
 }
 
 /// Reads the enrolment, if this node is enrolled.
 pub fn load(root: &Path) -> Result<Option<Linked>> {
     let path = link_file(root);
-    match std::fs::read(&path) {
-        Ok(b) => Ok(Some(
-            serde_json::from_slice(&b).with_context(|| format!("reading {}", path.display()))?,
-        )),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(e).with_context(|| format!("reading {}", path.display())),
-    }
+    let Some(bytes) = read_private(root, "link.json")? else {
+        return Ok(None);
+    };
+    Ok(Some(
+        serde_json::from_slice(&bytes).with_context(|| format!("reading {}", path.display()))?,
+    ))
+}
+
+/// The store's file `name` under `root`, read by name in the store's directory handle (no link
+/// followed); `None` when the directory or the file is not there.
+fn read_private(root: &Path, name: &str) -> Result<Option<Vec<u8>>> {
+    let Some(dir) = store::named_dir(root, false)? else {
+        return Ok(None);
+    };
+    dir.read(name)
+        .with_context(|| format!("reading {}", dir.shown(name).display()))
 }
 
 fn save(root: &Path, l: &Linked) -> Result<()> {
     write_private(
-        &link_file(root),
+        root,
+        "link.json",
         &serde_json::to_vec_pretty(l).expect("link state serializes"),
     )
 }
 
 fn load_key(root: &Path) -> Result<ed25519_dalek::SigningKey> {
     let path = key_file(root);
-    let text =
-        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    let bytes = read_private(root, "node.key")?
+        .with_context(|| format!("reading {}: not there", path.display()))?;
+    let text = String::from_utf8_lossy(&bytes);
     let seed = STANDARD
         .decode(text.trim())
         .ok()
@@ -259,7 +273,8 @@ pub fn enrol(host: &Host<'_>, text: &str, json: bool) -> Result<ExitCode> {
         _ => 0,
     };
     write_private(
-        &key_file(host.root),
+        host.root,
+        "node.key",
         format!("{}\n", STANDARD.encode(key.to_bytes())).as_bytes(),
     )?;
     let linked = Linked {
@@ -320,15 +335,15 @@ pub fn released(root: &Path) -> Option<ReleasedIdentity> {
 /// Drops the node's identity: its key and the link's state. A release does this last, once its
 /// report was sent.
 fn forget_identity(root: &Path) -> Result<()> {
-    for path in [key_file(root), link_file(root)] {
-        match std::fs::remove_file(&path) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(e).with_context(|| format!("removing {}", path.display())),
-        }
+    let Some(dir) = store::named_dir(root, false)? else {
+        return Ok(());
+    };
+    for name in ["node.key", "link.json"] {
+        dir.remove(name)
+            .with_context(|| format!("removing {}", dir.shown(name).display()))?;
     }
-    let dir = store::store_dir(root);
-    store::sync_dir(&dir).with_context(|| format!("syncing {}", dir.display()))
+    dir.sync()
+        .with_context(|| format!("syncing {}", dir.path().display()))
 }
 
 /// Whether the enrolment stored differs from the one `running` was started with (a new token
@@ -682,16 +697,42 @@ mod tests {
     use std::os::unix::fs::PermissionsExt;
     use std::time::SystemTime;
 
+    /// Under a root other than `/`, the enrolment's files are written by name in the store's
+    /// checked directory: a link planted at `link.json`, `node.key` or their temporary names is
+    /// refused, naming it, and the file it points to outside is untouched.
+    #[test]
+    fn links_at_the_enrolments_files_are_never_followed() {
+        for name in ["link.json", "node.key", ".link.json.tmp", ".node.key.tmp"] {
+            let root = tempfile::tempdir().unwrap();
+            let outside = tempfile::tempdir().unwrap();
+            let target = outside.path().join("victim");
+            std::fs::write(&target, "kept\n").unwrap();
+            let dir = store::store_dir(root.path());
+            std::fs::create_dir_all(&dir).unwrap();
+            std::os::unix::fs::symlink(&target, dir.join(name)).unwrap();
+            let real = name.trim_start_matches('.').trim_end_matches(".tmp");
+            let e = write_private(root.path(), real, b"new").expect_err(name);
+            assert!(format!("{e:#}").contains(name), "{name}: {e:#}");
+            assert_eq!(
+                std::fs::read_to_string(&target).unwrap(),
+                "kept\n",
+                "{name}"
+            );
+        }
+    }
+
     #[test]
     fn private_files_are_0600_and_replaced_whole() {
         let d = tempfile::tempdir().unwrap();
-        let p = d.path().join("link.json");
-        write_private(&p, b"one").unwrap();
-        write_private(&p, b"two").unwrap();
+        let p = link_file(d.path());
+        write_private(d.path(), "link.json", b"one").unwrap();
+        write_private(d.path(), "link.json", b"two").unwrap();
         assert_eq!(std::fs::read(&p).unwrap(), b"two");
         let mode = std::fs::metadata(&p).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, 0o600);
-        let left: Vec<_> = std::fs::read_dir(d.path()).unwrap().collect();
+        let left: Vec<_> = std::fs::read_dir(store::store_dir(d.path()))
+            .unwrap()
+            .collect();
         assert_eq!(left.len(), 1, "no temporary file is left behind");
     }
 
@@ -721,7 +762,7 @@ mod tests {
             },
         )
         .unwrap();
-        write_private(&key_file(root), STANDARD.encode(key.to_bytes()).as_bytes()).unwrap();
+        write_private(root, "node.key", STANDARD.encode(key.to_bytes()).as_bytes()).unwrap();
         let marker = ReleasedIdentity {
             node: "n1".into(),
             controller,

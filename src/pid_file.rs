@@ -13,8 +13,8 @@ use crate::store;
 use nix::fcntl::{Flock, FlockArg};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
-use std::fs::{File, OpenOptions};
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::fs::File;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -61,8 +61,9 @@ pub enum ClaimError {
 /// it removes the pid file (if it still names this process) and then lets go of the lock.
 #[derive(Debug)]
 pub struct Claim {
-    pid_path: PathBuf,
-    // Declared after `pid_path` and released by `Drop` only after the file is gone.
+    /// The store's directory, held open: the pid file is removed by name in it.
+    named: store::Named,
+    // Declared after `named` and released by `Drop` only after the file is gone.
     _lock: Flock<File>,
 }
 
@@ -74,20 +75,14 @@ impl Claim {
             let path = path.to_path_buf();
             move |source| ClaimError::Io { path, source }
         };
-        // Under a root other than `/` the store's directory is made and checked beneath it
-        // first: a link or a mount there would put the lock and the pid file outside the root.
-        store::confined_dir(root, true)?;
-        std::fs::create_dir_all(&dir).map_err(io(&dir))?;
+        // The store's directory, made and (under a root other than `/`) checked beneath the
+        // root, then held open: the lock and the pid file are opened by name in that handle,
+        // following no link, so neither lands outside the store however its path changes.
+        let named = store::named_dir(root, true)?
+            .ok_or_else(|| io(&dir)(std::io::ErrorKind::NotFound.into()))?;
         let lock_path = run_lock(root);
-        // Close-on-exec, as every file the standard library opens: no child inherits the lock.
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .mode(0o600)
-            .open(&lock_path)
-            .map_err(io(&lock_path))?;
+        // Close-on-exec, as every file opened here: no child inherits the lock.
+        let file = named.open_kept("run.lock").map_err(io(&lock_path))?;
         let lock = match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
             Ok(l) => l,
             Err((file, nix::errno::Errno::EWOULDBLOCK)) => {
@@ -99,23 +94,31 @@ impl Claim {
             }
             Err((_, errno)) => return Err(io(&lock_path)(std::io::Error::from(errno))),
         };
-        let pid_path = pid_file(root);
         // Written whole or not at all: the rouse scripts read it at any moment.
-        let tmp = dir.join("run.pid.tmp");
-        std::fs::write(&tmp, format!("{}\n", std::process::id())).map_err(io(&tmp))?;
-        std::fs::rename(&tmp, &pid_path).map_err(io(&pid_path))?;
-        Ok(Claim {
-            pid_path,
-            _lock: lock,
-        })
+        named
+            .write_synced(
+                "run.pid.tmp",
+                format!("{}\n", std::process::id()).as_bytes(),
+            )
+            .map_err(io(&dir.join("run.pid.tmp")))?;
+        named
+            .rename("run.pid.tmp", "run.pid")
+            .map_err(io(&pid_file(root)))?;
+        Ok(Claim { named, _lock: lock })
     }
 }
 
 impl Drop for Claim {
     fn drop(&mut self) {
         // Only the holder removes it, and only while it still names the holder.
-        if read_pid(&self.pid_path) == Some(std::process::id()) {
-            let _ = std::fs::remove_file(&self.pid_path);
+        let mine = self
+            .named
+            .read("run.pid")
+            .ok()
+            .flatten()
+            .and_then(|b| String::from_utf8(b).ok()?.trim().parse::<u32>().ok());
+        if mine == Some(std::process::id()) {
+            let _ = self.named.remove("run.pid");
         }
     }
 }
@@ -193,6 +196,52 @@ pub fn tell_resident(root: &Path) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Under a root other than `/`, a link planted in the store's directory at the run lock or
+    /// the pid file is refused, naming it, and the file it points to outside is untouched; the
+    /// store's directory itself replaced by a link after it was opened is not followed either.
+    #[test]
+    fn links_at_the_run_lock_or_the_pid_file_are_never_followed() {
+        for name in ["run.lock", "run.pid", "run.pid.tmp"] {
+            let root = tempfile::tempdir().unwrap();
+            let outside = tempfile::tempdir().unwrap();
+            let target = outside.path().join("victim");
+            std::fs::write(&target, "kept\n").unwrap();
+            let dir = store::store_dir(root.path());
+            std::fs::create_dir_all(&dir).unwrap();
+            std::os::unix::fs::symlink(&target, dir.join(name)).unwrap();
+            let e = Claim::take(root.path()).expect_err(name);
+            assert!(e.to_string().contains(name), "{name}: {e}");
+            assert_eq!(
+                std::fs::read_to_string(&target).unwrap(),
+                "kept\n",
+                "{name}"
+            );
+        }
+        // A claim taken, then the directory swapped for a link to outside: the holder removes
+        // its pid file in the directory it opened, and writes nothing through the link.
+        let root = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::write(
+            outside.path().join("run.pid"),
+            format!("{}\n", std::process::id()),
+        )
+        .unwrap();
+        let claim = Claim::take(root.path()).expect("the claim");
+        let dir = store::store_dir(root.path());
+        let moved = root.path().join("moved");
+        std::fs::rename(&dir, &moved).unwrap();
+        std::os::unix::fs::symlink(outside.path(), &dir).unwrap();
+        drop(claim);
+        assert!(
+            !moved.join("run.pid").exists(),
+            "its own pid file is removed"
+        );
+        assert!(
+            outside.path().join("run.pid").exists(),
+            "nothing removed through the link"
+        );
+    }
 
     #[test]
     fn a_second_claim_on_a_store_is_refused_with_the_holders_pid_and_the_pid_file_stays() {

@@ -29,7 +29,7 @@ mod stamp;
 mod fuzz;
 
 use confined::open_lock_in;
-pub use confined::{confined_dir, Confined};
+pub use confined::{confined_dir, named_dir, Confined};
 pub use flip::{Boot, BootUnit, Flip, FlipStage};
 pub use journal::Op;
 pub use named::Named;

@@ -8,7 +8,7 @@ const STORE_PATH: &str = "/var/lib/mesh-host";
 
 /// The names in the store's directory that are checked before it is used under a root other
 /// than `/`: none may be a link or on another mount.
-const ENTRIES: [&str; 13] = [
+const ENTRIES: [&str; 17] = [
     "lock",
     ACTING,
     "state.json",
@@ -21,6 +21,10 @@ const ENTRIES: [&str; 13] = [
     "run.lock",
     "run.pid",
     "run.pid.tmp",
+    "link.json",
+    ".link.json.tmp",
+    "node.key",
+    ".node.key.tmp",
     "originals",
 ];
 
@@ -79,4 +83,30 @@ pub(super) fn open_lock_in(
         nix::sys::stat::Mode::from_bits_truncate(0o644),
     )
     .map(File::from)
+}
+
+/// The store's directory under `root`, open, for the files beside the store (the resident host's
+/// run lock and pid file, the link's enrolment): under a root other than `/` made (with `make`)
+/// and checked beneath the root, as the store's own; `None` when it does not exist and `make` is
+/// false. Every file is then opened by name in this handle, following no link.
+pub fn named_dir(root: &Path, make: bool) -> Result<Option<Named>, StoreError> {
+    let path = store_dir(root);
+    let io = |source| StoreError::Io {
+        path: path.clone(),
+        source,
+    };
+    match confined_dir(root, make)? {
+        Confined::Dir(d) => Named::confined(&d, &path).map(Some).map_err(io),
+        Confined::Missing => Ok(None),
+        Confined::Machine => {
+            if make {
+                std::fs::create_dir_all(&path).map_err(io)?;
+            }
+            match Named::open(&path) {
+                Ok(n) => Ok(Some(n)),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+                Err(e) => Err(io(e)),
+            }
+        }
+    }
 }

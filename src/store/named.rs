@@ -11,6 +11,7 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
 /// A directory of the store (its own, or `originals/`), open, with the path it is shown by.
+#[derive(Debug)]
 pub struct Named {
     fd: OwnedFd,
     path: PathBuf,
@@ -122,6 +123,19 @@ impl Named {
             Err(nix::errno::Errno::ENOENT) => Ok(None),
             Err(e) => Err(self.unfollowed(name, e)),
         }
+    }
+
+    /// Opens (creating, 0600) the file `name` for reading and writing as it is, following no
+    /// link: a lock file, whose identity is its inode and must not be made again.
+    pub fn open_kept(&self, name: &str) -> io::Result<File> {
+        let fd = fcntl::openat(
+            &self.fd,
+            name,
+            OFlag::O_RDWR | OFlag::O_CREAT | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+            Mode::from_bits_truncate(0o600),
+        )
+        .map_err(|e| self.unfollowed(name, e))?;
+        Ok(File::from(fd))
     }
 
     /// Reads the file `name` whole (see [`Named::open_file`]).
