@@ -52,7 +52,7 @@ fn a_verify_printing_a_gibibyte_costs_bounded_memory_and_store() {
         let node = Node::new();
         let (code, out, rss, took) = failing_verify(&node, stream);
         assert_eq!(code, 1, "{out}");
-        let report: Value = serde_json::from_str(&out).expect("the report is JSON");
+        let report: Value = crate::util::contract(&out);
         let entry = &report["entries"][0];
         let detail = entry["detail"].as_str().unwrap_or_default();
         assert_eq!(entry["outcome"], "failed", "{out}");
@@ -123,7 +123,7 @@ fn a_declaration_that_is_not_a_regular_file_or_too_large_is_refused_at_once() {
         let (code, out, rss, took) = apply_file(&node, file, &[]);
         eprintln!("apply {file}: exit {code} in {took:?}, peak RSS {rss} KiB");
         assert_eq!(code, 2, "{out}");
-        let refused: Value = serde_json::from_str(&out).expect("the refusal is JSON");
+        let refused: Value = crate::util::contract(&out);
         let problem = refused["refused"]["problems"][0]
             .as_str()
             .unwrap_or_default();
@@ -417,8 +417,10 @@ fn a_full_disk_still_reports_the_apply_and_leaves_the_store_true() {
         let out = tempfile::tempdir().unwrap();
         let ((code, stdout), (again, stdout2)) =
             apply_on_a_full_disk(&node, &second, free, out.path());
-        let report: Value = serde_json::from_str(&stdout)
-            .unwrap_or_else(|e| panic!("{free} free: no report ({e}): {stdout}"));
+        if let Err(e) = serde_json::from_str::<Value>(&stdout) {
+            panic!("{free} free: no report ({e}): {stdout}");
+        }
+        let report = crate::util::contract(&stdout);
         assert_eq!(code, 1, "{free} free: {report:#}");
         assert_eq!(report["outcome"], "failed", "{report:#}");
         let said = report["store_error"].as_str().unwrap_or_default();
@@ -468,8 +470,10 @@ fn a_full_disk_still_reports_the_apply_and_leaves_the_store_true() {
         }
         // With room again the store is read as it was left: what the failed apply did is
         // recorded (the directory unchanged, not made again), and the rest is done.
-        let report2: Value = serde_json::from_str(&stdout2)
-            .unwrap_or_else(|e| panic!("{free} free, again: ({e}): {stdout2}"));
+        if let Err(e) = serde_json::from_str::<Value>(&stdout2) {
+            panic!("{free} free, again: ({e}): {stdout2}");
+        }
+        let report2 = crate::util::contract(&stdout2);
         assert_eq!(again, 0, "{free} free, again: {report2:#}");
         let d = entry(&report2, "app/d").0;
         assert_eq!(

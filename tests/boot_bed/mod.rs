@@ -196,6 +196,7 @@ impl Tree {
         let out = self.nspawn(&argv);
         let json = serde_json::from_slice(&out.stdout)
             .unwrap_or_else(|e| panic!("mesh-host {args:?}: not JSON ({e}): {}", text(&out)));
+        crate::util::contract(&String::from_utf8_lossy(&out.stdout));
         (out.code, json)
     }
 

@@ -85,6 +85,7 @@ fn host(boot: &Boot, args: &[&str]) -> (Option<i32>, Value) {
         .expect("inside");
     let json = serde_json::from_slice(&out.stdout)
         .unwrap_or_else(|e| panic!("mesh-host {args:?}: not JSON ({e}): {}", text(&out)));
+    crate::util::contract(&String::from_utf8_lossy(&out.stdout));
     (out.code, json)
 }
 

@@ -155,6 +155,13 @@ fn confirm(
             return c;
         }
     };
+    if let Err(problems) = mesh_host::json_contract::check(&v) {
+        c.outcome = Err(format!(
+            "the report breaks the JSON contract: {}",
+            problems.join("; ")
+        ));
+        return c;
+    }
     c.agrees = v["confirm"]["agrees"] == true;
     c.notes = v["confirm"]["notes"]
         .as_array()

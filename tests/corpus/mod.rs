@@ -380,12 +380,13 @@ fn mesh(node: &Machine, root: &Path, wrap: &[String], args: &[&str]) -> lab::Out
 }
 
 fn json_of(out: &lab::Output, what: &str) -> Value {
-    serde_json::from_str(&out.stdout).unwrap_or_else(|e| {
+    if let Err(e) = serde_json::from_str::<Value>(&out.stdout) {
         panic!(
             "mesh-host {what} printed no JSON ({e}), exit {}:\n{}\n{}",
             out.status, out.stdout, out.stderr
         )
-    })
+    }
+    crate::util::contract(&out.stdout)
 }
 
 fn run_fixture(fixture: &Fixture) -> Ran {

@@ -249,6 +249,13 @@ pub(super) fn explained(
             out.stderr.trim()
         )
     })?;
+    mesh_host::json_contract::check(&v).map_err(|problems| {
+        format!(
+            "mesh-host {} breaks the JSON contract: {}",
+            args.join(" "),
+            problems.join("; ")
+        )
+    })?;
     let ways: Vec<&Value> = v["ways"]
         .as_array()
         .into_iter()

@@ -28,7 +28,10 @@ fn status(root: &Path) -> (Value, String) {
         out.stdout
     };
     let json = run(&["--json"]);
-    let v = serde_json::from_str(&json).unwrap_or_else(|e| panic!("{e}: {json}"));
+    if let Err(e) = serde_json::from_str::<serde_json::Value>(&json) {
+        panic!("{e}: {json}");
+    }
+    let v = crate::util::contract(&json);
     (v, run(&[]))
 }
 
