@@ -314,6 +314,16 @@ pub fn saved_rule_lets_on(spec: &str, fam: Fam) -> bool {
     )
 }
 
+/// Whether a saved iptables rule (of family `fam`) jumps or goes to `chain`, as the evaluator
+/// reads its verdict (`-j chain`, `-g chain`). Retiring a found rules file asks this of what
+/// stays, to tell whether a chain the file made is still pointed at.
+pub fn saved_rule_goes_to(spec: &str, fam: Fam, chain: &str) -> bool {
+    let chains = [chain.to_string()];
+    legacy::legacy_items(spec, fam, &chains)
+        .iter()
+        .any(|i| matches!(i, ir::Item::Act(ir::Act::Jump(c) | ir::Act::Goto(c)) if c == chain))
+}
+
 fn is_for(items: Vec<ir::Item>, proto: u8, port: u16) -> bool {
     let names_proto = items.iter().any(|i| match i {
         ir::Item::Cond(c) => {

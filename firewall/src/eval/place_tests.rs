@@ -380,3 +380,22 @@ fn detection_reads_whether_a_saved_rule_can_only_let_a_packet_on() {
         assert!(!saved_rule_lets_on(spec, Fam::V4), "{spec}");
     }
 }
+
+#[test]
+fn retiring_reads_whether_a_saved_rule_points_at_a_chain() {
+    use super::saved_rule_goes_to;
+    assert!(saved_rule_goes_to("-j svc", Fam::V4, "svc"));
+    assert!(saved_rule_goes_to(
+        "-p tcp -m tcp --dport 80 -g svc",
+        Fam::V6,
+        "svc"
+    ));
+    for spec in [
+        "-j svc-other",
+        "-m comment --comment \"-j svc\" -j ACCEPT",
+        "-j LOG --log-prefix svc",
+        "-p tcp --dport 22",
+    ] {
+        assert!(!saved_rule_goes_to(spec, Fam::V4, "svc"), "{spec}");
+    }
+}

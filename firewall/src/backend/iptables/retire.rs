@@ -268,11 +268,11 @@ pub(crate) fn retire(variant: Variant, saved: &Retired, cx: &mut Cx<'_>) -> Resu
             };
             let others_in = before.rules_of(chain).any(|s| !is_file(chain, s))
                 && before.rules_of(chain).count() > file.rules_of(chain).count();
-            let jumps = |s: &str| {
-                let w: Vec<&str> = s.split_whitespace().collect();
-                w.windows(2)
-                    .any(|p| (p[0] == "-j" || p[0] == "-g") && p[1] == chain)
+            let fam = match family {
+                Family::Ipv6 => crate::eval::Fam::V6,
+                _ => crate::eval::Fam::V4,
             };
+            let jumps = |s: &str| crate::eval::saved_rule_goes_to(s, fam, chain);
             let referenced = before
                 .rules
                 .iter()
