@@ -87,11 +87,16 @@ fn by_cli(runner: &dyn run::Runner, kind: RuntimeKind) -> Vec<String> {
 }
 
 /// The names a runtime reported that are bridges on this machine (`bridges`), in order.
+/// In name order, each once: the engine lists its networks in no set order, and the guard's
+/// rules and its line must not change when only that order did.
 fn real_bridges(reported: Vec<String>, bridges: &[String]) -> Vec<String> {
-    reported
+    let mut out: Vec<String> = reported
         .into_iter()
         .filter(|r| bridges.contains(r))
-        .collect()
+        .collect();
+    out.sort_unstable();
+    out.dedup();
+    out
 }
 
 #[cfg(test)]
@@ -102,5 +107,17 @@ mod tests {
         let reported = vec!["lanbr".to_string(), "eth0".to_string(), "gone0".to_string()];
         assert_eq!(super::real_bridges(reported, &here), ["lanbr"]);
         assert!(super::real_bridges(vec!["eth0".into()], &[]).is_empty());
+        // Whatever order the engine answers in, the same list.
+        let here = vec!["docker0".to_string(), "br-0a".to_string()];
+        for reported in [
+            vec!["docker0".to_string(), "br-0a".to_string()],
+            vec![
+                "br-0a".to_string(),
+                "docker0".to_string(),
+                "docker0".to_string(),
+            ],
+        ] {
+            assert_eq!(super::real_bridges(reported, &here), ["br-0a", "docker0"]);
+        }
     }
 }
