@@ -24,8 +24,6 @@ pub const COUNTER_AFTER: Duration = Duration::from_secs(2);
 enum Said {
     /// An apply of this many resources begins.
     Begins(usize),
-    /// One resource's line.
-    Line(String),
     /// The act has ended: answered with whether any line was printed, once all before it are.
     Ends(Sender<bool>),
 }
@@ -46,9 +44,22 @@ struct Writer {
     /// Whether standard output's reader went away (a write failed).
     closed: bool,
     act: Option<Act>,
+    /// Lines taken from the queue and not yet written: every line waiting when the writer wakes
+    /// goes out in one write, so 10,000 unchanged files cost a few writes, not 10,000.
+    pending: Vec<u8>,
 }
 
 static QUEUE: Mutex<Option<Sender<Said>>> = Mutex::new(None);
+
+/// The lines done and not yet taken by the writer, and how many they are. An act only adds to
+/// it (no wake-up per line: waking the writer for each line cost a context switch per resource,
+/// +25 % on a reconcile of 10,000 unchanged files); the writer takes what is there every
+/// [`TICK`] and at the act's end, and writes it in one go.
+static LINES: Mutex<(Vec<u8>, usize)> = Mutex::new((Vec::new(), 0));
+
+/// How often the writer takes the lines done: a line reaches standard output at most this long
+/// after its resource is done.
+const TICK: Duration = Duration::from_millis(20);
 
 /// Whether this process streams its acts: asked before a line is even made, so the resident host
 /// and `--json` pay nothing per resource.
@@ -78,6 +89,7 @@ pub fn stream_acts() {
         streamed: false,
         closed: false,
         act: None,
+        pending: Vec::new(),
     };
     if std::thread::Builder::new()
         .name("lines".into())
@@ -95,10 +107,15 @@ pub fn act_begins(total: usize) {
     send(Said::Begins(total));
 }
 
-/// One resource's line, said as it is done: queued at once for the writer, which prints it
-/// (standard output is line-buffered, so it leaves the process then) and counts it.
+/// One resource's line, said as it is done: kept for the writer, which prints it within
+/// [`TICK`] (with every other line done meanwhile, in one write) and counts it.
 pub fn done(line: String) {
-    send(Said::Line(line));
+    {
+        let mut lines = LINES.lock().unwrap_or_else(|p| p.into_inner());
+        lines.0.extend_from_slice(line.as_bytes());
+        lines.0.push(b'\n');
+        lines.1 += 1;
+    }
 }
 
 /// The act has ended: once every line queued before is printed, its counter, if drawn, is wiped.
@@ -111,9 +128,10 @@ pub fn act_ends() -> bool {
 
 impl Writer {
     fn run(mut self, rx: Receiver<Said>) {
-        for said in rx {
-            match said {
-                Said::Begins(total) => {
+        use std::sync::mpsc::RecvTimeoutError;
+        loop {
+            match rx.recv_timeout(TICK) {
+                Ok(Said::Begins(total)) => {
                     self.act = Some(Act {
                         started: Instant::now(),
                         total,
@@ -121,8 +139,10 @@ impl Writer {
                         drawn: false,
                     })
                 }
-                Said::Line(line) => self.line(&line),
-                Said::Ends(answer) => {
+                Ok(Said::Ends(answer)) => {
+                    // Every line done before the act's end.
+                    self.take();
+                    self.write_out();
                     if self.act.take().is_some_and(|a| a.drawn) {
                         let mut err = std::io::stderr().lock();
                         let _ = write!(err, "\r\x1b[K");
@@ -130,12 +150,46 @@ impl Writer {
                     }
                     let _ = answer.send(self.streamed);
                 }
+                Err(RecvTimeoutError::Timeout) => {
+                    self.take();
+                    self.write_out();
+                }
+                Err(RecvTimeoutError::Disconnected) => return,
             }
         }
     }
 
-    fn line(&mut self, line: &str) {
+    /// Takes the lines done so far.
+    fn take(&mut self) {
+        let (bytes, count) = std::mem::take(&mut *LINES.lock().unwrap_or_else(|p| p.into_inner()));
+        if count == 0 {
+            return;
+        }
         self.streamed = true;
+        // A reader gone does not stop the act: its lines are dropped from then on, and the
+        // report's summary at the end meets the closed pipe and says so
+        // (`cli::closed_stdout_ends_quietly`).
+        if !self.closed {
+            self.pending.extend_from_slice(&bytes);
+        }
+        if let Some(a) = self.act.as_mut() {
+            a.done += count;
+        }
+    }
+
+    /// Writes the lines taken so far in one go, the counter wiped before them and drawn again
+    /// after (once drawn it is drawn after every write; first once the act has run 2 s).
+    fn write_out(&mut self) {
+        // The counter is drawn once the act has run 2 s, lines or not: a long step (an action,
+        // a package) shows where the act stands while it runs.
+        let due = self.counter
+            && self
+                .act
+                .as_ref()
+                .is_some_and(|a| !a.drawn && a.started.elapsed() >= COUNTER_AFTER);
+        if self.pending.is_empty() && !due {
+            return;
+        }
         let mut err = std::io::stderr().lock();
         let drawn = self.act.as_ref().is_some_and(|a| a.drawn);
         if drawn {
@@ -143,16 +197,15 @@ impl Writer {
             let _ = write!(err, "\r\x1b[K");
             let _ = err.flush();
         }
-        // A reader gone does not stop the act: its lines are dropped from then on, and the
-        // report's summary at the end meets the closed pipe and says so
-        // (`cli::closed_stdout_ends_quietly`).
         if !self.closed {
             let mut out = std::io::stdout().lock();
-            self.closed = writeln!(out, "{line}").and_then(|()| out.flush()).is_err();
+            self.closed = out
+                .write_all(&self.pending)
+                .and_then(|()| out.flush())
+                .is_err();
         }
+        self.pending.clear();
         let Some(a) = self.act.as_mut() else { return };
-        a.done += 1;
-        // Once drawn it is drawn again after every line (the line wiped it).
         if self.counter && (drawn || a.started.elapsed() >= COUNTER_AFTER) {
             let _ = write!(err, "{}/{} resources", a.done, a.total.max(a.done));
             let _ = err.flush();
