@@ -210,19 +210,7 @@ pub fn plan(
         .unwrap_or_default();
     let runner = Deadlined { runner, deadlines };
     let settings = decl.settings.clone().or_else(|| state.settings.clone());
-    let mut plan = Plan {
-        act: act.to_string(),
-        node: decl.node.clone(),
-        mode: decl.mode.as_str(),
-        source,
-        pending: false,
-        summary: Summary::default(),
-        guard: None,
-        flip: None,
-        entries: Vec::new(),
-        openings: Vec::new(),
-        unread: Vec::new(),
-    };
+    let mut plan = Plan::empty(act, &decl.node, decl.mode.as_str(), source);
     let mut fw = match node_firewall::open_found(deadlines) {
         Ok(fw) => Some(fw),
         Err(e) => {
@@ -394,8 +382,9 @@ impl Plan {
         });
     }
 
-    /// An empty preview of `act` for `node`, for a preview whose act would be refused before
-    /// any resource (genesis refused): the same keys as every plan.
+    /// An empty preview of `act` for `node`: where every preview starts, and what a preview
+    /// whose act would be refused before any resource (genesis refused) says: the same keys as
+    /// every plan.
     pub fn empty(act: &str, node: &str, mode: &'static str, source: Source) -> Plan {
         Plan {
             act: act.to_string(),
