@@ -19,8 +19,6 @@ use std::process::ExitCode;
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, UNIX_EPOCH};
 
-pub mod status;
-
 /// The longest one attempt to reach one broker address may take before it is given up.
 pub const ATTEMPT_DEADLINE: Duration = Duration::from_secs(30);
 
@@ -206,7 +204,7 @@ pub fn read_token_file(path: &Path) -> std::result::Result<String, TokenFileErro
 
 /// `mesh-host enrol --token-file PATH` or `--token TOKEN` (`--json`), with the token's text.
 pub fn enrol(host: &Host<'_>, text: &str, json: bool) -> Result<ExitCode> {
-    use crate::cli::refusal;
+    use crate::commands::cli::refusal;
     let token = match link::Token::parse(text, link::now_secs()) {
         Ok(t) => t,
         Err(link::Error::Token(problems)) => {
@@ -223,7 +221,7 @@ pub fn enrol(host: &Host<'_>, text: &str, json: bool) -> Result<ExitCode> {
     // The node's own key is made here and now; it is stored only once the enrolment worked.
     let key = link::generate_key()?;
     let profile = crate::system::profile::Profile::gather(host.root, host.runner);
-    let inventory = match crate::inventory::read(host.runner) {
+    let inventory = match crate::commands::inventory::read(host.runner) {
         Ok(v) => v.to_json(),
         Err(e) => serde_json::json!({"unreadable": crate::error::error_text(&e)}),
     };

@@ -83,7 +83,7 @@ fn every_page_cited_is_a_page_generated() {
                 );
             } else {
                 assert!(
-                    mesh_host::man::cited_elsewhere().contains(&c.as_str()),
+                    mesh_host::commands::man::cited_elsewhere().contains(&c.as_str()),
                     "{f} cites {c}, neither generated nor a known system page"
                 );
             }

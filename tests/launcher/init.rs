@@ -251,7 +251,7 @@ fn the_unit_asks_systemd_for_what_the_launcher_promises() {
         );
     }
     // Every page it points at is one the binary makes.
-    let pages = mesh_host::man::page_names();
+    let pages = mesh_host::commands::man::page_names();
     let docs = values(&u, "Documentation").join(" ");
     assert!(!docs.is_empty());
     for d in docs.split(' ') {

@@ -184,7 +184,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             preview,
             json,
         } => {
-            let asked = crate::converge::taking(&cli.root, &module)?;
+            let asked = crate::commands::converge::taking(&cli.root, &module)?;
             if preview {
                 return preview_asked(&cli.root, "take", asked, json);
             }
@@ -192,7 +192,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         }
         Command::Converge { preview, json } => {
             if preview {
-                return match crate::converge::preview(&host(&cli.root))? {
+                return match crate::commands::converge::preview(&host(&cli.root))? {
                     Err(asked) => act(&cli.root, asked, json),
                     Ok(p) => {
                         if json {
@@ -204,10 +204,14 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
                     }
                 };
             }
-            act(&cli.root, crate::converge::converging(&cli.root)?, json)
+            act(
+                &cli.root,
+                crate::commands::converge::converging(&cli.root)?,
+                json,
+            )
         }
         Command::Adopt { preview, json } => {
-            let asked = crate::converge::adopting(&cli.root)?;
+            let asked = crate::commands::converge::adopting(&cli.root)?;
             if preview {
                 return preview_asked(&cli.root, "adopt", asked, json);
             }
@@ -266,7 +270,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
                 }
             }
         }
-        Command::Boot => Ok(if crate::boot::run(&cli.root).failed.is_some() {
+        Command::Boot => Ok(if crate::commands::boot::run(&cli.root).failed.is_some() {
             ExitCode::FAILURE
         } else {
             ExitCode::SUCCESS
@@ -363,7 +367,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Inventory { json } => {
-            let view = crate::inventory::read(host(&cli.root).runner)?;
+            let view = crate::commands::inventory::read(host(&cli.root).runner)?;
             if json {
                 json_contract::print("inventory", 0, &view.to_json())?;
             } else {
@@ -382,7 +386,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             preview,
             json,
         } => {
-            let req = crate::genesis::Request {
+            let req = crate::commands::genesis::Request {
                 adopted,
                 node,
                 ports,
@@ -396,12 +400,12 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
                 interruptible();
             }
             let h = host(&cli.root);
-            let read = || crate::inventory::read(h.runner).map(|v| v.machine());
-            match crate::genesis::run(&cli.root, &h, &req, &read) {
-                Ok(crate::genesis::Outcome::Refused(p)) => genesis_refused(&p, json, 2),
-                Ok(crate::genesis::Outcome::Unsafe(p)) => genesis_refused(&p, json, 3),
-                Ok(crate::genesis::Outcome::Applied(r)) => finish(Ok(*r), json),
-                Ok(crate::genesis::Outcome::Previewed(p)) => {
+            let read = || crate::commands::inventory::read(h.runner).map(|v| v.machine());
+            match crate::commands::genesis::run(&cli.root, &h, &req, &read) {
+                Ok(crate::commands::genesis::Outcome::Refused(p)) => genesis_refused(&p, json, 2),
+                Ok(crate::commands::genesis::Outcome::Unsafe(p)) => genesis_refused(&p, json, 3),
+                Ok(crate::commands::genesis::Outcome::Applied(r)) => finish(Ok(*r), json),
+                Ok(crate::commands::genesis::Outcome::Previewed(p)) => {
                     if json {
                         println!("{}", serde_json::to_string_pretty(&p.document())?);
                     } else {
@@ -424,11 +428,11 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             command: FirewallCommand::Status { json },
         } => {
             let state = store::peek(&cli.root)?;
-            let v = crate::status::firewall_status(&cli.root, state.as_ref())?;
+            let v = crate::commands::status::firewall_status(&cli.root, state.as_ref())?;
             if json {
                 json_contract::print("firewall_status", 0, &v)?;
             } else {
-                print!("{}", crate::status::render(&v));
+                print!("{}", crate::commands::status::render(&v));
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -443,24 +447,24 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
                     confirm,
                     json,
                 },
-        } => crate::status::explain_command(
+        } => crate::commands::status::explain_command(
             port,
             &proto,
             from,
             interface,
             &path,
-            crate::status::Explain {
+            crate::commands::status::Explain {
                 confirm,
                 json,
                 // A store that cannot be read leaves them unknown: every bridge is then a way in.
-                bridges: crate::status::recorded_bridges(
+                bridges: crate::commands::status::recorded_bridges(
                     store::peek(&cli.root).ok().flatten().as_ref(),
                 ),
             },
         ),
         Command::Link {
             command: LinkCommand::Status { json },
-        } => crate::link::status::command(&cli.root, json),
+        } => crate::commands::link_status::command(&cli.root, json),
         Command::Briefing { json } => {
             let state = store::peek(&cli.root)?;
             let Some(b) = state.and_then(|s| s.briefing) else {
@@ -544,7 +548,7 @@ fn generate(what: GenerateCommand) -> Result<()> {
         }
         GenerateCommand::Man { dir } => {
             use std::io::Write as _;
-            for (file, roff) in crate::man::pages() {
+            for (file, roff) in crate::commands::man::pages() {
                 match &dir {
                     Some(d) => {
                         let path = d.join(&file);

@@ -3,7 +3,7 @@
 //! the store): enrolled or not, linked or not, the last contact and the declaration in force. It
 //! asks no broker, so it answers the same with the broker down or unreachable.
 
-use super::{load, Connection};
+use crate::link::{load, Connection};
 use crate::store;
 use anyhow::Result;
 use serde::Serialize;

@@ -122,7 +122,7 @@ fn reached_now(
     match fw.verdicts(&asked) {
         Ok(v) => v
             .iter()
-            .map(|(id, v)| (id.clone(), crate::converge::reached_from(v)))
+            .map(|(id, v)| (id.clone(), crate::commands::converge::reached_from(v)))
             .collect(),
         Err(e) => {
             tracing::warn!(error = %e, "the found firewall could not be walked for the listeners");

@@ -147,12 +147,14 @@ fn refused_act(code: u8, why: &str, json: bool) -> Result<ExitCode> {
 pub(super) fn preview_asked(
     root: &std::path::Path,
     act: &str,
-    asked: crate::converge::Asked,
+    asked: crate::commands::converge::Asked,
     json: bool,
 ) -> Result<ExitCode> {
     match asked {
-        crate::converge::Asked::Refused { code, why } => refused_act(code, &why, json),
-        crate::converge::Asked::Apply(decl) => previewed(root, act, &decl, Source::Local, json),
+        crate::commands::converge::Asked::Refused { code, why } => refused_act(code, &why, json),
+        crate::commands::converge::Asked::Apply(decl) => {
+            previewed(root, act, &decl, Source::Local, json)
+        }
     }
 }
 
@@ -160,12 +162,12 @@ pub(super) fn preview_asked(
 /// `local`) and the resident host told.
 pub(super) fn act(
     root: &std::path::Path,
-    asked: crate::converge::Asked,
+    asked: crate::commands::converge::Asked,
     json: bool,
 ) -> Result<ExitCode> {
     match asked {
-        crate::converge::Asked::Refused { code, why } => refused_act(code, &why, json),
-        crate::converge::Asked::Apply(decl) => {
+        crate::commands::converge::Asked::Refused { code, why } => refused_act(code, &why, json),
+        crate::commands::converge::Asked::Apply(decl) => {
             interruptible();
             let result = apply::apply(&host(root), &decl, Source::Local);
             if tells_resident(&result) && crate::pid_file::tell_resident(root) {

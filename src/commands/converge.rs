@@ -301,7 +301,7 @@ pub fn preview(host: &Host<'_>) -> Result<std::result::Result<Preview, Asked>> {
             listening.push(r);
         }
     }
-    let (containers, _) = crate::inventory::running_containers(host.runner)
+    let (containers, _) = crate::commands::inventory::running_containers(host.runner)
         .context("listing the running containers")?;
     let mut published = Vec::new();
     for c in &containers {

@@ -1,0 +1,11 @@
+//! The commands: what each subcommand of `mesh-host` does, above the domain (declaration, store,
+//! apply, node_firewall, resident, system), which never imports this layer.
+
+pub mod boot;
+pub mod cli;
+pub mod converge;
+pub mod genesis;
+pub mod inventory;
+pub mod link_status;
+pub mod man;
+pub mod status;
