@@ -33,6 +33,7 @@ use found::coarse_now;
 pub use found::{hex, Found};
 use mount::mount_at;
 pub use mount::{is_machine_root, mount_of, mount_of_path, Mount};
+pub use stamp::Stamp;
 
 /// Why a declared path could not be resolved or used beneath the root. Each message names the
 /// declared path (the resource) and, for a refusal, the component that caused it.
@@ -483,7 +484,7 @@ impl Root {
                 kind: kind(st.st_mode),
             });
         }
-        let stamp = crate::store::Stamp {
+        let stamp = Stamp {
             dev: st.st_dev,
             ino: st.st_ino,
             size: st.st_size as u64,
@@ -713,5 +714,6 @@ pub fn copy_digest(found: &Found, out: Option<&mut File>) -> std::io::Result<Str
 
 mod found;
 mod mount;
+mod stamp;
 #[cfg(test)]
 mod tests;

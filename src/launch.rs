@@ -9,12 +9,10 @@
 use std::io;
 use std::path::Path;
 
-/// The version the launcher reinstalls after too many failed starts.
-pub const KNOWN_GOOD: &str = "known-good";
-/// The launcher's count of start attempts since the last completed reconcile.
-pub const ATTEMPTS: &str = "attempts";
-/// Written by the launcher when it rolled back: the version it rolled back to.
-pub const ROLLED_BACK: &str = "rolled-back";
+/// The launcher's files: the version it reinstalls after too many failed starts, its count of
+/// start attempts since the last completed reconcile, and the version it rolled back to (named
+/// by the store, which checks every name in its directory).
+pub use crate::store::{ATTEMPTS, KNOWN_GOOD, ROLLED_BACK};
 
 /// This binary's version: compiled in, so it is the version *running*, never the one installed.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");

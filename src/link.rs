@@ -1,9 +1,9 @@
-//! The core's side of the link: `mesh-host enrol --token-file` (the node's key made here and kept in
-//! the store directory, 0600, never sent anywhere) and, for `mesh-host run`, the link started on a
-//! thread of its own, its events handed to the resident host's poll loop through an eventfd, so
-//! the loop stays the one place that applies. A declaration from the link is applied with source
-//! `link`; the report goes back up; how long the node was unlinked is kept in `link.json` and
-//! reported on reconnect.
+//! The core's side of the link: the enrolment kept (the node's key made by `mesh-host enrol`,
+//! `commands/enrol.rs`, kept in the store directory, 0600, never sent anywhere) and, for
+//! `mesh-host run`, the link started on a thread of its own, its events handed to the resident
+//! host's poll loop through an eventfd, so the loop stays the one place that applies. A
+//! declaration from the link is applied with source `link`; the report goes back up; how long the
+//! node was unlinked is kept in `link.json` and reported on reconnect.
 
 use crate::apply::{self, Host};
 use crate::declaration::{self, Source};
@@ -15,7 +15,6 @@ use base64::Engine as _;
 use serde::{Deserialize, Serialize};
 use std::os::fd::{AsFd, BorrowedFd};
 use std::path::{Path, PathBuf};
-use std::process::ExitCode;
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, UNIX_EPOCH};
 
@@ -127,151 +126,31 @@ fn load_key(root: &Path) -> Result<ed25519_dalek::SigningKey> {
     Ok(ed25519_dalek::SigningKey::from_bytes(&seed))
 }
 
-/// The longest token file read (a token is a few hundred bytes).
-const TOKEN_FILE_MAX: u64 = 64 * 1024;
-
-/// Why `enrol --token-file` read no token; each names the file (or standard input).
-#[derive(Debug, thiserror::Error)]
-pub enum TokenFileError {
-    #[error("{shown}: {source}")]
-    Unreadable {
-        shown: String,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("{shown}: longer than {TOKEN_FILE_MAX} bytes, not a token")]
-    TooLong { shown: String },
-    #[error("{shown} is empty: it holds no token")]
-    Empty { shown: String },
-}
-
-/// Says (a warning) when a token file can be read by its group or by others: its secret enrols
-/// any machine that presents it first, so a copy another user could read is worth a word, not a
-/// refusal (the token is used once, and the operator may be enrolling right now for that reason).
-fn warn_if_shared(path: &Path, file: &std::fs::File) {
-    use std::os::unix::fs::PermissionsExt as _;
-    let Ok(meta) = file.metadata() else { return };
-    let mode = meta.permissions().mode() & 0o777;
-    if mode & 0o044 != 0 {
-        let who = match (mode & 0o040 != 0, mode & 0o004 != 0) {
-            (true, true) => "its group and every user",
-            (true, false) => "its group",
-            _ => "every user",
-        };
-        tracing::warn!(
-            "token file {} can be read by {who} (mode {mode:04o}): its secret enrols whoever \
-             presents it first; keep a token in a file only root reads (chmod 600) and remove it \
-             once enrolled",
-            path.display()
-        );
-    }
-}
-
-/// The token of `enrol --token-file PATH` (`-`: standard input), whitespace around it dropped.
-/// A missing, unreadable, oversized or empty file is an error naming it.
-pub fn read_token_file(path: &Path) -> std::result::Result<String, TokenFileError> {
-    use std::io::Read as _;
-    let shown = if path == Path::new("-") {
-        "standard input".to_string()
-    } else {
-        format!("token file {}", path.display())
-    };
-    let unreadable = |source| TokenFileError::Unreadable {
-        shown: shown.clone(),
-        source,
-    };
-    let reader: Box<dyn std::io::Read> = if path == Path::new("-") {
-        Box::new(std::io::stdin())
-    } else {
-        let file = std::fs::File::open(path).map_err(unreadable)?;
-        warn_if_shared(path, &file);
-        Box::new(file)
-    };
-    let mut text = String::new();
-    reader
-        .take(TOKEN_FILE_MAX + 1)
-        .read_to_string(&mut text)
-        .map_err(unreadable)?;
-    if text.len() as u64 > TOKEN_FILE_MAX {
-        return Err(TokenFileError::TooLong { shown });
-    }
-    let token = text.trim();
-    if token.is_empty() {
-        return Err(TokenFileError::Empty { shown });
-    }
-    Ok(token.to_string())
-}
-
-/// `mesh-host enrol --token-file PATH` or `--token TOKEN` (`--json`), with the token's text.
-pub fn enrol(host: &Host<'_>, text: &str, json: bool) -> Result<ExitCode> {
-    use crate::commands::cli::refusal;
-    let token = match link::Token::parse(text, link::now_secs()) {
-        Ok(t) => t,
-        Err(link::Error::Token(problems)) => {
-            let problems: Vec<String> = problems.iter().map(|p| format!("token: {p}")).collect();
-            return refusal(
-                json,
-                2,
-                &problems,
-                "the token was refused; nothing was stored",
-            );
-        }
-        Err(e) => return Err(e.into()),
-    };
-    // The node's own key is made here and now; it is stored only once the enrolment worked.
-    let key = link::generate_key()?;
-    let profile = crate::system::profile::Profile::gather(host.root, host.runner);
-    let inventory = match crate::commands::inventory::read(host.runner) {
-        Ok(v) => v.to_json(),
-        Err(e) => serde_json::json!({"unreadable": crate::error::error_text(&e)}),
-    };
-    let request = link::EnrolRequest {
-        token: token.id.clone(),
-        node: token.node.clone(),
-        public_key: STANDARD.encode(key.verifying_key().as_bytes()),
-        profile: serde_json::to_value(&profile)?,
-        inventory,
-    };
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .context("starting the link's runtime")?;
-    let identity = match rt.block_on(link::enrol(
-        &token,
-        &request,
-        &link::Resolver::under(host.root),
-        ATTEMPT_DEADLINE,
-    )) {
-        Ok(i) => i,
-        Err(e @ (link::Error::Enrolment { .. } | link::Error::Refused { .. })) => {
-            return refusal(
-                json,
-                2,
-                &[e.to_string()],
-                "the token was refused; nothing was stored",
-            );
-        }
-        Err(e @ link::Error::Fingerprint { .. }) => {
-            return refusal(json, 3, &[format!("refused: {e}")], "nothing was stored");
-        }
-        Err(e) => return Err(anyhow::Error::new(e).context("enrolling")),
-    };
-    let dir = store::store_dir(host.root);
+/// Keeps an enrolment that worked: the node's key (0600) and `link.json` in the store directory,
+/// with the version high-water mark carried over from the identity it replaces or a release
+/// left, so declarations the node already applied cannot be replayed to it.
+pub fn keep(
+    root: &Path,
+    key: &ed25519_dalek::SigningKey,
+    token: &link::Token,
+    identity: &link::Identity,
+) -> Result<Linked> {
+    let dir = store::store_dir(root);
     std::fs::create_dir_all(&dir).with_context(|| format!("store {}", dir.display()))?;
     // A re-enrolment with the same controller keeps the version high-water mark, so declarations
     // the node already applied cannot be replayed to it under its new identity.
     // So does one after a release, from what the release left of the identity it dropped.
-    let last_version = match load(host.root) {
+    let last_version = match load(root) {
         Ok(Some(old)) if old.node == token.node && old.controller == token.controller => {
             old.last_version
         }
-        Ok(None) => released(host.root)
+        Ok(None) => released(root)
             .filter(|r| r.node == token.node && r.controller == token.controller)
             .map_or(0, |r| r.last_version),
         _ => 0,
     };
     write_private(
-        host.root,
+        root,
         "node.key",
         format!("{}\n", STANDARD.encode(key.to_bytes())).as_bytes(),
     )?;
@@ -289,28 +168,8 @@ pub fn enrol(host: &Host<'_>, text: &str, json: bool) -> Result<ExitCode> {
         last_contact: Some(link::now_secs()),
         connection: None,
     };
-    save(host.root, &linked)?;
-    if json {
-        let v = serde_json::json!({"enrolled": {
-            "node": linked.node,
-            "brokers": token.brokers,
-            "certificate_sha256": token.fingerprint,
-        }});
-        crate::json_contract::print("enrolled", 0, &v)?;
-    } else {
-        println!(
-            "enrolled as node {} through broker {} (certificate {}); `mesh-host run` keeps the \
-             link",
-            linked.node,
-            token.brokers.join(", "),
-            &token.fingerprint[..16]
-        );
-    }
-    // A resident host already running takes the new identity up at once.
-    if crate::pid_file::tell_resident(host.root) {
-        tracing::info!("told the resident host that a new enrolment is stored");
-    }
-    Ok(ExitCode::SUCCESS)
+    save(root, &linked)?;
+    Ok(linked)
 }
 
 /// What a release keeps of the identity it dropped (`<store>/released.json`): no key and no

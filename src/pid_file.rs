@@ -9,12 +9,11 @@
 //! The lock's descriptor is close-on-exec, so no child of the host holds it: a helper that
 //! outlived the host must not keep the next host from starting.
 
-use crate::store;
+use crate::store::{self, locked_by};
 use nix::fcntl::{Flock, FlockArg};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use std::fs::File;
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -144,26 +143,6 @@ fn holder(file: &File, root: &Path) -> Option<u32> {
         }
         std::thread::sleep(Duration::from_millis(10));
     }
-}
-
-/// The pid `/proc/locks` gives the FLOCK on the file with this device and inode.
-pub(crate) fn locked_by(m: &std::fs::Metadata) -> Option<u32> {
-    let dev = m.dev();
-    // The kernel writes the device as `%02x:%02x` of its major and minor numbers.
-    let want = format!(
-        "{:02x}:{:02x}:{}",
-        nix::sys::stat::major(dev),
-        nix::sys::stat::minor(dev),
-        m.ino()
-    );
-    let text = std::fs::read_to_string("/proc/locks").ok()?;
-    text.lines().find_map(|line| {
-        let f: Vec<&str> = line.split_whitespace().collect();
-        // "1: FLOCK  ADVISORY  WRITE 17383 fe:00:10019573 0 EOF"
-        (f.get(1) == Some(&"FLOCK") && f.get(5) == Some(&want.as_str()))
-            .then(|| f.get(4)?.parse().ok())
-            .flatten()
-    })
 }
 
 fn is_mesh_host(pid: u32) -> bool {

@@ -14,7 +14,7 @@
 //! host per store: it holds the store's run lock for its life (`pid_file::Claim`).
 
 use crate::apply::{self, FirewallMemo, Host, Rechecked};
-use crate::pid_file::{Claim, ClaimError, ALREADY_RUNNING};
+use crate::pid_file::{Claim, ClaimError};
 use crate::store;
 use crate::wakeup::Wakeup;
 use pace::{Failing, Reconciles, Trigger};
@@ -30,7 +30,6 @@ use nix::sys::signalfd::{SfdFlags, SignalFd};
 pub use pace::SETTLE;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::path::Path;
-use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -130,16 +129,27 @@ fn wait(fds: &[BorrowedFd<'_>], timeout: Duration) {
     let _ = poll(&mut pfds, timeout);
 }
 
+/// How the resident host ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ended {
+    /// Asked to (SIGTERM or SIGINT), after the apply under way.
+    Stopped,
+    /// A new mesh-host binary is installed: the launcher starts it.
+    NewBinary,
+    /// Another resident host holds the store ([`crate::pid_file::ALREADY_RUNNING`]); nothing was started.
+    AlreadyRunning,
+}
+
 /// Runs the resident host until SIGTERM or SIGINT; refused at once, with
-/// [`ALREADY_RUNNING`], while another resident host holds the store.
-pub fn run(host: &Host<'_>, opts: &Options) -> Result<ExitCode> {
+/// [`Ended::AlreadyRunning`], while another resident host holds the store.
+pub fn run(host: &Host<'_>, opts: &Options) -> Result<Ended> {
     // The store's run lock first, before anything else is started: a second host changes nothing.
     // Held until this function returns; dropped, it removes the pid file, then lets go.
     let _claim = match Claim::take(host.root) {
         Ok(c) => c,
         Err(e @ ClaimError::AlreadyRunning { .. }) => {
             eprintln!("error: {e}");
-            return Ok(ExitCode::from(ALREADY_RUNNING));
+            return Ok(Ended::AlreadyRunning);
         }
         Err(e) => return Err(e).context("claiming the store for the resident host"),
     };
@@ -227,7 +237,7 @@ pub fn run(host: &Host<'_>, opts: &Options) -> Result<ExitCode> {
                     }
                     if report.restarts_host() {
                         tracing::info!("a new mesh-host binary is installed; exiting for the launcher to start it");
-                        return Ok(ExitCode::SUCCESS);
+                        return Ok(Ended::NewBinary);
                     }
                     if report.memo.is_some() {
                         memo = report.memo;
@@ -273,7 +283,7 @@ pub fn run(host: &Host<'_>, opts: &Options) -> Result<ExitCode> {
             if let Some(l) = &linked {
                 l.handle.stop();
             }
-            return Ok(ExitCode::SUCCESS);
+            return Ok(Ended::Stopped);
         }
         if heard.rouse {
             // The connection or attempt under way may be one that will never return.
@@ -304,7 +314,7 @@ pub fn run(host: &Host<'_>, opts: &Options) -> Result<ExitCode> {
                     "a new mesh-host binary is installed; exiting for the launcher to start it"
                 );
                 l.handle.stop();
-                return Ok(ExitCode::SUCCESS);
+                return Ok(Ended::NewBinary);
             }
             if from_link.released {
                 // Hosted again: no link, and nothing of the mesh's to put back or reconcile.

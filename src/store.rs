@@ -23,18 +23,18 @@ mod holder;
 mod journal;
 mod named;
 mod records;
-mod stamp;
 
 #[cfg(test)]
 mod fuzz;
 
+pub use crate::beneath::Stamp;
 use confined::open_lock_in;
 pub use confined::{confined_dir, named_dir, Confined};
 pub use flip::{Boot, BootUnit, Flip, FlipStage};
+pub(crate) use holder::locked_by;
 pub use journal::Op;
 pub use named::Named;
 pub use records::List;
-pub use stamp::Stamp;
 
 use crate::briefing::Briefing;
 use crate::declaration::{Declaration, Mode, Settings, Shape, Source};
@@ -109,33 +109,7 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> StoreError + '_ {
     }
 }
 
-/// A resource the host made or took over: it converges, and it is removed (or forgotten, by the
-/// asymmetry) when no longer declared.
-#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
-#[serde(deny_unknown_fields)]
-pub struct Owned {
-    pub id: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub module: Option<String>,
-    pub shape: Shape,
-    pub key: String,
-    /// A digest of what was written (content for files, the argv for actions).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub digest: Option<String>,
-    /// True when the host took over something it found rather than creating it: such a thing
-    /// is never removed, only forgotten, because the host never removes what it did not create.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub found: bool,
-    /// A file's identity and times when its digest was taken: while the file still shows exactly
-    /// these, its digest is the record's and it is not read again.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub stamp: Option<Stamp>,
-    /// The directories the host made on the way to it (they were missing), shallowest first:
-    /// removed after it, deepest first and only while empty, so a removal leaves no parent the
-    /// host created behind.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub parents: Vec<String>,
-}
+pub use crate::declaration::Owned;
 
 /// A resource found on an adopted node and kept as it is until its module is taken.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
@@ -327,6 +301,16 @@ const FOLD_FLOOR: u64 = 64 * 1024;
 /// node was released, not lost, so the next store made here is not a rebuilt one. Removed by that
 /// store's first save.
 pub const RELEASED: &str = "released.json";
+
+/// The launcher's files in the store's directory (`packaging/launch`, `launch.rs`): the version
+/// it reinstalls after too many failed starts, its count of start attempts since the last
+/// completed reconcile, and the version it rolled back to. Named here, below `launch`, because
+/// the store checks every name in its directory before it is used.
+pub const KNOWN_GOOD: &str = "known-good";
+/// See [`KNOWN_GOOD`].
+pub const ATTEMPTS: &str = "attempts";
+/// See [`KNOWN_GOOD`].
+pub const ROLLED_BACK: &str = "rolled-back";
 
 /// The snapshot's temporary name while it is written.
 const TMP: &str = "state.json.tmp";

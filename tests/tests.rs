@@ -13,6 +13,7 @@ mod deadlines;
 mod digests;
 mod firewall_lab;
 mod genesis_lab;
+mod imports;
 mod integrity;
 mod interrupt;
 mod inventory_lab;

@@ -12,9 +12,9 @@ pub struct Found {
     pub uid: u32,
     pub gid: u32,
     /// Its identity and times, by `fstat` on this handle.
-    pub stamp: crate::store::Stamp,
+    pub stamp: super::Stamp,
     /// Whether its change time was older than the clock's tick before the `fstat` (see
-    /// [`crate::store::Stamp`]): only then is the stamp kept beside a digest read through this
+    /// [`super::Stamp`]): only then is the stamp kept beside a digest read through this
     /// handle.
     pub settled: bool,
     /// When a whole read of it gives up (`settings.found_read_s`), with the seconds it was given:
@@ -79,13 +79,13 @@ impl Found {
     /// The stamp to keep beside a digest read through this handle: `None` when it is not settled,
     /// or when the file is read in one call (no larger than a chunk), which costs no more than
     /// its stamp would cost the store.
-    pub fn settled_stamp(&self) -> Option<crate::store::Stamp> {
+    pub fn settled_stamp(&self) -> Option<super::Stamp> {
         (self.settled && self.size > CHUNK as u64).then_some(self.stamp)
     }
 
     /// Whether `recorded` is a stamp this file still shows: its digest is then the record's, and
     /// nothing need be read.
-    pub fn unchanged_since(&self, recorded: Option<&crate::store::Stamp>) -> bool {
+    pub fn unchanged_since(&self, recorded: Option<&super::Stamp>) -> bool {
         recorded == Some(&self.stamp)
     }
 

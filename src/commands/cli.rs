@@ -1,6 +1,7 @@
 //! The command line: what an operator types (`args`), and the one `run` that does the work.
 
 use crate::apply::{self, Host};
+use crate::commands::{converge, status, Exit};
 use crate::declaration::{self, Source};
 use crate::json_contract;
 use crate::store;
@@ -63,25 +64,21 @@ pub fn closed_pipe(e: &anyhow::Error) -> bool {
     })
 }
 
-/// Runs one command and returns the process's exit code.
+/// Runs one command and returns the process's exit code: the one place a command's [`Exit`]
+/// becomes the process's code.
 pub fn run(cli: Cli) -> Result<ExitCode> {
+    command(cli).map(ExitCode::from)
+}
+
+/// Checks who runs it and under which root, then runs the subcommand asked: one function each.
+fn command(cli: Cli) -> Result<Exit> {
     answer::set_verbose(cli.verbose);
     let needs_root = !matches!(
         cli.command,
         Command::Version { .. } | Command::Generate { .. }
     );
     if needs_root {
-        // Said before anything is read: as another user every command would fail on the store's
-        // permissions, and a preview would claim changes it cannot know of.
-        let euid = nix::unistd::geteuid();
-        if !euid.is_root() {
-            let why = format!(
-                "mesh-host must run as root: it reads and writes the store under --root's \
-                 var/lib/mesh-host and the machine's firewall (running as uid {euid}; try sudo)"
-            );
-            return refusal(cli.json(), 2, &[why], "nothing was read or changed");
-        }
-        if let Some(why) = missing_root(&cli.root) {
+        if let Some(why) = not_root().or_else(|| missing_root(&cli.root)) {
             return refusal(cli.json(), 2, &[why], "nothing was read or changed");
         }
         crate::system::confine(&cli.root);
@@ -89,24 +86,10 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
     if cli.acts_in_words() {
         crate::counter::stream_acts();
     }
+    let root = cli.root.as_path();
     match cli.command {
-        Command::Version { json } => {
-            if json {
-                let v = serde_json::json!({
-                    "version": crate::launch::VERSION,
-                    "system": crate::build::BUILD.system,
-                    "line": crate::launch::version_line(),
-                });
-                json_contract::print("version", 0, &v)?;
-            } else {
-                println!("{}", crate::launch::version_line());
-            }
-            Ok(ExitCode::SUCCESS)
-        }
-        Command::Generate { what } => {
-            generate(what)?;
-            Ok(ExitCode::SUCCESS)
-        }
+        Command::Version { json } => version(json),
+        Command::Generate { what } => generate(what).map(|()| Exit::Done),
         Command::Apply {
             file,
             source,
@@ -115,266 +98,47 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             max_declaration_bytes,
             json,
         } => {
-            if preview && confirm {
-                return refusal(
-                    json,
-                    2,
-                    &[PREVIEW_CONFIRM.to_string()],
-                    "nothing was read or changed",
-                );
-            }
-            let (name, bytes) = match input::declaration(&file, max_declaration_bytes)? {
-                input::Got::Bytes { name, bytes } => (name, bytes),
-                input::Got::Refused(why) => {
-                    return refusal(
-                        json,
-                        2,
-                        &[why],
-                        "the declaration was refused; nothing was changed",
-                    )
-                }
+            let read = Read {
+                file: &file,
+                max_bytes: max_declaration_bytes,
+                source: Source::from(source),
             };
-            // A declaration is JSON, which is UTF-8: anything else is refused input, not a
-            // failure of the host.
-            let text = match String::from_utf8(bytes) {
-                Ok(t) => t,
-                Err(e) => {
-                    return refusal(
-                        json,
-                        2,
-                        &[format!(
-                            "declaration {name} is not UTF-8 text (invalid byte at offset {})",
-                            e.utf8_error().valid_up_to()
-                        )],
-                        "the declaration was refused; nothing was changed",
-                    );
-                }
-            };
-            let source = Source::from(source);
-            let decl = match declaration::parse(&text, source) {
-                Ok(d) => d,
-                Err(problems) => return refused(&problems, json),
-            };
-            if decl.release {
-                // Only the resident host releases: it alone holds the identity a release drops.
-                return refusal(
-                    json,
-                    2,
-                    &[
-                        "release: a release is carried out by `mesh-host run` when it comes from \
-                       the controller over the link; `apply` does not release"
-                            .to_string(),
-                    ],
-                    "the declaration was refused; nothing was changed",
-                );
-            }
-            if preview {
-                return previewed(&cli.root, "apply", &decl, source, json);
-            }
-            interruptible();
-            let result = apply::apply(&host(&cli.root).confirming(confirm), &decl, source);
-            // A resident host on this root reconciles the new declaration at once.
-            if tells_resident(&result) && crate::pid_file::tell_resident(&cli.root) {
-                tracing::info!("told the resident host that a new declaration is stored");
-            }
-            finish(result, json)
+            apply_file(root, read, preview, confirm, json)
         }
         Command::Take {
             module,
             preview,
             json,
-        } => {
-            let asked = crate::commands::converge::taking(&cli.root, &module)?;
-            if preview {
-                return preview_asked(&cli.root, "take", asked, json);
-            }
-            act(&cli.root, asked, json)
-        }
-        Command::Converge { preview, json } => {
-            if preview {
-                return match crate::commands::converge::preview(&host(&cli.root))? {
-                    Err(asked) => act(&cli.root, asked, json),
-                    Ok(p) => {
-                        if json {
-                            println!("{}", serde_json::to_string_pretty(&p.document())?);
-                        } else {
-                            print!("{}", p.render(verbose()));
-                        }
-                        Ok(ExitCode::from(p.exit_code()))
-                    }
-                };
-            }
-            act(
-                &cli.root,
-                crate::commands::converge::converging(&cli.root)?,
-                json,
-            )
-        }
+        } => stored_act(
+            root,
+            "take",
+            converge::taking(root, &module)?,
+            preview,
+            json,
+        ),
+        Command::Converge { preview, json } => converge_cmd(root, preview, json),
         Command::Adopt { preview, json } => {
-            let asked = crate::commands::converge::adopting(&cli.root)?;
-            if preview {
-                return preview_asked(&cli.root, "adopt", asked, json);
-            }
-            act(&cli.root, asked, json)
+            stored_act(root, "adopt", converge::adopting(root)?, preview, json)
         }
-        Command::Release { preview, json } => {
-            let decl = match crate::release::local(&cli.root)? {
-                Ok(d) => d,
-                Err((code, why)) => {
-                    return refusal(
-                        json,
-                        code,
-                        &[format!("refused: {why}")],
-                        "nothing was changed",
-                    )
-                }
-            };
-            if preview {
-                return previewed(&cli.root, "release", &decl, SourceArg::Local.into(), json);
-            }
-            interruptible();
-            let marker = crate::release::local_marker(&decl.node);
-            match crate::release::carry_out(&host(&cli.root), &decl, &marker, Source::Local) {
-                Ok(done) => {
-                    if json {
-                        let mut v = serde_json::to_value(&done.report)?;
-                        v["guard_removed"] = serde_json::json!(done.guard);
-                        json_contract::print("release", done.report.exit_code(), &v)?;
-                    } else {
-                        // Only the summary when the resources' lines were printed as each
-                        // was done.
-                        let text = if crate::counter::act_ends() {
-                            done.report.render_summary()
-                        } else {
-                            done.report.render()
-                        };
-                        print!("{text}");
-                        for line in &done.guard {
-                            println!("{line}");
-                        }
-                        println!("released: the store is retired; nothing of the host is in force");
-                    }
-                    Ok(ExitCode::from(done.report.exit_code()))
-                }
-                Err(e) => {
-                    if let Some(r) = e.report() {
-                        if json {
-                            json_contract::print("report", r.exit_code(), r)?;
-                        } else if crate::counter::act_ends() {
-                            print!("{}", r.render_summary());
-                        } else {
-                            print!("{}", r.render());
-                        }
-                    }
-                    Err(e.into())
-                }
-            }
-        }
-        Command::Boot => Ok(if crate::commands::boot::run(&cli.root).failed.is_some() {
-            ExitCode::FAILURE
-        } else {
-            ExitCode::SUCCESS
-        }),
+        Command::Release { preview, json } => release(root, preview, json),
+        Command::Boot => Ok(boot(root)),
         Command::Run {
             period,
             legacy_period,
             heartbeat,
-        } => crate::resident::run(
-            &host(&cli.root),
-            &crate::resident::Options {
-                period: std::time::Duration::from_secs(period),
-                legacy_period: std::time::Duration::from_millis(legacy_period),
-                heartbeat: std::time::Duration::from_secs(heartbeat),
-                ..Default::default()
-            },
-        ),
+        } => resident(root, period, legacy_period, heartbeat),
         Command::Enrol {
             token_file,
             token,
             json,
-        } => {
-            let text = match (token_file, token) {
-                (Some(path), None) => match crate::link::read_token_file(&path) {
-                    Ok(t) => t,
-                    Err(e) => return refusal(json, 2, &[e.to_string()], "nothing was stored"),
-                },
-                (None, Some(t)) => t,
-                // clap requires exactly one of the two.
-                _ => unreachable!("enrol takes --token-file or --token"),
-            };
-            crate::link::enrol(&host(&cli.root), &text, json)
-        }
+        } => enrol(root, token_file, token, json),
         Command::Reconcile {
-            preview: true,
-            confirm: true,
-            json,
-        } => refusal(
-            json,
-            2,
-            &[PREVIEW_CONFIRM.to_string()],
-            "nothing was read or changed",
-        ),
-        Command::Reconcile {
-            preview: true,
-            confirm: false,
-            json,
-        } => {
-            let stored =
-                store::peek(&cli.root)?.and_then(|s| s.declaration.clone().map(|d| (d, s.source)));
-            match stored {
-                Some((decl, source)) => previewed(
-                    &cli.root,
-                    "reconcile",
-                    &decl,
-                    source.unwrap_or(Source::Local),
-                    json,
-                ),
-                None => nothing_applied(&cli.root, json),
-            }
-        }
-        Command::Reconcile {
-            preview: false,
+            preview,
             confirm,
             json,
-        } => match interruptible_reconcile(&cli.root, confirm) {
-            // A reconcile that went to its end proves this binary works on this machine: it is the
-            // version the launcher rolls back to, and its start attempts are no longer counted.
-            Ok(Some(report)) if !report.stopped() => {
-                crate::launch::reconciled(&store::store_dir(&cli.root))?;
-                finish(Ok(report), json)
-            }
-            Ok(None) => nothing_applied(&cli.root, json),
-            Ok(Some(report)) => finish(Ok(report), json),
-            Err(e) => finish(Err(e), json),
-        },
-        Command::Owned { json } => {
-            let state = store::peek(&cli.root)?;
-            let lost = state.is_none() && answer::say_lost(&cli.root).is_some();
-            let state = state.unwrap_or_default();
-            if json {
-                let v = serde_json::json!({
-                    "node": state.node,
-                    "mode": state.mode,
-                    "taken": state.taken,
-                    "owned": state.owned,
-                    "held": state.held,
-                    "originals": state.originals,
-                });
-                json_contract::print("owned", 0, &v)?;
-            } else {
-                print!("{}", render_owned(&state, lost));
-            }
-            Ok(ExitCode::SUCCESS)
-        }
-        Command::Inventory { json } => {
-            let view = crate::commands::inventory::read(host(&cli.root).runner)?;
-            if json {
-                json_contract::print("inventory", 0, &view.to_json())?;
-            } else {
-                print!("{}", view.render());
-            }
-            Ok(ExitCode::SUCCESS)
-        }
+        } => reconcile(root, preview, confirm, json),
+        Command::Owned { json } => owned(root, json),
+        Command::Inventory { json } => inventory(root, json),
         Command::Genesis {
             adopted,
             node,
@@ -396,25 +160,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
                 bundle,
                 preview,
             };
-            if !preview {
-                interruptible();
-            }
-            let h = host(&cli.root);
-            let read = || crate::commands::inventory::read(h.runner).map(|v| v.machine());
-            match crate::commands::genesis::run(&cli.root, &h, &req, &read) {
-                Ok(crate::commands::genesis::Outcome::Refused(p)) => genesis_refused(&p, json, 2),
-                Ok(crate::commands::genesis::Outcome::Unsafe(p)) => genesis_refused(&p, json, 3),
-                Ok(crate::commands::genesis::Outcome::Applied(r)) => finish(Ok(*r), json),
-                Ok(crate::commands::genesis::Outcome::Previewed(p)) => {
-                    if json {
-                        println!("{}", serde_json::to_string_pretty(&p.document())?);
-                    } else {
-                        print!("{}", p.render(verbose()));
-                    }
-                    Ok(ExitCode::from(p.exit_code()))
-                }
-                Err(e) => finish(Err(e), json),
-            }
+            genesis(root, &req, json)
         }
         Command::Openings {
             command:
@@ -423,19 +169,10 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
                     private_interface,
                     json,
                 },
-        } => derive_openings(&cli.root, ports.as_deref(), private_interface, json),
+        } => derive_openings(root, ports.as_deref(), private_interface, json),
         Command::Firewall {
             command: FirewallCommand::Status { json },
-        } => {
-            let state = store::peek(&cli.root)?;
-            let v = crate::commands::status::firewall_status(&cli.root, state.as_ref())?;
-            if json {
-                json_contract::print("firewall_status", 0, &v)?;
-            } else {
-                print!("{}", crate::commands::status::render(&v));
-            }
-            Ok(ExitCode::SUCCESS)
-        }
+        } => firewall_status(root, json),
         Command::Firewall {
             command:
                 FirewallCommand::Explain {
@@ -447,76 +184,410 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
                     confirm,
                     json,
                 },
-        } => crate::commands::status::explain_command(
+        } => status::explain_command(
             port,
             &proto,
             from,
             interface,
             &path,
-            crate::commands::status::Explain {
+            status::Explain {
                 confirm,
                 json,
                 // A store that cannot be read leaves them unknown: every bridge is then a way in.
-                bridges: crate::commands::status::recorded_bridges(
-                    store::peek(&cli.root).ok().flatten().as_ref(),
-                ),
+                bridges: status::recorded_bridges(store::peek(root).ok().flatten().as_ref()),
             },
         ),
         Command::Link {
             command: LinkCommand::Status { json },
-        } => crate::commands::link_status::command(&cli.root, json),
-        Command::Briefing { json } => {
-            let state = store::peek(&cli.root)?;
-            let Some(b) = state.and_then(|s| s.briefing) else {
-                // A script asking for the briefing of a node not raised yet gets a document
-                // that says so (its keys null and empty), not a refusal.
-                let lost = answer::say_lost(&cli.root);
-                if json {
-                    let none = serde_json::json!({"outcome": null, "node": null, "mode": null,
-                        "at": null, "lines": [], "look_at": []});
-                    json_contract::print("briefing", 0, &none)?;
-                    return Ok(ExitCode::SUCCESS);
-                }
-                if lost.is_none() {
-                    eprintln!(
-                        "error: {}: no briefing yet; nothing has been applied on this node",
-                        store::store_dir(&cli.root).display()
-                    );
-                }
-                return Ok(ExitCode::from(2));
-            };
-            print_briefing(&b, json)?;
-            Ok(ExitCode::SUCCESS)
+        } => crate::commands::link_status::command(root, json),
+        Command::Briefing { json } => briefing(root, json),
+        Command::Profile { json } => profile(root, json),
+    }
+}
+
+/// Why this user may not run a command that reads the store: said before anything is read, as
+/// another user every command would fail on the store's permissions, and a preview would claim
+/// changes it cannot know of.
+fn not_root() -> Option<String> {
+    let euid = nix::unistd::geteuid();
+    (!euid.is_root()).then(|| {
+        format!(
+            "mesh-host must run as root: it reads and writes the store under --root's \
+             var/lib/mesh-host and the machine's firewall (running as uid {euid}; try sudo)"
+        )
+    })
+}
+
+/// `mesh-host version [--json]`.
+fn version(json: bool) -> Result<Exit> {
+    if json {
+        let v = serde_json::json!({
+            "version": crate::launch::VERSION,
+            "system": crate::build::BUILD.system,
+            "line": crate::launch::version_line(),
+        });
+        json_contract::print("version", 0, &v)?;
+    } else {
+        println!("{}", crate::launch::version_line());
+    }
+    Ok(Exit::Done)
+}
+
+/// Where `apply` reads its declaration from, and as what.
+struct Read<'a> {
+    file: &'a std::path::Path,
+    max_bytes: u64,
+    source: Source,
+}
+
+/// `mesh-host apply FILE [--preview | --confirm]`.
+fn apply_file(
+    root: &std::path::Path,
+    read: Read<'_>,
+    preview: bool,
+    confirm: bool,
+    json: bool,
+) -> Result<Exit> {
+    const REFUSED: &str = "the declaration was refused; nothing was changed";
+    if preview && confirm {
+        return refusal(
+            json,
+            2,
+            &[PREVIEW_CONFIRM.to_string()],
+            "nothing was read or changed",
+        );
+    }
+    let (name, bytes) = match input::declaration(read.file, read.max_bytes)? {
+        input::Got::Bytes { name, bytes } => (name, bytes),
+        input::Got::Refused(why) => return refusal(json, 2, &[why], REFUSED),
+    };
+    // A declaration is JSON, which is UTF-8: anything else is refused input, not a failure of
+    // the host.
+    let text = match String::from_utf8(bytes) {
+        Ok(t) => t,
+        Err(e) => {
+            let why = format!(
+                "declaration {name} is not UTF-8 text (invalid byte at offset {})",
+                e.utf8_error().valid_up_to()
+            );
+            return refusal(json, 2, &[why], REFUSED);
         }
-        Command::Profile { json } => {
-            let mut profile = crate::system::profile::Profile::gather(&cli.root, &SystemRunner);
-            // The firewall engine's part: what it finds, and what the kernel's tables can do.
-            static EXEC: firewall::SystemExec = firewall::SystemExec;
-            profile.found_firewall = Some(match firewall::Firewall::open(&EXEC) {
-                Ok(mut fw) => match fw.found() {
-                    Ok(f) => match &f.refusal {
-                        Some(why) => format!("{} (refused for adoption: {why})", f.kind()),
-                        None => f.kind(),
-                    },
-                    Err(e) => format!("unreadable: {e}"),
-                },
-                Err(e) => format!("unreadable: {e}"),
-            });
-            profile.nftables_table_flags =
-                firewall::probe::table_flags()
-                    .ok()
-                    .map(|f| crate::system::profile::TableFlags {
-                        owner: f.owner,
-                        persist: f.persist,
-                    });
+    };
+    let decl = match declaration::parse(&text, read.source) {
+        Ok(d) => d,
+        Err(problems) => return refused(&problems, json),
+    };
+    if decl.release {
+        // Only the resident host releases: it alone holds the identity a release drops.
+        let why = "release: a release is carried out by `mesh-host run` when it comes from the \
+                   controller over the link; `apply` does not release";
+        return refusal(json, 2, &[why.to_string()], REFUSED);
+    }
+    if preview {
+        return previewed(root, "apply", &decl, read.source, json);
+    }
+    interruptible();
+    let result = apply::apply(&host(root).confirming(confirm), &decl, read.source);
+    // A resident host on this root reconciles the new declaration at once.
+    if tells_resident(&result) && crate::pid_file::tell_resident(root) {
+        tracing::info!("told the resident host that a new declaration is stored");
+    }
+    finish(result, json)
+}
+
+/// `take`, `adopt` (and `converge` once its preview is past): the act on the stored declaration
+/// `asked` for, or its preview.
+fn stored_act(
+    root: &std::path::Path,
+    name: &str,
+    asked: converge::Asked,
+    preview: bool,
+    json: bool,
+) -> Result<Exit> {
+    if preview {
+        return preview_asked(root, name, asked, json);
+    }
+    act(root, asked, json)
+}
+
+/// `mesh-host converge [--preview]`.
+fn converge_cmd(root: &std::path::Path, preview: bool, json: bool) -> Result<Exit> {
+    if !preview {
+        return act(root, converge::converging(root)?, json);
+    }
+    match converge::preview(&host(root))? {
+        Err(asked) => act(root, asked, json),
+        Ok(p) => {
             if json {
-                json_contract::print("profile", 0, &profile)?;
+                println!("{}", serde_json::to_string_pretty(&p.document())?);
             } else {
-                print!("{}", profile.render());
+                print!("{}", p.render(verbose()));
             }
-            Ok(ExitCode::SUCCESS)
+            Ok(Exit::of(p.exit_code()))
         }
     }
+}
+
+/// `mesh-host release [--preview]`, on a node that was never enrolled.
+fn release(root: &std::path::Path, preview: bool, json: bool) -> Result<Exit> {
+    let decl = match crate::commands::release::local(root)? {
+        Ok(d) => d,
+        Err((code, why)) => {
+            return refusal(
+                json,
+                code,
+                &[format!("refused: {why}")],
+                "nothing was changed",
+            )
+        }
+    };
+    if preview {
+        return previewed(root, "release", &decl, SourceArg::Local.into(), json);
+    }
+    interruptible();
+    let marker = crate::commands::release::local_marker(&decl.node);
+    match crate::release::carry_out(&host(root), &decl, &marker, Source::Local) {
+        Ok(done) => {
+            if json {
+                let mut v = serde_json::to_value(&done.report)?;
+                v["guard_removed"] = serde_json::json!(done.guard);
+                json_contract::print("release", done.report.exit_code(), &v)?;
+            } else {
+                // Only the summary when the resources' lines were printed as each was done.
+                let text = if crate::counter::act_ends() {
+                    done.report.render_summary()
+                } else {
+                    done.report.render()
+                };
+                print!("{text}");
+                for line in &done.guard {
+                    println!("{line}");
+                }
+                println!("released: the store is retired; nothing of the host is in force");
+            }
+            Ok(Exit::of(done.report.exit_code()))
+        }
+        Err(e) => {
+            if let Some(r) = e.report() {
+                if json {
+                    json_contract::print("report", r.exit_code(), r)?;
+                } else if crate::counter::act_ends() {
+                    print!("{}", r.render_summary());
+                } else {
+                    print!("{}", r.render());
+                }
+            }
+            Err(e.into())
+        }
+    }
+}
+
+/// `mesh-host boot`: failed closed is exit 1.
+fn boot(root: &std::path::Path) -> Exit {
+    if crate::commands::boot::run(root).failed.is_some() {
+        Exit::Failed
+    } else {
+        Exit::Done
+    }
+}
+
+/// `mesh-host run`: the resident host, until it is stopped.
+fn resident(root: &std::path::Path, period: u64, legacy: u64, heartbeat: u64) -> Result<Exit> {
+    let opts = crate::resident::Options {
+        period: std::time::Duration::from_secs(period),
+        legacy_period: std::time::Duration::from_millis(legacy),
+        heartbeat: std::time::Duration::from_secs(heartbeat),
+        ..Default::default()
+    };
+    Ok(match crate::resident::run(&host(root), &opts)? {
+        crate::resident::Ended::Stopped | crate::resident::Ended::NewBinary => Exit::Done,
+        crate::resident::Ended::AlreadyRunning => Exit::AlreadyRunning,
+    })
+}
+
+/// `mesh-host enrol --token-file PATH | --token TOKEN`.
+fn enrol(
+    root: &std::path::Path,
+    token_file: Option<std::path::PathBuf>,
+    token: Option<String>,
+    json: bool,
+) -> Result<Exit> {
+    let text = match (token_file, token) {
+        (Some(path), None) => match crate::commands::enrol::read_token_file(&path) {
+            Ok(t) => t,
+            Err(e) => return refusal(json, 2, &[e.to_string()], "nothing was stored"),
+        },
+        (None, Some(t)) => t,
+        // clap requires exactly one of the two.
+        _ => unreachable!("enrol takes --token-file or --token"),
+    };
+    match crate::commands::enrol::enrol(&host(root), &text, json)? {
+        Ok(exit) => Ok(exit),
+        Err(r) => refusal(json, r.exit.code(), &r.problems, r.summary),
+    }
+}
+
+/// `mesh-host reconcile [--preview | --confirm]`.
+fn reconcile(root: &std::path::Path, preview: bool, confirm: bool, json: bool) -> Result<Exit> {
+    if preview && confirm {
+        return refusal(
+            json,
+            2,
+            &[PREVIEW_CONFIRM.to_string()],
+            "nothing was read or changed",
+        );
+    }
+    if preview {
+        let stored = store::peek(root)?.and_then(|s| s.declaration.clone().map(|d| (d, s.source)));
+        return match stored {
+            Some((decl, source)) => previewed(
+                root,
+                "reconcile",
+                &decl,
+                source.unwrap_or(Source::Local),
+                json,
+            ),
+            None => nothing_applied(root, json),
+        };
+    }
+    match interruptible_reconcile(root, confirm) {
+        // A reconcile that went to its end proves this binary works on this machine: it is the
+        // version the launcher rolls back to, and its start attempts are no longer counted.
+        Ok(Some(report)) if !report.stopped() => {
+            crate::launch::reconciled(&store::store_dir(root))?;
+            finish(Ok(report), json)
+        }
+        Ok(None) => nothing_applied(root, json),
+        Ok(Some(report)) => finish(Ok(report), json),
+        Err(e) => finish(Err(e), json),
+    }
+}
+
+/// `mesh-host owned [--json]`.
+fn owned(root: &std::path::Path, json: bool) -> Result<Exit> {
+    let state = store::peek(root)?;
+    let lost = state.is_none() && answer::say_lost(root).is_some();
+    let state = state.unwrap_or_default();
+    if json {
+        let v = serde_json::json!({
+            "node": state.node,
+            "mode": state.mode,
+            "taken": state.taken,
+            "owned": state.owned,
+            "held": state.held,
+            "originals": state.originals,
+        });
+        json_contract::print("owned", 0, &v)?;
+    } else {
+        print!("{}", render_owned(&state, lost));
+    }
+    Ok(Exit::Done)
+}
+
+/// `mesh-host inventory [--json]`.
+fn inventory(root: &std::path::Path, json: bool) -> Result<Exit> {
+    let view = crate::commands::inventory::read(host(root).runner)?;
+    if json {
+        json_contract::print("inventory", 0, &view.to_json())?;
+    } else {
+        print!("{}", view.render());
+    }
+    Ok(Exit::Done)
+}
+
+/// `mesh-host genesis [--preview]`.
+fn genesis(
+    root: &std::path::Path,
+    req: &crate::commands::genesis::Request,
+    json: bool,
+) -> Result<Exit> {
+    use crate::commands::genesis::Outcome;
+    if !req.preview {
+        interruptible();
+    }
+    let h = host(root);
+    let read = || crate::commands::inventory::read(h.runner).map(|v| v.machine());
+    match crate::commands::genesis::run(root, &h, req, &read) {
+        Ok(Outcome::Refused(p)) => genesis_refused(&p, json, 2),
+        Ok(Outcome::Unsafe(p)) => genesis_refused(&p, json, 3),
+        Ok(Outcome::Applied(r)) => finish(Ok(*r), json),
+        Ok(Outcome::Previewed(p)) => {
+            if json {
+                println!("{}", serde_json::to_string_pretty(&p.document())?);
+            } else {
+                print!("{}", p.render(verbose()));
+            }
+            Ok(Exit::of(p.exit_code()))
+        }
+        Err(e) => finish(Err(e), json),
+    }
+}
+
+/// `mesh-host firewall status [--json]`.
+fn firewall_status(root: &std::path::Path, json: bool) -> Result<Exit> {
+    let state = store::peek(root)?;
+    let v = status::firewall_status(root, state.as_ref())?;
+    if json {
+        json_contract::print("firewall_status", 0, &v)?;
+    } else {
+        print!("{}", status::render(&v));
+    }
+    Ok(Exit::Done)
+}
+
+/// `mesh-host briefing [--json]`.
+fn briefing(root: &std::path::Path, json: bool) -> Result<Exit> {
+    let state = store::peek(root)?;
+    let Some(b) = state.and_then(|s| s.briefing) else {
+        // A script asking for the briefing of a node not raised yet gets a document that says
+        // so (its keys null and empty), not a refusal.
+        let lost = answer::say_lost(root);
+        if json {
+            let none = serde_json::json!({"outcome": null, "node": null, "mode": null,
+                "at": null, "lines": [], "look_at": []});
+            json_contract::print("briefing", 0, &none)?;
+            return Ok(Exit::Done);
+        }
+        if lost.is_none() {
+            eprintln!(
+                "error: {}: no briefing yet; nothing has been applied on this node",
+                store::store_dir(root).display()
+            );
+        }
+        return Ok(Exit::Refused);
+    };
+    print_briefing(&b, json)?;
+    Ok(Exit::Done)
+}
+
+/// `mesh-host profile [--json]`.
+fn profile(root: &std::path::Path, json: bool) -> Result<Exit> {
+    let mut profile = crate::system::profile::Profile::gather(root, &SystemRunner);
+    // The firewall engine's part: what it finds, and what the kernel's tables can do.
+    static EXEC: firewall::SystemExec = firewall::SystemExec;
+    profile.found_firewall = Some(match firewall::Firewall::open(&EXEC) {
+        Ok(mut fw) => match fw.found() {
+            Ok(f) => match &f.refusal {
+                Some(why) => format!("{} (refused for adoption: {why})", f.kind()),
+                None => f.kind(),
+            },
+            Err(e) => format!("unreadable: {e}"),
+        },
+        Err(e) => format!("unreadable: {e}"),
+    });
+    profile.nftables_table_flags =
+        firewall::probe::table_flags()
+            .ok()
+            .map(|f| crate::system::profile::TableFlags {
+                owner: f.owner,
+                persist: f.persist,
+            });
+    if json {
+        json_contract::print("profile", 0, &profile)?;
+    } else {
+        print!("{}", profile.render());
+    }
+    Ok(Exit::Done)
 }
 
 /// Writes the completion script or the man page generated from the clap definition.

@@ -3,12 +3,12 @@
 //! the store): enrolled or not, linked or not, the last contact and the declaration in force. It
 //! asks no broker, so it answers the same with the broker down or unreachable.
 
+use crate::commands::Exit;
 use crate::link::{load, Connection};
 use crate::store;
 use anyhow::Result;
 use serde::Serialize;
 use std::path::Path;
-use std::process::ExitCode;
 
 /// What `link status` says; every key is there in every case (`null` when not known).
 #[derive(Debug, Serialize)]
@@ -155,14 +155,14 @@ impl Status {
 }
 
 /// `mesh-host link status [--json]`: always exit 0 (it reports; it refuses nothing).
-pub fn command(root: &Path, json: bool) -> Result<ExitCode> {
+pub fn command(root: &Path, json: bool) -> Result<Exit> {
     let status = read(root)?;
     if json {
         crate::json_contract::print("link_status", 0, &status)?;
     } else {
         print!("{}", status.render(link::now_secs()));
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(Exit::Done)
 }
 
 #[cfg(test)]

@@ -4,8 +4,13 @@
 pub mod boot;
 pub mod cli;
 pub mod converge;
+pub mod enrol;
+pub mod exit;
 pub mod genesis;
 pub mod inventory;
 pub mod link_status;
 pub mod man;
+pub mod release;
 pub mod status;
+
+pub use exit::{Exit, Refusal};

@@ -1,6 +1,7 @@
 //! `mesh-host firewall status`: the found firewall's kind and layers with their evidence, every
 //! declared opening with present or missing per layer, and the guard's state.
 
+use crate::commands::Exit;
 use crate::declaration::openings::to_opening;
 use crate::declaration::Resource;
 use crate::node_firewall::open_found;
@@ -152,7 +153,7 @@ pub fn explain_command(
     interface: Option<String>,
     path: &str,
     how: Explain,
-) -> Result<std::process::ExitCode> {
+) -> Result<Exit> {
     let json = how.json;
     let mut problems = Vec::new();
     if port == 0 {
@@ -197,7 +198,7 @@ pub fn explain_command(
             eprintln!("error: {p}");
         }
         eprintln!("nothing was read or changed");
-        return Ok(std::process::ExitCode::from(2));
+        return Ok(Exit::Refused);
     };
     let opening = firewall::Opening {
         id: "explain".into(),
@@ -271,7 +272,7 @@ pub fn explain_command(
     } else {
         print!("{}", render_explain(&v));
     }
-    Ok(std::process::ExitCode::from(code))
+    Ok(Exit::of(code))
 }
 
 /// The ways and their parts for scripts, each part with the kernel's probe when it was asked.

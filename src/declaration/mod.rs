@@ -78,7 +78,36 @@ pub struct Declaration {
     /// machine still shows what a record says, and nothing else. Never stored, so never
     /// serialized.
     #[serde(default, skip_serializing)]
-    pub recovered: Vec<crate::store::Owned>,
+    pub recovered: Vec<Owned>,
+}
+
+/// A resource the host made or took over: it converges, and it is removed (or forgotten, by the
+/// asymmetry) when no longer declared. The store's record (`store::Owned`), defined here because
+/// a declaration carries such records recovered from the mesh (`Declaration::recovered`).
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct Owned {
+    pub id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub module: Option<String>,
+    pub shape: Shape,
+    pub key: String,
+    /// A digest of what was written (content for files, the argv for actions).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub digest: Option<String>,
+    /// True when the host took over something it found rather than creating it: such a thing
+    /// is never removed, only forgotten, because the host never removes what it did not create.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub found: bool,
+    /// A file's identity and times when its digest was taken: while the file still shows exactly
+    /// these, its digest is the record's and it is not read again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stamp: Option<crate::beneath::Stamp>,
+    /// The directories the host made on the way to it (they were missing), shallowest first:
+    /// removed after it, deepest first and only while empty, so a removal leaves no parent the
+    /// host created behind.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub parents: Vec<String>,
 }
 
 impl Declaration {

@@ -54,10 +54,7 @@ pub(super) fn lock(lock: File, path: &Path) -> Result<Held, nix::errno::Errno> {
 /// What a waiter says: the kernel's holder (`/proc/locks`), with the command and start time the
 /// holder recorded when the record is its own.
 fn waiting_line(lock: &File, path: &Path) -> String {
-    let pid = lock
-        .metadata()
-        .ok()
-        .and_then(|m| crate::pid_file::locked_by(&m));
+    let pid = lock.metadata().ok().and_then(|m| locked_by(&m));
     let record = recorded(lock).filter(|(p, _, _)| pid.is_none_or(|pid| pid == *p));
     match (pid, record) {
         (_, Some((pid, since, command))) => format!(
@@ -123,6 +120,27 @@ fn clock(secs: u64) -> String {
         day % 3600 / 60,
         day % 60
     )
+}
+
+/// The pid `/proc/locks` gives the FLOCK on the file with this device and inode.
+pub(crate) fn locked_by(m: &std::fs::Metadata) -> Option<u32> {
+    use std::os::unix::fs::MetadataExt as _;
+    let dev = m.dev();
+    // The kernel writes the device as `%02x:%02x` of its major and minor numbers.
+    let want = format!(
+        "{:02x}:{:02x}:{}",
+        nix::sys::stat::major(dev),
+        nix::sys::stat::minor(dev),
+        m.ino()
+    );
+    let text = std::fs::read_to_string("/proc/locks").ok()?;
+    text.lines().find_map(|line| {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        // "1: FLOCK  ADVISORY  WRITE 17383 fe:00:10019573 0 EOF"
+        (f.get(1) == Some(&"FLOCK") && f.get(5) == Some(&want.as_str()))
+            .then(|| f.get(4)?.parse().ok())
+            .flatten()
+    })
 }
 
 #[cfg(test)]

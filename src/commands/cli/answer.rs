@@ -4,12 +4,12 @@
 use super::host;
 use crate::apply::{self, ApplyError, Report};
 use crate::briefing::Briefing;
+use crate::commands::Exit;
 use crate::declaration::{self, Source};
 use crate::json_contract;
 use crate::store;
 use anyhow::Result;
 use run::SystemRunner;
-use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 /// `--verbose`: previews list their unchanged resources too. Set once from the command line
@@ -27,7 +27,7 @@ pub(super) fn verbose() -> bool {
 }
 
 /// Genesis said no: every reason on stderr (and as JSON when asked), nothing changed.
-pub(super) fn genesis_refused(reasons: &[String], json: bool, code: u8) -> Result<ExitCode> {
+pub(super) fn genesis_refused(reasons: &[String], json: bool, code: u8) -> Result<Exit> {
     refusal(
         json,
         code,
@@ -39,7 +39,7 @@ pub(super) fn genesis_refused(reasons: &[String], json: bool, code: u8) -> Resul
 /// A refusal: each problem on stderr (`error: …`) and the summary after them, and with `--json`
 /// the same as one document on stdout, kind `refused` with
 /// `{"refused": {"exit_code": N, "problems": [...], "summary": ...}}`; the process exits `code`.
-pub fn refusal(json: bool, code: u8, problems: &[String], summary: &str) -> Result<ExitCode> {
+pub fn refusal(json: bool, code: u8, problems: &[String], summary: &str) -> Result<Exit> {
     if json {
         println!("{}", refusal_json(code, problems, summary));
     }
@@ -47,7 +47,7 @@ pub fn refusal(json: bool, code: u8, problems: &[String], summary: &str) -> Resu
         eprintln!("error: {p}");
     }
     eprintln!("{summary}");
-    Ok(ExitCode::from(code))
+    Ok(Exit::of(code))
 }
 
 /// The document of a refusal (kind `refused`), as [`refusal`] prints it and as `main` prints
@@ -69,7 +69,7 @@ pub fn error_json(text: &str) -> String {
     json_contract::document("error", 1, &body).to_string()
 }
 
-pub(super) fn refused(problems: &declaration::Problems, json: bool) -> Result<ExitCode> {
+pub(super) fn refused(problems: &declaration::Problems, json: bool) -> Result<Exit> {
     let lines: Vec<String> = problems.0.iter().map(|p| p.to_string()).collect();
     refusal(
         json,
@@ -82,7 +82,7 @@ pub(super) fn refused(problems: &declaration::Problems, json: bool) -> Result<Ex
     )
 }
 
-pub(super) fn nothing_applied(root: &std::path::Path, json: bool) -> Result<ExitCode> {
+pub(super) fn nothing_applied(root: &std::path::Path, json: bool) -> Result<Exit> {
     // A lost store has no declaration either, but it is no node never applied.
     let why = store::lost(root).unwrap_or_else(|| {
         format!(
@@ -109,7 +109,7 @@ pub(super) fn previewed(
     decl: &declaration::Declaration,
     source: Source,
     json: bool,
-) -> Result<ExitCode> {
+) -> Result<Exit> {
     static RUNNER: SystemRunner = SystemRunner;
     match apply::plan::plan(root, &RUNNER, act, decl, source) {
         Ok(p) => show_plan(&p, json),
@@ -124,18 +124,18 @@ pub(super) fn previewed(
     }
 }
 
-pub(super) fn show_plan(p: &apply::plan::Plan, json: bool) -> Result<ExitCode> {
+pub(super) fn show_plan(p: &apply::plan::Plan, json: bool) -> Result<Exit> {
     if json {
         json_contract::print("plan", p.exit_code(), p)?;
     } else {
         print!("{}", p.render(verbose()));
     }
-    Ok(ExitCode::from(p.exit_code()))
+    Ok(Exit::of(p.exit_code()))
 }
 
 /// An operator's act on the stored declaration refused by a safety rule: its reason, nothing
 /// changed, with `code`.
-fn refused_act(code: u8, why: &str, json: bool) -> Result<ExitCode> {
+fn refused_act(code: u8, why: &str, json: bool) -> Result<Exit> {
     refusal(
         json,
         code,
@@ -149,7 +149,7 @@ pub(super) fn preview_asked(
     act: &str,
     asked: crate::commands::converge::Asked,
     json: bool,
-) -> Result<ExitCode> {
+) -> Result<Exit> {
     match asked {
         crate::commands::converge::Asked::Refused { code, why } => refused_act(code, &why, json),
         crate::commands::converge::Asked::Apply(decl) => {
@@ -164,7 +164,7 @@ pub(super) fn act(
     root: &std::path::Path,
     asked: crate::commands::converge::Asked,
     json: bool,
-) -> Result<ExitCode> {
+) -> Result<Exit> {
     match asked {
         crate::commands::converge::Asked::Refused { code, why } => refused_act(code, &why, json),
         crate::commands::converge::Asked::Apply(decl) => {
@@ -178,7 +178,7 @@ pub(super) fn act(
     }
 }
 
-pub(super) fn finish(result: Result<Report, ApplyError>, json: bool) -> Result<ExitCode> {
+pub(super) fn finish(result: Result<Report, ApplyError>, json: bool) -> Result<Exit> {
     // The counter, if drawn, is wiped whatever the end; lines already printed are not again.
     let streamed = crate::counter::act_ends();
     let report = match result {
@@ -235,7 +235,7 @@ pub(super) fn finish(result: Result<Report, ApplyError>, json: bool) -> Result<E
             }
         }
     }
-    Ok(ExitCode::from(report.exit_code()))
+    Ok(Exit::of(report.exit_code()))
 }
 
 /// Whether a resident host should be told of this apply: it stored a declaration, and no
@@ -301,7 +301,7 @@ pub(super) fn derive_openings(
     ports: Option<&str>,
     iface: Option<String>,
     json: bool,
-) -> Result<ExitCode> {
+) -> Result<Exit> {
     use crate::declaration::{validate::check_interface, PrivateNetwork, Resource, Settings};
     let state = store::peek(root)?.unwrap_or_default();
     let mut settings = state.settings.clone().unwrap_or(Settings {
@@ -376,5 +376,5 @@ pub(super) fn derive_openings(
             );
         }
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(Exit::Done)
 }

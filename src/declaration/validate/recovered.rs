@@ -36,7 +36,7 @@ impl Walker {
             self.boolean(map, "found", &path);
             // A file's stamp, as the store kept it (a removal reads the file again regardless).
             if let Some(stamp) = map.get("stamp") {
-                if let Err(e) = serde_json::from_value::<crate::store::Stamp>(stamp.clone()) {
+                if let Err(e) = serde_json::from_value::<crate::beneath::Stamp>(stamp.clone()) {
                     self.err(join(&path, "stamp"), format!("not a file's stamp: {e}"));
                 }
             }

@@ -1,6 +1,6 @@
 //! A file record's stamp: what its digest was taken of, so an unchanged file is not read again.
 
-use super::*;
+use serde::{Deserialize, Serialize};
 
 /// What a file's digest was taken of, read by `fstat` on the handle it was read through: its
 /// device and inode, its size, and its modification and change times with their nanoseconds.
