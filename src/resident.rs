@@ -17,9 +17,11 @@ use crate::apply::{self, FirewallMemo, Host, Rechecked};
 use crate::pid_file::{Claim, ClaimError};
 use crate::store;
 use crate::wakeup::Wakeup;
-use pace::{Failing, Reconciles, Trigger};
+use machine::{Checked, Machine, Recheck};
+use pace::{Pending, Trigger};
 
 mod bridges;
+mod machine;
 mod pace;
 mod stopping;
 
@@ -153,391 +155,381 @@ pub fn run(host: &Host<'_>, opts: &Options) -> Result<Ended> {
         }
         Err(e) => return Err(e).context("claiming the store for the resident host"),
     };
-    let signals = Signals::open()?;
-    // The link's thread starts after the signals are blocked, so it inherits the mask and every
-    // signal is read here.
-    let mut linked = start_link(host.root, opts.heartbeat, "the link");
-    let mut monitor = match firewall::NfMonitor::open() {
-        Ok(m) => Some(m),
-        Err(e) => {
-            tracing::warn!(error = %e, "cannot hear nf_tables events; the firewall is re-checked on the legacy period only");
-            None
-        }
-    };
-    let me = std::process::id();
-    // firewalld's Reloaded signal, heard on a thread of its own and passed to this loop through
-    // an eventfd: a reload drops firewalld's runtime configuration, the openings with it.
-    let reloads = firewalld_reloads();
-    // The container runtime's bridges followed live: a network created after an apply is
-    // covered by the guard within milliseconds (`resident/bridges.rs`).
-    let follow = bridges::Follow::start();
-    // The node's firewall the guard is put back through the moment another program's change is
-    // heard: its nf_tables socket kept for the host's whole life, so that costs no socket setup.
-    // Only the guard's table and the derived filter go through it, which name no node.
-    let mut put_back_fw =
-        crate::node_firewall::Kernel::new(host.root, "", Default::default()).with_socket();
-    let mut memo: Option<FirewallMemo> = None;
-    // The store as it was when `memo` was made: another process's apply (a `converge`, an
-    // `adopt`, a `take`) changes it before it touches the firewall, so a change heard then is
-    // that apply's, and the memo, about to be stale, must not put back what it removed.
-    let mut memo_stamp: Option<Stamp> = None;
-    let mut reconciles = Reconciles::new(opts.settle);
-    reconciles.ask(Trigger::Start, Instant::now());
-    // A reconcile failed while another program was changing the ruleset: when the ruleset was
-    // last heard changing. It is tried again at the first re-check that succeeds or once the
-    // ruleset is quiet, so the briefing is of a check that completed, not of one the churn made
-    // fail.
-    let mut retry_when_quiet: Option<Instant> = None;
-    let mut failing = Failing::default();
-    let mut next_tick = Instant::now() + opts.period;
-    let mut next_legacy = Instant::now() + opts.legacy_period;
-    // (first change heard, last change heard, who made it)
-    let mut changed: Option<(Instant, Instant, String)> = None;
+    let mut shell = Shell::start(host, opts)?;
     tracing::info!(
-        pid = me,
+        pid = shell.me,
         period = %link::human::duration(opts.period.as_secs()),
         settle_ms = opts.settle.as_millis() as u64,
         "resident host started"
     );
     loop {
-        if let Some((seq, asked)) = reconciles.start(Instant::now()) {
-            let why = asked.trigger.as_str();
-            let started = Instant::now();
-            // Without the engine's events the bridges are asked again for every reconcile (one
-            // request on its socket), and the remembered guard is made to cover them first.
-            if !follow.live() {
-                // A stale memo is this reconcile's to replace: nothing more to ask.
-                let _ = cover_memo(host, &mut memo, &memo_stamp, &mut put_back_fw, started);
-            }
-            tracing::info!(
-                seq,
-                reason = why,
-                coalesced = asked.wakeups,
-                waited_ms = started.saturating_duration_since(asked.since).as_millis() as u64,
-                "reconcile started"
-            );
-            let reconciled = stopping::watching(signals.fd.as_fd(), "the reconcile", || {
-                apply::reconcile_with(host, memo.as_ref())
-            });
-            let failed = match reconciled {
-                Ok(Some(report)) => {
-                    let failed = report.failed().map(|e| e.id.clone());
-                    tracing::info!(
-                        trigger = why,
-                        seq,
-                        millis = started.elapsed().as_millis() as u64,
-                        failed = failed.as_deref(),
-                        "reconciled"
-                    );
-                    if failed.is_none() {
-                        // The launcher's known-good: this binary works on this machine.
-                        if let Err(e) = crate::launch::reconciled(&store::store_dir(host.root)) {
-                            tracing::warn!(error = %e, "writing known-good for the launcher");
-                        }
-                    }
-                    if report.restarts_host() {
-                        tracing::info!("a new mesh-host binary is installed; exiting for the launcher to start it");
-                        return Ok(Ended::NewBinary);
-                    }
-                    if report.memo.is_some() {
-                        memo = report.memo;
-                    }
-                    memo_stamp = stamp(host.root);
-                    failed.is_some()
-                }
-                Ok(None) => {
-                    tracing::info!(trigger = why, seq, "nothing is stored to reconcile yet");
-                    false
-                }
-                Err(e) => {
-                    tracing::error!(trigger = why, seq, error = %e, "reconcile failed");
-                    true
-                }
-            };
-            reconciles.ended(Instant::now());
-            if let Some(l) = &linked {
-                l.refresh_state(host.root);
-            }
-            // A change heard during the reconcile is covered by it, unless the reconcile failed
-            // while the ruleset was changing: then it is tried again once the ruleset is quiet.
-            let foreign_during = monitor
-                .as_mut()
-                .and_then(|m| m.generations().ok())
-                .is_some_and(|events| events.iter().any(|e| is_foreign(e, me)));
-            let churned = foreign_during || asked.churn;
-            retry_when_quiet = (failed && churned).then(Instant::now);
-            if retry_when_quiet.is_some() {
-                tracing::info!(
-                    seq,
-                    quiet_ms = opts.churn_quiet.as_millis() as u64,
-                    "this reconcile, which failed while the ruleset was changing, is tried again once the ruleset holds still"
-                );
-            }
-            changed = None;
-            failing = Failing::default();
-            next_tick = Instant::now() + opts.period;
+        if let Some(ended) = shell.step() {
+            return Ok(ended);
         }
-        let heard = signals.drain();
+    }
+}
+
+/// The resident host's I/O around its [`Machine`]: what it hears (signals, the link, nf_tables
+/// events, firewalld's reloads, the container engine's bridges) and what it writes through.
+struct Shell<'a, 'h> {
+    host: &'a Host<'h>,
+    opts: &'a Options,
+    signals: Signals,
+    linked: Option<crate::link::Resident>,
+    monitor: Option<firewall::NfMonitor>,
+    me: u32,
+    /// firewalld's Reloaded signal, heard on a thread of its own and passed to this loop through
+    /// an eventfd: a reload drops firewalld's runtime configuration, the openings with it.
+    reloads: Option<Arc<Wakeup>>,
+    /// The container runtime's bridges followed live: a network created after an apply is
+    /// covered by the guard within milliseconds (`resident/bridges.rs`).
+    follow: bridges::Follow,
+    /// The node's firewall the guard is put back through the moment another program's change is
+    /// heard: its nf_tables socket kept for the host's whole life, so that costs no socket setup.
+    /// Only the guard's table and the derived filter go through it, which name no node.
+    put_back_fw: crate::node_firewall::Kernel,
+    memo: Option<FirewallMemo>,
+    /// The store as it was when `memo` was made: another process's apply (a `converge`, an
+    /// `adopt`, a `take`) changes it before it touches the firewall, so a change heard then is
+    /// that apply's, and the memo, about to be stale, must not put back what it removed.
+    memo_stamp: Option<Stamp>,
+    machine: Machine,
+}
+
+/// What the link's events came to for the loop.
+enum FromLink {
+    /// Go on with this turn.
+    Next,
+    /// The node was released: this turn ends here.
+    Again,
+    End(Ended),
+}
+
+impl<'a, 'h> Shell<'a, 'h> {
+    fn start(host: &'a Host<'h>, opts: &'a Options) -> Result<Shell<'a, 'h>> {
+        let signals = Signals::open()?;
+        // The link's thread starts after the signals are blocked, so it inherits the mask and
+        // every signal is read here.
+        let linked = start_link(host.root, opts.heartbeat, "the link");
+        let monitor = match firewall::NfMonitor::open() {
+            Ok(m) => Some(m),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot hear nf_tables events; the firewall is re-checked on the legacy period only");
+                None
+            }
+        };
+        Ok(Shell {
+            host,
+            opts,
+            signals,
+            linked,
+            monitor,
+            me: std::process::id(),
+            reloads: firewalld_reloads(),
+            follow: bridges::Follow::start(),
+            put_back_fw: crate::node_firewall::Kernel::new(host.root, "", Default::default())
+                .with_socket(),
+            memo: None,
+            memo_stamp: None,
+            machine: Machine::new(opts, Instant::now()),
+        })
+    }
+
+    /// One turn of the loop: a reconcile if one may start, then every event heard, then a wait
+    /// until the next is heard or the machine's next deadline. Some when the host ends.
+    fn step(&mut self) -> Option<Ended> {
+        if let Some((seq, asked)) = self.machine.start(Instant::now()) {
+            if let Some(ended) = self.reconcile(seq, asked) {
+                return Some(ended);
+            }
+        }
+        let heard = self.signals.drain();
         if heard.stop {
             tracing::info!("stopping: asked to, and no apply is under way");
-            if let Some(l) = &linked {
+            if let Some(l) = &self.linked {
                 l.handle.stop();
             }
-            return Ok(Ended::Stopped);
+            return Some(Ended::Stopped);
         }
         if heard.rouse {
             // The connection or attempt under way may be one that will never return.
-            if let Some(l) = &linked {
+            if let Some(l) = &self.linked {
                 l.handle.rouse();
             }
         }
-        if let Some(l) = linked.as_mut() {
-            let from_link =
-                stopping::watching(signals.fd.as_fd(), "the declaration from the link", || {
-                    l.handle_events(host)
-                });
-            if from_link.memo.is_some() {
-                memo = from_link.memo;
-                // The link's declaration was applied whole: a reconcile pending now would do it
-                // again, so the apply stands for it.
-                if let Some(p) = reconciles.covered(Instant::now()) {
-                    tracing::debug!(
-                        trigger = p.trigger.as_str(),
-                        coalesced = p.wakeups,
-                        "the pending reconcile is covered by the declaration applied from the link"
-                    );
-                }
-                retry_when_quiet = None;
-            }
-            if from_link.restarts_host {
-                tracing::info!(
-                    "a new mesh-host binary is installed; exiting for the launcher to start it"
-                );
-                l.handle.stop();
-                return Ok(Ended::NewBinary);
-            }
-            if from_link.released {
-                // Hosted again: no link, and nothing of the mesh's to put back or reconcile.
-                linked = None;
-                memo = None;
-                memo_stamp = None;
-                changed = None;
-                retry_when_quiet = None;
-                failing = Failing::default();
-                // The release was the last apply: nothing pending is the mesh's any more.
-                reconciles.covered(Instant::now());
-                continue;
-            }
-            if from_link.reconnected {
-                // Declarations may have been missed while unlinked.
-                reconciles.ask(Trigger::Reconnect, Instant::now());
-            }
+        match self.link_events() {
+            FromLink::Next => {}
+            FromLink::Again => return None,
+            FromLink::End(ended) => return Some(ended),
         }
-        if heard.new_declaration && crate::link::changed(host.root, linked.as_ref()) {
+        if heard.new_declaration && crate::link::changed(self.host.root, self.linked.as_ref()) {
             // `mesh-host enrol` stored a new identity: the old link goes, the new one starts.
-            if let Some(l) = linked.take() {
+            if let Some(l) = self.linked.take() {
                 l.handle.stop();
             }
-            linked = start_link(host.root, opts.heartbeat, "the new link");
+            self.linked = start_link(self.host.root, self.opts.heartbeat, "the new link");
             tracing::info!("a new enrolment is stored; the link was started again with it");
         }
-        if heard.new_declaration {
-            reconciles.ask(Trigger::NewDeclaration, Instant::now());
-        } else if heard.rouse {
-            reconciles.ask(Trigger::Rouse, Instant::now());
-        }
-        if follow.heard() {
+        self.machine
+            .signals(heard.new_declaration, heard.rouse, Instant::now());
+        if self.follow.heard() {
             let heard = Instant::now();
-            let covered = cover_memo(host, &mut memo, &memo_stamp, &mut put_back_fw, heard);
-            if matches!(covered, bridges::Covered::Reconcile) {
-                reconciles.ask(Trigger::Bridges, heard);
+            if matches!(self.cover_memo(heard), bridges::Covered::Reconcile) {
+                self.machine.ask(Trigger::Bridges, heard);
             }
         }
-        if reconciles.due_at().is_some_and(|at| at <= Instant::now()) {
-            continue;
+        if self.machine.reconcile_due(Instant::now()) {
+            return None;
         }
-        if let Some(w) = &reloads {
-            if w.heard() {
-                let now = Instant::now();
-                changed = Some(match changed.take() {
-                    Some((first, _, _)) => (first, now, "firewalld (Reloaded)".into()),
-                    None => (now, now, "firewalld (Reloaded)".into()),
-                });
-                tracing::info!("firewalld reloaded; its openings are re-checked");
-            }
+        if self.reloads.as_ref().is_some_and(|w| w.heard()) {
+            self.machine
+                .ruleset_changed("firewalld (Reloaded)".into(), Instant::now());
+            tracing::info!("firewalld reloaded; its openings are re-checked");
         }
-        if let Some(m) = monitor.as_mut() {
-            match m.generations() {
-                Ok(events) => {
-                    let foreign = events.iter().any(|e| is_foreign(e, me));
-                    if foreign {
-                        if let Some(at) = retry_when_quiet.as_mut() {
-                            *at = Instant::now();
-                        }
-                    }
-                    // The guard first and at once, before any quiet is waited for: the store's
-                    // port must be unguarded for as short a time as the kernel allows.
-                    // Only while the store is as the memo found it: otherwise an apply of
-                    // another process is under way or done, and it tells this host itself.
-                    // Nor while another process holds the store: its act changes the firewall
-                    // before it records what it did (the store records after a thing worked),
-                    // so its changes are not foreign ones to undo.
-                    let current = foreign
-                        && memo_stamp.is_some()
-                        && stamp(host.root) == memo_stamp
-                        && !store::held_elsewhere(host.root);
-                    if foreign && !current {
-                        tracing::debug!(
-                            "the store changed since the last reconcile; nothing put back at once"
-                        );
-                    }
-                    // Likewise the derived filter on a flipped node, when it is gone: without
-                    // it the node is open (`node_firewall::put_back` says why only when gone).
-                    if let (true, Some(m)) = (current, memo.as_ref()) {
-                        let started = Instant::now();
-                        for (what, result) in crate::node_firewall::put_back(
-                            &mut put_back_fw,
-                            m.guard.as_ref(),
-                            m.filter.as_ref(),
-                        ) {
-                            put_back(what, started, result);
-                        }
-                    }
-                    for e in events {
-                        let who = match &e {
-                            firewall::Event::NewGen(g) if g.pid == Some(me) => continue,
-                            firewall::Event::NewGen(g) => format!(
-                                "{} (pid {})",
-                                g.process.as_deref().unwrap_or("?"),
-                                g.pid.map(|p| p.to_string()).unwrap_or_else(|| "?".into())
-                            ),
-                            _ => "events lost (buffer full)".to_string(),
-                        };
-                        let now = Instant::now();
-                        changed = Some(match changed.take() {
-                            Some((first, _, _)) => (first, now, who),
-                            None => (now, now, who),
-                        });
-                    }
-                }
-                Err(e) => tracing::warn!(error = %e, "reading nf_tables events"),
-            }
-        }
+        self.ruleset_events();
         let now = Instant::now();
-        if retry_when_quiet.is_some_and(|at| now >= at + opts.churn_quiet) {
-            retry_when_quiet = None;
-            reconciles.ask(Trigger::QuietAgain, now);
-            continue;
+        if self.machine.quiet_again(now) {
+            return None;
         }
-        let recheck_at = changed
-            .as_ref()
-            .map(|(first, last, _)| (*last + opts.quiet).min(*first + opts.patience));
-        let retry_at = failing.retry_at;
-        let legacy_due = opts.legacy_period > Duration::ZERO && now >= next_legacy;
-        let retry_due = retry_at.is_some_and(|at| now >= at);
-        if recheck_at.is_some_and(|at| now >= at) || legacy_due || retry_due {
-            let (first, who) = match changed.take() {
-                Some((first, _, who)) => (Some(first), who),
-                None if retry_due => (None, "a re-check tried again".to_string()),
-                None => (None, "the legacy period".to_string()),
-            };
-            failing.retry_at = None;
-            if legacy_due {
-                next_legacy = now + opts.legacy_period;
-            }
-            // The memo is the last reconcile's: while the store says something newer, or another
-            // act is under way, putting the memo back would undo that act. Nothing is done: the
-            // act records its declaration when it is done, and that is heard and reconciled.
-            let stale = stamp(host.root) != memo_stamp || store::held_elsewhere(host.root);
-            if stale && memo.is_some() {
-                tracing::debug!(by = %who, "another act is under way or done since the last reconcile; no re-check over it");
-            } else if first.is_some() || retry_due || crate::node_firewall::legacy_in_force() {
-                match recheck(host, memo.as_ref(), first, &who) {
-                    Checked::Done => {
-                        // The ruleset held still for a whole listing: a reconcile that failed
-                        // under the churn is tried again now rather than after the quiet.
-                        if retry_when_quiet.take().is_some() {
-                            reconciles.ask(Trigger::QuietAgain, Instant::now());
-                        }
-                        let before = failing.succeeded();
-                        if before > 0 {
-                            tracing::info!(
-                                failed_before = before,
-                                "re-checking the firewall succeeded after failing"
-                            );
-                        }
-                    }
-                    Checked::Reconcile(t) => reconciles.ask(t, Instant::now()),
-                    Checked::Failed(e) => {
-                        let now = Instant::now();
-                        if failing.failed(now, opts.recheck_deadline) {
-                            tracing::error!(by = who, error = %e, deadline_ms = opts.recheck_deadline.as_millis() as u64, "re-checking the firewall kept failing past its deadline; a reconcile is due");
-                            reconciles.ask(Trigger::RecheckFailed, now);
-                        } else {
-                            tracing::warn!(by = who, error = %e, failures = failing.failures, "re-checking the firewall failed; tried again after a backoff");
-                        }
+        if let Some(due) = self.machine.recheck_due(now) {
+            self.recheck(due);
+            return None;
+        }
+        if self.machine.tick(now) {
+            return None;
+        }
+        self.wait(self.machine.next_deadline());
+        None
+    }
+
+    /// A reconcile, watched for signals; Some when its report says a new binary is installed.
+    fn reconcile(&mut self, seq: u64, asked: Pending) -> Option<Ended> {
+        let host = self.host;
+        let why = asked.trigger.as_str();
+        let started = Instant::now();
+        // Without the engine's events the bridges are asked again for every reconcile (one
+        // request on its socket), and the remembered guard is made to cover them first.
+        if !self.follow.live() {
+            // A stale memo is this reconcile's to replace: nothing more to ask.
+            let _ = self.cover_memo(started);
+        }
+        tracing::info!(
+            seq,
+            reason = why,
+            coalesced = asked.wakeups,
+            waited_ms = started.saturating_duration_since(asked.since).as_millis() as u64,
+            "reconcile started"
+        );
+        let memo = self.memo.as_ref();
+        let reconciled = stopping::watching(self.signals.fd.as_fd(), "the reconcile", || {
+            apply::reconcile_with(host, memo)
+        });
+        let failed = match reconciled {
+            Ok(Some(report)) => {
+                let failed = report.failed().map(|e| e.id.clone());
+                tracing::info!(
+                    trigger = why,
+                    seq,
+                    millis = started.elapsed().as_millis() as u64,
+                    failed = failed.as_deref(),
+                    "reconciled"
+                );
+                if failed.is_none() {
+                    // The launcher's known-good: this binary works on this machine.
+                    if let Err(e) = crate::launch::reconciled(&store::store_dir(host.root)) {
+                        tracing::warn!(error = %e, "writing known-good for the launcher");
                     }
                 }
-                // What the re-check recorded is this host's own.
-                memo_stamp = stamp(host.root);
+                if report.restarts_host() {
+                    tracing::info!(
+                        "a new mesh-host binary is installed; exiting for the launcher to start it"
+                    );
+                    return Some(Ended::NewBinary);
+                }
+                if report.memo.is_some() {
+                    self.memo = report.memo;
+                }
+                self.memo_stamp = stamp(host.root);
+                failed.is_some()
             }
-            continue;
+            Ok(None) => {
+                tracing::info!(trigger = why, seq, "nothing is stored to reconcile yet");
+                false
+            }
+            Err(e) => {
+                tracing::error!(trigger = why, seq, error = %e, "reconcile failed");
+                true
+            }
+        };
+        let ended = Instant::now();
+        if let Some(l) = &self.linked {
+            l.refresh_state(host.root);
         }
-        if now >= next_tick {
-            reconciles.ask(Trigger::Period, now);
-            // Asked once: the pending reconcile may wait for the settle, and the loop with it.
-            next_tick = now + opts.period;
-            continue;
+        // A change heard during the reconcile is covered by it, unless the reconcile failed
+        // while the ruleset was changing: then it is tried again once the ruleset is quiet.
+        let me = self.me;
+        let foreign_during = self
+            .monitor
+            .as_mut()
+            .and_then(|m| m.generations().ok())
+            .is_some_and(|events| events.iter().any(|e| is_foreign(e, me)));
+        let churned = foreign_during || asked.churn;
+        if self.machine.reconcile_ended(failed, churned, ended) {
+            tracing::info!(
+                seq,
+                quiet_ms = self.opts.churn_quiet.as_millis() as u64,
+                "this reconcile, which failed while the ruleset was changing, is tried again once the ruleset holds still"
+            );
         }
-        let mut until = next_tick.min(if opts.legacy_period > Duration::ZERO {
-            next_legacy
-        } else {
-            next_tick
-        });
-        for at in [
-            recheck_at,
-            retry_at,
-            reconciles.due_at(),
-            retry_when_quiet.map(|at| at + opts.churn_quiet),
-        ]
-        .into_iter()
-        .flatten()
-        {
-            until = until.min(at);
+        None
+    }
+
+    /// The link's events: a declaration applied from it, a release, a reconnection, a new binary.
+    fn link_events(&mut self) -> FromLink {
+        let host = self.host;
+        let Some(l) = self.linked.as_mut() else {
+            return FromLink::Next;
+        };
+        let from_link = stopping::watching(
+            self.signals.fd.as_fd(),
+            "the declaration from the link",
+            || l.handle_events(host),
+        );
+        if from_link.memo.is_some() {
+            self.memo = from_link.memo;
+            self.machine.applied_from_link(Instant::now());
         }
-        let mut fds = vec![signals.fd.as_fd()];
-        if let Some(m) = &monitor {
+        if from_link.restarts_host {
+            tracing::info!(
+                "a new mesh-host binary is installed; exiting for the launcher to start it"
+            );
+            l.handle.stop();
+            return FromLink::End(Ended::NewBinary);
+        }
+        if from_link.released {
+            // Hosted again: no link, and nothing of the mesh's to put back or reconcile.
+            self.linked = None;
+            self.memo = None;
+            self.memo_stamp = None;
+            self.machine.released(Instant::now());
+            return FromLink::Again;
+        }
+        if from_link.reconnected {
+            // Declarations may have been missed while unlinked.
+            self.machine.ask(Trigger::Reconnect, Instant::now());
+        }
+        FromLink::Next
+    }
+
+    /// nf_tables events: another program's change puts the guard (and a flipped node's derived
+    /// filter) back at once, and is re-checked after quiet.
+    fn ruleset_events(&mut self) {
+        let Some(m) = self.monitor.as_mut() else {
+            return;
+        };
+        let events = match m.generations() {
+            Ok(events) => events,
+            Err(e) => {
+                tracing::warn!(error = %e, "reading nf_tables events");
+                return;
+            }
+        };
+        let (me, root) = (self.me, self.host.root);
+        let foreign = events.iter().any(|e| is_foreign(e, me));
+        if foreign {
+            self.machine.foreign_change(Instant::now());
+        }
+        // The guard first and at once, before any quiet is waited for: the store's port must be
+        // unguarded for as short a time as the kernel allows. Only while the store is as the
+        // memo found it: otherwise an apply of another process is under way or done, and it
+        // tells this host itself. Nor while another process holds the store: its act changes the
+        // firewall before it records what it did (the store records after a thing worked), so
+        // its changes are not foreign ones to undo.
+        let current = foreign
+            && self.memo_stamp.is_some()
+            && stamp(root) == self.memo_stamp
+            && !store::held_elsewhere(root);
+        if foreign && !current {
+            tracing::debug!("the store changed since the last reconcile; nothing put back at once");
+        }
+        // Likewise the derived filter on a flipped node, when it is gone: without it the node
+        // is open (`node_firewall::put_back` says why only when gone).
+        if let (true, Some(m)) = (current, self.memo.as_ref()) {
+            let started = Instant::now();
+            for (what, result) in crate::node_firewall::put_back(
+                &mut self.put_back_fw,
+                m.guard.as_ref(),
+                m.filter.as_ref(),
+            ) {
+                put_back(what, started, result);
+            }
+        }
+        for e in events.iter().filter(|e| is_foreign(e, me)) {
+            let who = match e {
+                firewall::Event::NewGen(g) => format!(
+                    "{} (pid {})",
+                    g.process.as_deref().unwrap_or("?"),
+                    g.pid.map(|p| p.to_string()).unwrap_or_else(|| "?".into())
+                ),
+                _ => "events lost (buffer full)".to_string(),
+            };
+            self.machine.ruleset_changed(who, Instant::now());
+        }
+    }
+
+    /// A re-check that is due, unless another act is under way or done since the last
+    /// reconcile: the memo is that reconcile's, and putting it back would undo that act. Nothing
+    /// is done then: the act records its declaration when it is done, and that is heard and
+    /// reconciled.
+    fn recheck(&mut self, due: Recheck) {
+        let root = self.host.root;
+        let stale = stamp(root) != self.memo_stamp || store::held_elsewhere(root);
+        if stale && self.memo.is_some() {
+            tracing::debug!(by = %due.who, "another act is under way or done since the last reconcile; no re-check over it");
+        } else if due.first.is_some() || due.retry || crate::node_firewall::legacy_in_force() {
+            let checked = recheck(self.host, self.memo.as_ref(), due.first, &due.who);
+            self.machine.rechecked(checked, &due.who, Instant::now());
+            // What the re-check recorded is this host's own.
+            self.memo_stamp = stamp(root);
+        }
+    }
+
+    /// The runtime's bridges asked for again, and the memo's guard and derived filter made to
+    /// cover them (written through the kept socket, only while the store is as the memo found
+    /// it). With no memo yet, the next reconcile asks the engine itself.
+    fn cover_memo(&mut self, heard: Instant) -> bridges::Covered {
+        let Some(m) = self.memo.as_mut() else {
+            crate::system::bridges::forget();
+            return bridges::Covered::Done;
+        };
+        let current = self.memo_stamp.is_some() && stamp(self.host.root) == self.memo_stamp;
+        bridges::cover(
+            &mut self.put_back_fw,
+            self.host.runner,
+            &mut m.guard,
+            &mut m.filter,
+            current,
+            heard,
+        )
+    }
+
+    /// Waits until something is heard or `until`.
+    fn wait(&self, until: Instant) {
+        let mut fds = vec![self.signals.fd.as_fd()];
+        if let Some(m) = &self.monitor {
             // SAFETY: the monitor owns this descriptor and outlives the `wait` below, the only
             // use of the borrow (the firewall crate gives the monitor no `AsFd`).
             fds.push(unsafe { BorrowedFd::borrow_raw(m.as_raw_fd()) });
         }
-        if let Some(l) = &linked {
+        if let Some(l) = &self.linked {
             fds.push(l.fd());
         }
-        if let Some(w) = &reloads {
+        if let Some(w) = &self.reloads {
             fds.push(w.as_fd());
         }
-        fds.extend(follow.fds());
+        fds.extend(self.follow.fds());
         wait(&fds, until.saturating_duration_since(Instant::now()));
     }
-}
-
-/// The runtime's bridges asked for again, and the memo's guard and derived filter made to cover
-/// them (written through `fw`, only while the store is as the memo found it). With no memo yet,
-/// the next reconcile asks the engine itself.
-fn cover_memo(
-    host: &Host<'_>,
-    memo: &mut Option<FirewallMemo>,
-    memo_stamp: &Option<Stamp>,
-    fw: &mut crate::node_firewall::Kernel,
-    heard: Instant,
-) -> bridges::Covered {
-    let Some(m) = memo.as_mut() else {
-        crate::system::bridges::forget();
-        return bridges::Covered::Done;
-    };
-    let current = memo_stamp.is_some() && stamp(host.root) == *memo_stamp;
-    bridges::cover(fw, host.runner, &mut m.guard, &mut m.filter, current, heard)
 }
 
 /// Whether an nf_tables event is another program's change (or lost events, which may be).
@@ -601,15 +593,6 @@ fn stamp(root: &std::path::Path) -> Option<Stamp> {
         .map(|m| (m.len(), m.ino(), m.ctime(), m.ctime_nsec()))
         .collect();
     (!out.is_empty()).then_some(out)
-}
-
-/// What a re-check came to.
-enum Checked {
-    Done,
-    /// A whole reconcile is due instead (nothing remembered to put back, or a new declaration).
-    Reconcile(Trigger),
-    /// It failed; the error's text.
-    Failed(String),
 }
 
 /// Puts the guard and the openings back after someone else changed the ruleset.
