@@ -5,7 +5,6 @@
 mod common;
 
 use common::{in_fresh_netns, nft, nft_load};
-use firewall::exec::{Exec, Output};
 use firewall::netlink::*;
 use firewall::{Error, Firewall, Scope};
 use std::cell::Cell;
@@ -85,24 +84,19 @@ struct ReloadingExec {
     asked: Cell<u32>,
 }
 
-impl Exec for ReloadingExec {
-    fn run(
-        &self,
-        program: &str,
-        _args: &[String],
-        _stdin: Option<&str>,
-    ) -> firewall::Result<Output> {
-        assert_eq!(program, "iptables-legacy-save");
+impl run::Runner for ReloadingExec {
+    fn call(&self, call: &run::Call<'_>) -> std::io::Result<run::Output> {
+        assert_eq!(call.argv[0], "iptables-legacy-save");
         self.asked.set(self.asked.get() + 1);
         if self.armed.replace(false) {
             nft(&["flush", "ruleset"]);
             nft_load(OPERATOR);
         }
-        Ok(Output {
+        Ok(run::Output {
             code: Some(0),
-            stdout: "*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\nCOMMIT\n"
-                .into(),
-            stderr: String::new(),
+            stdout: b"*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\nCOMMIT\n"
+                .to_vec(),
+            ..run::Output::default()
         })
     }
 
@@ -147,14 +141,10 @@ struct CountingExec {
     runs: std::cell::RefCell<Vec<String>>,
 }
 
-impl Exec for CountingExec {
-    fn run(&self, program: &str, args: &[String], stdin: Option<&str>) -> firewall::Result<Output> {
-        self.runs.borrow_mut().push(program.to_string());
-        firewall::SystemExec.run(program, args, stdin)
-    }
-
-    fn exists(&self, program: &str) -> bool {
-        firewall::SystemExec.exists(program)
+impl run::Runner for CountingExec {
+    fn call(&self, call: &run::Call<'_>) -> std::io::Result<run::Output> {
+        self.runs.borrow_mut().push(call.argv[0].clone());
+        run::SystemRunner.call(call)
     }
 }
 

@@ -45,11 +45,8 @@ const UFW_INIT: &[&str] = &["/lib/ufw/ufw-init", "/usr/lib/ufw/ufw-init"];
 /// The rules ufw lists as added (`ufw show added`), each as the argv after `ufw` that deletes
 /// it, with its mark when its comment is a full mark.
 fn added(cx: &Cx<'_>) -> Result<Vec<(Vec<String>, Option<String>)>> {
-    let out = cx
-        .exec
-        .run_ok("ufw", &["show".into(), "added".into()], None)?;
+    let out = crate::child::stdout(cx.exec, "ufw", &["show".into(), "added".into()], None)?;
     Ok(out
-        .stdout
         .lines()
         .filter_map(|l| l.strip_prefix("ufw "))
         .map(|l| {
@@ -159,9 +156,8 @@ fn ufw_init(cx: &Cx<'_>) -> Result<String> {
 }
 
 fn active(cx: &Cx<'_>) -> Result<bool> {
-    let out = cx.exec.run_ok("ufw", &["status".into()], None)?;
+    let out = crate::child::stdout(cx.exec, "ufw", &["status".into()], None)?;
     Ok(out
-        .stdout
         .lines()
         .next()
         .is_some_and(|l| l.trim() == "Status: active"))
@@ -285,7 +281,7 @@ impl WholeDriver for Ufw {
                             .chain(argv.iter().cloned())
                             .collect(),
                     };
-                    cx.exec.run_ok("ufw", &args, None)?;
+                    crate::child::run_ok(cx.exec, "ufw", &args, None)?;
                     done.removed.push((mark.clone(), "ufw".into()));
                 }
             }
@@ -310,7 +306,7 @@ impl WholeDriver for Ufw {
                     continue;
                 }
                 for argv in missing {
-                    cx.exec.run_ok("ufw", argv, None)?;
+                    crate::child::run_ok(cx.exec, "ufw", argv, None)?;
                 }
                 done.added.push((w.opening.id.clone(), "ufw".into()));
             }
@@ -375,23 +371,25 @@ impl Retire for Ufw {
             config,
             saved: vec![Saved {
                 what: format!("ufw: {rules} rules, stopped with ufw-init stop"),
-                text: cx
-                    .exec
-                    .run_ok("ufw", &["status".into(), "verbose".into()], None)?
-                    .stdout,
+                text: crate::child::stdout(
+                    cx.exec,
+                    "ufw",
+                    &["status".into(), "verbose".into()],
+                    None,
+                )?,
             }],
         }))
     }
 
     fn retire(&self, saved: &Retired, cx: &mut Cx<'_>) -> Result<Retired> {
         let init = ufw_init(cx)?;
-        cx.exec.run_ok(&init, &["stop".into()], None)?;
+        crate::child::run_ok(cx.exec, &init, &["stop".into()], None)?;
         Ok(saved.clone())
     }
 
     fn restore(&self, _saved: &Retired, cx: &mut Cx<'_>) -> Result<()> {
         let init = ufw_init(cx)?;
-        cx.exec.run_ok(&init, &["start".into()], None)?;
+        crate::child::run_ok(cx.exec, &init, &["start".into()], None)?;
         if !active(cx)? {
             return Err(Error::Unsupported {
                 reason: format!("ufw is not active after {init} start"),
@@ -404,8 +402,8 @@ impl Retire for Ufw {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::exec::RecordingExec;
     use crate::opening::{From, Proto};
+    use run::RecordingRunner;
 
     fn opening(from: From, path: Path) -> Opening {
         Opening {
@@ -421,12 +419,8 @@ mod tests {
     /// operator's comment that only looks like one left alone.
     #[test]
     fn reads_marks_from_show_added() {
-        let exec = RecordingExec::default();
-        exec.answers.borrow_mut().push_back(crate::exec::Output {
-            code: Some(0),
-            stdout: "Added user rules (see 'ufw status' for running firewall):\nufw allow 22/tcp\nufw allow 9000/tcp comment 'mesh-host:web#0123abcd'\nufw allow 8000/tcp comment 'mesh-host: keep'\n".into(),
-            stderr: String::new(),
-        });
+        let exec = RecordingRunner::succeeding();
+        exec.answers.borrow_mut().push_back(crate::child::answer("Added user rules (see 'ufw status' for running firewall):\nufw allow 22/tcp\nufw allow 9000/tcp comment 'mesh-host:web#0123abcd'\nufw allow 8000/tcp comment 'mesh-host: keep'\n"));
         let ruleset = crate::netlink::Ruleset::default();
         let saves = BTreeMap::new();
         let mut batch = crate::netlink::Batch::new();
@@ -448,12 +442,10 @@ mod tests {
         assert_eq!(got[2].0.last().unwrap(), "mesh-host: keep");
     }
 
-    fn answer(exec: &RecordingExec, stdout: &str) {
-        exec.answers.borrow_mut().push_back(crate::exec::Output {
-            code: Some(0),
-            stdout: stdout.into(),
-            stderr: String::new(),
-        });
+    fn answer(exec: &RecordingRunner, stdout: &str) {
+        exec.answers
+            .borrow_mut()
+            .push_back(crate::child::answer(stdout));
     }
 
     /// A convergence removes only marked rules (an old version of a given opening), keeps an
@@ -534,9 +526,9 @@ mod tests {
         nat: &str,
         answers: &[&str],
     ) -> (Converged, Vec<Vec<String>>) {
-        let exec = RecordingExec {
+        let exec = RecordingRunner {
             programs: vec!["ufw".into()],
-            ..RecordingExec::default()
+            ..RecordingRunner::succeeding()
         };
         for a in answers {
             answer(&exec, a);
@@ -563,11 +555,9 @@ mod tests {
                 &mut cx,
             )
             .unwrap();
-        let calls = exec
-            .calls
-            .borrow()
-            .iter()
-            .map(|(_, a, _)| a.clone())
+        let calls = crate::child::recorded(&exec)
+            .into_iter()
+            .map(|(_, a, _)| a)
             .collect();
         (done, calls)
     }
