@@ -365,7 +365,9 @@ impl<'a> Firewall<'a> {
         self.check_time = std::time::Duration::ZERO;
         loop {
             match self.converge_once(openings, scope, &mut backoff) {
-                Err(Error::Refused { errno, .. }) if errno.0 == libc::ERESTART => {
+                Err(Error::Refused { errno, .. })
+                    if errno.0 == nix::errno::Errno::ERESTART as i32 =>
+                {
                     if !backoff.wait() {
                         return Err(Error::Raced {
                             tries: backoff.tries(),
@@ -433,15 +435,15 @@ impl<'a> Firewall<'a> {
         let stale = |batch: &Batch| Error::Refused {
             what: format!("a batch of {} messages", batch.len()),
             seq: 0,
-            errno: crate::error::Errno(libc::ERESTART),
+            errno: crate::error::Errno(nix::errno::Errno::ERESTART as i32),
             detail: None,
         };
         let mut vouched = 0;
         let mut unconditional = false;
         loop {
             *sent += 1;
-            // SAFETY: gettid has no preconditions; it names the thread the kernel's NEWGEN will.
-            let mine = unsafe { libc::gettid() } as u32;
+            // The thread the kernel's NEWGEN will name.
+            let mine = nix::unistd::gettid().as_raw() as u32;
             match sock.send(batch) {
                 Ok(()) if unconditional => {
                     return if sock.only_mine_since(listed, mine)? {
@@ -452,11 +454,17 @@ impl<'a> Firewall<'a> {
                 }
                 // Sent on the plan's word alone, a rule it names may be gone: plan again.
                 Err(Error::Refused { errno, .. })
-                    if unconditional && matches!(errno.0, libc::ENOENT | libc::EBUSY) =>
+                    if unconditional
+                        && matches!(
+                            nix::errno::Errno::from_raw(errno.0),
+                            nix::errno::Errno::ENOENT | nix::errno::Errno::EBUSY
+                        ) =>
                 {
                     return Err(stale(batch))
                 }
-                Err(Error::Refused { errno, .. }) if errno.0 == libc::ERESTART => {
+                Err(Error::Refused { errno, .. })
+                    if errno.0 == nix::errno::Errno::ERESTART as i32 =>
+                {
                     if !backoff.wait() {
                         return Err(Error::Raced {
                             tries: backoff.tries(),
