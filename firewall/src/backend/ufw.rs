@@ -197,7 +197,6 @@ impl WholeDriver for Ufw {
         write: bool,
         cx: &mut Cx<'_>,
     ) -> Result<Converged> {
-        let mut done = Converged::default();
         if !cx.exec.exists("ufw") {
             return Err(Error::Unsupported {
                 reason: "ufw's chains are loaded but the ufw command is not installed".into(),
@@ -207,109 +206,18 @@ impl WholeDriver for Ufw {
         // nothing, and its files are left exactly as they are: the mesh's rules in them are in
         // force again when ufw starts.
         if !active(cx)? {
-            for l in layers {
-                for o in openings.iter().filter(|o| l.crossed_by(o)) {
-                    done.states.entry(o.id.clone()).or_default().push(Presence {
-                        layer: l.describe(),
-                        chain: None,
-                        state: State::NotNeeded(
-                            "ufw is not running: its chains are empty and refuse nothing".into(),
-                        ),
-                    });
-                }
-            }
-            return Ok(done);
+            return Ok(not_running(layers, openings));
         }
-        // Only openings whose path crosses a ufw layer that can drop need a rule.
-        let needed: Vec<&Opening> = openings
-            .iter()
-            .filter(|o| layers.iter().any(|l| l.can_drop && l.crossed_by(o)))
-            .collect();
-        // Each needed opening's rules, by its mark; a forwarded one's name the destinations the
-        // runtime's DNAT sends its port to now, so a recreated container's new address replaces
-        // the old one.
-        let wanted: BTreeMap<String, Wanted<'_>> = needed
-            .iter()
-            .map(|o| {
-                let to = match o.path {
-                    Path::Incoming => Vec::new(),
-                    Path::Forwarded => {
-                        published::targets(cx.ruleset, cx.legacy_saves, o.proto, o.port)
-                    }
-                };
-                let argv = commands(o, &to);
-                let keys = argv.iter().filter_map(|a| key(a)).collect();
-                (
-                    rules::mark(o),
-                    Wanted {
-                        opening: o,
-                        to,
-                        argv,
-                        keys,
-                    },
-                )
-            })
-            .collect();
-        let given: BTreeSet<&str> = openings.iter().map(|o| o.id.as_str()).collect();
+        let mut done = Converged::default();
+        let wanted = wanted(layers, openings, cx);
         let mut now = added(cx)?;
         if write {
-            // Marked rules of old versions, rules of a given opening it no longer needs (a
-            // destination the runtime no longer sends its port to, a repeat), and (scope All)
-            // rules of openings not given go; unmarked rules are never touched.
-            let mut kept: BTreeSet<(String, Key)> = BTreeSet::new();
-            for (argv, mark) in &now {
-                let Some(mark) = mark else { continue };
-                let remove = match wanted.get(mark) {
-                    Some(w) => match key(argv) {
-                        Some(k) if w.keys.contains(&k) => !kept.insert((mark.clone(), k)),
-                        _ => true,
-                    },
-                    None => {
-                        scope == Scope::All
-                            || rules::id_of(mark).is_some_and(|id| given.contains(id))
-                    }
-                };
-                if remove {
-                    // `ufw delete RULE`, and for a routed rule `ufw route delete RULE`.
-                    let args: Vec<String> = match argv.split_first() {
-                        Some((first, rest)) if first == "route" => ["route", "delete"]
-                            .iter()
-                            .map(|s| s.to_string())
-                            .chain(rest.iter().cloned())
-                            .collect(),
-                        _ => std::iter::once("delete".to_string())
-                            .chain(argv.iter().cloned())
-                            .collect(),
-                    };
-                    crate::child::run_ok(cx.exec, "ufw", &args, None)?;
-                    done.removed.push((mark.clone(), "ufw".into()));
-                }
-            }
+            remove_unwanted(&now, &wanted, openings, scope, cx, &mut done)?;
             // ufw is read again only after it was written: each `ufw show added` is a process.
             if !done.removed.is_empty() {
                 now = added(cx)?;
             }
-            for (mark, w) in &wanted {
-                let held = holds(&now, mark);
-                // A rule someone else holds for the same traffic is never rewritten: ufw would
-                // replace it with the mesh's (its action and comment), so such a rule is left to
-                // decide (see [`Wanted::state`]).
-                let missing: Vec<&Vec<String>> = w
-                    .argv
-                    .iter()
-                    .filter(|a| match key(a) {
-                        Some(k) => !held.contains(&k) && other_rule(&now, mark, &k).is_none(),
-                        None => true,
-                    })
-                    .collect();
-                if missing.is_empty() {
-                    continue;
-                }
-                for argv in missing {
-                    crate::child::run_ok(cx.exec, "ufw", argv, None)?;
-                }
-                done.added.push((w.opening.id.clone(), "ufw".into()));
-            }
+            add_missing(&now, &wanted, cx, &mut done)?;
             if !done.added.is_empty() {
                 now = added(cx)?;
             }
@@ -319,36 +227,166 @@ impl WholeDriver for Ufw {
             .filter_map(|(_, m)| m.as_ref())
             .filter(|m| !wanted.contains_key(*m))
             .count();
-        for l in layers {
-            for o in openings.iter().filter(|o| l.crossed_by(o)) {
-                let mark = rules::mark(o);
-                let state = if !l.can_drop {
-                    State::NotNeeded(format!("nothing in {} can drop", l.chain))
-                } else if !matches!(l.hook, Hook::Input | Hook::Forward) {
-                    State::Unwritable(format!(
-                        "{} refuses at {} and ufw's rules stand only at input and forward",
-                        l.describe(),
-                        l.hook_name()
-                    ))
-                } else if let Some(w) = wanted.get(&mark) {
-                    w.state(&now, &mark)
-                } else {
-                    State::Missing
-                };
-                done.states.entry(o.id.clone()).or_default().push(Presence {
-                    layer: l.describe(),
-                    chain: Some(
-                        match o.path {
-                            Path::Incoming => "ufw-user-input",
-                            Path::Forwarded => "ufw-user-forward",
-                        }
-                        .into(),
-                    ),
-                    state,
-                });
-            }
-        }
+        states(layers, openings, &wanted, &now, &mut done);
         Ok(done)
+    }
+}
+
+/// Every opening crossing a layer of a ufw that is not running: no rule needed.
+fn not_running(layers: &[Layer], openings: &[Opening]) -> Converged {
+    let mut done = Converged::default();
+    for l in layers {
+        for o in openings.iter().filter(|o| l.crossed_by(o)) {
+            done.states.entry(o.id.clone()).or_default().push(Presence {
+                layer: l.describe(),
+                chain: None,
+                state: State::NotNeeded(
+                    "ufw is not running: its chains are empty and refuse nothing".into(),
+                ),
+            });
+        }
+    }
+    done
+}
+
+/// Each needed opening's rules, by its mark (only openings whose path crosses a ufw layer that
+/// can drop need one); a forwarded one's name the destinations the runtime's DNAT sends its port
+/// to now, so a recreated container's new address replaces the old one.
+fn wanted<'o>(
+    layers: &[Layer],
+    openings: &'o [Opening],
+    cx: &Cx<'_>,
+) -> BTreeMap<String, Wanted<'o>> {
+    openings
+        .iter()
+        .filter(|o| layers.iter().any(|l| l.can_drop && l.crossed_by(o)))
+        .map(|o| {
+            let to = match o.path {
+                Path::Incoming => Vec::new(),
+                Path::Forwarded => published::targets(cx.ruleset, cx.legacy_saves, o.proto, o.port),
+            };
+            let argv = commands(o, &to);
+            let keys = argv.iter().filter_map(|a| key(a)).collect();
+            (
+                rules::mark(o),
+                Wanted {
+                    opening: o,
+                    to,
+                    argv,
+                    keys,
+                },
+            )
+        })
+        .collect()
+}
+
+/// Deletes marked rules of old versions, rules of a given opening it no longer needs (a
+/// destination the runtime no longer sends its port to, a repeat), and (scope All) rules of
+/// openings not given; unmarked rules are never touched.
+fn remove_unwanted(
+    now: &[(Vec<String>, Option<String>)],
+    wanted: &BTreeMap<String, Wanted<'_>>,
+    openings: &[Opening],
+    scope: Scope,
+    cx: &Cx<'_>,
+    done: &mut Converged,
+) -> Result<()> {
+    let given: BTreeSet<&str> = openings.iter().map(|o| o.id.as_str()).collect();
+    let mut kept: BTreeSet<(String, Key)> = BTreeSet::new();
+    for (argv, mark) in now {
+        let Some(mark) = mark else { continue };
+        let remove = match wanted.get(mark) {
+            Some(w) => match key(argv) {
+                Some(k) if w.keys.contains(&k) => !kept.insert((mark.clone(), k)),
+                _ => true,
+            },
+            None => scope == Scope::All || rules::id_of(mark).is_some_and(|id| given.contains(id)),
+        };
+        if remove {
+            // `ufw delete RULE`, and for a routed rule `ufw route delete RULE`.
+            let args: Vec<String> = match argv.split_first() {
+                Some((first, rest)) if first == "route" => ["route", "delete"]
+                    .iter()
+                    .map(|s| s.to_string())
+                    .chain(rest.iter().cloned())
+                    .collect(),
+                _ => std::iter::once("delete".to_string())
+                    .chain(argv.iter().cloned())
+                    .collect(),
+            };
+            crate::child::run_ok(cx.exec, "ufw", &args, None)?;
+            done.removed.push((mark.clone(), "ufw".into()));
+        }
+    }
+    Ok(())
+}
+
+/// Adds each wanted opening's rules that ufw does not hold. A rule someone else holds for the
+/// same traffic is never rewritten: ufw would replace it with the mesh's (its action and
+/// comment), so such a rule is left to decide (see [`Wanted::state`]).
+fn add_missing(
+    now: &[(Vec<String>, Option<String>)],
+    wanted: &BTreeMap<String, Wanted<'_>>,
+    cx: &Cx<'_>,
+    done: &mut Converged,
+) -> Result<()> {
+    for (mark, w) in wanted {
+        let held = holds(now, mark);
+        let missing: Vec<&Vec<String>> = w
+            .argv
+            .iter()
+            .filter(|a| match key(a) {
+                Some(k) => !held.contains(&k) && other_rule(now, mark, &k).is_none(),
+                None => true,
+            })
+            .collect();
+        if missing.is_empty() {
+            continue;
+        }
+        for argv in missing {
+            crate::child::run_ok(cx.exec, "ufw", argv, None)?;
+        }
+        done.added.push((w.opening.id.clone(), "ufw".into()));
+    }
+    Ok(())
+}
+
+/// How each opening stands in each layer it crosses, given the rules ufw holds `now`.
+fn states(
+    layers: &[Layer],
+    openings: &[Opening],
+    wanted: &BTreeMap<String, Wanted<'_>>,
+    now: &[(Vec<String>, Option<String>)],
+    done: &mut Converged,
+) {
+    for l in layers {
+        for o in openings.iter().filter(|o| l.crossed_by(o)) {
+            let mark = rules::mark(o);
+            let state = if !l.can_drop {
+                State::NotNeeded(format!("nothing in {} can drop", l.chain))
+            } else if !matches!(l.hook, Hook::Input | Hook::Forward) {
+                State::Unwritable(format!(
+                    "{} refuses at {} and ufw's rules stand only at input and forward",
+                    l.describe(),
+                    l.hook_name()
+                ))
+            } else if let Some(w) = wanted.get(&mark) {
+                w.state(now, &mark)
+            } else {
+                State::Missing
+            };
+            done.states.entry(o.id.clone()).or_default().push(Presence {
+                layer: l.describe(),
+                chain: Some(
+                    match o.path {
+                        Path::Incoming => "ufw-user-input",
+                        Path::Forwarded => "ufw-user-forward",
+                    }
+                    .into(),
+                ),
+                state,
+            });
+        }
     }
 }
 
