@@ -17,13 +17,14 @@
 pub mod asm;
 pub mod btf;
 mod pins;
+mod place;
 pub mod prog;
+pub mod seam;
 pub mod sys;
 
 pub use pins::{is_bpffs, Pins};
 
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::path::Path;
 
 use crate::error::{Errno, Error, Result};
 use crate::guard::GuardSpec;
@@ -334,7 +335,7 @@ impl BpfStatus {
 
 /// A pinned link that still is what its name says: a netfilter link of that family and hook,
 /// at the guard's priority, with the defrag flag, running program `prog_id`.
-fn link_ok(info: &LinkInfo, pf: u32, hook: u32, prog_id: u32) -> bool {
+pub(super) fn link_ok(info: &LinkInfo, pf: u32, hook: u32, prog_id: u32) -> bool {
     info.link_type == sys::LINK_TYPE_NETFILTER
         && info.pf == pf
         && info.hooknum == hook
@@ -530,42 +531,18 @@ pub fn ensure(pins: &Pins, spec: &GuardSpec) -> Result<BpfReport> {
     let me = sys::prog_info(&program.prog, "guard program")?;
     let prog_id = me.id;
     let mut held = held_links(me.tag, &program.prog)?;
-    let mut link_ids = Vec::new();
-    for (pf, hook, name) in HOOKS {
-        let path = pins.path(name);
-        // The pinned link, or else one the kernel holds for this hook (its pin out of sight).
-        let (old, pinned_here) = match sys::obj_get(&path)? {
-            Some(fd) => (Some(fd), true),
-            None => (take_held(&mut held, pf, hook, prog_id), false),
-        };
-        let mut taken = None;
-        if let Some(old) = &old {
-            let info = sys::link_info(old, &format!("link {}", path.display()))?;
-            if old_prog == Some(prog_id) && link_ok(&info, pf, hook, prog_id) {
-                if !pinned_here {
-                    sys::obj_pin(old, &path)?;
-                }
-                link_ids.push(info.id);
-                continue;
-            }
-            taken = Some(info.priority);
-        }
-        // A new link is attached before the old one is unpinned and detached, at the priority
-        // the old one does not hold: at no moment is neither in place.
-        let new = attach(&program.prog, pf, hook, taken)?;
-        if let Some(old) = old {
-            if pinned_here {
-                unpin(&path)?;
-            }
-            // A link whose namespace is gone cannot be detached again; nothing holds it then.
-            let _ = sys::link_detach(&old, &format!("old link {}", path.display()));
-        }
-        sys::obj_pin(&new, &path)?;
-        link_ids.push(sys::link_info(&new, &format!("link {}", path.display()))?.id);
-        if loaded == Loaded::Reclaimed {
-            loaded = Loaded::Replaced;
-        }
+    let placed = place::place_links(
+        &seam::Kernel,
+        pins,
+        &program.prog,
+        prog_id,
+        old_prog,
+        &mut held,
+    )?;
+    if placed.attached_new && loaded == Loaded::Reclaimed {
+        loaded = Loaded::Replaced;
     }
+    let link_ids = placed.link_ids;
     // This namespace's guard links beyond the four (a second set an earlier version attached
     // past a pin it could not see): detached, now that the four are in place.
     let mut detached = Vec::new();
@@ -585,7 +562,7 @@ pub fn ensure(pins: &Pins, spec: &GuardSpec) -> Result<BpfReport> {
         .zip(OBJECTS)
         {
             let path = pins.path(name);
-            unpin(&path)?;
+            seam::unpin(&path)?;
             sys::obj_pin(fd, &path)?;
         }
     }
@@ -595,53 +572,6 @@ pub fn ensure(pins: &Pins, spec: &GuardSpec) -> Result<BpfReport> {
         link_ids,
         detached,
     })
-}
-
-/// Takes out of `held` the link for `pf`/`hook`, the one running `prog_id` first.
-fn take_held(held: &mut Vec<HeldLink>, pf: u32, hook: u32, prog_id: u32) -> Option<OwnedFd> {
-    let at = |l: &HeldLink| l.info.pf == pf && l.info.hooknum == hook;
-    let i = held
-        .iter()
-        .position(|l| at(l) && l.info.prog_id == prog_id)
-        .or_else(|| held.iter().position(at))?;
-    Some(held.remove(i).fd)
-}
-
-/// Attaches `prog` at one hook, at the first of [`PRIORITIES`] another link does not hold
-/// (`taken`, or one the kernel says is busy).
-fn attach(prog: &OwnedFd, pf: u32, hook: u32, taken: Option<i32>) -> Result<OwnedFd> {
-    for prio in PRIORITIES.into_iter().filter(|p| Some(*p) != taken) {
-        match sys::link_create_netfilter(prog, pf, hook, prio, F_NETFILTER_IP_DEFRAG) {
-            Ok(fd) => return Ok(fd),
-            Err(Error::Bpf {
-                errno: Errno(libc::EBUSY),
-                ..
-            }) => continue,
-            Err(e) => return Err(e),
-        }
-    }
-    Err(Error::Bpf {
-        op: "link create",
-        what: format!(
-            "netfilter link pf {pf} hook {hook}: every free priority of {PRIORITIES:?} is held by \
-             another bpf hook"
-        ),
-        errno: Errno(libc::EBUSY),
-        log: None,
-    })
-}
-
-fn unpin(path: &Path) -> Result<()> {
-    match std::fs::remove_file(path) {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(Error::Bpf {
-            op: "unpin",
-            what: path.display().to_string(),
-            errno: Errno(e.raw_os_error().unwrap_or(0)),
-            log: None,
-        }),
-    }
 }
 
 /// This namespace's guard program: the pinned one when it is of this version, else one loaded
@@ -718,13 +648,13 @@ fn remove_pinned(pins: &Pins) -> Result<bool> {
             found = true;
             // Detached first, so the hook is gone even while another process holds the link.
             let _ = sys::link_detach(&link, &format!("link {}", path.display()));
-            unpin(&path)?;
+            seam::unpin(&path)?;
         }
     }
     for name in OBJECTS {
         let path = pins.path(name);
         found |= path.exists();
-        unpin(&path)?;
+        seam::unpin(&path)?;
     }
     // The directory stays: a host waiting on its lock finds it there.
     Ok(found)

@@ -1,6 +1,7 @@
 //! The guard layer's unit tests: where its pins live and what its maps hold for a spec.
 
 use super::*;
+use std::path::Path;
 
 #[test]
 fn pins_live_under_the_root_and_a_bpffs_is_mounted_only_on_the_machines_own() {
