@@ -427,9 +427,8 @@ fn attached(probe: &OwnedFd, info: &LinkInfo) -> Result<bool> {
             Ok(false)
         }
         Err(Error::Bpf {
-            errno: Errno(libc::EBUSY),
-            ..
-        }) => Ok(true),
+            errno: Errno(e), ..
+        }) if e == nix::errno::Errno::EBUSY as i32 => Ok(true),
         Err(e) => Err(e),
     }
 }

@@ -3,10 +3,10 @@
 
 use super::{BPFFS_SUBDIR, PIN_SUBDIR};
 use crate::error::{Errno, Error, Result};
-use std::os::fd::{AsRawFd, OwnedFd};
+use nix::fcntl::{Flock, FlockArg, OFlag};
+use nix::sys::stat::Mode;
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
-
-const BPF_FS_MAGIC: i64 = 0xcafe_4a11;
 
 /// Where the layer's pins live for a root, and the bpffs they live in.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -40,33 +40,20 @@ impl Pins {
     }
 
     /// An exclusive lock on the pins' directory, held until dropped.
-    pub(super) fn lock(&self) -> Result<OwnedFd> {
-        use std::os::fd::FromRawFd;
-        let failed = |errno| Error::Bpf {
+    pub(super) fn lock(&self) -> Result<Flock<OwnedFd>> {
+        let failed = |errno: nix::errno::Errno| Error::Bpf {
             op: "lock",
             what: format!("pin directory {}", self.dir.display()),
-            errno,
+            errno: Errno(errno as i32),
             log: None,
         };
-        let c = std::ffi::CString::new(self.dir.as_os_str().as_encoded_bytes())
-            .map_err(|_| failed(Errno(libc::EINVAL)))?;
-        // SAFETY: open reads the NUL-terminated path; the descriptor is owned at once.
-        let fd = unsafe {
-            libc::open(
-                c.as_ptr(),
-                libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
-            )
-        };
-        if fd < 0 {
-            return Err(failed(Errno::last()));
-        }
-        // SAFETY: fd is a new descriptor nothing else owns.
-        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-        // SAFETY: flock on a descriptor this function owns.
-        if unsafe { libc::flock(fd.as_raw_fd(), libc::LOCK_EX) } != 0 {
-            return Err(failed(Errno::last()));
-        }
-        Ok(fd)
+        let fd = nix::fcntl::open(
+            &self.dir,
+            OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(failed)?;
+        Flock::lock(fd, FlockArg::LockExclusive).map_err(|(_, e)| failed(e))
     }
 
     pub(super) fn path(&self, name: &str) -> PathBuf {
@@ -80,7 +67,7 @@ impl Pins {
             return Err(Error::Bpf {
                 op: "pin",
                 what: format!("the guard's links in {}", self.dir.display()),
-                errno: Errno(libc::ENOENT),
+                errno: Errno(nix::errno::Errno::ENOENT as i32),
                 log: Some(format!("no bpffs is mounted at {shown}")),
             });
         }
@@ -108,41 +95,22 @@ impl Pins {
 
 /// Whether `path` is the root of a mounted bpffs.
 pub fn is_bpffs(path: &Path) -> bool {
-    let Ok(c) = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()) else {
-        return false;
-    };
-    // SAFETY: statfs writes into the zeroed struct we pass and reads the NUL-terminated path.
-    unsafe {
-        let mut st: libc::statfs = std::mem::zeroed();
-        libc::statfs(c.as_ptr(), &mut st) == 0 && st.f_type as i64 == BPF_FS_MAGIC
-    }
+    nix::sys::statfs::statfs(path)
+        .is_ok_and(|st| st.filesystem_type() == nix::sys::statfs::BPF_FS_MAGIC)
 }
 
 fn mount_bpffs(at: &Path) -> Result<()> {
-    let target =
-        std::ffi::CString::new(at.as_os_str().as_encoded_bytes()).map_err(|_| Error::Bpf {
-            op: "mount",
-            what: format!("bpffs at {}", at.display()),
-            errno: Errno(libc::EINVAL),
-            log: None,
-        })?;
-    // SAFETY: every argument is a NUL-terminated string that outlives the call.
-    let rc = unsafe {
-        libc::mount(
-            c"bpf".as_ptr(),
-            target.as_ptr(),
-            c"bpf".as_ptr(),
-            0,
-            c"mode=0700".as_ptr().cast(),
-        )
-    };
-    if rc != 0 {
-        return Err(Error::Bpf {
-            op: "mount",
-            what: format!("bpffs at {}", at.display()),
-            errno: Errno::last(),
-            log: None,
-        });
-    }
-    Ok(())
+    nix::mount::mount(
+        Some("bpf"),
+        at,
+        Some("bpf"),
+        nix::mount::MsFlags::empty(),
+        Some("mode=0700"),
+    )
+    .map_err(|e| Error::Bpf {
+        op: "mount",
+        what: format!("bpffs at {}", at.display()),
+        errno: Errno(e as i32),
+        log: None,
+    })
 }
