@@ -14,7 +14,7 @@ use std::process::Command;
 use std::time::Instant;
 
 use firewall::opening::From;
-use firewall::{rules, Firewall, Opening, Path, Proto, Scope, SystemExec};
+use firewall::{rules, Firewall, Opening, Path, Proto, Scope};
 
 const OPENINGS: u16 = 1000;
 const RUNS: usize = 6;
@@ -66,7 +66,7 @@ fn reset() {
 
 /// The engine as a whole process, like `nft -f`: open, detect, converge, exit.
 fn child() {
-    let exec = SystemExec;
+    let exec = run::SystemRunner;
     let mut fw = Firewall::open(&exec).expect("detecting the found firewall");
     let done = fw.converge(&openings(), Scope::All).expect("converging");
     assert_eq!(done.added.len(), OPENINGS as usize);
@@ -85,7 +85,7 @@ fn main() {
             std::io::Error::last_os_error()
         );
     }
-    let exec = SystemExec;
+    let exec = run::SystemRunner;
     let openings = openings();
     let script = nft_script(&openings);
     let path = std::env::temp_dir().join(format!("openings_bench_{}.nft", std::process::id()));

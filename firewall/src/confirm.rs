@@ -17,7 +17,7 @@ mod sock;
 
 use crate::error::Result;
 use crate::eval::{Addrs, Answer, Fam, Fate, Iface, Path, Way};
-use crate::exec::Exec;
+use run::Runner;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::time::{Duration, Instant};
 
@@ -159,11 +159,10 @@ fn args(a: &[&str]) -> Vec<String> {
 }
 
 /// Reads the ruleset of the calling process's namespace as text (it changes nothing).
-pub fn capture(exec: &dyn Exec) -> Result<Listing> {
+pub fn capture(exec: &dyn Runner) -> Result<Listing> {
     let mut out = Listing::default();
     let nft = if exec.exists("nft") {
-        exec.run_ok("nft", &args(&["list", "ruleset"]), None)?
-            .stdout
+        crate::child::stdout(exec, "nft", &args(&["list", "ruleset"]), None)?
     } else {
         String::new()
     };
@@ -175,7 +174,7 @@ pub fn capture(exec: &dyn Exec) -> Result<Listing> {
         if !exec.exists(program) || nft.is_empty() {
             continue;
         }
-        let text = managed_only(&exec.run_ok(program, &[], None)?.stdout);
+        let text = managed_only(&crate::child::stdout(exec, program, &[], None)?);
         let tables = saved_tables(&text);
         if !tables.is_empty() {
             managed.extend(tables.into_iter().map(|t| format!("{family} {t}")));
@@ -188,21 +187,21 @@ pub fn capture(exec: &dyn Exec) -> Result<Listing> {
         (Fam::V6, "ip6tables-legacy-save"),
     ] {
         if exec.exists(program) {
-            let text = exec.run_ok(program, &[], None)?.stdout;
+            let text = crate::child::stdout(exec, program, &[], None)?;
             if !saved_tables(&text).is_empty() {
                 out.legacy.push((fam, text));
             }
         }
     }
     if exec.exists("ipset") {
-        let text = exec.run_ok("ipset", &args(&["save"]), None)?.stdout;
+        let text = crate::child::stdout(exec, "ipset", &args(&["save"]), None)?;
         if !text.trim().is_empty() {
             out.ipset = Some(text);
         }
     }
     for (fam, flag) in [(Fam::V4, "-4"), (Fam::V6, "-6")] {
-        if let Ok(o) = exec.run("ip", &args(&[flag, "-o", "route", "show"]), None) {
-            out.routes.push((fam, o.stdout));
+        if let Ok(o) = crate::child::run(exec, "ip", &args(&[flag, "-o", "route", "show"]), None) {
+            out.routes.push((fam, crate::child::text(&o.stdout)));
         }
     }
     Ok(out)
@@ -512,7 +511,11 @@ pub struct Confirmation {
 /// interfaces read, and [`confirm`] run within `budget`. The one confirmation of a list of ways:
 /// `firewall explain --confirm` asks it about one port's ways, `apply --confirm` about every
 /// declared opening's at once.
-pub fn on_node(exec: &dyn Exec, ways: &[(Way, Answer)], budget: Duration) -> Result<Confirmation> {
+pub fn on_node(
+    exec: &dyn Runner,
+    ways: &[(Way, Answer)],
+    budget: Duration,
+) -> Result<Confirmation> {
     let listing = capture(exec)?;
     let ifaces = crate::eval::interfaces();
     confirm(exec, &listing, &ifaces, ways, budget)
@@ -570,7 +573,7 @@ pub fn standing(fate: &Fate, kernel: &Kernel) -> &'static str {
 /// Loads `listing` into scratch namespaces shaped like `ifaces` and sends the probes of
 /// [`plan`], within `budget`.
 pub fn confirm(
-    exec: &dyn Exec,
+    exec: &dyn Runner,
     listing: &Listing,
     ifaces: &[Iface],
     ways: &[(Way, Answer)],

@@ -170,8 +170,7 @@ impl Bus {
         let mut sock = UnixStream::connect(&address).map_err(|e| bus_error(&address, e))?;
         sock.set_read_timeout(Some(CALL_DEADLINE))
             .map_err(|e| bus_error(&address, e))?;
-        // SAFETY: getuid cannot fail.
-        let uid = unsafe { libc::getuid() }.to_string();
+        let uid = nix::unistd::getuid().to_string();
         let hex: String = uid.bytes().map(|b| format!("{b:02x}")).collect();
         sock.write_all(format!("\0AUTH EXTERNAL {hex}\r\n").as_bytes())
             .map_err(|e| bus_error(&address, e))?;

@@ -15,15 +15,15 @@
 
 use crate::backend;
 use crate::error::Result;
-use crate::exec::Exec;
 use crate::found::{Backend, Found, Layer, MESH_TABLE};
 use crate::netlink::consts::NFT_REG_VERDICT;
 use crate::netlink::{ChainType, Expr, Family, Hook, NfSocket, Policy, Ruleset, Verdict};
+use run::Runner;
 use std::path::Path as FsPath;
 
 /// Reads the found firewall from nf_tables (through `nf`, when the kernel has it) and from the
 /// legacy x_tables named under `proc` (normally `/proc`).
-pub fn detect(nf: Option<&mut NfSocket>, exec: &dyn Exec, proc: &FsPath) -> Result<Found> {
+pub fn detect(nf: Option<&mut NfSocket>, exec: &dyn Runner, proc: &FsPath) -> Result<Found> {
     let ruleset = match nf {
         Some(sock) => Some(sock.ruleset(None)?),
         None => None,
@@ -32,7 +32,7 @@ pub fn detect(nf: Option<&mut NfSocket>, exec: &dyn Exec, proc: &FsPath) -> Resu
 }
 
 /// Like [`detect`], from a ruleset already listed (`None` when the kernel has no nf_tables).
-pub fn detect_in(ruleset: Option<&Ruleset>, exec: &dyn Exec, proc: &FsPath) -> Result<Found> {
+pub fn detect_in(ruleset: Option<&Ruleset>, exec: &dyn Runner, proc: &FsPath) -> Result<Found> {
     let mut found = Found::default();
     match ruleset {
         Some(ruleset) => nft_layers(ruleset, &mut found),
@@ -196,7 +196,7 @@ fn nft_layers(ruleset: &Ruleset, found: &mut Found) {
     }
 }
 
-fn legacy_layers(exec: &dyn Exec, proc: &FsPath, found: &mut Found) -> Result<()> {
+fn legacy_layers(exec: &dyn Runner, proc: &FsPath, found: &mut Found) -> Result<()> {
     for (names, program, family) in [
         ("net/ip_tables_names", "iptables-legacy-save", Family::Ipv4),
         (
@@ -219,10 +219,8 @@ fn legacy_layers(exec: &dyn Exec, proc: &FsPath, found: &mut Found) -> Result<()
         // (`published::targets`), which ufw's route rules and firewalld's strict forward ports
         // name: saved beside the others when the kernel has it, never created by listing it.
         if listed.lines().any(|l| l.trim() == "nat") && exec.exists(program) {
-            let out = exec.run_ok(program, &["-t".into(), "nat".into()], None)?;
-            found
-                .legacy_saves
-                .insert((family, "nat".into()), out.stdout);
+            let out = crate::child::stdout(exec, program, &["-t".into(), "nat".into()], None)?;
+            found.legacy_saves.insert((family, "nat".into()), out);
         }
     }
     Ok(())
@@ -231,7 +229,7 @@ fn legacy_layers(exec: &dyn Exec, proc: &FsPath, found: &mut Found) -> Result<()
 /// The legacy tables' saves as [`detect_in`] reads them (the same tables, the same programs),
 /// nothing parsed: what shows whether the legacy layers are still as a model read them.
 pub(crate) fn legacy_saves_now(
-    exec: &dyn Exec,
+    exec: &dyn Runner,
     proc: &FsPath,
 ) -> Result<std::collections::BTreeMap<(Family, String), String>> {
     let mut out = std::collections::BTreeMap::new();
@@ -249,8 +247,8 @@ pub(crate) fn legacy_saves_now(
         }
         for name in LEGACY_TABLES.iter().map(|(n, _)| *n).chain(["nat"]) {
             if listed.lines().any(|l| l.trim() == name) {
-                let got = exec.run_ok(program, &["-t".into(), name.into()], None)?;
-                out.insert((family, name.to_string()), got.stdout);
+                let got = crate::child::stdout(exec, program, &["-t".into(), name.into()], None)?;
+                out.insert((family, name.to_string()), got);
             }
         }
     }
@@ -289,7 +287,7 @@ const LEGACY_TABLES: &[(&str, i32)] = &[
 
 #[allow(clippy::too_many_arguments)]
 fn legacy_table(
-    exec: &dyn Exec,
+    exec: &dyn Runner,
     proc: &FsPath,
     names: &str,
     program: &str,
@@ -304,17 +302,17 @@ fn legacy_table(
         ));
         return Ok(());
     }
-    let out = exec.run_ok(program, &["-t".into(), name.into()], None)?;
+    let out = crate::child::stdout(exec, program, &["-t".into(), name.into()], None)?;
     // The evaluator's reader of a save; the lines of other tables, if the tool printed any, are
     // not this table's.
-    let (_, policies, saved_rules) = crate::eval::parse_save(&out.stdout, name)
+    let (_, policies, saved_rules) = crate::eval::parse_save(&out, name)
         .into_iter()
         .find(|(t, _, _)| t == name)
         .unwrap_or_default();
     let chains: Vec<&str> = policies.iter().map(|(c, _)| c.as_str()).collect();
     found
         .legacy_saves
-        .insert((family, name.to_string()), out.stdout.clone());
+        .insert((family, name.to_string()), out.clone());
     for (chain, hook) in [
         ("PREROUTING", Hook::Prerouting),
         ("INPUT", Hook::Input),
@@ -364,7 +362,7 @@ fn legacy_table(
 }
 
 /// The first reason a kind gives that openings cannot be written through one of its layers here.
-fn refuse_what_no_driver_speaks(exec: &dyn Exec, found: &mut Found) {
+fn refuse_what_no_driver_speaks(exec: &dyn Runner, found: &mut Found) {
     for l in &found.layers {
         if let Some(r) = backend::kind(l.backend).detect.refusal(l, exec) {
             found.refusal.get_or_insert(r);

@@ -19,7 +19,6 @@ use crate::backend::{self, Change, Converger, Cx, TableDriver, TableKey, TableVi
 use crate::detect;
 use crate::error::{Error, Result};
 use crate::eval::Model;
-use crate::exec::Exec;
 use crate::found::{Backend, Found, Layer, MESH_TABLE};
 use crate::netlink::backoff::DEFAULT_DEADLINE;
 use crate::netlink::{Backoff, Batch, Family, NfSocket, Ruleset, TableFlags};
@@ -27,6 +26,7 @@ use crate::opening::Opening;
 use crate::outcome::{Converged, Presence, Scope, State};
 use crate::published;
 use crate::rules;
+use run::Runner;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path as FsPath, PathBuf};
 
@@ -41,7 +41,7 @@ const UNCONDITIONAL_AFTER: u32 = 3;
 /// The firewall as this host sees it: the nf_tables socket it keeps and the found layers.
 pub struct Firewall<'a> {
     nf: Option<NfSocket>,
-    exec: &'a dyn Exec,
+    exec: Held<'a>,
     /// The layers, read on first need: opening the firewall lists nothing, so a reconcile that
     /// finds the ruleset at the generation it verified never reads it.
     found: Option<Found>,
@@ -66,6 +66,23 @@ pub struct Firewall<'a> {
     runtime_bridges: Vec<String>,
     /// How many times the whole ruleset has been listed ([`Firewall::listings`]).
     listings: u32,
+}
+
+/// The runner a [`Firewall`] starts its programs through: one it borrows, or the real one with a
+/// node's deadlines, held by value (plain data), so a firewall opened for a node lives as long as
+/// it is kept with nothing leaked to make the runner outlive it.
+enum Held<'a> {
+    Borrowed(&'a dyn Runner),
+    Node(run::Deadlined<'static>),
+}
+
+impl Held<'_> {
+    fn get(&self) -> &dyn Runner {
+        match self {
+            Held::Borrowed(r) => *r,
+            Held::Node(d) => d,
+        }
+    }
 }
 
 /// A model of one listing, for the verdicts that follow a plan that wrote nothing.
@@ -116,11 +133,27 @@ struct Plan {
 impl<'a> Firewall<'a> {
     /// Opens a socket (when the kernel has nf_tables); the found firewall is read when first
     /// needed.
-    pub fn open(exec: &'a dyn Exec) -> Result<Firewall<'a>> {
+    pub fn open(exec: &'a dyn Runner) -> Result<Firewall<'a>> {
         Self::open_at(exec, FsPath::new("/proc"))
     }
 
-    pub fn open_at(exec: &'a dyn Exec, proc: &FsPath) -> Result<Firewall<'a>> {
+    pub fn open_at(exec: &'a dyn Runner, proc: &FsPath) -> Result<Firewall<'a>> {
+        Self::holding(Held::Borrowed(exec), proc)
+    }
+
+    /// Opens the firewall with the real runner and a node's `deadlines` (its `firewall_s` for
+    /// the firewall's programs), the runner held by the firewall itself.
+    pub fn open_within(deadlines: run::Deadlines) -> Result<Firewall<'static>> {
+        Firewall::holding(
+            Held::Node(run::Deadlined {
+                runner: &run::SystemRunner,
+                deadlines,
+            }),
+            FsPath::new("/proc"),
+        )
+    }
+
+    fn holding(exec: Held<'a>, proc: &FsPath) -> Result<Firewall<'a>> {
         Ok(Firewall {
             nf: NfSocket::open().ok(),
             exec,
@@ -158,7 +191,11 @@ impl<'a> Firewall<'a> {
                 Some(s) => Some(s.ruleset(None)?),
                 None => None,
             };
-            self.found = Some(detect::detect_in(ruleset.as_ref(), self.exec, &self.proc)?);
+            self.found = Some(detect::detect_in(
+                ruleset.as_ref(),
+                self.exec.get(),
+                &self.proc,
+            )?);
             self.detected = ruleset.map(|r| r.generation);
         }
         Ok(self.found.as_ref().expect("read above"))
@@ -223,7 +260,7 @@ impl<'a> Firewall<'a> {
                 ruleset: &plan.ruleset,
                 legacy_saves: &plan.legacy_saves,
                 batch: &mut batch,
-                exec: self.exec,
+                exec: self.exec.get(),
             };
             let got = driver.converge(layers, openings, scope, write, &mut cx)?;
             if write && !got.added.is_empty() {
@@ -328,7 +365,9 @@ impl<'a> Firewall<'a> {
         self.check_time = std::time::Duration::ZERO;
         loop {
             match self.converge_once(openings, scope, &mut backoff) {
-                Err(Error::Refused { errno, .. }) if errno.0 == libc::ERESTART => {
+                Err(Error::Refused { errno, .. })
+                    if errno.0 == nix::errno::Errno::ERESTART as i32 =>
+                {
                     if !backoff.wait() {
                         return Err(Error::Raced {
                             tries: backoff.tries(),
@@ -396,15 +435,15 @@ impl<'a> Firewall<'a> {
         let stale = |batch: &Batch| Error::Refused {
             what: format!("a batch of {} messages", batch.len()),
             seq: 0,
-            errno: crate::error::Errno(libc::ERESTART),
+            errno: crate::error::Errno(nix::errno::Errno::ERESTART as i32),
             detail: None,
         };
         let mut vouched = 0;
         let mut unconditional = false;
         loop {
             *sent += 1;
-            // SAFETY: gettid has no preconditions; it names the thread the kernel's NEWGEN will.
-            let mine = unsafe { libc::gettid() } as u32;
+            // The thread the kernel's NEWGEN will name.
+            let mine = nix::unistd::gettid().as_raw() as u32;
             match sock.send(batch) {
                 Ok(()) if unconditional => {
                     return if sock.only_mine_since(listed, mine)? {
@@ -415,11 +454,17 @@ impl<'a> Firewall<'a> {
                 }
                 // Sent on the plan's word alone, a rule it names may be gone: plan again.
                 Err(Error::Refused { errno, .. })
-                    if unconditional && matches!(errno.0, libc::ENOENT | libc::EBUSY) =>
+                    if unconditional
+                        && matches!(
+                            nix::errno::Errno::from_raw(errno.0),
+                            nix::errno::Errno::ENOENT | nix::errno::Errno::EBUSY
+                        ) =>
                 {
                     return Err(stale(batch))
                 }
-                Err(Error::Refused { errno, .. }) if errno.0 == libc::ERESTART => {
+                Err(Error::Refused { errno, .. })
+                    if errno.0 == nix::errno::Errno::ERESTART as i32 =>
+                {
                     if !backoff.wait() {
                         return Err(Error::Raced {
                             tries: backoff.tries(),
@@ -475,7 +520,7 @@ impl<'a> Firewall<'a> {
                 ruleset: &plan.ruleset,
                 legacy_saves: &plan.legacy_saves,
                 batch: &mut batch,
-                exec: self.exec,
+                exec: self.exec.get(),
             };
             for t in plan
                 .tables
@@ -541,7 +586,7 @@ impl<'a> Firewall<'a> {
             || (self.nf.is_some() && self.detected != Some(snap.ruleset.generation))
         {
             let listed = self.nf.is_some().then_some(&snap.ruleset);
-            self.found = Some(detect::detect_in(listed, self.exec, &self.proc)?);
+            self.found = Some(detect::detect_in(listed, self.exec.get(), &self.proc)?);
             self.detected = self.nf.as_ref().map(|_| snap.ruleset.generation);
         }
         snap.ipsets = self.ipsets();
@@ -636,7 +681,7 @@ impl<'a> Firewall<'a> {
                 ruleset: &ruleset,
                 legacy_saves: &plan.legacy_saves,
                 batch: &mut batch,
-                exec: self.exec,
+                exec: self.exec.get(),
             };
             let view = match driver.read(&key, &mut cx) {
                 Ok(v) => v,

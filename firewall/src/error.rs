@@ -9,47 +9,18 @@ use crate::netlink::Family;
 pub struct Errno(pub i32);
 
 impl Errno {
-    /// The errno of the last failed libc call on this thread.
+    /// The errno of the last failed system call on this thread.
     pub fn last() -> Errno {
-        Errno(std::io::Error::last_os_error().raw_os_error().unwrap_or(0))
+        Errno(nix::errno::Errno::last_raw())
     }
 
-    /// The symbolic name, e.g. `EPERM`, or `errno N` for values this crate does not name.
-    pub fn name(self) -> Option<&'static str> {
-        Some(match self.0 {
-            libc::EPERM => "EPERM",
-            libc::ENOENT => "ENOENT",
-            libc::EINTR => "EINTR",
-            libc::EIO => "EIO",
-            libc::E2BIG => "E2BIG",
-            libc::EBADF => "EBADF",
-            libc::EAGAIN => "EAGAIN",
-            libc::ENOMEM => "ENOMEM",
-            libc::EACCES => "EACCES",
-            libc::EFAULT => "EFAULT",
-            libc::EBUSY => "EBUSY",
-            libc::EEXIST => "EEXIST",
-            libc::ENODEV => "ENODEV",
-            libc::ENOTDIR => "ENOTDIR",
-            libc::EINVAL => "EINVAL",
-            libc::ENFILE => "ENFILE",
-            libc::EMFILE => "EMFILE",
-            libc::ENOSPC => "ENOSPC",
-            libc::ERANGE => "ERANGE",
-            libc::ENAMETOOLONG => "ENAMETOOLONG",
-            libc::ENOTEMPTY => "ENOTEMPTY",
-            libc::ELOOP => "ELOOP",
-            libc::EPROTONOSUPPORT => "EPROTONOSUPPORT",
-            libc::EOPNOTSUPP => "EOPNOTSUPP",
-            libc::EAFNOSUPPORT => "EAFNOSUPPORT",
-            libc::EMSGSIZE => "EMSGSIZE",
-            libc::ENOBUFS => "ENOBUFS",
-            libc::ETIMEDOUT => "ETIMEDOUT",
-            libc::ECONNREFUSED => "ECONNREFUSED",
-            libc::EOVERFLOW => "EOVERFLOW",
-            libc::ERESTART => "ERESTART",
-            _ => return None,
-        })
+    /// The symbolic name, e.g. `EPERM`, as `nix` names Linux's errno values; `None` for a value
+    /// Linux does not define.
+    pub fn name(self) -> Option<String> {
+        match nix::errno::Errno::from_raw(self.0) {
+            nix::errno::Errno::UnknownErrno => None,
+            known => Some(format!("{known:?}")),
+        }
     }
 }
 
@@ -205,9 +176,20 @@ mod tests {
     #[test]
     fn errno_shows_its_symbolic_name() {
         assert_eq!(
-            Errno(libc::EPERM).to_string(),
+            Errno(nix::errno::Errno::EPERM as i32).to_string(),
             "EPERM (operation not permitted)"
         );
+        // The names the crate's own table gave, and ones it did not (EHOSTUNREACH, ENOSYS).
+        for (n, name) in [
+            (nix::errno::Errno::ERESTART, "ERESTART"),
+            (nix::errno::Errno::ENOBUFS, "ENOBUFS"),
+            (nix::errno::Errno::EOPNOTSUPP, "EOPNOTSUPP"),
+            (nix::errno::Errno::EHOSTUNREACH, "EHOSTUNREACH"),
+            (nix::errno::Errno::ENOSYS, "ENOSYS"),
+        ] {
+            assert_eq!(Errno(n as i32).name().as_deref(), Some(name));
+        }
+        assert_eq!(Errno(0).name(), None);
         assert!(Errno(4000).to_string().starts_with("errno 4000"));
     }
 
@@ -216,7 +198,7 @@ mod tests {
         let e = Error::Refused {
             what: "add table inet meshguard".into(),
             seq: 7,
-            errno: Errno(libc::EPERM),
+            errno: Errno(nix::errno::Errno::EPERM as i32),
             detail: None,
         };
         assert_eq!(

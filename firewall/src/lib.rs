@@ -2,6 +2,7 @@
 
 pub mod backend;
 pub mod bpf;
+pub mod child;
 pub mod confirm;
 pub mod dbus;
 pub mod derive;
@@ -9,7 +10,6 @@ pub mod detect;
 pub mod engine;
 pub mod error;
 pub mod eval;
-pub mod exec;
 pub mod filter;
 pub mod found;
 pub mod guard;
@@ -24,7 +24,6 @@ pub mod rules;
 pub use derive::{derive, FoundationPorts, Inputs, Listen};
 pub use engine::Firewall;
 pub use error::{Errno, Error, Result};
-pub use exec::{DeadlinedExec, Exec, Output, RecordingExec, Runs, SystemExec};
 pub use filter::FilterSpec;
 pub use found::{Backend, Found, Layer, MESH_TABLE};
 pub use guard::{

@@ -18,7 +18,13 @@ fn try_flags(sock: &mut NfSocket, name: &str, flags: TableFlags) -> Result<bool>
         Ok(()) => Ok(true),
         Err(Error::Refused {
             errno: Errno(e), ..
-        }) if e == libc::EOPNOTSUPP || e == libc::EINVAL => Ok(false),
+        }) if matches!(
+            nix::errno::Errno::from_raw(e),
+            nix::errno::Errno::EOPNOTSUPP | nix::errno::Errno::EINVAL
+        ) =>
+        {
+            Ok(false)
+        }
         Err(e) => Err(e),
     }
 }
@@ -27,13 +33,11 @@ fn try_flags(sock: &mut NfSocket, name: &str, flags: TableFlags) -> Result<bool>
 /// with the thread). Needs CAP_SYS_ADMIN, as the host has.
 pub fn table_flags() -> Result<TableFlagSupport> {
     std::thread::spawn(|| -> Result<TableFlagSupport> {
-        // SAFETY: unshare affects only this thread, which ends right after the probe.
-        if unsafe { libc::unshare(libc::CLONE_NEWNET) } != 0 {
-            return Err(Error::Socket {
-                op: "unshare(CLONE_NEWNET) for the table-flag probe",
-                errno: Errno::last(),
-            });
-        }
+        // unshare moves only this thread, which ends right after the probe.
+        nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET).map_err(|e| Error::Socket {
+            op: "unshare(CLONE_NEWNET) for the table-flag probe",
+            errno: Errno(e as i32),
+        })?;
         let mut sock = NfSocket::open()?;
         let persist = try_flags(
             &mut sock,

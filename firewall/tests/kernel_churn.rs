@@ -7,7 +7,6 @@
 mod common;
 
 use common::{in_fresh_netns, nft, nft_load};
-use firewall::exec::{Exec, Output};
 use firewall::netlink::*;
 use firewall::opening::From;
 use firewall::{Firewall, Opening, Path, Proto, Scope, State};
@@ -23,9 +22,12 @@ static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 /// No legacy iptables here: nothing is ever run.
 struct NoLegacy;
 
-impl Exec for NoLegacy {
-    fn run(&self, program: &str, _: &[String], _: Option<&str>) -> firewall::Result<Output> {
-        panic!("nothing is to be run in this test, {program} was asked for");
+impl run::Runner for NoLegacy {
+    fn call(&self, call: &run::Call<'_>) -> std::io::Result<run::Output> {
+        panic!(
+            "nothing is to be run in this test, {:?} was asked for",
+            call.argv
+        );
     }
 
     fn exists(&self, _: &str) -> bool {

@@ -566,12 +566,13 @@ fn cmp_eq(data: Vec<u8>) -> firewall::netlink::Expr {
 #[test]
 fn rows_nft_cannot_write_are_sent_by_the_codec_and_listed_back() {
     use firewall::netlink::{Batch, Expr, Position, RuleBody};
-    use firewall::Exec as _;
     in_fresh_netns();
-    // Child processes through the exec seam: each with its deadline and a bound on its output.
+    // Child processes through the runner seam: each with its deadline and a bound on its output.
     let exec = |program: &str, args: &[&str], stdin: Option<&str>| {
         let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
-        firewall::SystemExec.run(program, &args, stdin).unwrap()
+        let out = firewall::child::run(&run::SystemRunner, program, &args, stdin).unwrap();
+        let text = firewall::child::text;
+        (out.code, text(&out.stdout), text(&out.stderr))
     };
     // The ingress chain's device: the kernel takes `tunnel` in the netdev family only (in an
     // inet table its NEWRULE is refused with ENOENT, as a type it does not have).
@@ -582,14 +583,14 @@ fn rows_nft_cannot_write_are_sent_by_the_codec_and_listed_back() {
         ],
         None,
     );
-    assert_eq!(out.code, Some(0), "ip link add: {}", out.stderr);
+    assert_eq!(out.0, Some(0), "ip link add: {}", out.2);
     let tables =
         "table inet e_hand {\n chain c {\n  type filter hook input priority 0; policy drop;\n  \
          tcp dport 9043 counter accept\n  tcp dport 9044 counter accept\n }\n}\n\
          table netdev e_tun {\n chain c {\n  type filter hook ingress device \"eth0\" priority 0; \
          policy accept;\n }\n}\n";
     let out = exec("nft", &["-f", "-"], Some(tables));
-    assert_eq!(out.code, Some(0), "nft -f: {}\n{tables}", out.stderr);
+    assert_eq!(out.0, Some(0), "nft -f: {}\n{tables}", out.2);
     let mut s = NfSocket::open().unwrap();
     // `tunnel path` drops at ingress what came through a tunnel; input accepts the port.
     let rules = [
@@ -729,7 +730,7 @@ fn rows_nft_cannot_write_are_sent_by_the_codec_and_listed_back() {
         let out = exec("nft", &["list", "table", t[0], t[1]], None);
         println!(
             "nft list table {} {}: exit {:?}\n{}{}",
-            t[0], t[1], out.code, out.stdout, out.stderr
+            t[0], t[1], out.0, out.1, out.2
         );
     }
 }

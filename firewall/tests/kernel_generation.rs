@@ -5,7 +5,6 @@
 mod common;
 
 use common::{in_fresh_netns, nft, nft_load};
-use firewall::exec::{Exec, Output};
 use firewall::netlink::*;
 use firewall::{Error, Firewall, Scope};
 use std::cell::Cell;
@@ -80,29 +79,24 @@ fn a_batch_from_a_stale_generation_is_refused_with_erestart_and_applies_nothing(
 /// Answers `iptables-legacy-save` with an empty filter table and, once armed, reloads the
 /// nf_tables ruleset the first time it is asked: the engine asks while it computes a convergence,
 /// after its listing and before its batch, which is exactly when a reload must not fool it.
-struct ReloadingExec {
+struct ReloadingRunner {
     armed: Cell<bool>,
     asked: Cell<u32>,
 }
 
-impl Exec for ReloadingExec {
-    fn run(
-        &self,
-        program: &str,
-        _args: &[String],
-        _stdin: Option<&str>,
-    ) -> firewall::Result<Output> {
-        assert_eq!(program, "iptables-legacy-save");
+impl run::Runner for ReloadingRunner {
+    fn call(&self, call: &run::Call<'_>) -> std::io::Result<run::Output> {
+        assert_eq!(call.argv[0], "iptables-legacy-save");
         self.asked.set(self.asked.get() + 1);
         if self.armed.replace(false) {
             nft(&["flush", "ruleset"]);
             nft_load(OPERATOR);
         }
-        Ok(Output {
+        Ok(run::Output {
             code: Some(0),
-            stdout: "*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\nCOMMIT\n"
-                .into(),
-            stderr: String::new(),
+            stdout: b"*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\nCOMMIT\n"
+                .to_vec(),
+            ..run::Output::default()
         })
     }
 
@@ -119,7 +113,7 @@ fn a_reload_between_listing_and_commit_never_costs_the_operator_a_rule() {
     let proc = std::env::temp_dir().join(format!("fw-generation-{}", std::process::id()));
     std::fs::create_dir_all(proc.join("net")).unwrap();
     std::fs::write(proc.join("net/ip_tables_names"), "filter\n").unwrap();
-    let exec = ReloadingExec {
+    let exec = ReloadingRunner {
         armed: Cell::new(false),
         asked: Cell::new(0),
     };
@@ -143,18 +137,14 @@ fn a_reload_between_listing_and_commit_never_costs_the_operator_a_rule() {
 }
 
 /// The system's programs, each run counted by name.
-struct CountingExec {
+struct CountingRunner {
     runs: std::cell::RefCell<Vec<String>>,
 }
 
-impl Exec for CountingExec {
-    fn run(&self, program: &str, args: &[String], stdin: Option<&str>) -> firewall::Result<Output> {
-        self.runs.borrow_mut().push(program.to_string());
-        firewall::SystemExec.run(program, args, stdin)
-    }
-
-    fn exists(&self, program: &str) -> bool {
-        firewall::SystemExec.exists(program)
+impl run::Runner for CountingRunner {
+    fn call(&self, call: &run::Call<'_>) -> std::io::Result<run::Output> {
+        self.runs.borrow_mut().push(call.argv[0].clone());
+        run::SystemRunner.call(call)
     }
 }
 
@@ -184,11 +174,11 @@ fn legacy_verdicts_read_the_plan_s_model_while_the_saves_say_the_same_and_afresh
     }];
     // This thread's /proc: its namespace's legacy tables.
     let proc = std::path::PathBuf::from("/proc/thread-self");
-    let exec = CountingExec {
+    let exec = CountingRunner {
         runs: Default::default(),
     };
     let mut fw = Firewall::open_at(&exec, &proc).unwrap();
-    let fresh = |exec: &CountingExec| {
+    let fresh = |exec: &CountingRunner| {
         Firewall::open_at(exec, &proc)
             .unwrap()
             .verdicts(&os)

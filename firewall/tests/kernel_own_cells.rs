@@ -39,7 +39,8 @@ use firewall::eval::check::{self, Before, May};
 use firewall::eval::{Addrs, Answer, Conn, Fam, Fate, Iface, Model, Path, Snapshot, Way};
 use firewall::netlink::NfSocket;
 use firewall::outcome::Converged;
-use firewall::{Exec, Firewall, Opening, Output, Scope, SystemExec};
+use firewall::{child, Firewall, Opening, Scope};
+use run::SystemRunner;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -49,9 +50,12 @@ use std::time::Instant;
 
 struct NoLegacy;
 
-impl Exec for NoLegacy {
-    fn run(&self, program: &str, _: &[String], _: Option<&str>) -> firewall::Result<Output> {
-        panic!("nothing is to be run in this test, {program} was asked for");
+impl run::Runner for NoLegacy {
+    fn call(&self, call: &run::Call<'_>) -> std::io::Result<run::Output> {
+        panic!(
+            "nothing is to be run in this test, {:?} was asked for",
+            call.argv
+        );
     }
 
     fn exists(&self, _: &str) -> bool {
@@ -503,7 +507,13 @@ impl Tally {
 /// nothing of the calling thread's namespace).
 fn ask(a: Asked) -> Asking {
     std::thread::spawn(move || {
-        let got = confirm::confirm(&SystemExec, &a.listing, &a.ifaces, &a.ways, confirm::BUDGET);
+        let got = confirm::confirm(
+            &SystemRunner,
+            &a.listing,
+            &a.ifaces,
+            &a.ways,
+            confirm::BUDGET,
+        );
         (a, got)
     })
 }
@@ -551,9 +561,13 @@ fn cells(
         ));
     }
     let mut listing = bed.listing.clone();
-    let nft = SystemExec
-        .run_ok("nft", &["list".to_string(), "ruleset".to_string()], None)
-        .unwrap_or_else(|e| {
+    let nft = child::stdout(
+        &SystemRunner,
+        "nft",
+        &["list".to_string(), "ruleset".to_string()],
+        None,
+    )
+    .unwrap_or_else(|e| {
             panic!(
                 "case {case}: the ruleset after the write cannot be listed by nft: {e}\nfound:\n{}\nopenings: {os:?}\nas the kernel lists it:\n{:#?}",
                 found.text,
@@ -565,7 +579,7 @@ fn cells(
                     .collect::<Vec<_>>()
             )
         });
-    listing.nft = confirm::loadable_nft(&nft.stdout, &[]);
+    listing.nft = confirm::loadable_nft(&nft, &[]);
     Asked {
         case,
         text: found.text.clone(),
@@ -610,7 +624,7 @@ impl Bed {
         // What a confirmation clones besides nf_tables, read once: the bed's routes (its
         // addresses' own, which the clone leaves to the addresses) and nothing of iptables or
         // ipset, which no case writes.
-        let mut listing = confirm::capture(&SystemExec).unwrap();
+        let mut listing = confirm::capture(&SystemRunner).unwrap();
         assert!(
             listing.xt_nft.is_empty() && listing.legacy.is_empty() && listing.ipset.is_none(),
             "the bed's namespace holds tables no case wrote: {listing:?}"
@@ -625,16 +639,17 @@ impl Bed {
 
     fn run(&self, program: &str, args: &[&str]) -> String {
         let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
-        SystemExec
-            .run_ok(program, &args, None)
-            .unwrap_or_else(|e| panic!("{e}"))
-            .stdout
+        child::stdout(&SystemRunner, program, &args, None).unwrap_or_else(|e| panic!("{e}"))
     }
 
     fn load(&self, text: &str) {
-        SystemExec
-            .run_ok("nft", &["-f".to_string(), "-".to_string()], Some(text))
-            .unwrap_or_else(|e| panic!("{e}\n{text}"));
+        child::run_ok(
+            &SystemRunner,
+            "nft",
+            &["-f".to_string(), "-".to_string()],
+            Some(text),
+        )
+        .unwrap_or_else(|e| panic!("{e}\n{text}"));
     }
 }
 

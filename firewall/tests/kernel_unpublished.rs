@@ -8,13 +8,16 @@ mod common;
 
 use common::{in_fresh_netns, ip, nft, nft_load};
 use firewall::opening::From;
-use firewall::{Exec, Firewall, Opening, Output, Path, Proto, Scope, State};
+use firewall::{Firewall, Opening, Path, Proto, Scope, State};
 
 struct NoLegacy;
 
-impl Exec for NoLegacy {
-    fn run(&self, program: &str, _: &[String], _: Option<&str>) -> firewall::Result<Output> {
-        panic!("nothing is to be run in this test, {program} was asked for");
+impl run::Runner for NoLegacy {
+    fn call(&self, call: &run::Call<'_>) -> std::io::Result<run::Output> {
+        panic!(
+            "nothing is to be run in this test, {:?} was asked for",
+            call.argv
+        );
     }
 
     fn exists(&self, _: &str) -> bool {

@@ -89,6 +89,12 @@ pub trait Runner {
     ) -> io::Result<Output> {
         self.call(&Call::new(argv).cwd(cwd).env(env).within(deadline))
     }
+
+    /// Whether `program` can be started: on PATH (or, holding a slash, a file) for a real runner;
+    /// what its script says for a fake, so a test decides which programs a machine has.
+    fn exists(&self, program: &str) -> bool {
+        on_path(program)
+    }
 }
 
 /// The real runner: [`spawn::command`] with an argv array, stdin closed unless the call feeds
@@ -128,6 +134,10 @@ impl Runner for Deadlined<'_> {
             .unwrap_or_else(|| self.deadlines.for_argv(call.argv));
         self.runner.call(&call.within(deadline))
     }
+
+    fn exists(&self, program: &str) -> bool {
+        self.runner.exists(program)
+    }
 }
 
 /// A fake that records every argv (and what each was fed) and answers from a script, for unit
@@ -138,6 +148,11 @@ pub struct RecordingRunner {
     /// What each call was fed on stdin, in the order of `calls`.
     pub inputs: RefCell<Vec<Option<Vec<u8>>>>,
     pub answers: RefCell<VecDeque<Output>>,
+    /// What a call gets once `answers` is empty: `None` (the default) fails the call, naming it.
+    pub otherwise: Option<Output>,
+    /// The programs [`Runner::exists`] says this machine has (none by default): a fake never
+    /// looks at the real PATH.
+    pub programs: Vec<String>,
 }
 
 impl RecordingRunner {
@@ -152,6 +167,17 @@ impl RecordingRunner {
         }
         r
     }
+
+    /// A fake whose every call exits 0 with no output unless an answer is queued.
+    pub fn succeeding() -> Self {
+        RecordingRunner {
+            otherwise: Some(Output {
+                code: Some(0),
+                ..Output::default()
+            }),
+            ..RecordingRunner::default()
+        }
+    }
 }
 
 impl Runner for RecordingRunner {
@@ -160,12 +186,17 @@ impl Runner for RecordingRunner {
         self.inputs
             .borrow_mut()
             .push(call.stdin.map(<[u8]>::to_vec));
-        self.answers.borrow_mut().pop_front().ok_or_else(|| {
+        let next = self.answers.borrow_mut().pop_front();
+        next.or_else(|| self.otherwise.clone()).ok_or_else(|| {
             io::Error::other(format!(
                 "recording runner has no answer for {:?}",
                 call.argv
             ))
         })
+    }
+
+    fn exists(&self, program: &str) -> bool {
+        self.programs.iter().any(|p| p == program)
     }
 }
 

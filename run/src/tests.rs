@@ -511,6 +511,38 @@ fn the_recording_runner_records_argv_and_input_and_answers_in_order() {
 }
 
 #[test]
+fn the_recording_runner_answers_its_default_once_the_script_is_done() {
+    let r = RecordingRunner::succeeding();
+    r.answers.borrow_mut().push_back(Output {
+        code: Some(4),
+        ..Output::default()
+    });
+    let codes: Vec<_> = (0..3)
+        .map(|_| r.run(&argv(&["a"]), Path::new("/"), &[]).unwrap().code)
+        .collect();
+    assert_eq!(codes, [Some(4), Some(0), Some(0)]);
+}
+
+/// Which programs exist is the runner's to say: the real one looks on PATH, a fake answers from
+/// its list whatever the machine has, and a runner with deadlines asks the runner it wraps.
+#[test]
+fn whether_a_program_exists_is_the_runners_to_say() {
+    assert!(SystemRunner.exists("sh") && !SystemRunner.exists("no-such-program-here"));
+    assert!(SystemRunner.exists("/bin/sh") && !SystemRunner.exists("/nonexistent/sh"));
+    let fake = RecordingRunner {
+        programs: vec!["iptables-nft".into()],
+        ..RecordingRunner::default()
+    };
+    assert!(fake.exists("iptables-nft") && !fake.exists("sh"));
+    let node = Deadlined {
+        runner: &fake,
+        deadlines: Deadlines::default(),
+    };
+    assert!(node.exists("iptables-nft") && !node.exists("sh"));
+    assert!(fake.calls.borrow().is_empty());
+}
+
+#[test]
 fn a_command_line_quotes_what_a_shell_would_split() {
     assert_eq!(
         command_line(&argv(&["ufw", "allow", "", "a b", "it's", "plain"])),

@@ -564,8 +564,7 @@ fn briefing(root: &std::path::Path, json: bool) -> Result<Exit> {
 fn profile(root: &std::path::Path, json: bool) -> Result<Exit> {
     let mut profile = crate::system::profile::Profile::gather(root, &SystemRunner);
     // The firewall engine's part: what it finds, and what the kernel's tables can do.
-    static EXEC: firewall::SystemExec = firewall::SystemExec;
-    profile.found_firewall = Some(match firewall::Firewall::open(&EXEC) {
+    profile.found_firewall = Some(match firewall::Firewall::open(&SystemRunner) {
         Ok(mut fw) => match fw.found() {
             Ok(f) => match &f.refusal {
                 Some(why) => format!("{} (refused for adoption: {why})", f.kind()),

@@ -223,9 +223,12 @@ pub fn explain_command(
                 .all(|p| p.fate == firewall::eval::Fate::Admitted)
         });
     let confirmation = if how.confirm {
-        let exec = firewall::DeadlinedExec(Default::default());
+        let runner = run::Deadlined {
+            runner: &run::SystemRunner,
+            deadlines: Default::default(),
+        };
         Some(
-            firewall::confirm::on_node(&exec, &ways, firewall::confirm::BUDGET)
+            firewall::confirm::on_node(&runner, &ways, firewall::confirm::BUDGET)
                 .context("asking the kernel in scratch network namespaces")?,
         )
     } else {

@@ -4,34 +4,25 @@
 
 use super::{Error, NodeFirewall};
 use firewall::eval::Verdict;
-use firewall::{
-    Converged, Exec, FilterSpec, Firewall, GuardSpec, NfSocket, Opening, Retired, Scope,
-};
+use firewall::{Converged, FilterSpec, Firewall, GuardSpec, NfSocket, Opening, Retired, Scope};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-/// The firewall engine's programs for a node with `deadlines`: through the `run` crate, with the
-/// node's `firewall_s` (and its other deadlines for anything else the engine runs). The engine
-/// holds its runner for the life of a `Firewall`, which outlives one call, so one adapter per
-/// distinct set of deadlines is made for the life of the process and handed out again.
-fn firewall_exec(deadlines: run::Deadlines) -> &'static dyn Exec {
-    static MADE: std::sync::Mutex<Vec<&'static firewall::DeadlinedExec>> =
-        std::sync::Mutex::new(Vec::new());
-    let mut made = MADE.lock().unwrap_or_else(|p| p.into_inner());
-    if let Some(e) = made.iter().find(|e| e.0 == deadlines) {
-        return *e;
+/// The firewall engine's programs for a node with `deadlines`: the real runner with the node's
+/// `firewall_s` (and its other deadlines for anything else the engine runs), plain data made per
+/// call (a `Firewall` holds its own, [`Firewall::open_within`]).
+fn firewall_runner(deadlines: run::Deadlines) -> run::Deadlined<'static> {
+    run::Deadlined {
+        runner: &run::SystemRunner,
+        deadlines,
     }
-    let e: &'static firewall::DeadlinedExec =
-        Box::leak(Box::new(firewall::DeadlinedExec(deadlines)));
-    made.push(e);
-    e
 }
 
 /// The found firewall, read as it is now, its programs within `deadlines`: for the core's
 /// read-only questions (`firewall status`, `firewall explain`), which change nothing and claim
 /// nothing.
 pub fn open_found(deadlines: run::Deadlines) -> Result<Firewall<'static>, Error> {
-    Firewall::open(firewall_exec(deadlines)).map_err(Error::Unreadable)
+    Firewall::open_within(deadlines).map_err(Error::Unreadable)
 }
 
 /// Whether legacy x_tables are in force in this namespace: they send no generation, so what they
@@ -171,7 +162,7 @@ impl NodeFirewall for Kernel {
         ways: &[(firewall::eval::Way, firewall::eval::Answer)],
     ) -> Result<firewall::confirm::Confirmation, Error> {
         firewall::confirm::on_node(
-            firewall_exec(self.deadlines),
+            &firewall_runner(self.deadlines),
             ways,
             firewall::confirm::BUDGET,
         )

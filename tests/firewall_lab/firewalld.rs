@@ -7,7 +7,7 @@
 use super::found::{files, not_reached};
 use super::*;
 use firewall::backend::{kind, Cx};
-use firewall::{Backend, Batch, SystemExec};
+use firewall::{Backend, Batch};
 use std::collections::BTreeMap;
 
 /// `nft list table inet firewalld` as text, or empty when the table is gone.
@@ -124,7 +124,7 @@ fn firewalld_openings_live_in_the_mesh_policy_and_retire_in_firewallds_own_way()
                     ruleset: &ruleset,
                     legacy_saves: &saves,
                     batch: &mut batch,
-                    exec: &SystemExec,
+                    exec: &run::SystemRunner,
                 };
                 let retired = d
                     .survey(Path::new("/"), &mut cx)
@@ -165,7 +165,7 @@ fn firewalld_openings_live_in_the_mesh_policy_and_retire_in_firewallds_own_way()
                 ruleset: &ruleset,
                 legacy_saves: &saves,
                 batch: &mut batch,
-                exec: &SystemExec,
+                exec: &run::SystemRunner,
             };
             d.restore(&retired, &mut cx).unwrap();
         })
@@ -247,7 +247,7 @@ pub(super) fn with_driver<T: Send>(
                 ruleset: &ruleset,
                 legacy_saves: &saves,
                 batch: &mut batch,
-                exec: &SystemExec,
+                exec: &run::SystemRunner,
             };
             let out = f(d, &mut cx);
             if !batch.is_empty() {

@@ -8,7 +8,7 @@
 use super::found::{files, flipped_to_the_derived_filter, not_reached, stub_systemctl};
 use super::*;
 use firewall::backend::{kind, Cx};
-use firewall::{Backend, Batch, Exec, SystemExec};
+use firewall::{Backend, Batch};
 use std::collections::BTreeMap;
 
 /// Runs every program inside the node's network namespace and ufw's mount namespace, as the
@@ -18,25 +18,20 @@ struct InUfw {
     holder: u32,
 }
 
-impl Exec for InUfw {
-    fn run(
-        &self,
-        program: &str,
-        args: &[String],
-        stdin: Option<&str>,
-    ) -> firewall::Result<firewall::Output> {
+impl run::Runner for InUfw {
+    /// The call's argv after `nsenter` into both namespaces, its input, deadline and bound kept.
+    fn call(&self, call: &run::Call<'_>) -> std::io::Result<run::Output> {
         let mut argv = vec![
+            "nsenter".to_string(),
             format!("--net={}", self.netns.display()),
             format!("--mount=/proc/{}/ns/mnt", self.holder),
             "--".to_string(),
-            program.to_string(),
         ];
-        argv.extend(args.iter().cloned());
-        SystemExec.run("nsenter", &argv, stdin)
-    }
-
-    fn exists(&self, program: &str) -> bool {
-        SystemExec.exists(program)
+        argv.extend(call.argv.iter().cloned());
+        run::SystemRunner.call(&run::Call {
+            argv: &argv,
+            ..*call
+        })
     }
 }
 

@@ -462,16 +462,17 @@ impl Retire for Firewalld {
             // configuration already says CleanupOnExit=no, it is ended without that cleanup,
             // exactly as CleanupOnExit=no would end it, and its one table is taken out below.
             let signal = if cleanup {
-                libc::SIGKILL
+                nix::sys::signal::Signal::SIGKILL
             } else {
-                libc::SIGTERM
+                nix::sys::signal::Signal::SIGTERM
             };
-            // SAFETY: kill has no memory effects; the pid is the bus's owner of firewalld's name.
-            if unsafe { libc::kill(pid as i32, signal) } != 0 {
+            // The pid is the bus's owner of firewalld's name.
+            let process = nix::unistd::Pid::from_raw(pid as i32);
+            if let Err(e) = nix::sys::signal::kill(process, signal) {
                 return Err(Error::Unsupported {
                     reason: format!(
                         "firewalld (pid {pid}) could not be stopped: {}",
-                        std::io::Error::last_os_error()
+                        std::io::Error::from(e)
                     ),
                 });
             }

@@ -13,12 +13,12 @@ use super::seam::{
     Change, Converger, Cx, Detect, Kind, Removal, Retire, TableDriver, TableKey, TableView,
 };
 use crate::error::{Error, Result};
-use crate::exec::Exec;
 use crate::found::{Backend, Layer};
 use crate::netlink::{Family, Ruleset};
 use crate::opening::Opening;
 use crate::retire::Retired;
 use crate::rules::{self, Site};
+use run::Runner;
 use std::path::Path as FsPath;
 
 /// Which iptables: on the nf_tables backend or the legacy x_tables.
@@ -110,7 +110,7 @@ impl Detect for Iptables {
         self.variant == Variant::Legacy
     }
 
-    fn refusal(&self, l: &Layer, exec: &dyn Exec) -> Option<String> {
+    fn refusal(&self, l: &Layer, exec: &dyn Runner) -> Option<String> {
         if !l.can_drop {
             return None;
         }
@@ -186,10 +186,12 @@ pub fn program(family: Family, variant: Variant, suffix: &str) -> String {
 /// Reads one table with `PROGRAM-save -t TABLE`.
 pub fn read(key: &TableKey, variant: Variant, cx: &Cx<'_>) -> Result<TableView> {
     let save = program(key.family, variant, "-save");
-    let out = cx
-        .exec
-        .run_ok(&save, &["-t".into(), key.table.clone()], None)?;
-    if out.stdout.contains("incompatible") || out.stderr.contains("incompatible") {
+    let out = crate::child::run_ok(cx.exec, &save, &["-t".into(), key.table.clone()], None)?;
+    let (stdout, stderr) = (
+        crate::child::text(&out.stdout),
+        crate::child::text(&out.stderr),
+    );
+    if stdout.contains("incompatible") || stderr.contains("incompatible") {
         return Err(Error::Unsupported {
             reason: format!(
                 "{save} cannot list table {} (it holds rules iptables cannot show), so openings cannot be written there in iptables' terms",
@@ -197,7 +199,7 @@ pub fn read(key: &TableKey, variant: Variant, cx: &Cx<'_>) -> Result<TableView> 
             ),
         });
     }
-    Ok(parse(&out.stdout))
+    Ok(parse(&stdout))
 }
 
 /// One `iptables-save` table as a view: every chain (built-in and user), rules in order, read
@@ -364,7 +366,8 @@ pub fn write(key: &TableKey, variant: Variant, changes: &[Change], cx: &mut Cx<'
     let input = restore_input(key, &changes);
     let restore = program(key.family, variant, "-restore");
     // `-w` waits for the xtables lock instead of failing when Docker or the operator holds it.
-    cx.exec.run_ok(
+    crate::child::run_ok(
+        cx.exec,
         &restore,
         &["-w".into(), "5".into(), "--noflush".into()],
         Some(&input),

@@ -241,7 +241,8 @@ fn survey(root: &FsPath, cx: &mut Cx<'_>) -> Result<Option<Retired>> {
         if name == MESH_TABLE || cx.ruleset.table(family, &name).is_none() {
             continue;
         }
-        let listing = cx.exec.run_ok(
+        let listing = crate::child::stdout(
+            cx.exec,
             "nft",
             &[
                 "list".into(),
@@ -253,7 +254,7 @@ fn survey(root: &FsPath, cx: &mut Cx<'_>) -> Result<Option<Retired>> {
         )?;
         saved.push(Saved {
             what: format!("table {family} {name}"),
-            text: listing.stdout,
+            text: listing,
         });
     }
     Ok(Some(Retired {
@@ -305,8 +306,7 @@ fn restore(saved: &Retired, cx: &mut Cx<'_>) -> Result<()> {
     if script.is_empty() {
         return Ok(());
     }
-    cx.exec
-        .run_ok("nft", &["-f".into(), "-".into()], Some(&script))?;
+    crate::child::run_ok(cx.exec, "nft", &["-f".into(), "-".into()], Some(&script))?;
     Ok(())
 }
 

@@ -5,13 +5,13 @@
 //! is handed ([`Cx`]) and the tables the engine and a table driver speak of.
 
 use crate::error::Result;
-use crate::exec::Exec;
 use crate::found::{Backend, Layer};
 use crate::netlink::{Batch, Family, Ruleset};
 use crate::opening::Opening;
 use crate::outcome::{Converged, Scope};
 use crate::retire::Retired;
 use crate::rules::Site;
+use run::Runner;
 use std::collections::BTreeMap;
 use std::path::Path as FsPath;
 
@@ -76,7 +76,7 @@ pub struct Cx<'a> {
     pub ruleset: &'a Ruleset,
     pub legacy_saves: &'a BTreeMap<(Family, String), String>,
     pub batch: &'a mut Batch,
-    pub exec: &'a dyn Exec,
+    pub exec: &'a dyn Runner,
 }
 
 /// How a kind tells its own layers apart: detection asks each kind in its order and the first
@@ -92,7 +92,7 @@ pub trait Detect {
 
     /// Why openings cannot be written in this kind's terms through `layer` on this machine (a
     /// program it needs is not installed), when they cannot.
-    fn refusal(&self, layer: &Layer, exec: &dyn Exec) -> Option<String> {
+    fn refusal(&self, layer: &Layer, exec: &dyn Runner) -> Option<String> {
         let _ = (layer, exec);
         None
     }

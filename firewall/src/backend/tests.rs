@@ -3,12 +3,12 @@
 
 use super::*;
 use crate::detect::tests::chain;
-use crate::exec::{Output, RecordingExec};
 use crate::found::Layer;
 use crate::netlink::{Batch, Family, Hook, Policy, Rule, RuleBody, Ruleset, Table, TableFlags};
 use crate::opening::{From, Opening, Path, Proto};
 use crate::outcome::{Scope, State};
 use crate::rules::{self, Site};
+use run::RecordingRunner;
 use std::collections::BTreeMap;
 
 fn table(family: Family, name: &str) -> Table {
@@ -37,12 +37,10 @@ fn rule(family: Family, table: &str, chain: &str, handle: u64, body: RuleBody) -
     }
 }
 
-fn answer(exec: &RecordingExec, stdout: &str) {
-    exec.answers.borrow_mut().push_back(Output {
-        code: Some(0),
-        stdout: stdout.into(),
-        stderr: String::new(),
-    });
+fn answer(exec: &RecordingRunner, stdout: &str) {
+    exec.answers
+        .borrow_mut()
+        .push_back(crate::child::answer(stdout));
 }
 
 fn opening(path: Path) -> Opening {
@@ -59,7 +57,7 @@ fn cx<'a>(
     ruleset: &'a Ruleset,
     saves: &'a BTreeMap<(Family, String), String>,
     batch: &'a mut Batch,
-    exec: &'a RecordingExec,
+    exec: &'a RecordingRunner,
 ) -> Cx<'a> {
     Cx {
         ruleset,
@@ -150,7 +148,7 @@ fn table_driver_reads_and_writes_through_the_trait_object() {
         ],
         ..Ruleset::default()
     };
-    let exec = RecordingExec::default();
+    let exec = RecordingRunner::succeeding();
     let mut saves = BTreeMap::new();
     let mut batch = Batch::new();
     let key = |backend| TableKey {
@@ -178,7 +176,7 @@ fn table_driver_reads_and_writes_through_the_trait_object() {
     assert_eq!(native.how, nft.how);
     assert_eq!(native.marks, nft.marks);
     assert!(
-        exec.calls.borrow().is_empty(),
+        crate::child::recorded(&exec).is_empty(),
         "no program runs to read nf_tables"
     );
 
@@ -199,7 +197,7 @@ fn table_driver_reads_and_writes_through_the_trait_object() {
         )
         .unwrap();
     assert!(!batch.is_empty());
-    assert!(exec.calls.borrow().is_empty());
+    assert!(crate::child::recorded(&exec).is_empty());
 
     saves.insert(
         (Family::Ipv4, "filter".to_string()),
@@ -213,7 +211,10 @@ fn table_driver_reads_and_writes_through_the_trait_object() {
         .read(&key, &mut cx(&ruleset, &saves, &mut none, &exec))
         .unwrap();
     assert_eq!(view.marks["INPUT"].len(), 2);
-    assert!(exec.calls.borrow().is_empty(), "read from detection's save");
+    assert!(
+        crate::child::recorded(&exec).is_empty(),
+        "read from detection's save"
+    );
     assert_eq!(legacy.rules_for(&o, Site::late(Family::Ipv4)), 1);
     legacy
         .write(
@@ -223,7 +224,7 @@ fn table_driver_reads_and_writes_through_the_trait_object() {
             &mut cx(&ruleset, &saves, &mut none, &exec),
         )
         .unwrap();
-    let calls = exec.calls.borrow();
+    let calls = crate::child::recorded(&exec);
     assert_eq!(calls.len(), 1, "{calls:?}");
     assert_eq!(calls[0].0, "iptables-legacy-restore");
     assert_eq!(calls[0].1, ["-w", "5", "--noflush"]);
@@ -247,9 +248,9 @@ fn whole_driver_converges_through_the_trait_object() {
     };
     let o = opening(Path::Incoming);
     let mark = rules::mark(&o);
-    let exec = RecordingExec {
+    let exec = RecordingRunner {
         programs: vec!["ufw".into()],
-        ..RecordingExec::default()
+        ..RecordingRunner::succeeding()
     };
     for a in [
         "Status: active\n".to_string(),
@@ -287,7 +288,10 @@ fn whole_driver_converges_through_the_trait_object() {
         .unwrap();
     assert_eq!(done.states["web"][0].state, State::Present);
     assert_eq!(done.added, [("web".to_string(), "ufw".to_string())]);
-    let calls: Vec<Vec<String>> = exec.calls.borrow().iter().map(|c| c.1.clone()).collect();
+    let calls: Vec<Vec<String>> = crate::child::recorded(&exec)
+        .iter()
+        .map(|c| c.1.clone())
+        .collect();
     assert_eq!(calls.len(), 4, "{calls:?}");
     assert_eq!(calls[0], ["status"]);
     assert_eq!(calls[1], ["show", "added"]);
@@ -319,7 +323,7 @@ fn retire_surveys_retires_and_restores_through_the_trait_object() {
         ..Ruleset::default()
     };
     let listing = "table inet filter {\n\tchain input {\n\t\ttype filter hook input priority filter; policy drop;\n\t}\n}\n";
-    let exec = RecordingExec::default();
+    let exec = RecordingRunner::succeeding();
     answer(&exec, listing);
     let saves = BTreeMap::new();
     let mut batch = Batch::new();
@@ -334,7 +338,7 @@ fn retire_surveys_retires_and_restores_through_the_trait_object() {
     assert_eq!(saved.saved.len(), 1, "a table not loaded now is not saved");
     assert_eq!(saved.saved[0].what, "table inet filter");
     assert_eq!(
-        exec.calls.borrow()[0].1,
+        crate::child::recorded(&exec)[0].1,
         ["list", "table", "inet", "filter"]
     );
     assert!(batch.is_empty(), "a survey only reads");
@@ -347,13 +351,17 @@ fn retire_surveys_retires_and_restores_through_the_trait_object() {
         !batch.is_empty(),
         "the table's deletion joins the caller's batch"
     );
-    assert_eq!(exec.calls.borrow().len(), 1, "no program runs to retire");
+    assert_eq!(
+        crate::child::recorded(&exec).len(),
+        1,
+        "no program runs to retire"
+    );
 
     let mut none = Batch::new();
     retire
         .restore(&saved, &mut cx(&ruleset, &saves, &mut none, &exec))
         .unwrap();
-    let calls = exec.calls.borrow();
+    let calls = crate::child::recorded(&exec);
     assert_eq!(calls.len(), 2);
     assert_eq!(calls[1].0, "nft");
     assert_eq!(calls[1].1, ["-f", "-"]);

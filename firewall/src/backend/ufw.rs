@@ -45,11 +45,8 @@ const UFW_INIT: &[&str] = &["/lib/ufw/ufw-init", "/usr/lib/ufw/ufw-init"];
 /// The rules ufw lists as added (`ufw show added`), each as the argv after `ufw` that deletes
 /// it, with its mark when its comment is a full mark.
 fn added(cx: &Cx<'_>) -> Result<Vec<(Vec<String>, Option<String>)>> {
-    let out = cx
-        .exec
-        .run_ok("ufw", &["show".into(), "added".into()], None)?;
+    let out = crate::child::stdout(cx.exec, "ufw", &["show".into(), "added".into()], None)?;
     Ok(out
-        .stdout
         .lines()
         .filter_map(|l| l.strip_prefix("ufw "))
         .map(|l| {
@@ -159,9 +156,8 @@ fn ufw_init(cx: &Cx<'_>) -> Result<String> {
 }
 
 fn active(cx: &Cx<'_>) -> Result<bool> {
-    let out = cx.exec.run_ok("ufw", &["status".into()], None)?;
+    let out = crate::child::stdout(cx.exec, "ufw", &["status".into()], None)?;
     Ok(out
-        .stdout
         .lines()
         .next()
         .is_some_and(|l| l.trim() == "Status: active"))
@@ -201,7 +197,6 @@ impl WholeDriver for Ufw {
         write: bool,
         cx: &mut Cx<'_>,
     ) -> Result<Converged> {
-        let mut done = Converged::default();
         if !cx.exec.exists("ufw") {
             return Err(Error::Unsupported {
                 reason: "ufw's chains are loaded but the ufw command is not installed".into(),
@@ -211,109 +206,18 @@ impl WholeDriver for Ufw {
         // nothing, and its files are left exactly as they are: the mesh's rules in them are in
         // force again when ufw starts.
         if !active(cx)? {
-            for l in layers {
-                for o in openings.iter().filter(|o| l.crossed_by(o)) {
-                    done.states.entry(o.id.clone()).or_default().push(Presence {
-                        layer: l.describe(),
-                        chain: None,
-                        state: State::NotNeeded(
-                            "ufw is not running: its chains are empty and refuse nothing".into(),
-                        ),
-                    });
-                }
-            }
-            return Ok(done);
+            return Ok(not_running(layers, openings));
         }
-        // Only openings whose path crosses a ufw layer that can drop need a rule.
-        let needed: Vec<&Opening> = openings
-            .iter()
-            .filter(|o| layers.iter().any(|l| l.can_drop && l.crossed_by(o)))
-            .collect();
-        // Each needed opening's rules, by its mark; a forwarded one's name the destinations the
-        // runtime's DNAT sends its port to now, so a recreated container's new address replaces
-        // the old one.
-        let wanted: BTreeMap<String, Wanted<'_>> = needed
-            .iter()
-            .map(|o| {
-                let to = match o.path {
-                    Path::Incoming => Vec::new(),
-                    Path::Forwarded => {
-                        published::targets(cx.ruleset, cx.legacy_saves, o.proto, o.port)
-                    }
-                };
-                let argv = commands(o, &to);
-                let keys = argv.iter().filter_map(|a| key(a)).collect();
-                (
-                    rules::mark(o),
-                    Wanted {
-                        opening: o,
-                        to,
-                        argv,
-                        keys,
-                    },
-                )
-            })
-            .collect();
-        let given: BTreeSet<&str> = openings.iter().map(|o| o.id.as_str()).collect();
+        let mut done = Converged::default();
+        let wanted = wanted(layers, openings, cx);
         let mut now = added(cx)?;
         if write {
-            // Marked rules of old versions, rules of a given opening it no longer needs (a
-            // destination the runtime no longer sends its port to, a repeat), and (scope All)
-            // rules of openings not given go; unmarked rules are never touched.
-            let mut kept: BTreeSet<(String, Key)> = BTreeSet::new();
-            for (argv, mark) in &now {
-                let Some(mark) = mark else { continue };
-                let remove = match wanted.get(mark) {
-                    Some(w) => match key(argv) {
-                        Some(k) if w.keys.contains(&k) => !kept.insert((mark.clone(), k)),
-                        _ => true,
-                    },
-                    None => {
-                        scope == Scope::All
-                            || rules::id_of(mark).is_some_and(|id| given.contains(id))
-                    }
-                };
-                if remove {
-                    // `ufw delete RULE`, and for a routed rule `ufw route delete RULE`.
-                    let args: Vec<String> = match argv.split_first() {
-                        Some((first, rest)) if first == "route" => ["route", "delete"]
-                            .iter()
-                            .map(|s| s.to_string())
-                            .chain(rest.iter().cloned())
-                            .collect(),
-                        _ => std::iter::once("delete".to_string())
-                            .chain(argv.iter().cloned())
-                            .collect(),
-                    };
-                    cx.exec.run_ok("ufw", &args, None)?;
-                    done.removed.push((mark.clone(), "ufw".into()));
-                }
-            }
+            remove_unwanted(&now, &wanted, openings, scope, cx, &mut done)?;
             // ufw is read again only after it was written: each `ufw show added` is a process.
             if !done.removed.is_empty() {
                 now = added(cx)?;
             }
-            for (mark, w) in &wanted {
-                let held = holds(&now, mark);
-                // A rule someone else holds for the same traffic is never rewritten: ufw would
-                // replace it with the mesh's (its action and comment), so such a rule is left to
-                // decide (see [`Wanted::state`]).
-                let missing: Vec<&Vec<String>> = w
-                    .argv
-                    .iter()
-                    .filter(|a| match key(a) {
-                        Some(k) => !held.contains(&k) && other_rule(&now, mark, &k).is_none(),
-                        None => true,
-                    })
-                    .collect();
-                if missing.is_empty() {
-                    continue;
-                }
-                for argv in missing {
-                    cx.exec.run_ok("ufw", argv, None)?;
-                }
-                done.added.push((w.opening.id.clone(), "ufw".into()));
-            }
+            add_missing(&now, &wanted, cx, &mut done)?;
             if !done.added.is_empty() {
                 now = added(cx)?;
             }
@@ -323,36 +227,166 @@ impl WholeDriver for Ufw {
             .filter_map(|(_, m)| m.as_ref())
             .filter(|m| !wanted.contains_key(*m))
             .count();
-        for l in layers {
-            for o in openings.iter().filter(|o| l.crossed_by(o)) {
-                let mark = rules::mark(o);
-                let state = if !l.can_drop {
-                    State::NotNeeded(format!("nothing in {} can drop", l.chain))
-                } else if !matches!(l.hook, Hook::Input | Hook::Forward) {
-                    State::Unwritable(format!(
-                        "{} refuses at {} and ufw's rules stand only at input and forward",
-                        l.describe(),
-                        l.hook_name()
-                    ))
-                } else if let Some(w) = wanted.get(&mark) {
-                    w.state(&now, &mark)
-                } else {
-                    State::Missing
-                };
-                done.states.entry(o.id.clone()).or_default().push(Presence {
-                    layer: l.describe(),
-                    chain: Some(
-                        match o.path {
-                            Path::Incoming => "ufw-user-input",
-                            Path::Forwarded => "ufw-user-forward",
-                        }
-                        .into(),
-                    ),
-                    state,
-                });
-            }
-        }
+        states(layers, openings, &wanted, &now, &mut done);
         Ok(done)
+    }
+}
+
+/// Every opening crossing a layer of a ufw that is not running: no rule needed.
+fn not_running(layers: &[Layer], openings: &[Opening]) -> Converged {
+    let mut done = Converged::default();
+    for l in layers {
+        for o in openings.iter().filter(|o| l.crossed_by(o)) {
+            done.states.entry(o.id.clone()).or_default().push(Presence {
+                layer: l.describe(),
+                chain: None,
+                state: State::NotNeeded(
+                    "ufw is not running: its chains are empty and refuse nothing".into(),
+                ),
+            });
+        }
+    }
+    done
+}
+
+/// Each needed opening's rules, by its mark (only openings whose path crosses a ufw layer that
+/// can drop need one); a forwarded one's name the destinations the runtime's DNAT sends its port
+/// to now, so a recreated container's new address replaces the old one.
+fn wanted<'o>(
+    layers: &[Layer],
+    openings: &'o [Opening],
+    cx: &Cx<'_>,
+) -> BTreeMap<String, Wanted<'o>> {
+    openings
+        .iter()
+        .filter(|o| layers.iter().any(|l| l.can_drop && l.crossed_by(o)))
+        .map(|o| {
+            let to = match o.path {
+                Path::Incoming => Vec::new(),
+                Path::Forwarded => published::targets(cx.ruleset, cx.legacy_saves, o.proto, o.port),
+            };
+            let argv = commands(o, &to);
+            let keys = argv.iter().filter_map(|a| key(a)).collect();
+            (
+                rules::mark(o),
+                Wanted {
+                    opening: o,
+                    to,
+                    argv,
+                    keys,
+                },
+            )
+        })
+        .collect()
+}
+
+/// Deletes marked rules of old versions, rules of a given opening it no longer needs (a
+/// destination the runtime no longer sends its port to, a repeat), and (scope All) rules of
+/// openings not given; unmarked rules are never touched.
+fn remove_unwanted(
+    now: &[(Vec<String>, Option<String>)],
+    wanted: &BTreeMap<String, Wanted<'_>>,
+    openings: &[Opening],
+    scope: Scope,
+    cx: &Cx<'_>,
+    done: &mut Converged,
+) -> Result<()> {
+    let given: BTreeSet<&str> = openings.iter().map(|o| o.id.as_str()).collect();
+    let mut kept: BTreeSet<(String, Key)> = BTreeSet::new();
+    for (argv, mark) in now {
+        let Some(mark) = mark else { continue };
+        let remove = match wanted.get(mark) {
+            Some(w) => match key(argv) {
+                Some(k) if w.keys.contains(&k) => !kept.insert((mark.clone(), k)),
+                _ => true,
+            },
+            None => scope == Scope::All || rules::id_of(mark).is_some_and(|id| given.contains(id)),
+        };
+        if remove {
+            // `ufw delete RULE`, and for a routed rule `ufw route delete RULE`.
+            let args: Vec<String> = match argv.split_first() {
+                Some((first, rest)) if first == "route" => ["route", "delete"]
+                    .iter()
+                    .map(|s| s.to_string())
+                    .chain(rest.iter().cloned())
+                    .collect(),
+                _ => std::iter::once("delete".to_string())
+                    .chain(argv.iter().cloned())
+                    .collect(),
+            };
+            crate::child::run_ok(cx.exec, "ufw", &args, None)?;
+            done.removed.push((mark.clone(), "ufw".into()));
+        }
+    }
+    Ok(())
+}
+
+/// Adds each wanted opening's rules that ufw does not hold. A rule someone else holds for the
+/// same traffic is never rewritten: ufw would replace it with the mesh's (its action and
+/// comment), so such a rule is left to decide (see [`Wanted::state`]).
+fn add_missing(
+    now: &[(Vec<String>, Option<String>)],
+    wanted: &BTreeMap<String, Wanted<'_>>,
+    cx: &Cx<'_>,
+    done: &mut Converged,
+) -> Result<()> {
+    for (mark, w) in wanted {
+        let held = holds(now, mark);
+        let missing: Vec<&Vec<String>> = w
+            .argv
+            .iter()
+            .filter(|a| match key(a) {
+                Some(k) => !held.contains(&k) && other_rule(now, mark, &k).is_none(),
+                None => true,
+            })
+            .collect();
+        if missing.is_empty() {
+            continue;
+        }
+        for argv in missing {
+            crate::child::run_ok(cx.exec, "ufw", argv, None)?;
+        }
+        done.added.push((w.opening.id.clone(), "ufw".into()));
+    }
+    Ok(())
+}
+
+/// How each opening stands in each layer it crosses, given the rules ufw holds `now`.
+fn states(
+    layers: &[Layer],
+    openings: &[Opening],
+    wanted: &BTreeMap<String, Wanted<'_>>,
+    now: &[(Vec<String>, Option<String>)],
+    done: &mut Converged,
+) {
+    for l in layers {
+        for o in openings.iter().filter(|o| l.crossed_by(o)) {
+            let mark = rules::mark(o);
+            let state = if !l.can_drop {
+                State::NotNeeded(format!("nothing in {} can drop", l.chain))
+            } else if !matches!(l.hook, Hook::Input | Hook::Forward) {
+                State::Unwritable(format!(
+                    "{} refuses at {} and ufw's rules stand only at input and forward",
+                    l.describe(),
+                    l.hook_name()
+                ))
+            } else if let Some(w) = wanted.get(&mark) {
+                w.state(now, &mark)
+            } else {
+                State::Missing
+            };
+            done.states.entry(o.id.clone()).or_default().push(Presence {
+                layer: l.describe(),
+                chain: Some(
+                    match o.path {
+                        Path::Incoming => "ufw-user-input",
+                        Path::Forwarded => "ufw-user-forward",
+                    }
+                    .into(),
+                ),
+                state,
+            });
+        }
     }
 }
 
@@ -375,23 +409,25 @@ impl Retire for Ufw {
             config,
             saved: vec![Saved {
                 what: format!("ufw: {rules} rules, stopped with ufw-init stop"),
-                text: cx
-                    .exec
-                    .run_ok("ufw", &["status".into(), "verbose".into()], None)?
-                    .stdout,
+                text: crate::child::stdout(
+                    cx.exec,
+                    "ufw",
+                    &["status".into(), "verbose".into()],
+                    None,
+                )?,
             }],
         }))
     }
 
     fn retire(&self, saved: &Retired, cx: &mut Cx<'_>) -> Result<Retired> {
         let init = ufw_init(cx)?;
-        cx.exec.run_ok(&init, &["stop".into()], None)?;
+        crate::child::run_ok(cx.exec, &init, &["stop".into()], None)?;
         Ok(saved.clone())
     }
 
     fn restore(&self, _saved: &Retired, cx: &mut Cx<'_>) -> Result<()> {
         let init = ufw_init(cx)?;
-        cx.exec.run_ok(&init, &["start".into()], None)?;
+        crate::child::run_ok(cx.exec, &init, &["start".into()], None)?;
         if !active(cx)? {
             return Err(Error::Unsupported {
                 reason: format!("ufw is not active after {init} start"),
@@ -404,8 +440,8 @@ impl Retire for Ufw {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::exec::RecordingExec;
     use crate::opening::{From, Proto};
+    use run::RecordingRunner;
 
     fn opening(from: From, path: Path) -> Opening {
         Opening {
@@ -421,12 +457,8 @@ mod tests {
     /// operator's comment that only looks like one left alone.
     #[test]
     fn reads_marks_from_show_added() {
-        let exec = RecordingExec::default();
-        exec.answers.borrow_mut().push_back(crate::exec::Output {
-            code: Some(0),
-            stdout: "Added user rules (see 'ufw status' for running firewall):\nufw allow 22/tcp\nufw allow 9000/tcp comment 'mesh-host:web#0123abcd'\nufw allow 8000/tcp comment 'mesh-host: keep'\n".into(),
-            stderr: String::new(),
-        });
+        let exec = RecordingRunner::succeeding();
+        exec.answers.borrow_mut().push_back(crate::child::answer("Added user rules (see 'ufw status' for running firewall):\nufw allow 22/tcp\nufw allow 9000/tcp comment 'mesh-host:web#0123abcd'\nufw allow 8000/tcp comment 'mesh-host: keep'\n"));
         let ruleset = crate::netlink::Ruleset::default();
         let saves = BTreeMap::new();
         let mut batch = crate::netlink::Batch::new();
@@ -448,12 +480,10 @@ mod tests {
         assert_eq!(got[2].0.last().unwrap(), "mesh-host: keep");
     }
 
-    fn answer(exec: &RecordingExec, stdout: &str) {
-        exec.answers.borrow_mut().push_back(crate::exec::Output {
-            code: Some(0),
-            stdout: stdout.into(),
-            stderr: String::new(),
-        });
+    fn answer(exec: &RecordingRunner, stdout: &str) {
+        exec.answers
+            .borrow_mut()
+            .push_back(crate::child::answer(stdout));
     }
 
     /// A convergence removes only marked rules (an old version of a given opening), keeps an
@@ -534,9 +564,9 @@ mod tests {
         nat: &str,
         answers: &[&str],
     ) -> (Converged, Vec<Vec<String>>) {
-        let exec = RecordingExec {
+        let exec = RecordingRunner {
             programs: vec!["ufw".into()],
-            ..RecordingExec::default()
+            ..RecordingRunner::succeeding()
         };
         for a in answers {
             answer(&exec, a);
@@ -563,11 +593,9 @@ mod tests {
                 &mut cx,
             )
             .unwrap();
-        let calls = exec
-            .calls
-            .borrow()
-            .iter()
-            .map(|(_, a, _)| a.clone())
+        let calls = crate::child::recorded(&exec)
+            .into_iter()
+            .map(|(_, a, _)| a)
             .collect();
         (done, calls)
     }

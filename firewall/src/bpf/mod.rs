@@ -16,11 +16,15 @@
 
 pub mod asm;
 pub mod btf;
+mod pins;
+mod place;
 pub mod prog;
+pub mod seam;
 pub mod sys;
 
+pub use pins::{is_bpffs, Pins};
+
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::path::{Path, PathBuf};
 
 use crate::error::{Errno, Error, Result};
 use crate::guard::GuardSpec;
@@ -45,7 +49,6 @@ pub const PRIORITY: i32 = -150;
 /// detached after: the layer is at -150 or at -149.
 pub const PRIORITIES: [i32; 2] = [PRIORITY, PRIORITY + 1];
 
-const BPF_FS_MAGIC: i64 = 0xcafe_4a11;
 const PORTS_MAX: u32 = 256;
 const IFACES_MAX: u32 = 1024;
 const NETS_MAX: u32 = 64;
@@ -282,145 +285,6 @@ fn contents(ports: &OwnedFd, ifaces: &OwnedFd, nets: &OwnedFd) -> Result<Content
     Ok(out)
 }
 
-/// Where the layer's pins live for a root, and the bpffs they live in.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Pins {
-    /// The bpffs mount point (`/sys/fs/bpf`).
-    pub fs: PathBuf,
-    /// The directory of the pins (`/sys/fs/bpf/mesh-host`).
-    pub dir: PathBuf,
-    /// Whether a bpffs may be mounted at `fs` when none is there: on the machine's own `/`,
-    /// where `/sys/fs/bpf` is the standard place; never below another root, where a mount would
-    /// outlive the directory (a test that wants the layer there mounts one itself).
-    pub may_mount: bool,
-}
-
-impl Pins {
-    /// The pins under `root` (`/` on a node; a test's directory in the lab).
-    pub fn under(root: &Path) -> Pins {
-        Pins {
-            fs: root.join(BPFFS_SUBDIR),
-            dir: root.join(PIN_SUBDIR),
-            may_mount: root == Path::new("/"),
-        }
-    }
-
-    /// The pins in a bpffs this caller has mounted or lets be mounted at `root/sys/fs/bpf`.
-    pub fn mounting(root: &Path) -> Pins {
-        Pins {
-            may_mount: true,
-            ..Pins::under(root)
-        }
-    }
-
-    /// An exclusive lock on the pins' directory, held until dropped.
-    fn lock(&self) -> Result<OwnedFd> {
-        use std::os::fd::FromRawFd;
-        let failed = |errno| Error::Bpf {
-            op: "lock",
-            what: format!("pin directory {}", self.dir.display()),
-            errno,
-            log: None,
-        };
-        let c = std::ffi::CString::new(self.dir.as_os_str().as_encoded_bytes())
-            .map_err(|_| failed(Errno(libc::EINVAL)))?;
-        // SAFETY: open reads the NUL-terminated path; the descriptor is owned at once.
-        let fd = unsafe {
-            libc::open(
-                c.as_ptr(),
-                libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
-            )
-        };
-        if fd < 0 {
-            return Err(failed(Errno::last()));
-        }
-        // SAFETY: fd is a new descriptor nothing else owns.
-        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-        // SAFETY: flock on a descriptor this function owns.
-        if unsafe { libc::flock(fd.as_raw_fd(), libc::LOCK_EX) } != 0 {
-            return Err(failed(Errno::last()));
-        }
-        Ok(fd)
-    }
-
-    fn path(&self, name: &str) -> PathBuf {
-        self.dir.join(name)
-    }
-
-    /// Mounts a bpffs at `fs` unless one is there, and makes the pins' directory.
-    fn prepare(&self) -> Result<()> {
-        let shown = self.fs.display().to_string();
-        if !is_bpffs(&self.fs) && !self.may_mount {
-            return Err(Error::Bpf {
-                op: "pin",
-                what: format!("the guard's links in {}", self.dir.display()),
-                errno: Errno(libc::ENOENT),
-                log: Some(format!("no bpffs is mounted at {shown}")),
-            });
-        }
-        if !is_bpffs(&self.fs) {
-            std::fs::create_dir_all(&self.fs).map_err(|e| Error::Bpf {
-                op: "mkdir",
-                what: format!("bpffs mount point {shown}"),
-                errno: Errno(e.raw_os_error().unwrap_or(0)),
-                log: None,
-            })?;
-            mount_bpffs(&self.fs)?;
-        }
-        match std::fs::create_dir(&self.dir) {
-            Ok(()) => Ok(()),
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
-            Err(e) => Err(Error::Bpf {
-                op: "mkdir",
-                what: format!("pin directory {}", self.dir.display()),
-                errno: Errno(e.raw_os_error().unwrap_or(0)),
-                log: None,
-            }),
-        }
-    }
-}
-
-/// Whether `path` is the root of a mounted bpffs.
-pub fn is_bpffs(path: &Path) -> bool {
-    let Ok(c) = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()) else {
-        return false;
-    };
-    // SAFETY: statfs writes into the zeroed struct we pass and reads the NUL-terminated path.
-    unsafe {
-        let mut st: libc::statfs = std::mem::zeroed();
-        libc::statfs(c.as_ptr(), &mut st) == 0 && st.f_type as i64 == BPF_FS_MAGIC
-    }
-}
-
-fn mount_bpffs(at: &Path) -> Result<()> {
-    let target =
-        std::ffi::CString::new(at.as_os_str().as_encoded_bytes()).map_err(|_| Error::Bpf {
-            op: "mount",
-            what: format!("bpffs at {}", at.display()),
-            errno: Errno(libc::EINVAL),
-            log: None,
-        })?;
-    // SAFETY: every argument is a NUL-terminated string that outlives the call.
-    let rc = unsafe {
-        libc::mount(
-            c"bpf".as_ptr(),
-            target.as_ptr(),
-            c"bpf".as_ptr(),
-            0,
-            c"mode=0700".as_ptr().cast(),
-        )
-    };
-    if rc != 0 {
-        return Err(Error::Bpf {
-            op: "mount",
-            what: format!("bpffs at {}", at.display()),
-            errno: Errno::last(),
-            log: None,
-        });
-    }
-    Ok(())
-}
-
 /// What [`ensure`] found and did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Loaded {
@@ -471,7 +335,7 @@ impl BpfStatus {
 
 /// A pinned link that still is what its name says: a netfilter link of that family and hook,
 /// at the guard's priority, with the defrag flag, running program `prog_id`.
-fn link_ok(info: &LinkInfo, pf: u32, hook: u32, prog_id: u32) -> bool {
+pub(super) fn link_ok(info: &LinkInfo, pf: u32, hook: u32, prog_id: u32) -> bool {
     info.link_type == sys::LINK_TYPE_NETFILTER
         && info.pf == pf
         && info.hooknum == hook
@@ -563,9 +427,8 @@ fn attached(probe: &OwnedFd, info: &LinkInfo) -> Result<bool> {
             Ok(false)
         }
         Err(Error::Bpf {
-            errno: Errno(libc::EBUSY),
-            ..
-        }) => Ok(true),
+            errno: Errno(e), ..
+        }) if e == nix::errno::Errno::EBUSY as i32 => Ok(true),
         Err(e) => Err(e),
     }
 }
@@ -667,42 +530,18 @@ pub fn ensure(pins: &Pins, spec: &GuardSpec) -> Result<BpfReport> {
     let me = sys::prog_info(&program.prog, "guard program")?;
     let prog_id = me.id;
     let mut held = held_links(me.tag, &program.prog)?;
-    let mut link_ids = Vec::new();
-    for (pf, hook, name) in HOOKS {
-        let path = pins.path(name);
-        // The pinned link, or else one the kernel holds for this hook (its pin out of sight).
-        let (old, pinned_here) = match sys::obj_get(&path)? {
-            Some(fd) => (Some(fd), true),
-            None => (take_held(&mut held, pf, hook, prog_id), false),
-        };
-        let mut taken = None;
-        if let Some(old) = &old {
-            let info = sys::link_info(old, &format!("link {}", path.display()))?;
-            if old_prog == Some(prog_id) && link_ok(&info, pf, hook, prog_id) {
-                if !pinned_here {
-                    sys::obj_pin(old, &path)?;
-                }
-                link_ids.push(info.id);
-                continue;
-            }
-            taken = Some(info.priority);
-        }
-        // A new link is attached before the old one is unpinned and detached, at the priority
-        // the old one does not hold: at no moment is neither in place.
-        let new = attach(&program.prog, pf, hook, taken)?;
-        if let Some(old) = old {
-            if pinned_here {
-                unpin(&path)?;
-            }
-            // A link whose namespace is gone cannot be detached again; nothing holds it then.
-            let _ = sys::link_detach(&old, &format!("old link {}", path.display()));
-        }
-        sys::obj_pin(&new, &path)?;
-        link_ids.push(sys::link_info(&new, &format!("link {}", path.display()))?.id);
-        if loaded == Loaded::Reclaimed {
-            loaded = Loaded::Replaced;
-        }
+    let placed = place::place_links(
+        &seam::Kernel,
+        pins,
+        &program.prog,
+        prog_id,
+        old_prog,
+        &mut held,
+    )?;
+    if placed.attached_new && loaded == Loaded::Reclaimed {
+        loaded = Loaded::Replaced;
     }
+    let link_ids = placed.link_ids;
     // This namespace's guard links beyond the four (a second set an earlier version attached
     // past a pin it could not see): detached, now that the four are in place.
     let mut detached = Vec::new();
@@ -722,7 +561,7 @@ pub fn ensure(pins: &Pins, spec: &GuardSpec) -> Result<BpfReport> {
         .zip(OBJECTS)
         {
             let path = pins.path(name);
-            unpin(&path)?;
+            seam::unpin(&path)?;
             sys::obj_pin(fd, &path)?;
         }
     }
@@ -732,53 +571,6 @@ pub fn ensure(pins: &Pins, spec: &GuardSpec) -> Result<BpfReport> {
         link_ids,
         detached,
     })
-}
-
-/// Takes out of `held` the link for `pf`/`hook`, the one running `prog_id` first.
-fn take_held(held: &mut Vec<HeldLink>, pf: u32, hook: u32, prog_id: u32) -> Option<OwnedFd> {
-    let at = |l: &HeldLink| l.info.pf == pf && l.info.hooknum == hook;
-    let i = held
-        .iter()
-        .position(|l| at(l) && l.info.prog_id == prog_id)
-        .or_else(|| held.iter().position(at))?;
-    Some(held.remove(i).fd)
-}
-
-/// Attaches `prog` at one hook, at the first of [`PRIORITIES`] another link does not hold
-/// (`taken`, or one the kernel says is busy).
-fn attach(prog: &OwnedFd, pf: u32, hook: u32, taken: Option<i32>) -> Result<OwnedFd> {
-    for prio in PRIORITIES.into_iter().filter(|p| Some(*p) != taken) {
-        match sys::link_create_netfilter(prog, pf, hook, prio, F_NETFILTER_IP_DEFRAG) {
-            Ok(fd) => return Ok(fd),
-            Err(Error::Bpf {
-                errno: Errno(libc::EBUSY),
-                ..
-            }) => continue,
-            Err(e) => return Err(e),
-        }
-    }
-    Err(Error::Bpf {
-        op: "link create",
-        what: format!(
-            "netfilter link pf {pf} hook {hook}: every free priority of {PRIORITIES:?} is held by \
-             another bpf hook"
-        ),
-        errno: Errno(libc::EBUSY),
-        log: None,
-    })
-}
-
-fn unpin(path: &Path) -> Result<()> {
-    match std::fs::remove_file(path) {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(Error::Bpf {
-            op: "unpin",
-            what: path.display().to_string(),
-            errno: Errno(e.raw_os_error().unwrap_or(0)),
-            log: None,
-        }),
-    }
 }
 
 /// This namespace's guard program: the pinned one when it is of this version, else one loaded
@@ -855,13 +647,13 @@ fn remove_pinned(pins: &Pins) -> Result<bool> {
             found = true;
             // Detached first, so the hook is gone even while another process holds the link.
             let _ = sys::link_detach(&link, &format!("link {}", path.display()));
-            unpin(&path)?;
+            seam::unpin(&path)?;
         }
     }
     for name in OBJECTS {
         let path = pins.path(name);
         found |= path.exists();
-        unpin(&path)?;
+        seam::unpin(&path)?;
     }
     // The directory stays: a host waiting on its lock finds it there.
     Ok(found)
@@ -899,68 +691,4 @@ pub fn supported() -> Result<()> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn pins_live_under_the_root_and_a_bpffs_is_mounted_only_on_the_machines_own() {
-        let node = Pins::under(Path::new("/"));
-        assert_eq!(node.dir, Path::new("/sys/fs/bpf/mesh-host"));
-        assert_eq!(node.fs, Path::new("/sys/fs/bpf"));
-        assert!(node.may_mount);
-        let lab = Pins::under(Path::new("/tmp/x/root"));
-        assert_eq!(lab.dir, Path::new("/tmp/x/root/sys/fs/bpf/mesh-host"));
-        assert!(!lab.may_mount);
-        assert!(Pins::mounting(Path::new("/tmp/x/root")).may_mount);
-    }
-
-    #[test]
-    fn the_maps_say_what_the_spec_says_and_no_pattern_is_trusted() {
-        let mut spec = GuardSpec::for_node(15432, 15672, Some("wg0")).container_ports(5432, 15672);
-        spec.add_runtime_bridge("docker0");
-        let ports: Vec<[u8; 4]> = want_ports(&spec);
-        assert_eq!(
-            ports,
-            [
-                port_key(5432, 6, KIND_CONTAINER),
-                port_key(15432, 6, KIND_HOST),
-                port_key(15672, 6, KIND_HOST),
-                port_key(15672, 6, KIND_CONTAINER),
-            ]
-        );
-        let ifaces = want_ifaces(&spec).unwrap();
-        assert_eq!(
-            ifaces,
-            [
-                (iface_key("lo"), IFACE_EXEMPT),
-                (iface_key("docker0"), IFACE_EXEMPT | IFACE_RUNTIME),
-                (iface_key("wg0"), IFACE_PRIVATE),
-            ]
-        );
-        // The private network's ranges, each family tagged, the prefix counted past the tag.
-        assert!(want_nets(&spec).is_empty());
-        let v4 = crate::Network {
-            addr: "10.0.0.0".parse().unwrap(),
-            len: 24,
-        };
-        let v6 = crate::Network {
-            addr: "fd00::".parse().unwrap(),
-            len: 64,
-        };
-        let spec = spec.private_ranges(&[v6, v4]);
-        let nets = want_nets(&spec);
-        assert_eq!(nets.len(), 2);
-        let mut k4 = [0u8; NET_KEY_SIZE];
-        k4[..4].copy_from_slice(&56u32.to_ne_bytes());
-        k4[4] = NET_V4;
-        k4[8..11].copy_from_slice(&[10, 0, 0]);
-        assert!(nets.contains(&k4), "{nets:?}");
-        let k6 = net_key(v6.addr, 64);
-        assert_eq!(u32::from_ne_bytes([k6[0], k6[1], k6[2], k6[3]]), 96);
-        assert_eq!((k6[4], &k6[8..10]), (prog::NET_V6, &[0xfd, 0][..]));
-        let mut spec = spec;
-        spec.allowed.push("br-*".into());
-        let e = want_ifaces(&spec).unwrap_err().to_string();
-        assert!(e.contains("\"br-*\" is a pattern"), "{e}");
-    }
-}
+mod tests;

@@ -6,7 +6,7 @@
 //! `bpf_dynptr_read` helper) and the hook's interfaces through BTF-typed loads of the context
 //! (`ctx->state->in->name`), never through `bpf_probe_read_kernel`, which lockdown refuses.
 
-use super::asm::{Alu, Asm, Cond, Reg, Size};
+use super::asm::{Alu, Asm, Cond, Label, Reg, Size};
 use super::btf::Btf;
 use crate::error::{Error, Result};
 
@@ -179,8 +179,6 @@ pub fn build(l: &Layout, ports: i32, ifaces: i32, nets: i32, netns: u64) -> Vec<
     let mut a = Asm::new();
     let accept = a.label();
     let drop = a.label();
-    let input = a.label();
-    let parse = a.label();
     let v6 = a.label();
     let l4 = a.label();
 
@@ -188,12 +186,31 @@ pub fn build(l: &Layout, ports: i32, ifaces: i32, nets: i32, netns: u64) -> Vec<
     a.ld_imm64(Reg::R0, netns);
     a.mov(Reg::R6, Reg::R1)
         .load(Size::DW, Reg::R8, Reg::R6, l.ctx_state);
+    classify(&mut a, l, ifaces, accept);
+    open_packet(&mut a, l, drop, v6, accept);
+    ipv4(&mut a, nets, accept, drop, l4);
+    a.bind(v6);
+    ipv6(&mut a, nets, accept, drop, l4);
+    a.bind(l4);
+    port_lookup(&mut a, ports, drop);
 
+    a.bind(accept).ret(NF_ACCEPT);
+    a.bind(drop).ret(NF_DROP);
+    a.finish()
+}
+
+/// Whether the packet is the guard's to judge, and of which kind: one arriving on an exempt
+/// interface goes to `accept`; at INPUT it is for the host ports, at FORWARD for the container
+/// ports and only towards a runtime's bridge (else `accept`). Leaves the kind at `FP_KIND` and
+/// whether it came on the private network's interface at `FP_PRIV`.
+fn classify(a: &mut Asm, l: &Layout, ifaces: i32, accept: Label) {
+    let input = a.label();
+    let parse = a.label();
     // Arrived on an exempt interface: untouched. On the private network's: untouched when its
     // source is in the private ranges, which is checked once the header is read.
     a.mov_imm(Reg::R1, 0)
         .store(Size::DW, Reg::R10, FP_PRIV, Reg::R1);
-    lookup_iface(&mut a, l, ifaces, l.state_in);
+    lookup_iface(a, l, ifaces, l.state_in);
     let not_exempt = a.label();
     a.jmp_imm(Cond::Eq, Reg::R0, 0, not_exempt)
         .load(Size::W, Reg::R1, Reg::R0, 0)
@@ -206,7 +223,7 @@ pub fn build(l: &Layout, ports: i32, ifaces: i32, nets: i32, netns: u64) -> Vec<
     a.load(Size::B, Reg::R1, Reg::R8, l.state_hook)
         .jmp_imm(Cond::Eq, Reg::R1, HOOK_LOCAL_IN as i32, input)
         .jmp_imm(Cond::Ne, Reg::R1, HOOK_FORWARD as i32, accept);
-    lookup_iface(&mut a, l, ifaces, l.state_out);
+    lookup_iface(a, l, ifaces, l.state_out);
     a.jmp_imm(Cond::Eq, Reg::R0, 0, accept)
         .load(Size::W, Reg::R1, Reg::R0, 0)
         .alu_imm(Alu::And, Reg::R1, IFACE_RUNTIME as i32)
@@ -218,8 +235,12 @@ pub fn build(l: &Layout, ports: i32, ifaces: i32, nets: i32, netns: u64) -> Vec<
         .mov_imm(Reg::R1, KIND_HOST as i32)
         .store(Size::DW, Reg::R10, FP_KIND, Reg::R1)
         .bind(parse);
+}
 
-    // The packet through an skb dynptr; its data starts at the network header at these hooks.
+/// The packet opened through an skb dynptr (its data starts at the network header at these
+/// hooks; one that cannot be opened goes to `drop`), r9 zeroed, IPv6 to `v6`, IPv4 on, any other
+/// family to `accept`.
+fn open_packet(a: &mut Asm, l: &Layout, drop: Label, v6: Label, accept: Label) {
     a.load(Size::DW, Reg::R1, Reg::R6, l.ctx_skb)
         .mov_imm(Reg::R2, 0)
         .mov(Reg::R3, Reg::R10)
@@ -230,11 +251,13 @@ pub fn build(l: &Layout, ports: i32, ifaces: i32, nets: i32, netns: u64) -> Vec<
         .load(Size::B, Reg::R1, Reg::R8, l.state_pf)
         .jmp_imm(Cond::Eq, Reg::R1, NFPROTO_IPV6 as i32, v6)
         .jmp_imm(Cond::Ne, Reg::R1, NFPROTO_IPV4 as i32, accept);
+}
 
-    // IPv4: the protocol, a later fragment (no transport header: dropped, it could be for a
-    // guarded port; with the defrag flag none arrive), the header's length.
-    read(&mut a, 20, 0, drop);
-    private_source(&mut a, nets, false, accept);
+/// IPv4: the protocol, a later fragment (no transport header: dropped, it could be for a
+/// guarded port; with the defrag flag none arrive), the header's length into r9, then to `l4`.
+fn ipv4(a: &mut Asm, nets: i32, accept: Label, drop: Label, l4: Label) {
+    read(a, 20, 0, drop);
+    private_source(a, nets, false, accept);
     a.load(Size::B, Reg::R7, Reg::R10, FP_BUF + 9);
     let v4_l4 = a.label();
     a.jmp_imm(Cond::Eq, Reg::R7, 6, v4_l4)
@@ -248,11 +271,13 @@ pub fn build(l: &Layout, ports: i32, ifaces: i32, nets: i32, netns: u64) -> Vec<
         .alu_imm(Alu::And, Reg::R9, 0x0f)
         .alu_imm(Alu::Lsh, Reg::R9, 2)
         .ja(l4);
+}
 
-    // IPv6: the next header after the fixed 40 bytes, then each extension header in turn.
-    a.bind(v6);
-    read(&mut a, 24, 0, drop);
-    private_source(&mut a, nets, true, accept);
+/// IPv6: the next header after the fixed 40 bytes, then each extension header in turn, up to
+/// [`MAX_EXT_HEADERS`], the transport header's offset into r9, then to `l4`.
+fn ipv6(a: &mut Asm, nets: i32, accept: Label, drop: Label, l4: Label) {
+    read(a, 24, 0, drop);
+    private_source(a, nets, true, accept);
     a.load(Size::B, Reg::R7, Reg::R10, FP_BUF + 6)
         .mov_imm(Reg::R9, 40);
     for _ in 0..MAX_EXT_HEADERS {
@@ -271,7 +296,7 @@ pub fn build(l: &Layout, ports: i32, ifaces: i32, nets: i32, netns: u64) -> Vec<
             .ja(accept);
         // Hop-by-hop, routing, destination options: (length + 1) * 8 bytes.
         a.bind(opts);
-        read(&mut a, 2, 0, drop);
+        read(a, 2, 0, drop);
         a.load(Size::B, Reg::R7, Reg::R10, FP_BUF)
             .load(Size::B, Reg::R1, Reg::R10, FP_BUF + 1)
             .alu_imm(Alu::Add, Reg::R1, 1)
@@ -281,7 +306,7 @@ pub fn build(l: &Layout, ports: i32, ifaces: i32, nets: i32, netns: u64) -> Vec<
         // Fragment: a later fragment has no transport header, so it is dropped; the first (or an
         // atomic fragment) goes on to what follows its 8 bytes.
         a.bind(frag);
-        read(&mut a, 8, 0, drop);
+        read(a, 8, 0, drop);
         a.load(Size::B, Reg::R7, Reg::R10, FP_BUF)
             .load(Size::H, Reg::R1, Reg::R10, FP_BUF + 2)
             .be16(Reg::R1)
@@ -291,7 +316,7 @@ pub fn build(l: &Layout, ports: i32, ifaces: i32, nets: i32, netns: u64) -> Vec<
             .ja(next);
         // Authentication header: (length + 2) * 4 bytes.
         a.bind(auth);
-        read(&mut a, 2, 0, drop);
+        read(a, 2, 0, drop);
         a.load(Size::B, Reg::R7, Reg::R10, FP_BUF)
             .load(Size::B, Reg::R1, Reg::R10, FP_BUF + 1)
             .alu_imm(Alu::Add, Reg::R1, 2)
@@ -308,11 +333,12 @@ pub fn build(l: &Layout, ports: i32, ifaces: i32, nets: i32, netns: u64) -> Vec<
         .jmp_imm(Cond::Eq, Reg::R7, 44, drop)
         .jmp_imm(Cond::Eq, Reg::R7, 51, drop)
         .ja(accept);
+}
 
-    // TCP or UDP at r9: the destination port (as the packet carries it), the protocol and the
-    // kind make the key. A header too short to read is dropped.
-    a.bind(l4);
-    read(&mut a, 4, 0, drop);
+/// TCP or UDP at r9: the destination port (as the packet carries it), the protocol and the
+/// kind make the key; a key in the ports map goes to `drop`, as does a header too short to read.
+fn port_lookup(a: &mut Asm, ports: i32, drop: Label) {
+    read(a, 4, 0, drop);
     a.load(Size::H, Reg::R1, Reg::R10, FP_BUF + 2)
         .mov(Reg::R2, Reg::R7)
         .alu_imm(Alu::Lsh, Reg::R2, 16)
@@ -326,10 +352,6 @@ pub fn build(l: &Layout, ports: i32, ifaces: i32, nets: i32, netns: u64) -> Vec<
         .alu_imm(Alu::Add, Reg::R2, FP_PORTKEY as i32)
         .call(HELPER_MAP_LOOKUP)
         .jmp_imm(Cond::Ne, Reg::R0, 0, drop);
-
-    a.bind(accept).ret(NF_ACCEPT);
-    a.bind(drop).ret(NF_DROP);
-    a.finish()
 }
 
 /// The ports map's key: the port in network order, the protocol's IP number, the kind.

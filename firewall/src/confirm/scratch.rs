@@ -9,7 +9,7 @@ use super::sock;
 use super::{args, is_link_local, Kernel, Listing, Probe, Shot, BUDGET, PROBE_WAIT};
 use crate::error::{Error, Result};
 use crate::eval::{Fam, Iface};
-use crate::exec::Exec;
+use run::Runner;
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
@@ -442,7 +442,7 @@ pub fn route_args(text: &str, devices: &[String]) -> Vec<Vec<String>> {
 
 /// The scratch namespaces of one confirmation, removed on [`Scratch::remove`] or on drop.
 pub(super) struct Scratch<'e> {
-    exec: &'e dyn Exec,
+    exec: &'e dyn Runner,
     pub(super) names: Vec<String>,
     deadline: Instant,
     stem: String,
@@ -452,7 +452,7 @@ pub(super) struct Scratch<'e> {
 
 /// The namespaces an earlier confirmation left when its process was killed before it could
 /// remove them (`mesh-confirm-PID-…` of a PID no longer running), removed; the names removed.
-pub(super) fn reap(exec: &dyn Exec) -> Vec<String> {
+pub(super) fn reap(exec: &dyn Runner) -> Vec<String> {
     let Ok(dir) = std::fs::read_dir(NETNS_DIR) else {
         return Vec::new();
     };
@@ -467,7 +467,7 @@ pub(super) fn reap(exec: &dyn Exec) -> Vec<String> {
             continue;
         };
         if pid != std::process::id() && !std::path::Path::new(&format!("/proc/{pid}")).exists() {
-            let _ = exec.run("ip", &args(&["netns", "delete", &name]), None);
+            let _ = crate::child::run(exec, "ip", &args(&["netns", "delete", &name]), None);
             gone.push(name);
         }
     }
@@ -475,7 +475,7 @@ pub(super) fn reap(exec: &dyn Exec) -> Vec<String> {
 }
 
 impl<'e> Scratch<'e> {
-    pub(super) fn new(exec: &'e dyn Exec, deadline: Instant) -> Scratch<'e> {
+    pub(super) fn new(exec: &'e dyn Runner, deadline: Instant) -> Scratch<'e> {
         use std::sync::atomic::{AtomicU32, Ordering};
         static SEQ: AtomicU32 = AtomicU32::new(0);
         let nanos = std::time::SystemTime::now()
@@ -519,8 +519,7 @@ impl<'e> Scratch<'e> {
         let names: Vec<String> = roles.iter().map(|r| format!("{}-{r}", self.stem)).collect();
         self.names.extend(names.iter().cloned());
         let lines: String = names.iter().map(|n| format!("netns add {n}\n")).collect();
-        self.exec
-            .run_ok("ip", &args(&["-batch", "-"]), Some(&lines))?;
+        crate::child::run_ok(self.exec, "ip", &args(&["-batch", "-"]), Some(&lines))?;
         Ok(names)
     }
 
@@ -529,7 +528,7 @@ impl<'e> Scratch<'e> {
         self.check_deadline("configuring a namespace")?;
         let mut argv = args(&["-n", ns]);
         argv.extend(args(a));
-        self.exec.run_ok("ip", &argv, None).map(|_| ())
+        crate::child::run_ok(self.exec, "ip", &argv, None).map(|_| ())
     }
 
     /// `ip -n NS ARGS…`, queued for the next [`Scratch::flush`]. An argument `ip -batch` would
@@ -575,8 +574,12 @@ impl<'e> Scratch<'e> {
             }
             let mut text = lines.join("\n");
             text.push('\n');
-            self.exec
-                .run_ok("ip", &args(&["-n", ns, "-batch", "-"]), Some(&text))?;
+            crate::child::run_ok(
+                self.exec,
+                "ip",
+                &args(&["-n", ns, "-batch", "-"]),
+                Some(&text),
+            )?;
         }
         Ok(())
     }
@@ -601,22 +604,18 @@ impl<'e> Scratch<'e> {
         // restore` into a fresh namespace), so a second run loads the same ruleset, and an
         // `iptables-nft-restore` was seen killed so once in a CI run of the corpus's 186
         // confirmations (no stderr, nothing else wrong). Killed twice is the error below.
-        let mut out = self.exec.run("nsenter", &argv, stdin)?;
+        let mut out = crate::child::run(self.exec, "nsenter", &argv, stdin)?;
         if out.code.is_none() {
-            out = self.exec.run("nsenter", &argv, stdin)?;
+            out = crate::child::run(self.exec, "nsenter", &argv, stdin)?;
         }
         if out.code == Some(0) {
             return Ok(());
         }
-        Err(Error::Command {
-            program: "nsenter".to_string(),
-            args: argv,
-            status: match out.code {
-                Some(c) => format!("exited with status {c}"),
-                None => "was killed by a signal, twice".into(),
-            },
-            stderr: out.stderr.trim().to_string(),
-        })
+        let status = match out.code {
+            Some(_) => out.status_text(),
+            None => format!("{}, twice", out.status_text()),
+        };
+        Err(crate::child::failed("nsenter", &argv, &out, &status))
     }
 
     fn listen(&self, ns: &str, port: u16) -> Result<std::net::TcpListener> {
@@ -638,9 +637,12 @@ impl<'e> Scratch<'e> {
             .rev()
             .map(|n| format!("netns delete {n}\n"))
             .collect();
-        let _ = self
-            .exec
-            .run("ip", &args(&["-force", "-batch", "-"]), Some(&lines));
+        let _ = crate::child::run(
+            self.exec,
+            "ip",
+            &args(&["-force", "-batch", "-"]),
+            Some(&lines),
+        );
     }
 }
 

@@ -4,7 +4,7 @@
 
 use super::*;
 use crate::eval::{Conn, Decider, Outcome};
-use crate::exec::SystemExec;
+use run::SystemRunner;
 
 fn v4(s: &str) -> IpAddr {
     s.parse().unwrap()
@@ -341,12 +341,17 @@ fn a_host_behinds_own_address_is_never_a_source() {
 #[test]
 fn the_kernel_answers_each_part_in_scratch_namespaces_removed_after() {
     let node = format!("mesh-confirm-unit-{}", std::process::id());
-    let run = |a: &[&str]| SystemExec.run_ok(a[0], &args(&a[1..]), None).unwrap();
+    let run = |a: &[&str]| crate::child::run_ok(&SystemRunner, a[0], &args(&a[1..]), None).unwrap();
     run(&["ip", "netns", "add", &node]);
     struct Gone(String);
     impl Drop for Gone {
         fn drop(&mut self) {
-            let _ = SystemExec.run("ip", &args(&["netns", "delete", &self.0]), None);
+            let _ = crate::child::run(
+                &SystemRunner,
+                "ip",
+                &args(&["netns", "delete", &self.0]),
+                None,
+            );
         }
     }
     let _gone = Gone(node.clone());
@@ -367,22 +372,22 @@ fn the_kernel_answers_each_part_in_scratch_namespaces_removed_after() {
     let ruleset = "table inet filter {\n\tchain input {\n\t\ttype filter hook input priority 0; policy drop;\n\
                    \t\tip saddr 192.0.2.32/28 tcp dport 22 reject with tcp reset\n\
                    \t\ttcp dport 22 accept\n\t}\n}\n";
-    SystemExec
-        .run_ok(
-            "nsenter",
-            &args(&[
-                &format!("--net={NETNS_DIR}/{node}"),
-                "nft",
-                "-f",
-                "/dev/stdin",
-            ]),
-            Some(ruleset),
-        )
-        .unwrap();
+    crate::child::run_ok(
+        &SystemRunner,
+        "nsenter",
+        &args(&[
+            &format!("--net={NETNS_DIR}/{node}"),
+            "nft",
+            "-f",
+            "/dev/stdin",
+        ]),
+        Some(ruleset),
+    )
+    .unwrap();
     // What the node holds, read from inside it, as the command reads its own namespace.
     let node2 = node.clone();
     let (listing, ifaces) = sock::in_netns(&node2, || {
-        Ok((capture(&SystemExec).unwrap(), crate::eval::interfaces()))
+        Ok((capture(&SystemRunner).unwrap(), crate::eval::interfaces()))
     })
     .unwrap();
     assert!(listing.nft.contains("tcp dport 22 accept"), "{listing:?}");
@@ -420,7 +425,7 @@ fn the_kernel_answers_each_part_in_scratch_namespaces_removed_after() {
     // the next.
     let stale = format!("mesh-confirm-{}-0-0-node", u32::MAX - 1);
     run(&["ip", "netns", "add", &stale]);
-    let c = confirm(&SystemExec, &listing, &ifaces, &ways, BUDGET).unwrap();
+    let c = confirm(&SystemRunner, &listing, &ifaces, &ways, BUDGET).unwrap();
     assert!(
         !std::path::Path::new(NETNS_DIR).join(&stale).exists()
             && c.notes.iter().any(|n| n.contains(&stale)),
@@ -448,13 +453,9 @@ fn the_kernel_answers_each_part_in_scratch_namespaces_removed_after() {
 /// tables, and the routes; ipset is asked only where it exists (here it does not).
 #[test]
 fn the_ruleset_is_captured_through_the_exec_seam() {
-    use crate::exec::{Output, RecordingExec};
-    let ok = |s: &str| Output {
-        code: Some(0),
-        stdout: s.to_string(),
-        stderr: String::new(),
-    };
-    let exec = RecordingExec {
+    use run::RecordingRunner;
+    let ok = crate::child::answer;
+    let exec = RecordingRunner {
         programs: [
             "nft",
             "iptables-nft-save",
@@ -478,7 +479,7 @@ fn the_ruleset_is_captured_through_the_exec_seam() {
             .into_iter()
             .collect(),
         ),
-        ..RecordingExec::default()
+        ..RecordingRunner::succeeding()
     };
     let l = capture(&exec).unwrap();
     assert_eq!(l.nft, "table inet f {\n}\n");
@@ -489,16 +490,7 @@ fn the_ruleset_is_captured_through_the_exec_seam() {
     assert_eq!(l.legacy.len(), 1);
     assert_eq!(l.ipset, None);
     assert_eq!(l.routes.len(), 2);
-    let calls: Vec<Vec<String>> = exec
-        .calls
-        .borrow()
-        .iter()
-        .map(|(p, a, _)| {
-            std::iter::once(p.clone())
-                .chain(a.iter().cloned())
-                .collect()
-        })
-        .collect();
+    let calls: Vec<Vec<String>> = exec.calls.borrow().clone();
     let want: Vec<Vec<String>> = [
         "nft list ruleset",
         "iptables-nft-save",

@@ -212,7 +212,7 @@ fn a_verdict_map_or_an_unknown_raw_expression_can_drop() {
 
 #[test]
 fn legacy_raw_mangle_and_filter_are_layers_nat_is_kept_and_unlisted_tables_are_never_read() {
-    use crate::exec::{Output, RecordingExec};
+    use run::RecordingRunner;
     let proc = std::env::temp_dir().join(format!("fw-detect-legacy-{}", std::process::id()));
     std::fs::create_dir_all(proc.join("net")).unwrap();
     // raw, mangle and filter exist for IPv4; nothing for IPv6 (so ip6tables is never asked).
@@ -221,26 +221,25 @@ fn legacy_raw_mangle_and_filter_are_layers_nat_is_kept_and_unlisted_tables_are_n
         "raw\nmangle\nfilter\nnat\n",
     )
     .unwrap();
-    let save = |text: &str| Output {
-        code: Some(0),
-        stdout: text.to_string(),
-        stderr: String::new(),
-    };
+    let save = crate::child::answer;
     let raw = save("*raw\n:PREROUTING ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n-A PREROUTING -s 203.0.113.0/24 -j DROP\nCOMMIT\n");
     let mangle = save("*mangle\n:PREROUTING ACCEPT [0:0]\n:INPUT DROP [0:0]\n:FORWARD ACCEPT [0:0]\n-A INPUT -p tcp -m tcp --dport 22 -j ACCEPT\nCOMMIT\n");
     let filter =
         save("*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\nCOMMIT\n");
     // nat is no layer (it refuses nothing), but its DNAT rules say where a published port leads.
     let nat = save("*nat\n:PREROUTING ACCEPT [0:0]\n-A DOCKER ! -i docker0 -p tcp -m tcp --dport 8084 -j DNAT --to-destination 172.17.0.2:80\nCOMMIT\n");
-    let exec = RecordingExec {
+    let exec = RecordingRunner {
         answers: std::cell::RefCell::new([raw, mangle, filter, nat.clone()].into()),
         programs: vec!["iptables-legacy-save".into(), "iptables-legacy".into()],
-        ..RecordingExec::default()
+        ..RecordingRunner::succeeding()
     };
     let mut found = Found::default();
     legacy_layers(&exec, &proc, &mut found).unwrap();
     std::fs::remove_dir_all(&proc).unwrap();
-    let asked: Vec<Vec<String>> = exec.calls.borrow().iter().map(|c| c.1.clone()).collect();
+    let asked: Vec<Vec<String>> = crate::child::recorded(&exec)
+        .iter()
+        .map(|c| c.1.clone())
+        .collect();
     assert_eq!(
         asked,
         [
@@ -252,7 +251,7 @@ fn legacy_raw_mangle_and_filter_are_layers_nat_is_kept_and_unlisted_tables_are_n
     );
     assert_eq!(
         found.legacy_saves.get(&(Family::Ipv4, "nat".to_string())),
-        Some(&nat.stdout)
+        Some(&crate::child::text(&nat.stdout))
     );
     assert_eq!(
         crate::published::targets(

@@ -31,7 +31,7 @@ impl Firewall<'_> {
                 ruleset: &ruleset,
                 legacy_saves: &found.legacy_saves,
                 batch: &mut batch,
-                exec: self.exec,
+                exec: self.exec.get(),
             };
             if let Some(r) = backend::kind(kind).retire.survey(root, &mut cx)? {
                 out.push(r);
@@ -152,7 +152,7 @@ impl Firewall<'_> {
             ruleset,
             legacy_saves: legacy,
             batch,
-            exec: self.exec,
+            exec: self.exec.get(),
         }
     }
 

@@ -38,7 +38,7 @@ impl Firewall<'_> {
     fn fresh_model(&mut self) -> Result<(Snapshot, Found, Model)> {
         let mut snap = self.snapshot()?;
         let listed = self.nf.is_some().then_some(&snap.ruleset);
-        let found = detect::detect_in(listed, self.exec, &self.proc)?;
+        let found = detect::detect_in(listed, self.exec.get(), &self.proc)?;
         snap.legacy = legacy_of(&found.legacy_saves);
         snap.ipsets = self.ipsets();
         let model = Model::new(&snap);
@@ -113,7 +113,7 @@ impl Firewall<'_> {
             Some(last) if !last.legacy.is_empty() && Some(last.generation) == now => {
                 detect::same_saves(
                     &last.legacy,
-                    &detect::legacy_saves_now(self.exec, &self.proc)?,
+                    &detect::legacy_saves_now(self.exec.get(), &self.proc)?,
                 )
             }
             _ => true,

@@ -47,30 +47,19 @@ pub fn mark_runtime_bridges(ifaces: &mut [Iface], bridges: &[String]) {
 /// The interfaces of the calling thread's network namespace, with their addresses.
 pub fn interfaces() -> Vec<Iface> {
     let mut out: Vec<Iface> = Vec::new();
-    let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
-    // SAFETY: getifaddrs fills `head` with a list we free below with freeifaddrs.
-    if unsafe { libc::getifaddrs(&mut head) } != 0 {
+    let Ok(list) = nix::ifaddrs::getifaddrs() else {
         return out;
-    }
-    let mut at = head;
-    while !at.is_null() {
-        // SAFETY: `at` is a node of the list getifaddrs returned, valid until freeifaddrs.
-        let ifa = unsafe { &*at };
-        at = ifa.ifa_next;
-        if ifa.ifa_name.is_null() {
-            continue;
-        }
-        // SAFETY: ifa_name is a NUL-terminated string owned by the list.
-        let name = unsafe { std::ffi::CStr::from_ptr(ifa.ifa_name) }
-            .to_string_lossy()
-            .into_owned();
-        let loopback = ifa.ifa_flags & libc::IFF_LOOPBACK as libc::c_uint != 0;
+    };
+    for ifa in list {
+        let name = ifa.interface_name;
+        let loopback = ifa
+            .flags
+            .contains(nix::net::if_::InterfaceFlags::IFF_LOOPBACK);
         let i = match out.iter().position(|i| i.name == name) {
             Some(i) => i,
             None => {
-                let c = std::ffi::CString::new(name.clone()).unwrap_or_default();
-                // SAFETY: if_nametoindex reads a NUL-terminated name.
-                let index = unsafe { libc::if_nametoindex(c.as_ptr()) };
+                // 0 (no such interface) where the name is gone by now, as if_nametoindex says.
+                let index = nix::net::if_::if_nametoindex(name.as_str()).unwrap_or(0);
                 out.push(Iface {
                     name,
                     index,
@@ -84,13 +73,11 @@ pub fn interfaces() -> Vec<Iface> {
         if loopback {
             out[i].way_in = false;
         }
-        if let Some(a) = sockaddr_ip(ifa.ifa_addr) {
-            let len = sockaddr_ip(ifa.ifa_netmask).map(num_ones).unwrap_or(0);
+        if let Some(a) = sockaddr_ip(ifa.address.as_ref()) {
+            let len = sockaddr_ip(ifa.netmask.as_ref()).map(num_ones).unwrap_or(0);
             out[i].addrs.push((a, len));
         }
     }
-    // SAFETY: `head` came from getifaddrs and is freed once.
-    unsafe { libc::freeifaddrs(head) };
     for i in out.iter_mut() {
         i.way_in = i.way_in && i.addrs.iter().any(|(a, _)| !is_link_local(*a));
     }
@@ -105,26 +92,13 @@ fn num_ones(m: IpAddr) -> u8 {
     }
 }
 
-fn sockaddr_ip(sa: *const libc::sockaddr) -> Option<IpAddr> {
-    if sa.is_null() {
-        return None;
+/// The IP address an interface's address or netmask holds, when it is of either IP family.
+fn sockaddr_ip(sa: Option<&nix::sys::socket::SockaddrStorage>) -> Option<IpAddr> {
+    let sa = sa?;
+    if let Some(v4) = sa.as_sockaddr_in() {
+        return Some(IpAddr::V4(v4.ip()));
     }
-    // SAFETY: sa points to a sockaddr of the family it names, from getifaddrs.
-    unsafe {
-        match (*sa).sa_family as i32 {
-            libc::AF_INET => {
-                let s = &*(sa as *const libc::sockaddr_in);
-                Some(IpAddr::V4(std::net::Ipv4Addr::from(u32::from_be(
-                    s.sin_addr.s_addr,
-                ))))
-            }
-            libc::AF_INET6 => {
-                let s = &*(sa as *const libc::sockaddr_in6);
-                Some(IpAddr::V6(std::net::Ipv6Addr::from(s.sin6_addr.s6_addr)))
-            }
-            _ => None,
-        }
-    }
+    sa.as_sockaddr_in6().map(|v6| IpAddr::V6(v6.ip()))
 }
 
 /// The sources an opening admits in one family (none when it names no network of it).

@@ -89,14 +89,12 @@ fn config(root: &FsPath, family: Family) -> Option<(&'static str, &'static str)>
 }
 
 fn save(variant: Variant, family: Family, table: &str, cx: &Cx<'_>) -> Result<String> {
-    Ok(cx
-        .exec
-        .run_ok(
-            &program(family, variant, "-save"),
-            &["-t".into(), table.into()],
-            None,
-        )?
-        .stdout)
+    crate::child::stdout(
+        cx.exec,
+        &program(family, variant, "-save"),
+        &["-t".into(), table.into()],
+        None,
+    )
 }
 
 /// Whether the rule `spec` of `chain` is in force, asked of iptables (`-C`).
@@ -120,8 +118,7 @@ fn in_force(
         chain.into(),
     ];
     args.extend(words);
-    cx.exec
-        .run(&program(family, variant, ""), &args, None)
+    crate::child::run(cx.exec, &program(family, variant, ""), &args, None)
         .is_ok_and(|o| o.code == Some(0))
 }
 
@@ -283,7 +280,8 @@ pub(crate) fn retire(variant: Variant, saved: &Retired, cx: &mut Cx<'_>) -> Resu
             }
         }
         script.push_str("COMMIT\n");
-        cx.exec.run_ok(
+        crate::child::run_ok(
+            cx.exec,
             &program(family, variant, "-restore"),
             &["-w".into(), "5".into(), "--noflush".into()],
             Some(&script),
@@ -328,7 +326,8 @@ pub(crate) fn restore(variant: Variant, saved: &Retired, cx: &mut Cx<'_>) -> Res
             .remove(&table)
             .unwrap_or_default();
         let script = restore_script(&table, &before, &now, &gone);
-        cx.exec.run_ok(
+        crate::child::run_ok(
+            cx.exec,
             &program(family, variant, "-restore"),
             &["-w".into(), "5".into(), "--noflush".into()],
             Some(&script),
