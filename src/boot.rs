@@ -108,7 +108,7 @@ pub fn boot(root: &Path, fw: &mut dyn NodeFirewall) -> Booted {
     match load {
         Load::Nothing(why) => out.lines.push(format!("nothing to load: {why}")),
         Load::Guard(spec) => match guard::write(fw, &spec) {
-            Ok(line) => out.lines.push(line),
+            Ok(written) => out.lines.push(written.to_string()),
             Err(e) => return fail_closed(fw, format!("the recorded guard: {e}"), out),
         },
         Load::Filter(spec) => match fw.ensure_filter(&spec) {

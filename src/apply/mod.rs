@@ -71,12 +71,24 @@ pub enum ApplyError {
         #[source]
         source: StoreError,
     },
+    /// The node's firewall failed or refused. Its error keeps its type up to the exit code
+    /// (`cli::answer`): a refusal the firewall makes before it writes anything
+    /// ([`node_firewall::Error::is_refusal`]) with nothing written before it is exit 3, "nothing
+    /// was changed"; any other failure, or one after the guard was written, is exit 1 and says
+    /// what had been written.
+    #[error("{source}{}", written.map(|w| format!(" ({w})")).unwrap_or_default())]
+    Firewall {
+        #[source]
+        source: node_firewall::Error,
+        /// What this act had written to the node's firewall before it failed, in words.
+        written: Option<&'static str>,
+    },
     /// The store could not be opened or written; the guard was ensured before it was touched.
     #[error("{source}; the guard had been ensured first: {guard}")]
     Unrecorded {
         #[source]
         source: StoreError,
-        guard: String,
+        guard: crate::node_firewall::GuardSaid,
     },
 }
 
@@ -295,7 +307,7 @@ pub fn apply(host: &Host<'_>, decl: &Declaration, source: Source) -> Result<Repo
         touches,
         true,
     )
-    .map_err(|e| ApplyError::Safety(e.to_string()))?;
+    .map_err(ApplyError::firewall)?;
     let store = match Store::open(host.root) {
         Ok(s) => s,
         Err(source) => return Err(unrecorded(source, early.as_ref())),
@@ -303,15 +315,27 @@ pub fn apply(host: &Host<'_>, decl: &Declaration, source: Source) -> Result<Repo
     apply_locked(host, store, decl, source, &mut *fw, early, recovered)
 }
 
+impl ApplyError {
+    /// The node's firewall's error, before this act wrote anything to it.
+    pub(crate) fn firewall(source: node_firewall::Error) -> ApplyError {
+        ApplyError::Firewall {
+            source,
+            written: None,
+        }
+    }
+}
+
+/// What an act had written to the node's firewall, when the guard phase wrote the guard.
+fn guard_wrote(changed: bool) -> Option<&'static str> {
+    changed.then_some("the guard had been written first")
+}
+
 /// A store error after the guard was (or was not) ensured.
 fn unrecorded(source: StoreError, early: Option<&node_firewall::Guarded>) -> ApplyError {
     match early {
         Some(g) => ApplyError::Unrecorded {
             source,
-            guard: match &g.line {
-                Ok(line) => line.clone(),
-                Err(e) => format!("failed: {e}"),
-            },
+            guard: (&g.line).into(),
         },
         None => ApplyError::Store(source),
     }
@@ -340,6 +364,7 @@ pub fn reconcile_with(
             spec: spec.clone(),
         })
     });
+    let memo_wrote = guard_wrote(early.as_ref().is_some_and(node_firewall::Guarded::changed));
     // A node where nothing was ever applied has no store, and looking must not make one.
     let peeked = match store::peek(host.root) {
         Ok(None) => return Ok(None),
@@ -375,7 +400,7 @@ pub fn reconcile_with(
             touches,
             true,
         )
-        .map_err(|e| ApplyError::Safety(e.to_string()))?;
+        .map_err(ApplyError::firewall)?;
         claimed = Some(decl);
     }
     let store = match Store::open(host.root) {
@@ -406,7 +431,10 @@ pub fn reconcile_with(
                 claim,
                 true,
             )
-            .map_err(|e| ApplyError::Safety(e.to_string()))?
+            .map_err(|source| ApplyError::Firewall {
+                source,
+                written: memo_wrote,
+            })?
         }
     };
     apply_locked(host, store, &decl, source, &mut *fw, early, &[]).map(Some)
@@ -422,8 +450,10 @@ pub fn recheck_firewall(host: &Host<'_>, memo: &FirewallMemo) -> Result<Rechecke
         return Ok(Rechecked::Stale);
     }
     let mut fw = (host.firewall)(host.root, &memo.declaration);
-    let done =
-        node_firewall::recheck(&mut *fw, memo).map_err(|e| ApplyError::Safety(e.to_string()))?;
+    let done = node_firewall::recheck(&mut *fw, memo).map_err(|source| ApplyError::Firewall {
+        source,
+        written: Some("the guard, the derived filter or some openings may have been put back first"),
+    })?;
     drop(store);
     Ok(Rechecked::Done {
         guard_written: done.guard_written,
@@ -500,6 +530,7 @@ fn apply_locked(
     let mut report = Report::new(decl, source);
     // The node's firewall before any resource: the flip's saving of the found firewall with the
     // store's record of the declaration, the guard's outcome, the flip or the return, the filter.
+    let early_wrote = early.as_ref().is_some_and(node_firewall::Guarded::changed);
     let firewall_before = node_firewall::before::before_resources(
         &mut node_firewall::Node {
             fw: &mut *fw,
@@ -523,7 +554,12 @@ fn apply_locked(
                 source: e,
             });
         }
-        Err(e) => return Err(ApplyError::Safety(e.to_string())),
+        Err(source) => {
+            return Err(ApplyError::Firewall {
+                source,
+                written: guard_wrote(early_wrote),
+            })
+        }
     };
     let firewall_unchanged = firewall_before.unchanged;
     report.said_firewall(&firewall_before);

@@ -305,7 +305,7 @@ impl NfSocket {
                 if m.ty == NLMSG_ERROR {
                     let ack = msg::parse_ack(m).map_err(|reason| Error::Malformed {
                         what: "ipset index".into(),
-                        reason,
+                        reason: reason.to_string(),
                     })?;
                     return match ack.errno {
                         0 => Ok(got),

@@ -107,11 +107,16 @@ pub struct Ack {
     pub offset: Option<u32>,
 }
 
+/// An NLMSG_ERROR message too short to hold its errno and the request's header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("error message of {0} bytes")]
+pub struct ShortAck(pub usize);
+
 /// Decodes the payload of an NLMSG_ERROR message.
-pub fn parse_ack(msg: &NlMsg<'_>) -> Result<Ack, String> {
+pub fn parse_ack(msg: &NlMsg<'_>) -> Result<Ack, ShortAck> {
     let p = msg.payload;
     if p.len() < 4 + NLMSG_HDRLEN {
-        return Err(format!("error message of {} bytes", p.len()));
+        return Err(ShortAck(p.len()));
     }
     let error = i32::from_ne_bytes(p[0..4].try_into().unwrap());
     let orig_len = u32::from_ne_bytes(p[4..8].try_into().unwrap()) as usize;

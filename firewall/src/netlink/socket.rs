@@ -396,7 +396,7 @@ impl NfSocket {
             for m in msgs.iter().filter(|m| m.ty == NLMSG_ERROR) {
                 let ack = msg::parse_ack(m).map_err(|reason| Error::Malformed {
                     what: "batch acknowledgements".into(),
-                    reason,
+                    reason: reason.to_string(),
                 })?;
                 let idx = ack.seq.wrapping_sub(first) as usize;
                 if idx == 0 || idx == n + 1 {
@@ -554,7 +554,7 @@ impl NfSocket {
                     NLMSG_ERROR => {
                         let ack = msg::parse_ack(m).map_err(|reason| Error::Malformed {
                             what: what.to_string(),
-                            reason,
+                            reason: reason.to_string(),
                         })?;
                         if ack.errno != 0 {
                             return Err(Error::ListRefused {
@@ -667,7 +667,7 @@ impl NfSocket {
                 if m.ty == NLMSG_ERROR {
                     let ack = msg::parse_ack(m).map_err(|reason| Error::Malformed {
                         what: "the ruleset generation".into(),
-                        reason,
+                        reason: reason.to_string(),
                     })?;
                     if ack.errno != 0 {
                         return Err(Error::ListRefused {
