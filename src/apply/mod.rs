@@ -54,6 +54,10 @@ pub enum ApplyError {
     /// A safety rule refused the act; nothing changed.
     #[error("{0}")]
     Safety(String),
+    /// The flip is refused while modules still hold found containers the declaration declares
+    /// ([`refusals`] says each); nothing changed (exit 3).
+    #[error("node {node:?} cannot be converged yet, so nothing was changed: {}", refusals.join("; "))]
+    NotYet { node: String, refusals: Vec<String> },
     /// The machine refuses declared paths (a symbolic link on the way, a FIFO, device or
     /// socket where a file is declared), found before the first resource; nothing changed.
     #[error("{0}")]
@@ -79,7 +83,7 @@ pub enum ApplyError {
     #[error("{source}{}", written.map(|w| format!(" ({w})")).unwrap_or_default())]
     Firewall {
         #[source]
-        source: node_firewall::Error,
+        source: Box<node_firewall::Error>,
         /// What this act had written to the node's firewall before it failed, in words.
         written: Option<&'static str>,
     },
@@ -88,7 +92,7 @@ pub enum ApplyError {
     Unrecorded {
         #[source]
         source: StoreError,
-        guard: crate::node_firewall::GuardSaid,
+        guard: Box<crate::node_firewall::GuardSaid>,
     },
 }
 
@@ -319,7 +323,7 @@ impl ApplyError {
     /// The node's firewall's error, before this act wrote anything to it.
     pub(crate) fn firewall(source: node_firewall::Error) -> ApplyError {
         ApplyError::Firewall {
-            source,
+            source: Box::new(source),
             written: None,
         }
     }
@@ -335,7 +339,7 @@ fn unrecorded(source: StoreError, early: Option<&node_firewall::Guarded>) -> App
     match early {
         Some(g) => ApplyError::Unrecorded {
             source,
-            guard: (&g.line).into(),
+            guard: Box::new((&g.line).into()),
         },
         None => ApplyError::Store(source),
     }
@@ -432,7 +436,7 @@ pub fn reconcile_with(
                 true,
             )
             .map_err(|source| ApplyError::Firewall {
-                source,
+                source: Box::new(source),
                 written: memo_wrote,
             })?
         }
@@ -451,8 +455,10 @@ pub fn recheck_firewall(host: &Host<'_>, memo: &FirewallMemo) -> Result<Rechecke
     }
     let mut fw = (host.firewall)(host.root, &memo.declaration);
     let done = node_firewall::recheck(&mut *fw, memo).map_err(|source| ApplyError::Firewall {
-        source,
-        written: Some("the guard, the derived filter or some openings may have been put back first"),
+        source: Box::new(source),
+        written: Some(
+            "the guard, the derived filter or some openings may have been put back first",
+        ),
     })?;
     drop(store);
     Ok(Rechecked::Done {
@@ -556,7 +562,7 @@ fn apply_locked(
         }
         Err(source) => {
             return Err(ApplyError::Firewall {
-                source,
+                source: Box::new(source),
                 written: guard_wrote(early_wrote),
             })
         }

@@ -188,6 +188,9 @@ pub(super) fn finish(result: Result<Report, ApplyError>, json: bool) -> Result<E
         Err(ApplyError::Safety(why)) => {
             return refusal(json, 3, &[format!("refused: {why}")], "nothing was changed");
         }
+        Err(e @ ApplyError::NotYet { .. }) => {
+            return refusal(json, 3, &[format!("refused: {e}")], "nothing was changed");
+        }
         // The firewall refused before it wrote anything, and nothing was written before it: a
         // refusal. A firewall that failed, or refused after the guard was written, is an error
         // (exit 1) that says what had been written.

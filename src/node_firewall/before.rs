@@ -5,10 +5,10 @@
 //! It goes through its steps in that order and never comes back to one.
 
 use super::flip::flip;
+use super::outcome::{FilterSaid, FlipSaid, Step};
 use super::restore::unflip;
 use super::save::record_found;
 use super::spec::filter_spec;
-use super::outcome::{FilterSaid, FlipSaid, Step};
 use super::{Before, Error, Guarded, Node, Transition};
 use crate::declaration::{Declaration, Mode};
 

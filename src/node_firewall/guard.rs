@@ -4,10 +4,10 @@
 //! mesh_host` table, then the netfilter BPF layer pinned beside it), exempting the runtime's
 //! bridges; and the words the report and the status name its layers by.
 
+use super::outcome::{BpfLayer, GuardWritten};
 use super::{Error, NodeFirewall};
 use crate::briefing::Mark;
 use crate::declaration::{self, Mode, Resource, Settings};
-use super::outcome::{BpfLayer, GuardWritten};
 use firewall::GuardSpec;
 use std::net::IpAddr;
 

@@ -228,7 +228,10 @@ pub enum UnitFate {
     Disabled(String),
     Enabled(String),
     /// Not asked: the service manager is confined (a root other than `/`): why.
-    Confined { unit: String, why: String },
+    Confined {
+        unit: String,
+        why: String,
+    },
     Unknown(String),
     NotEnabled(String),
 }
@@ -335,7 +338,10 @@ pub enum FlipSaid {
     Flipped(Flipped),
     Returned(Returned),
     /// The flip or the return failed: the error's words.
-    Failed { step: Step, error: String },
+    Failed {
+        step: Step,
+        error: String,
+    },
 }
 
 impl FlipSaid {
@@ -348,7 +354,10 @@ impl fmt::Display for FlipSaid {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             FlipSaid::StrayFilterRemoved => {
-                write!(f, "a derived filter was loaded on this adopted node; removed")
+                write!(
+                    f,
+                    "a derived filter was loaded on this adopted node; removed"
+                )
             }
             FlipSaid::Flipped(x) => write!(f, "flip: {x}"),
             FlipSaid::Returned(x) => write!(f, "return: {x}"),

@@ -101,7 +101,7 @@ fn the_guard_is_in_force_before_the_store_and_every_resource() {
     assert_eq!(http.outcome, Outcome::Created);
     assert!(
         http.detail
-            .starts_with("opened in nftables inet filter input"),
+            .starts_with("opened in inet filter input (nftables)"),
         "{}",
         http.detail
     );

@@ -214,7 +214,7 @@ impl WholeDriver for Ufw {
             for l in layers {
                 for o in openings.iter().filter(|o| l.crossed_by(o)) {
                     done.states.entry(o.id.clone()).or_default().push(Presence {
-                        layer: l.describe(),
+                        layer: l.id(),
                         chain: None,
                         state: State::NotNeeded(
                             "ufw is not running: its chains are empty and refuse nothing".into(),
@@ -340,7 +340,7 @@ impl WholeDriver for Ufw {
                     State::Missing
                 };
                 done.states.entry(o.id.clone()).or_default().push(Presence {
-                    layer: l.describe(),
+                    layer: l.id(),
                     chain: Some(
                         match o.path {
                             Path::Incoming => "ufw-user-input",

@@ -391,7 +391,7 @@ impl NfSocket {
             };
             let msgs = msg::split(data).map_err(|reason| Error::Malformed {
                 what: "batch acknowledgements".into(),
-                reason,
+                reason: reason.to_string(),
             })?;
             for m in msgs.iter().filter(|m| m.ty == NLMSG_ERROR) {
                 let ack = msg::parse_ack(m).map_err(|reason| Error::Malformed {
@@ -528,7 +528,7 @@ impl NfSocket {
                 })?;
             let msgs = msg::split(data).map_err(|reason| Error::Malformed {
                 what: what.to_string(),
-                reason,
+                reason: reason.to_string(),
             })?;
             for m in msgs.iter().filter(|m| m.seq == seq) {
                 if m.flags & NLM_F_DUMP_INTR != 0 {
@@ -661,7 +661,7 @@ impl NfSocket {
                 })?;
             let msgs = msg::split(data).map_err(|reason| Error::Malformed {
                 what: "the ruleset generation".into(),
-                reason,
+                reason: reason.to_string(),
             })?;
             for m in msgs.iter().filter(|m| m.seq == seq) {
                 if m.ty == NLMSG_ERROR {

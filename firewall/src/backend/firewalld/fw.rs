@@ -94,8 +94,13 @@ impl Fw {
             &[Arg::Str(IFACE_CONFIG), Arg::Str(name)],
         ) {
             Ok(v) => Ok(v.first().and_then(Value::as_str).map(String::from)),
-            Err(Error::Dbus { reason, .. })
-                if reason.contains("InvalidArgs") || reason.contains("INVALID_") =>
+            // By the error's name, or firewalld's code that begins its message.
+            Err(Error::DbusReply { name, message, .. })
+                if name.ends_with(".InvalidArgs")
+                    || message
+                        .split(':')
+                        .next()
+                        .is_some_and(|code| code.starts_with("INVALID_")) =>
             {
                 Ok(None)
             }
