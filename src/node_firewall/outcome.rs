@@ -417,3 +417,91 @@ macro_rules! as_words {
     )*};
 }
 as_words!(GuardSaid, FlipSaid, FilterSaid);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn written(bpf: BpfLayer, changed: bool) -> GuardWritten {
+        let mut spec = GuardSpec::for_node(15432, 15672, Some("wg0"))
+            .container_ports(5432, 15672)
+            .private_ranges(&[firewall::Network {
+                addr: "10.0.0.0".parse().unwrap(),
+                len: 24,
+            }]);
+        spec.add_runtime_bridge("docker0");
+        GuardWritten {
+            spec,
+            table: GuardReport {
+                table: GuardTable::Created,
+                changed,
+            },
+            bpf,
+        }
+    }
+
+    #[test]
+    fn the_guard_is_read_by_its_fields_and_said_in_one_line() {
+        let bpf = BpfLayer::Loaded(BpfReport {
+            loaded: Loaded::Reclaimed,
+            changed: false,
+            link_ids: vec![1, 2, 3, 4],
+            detached: vec![9],
+        });
+        let g = written(bpf, true);
+        assert!(g.table_written() && g.changed());
+        assert_eq!(
+            g.to_string(),
+            format!(
+                "refusing store 15432 (container port 5432) and broker-management 15672 on this \
+                 node's own addresses except on lo, docker0 and on wg0 from 10.0.0.0/24, and at \
+                 the container ports routed to docker0 (created; written); {LAYERS_BOTH} (links \
+                 reclaimed; 1 more of this node's guard links detached, ports and interfaces \
+                 unchanged)"
+            )
+        );
+        let alone = written(BpfLayer::NotLoaded("bpf refused".into()), false);
+        assert!(!alone.table_written() && !alone.changed());
+        assert!(alone.to_string().ends_with(&format!(
+            "(created; unchanged); {LAYERS_TABLE_ALONE}; netfilter BPF not loaded: bpf refused"
+        )));
+        let failed: GuardSaid = Part::Failed("loading the guard: EPERM".into());
+        assert!(failed.failed());
+        assert_eq!(failed.to_string(), "failed: loading the guard: EPERM");
+        assert_eq!(
+            serde_json::to_value(&failed).unwrap(),
+            serde_json::json!("failed: loading the guard: EPERM")
+        );
+    }
+
+    #[test]
+    fn a_failed_flip_or_filter_says_so_by_its_variant() {
+        let flip = FlipSaid::Failed {
+            step: Step::Return,
+            error: "restoring the found firewall: EPERM".into(),
+        };
+        assert!(flip.failed() && !FlipSaid::StrayFilterRemoved.failed());
+        assert_eq!(
+            flip.to_string(),
+            "return failed: restoring the found firewall: EPERM"
+        );
+        let returned = FlipSaid::Returned(Returned::Restored {
+            restored: Vec::new(),
+            units: vec![UnitFate::Enabled("nftables.service".into())],
+        });
+        assert_eq!(
+            returned.to_string(),
+            "return: found firewall restored as saved: none had been retired; nftables.service \
+             enabled; derived filter unloaded"
+        );
+        let filter = FilterSaid::Ensured {
+            openings: 2,
+            written: false,
+        };
+        assert!(!filter.failed() && FilterSaid::Failed("x".into()).failed());
+        assert_eq!(
+            serde_json::to_value(&filter).unwrap(),
+            serde_json::json!("drop by default, admitting 2 opening(s) (unchanged)")
+        );
+    }
+}
