@@ -69,10 +69,26 @@ fn no_product_code_reads_an_outcome_from_its_words() {
 fn check(file: &str, text: &str) -> Vec<String> {
     let mut out = Vec::new();
     let lines: Vec<&str> = text.lines().collect();
+    // Braces still open of an inline test module being skipped, once its `{` is met.
+    let mut skipping: Option<i64> = None;
+    let mut in_test = false;
     for (i, line) in lines.iter().enumerate() {
         let t = line.trim_start();
         if t.starts_with("#[cfg(test)]") && test_module_follows(&lines[i + 1..]) {
-            break;
+            in_test = true;
+            continue;
+        }
+        if in_test {
+            let opens = line.matches('{').count() as i64;
+            let closes = line.matches('}').count() as i64;
+            let depth = skipping.unwrap_or(0) + opens - closes;
+            if skipping.is_some() || opens > 0 {
+                skipping = Some(depth);
+            }
+            if skipping.is_some_and(|d| d <= 0) {
+                (in_test, skipping) = (false, None);
+            }
+            continue;
         }
         if t.starts_with("//") {
             continue;
@@ -259,8 +275,16 @@ fn parse(path: &Path, name: &str) -> Result<BTreeMap<(Family, String), String>> 
 }
 #[cfg(test)]
 mod tests {
-    fn t() -> Result<(), String> { assert!(report.guard.contains("failed")); }
+    fn t() -> Result<(), String> {
+        assert!(report.guard.contains("failed"));
+    }
 }
 "#;
     assert_eq!(check("legitimate.rs", legitimate), Vec::<String>::new());
+    // What follows an inline test module is product code again.
+    let after = format!("{legitimate}fn late() -> Result<(), String> {{}}\n");
+    assert_eq!(
+        check("after.rs", &after),
+        ["after.rs:13: Result<_, String> ((), String)"]
+    );
 }
