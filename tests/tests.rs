@@ -22,6 +22,7 @@ mod link;
 mod logs;
 mod manpages;
 mod one_host;
+mod outcome_text;
 mod output;
 mod package_files;
 mod packages;

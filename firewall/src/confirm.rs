@@ -375,12 +375,29 @@ fn is_link_local(a: IpAddr) -> bool {
     }
 }
 
+/// Why a part of a way gets no probe.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NoShot {
+    #[error("only tcp is confirmed (a SYN)")]
+    NotTcp,
+    #[error("no interface of this machine holds the container's network")]
+    NoNetwork,
+    #[error("{oif} has no address in the network of {target}")]
+    NoGateway { oif: String, target: IpAddr },
+    #[error("{iif} has no {family} address to send to")]
+    NoAddress { iif: String, family: &'static str },
+    #[error("it arrives on and leaves by {0} (a hairpin), which is not probed")]
+    Hairpin(String),
+    #[error("no unicast address in {0} to send from but this machine's or a host behind's own")]
+    NoSource(String),
+}
+
 /// The probe for each part of each way, or why there is none. Pure: what the scratch
 /// namespaces are then built for.
 pub fn plan(
     ways: &[(Way, Answer)],
     ifaces: &[Iface],
-) -> Vec<Vec<std::result::Result<Shot, String>>> {
+) -> Vec<Vec<std::result::Result<Shot, NoShot>>> {
     // Neither the node's addresses nor a host behind it is taken as a probe's source: each is
     // held in a namespace of its own, where a source of the same address would answer itself,
     // and a source is routed back through the interface it arrives on, so a probe sent from a
@@ -414,36 +431,28 @@ pub fn plan(
         for part in &a.parts {
             let shot = (|| {
                 if c.proto != 6 {
-                    return Err("only tcp is confirmed (a SYN)".to_string());
+                    return Err(NoShot::NotTcp);
                 }
                 let behind = behind.clone()?;
                 // Routed on as sent (no DNAT), the SYN is addressed to the host behind itself;
                 // otherwise to the node, whose DNAT sends it on.
                 let dst = match &behind {
                     Some(b) if c.routed => b.target.ip(),
-                    _ => node_addr.ok_or_else(|| {
-                        format!("{} has no {} address to send to", c.iif, c.fam.name())
+                    _ => node_addr.ok_or_else(|| NoShot::NoAddress {
+                        iif: c.iif.clone(),
+                        family: c.fam.name(),
                     })?,
                 };
                 if behind.as_ref().is_some_and(|b| b.oif == c.iif) {
                     // The client and the host behind would share one side; on a node too the
                     // reply goes straight between them, never back through the translation.
-                    return Err(format!(
-                        "it arrives on and leaves by {} (a hairpin), which is not probed",
-                        c.iif
-                    ));
+                    return Err(NoShot::Hairpin(c.iif.clone()));
                 }
                 // A source of its own where the part has one to spare; otherwise one another
                 // probe uses, sent in a later round when that one arrives elsewhere.
                 let src = representative(&part.sources, &used)
                     .or_else(|| representative(&part.sources, &own))
-                    .ok_or_else(|| {
-                        format!(
-                            "no unicast address in {} to send from but this machine's or a \
-                             host behind's own",
-                            part.sources.cidrs().join(", ")
-                        )
-                    })?;
+                    .ok_or_else(|| NoShot::NoSource(part.sources.cidrs().join(", ")))?;
                 used.push(src);
                 let round = match rounds
                     .iter()
@@ -474,9 +483,9 @@ pub fn plan(
 
 /// The host behind a forwarded way: the container's address and port on the interface it
 /// leaves by, with the node's address in that network as its gateway.
-fn behind(c: &crate::eval::Conn, ifaces: &[Iface]) -> std::result::Result<Behind, String> {
+fn behind(c: &crate::eval::Conn, ifaces: &[Iface]) -> std::result::Result<Behind, NoShot> {
     let (Some(target), Some(oif)) = (c.daddr, c.oif.as_ref()) else {
-        return Err("no interface of this machine holds the container's network".into());
+        return Err(NoShot::NoNetwork);
     };
     let iface = ifaces.iter().find(|i| &i.name == oif);
     let gw = iface.and_then(|i| {
@@ -487,7 +496,10 @@ fn behind(c: &crate::eval::Conn, ifaces: &[Iface]) -> std::result::Result<Behind
         })
     });
     let Some((gateway, _)) = gw else {
-        return Err(format!("{oif} has no address in the network of {target}"));
+        return Err(NoShot::NoGateway {
+            oif: oif.clone(),
+            target,
+        });
     };
     Ok(Behind {
         oif: oif.clone(),

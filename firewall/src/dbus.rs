@@ -234,13 +234,15 @@ impl Bus {
                 SIGNAL => self.signals.push_back(m),
                 METHOD_RETURN if m.reply_to == Some(serial) => return Ok(m.body),
                 ERROR if m.reply_to == Some(serial) => {
-                    return Err(Error::Dbus {
+                    return Err(Error::DbusReply {
                         what: format!("{interface}.{member}"),
-                        reason: format!(
-                            "{}: {}",
-                            m.error.unwrap_or_default(),
-                            m.body.first().and_then(Value::as_str).unwrap_or("")
-                        ),
+                        name: m.error.unwrap_or_default(),
+                        message: m
+                            .body
+                            .first()
+                            .and_then(Value::as_str)
+                            .unwrap_or("")
+                            .to_string(),
                     })
                 }
                 _ => {}

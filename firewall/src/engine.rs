@@ -695,7 +695,7 @@ impl<'a> Firewall<'a> {
                                 .entry(o.id.clone())
                                 .or_default()
                                 .push(Presence {
-                                    layer: l.describe(),
+                                    layer: l.id(),
                                     chain: None,
                                     state: State::Unwritable(e.to_string()),
                                 });

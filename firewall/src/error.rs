@@ -140,6 +140,14 @@ pub enum Error {
     /// A D-Bus call (to firewalld) failed or was refused.
     #[error("d-bus: {what}: {reason}")]
     Dbus { what: String, reason: String },
+    /// A D-Bus call was answered with an error: its name (`org.freedesktop.DBus.Error.InvalidArgs`)
+    /// and its message (firewalld's begins with its code, `INVALID_PROPERTY: …`).
+    #[error("d-bus: {what}: {name}: {message}")]
+    DbusReply {
+        what: String,
+        name: String,
+        message: String,
+    },
     /// A `bpf(2)` call failed; names the object and, for a refused program, the verifier's
     /// last words.
     #[error("bpf {op} of {what} failed: {errno}{}", detail_suffix(.log))]

@@ -75,7 +75,7 @@ impl FilterSpec {
         for i in self.private.iter().chain(&self.bridges) {
             check_exact_interface(i, "filter").map_err(|reason| Error::InvalidOpening {
                 id: "filter".into(),
-                reason,
+                reason: reason.to_string(),
             })?;
         }
         for o in &self.openings {

@@ -143,12 +143,19 @@ impl Layer {
         }
     }
 
+    /// Which layer this is, as a state names it.
+    pub fn id(&self) -> crate::outcome::LayerId {
+        crate::outcome::LayerId {
+            backend: self.backend,
+            family: self.family,
+            table: self.table.clone(),
+            chain: self.chain.clone(),
+        }
+    }
+
     /// `ip filter INPUT (iptables-nft)`, for reports.
     pub fn describe(&self) -> String {
-        format!(
-            "{} {} {} ({})",
-            self.family, self.table, self.chain, self.backend
-        )
+        self.id().to_string()
     }
 }
 

@@ -158,7 +158,7 @@ impl GuardSpec {
         for i in self.allowed.iter().chain(&self.runtimes).chain(private) {
             check_exact_interface(i, "guard").map_err(|reason| Error::InvalidOpening {
                 id: "guard".into(),
-                reason,
+                reason: reason.to_string(),
             })?;
         }
         Ok(())

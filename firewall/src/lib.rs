@@ -35,5 +35,5 @@ pub use netlink::{
     PayloadBase, Policy, Position, Rule, RuleBody, Ruleset, Set, Table, TableFlags, Verdict,
 };
 pub use opening::{Network, Opening, Path, Proto};
-pub use outcome::{Converged, Presence, Scope, State};
+pub use outcome::{Converged, LayerId, Presence, Scope, State};
 pub use retire::{Retired, Saved};

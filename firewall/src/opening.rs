@@ -143,7 +143,7 @@ impl Opening {
         match &self.from {
             From::Interface(name) => {
                 if let Err(reason) = check_interface(name) {
-                    return bad(reason);
+                    return bad(reason.to_string());
                 }
             }
             From::Networks(nets) => {
@@ -164,11 +164,23 @@ impl Opening {
     }
 }
 
+/// Why a name is not an interface name the firewall writes.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BadInterface {
+    #[error("interface {0:?} must be 1 to 15 bytes")]
+    Length(String),
+    #[error("interface {0:?} may hold only [A-Za-z0-9._-] (and a trailing *)")]
+    Characters(String),
+    /// A prefix pattern where a name is trusted as it is; `who` trusts it.
+    #[error("interface {name:?} is a pattern; the {who} trusts no name pattern")]
+    Pattern { name: String, who: String },
+}
+
 /// A Linux interface name, or a prefix pattern ending in `*`: 1 to 15 bytes of [A-Za-z0-9._-].
-pub fn check_interface(name: &str) -> std::result::Result<(), String> {
+pub fn check_interface(name: &str) -> std::result::Result<(), BadInterface> {
     let stem = name.strip_suffix('*').unwrap_or(name);
     if stem.is_empty() && !name.ends_with('*') || name.len() > 15 {
-        return Err(format!("interface {name:?} must be 1 to 15 bytes"));
+        return Err(BadInterface::Length(name.to_string()));
     }
     if !stem
         .chars()
@@ -176,21 +188,20 @@ pub fn check_interface(name: &str) -> std::result::Result<(), String> {
         || stem == "."
         || stem == ".."
     {
-        return Err(format!(
-            "interface {name:?} may hold only [A-Za-z0-9._-] (and a trailing *)"
-        ));
+        return Err(BadInterface::Characters(name.to_string()));
     }
     Ok(())
 }
 
 /// [`check_interface`] for a name trusted as it is (the guard's and the filter's): a trailing
 /// `*` would be a prefix match, trusting every interface that merely looks like the runtime's.
-pub fn check_exact_interface(name: &str, who: &str) -> std::result::Result<(), String> {
+pub fn check_exact_interface(name: &str, who: &str) -> std::result::Result<(), BadInterface> {
     check_interface(name)?;
     if name.ends_with('*') {
-        return Err(format!(
-            "interface {name:?} is a pattern; the {who} trusts no name pattern"
-        ));
+        return Err(BadInterface::Pattern {
+            name: name.to_string(),
+            who: who.to_string(),
+        });
     }
     Ok(())
 }

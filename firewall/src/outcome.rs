@@ -1,7 +1,10 @@
 //! What a convergence says: the scope it may sweep, how each opening stands in each layer, and
 //! what it changed. The engine and every driver speak these; neither owns them.
 
+use crate::found::Backend;
+use crate::netlink::Family;
 use std::collections::BTreeMap;
+use std::fmt;
 
 /// Which marked rules a convergence may remove.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -55,10 +58,30 @@ impl State {
     }
 }
 
+/// Which layer a state is of: a base chain of one table, written by one backend. Read by its
+/// fields; its words (`ip filter INPUT (iptables-nft)`) are its `Display`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct LayerId {
+    pub backend: Backend,
+    pub family: Family,
+    pub table: String,
+    pub chain: String,
+}
+
+impl fmt::Display for LayerId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} {} {} ({})",
+            self.family, self.table, self.chain, self.backend
+        )
+    }
+}
+
 /// Whether an opening is in force in one layer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Presence {
-    pub layer: String,
+    pub layer: LayerId,
     /// The chain its rule goes in, when it needs one (a chain the layer jumps to, or its own).
     pub chain: Option<String>,
     pub state: State,

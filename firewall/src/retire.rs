@@ -47,6 +47,18 @@ pub struct Saved {
 }
 
 impl Retired {
+    /// The nftables tables this kind's flip deletes, by family and name (none for other kinds):
+    /// read from the parts as the nftables driver saved them, by that driver.
+    pub fn nft_tables(&self) -> Vec<(crate::netlink::Family, String)> {
+        if self.backend != Backend::Nftables {
+            return Vec::new();
+        }
+        self.saved
+            .iter()
+            .filter_map(crate::backend::nftables::saved_table)
+            .collect()
+    }
+
     /// One line for the preview and the briefing: which kind, which parts, which unit.
     pub fn describe(&self) -> String {
         let parts: Vec<&str> = self.saved.iter().map(|s| s.what.as_str()).collect();

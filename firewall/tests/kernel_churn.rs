@@ -134,7 +134,7 @@ fn ten_applies(fw: &mut Firewall<'_>) -> Vec<(u32, u32, u128)> {
         assert!(
             states
                 .iter()
-                .any(|p| p.state == State::Present && p.layer.contains("filter")),
+                .any(|p| p.state == State::Present && p.layer.table == "filter"),
             "apply {i}: {states:?}"
         );
         let listing = fw.socket().unwrap().last_listing().0;

@@ -58,14 +58,21 @@ pub enum DnsError {
     Failed(&'static str),
 }
 
+/// Why a host name is not a DNS name.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BadName {
+    #[error("{0:?} is not a host name of 1 to 253 characters")]
+    Length(String),
+    #[error("{name:?} is not a host name (label {label:?}: 1 to 63 of a-z, 0-9, '-', '_')")]
+    Label { name: String, label: String },
+}
+
 /// Checks a host name as a DNS name: at most 253 characters, labels of 1 to 63 letters, digits,
 /// `-` or `_`, not starting or ending with `-` (a trailing dot is allowed).
-pub fn check_name(name: &str) -> Result<(), String> {
+pub fn check_name(name: &str) -> Result<(), BadName> {
     let bare = name.strip_suffix('.').unwrap_or(name);
     if bare.is_empty() || bare.len() > 253 {
-        return Err(format!(
-            "{name:?} is not a host name of 1 to 253 characters"
-        ));
+        return Err(BadName::Length(name.to_string()));
     }
     for label in bare.split('.') {
         let ok_chars = label
@@ -77,9 +84,10 @@ pub fn check_name(name: &str) -> Result<(), String> {
             || label.starts_with('-')
             || label.ends_with('-')
         {
-            return Err(format!(
-                "{name:?} is not a host name (label {label:?}: 1 to 63 of a-z, 0-9, '-', '_')"
-            ));
+            return Err(BadName::Label {
+                name: name.to_string(),
+                label: label.to_string(),
+            });
         }
     }
     Ok(())

@@ -61,14 +61,14 @@ impl Resolver {
             name: host.to_string(),
             what,
         };
-        dns::check_name(host).map_err(fail)?;
-        let hosts = read_optional(&self.hosts).map_err(fail)?;
+        dns::check_name(host).map_err(|e| fail(e.to_string()))?;
+        let hosts = read_optional(&self.hosts).map_err(|e| fail(e.to_string()))?;
         let found = from_hosts(&hosts, host);
         if !found.is_empty() {
             tracing::debug!(host, addrs = %join(&found), file = %self.hosts.display(), "resolved");
             return Ok(found);
         }
-        let conf = parse_conf(&read_optional(&self.resolv_conf).map_err(fail)?);
+        let conf = parse_conf(&read_optional(&self.resolv_conf).map_err(|e| fail(e.to_string()))?);
         let mut problems = Vec::new();
         for ns in &conf.nameservers {
             let server = SocketAddr::new(*ns, self.port);
@@ -118,12 +118,44 @@ impl Resolver {
     }
 }
 
+/// Why one query of a name got no answer, or a file the lookup reads could not be read.
+#[derive(Debug, thiserror::Error)]
+enum AskError {
+    #[error("reading {}: {source}", path.display())]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("the random source: {0}")]
+    Random(getrandom::Error),
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+    #[error("{0}")]
+    Dns(#[from] dns::DnsError),
+    /// The query of `kind` records over `via` (UDP or TCP) failed.
+    #[error("{kind} over {via}: {source}")]
+    Over {
+        kind: &'static str,
+        via: &'static str,
+        source: Box<AskError>,
+    },
+    #[error("{kind} over {via}: no answer within {timeout:?}")]
+    Timeout {
+        kind: &'static str,
+        via: &'static str,
+        timeout: Duration,
+    },
+}
+
 /// A file's text, or nothing when it does not exist.
-fn read_optional(path: &Path) -> std::result::Result<String, String> {
+fn read_optional(path: &Path) -> std::result::Result<String, AskError> {
     match std::fs::read_to_string(path) {
         Ok(t) => Ok(t),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(String::new()),
-        Err(e) => Err(format!("reading {}: {e}", path.display())),
+        Err(source) => Err(AskError::Read {
+            path: path.to_path_buf(),
+            source,
+        }),
     }
 }
 
@@ -196,19 +228,31 @@ async fn ask(
     name: &str,
     kind: Kind,
     timeout: Duration,
-) -> std::result::Result<Answer, String> {
-    let fail = |what: String| format!("{} over {what}", kind.label());
-    let id = getrandom::u32().map_err(|e| format!("the random source: {e}"))? as u16;
+) -> std::result::Result<Answer, AskError> {
+    let kind_ = kind.label();
+    let over = |via: &'static str| {
+        move |e: AskError| AskError::Over {
+            kind: kind_,
+            via,
+            source: Box::new(e),
+        }
+    };
+    let late = |via: &'static str| AskError::Timeout {
+        kind: kind_,
+        via,
+        timeout,
+    };
+    let id = getrandom::u32().map_err(AskError::Random)? as u16;
     let query = dns::query(id, name, kind);
     let udp = tokio::time::timeout(timeout, ask_udp(server, &query, id, name, kind)).await;
     match udp {
         Ok(Ok(Answer::Truncated)) => {}
-        Ok(r) => return r.map_err(|e| fail(format!("UDP: {e}"))),
-        Err(_) => return Err(fail(format!("UDP: no answer within {timeout:?}"))),
+        Ok(r) => return r.map_err(over("UDP")),
+        Err(_) => return Err(late("UDP")),
     }
     match tokio::time::timeout(timeout, ask_tcp(server, &query, id, name, kind)).await {
-        Ok(r) => r.map_err(|e| fail(format!("TCP: {e}"))),
-        Err(_) => Err(fail(format!("TCP: no answer within {timeout:?}"))),
+        Ok(r) => r.map_err(over("TCP")),
+        Err(_) => Err(late("TCP")),
     }
 }
 
@@ -218,25 +262,23 @@ async fn ask_udp(
     id: u16,
     name: &str,
     kind: Kind,
-) -> std::result::Result<Answer, String> {
+) -> std::result::Result<Answer, AskError> {
     let local: SocketAddr = if server.is_ipv4() {
         "0.0.0.0:0".parse().expect("an address")
     } else {
         "[::]:0".parse().expect("an address")
     };
-    let sock = tokio::net::UdpSocket::bind(local)
-        .await
-        .map_err(|e| e.to_string())?;
+    let sock = tokio::net::UdpSocket::bind(local).await?;
     // Connected: datagrams from any other address are not received.
-    sock.connect(server).await.map_err(|e| e.to_string())?;
-    sock.send(query).await.map_err(|e| e.to_string())?;
+    sock.connect(server).await?;
+    sock.send(query).await?;
     let mut buf = vec![0u8; 4096];
     loop {
-        let n = sock.recv(&mut buf).await.map_err(|e| e.to_string())?;
+        let n = sock.recv(&mut buf).await?;
         match dns::answer(&buf[..n], id, name, kind) {
             // Someone else's datagram (or a blind guess at the id): wait on for ours.
             Err(dns::DnsError::NotOurs) => continue,
-            r => return r.map_err(|e| e.to_string()),
+            r => return r.map_err(AskError::Dns),
         }
     }
 }
@@ -247,18 +289,16 @@ async fn ask_tcp(
     id: u16,
     name: &str,
     kind: Kind,
-) -> std::result::Result<Answer, String> {
-    let mut s = tokio::net::TcpStream::connect(server)
-        .await
-        .map_err(|e| e.to_string())?;
+) -> std::result::Result<Answer, AskError> {
+    let mut s = tokio::net::TcpStream::connect(server).await?;
     let mut framed = (query.len() as u16).to_be_bytes().to_vec();
     framed.extend_from_slice(query);
-    s.write_all(&framed).await.map_err(|e| e.to_string())?;
+    s.write_all(&framed).await?;
     let mut len = [0u8; 2];
-    s.read_exact(&mut len).await.map_err(|e| e.to_string())?;
+    s.read_exact(&mut len).await?;
     let mut buf = vec![0u8; usize::from(u16::from_be_bytes(len))];
-    s.read_exact(&mut buf).await.map_err(|e| e.to_string())?;
-    dns::answer(&buf, id, name, kind).map_err(|e| e.to_string())
+    s.read_exact(&mut buf).await?;
+    dns::answer(&buf, id, name, kind).map_err(AskError::Dns)
 }
 
 /// Addresses as a log line shows them: `192.0.2.1, 2001:db8::1`.

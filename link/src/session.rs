@@ -115,7 +115,7 @@ pub async fn open_with(
             Err(what) => {
                 last = Error::Dial {
                     addr: addr.clone(),
-                    what,
+                    what: what.to_string(),
                 };
                 continue;
             }
@@ -200,6 +200,7 @@ async fn open_one(
             // the authentication_failure_close capability): after a handshake with the pinned
             // certificate, a close during the opening is the broker refusing the credentials.
             let closed_at_login = pinned.accepted() && text.contains("peer shutdown");
+            // words read: amqprs's error, which gives the broker's reply code only in its text.
             if text.contains("ACCESS_REFUSED") || text.contains("403") || closed_at_login {
                 return Err(Error::Refused {
                     addr: addr.into(),

@@ -145,54 +145,83 @@ impl Token {
     }
 }
 
+/// Why a controller's key is not one.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BadKey {
+    #[error("not standard base64: {0}")]
+    Base64(#[from] base64::DecodeError),
+    #[error("{0} bytes, an Ed25519 key is 32")]
+    Length(usize),
+    #[error("not an Ed25519 point")]
+    NotAPoint,
+    #[error("a weak (small-order) key")]
+    Weak,
+}
+
 /// Reads a standard-base64 Ed25519 public key, refusing weak (small-order) points.
-pub fn controller_key(b64: &str) -> std::result::Result<VerifyingKey, String> {
-    let bytes = STANDARD
-        .decode(b64)
-        .map_err(|e| format!("not standard base64: {e}"))?;
+pub fn controller_key(b64: &str) -> std::result::Result<VerifyingKey, BadKey> {
+    let bytes = STANDARD.decode(b64)?;
     let arr: [u8; 32] = bytes
         .as_slice()
         .try_into()
-        .map_err(|_| format!("{} bytes, an Ed25519 key is 32", bytes.len()))?;
-    let key = VerifyingKey::from_bytes(&arr).map_err(|_| "not an Ed25519 point".to_string())?;
+        .map_err(|_| BadKey::Length(bytes.len()))?;
+    let key = VerifyingKey::from_bytes(&arr).map_err(|_| BadKey::NotAPoint)?;
     if key.is_weak() {
-        return Err("a weak (small-order) key".into());
+        return Err(BadKey::Weak);
     }
     Ok(key)
 }
 
+/// Why a node id is not one.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BadNodeId {
+    #[error("{0:?} is not 1 to 63 characters")]
+    Length(String),
+    #[error("{0:?} has characters other than a-z, 0-9 and '-' (or starts with '-')")]
+    Characters(String),
+}
+
+/// Why an address is not `host:port`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BadAddr {
+    #[error("{0:?} is not host:port")]
+    NotHostPort(String),
+    #[error("{0:?} has no host")]
+    NoHost(String),
+    #[error("{0:?} has no port 1-65535")]
+    NoPort(String),
+}
+
 /// A node id: what the broker's user and queue names are made of, so it is kept to lowercase
 /// letters, digits and dashes.
-pub fn check_node_id(id: &str) -> std::result::Result<(), String> {
+pub fn check_node_id(id: &str) -> std::result::Result<(), BadNodeId> {
     if id.is_empty() || id.len() > 63 {
-        return Err(format!("{id:?} is not 1 to 63 characters"));
+        return Err(BadNodeId::Length(id.to_string()));
     }
     if !id
         .bytes()
         .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
         || id.starts_with('-')
     {
-        return Err(format!(
-            "{id:?} has characters other than a-z, 0-9 and '-' (or starts with '-')"
-        ));
+        return Err(BadNodeId::Characters(id.to_string()));
     }
     Ok(())
 }
 
 /// Splits `host:port` (an IPv6 host in brackets).
-pub fn split_addr(addr: &str) -> std::result::Result<(String, u16), String> {
+pub fn split_addr(addr: &str) -> std::result::Result<(String, u16), BadAddr> {
     let (host, port) = addr
         .rsplit_once(':')
-        .ok_or_else(|| format!("{addr:?} is not host:port"))?;
+        .ok_or_else(|| BadAddr::NotHostPort(addr.to_string()))?;
     let host = host.trim_start_matches('[').trim_end_matches(']');
     if host.is_empty() {
-        return Err(format!("{addr:?} has no host"));
+        return Err(BadAddr::NoHost(addr.to_string()));
     }
     let port: u16 = port
         .parse()
         .ok()
         .filter(|p| *p != 0)
-        .ok_or_else(|| format!("{addr:?} has no port 1-65535"))?;
+        .ok_or_else(|| BadAddr::NoPort(addr.to_string()))?;
     Ok((host.to_string(), port))
 }
 
@@ -295,6 +324,6 @@ mod tests {
         let mut identity = [0u8; 32];
         identity[0] = 1;
         let e = controller_key(&STANDARD.encode(identity)).unwrap_err();
-        assert!(e.contains("weak"), "{e}");
+        assert_eq!(e, super::BadKey::Weak, "{e}");
     }
 }

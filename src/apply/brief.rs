@@ -229,25 +229,19 @@ pub(super) fn brief(store: &Store, decl: &Declaration, report: &Report) -> Brief
     }
     if let Some(g) = &report.guard {
         lines.push(Line {
-            mark: if g.starts_with("failed") {
-                Mark::Failed
-            } else {
-                Mark::Ok
-            },
+            mark: if g.failed() { Mark::Failed } else { Mark::Ok },
             subject: "guard".into(),
-            detail: g.clone(),
+            detail: g.to_string(),
         });
     }
-    for (subject, said) in [("firewall", &report.flip), ("filter", &report.filter)] {
-        if let Some(text) = said {
+    let flip = report.flip.as_ref().map(|f| (f.failed(), f.to_string()));
+    let filter = report.filter.as_ref().map(|f| (f.failed(), f.to_string()));
+    for (subject, said) in [("firewall", flip), ("filter", filter)] {
+        if let Some((failed, text)) = said {
             lines.push(Line {
-                mark: if text.contains("failed") {
-                    Mark::Failed
-                } else {
-                    Mark::Ok
-                },
+                mark: if failed { Mark::Failed } else { Mark::Ok },
                 subject: subject.into(),
-                detail: text.clone(),
+                detail: text,
             });
         }
     }

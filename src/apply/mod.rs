@@ -54,6 +54,10 @@ pub enum ApplyError {
     /// A safety rule refused the act; nothing changed.
     #[error("{0}")]
     Safety(String),
+    /// The flip is refused while modules still hold found containers the declaration declares
+    /// ([`refusals`] says each); nothing changed (exit 3).
+    #[error("node {node:?} cannot be converged yet, so nothing was changed: {}", refusals.join("; "))]
+    NotYet { node: String, refusals: Vec<String> },
     /// The machine refuses declared paths (a symbolic link on the way, a FIFO, device or
     /// socket where a file is declared), found before the first resource; nothing changed.
     #[error("{0}")]
@@ -71,12 +75,24 @@ pub enum ApplyError {
         #[source]
         source: StoreError,
     },
+    /// The node's firewall failed or refused. Its error keeps its type up to the exit code
+    /// (`cli::answer`): a refusal the firewall makes before it writes anything
+    /// ([`node_firewall::Error::is_refusal`]) with nothing written before it is exit 3, "nothing
+    /// was changed"; any other failure, or one after the guard was written, is exit 1 and says
+    /// what had been written.
+    #[error("{source}{}", written.map(|w| format!(" ({w})")).unwrap_or_default())]
+    Firewall {
+        #[source]
+        source: Box<node_firewall::Error>,
+        /// What this act had written to the node's firewall before it failed, in words.
+        written: Option<&'static str>,
+    },
     /// The store could not be opened or written; the guard was ensured before it was touched.
     #[error("{source}; the guard had been ensured first: {guard}")]
     Unrecorded {
         #[source]
         source: StoreError,
-        guard: String,
+        guard: Box<crate::node_firewall::GuardSaid>,
     },
 }
 
@@ -295,7 +311,7 @@ pub fn apply(host: &Host<'_>, decl: &Declaration, source: Source) -> Result<Repo
         touches,
         true,
     )
-    .map_err(|e| ApplyError::Safety(e.to_string()))?;
+    .map_err(ApplyError::firewall)?;
     let store = match Store::open(host.root) {
         Ok(s) => s,
         Err(source) => return Err(unrecorded(source, early.as_ref())),
@@ -303,15 +319,27 @@ pub fn apply(host: &Host<'_>, decl: &Declaration, source: Source) -> Result<Repo
     apply_locked(host, store, decl, source, &mut *fw, early, recovered)
 }
 
+impl ApplyError {
+    /// The node's firewall's error, before this act wrote anything to it.
+    pub(crate) fn firewall(source: node_firewall::Error) -> ApplyError {
+        ApplyError::Firewall {
+            source: Box::new(source),
+            written: None,
+        }
+    }
+}
+
+/// What an act had written to the node's firewall, when the guard phase wrote the guard.
+fn guard_wrote(changed: bool) -> Option<&'static str> {
+    changed.then_some("the guard had been written first")
+}
+
 /// A store error after the guard was (or was not) ensured.
 fn unrecorded(source: StoreError, early: Option<&node_firewall::Guarded>) -> ApplyError {
     match early {
         Some(g) => ApplyError::Unrecorded {
             source,
-            guard: match &g.line {
-                Ok(line) => line.clone(),
-                Err(e) => format!("failed: {e}"),
-            },
+            guard: Box::new((&g.line).into()),
         },
         None => ApplyError::Store(source),
     }
@@ -340,6 +368,7 @@ pub fn reconcile_with(
             spec: spec.clone(),
         })
     });
+    let memo_wrote = guard_wrote(early.as_ref().is_some_and(node_firewall::Guarded::changed));
     // A node where nothing was ever applied has no store, and looking must not make one.
     let peeked = match store::peek(host.root) {
         Ok(None) => return Ok(None),
@@ -375,7 +404,7 @@ pub fn reconcile_with(
             touches,
             true,
         )
-        .map_err(|e| ApplyError::Safety(e.to_string()))?;
+        .map_err(ApplyError::firewall)?;
         claimed = Some(decl);
     }
     let store = match Store::open(host.root) {
@@ -406,7 +435,10 @@ pub fn reconcile_with(
                 claim,
                 true,
             )
-            .map_err(|e| ApplyError::Safety(e.to_string()))?
+            .map_err(|source| ApplyError::Firewall {
+                source: Box::new(source),
+                written: memo_wrote,
+            })?
         }
     };
     apply_locked(host, store, &decl, source, &mut *fw, early, &[]).map(Some)
@@ -422,8 +454,12 @@ pub fn recheck_firewall(host: &Host<'_>, memo: &FirewallMemo) -> Result<Rechecke
         return Ok(Rechecked::Stale);
     }
     let mut fw = (host.firewall)(host.root, &memo.declaration);
-    let done =
-        node_firewall::recheck(&mut *fw, memo).map_err(|e| ApplyError::Safety(e.to_string()))?;
+    let done = node_firewall::recheck(&mut *fw, memo).map_err(|source| ApplyError::Firewall {
+        source: Box::new(source),
+        written: Some(
+            "the guard, the derived filter or some openings may have been put back first",
+        ),
+    })?;
     drop(store);
     Ok(Rechecked::Done {
         guard_written: done.guard_written,
@@ -500,6 +536,7 @@ fn apply_locked(
     let mut report = Report::new(decl, source);
     // The node's firewall before any resource: the flip's saving of the found firewall with the
     // store's record of the declaration, the guard's outcome, the flip or the return, the filter.
+    let early_wrote = early.as_ref().is_some_and(node_firewall::Guarded::changed);
     let firewall_before = node_firewall::before::before_resources(
         &mut node_firewall::Node {
             fw: &mut *fw,
@@ -523,7 +560,12 @@ fn apply_locked(
                 source: e,
             });
         }
-        Err(e) => return Err(ApplyError::Safety(e.to_string())),
+        Err(source) => {
+            return Err(ApplyError::Firewall {
+                source: Box::new(source),
+                written: guard_wrote(early_wrote),
+            })
+        }
     };
     let firewall_unchanged = firewall_before.unchanged;
     report.said_firewall(&firewall_before);

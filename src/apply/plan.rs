@@ -142,6 +142,9 @@ pub fn verb(outcome: Outcome) -> &'static str {
 pub struct Refused {
     pub code: u8,
     pub why: String,
+    /// Refused only for the found containers modules still hold ([`super::refusals`]), which
+    /// `converge --preview` lists itself.
+    pub held: bool,
 }
 
 /// Everything a preview reads with: the machine under `root`, its programs through `runner`.
@@ -191,6 +194,7 @@ pub fn plan(
         .map_err(|e| Refused {
             code: 1,
             why: e.to_string(),
+            held: false,
         })?
         .unwrap_or_default();
     super::refuse_beforehand(root, decl)
@@ -201,6 +205,7 @@ pub fn plan(
                 _ => 3,
             },
             why: e.to_string(),
+            held: matches!(e, super::ApplyError::NotYet { .. }),
         })?;
     let deadlines = decl
         .settings
@@ -224,6 +229,7 @@ pub fn plan(
             if let Ok(Some(other)) = fw.claimed_by() {
                 if other != decl.node {
                     return Err(Refused {
+                        held: false,
                         code: 3,
                         why: node_firewall::Error::Claimed {
                             other,

@@ -135,11 +135,11 @@ pub struct Report {
     /// Set when an interrupt stopped the apply before its end.
     pub interrupted: Option<Interrupted>,
     /// How the guard stands, on an adopted node.
-    pub guard: Option<String>,
+    pub guard: Option<crate::node_firewall::GuardSaid>,
     /// What the flip or the return did, when this apply made one.
-    pub flip: Option<String>,
+    pub flip: Option<crate::node_firewall::FlipSaid>,
     /// How the derived filter stands, on a flipped node.
-    pub filter: Option<String>,
+    pub filter: Option<crate::node_firewall::FilterSaid>,
     /// Openings a layer of the found firewall still refuses, each with the layer and why: the
     /// operator's own refusal of the port, or a table the host cannot write.
     pub not_admitted: Vec<NotAdmitted>,
@@ -232,10 +232,7 @@ impl Report {
     /// the filter's lines, the private network's, and the step that failed, as an entry.
     pub(crate) fn said_firewall(&mut self, before: &crate::node_firewall::Before) {
         if let Some(line) = &before.guard {
-            self.guard = Some(match line {
-                Ok(line) => line.clone(),
-                Err(e) => format!("failed: {e}"),
-            });
+            self.guard = Some(line.into());
         }
         if let Some((mark, detail)) = &before.private {
             self.private_network = Some(Said {

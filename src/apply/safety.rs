@@ -61,11 +61,10 @@ pub(crate) fn check_safety(state: &store::State, decl: &Declaration) -> Result<(
     }
     let refused = refusals(state, decl);
     if !refused.is_empty() {
-        return Err(ApplyError::Safety(format!(
-            "node {:?} cannot be converged yet, so nothing was changed: {}",
-            decl.node,
-            refused.join("; ")
-        )));
+        return Err(ApplyError::NotYet {
+            node: decl.node.clone(),
+            refusals: refused,
+        });
     }
     Ok(())
 }

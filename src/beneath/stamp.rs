@@ -37,10 +37,15 @@ impl From<Stamp> for String {
     }
 }
 
+/// A stamp's text that does not read as one.
+#[derive(Debug, thiserror::Error)]
+#[error("not a file's stamp (dev:ino:size:mtime:ctime): {0:?}")]
+pub struct BadStamp(String);
+
 impl TryFrom<String> for Stamp {
-    type Error = String;
-    fn try_from(text: String) -> Result<Stamp, String> {
-        let bad = || format!("not a file's stamp (dev:ino:size:mtime:ctime): {text:?}");
+    type Error = BadStamp;
+    fn try_from(text: String) -> Result<Stamp, BadStamp> {
+        let bad = || BadStamp(text.clone());
         let time = |t: &str| -> Option<[i64; 2]> {
             let (s, ns) = t.split_once('.')?;
             let ns: i64 = ns.parse().ok()?;

@@ -32,8 +32,17 @@ pub enum Load {
     Filter(FilterSpec),
 }
 
+/// Why the boot step cannot tell what to load: it fails closed, naming this.
+#[derive(Debug, thiserror::Error)]
+pub enum Unloadable {
+    #[error("reading the store: {0}")]
+    Store(#[from] store::StoreError),
+    #[error("the stored declaration's openings: {0}")]
+    Openings(#[from] crate::declaration::openings::Untranslatable),
+}
+
 /// What the last apply recorded for boot, read from `state` without asking anything else.
-pub fn load_for(state: &State) -> Result<Load, String> {
+pub fn load_for(state: &State) -> Result<Load, Unloadable> {
     let Some(decl) = state.declaration.as_ref() else {
         return Ok(Load::Nothing("no declaration was ever applied"));
     };
@@ -51,8 +60,8 @@ pub fn load_for(state: &State) -> Result<Load, String> {
         // A store from before the filter was recorded: the filter made again from the
         // declaration, without the runtime's bridges (the resident host adds them).
         let flip = state.flip.as_ref();
-        let openings = crate::declaration::openings::declared(decl, settings)
-            .map_err(|e| format!("the stored declaration's openings: {e}"))?;
+        let openings =
+            crate::declaration::openings::declared(decl, settings).map_err(Unloadable::Openings)?;
         return Ok(Load::Filter(FilterSpec {
             openings,
             private: settings
@@ -97,18 +106,18 @@ pub fn boot(root: &Path, fw: &mut dyn NodeFirewall) -> Booted {
             Ok(Load::Nothing("no store: the node was released"))
         }
         Ok(None) => Ok(Load::Nothing("no store: nothing was ever applied here")),
-        Err(e) => Err(format!("reading the store: {e}")),
+        Err(e) => Err(Unloadable::Store(e)),
     };
     let load = match load {
         Ok(l) => l,
         Err(why) => {
-            return fail_closed(fw, why, out);
+            return fail_closed(fw, why.to_string(), out);
         }
     };
     match load {
         Load::Nothing(why) => out.lines.push(format!("nothing to load: {why}")),
         Load::Guard(spec) => match guard::write(fw, &spec) {
-            Ok(line) => out.lines.push(line),
+            Ok(written) => out.lines.push(written.to_string()),
             Err(e) => return fail_closed(fw, format!("the recorded guard: {e}"), out),
         },
         Load::Filter(spec) => match fw.ensure_filter(&spec) {

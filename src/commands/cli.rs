@@ -42,6 +42,7 @@ pub fn closed_stdout_ends_quietly(reads_only: bool) {
             .map(String::as_str)
             .or_else(|| info.payload().downcast_ref::<&str>().copied())
             .unwrap_or_default();
+        // words read: the standard library's panic message, the only account it gives.
         if text.starts_with("failed printing to stdout") && text.contains("Broken pipe") {
             if reads_only {
                 std::process::exit(0);

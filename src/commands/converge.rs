@@ -346,9 +346,8 @@ pub fn preview(host: &Host<'_>) -> Result<std::result::Result<Preview, Asked>> {
     // The nftables tables the flip deletes: a ban held there is lifted by the flip.
     let retired_tables: Vec<String> = surveyed
         .iter()
-        .filter(|r| r.backend == firewall::Backend::Nftables)
-        .flat_map(|r| r.saved.iter())
-        .filter_map(|s| s.what.strip_prefix("table ").map(str::to_string))
+        .flat_map(firewall::Retired::nft_tables)
+        .map(|(family, table)| format!("{family} {table}"))
         .collect();
     // Where each is reachable from now: the evaluator's walk of a connection from anywhere
     // through the found firewall, beside where the derived filter admits it after the flip.
@@ -430,7 +429,8 @@ pub fn preview(host: &Host<'_>) -> Result<std::result::Result<Preview, Asked>> {
             if r.code == 1 {
                 anyhow::bail!(r.why);
             }
-            if !refusals.iter().any(|x| r.why.contains(x.as_str())) {
+            // Refused for the held containers listed above already, or for another reason.
+            if !r.held {
                 refusals.push(r.why);
             }
             crate::apply::plan::Plan::empty(

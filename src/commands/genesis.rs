@@ -208,7 +208,7 @@ pub fn run(
         found_read_s: None,
     };
     let derived = crate::declaration::openings::derive_for(&settings, &[])
-        .map_err(|e| ApplyError::Safety(e.to_string()))?;
+        .map_err(|e| ApplyError::firewall(e.into()))?;
     if let Some(resources) = doc.get_mut("resources").and_then(|r| r.as_array_mut()) {
         let have: Vec<String> = resources
             .iter()
@@ -277,10 +277,10 @@ fn filter_first(
 ) -> Result<(), ApplyError> {
     let mut fw = (host.firewall)(root, decl);
     let mut saved = save::record_found(&mut *fw, host.runner).map_err(|e| {
-        ApplyError::Safety(format!(
-            "node {:?} cannot be raised converged: {e}",
-            decl.node
-        ))
+        ApplyError::firewall(crate::node_firewall::Error::NotConvergeable {
+            node: decl.node.clone(),
+            source: Box::new(e),
+        })
     })?;
     saved.ssh = ssh;
     saved.ssh_from = ssh_from;

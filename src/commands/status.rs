@@ -71,7 +71,7 @@ pub fn firewall_status(root: &std::path::Path, state: Option<&State>) -> Result<
             "path": o.path.as_str(),
             "verdict": verdicts.get(&o.id).map(verdict_json),
             "layers": presence.get(&o.id).map(|ps| ps.iter().map(|p| json!({
-                "layer": p.layer,
+                "layer": p.layer.to_string(),
                 "chain": p.chain,
                 "present": p.present(),
                 "state": state_name(&p.state),

@@ -5,6 +5,7 @@
 //! It goes through its steps in that order and never comes back to one.
 
 use super::flip::flip;
+use super::outcome::{FilterSaid, FlipSaid, Step};
 use super::restore::unflip;
 use super::save::record_found;
 use super::spec::filter_spec;
@@ -56,10 +57,7 @@ pub fn before_resources(
                 && unchanged.is_none()
             {
                 match node.fw.remove_filter() {
-                    Ok(true) => {
-                        out.flip =
-                            Some("a derived filter was loaded on this adopted node; removed".into())
-                    }
+                    Ok(true) => out.flip = Some(FlipSaid::StrayFilterRemoved),
                     Ok(false) => {}
                     Err(e) => {
                         out.failed = Some((
@@ -98,16 +96,15 @@ pub fn before_resources(
     if out.failed.is_none() {
         let step = match transition {
             Transition::Flip => Some((
-                "flip",
+                Step::Flip,
                 match spec.take() {
-                    Some(Ok(s)) => flip(node, s).map(|(line, s)| {
+                    Some(Ok(s)) => flip(node, s).map(|(done, s)| {
                         // Loaded by the flip itself: nothing to check again below.
-                        out.filter = Some(format!(
-                            "drop by default, admitting {} opening(s) (loaded by the flip)",
-                            s.openings.len()
-                        ));
+                        out.filter = Some(FilterSaid::LoadedByFlip {
+                            openings: s.openings.len(),
+                        });
                         out.filter_spec = Some(s);
-                        line
+                        FlipSaid::Flipped(done)
                     }),
                     Some(Err(e)) => Err(e),
                     None => Err(Error::Declared(
@@ -115,15 +112,18 @@ pub fn before_resources(
                     )),
                 },
             )),
-            Transition::Return => Some(("return", unflip(node))),
+            Transition::Return => Some((Step::Return, unflip(node).map(FlipSaid::Returned))),
             Transition::Stay => None,
         };
-        if let Some((what, result)) = step {
+        if let Some((step, result)) = step {
             match result {
-                Ok(line) => out.flip = Some(format!("{what}: {line}")),
+                Ok(said) => out.flip = Some(said),
                 Err(e) => {
-                    out.flip = Some(format!("{what} failed: {e}"));
-                    out.failed = Some((what, "firewall", e.to_string()));
+                    out.flip = Some(FlipSaid::Failed {
+                        step,
+                        error: e.to_string(),
+                    });
+                    out.failed = Some((step.as_str(), "firewall", e.to_string()));
                 }
             }
         }
@@ -131,23 +131,20 @@ pub fn before_resources(
     if out.failed.is_none() && node.store.state.flip.is_some() && out.filter_spec.is_none() {
         match (unchanged, spec) {
             (Some(generation), spec) => {
-                out.filter = Some(format!(
-                    "in force as the last apply left it (ruleset generation {generation} unchanged)"
-                ));
+                out.filter = Some(FilterSaid::AsLeft { generation });
                 out.filter_spec = spec.and_then(Result::ok);
             }
             (None, Some(Ok(spec))) => match node.fw.ensure_filter(&spec) {
                 Ok(written) => {
-                    out.filter = Some(format!(
-                        "drop by default, admitting {} opening(s) ({})",
-                        spec.openings.len(),
-                        if written { "written" } else { "unchanged" }
-                    ));
+                    out.filter = Some(FilterSaid::Ensured {
+                        openings: spec.openings.len(),
+                        written,
+                    });
                     out.filter_spec = Some(spec);
                 }
                 Err(e) => {
                     let e = e.doing("loading the derived filter");
-                    out.filter = Some(format!("failed: {e}"));
+                    out.filter = Some(FilterSaid::Failed(e.to_string()));
                     out.failed = Some(("filter", "derived filter", e.to_string()));
                 }
             },
@@ -156,7 +153,7 @@ pub fn before_resources(
                     Some(Err(e)) => e,
                     _ => Error::Declared("the derived filter's spec was not made".into()),
                 };
-                out.filter = Some(format!("failed: {e}"));
+                out.filter = Some(FilterSaid::Failed(e.to_string()));
                 out.failed = Some(("filter", "derived filter", e.to_string()));
             }
         }

@@ -179,7 +179,12 @@ impl NodeFirewall for Recording {
                     (
                         o.id.clone(),
                         vec![firewall::Presence {
-                            layer: "nftables inet filter input".into(),
+                            layer: firewall::LayerId {
+                                backend: firewall::Backend::Nftables,
+                                family: firewall::Family::Inet,
+                                table: "filter".into(),
+                                chain: "input".into(),
+                            },
                             chain: None,
                             state: firewall::State::Present,
                         }],

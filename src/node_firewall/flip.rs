@@ -3,6 +3,7 @@
 //! the found firewall retired by disabling it, never by flushing, its boot units disabled, and
 //! the store told the flip is done.
 
+use super::outcome::{BpfRemoved, Flipped, UnitFate};
 use super::{Error, Node, NodeFirewall};
 use crate::store::{Flip, FlipStage};
 use firewall::FilterSpec;
@@ -11,7 +12,7 @@ use firewall::FilterSpec;
 /// guard removed in one transaction with the native tables' deletion, the other kinds retired,
 /// the boot units disabled (never stopped: Debian's nftables unit flushes the whole ruleset when
 /// stopped), the mesh's marks left in the runtime's chains removed; then the store says done.
-pub(super) fn flip(cx: &mut Node<'_>, spec: FilterSpec) -> Result<(String, FilterSpec), Error> {
+pub(super) fn flip(cx: &mut Node<'_>, spec: FilterSpec) -> Result<(Flipped, FilterSpec), Error> {
     let Some(saved) = cx.store.state.flip.clone() else {
         return Err(Error::Declared(
             "no saved found firewall to flip from".into(),
@@ -25,7 +26,7 @@ pub(super) fn flip(cx: &mut Node<'_>, spec: FilterSpec) -> Result<(String, Filte
     crate::failpoint::hit("flip", "loaded");
     // The derived filter holds the store closed from here on: the guard's BPF layer, which
     // would refuse the foundation's ports whatever the filter admits, goes with the table.
-    let bpf = remove_bpf_layer(cx.fw).unwrap_or_else(|e| e.to_string());
+    let bpf = remove_bpf_layer(cx.fw).unwrap_or_else(|e| BpfRemoved::Failed(e.to_string()));
     let mut units = Vec::new();
     if let Ok(sm) = crate::system::service_manager(cx.runner) {
         for u in saved.units.iter().filter(|u| u.enabled == Some(true)) {
@@ -34,7 +35,7 @@ pub(super) fn flip(cx: &mut Node<'_>, spec: FilterSpec) -> Result<(String, Filte
                 unit: u.unit.clone(),
                 why: e.to_string(),
             })?;
-            units.push(format!("{} disabled (not stopped)", u.unit));
+            units.push(UnitFate::Disabled(u.unit.clone()));
         }
     }
     // Under a root other than `/` the service manager is never asked (it would answer for this
@@ -42,16 +43,15 @@ pub(super) fn flip(cx: &mut Node<'_>, spec: FilterSpec) -> Result<(String, Filte
     let confined = crate::system::confined("service manager");
     for u in saved.units.iter().filter(|u| u.enabled.is_none()) {
         units.push(match &confined {
-            Some(why) => format!("{}: left as it is ({why})", u.unit),
-            None => format!(
-                "{}: the service manager could not say whether it is enabled, so it is left as \
-                 it is",
-                u.unit
-            ),
+            Some(why) => UnitFate::Confined {
+                unit: u.unit.clone(),
+                why: why.to_string(),
+            },
+            None => UnitFate::Unknown(u.unit.clone()),
         });
     }
     for u in saved.units.iter().filter(|u| u.enabled == Some(false)) {
-        units.push(format!("{} was not enabled at boot; left so", u.unit));
+        units.push(UnitFate::NotEnabled(u.unit.clone()));
     }
     // Marks the found firewall's own tables took with them are gone; any left in the runtime's
     // chains (DOCKER-USER) would be stale accepts.
@@ -64,53 +64,26 @@ pub(super) fn flip(cx: &mut Node<'_>, spec: FilterSpec) -> Result<(String, Filte
         ..saved
     });
     cx.store.save()?;
-    let retired: Vec<String> = done.iter().map(|r| r.describe()).collect();
-    let line = format!(
-        "derived filter loaded (drop by default; {} opening(s), ssh {} from {}){}; {}; found \
-         firewall retired, never flushed: {}{}",
-        spec.openings.len(),
-        spec.ssh
-            .iter()
-            .map(u16::to_string)
-            .collect::<Vec<_>>()
-            .join(","),
-        match (spec.private.as_deref(), spec.ssh_from.is_empty()) {
-            (None, _) => "anywhere".to_string(),
-            (Some(i), true) => i.to_string(),
-            (Some(i), false) => format!(
-                "{i} and {}",
-                spec.ssh_from
-                    .iter()
-                    .map(ToString::to_string)
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ),
-        },
-        if guarded {
-            ", the guard removed in the same transaction"
-        } else {
-            ""
-        },
+    let flipped = Flipped {
+        openings: spec.openings.len(),
+        ssh: spec.ssh.clone(),
+        ssh_from: spec.private.clone().map(|i| {
+            let from = spec.ssh_from.iter().map(ToString::to_string).collect();
+            (i, from)
+        }),
+        guard_removed: guarded,
         bpf,
-        if retired.is_empty() {
-            "none was found".to_string()
-        } else {
-            retired.join("; ")
-        },
-        if units.is_empty() {
-            String::new()
-        } else {
-            format!("; {}", units.join(", "))
-        }
-    );
-    Ok((line, spec))
+        retired: done,
+        units,
+    };
+    Ok((flipped, spec))
 }
 
-/// Removes the guard's BPF layer (the flip, where the derived filter takes over): its clause.
-fn remove_bpf_layer(fw: &mut dyn NodeFirewall) -> Result<String, Error> {
+/// Removes the guard's BPF layer (the flip, where the derived filter takes over).
+fn remove_bpf_layer(fw: &mut dyn NodeFirewall) -> Result<BpfRemoved, Error> {
     match fw.remove_guard_bpf() {
-        Ok(true) => Ok("the guard's netfilter BPF layer removed".into()),
-        Ok(false) => Ok("no netfilter BPF layer was pinned".into()),
+        Ok(true) => Ok(BpfRemoved::Removed),
+        Ok(false) => Ok(BpfRemoved::NonePinned),
         Err(e) => Err(e.doing("removing the guard's netfilter BPF layer")),
     }
 }

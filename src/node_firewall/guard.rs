@@ -4,11 +4,11 @@
 //! mesh_host` table, then the netfilter BPF layer pinned beside it), exempting the runtime's
 //! bridges; and the words the report and the status name its layers by.
 
+use super::outcome::{BpfLayer, GuardWritten};
 use super::{Error, NodeFirewall};
 use crate::briefing::Mark;
 use crate::declaration::{self, Mode, Resource, Settings};
-use firewall::{GuardSpec, GuardTable};
-use std::fmt::Write as _;
+use firewall::GuardSpec;
 use std::net::IpAddr;
 
 /// The firewall's part of an apply before the store is opened: another node's marks refuse it
@@ -77,9 +77,16 @@ fn container_port(resources: &[Resource], host_port: u16) -> u16 {
 /// stands on this machine (when the settings have a private network), and the guard written (for
 /// the resident host, which puts exactly that back when the ruleset changes under it).
 pub struct Guarded {
-    pub line: Result<String, Error>,
+    pub line: Result<GuardWritten, Error>,
     pub private: Option<(Mark, String)>,
     pub spec: GuardSpec,
+}
+
+impl Guarded {
+    /// Whether ensuring the guard wrote to the node's firewall (its table or its BPF maps).
+    pub fn changed(&self) -> bool {
+        self.line.as_ref().is_ok_and(GuardWritten::changed)
+    }
 }
 
 /// Ensures the guard for `decl` and `settings` and checks the private network's interface it
@@ -148,117 +155,36 @@ pub fn with_bridges(spec: &GuardSpec, bridges: &[String]) -> GuardSpec {
     out
 }
 
-/// The guard's layers when both hold, as the briefing and `firewall status` name them.
-pub const LAYERS_BOTH: &str =
-    "guard: table inet mesh_host + netfilter BPF (pinned): holds through any ruleset change";
-
-/// The guard's layer where the kernel has no netfilter BPF for it, with its measured window.
-pub const LAYERS_TABLE_ALONE: &str = "guard: table inet mesh_host alone: a foreign flush or \
-     reload removes it until the resident host writes it back (measured on kernel 6.18: about \
-     8.6 ms per reload, 432 of 3,043 probes through across 50 reloads)";
+pub use super::outcome::{LAYERS_BOTH, LAYERS_TABLE_ALONE};
 
 /// Puts `spec` in force in both layers, the table and beside it the netfilter BPF program
-/// pinned under `root`; returns the guard's line for the report and the briefing. The BPF layer
-/// is loaded even when the table cannot be (a table another process holds), and where the
-/// kernel refuses it the line says the table holds alone, and why.
-pub fn write(fw: &mut dyn NodeFirewall, spec: &GuardSpec) -> Result<String, Error> {
-    let table = write_table(fw, spec);
-    let layers = write_bpf_layer(fw, spec);
-    match table {
-        Ok(line) => Ok(format!("{line}; {layers}")),
-        Err(e) => Err(Error::Guard {
-            table: Box::new(e),
-            layers,
-        }),
-    }
-}
-
-/// The guard's BPF layer for `spec`, pinned under `root`: its clause for the guard's line.
-fn write_bpf_layer(fw: &mut dyn NodeFirewall, spec: &GuardSpec) -> String {
-    match fw.guard_bpf(spec) {
-        Ok(r) => format!(
-            "{LAYERS_BOTH} (links {}{}, ports and interfaces {})",
-            match r.loaded {
-                firewall::bpf::Loaded::Created => "attached and pinned",
-                firewall::bpf::Loaded::Reclaimed => "reclaimed",
-                firewall::bpf::Loaded::Replaced => "replaced",
-                firewall::bpf::Loaded::Found => "found in the kernel unpinned and pinned again",
-            },
-            if r.detached.is_empty() {
-                String::new()
-            } else {
-                format!(
-                    "; {} more of this node's guard links detached",
-                    r.detached.len()
-                )
-            },
-            if r.changed { "written" } else { "unchanged" }
-        ),
-        Err(e) => {
-            tracing::warn!(error = %e, "the guard's netfilter BPF layer is not loaded");
-            format!("{LAYERS_TABLE_ALONE}; netfilter BPF not loaded: {e}")
-        }
-    }
-}
-
-/// Puts `spec` in force in the table; returns its part of the guard's line.
-fn write_table(fw: &mut dyn NodeFirewall, spec: &GuardSpec) -> Result<String, Error> {
-    let report = fw.guard_table(spec).map_err(|e| match e {
+/// pinned under `root`; returns what each layer did (its words are the report's and the
+/// briefing's guard line). The BPF layer is loaded even when the table cannot be (a table
+/// another process holds), and where the kernel refuses it the outcome says the table holds
+/// alone, and why.
+pub fn write(fw: &mut dyn NodeFirewall, spec: &GuardSpec) -> Result<GuardWritten, Error> {
+    let table = fw.guard_table(spec).map_err(|e| match e {
         Error::NoNfTables => e.doing("the guard cannot be loaded"),
         e => e.doing("loading the guard"),
-    })?;
-    let table = match report.table {
-        GuardTable::Created => "created".to_string(),
-        GuardTable::Present => "plain table".to_string(),
-        GuardTable::Replaced(old) => format!("replaced {} with a plain table", old.describe()),
-        GuardTable::HeldBy(port) => {
-            format!("held by another process, netlink port {port}, and in force")
+    });
+    let bpf = match fw.guard_bpf(spec) {
+        Ok(r) => BpfLayer::Loaded(r),
+        Err(e) => {
+            tracing::warn!(error = %e, "the guard's netfilter BPF layer is not loaded");
+            BpfLayer::NotLoaded(e.to_string())
         }
     };
-    let ports: Vec<String> = spec
-        .ports
-        .iter()
-        .map(|p| {
-            if p.container_port == p.host_port {
-                format!("{} {}", p.what, p.host_port)
-            } else {
-                format!(
-                    "{} {} (container port {})",
-                    p.what, p.host_port, p.container_port
-                )
-            }
-        })
-        .collect();
-    let containers = if spec.runtimes.is_empty() {
-        "no runtime bridge reported".to_string()
-    } else {
-        format!(
-            "at the container ports routed to {}",
-            spec.runtimes.join(", ")
-        )
-    };
-    let mut except = spec.allowed.join(", ");
-    if let Some(p) = &spec.private {
-        let ranges: Vec<String> = p.ranges.iter().map(|r| r.to_string()).collect();
-        let from = if ranges.is_empty() {
-            "no source (no private range)".to_string()
-        } else {
-            ranges.join(", ")
-        };
-        let _ = write!(except, " and on {} from {from}", p.interface);
+    match table {
+        Ok(table) => Ok(GuardWritten {
+            spec: spec.clone(),
+            table,
+            bpf,
+        }),
+        Err(e) => Err(Error::Guard {
+            table: Box::new(e),
+            layers: bpf,
+        }),
     }
-    Ok(format!(
-        "refusing {} on this node's own addresses except on {}, and {} ({}; {})",
-        ports.join(" and "),
-        except,
-        containers,
-        table,
-        if report.changed {
-            "written"
-        } else {
-            "unchanged"
-        }
-    ))
 }
 
 /// How the declared private interface stands among this node's `interfaces`: it must exist and

@@ -22,6 +22,7 @@ mod flip;
 pub mod guard;
 mod kernel;
 pub mod openings;
+pub mod outcome;
 pub mod removal;
 mod restore;
 pub mod save;
@@ -33,6 +34,7 @@ pub use before::before_resources;
 pub use guard::{guard_spec, with_bridges, Guarded, LAYERS_BOTH, LAYERS_TABLE_ALONE};
 pub use kernel::{legacy_in_force, open_found, Kernel};
 pub use openings::{NotAdmitted, Openings};
+pub use outcome::{FilterSaid, FlipSaid, GuardSaid, GuardWritten};
 
 use crate::briefing::Mark;
 use crate::declaration::Declaration;
@@ -164,7 +166,7 @@ pub enum Error {
     Guard {
         #[source]
         table: Box<Error>,
-        layers: String,
+        layers: outcome::BpfLayer,
     },
     /// The one convergence (or the one removal) of the apply's openings failed, so each opening
     /// fails with it.
@@ -177,6 +179,20 @@ pub enum Error {
 }
 
 impl Error {
+    /// Whether this is the firewall refusing the act before it writes anything: another node's
+    /// claim, a flip that cannot save what it would retire, a declaration it cannot put in its
+    /// terms. Any other error is a failure, which may come after something was written.
+    pub fn is_refusal(&self) -> bool {
+        match self {
+            Error::Claimed { .. }
+            | Error::NotConvergeable { .. }
+            | Error::Declared(_)
+            | Error::Untranslatable(_) => true,
+            Error::Step { source, .. } => source.is_refusal(),
+            _ => false,
+        }
+    }
+
     /// This error as the failure of `doing`.
     pub fn doing(self, doing: impl Into<String>) -> Error {
         Error::Step {
@@ -217,14 +233,14 @@ pub enum Transition {
 /// host's memo.
 #[derive(Debug, Default)]
 pub struct Before {
-    /// The guard's line, on an adopted node with settings.
-    pub guard: Option<Result<String, Error>>,
+    /// What the guard's layers did, on an adopted node with settings.
+    pub guard: Option<Result<GuardWritten, Error>>,
     /// How the declared private network's interface stands.
     pub private: Option<(Mark, String)>,
-    /// The flip's or the return's line (or a derived filter removed from an adopted node).
-    pub flip: Option<String>,
-    /// The derived filter's line, on a flipped node.
-    pub filter: Option<String>,
+    /// What the flip or the return did (or a derived filter removed from an adopted node).
+    pub flip: Option<FlipSaid>,
+    /// How the derived filter stands, on a flipped node.
+    pub filter: Option<FilterSaid>,
     /// The step that failed, which stops the resources: (step, what, why).
     pub failed: Option<(&'static str, &'static str, String)>,
     /// The guard in force, for the memo.
@@ -276,7 +292,7 @@ pub fn recheck(fw: &mut dyn NodeFirewall, memo: &Memo) -> Result<PutBack, Error>
         fw.know_runtime_bridges(&spec.bridges);
     }
     if let Some(spec) = &memo.guard {
-        done.guard_written = guard::write(fw, spec)?.contains("; written)");
+        done.guard_written = guard::write(fw, spec)?.table_written();
     }
     if let Some(spec) = &memo.filter {
         let written = fw

@@ -114,10 +114,10 @@ impl Openings {
         for p in &states {
             match &p.state {
                 State::Present => in_force.push(match &p.chain {
-                    Some(c) if !p.layer.contains(&format!(" {c} ")) => {
+                    Some(c) if p.layer.chain != *c => {
                         format!("{} (in chain {c})", p.layer)
                     }
-                    _ => p.layer.clone(),
+                    _ => p.layer.to_string(),
                 }),
                 State::NotNeeded(_) => not_needed += 1,
                 // A layer's own account of why it does not admit it (the driver's words),
@@ -128,7 +128,7 @@ impl Openings {
                 | State::Doubtful(_)
                 | State::Bypass(_) => not_admitted.push(NotAdmitted {
                     id: id.clone(),
-                    layer: p.layer.clone(),
+                    layer: p.layer.to_string(),
                     why: p.state.describe(),
                 }),
             }
@@ -158,10 +158,10 @@ impl Openings {
         let kind = &self.kind;
         // The layers its rules were written in, whatever they admit: "no rule written" is said
         // only when none was.
-        let written: Vec<&str> = states
+        let written: Vec<String> = states
             .iter()
             .filter(|p| p.chain.is_some() && !matches!(p.state, State::NotNeeded(_)))
-            .map(|p| p.layer.as_str())
+            .map(|p| p.layer.to_string())
             .collect();
         let mut where_ = match (in_force.is_empty(), verdict) {
             (true, Some(_)) if !written.is_empty() => format!(
@@ -270,11 +270,21 @@ mod tests {
 
     const LAYER: &str = "inet filter input (nftables)";
 
+    /// The layer `LAYER` names.
+    fn layer() -> firewall::LayerId {
+        firewall::LayerId {
+            backend: firewall::Backend::Nftables,
+            family: firewall::Family::Inet,
+            table: "filter".into(),
+            chain: "input".into(),
+        }
+    }
+
     #[test]
     fn the_verdict_s_words_end_the_line_and_name_what_is_not_admitted() {
         // Written now and in force in its layer, but eth0's ingress refuses the port ahead.
         let written = Presence {
-            layer: LAYER.into(),
+            layer: layer(),
             chain: Some("input".into()),
             state: State::Present,
         };
@@ -298,7 +308,7 @@ mod tests {
     fn no_rule_written_only_when_none_was() {
         // The check left it unwritten (no chain): nothing was written, and the line says so.
         let unwritten = Presence {
-            layer: LAYER.into(),
+            layer: layer(),
             chain: None,
             state: State::Bypass("no place admits it without changing what is not its own".into()),
         };
@@ -316,7 +326,7 @@ mod tests {
         // Its marked rule stands from an earlier apply but a rule on its way cannot be told:
         // written, not "no rule written".
         let standing = Presence {
-            layer: LAYER.into(),
+            layer: layer(),
             chain: Some("input".into()),
             state: State::Doubtful("inet filter input: th sport 53 accept".into()),
         };
@@ -331,7 +341,7 @@ mod tests {
         );
         // Written by this apply, before the layer counts it in force: written too.
         let added = Presence {
-            layer: LAYER.into(),
+            layer: layer(),
             chain: Some("input".into()),
             state: State::Missing,
         };

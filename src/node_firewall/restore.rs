@@ -2,15 +2,16 @@
 //! phase ensured it before the store was opened), then the found firewall restored exactly as
 //! saved and its boot units enabled again; the derived filter is unloaded with it.
 
+use super::outcome::{Returned, UnitFate};
 use super::{Error, Node};
 
 /// The return: the guard is in force already (the apply ensured it before opening the store);
 /// the found firewall is put back exactly as saved, its boot unit enabled again if it was, and
 /// the derived filter unloaded; then the store forgets the flip and the openings converge
 /// through the found firewall as before.
-pub(super) fn unflip(cx: &mut Node<'_>) -> Result<String, Error> {
+pub(super) fn unflip(cx: &mut Node<'_>) -> Result<Returned, Error> {
     let Some(saved) = cx.store.state.flip.clone() else {
-        return Ok("nothing was flipped".into());
+        return Ok(Returned::NothingFlipped);
     };
     // A firewall that is a daemon (firewalld) must run before its state can be put back; it is
     // started once the firewall has listed the ruleset the return's wait compares with.
@@ -42,23 +43,13 @@ pub(super) fn unflip(cx: &mut Node<'_>) -> Result<String, Error> {
                 unit: u.unit.clone(),
                 why: e.to_string(),
             })?;
-            units.push(format!("{} enabled", u.unit));
+            units.push(UnitFate::Enabled(u.unit.clone()));
         }
     }
     cx.store.state.flip = None;
     cx.store.save()?;
-    let restored: Vec<String> = saved.retired.iter().map(|r| r.describe()).collect();
-    Ok(format!(
-        "found firewall restored as saved: {}{}; derived filter unloaded",
-        if restored.is_empty() {
-            "none had been retired".to_string()
-        } else {
-            restored.join("; ")
-        },
-        if units.is_empty() {
-            String::new()
-        } else {
-            format!("; {}", units.join(", "))
-        }
-    ))
+    Ok(Returned::Restored {
+        restored: saved.retired,
+        units,
+    })
 }

@@ -90,8 +90,9 @@ fn the_guard_is_in_force_before_the_store_and_every_resource() {
     assert!(
         report
             .guard
-            .as_deref()
+            .as_ref()
             .unwrap()
+            .to_string()
             .starts_with("refusing store 15432 and broker-management 15672"),
         "{:?}",
         report.guard
@@ -100,7 +101,7 @@ fn the_guard_is_in_force_before_the_store_and_every_resource() {
     assert_eq!(http.outcome, Outcome::Created);
     assert!(
         http.detail
-            .starts_with("opened in nftables inet filter input"),
+            .starts_with("opened in inet filter input (nftables)"),
         "{}",
         http.detail
     );
@@ -190,8 +191,9 @@ fn the_flip_saves_then_loads_then_retires_and_the_return_guards_first() {
     assert_eq!(st.flip.as_ref().map(|f| f.stage), Some(FlipStage::Done));
     assert!(report
         .flip
-        .as_deref()
+        .as_ref()
         .unwrap()
+        .to_string()
         .starts_with("flip: derived filter loaded"));
     let http = report.entries.iter().find(|e| e.id == "web/http").unwrap();
     assert_eq!(
@@ -210,8 +212,9 @@ fn the_flip_saves_then_loads_then_retires_and_the_return_guards_first() {
     assert!(state(root.path()).flip.is_none());
     assert!(report
         .flip
-        .as_deref()
+        .as_ref()
         .unwrap()
+        .to_string()
         .starts_with("return: found firewall restored"));
 }
 

@@ -46,6 +46,15 @@ use forward::ForwardPort;
 use fw::{Fw, IFACE, OBJ};
 pub use fw::{POLICY, ZONE};
 
+/// An interface an opening admits from is in a firewalld zone of the operator's, which the host
+/// does not move it out of.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("interface {interface} is bound to firewalld zone {zone}, the operator's; mesh-host binds only an unbound interface to its zone {ZONE}")]
+struct OperatorZone {
+    interface: String,
+    zone: String,
+}
+
 /// How long a stopping or starting firewalld is waited for.
 const SETTLE: Duration = Duration::from_secs(60);
 
@@ -185,8 +194,10 @@ impl WholeDriver for Firewalld {
         // Under StrictForwardPorts, each forwarded opening's forward ports (or why it has none),
         // and the ports and protocols they are for.
         let forward_drops = layers.iter().any(|l| l.hook == Hook::Forward && l.can_drop);
-        let mut forwarded: BTreeMap<String, std::result::Result<Vec<ForwardPort>, String>> =
-            BTreeMap::new();
+        let mut forwarded: BTreeMap<
+            String,
+            std::result::Result<Vec<ForwardPort>, forward::NoForwardPort>,
+        > = BTreeMap::new();
         let mut given: BTreeSet<(String, String)> = BTreeSet::new();
         if strict && forward_drops {
             for o in openings.iter().filter(|o| o.path == Path::Forwarded) {
@@ -209,7 +220,7 @@ impl WholeDriver for Firewalld {
 
         // Each interface an opening admits from: bound to the mesh's zone (true), not yet
         // (false), or in a zone of the operator's, which the host does not move it out of.
-        let mut bound: BTreeMap<String, std::result::Result<bool, String>> = BTreeMap::new();
+        let mut bound: BTreeMap<String, std::result::Result<bool, OperatorZone>> = BTreeMap::new();
         for i in incoming.iter().filter_map(|o| interface(o)) {
             if bound.contains_key(i) {
                 continue;
@@ -218,9 +229,10 @@ impl WholeDriver for Firewalld {
             let state = if zone == ZONE {
                 Ok(true)
             } else if !zone.is_empty() {
-                Err(format!(
-                    "interface {i} is bound to firewalld zone {zone}, the operator's; mesh-host binds only an unbound interface to its zone {ZONE}"
-                ))
+                Err(OperatorZone {
+                    interface: i.to_string(),
+                    zone,
+                })
             } else if write && zone_active {
                 fw.bind_interface(i)?;
                 done.added
@@ -354,7 +366,7 @@ impl WholeDriver for Firewalld {
                         ),
                         (Hook::Input, Some(i)) => (
                             match bound.get(i) {
-                                Some(Err(why)) => State::Unwritable(why.clone()),
+                                Some(Err(why)) => State::Unwritable(why.to_string()),
                                 Some(Ok(true)) if rich_rules(o).iter().all(|r| zone.contains(r)) => {
                                     State::Present
                                 }
@@ -368,7 +380,7 @@ impl WholeDriver for Firewalld {
                                     State::Present
                                 }
                                 Some(Ok(_)) => State::Missing,
-                                Some(Err(why)) => State::Unwritable(why.clone()),
+                                Some(Err(why)) => State::Unwritable(why.to_string()),
                                 None => State::Missing,
                             },
                             Some(format!("policy {POLICY}")),
@@ -383,7 +395,7 @@ impl WholeDriver for Firewalld {
                     }
                 };
                 done.states.entry(o.id.clone()).or_default().push(Presence {
-                    layer: l.describe(),
+                    layer: l.id(),
                     chain,
                     state,
                 });
@@ -592,7 +604,7 @@ fn unreachable_everywhere(layers: &[Layer], openings: &[Opening], why: &str, don
     for l in layers.iter().filter(|l| l.can_drop) {
         for o in openings.iter().filter(|o| l.crossed_by(o)) {
             done.states.entry(o.id.clone()).or_default().push(Presence {
-                layer: l.describe(),
+                layer: l.id(),
                 chain: None,
                 state: State::Unwritable(format!("firewalld: {why}")),
             });

@@ -10,7 +10,7 @@
 mod firewalld;
 mod iptables;
 mod nf;
-mod nftables;
+pub(crate) mod nftables;
 mod seam;
 mod ufw;
 

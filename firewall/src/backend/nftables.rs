@@ -267,7 +267,7 @@ fn survey(root: &FsPath, cx: &mut Cx<'_>) -> Result<Option<Retired>> {
 }
 
 /// `table FAMILY NAME` from a saved part's name.
-fn saved_table(s: &Saved) -> Option<(Family, String)> {
+pub(crate) fn saved_table(s: &Saved) -> Option<(Family, String)> {
     let mut w = s.what.split_whitespace();
     let (_, fam, name) = (w.next()?, w.next()?, w.next()?);
     let family = Family::ALL.into_iter().find(|f| f.nft_name() == fam)?;

@@ -238,7 +238,7 @@ fn not_running(layers: &[Layer], openings: &[Opening]) -> Converged {
     for l in layers {
         for o in openings.iter().filter(|o| l.crossed_by(o)) {
             done.states.entry(o.id.clone()).or_default().push(Presence {
-                layer: l.describe(),
+                layer: l.id(),
                 chain: None,
                 state: State::NotNeeded(
                     "ufw is not running: its chains are empty and refuse nothing".into(),
@@ -376,7 +376,7 @@ fn states(
                 State::Missing
             };
             done.states.entry(o.id.clone()).or_default().push(Presence {
-                layer: l.describe(),
+                layer: l.id(),
                 chain: Some(
                     match o.path {
                         Path::Incoming => "ufw-user-input",

@@ -79,7 +79,7 @@ fn want_ifaces(spec: &GuardSpec) -> Result<Vec<([u8; 16], u32)>> {
     for name in spec.allowed.iter().chain(&spec.runtimes).chain(private) {
         check_exact_interface(name, "guard").map_err(|reason| Error::InvalidOpening {
             id: "guard".into(),
-            reason,
+            reason: reason.to_string(),
         })?;
     }
     let mut out = Vec::new();

@@ -21,7 +21,7 @@ use sock::NETNS_DIR;
 /// addresses.
 type Peers = BTreeMap<String, (String, String, String)>;
 
-pub(super) type Planned = Vec<Vec<std::result::Result<Shot, String>>>;
+pub(super) type Planned = Vec<Vec<std::result::Result<Shot, super::NoShot>>>;
 
 pub(super) fn run(
     s: &mut Scratch<'_>,
@@ -152,7 +152,7 @@ fn send(s: &Scratch<'_>, node: &str, planned: &Planned, peers: &Peers) -> Result
                         source: None,
                         to: None,
                         behind: None,
-                        kernel: Kernel::Unprobed(why.clone()),
+                        kernel: Kernel::Unprobed(why.to_string()),
                     },
                 })
                 .collect()

@@ -284,7 +284,7 @@ fn each_part_gets_its_own_source_and_a_way_with_nothing_to_send_to_says_so() {
     assert_eq!(got, [(v4("192.0.2.40"), 0), (v4("192.0.2.40"), 1)]);
     // Only a link-local IPv6 address: nothing to send to.
     assert_eq!(
-        p[1][0].as_ref().unwrap_err(),
+        p[1][0].as_ref().unwrap_err().to_string(),
         "eth0 has no ipv6 address to send to"
     );
 }
@@ -321,7 +321,7 @@ fn a_host_behinds_own_address_is_never_a_source() {
     )];
     let p = plan(&ways, &ifaces);
     assert_eq!(
-        p[0][0].as_ref().unwrap_err(),
+        p[0][0].as_ref().unwrap_err().to_string(),
         "no unicast address in 172.17.0.2/32 to send from but this machine's or a host \
          behind's own"
     );

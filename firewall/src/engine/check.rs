@@ -579,11 +579,8 @@ fn set_state(
     now: Option<String>,
     state: State,
 ) {
-    let layers: Vec<String> = plan.tables[table]
-        .layers
-        .iter()
-        .map(Layer::describe)
-        .collect();
+    let layers: Vec<crate::outcome::LayerId> =
+        plan.tables[table].layers.iter().map(Layer::id).collect();
     if let Some(ps) = plan.done.states.get_mut(id) {
         for p in ps
             .iter_mut()

@@ -50,7 +50,12 @@ pub(super) fn table_plan(
     let mut wanted: BTreeMap<(String, String), Wanted<'_>> = BTreeMap::new();
     // Where each opening's state will be recorded once the marks are counted.
     // (opening id, layer, the (chain, mark) its rules are counted by, state before counting).
-    type Pending = (String, String, Option<(String, String)>, State);
+    type Pending = (
+        String,
+        crate::outcome::LayerId,
+        Option<(String, String)>,
+        State,
+    );
     let mut pending: Vec<Pending> = Vec::new();
     // (opening, layer) whose way passes a rule the host cannot follow.
     let mut doubts: BTreeMap<(String, String), String> = BTreeMap::new();
@@ -77,21 +82,21 @@ pub(super) fn table_plan(
                 }
                 match place {
                     Place::NotNeeded(why) => {
-                        pending.push((o.id.clone(), l.describe(), None, State::NotNeeded(why)))
+                        pending.push((o.id.clone(), l.id(), None, State::NotNeeded(why)))
                     }
                     Place::Refused { chain, rule } => pending.push((
                         o.id.clone(),
-                        l.describe(),
+                        l.id(),
                         None,
                         State::Refused(format!("in chain {chain}: {rule}")),
                     )),
                     Place::Unread(why) => {
-                        pending.push((o.id.clone(), l.describe(), None, State::Unwritable(why)))
+                        pending.push((o.id.clone(), l.id(), None, State::Unwritable(why)))
                     }
                     Place::Doubtful { .. } => unreachable!("unwrapped above"),
                     Place::At { .. } if l.unwritable.is_some() => pending.push((
                         o.id.clone(),
-                        l.describe(),
+                        l.id(),
                         None,
                         State::Unwritable(l.unwritable.clone().unwrap_or_default()),
                     )),
@@ -102,7 +107,7 @@ pub(super) fn table_plan(
                         if count == 0 {
                             pending.push((
                                 o.id.clone(),
-                                l.describe(),
+                                l.id(),
                                 None,
                                 State::NotNeeded(format!(
                                     "its sources have no address of family {}",
@@ -113,7 +118,7 @@ pub(super) fn table_plan(
                         }
                         pending.push((
                             o.id.clone(),
-                            l.describe(),
+                            l.id(),
                             Some((chain.clone(), mark.clone())),
                             State::Missing,
                         ));
@@ -185,7 +190,7 @@ pub(super) fn table_plan(
             (Some(k), State::Missing) if satisfied.contains(k) => State::Present,
             (_, s) => s,
         };
-        let state = match (doubts.remove(&(id.clone(), layer.clone())), state) {
+        let state = match (doubts.remove(&(id.clone(), layer.to_string())), state) {
             (Some(rule), State::Present | State::Missing | State::NotNeeded(_)) => {
                 State::Doubtful(rule)
             }

@@ -38,7 +38,7 @@ enum Dim {
 }
 
 /// The dimensions of a type this host reads (`hash:ip,port` → address, port), or why not.
-fn dims_of(s: &Ipset) -> Result<Vec<Dim>, String> {
+fn dims_of(s: &Ipset) -> Result<Vec<Dim>, super::values::Unread> {
     let (method, dims) = s.typename.split_once(':').unwrap_or((&s.typename, ""));
     let read = matches!(method, "hash" | "bitmap");
     let dims: Option<Vec<Dim>> = dims
@@ -51,7 +51,10 @@ fn dims_of(s: &Ipset) -> Result<Vec<Dim>, String> {
         .collect();
     match dims {
         Some(d) if read && !d.is_empty() => Ok(d),
-        _ => Err(format!("ipset {} of type {}", s.name, s.typename)),
+        _ => Err(super::values::Unread::IpsetType {
+            name: s.name.clone(),
+            typename: s.typename.clone(),
+        }),
     }
 }
 
@@ -109,7 +112,7 @@ impl Walker<'_> {
         let c = at.conn;
         let kinds = match dims_of(s) {
             Ok(k) => k,
-            Err(why) => return M::Unknown(why),
+            Err(why) => return M::Unknown(why.to_string()),
         };
         let no_member = if neg { M::All(false) } else { M::None };
         // The kernel tests nothing for a match of fewer dimensions than the set has, or of

@@ -239,7 +239,7 @@ impl Walker<'_> {
                 Val::Saddr { off, len, mask } => {
                     let addrs = match saddr_set(fam, *off, *len, mask.as_deref(), &c.test, table) {
                         Ok(a) => a,
-                        Err(why) => return M::Unknown(why),
+                        Err(why) => return M::Unknown(why.to_string()),
                     };
                     let yes = q.src.intersect(&addrs);
                     return if yes.is_empty() {
@@ -286,7 +286,7 @@ impl Walker<'_> {
                     M::Some(yes, named)
                 }
             }
-            Err(why) => M::Unknown(why),
+            Err(why) => M::Unknown(why.to_string()),
         }
     }
 }
@@ -498,6 +498,33 @@ pub(super) fn fields_in(e: &super::model::SetElem, parts: &[Vec<u8>]) -> bool {
     true
 }
 
+/// What the evaluator cannot read of a test of the source address or of a set's key: the
+/// reason a verdict is doubtful, put in words here only.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum Unread {
+    #[error("a test of the middle of the source address")]
+    SourceMiddle,
+    #[error("a source address under a mask that is no prefix")]
+    MaskNotPrefix,
+    #[error("an ordering of a masked source address")]
+    MaskedOrdering,
+    #[error("set {0} is not listed")]
+    SetNotListed(String),
+    #[error("a source address tested in a way this host does not read")]
+    SourceTest,
+    #[error("a part of the source address in a concatenation")]
+    SourcePart,
+    #[error("the source address twice in a concatenation")]
+    SourceTwice,
+    #[error("a verdict map keyed on the source with other parts")]
+    SourceWithParts,
+    /// A value the key is made of that the evaluator could not load, as it said it.
+    #[error("{0}")]
+    Value(String),
+    #[error("ipset {name} of type {typename}")]
+    IpsetType { name: String, typename: String },
+}
+
 /// The sources a test of (part of) the source address holds for.
 pub(super) fn saddr_set(
     fam: Fam,
@@ -506,9 +533,9 @@ pub(super) fn saddr_set(
     mask: Option<&[u8]>,
     test: &Test,
     table: &TableIr,
-) -> Result<Addrs, String> {
+) -> Result<Addrs, Unread> {
     if off != 0 {
-        return Err("a test of the middle of the source address".into());
+        return Err(Unread::SourceMiddle);
     }
     let alen = fam.len();
     // The prefix the load and its mask keep.
@@ -523,7 +550,7 @@ pub(super) fn saddr_set(
                 .skip(ones as usize)
                 .all(|bit| bit == 0);
             if !is_prefix {
-                return Err("a source address under a mask that is no prefix".into());
+                return Err(Unread::MaskNotPrefix);
             }
             ones as usize
         }
@@ -556,7 +583,7 @@ pub(super) fn saddr_set(
                         _ => Addrs::range(fam, base, fam.max()),
                     })
                 }
-                _ => Err("an ordering of a masked source address".into()),
+                _ => Err(Unread::MaskedOrdering),
             }
         }
         Test::Range { neg, lo, hi } if whole => {
@@ -573,11 +600,11 @@ pub(super) fn saddr_set(
             let s = table
                 .sets
                 .get(set)
-                .ok_or_else(|| format!("set {set} is not listed"))?;
+                .ok_or_else(|| Unread::SetNotListed(set.to_string()))?;
             let r = s.addrs(fam);
             Ok(if *neg { r.complement() } else { r })
         }
-        _ => Err("a source address tested in a way this host does not read".into()),
+        _ => Err(Unread::SourceTest),
     }
 }
 
@@ -588,12 +615,12 @@ pub(super) fn concat_addrs(
     vals: &[Val],
     keys: &[Load],
     fam: Fam,
-) -> Result<Option<Addrs>, String> {
+) -> Result<Option<Addrs>, Unread> {
     let Some(at) = vals.iter().position(|v| matches!(v, Val::Saddr { .. })) else {
         return Ok(None);
     };
     if !matches!(vals[at], Val::Saddr { off: 0, len, mask: None } if len == fam.len()) {
-        return Err("a part of the source address in a concatenation".into());
+        return Err(Unread::SourcePart);
     }
     if vals
         .iter()
@@ -601,7 +628,7 @@ pub(super) fn concat_addrs(
         .count()
         > 1
     {
-        return Err("the source address twice in a concatenation".into());
+        return Err(Unread::SourceTwice);
     }
     let mut acc = Addrs::none(fam);
     for e in &s.elems {
@@ -646,9 +673,9 @@ pub(super) fn vmap_parts(
     keys: &[Load],
     q: &Pkt,
     fam: Fam,
-) -> Vec<(Addrs, Result<Option<Verdict>, String>, bool, bool)> {
+) -> Vec<(Addrs, Result<Option<Verdict>, Unread>, bool, bool)> {
     if let Some(Val::Unknown(why)) = vals.iter().find(|v| matches!(v, Val::Unknown(_))) {
-        return vec![(q.src.clone(), Err(why.clone()), false, false)];
+        return vec![(q.src.clone(), Err(Unread::Value(why.clone())), false, false)];
     }
     let about_port = keys.len() == 1 && (is_dport(&keys[0]) || is_orig_dport(&keys[0]));
     if vals.iter().all(|v| matches!(v, Val::Bytes(_))) {
@@ -668,12 +695,7 @@ pub(super) fn vmap_parts(
         )];
     }
     if vals.len() != 1 {
-        return vec![(
-            q.src.clone(),
-            Err("a verdict map keyed on the source with other parts".into()),
-            false,
-            false,
-        )];
+        return vec![(q.src.clone(), Err(Unread::SourceWithParts), false, false)];
     }
     // A map keyed on the source: each element's sources go its own way.
     let mut out = Vec::new();

@@ -551,7 +551,7 @@ impl<'m> Walker<'m> {
                         source: f.source || by_src,
                     };
                     match verdict {
-                        Err(why) => out.push((r, Exit::Doubt(here(), why))),
+                        Err(why) => out.push((r, Exit::Doubt(here(), why.to_string()))),
                         Ok(None) => next_live.push(r),
                         Ok(Some(v)) => {
                             let act = verdict_act(&v);

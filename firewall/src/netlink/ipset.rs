@@ -299,13 +299,13 @@ impl NfSocket {
                 })?;
             let msgs = msg::split(data).map_err(|reason| Error::Malformed {
                 what: "ipset index".into(),
-                reason,
+                reason: reason.to_string(),
             })?;
             for m in msgs.iter().filter(|m| m.seq == seq) {
                 if m.ty == NLMSG_ERROR {
                     let ack = msg::parse_ack(m).map_err(|reason| Error::Malformed {
                         what: "ipset index".into(),
-                        reason,
+                        reason: reason.to_string(),
                     })?;
                     return match ack.errno {
                         0 => Ok(got),

@@ -94,7 +94,7 @@ impl NfMonitor {
             };
             let msgs = msg::split(data).map_err(|reason| Error::Malformed {
                 what: "nf_tables events".into(),
-                reason,
+                reason: reason.to_string(),
             })?;
             for m in &msgs {
                 let Some(kind) = m.nft_msg() else { continue };
@@ -141,7 +141,7 @@ impl NfMonitor {
             };
             let msgs = msg::split(data).map_err(|reason| Error::Malformed {
                 what: "nf_tables events".into(),
-                reason,
+                reason: reason.to_string(),
             })?;
             for m in msgs.iter().filter(|m| m.nft_msg() == Some(NFT_MSG_NEWGEN)) {
                 out.push(Event::NewGen(generation(m)));

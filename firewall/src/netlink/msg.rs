@@ -71,17 +71,25 @@ impl<'a> NlMsg<'a> {
     }
 }
 
+/// A datagram whose framing breaks: a message's length with the bytes left for it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("message length {len} with {left} bytes left in the datagram")]
+pub struct BrokenFraming {
+    pub len: usize,
+    pub left: usize,
+}
+
 /// Splits a datagram into messages; broken framing is an error, since nothing after it can be
 /// trusted to be aligned.
-pub fn split(mut data: &[u8]) -> Result<Vec<NlMsg<'_>>, String> {
+pub fn split(mut data: &[u8]) -> Result<Vec<NlMsg<'_>>, BrokenFraming> {
     let mut out = Vec::new();
     while data.len() >= NLMSG_HDRLEN {
         let len = u32::from_ne_bytes(data[0..4].try_into().unwrap()) as usize;
         if len < NLMSG_HDRLEN || len > data.len() {
-            return Err(format!(
-                "message length {len} with {} bytes left in the datagram",
-                data.len()
-            ));
+            return Err(BrokenFraming {
+                len,
+                left: data.len(),
+            });
         }
         out.push(NlMsg {
             ty: u16::from_ne_bytes(data[4..6].try_into().unwrap()),
@@ -107,11 +115,16 @@ pub struct Ack {
     pub offset: Option<u32>,
 }
 
+/// An NLMSG_ERROR message too short to hold its errno and the request's header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("error message of {0} bytes")]
+pub struct ShortAck(pub usize);
+
 /// Decodes the payload of an NLMSG_ERROR message.
-pub fn parse_ack(msg: &NlMsg<'_>) -> Result<Ack, String> {
+pub fn parse_ack(msg: &NlMsg<'_>) -> Result<Ack, ShortAck> {
     let p = msg.payload;
     if p.len() < 4 + NLMSG_HDRLEN {
-        return Err(format!("error message of {} bytes", p.len()));
+        return Err(ShortAck(p.len()));
     }
     let error = i32::from_ne_bytes(p[0..4].try_into().unwrap());
     let orig_len = u32::from_ne_bytes(p[4..8].try_into().unwrap()) as usize;

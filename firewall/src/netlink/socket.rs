@@ -391,12 +391,12 @@ impl NfSocket {
             };
             let msgs = msg::split(data).map_err(|reason| Error::Malformed {
                 what: "batch acknowledgements".into(),
-                reason,
+                reason: reason.to_string(),
             })?;
             for m in msgs.iter().filter(|m| m.ty == NLMSG_ERROR) {
                 let ack = msg::parse_ack(m).map_err(|reason| Error::Malformed {
                     what: "batch acknowledgements".into(),
-                    reason,
+                    reason: reason.to_string(),
                 })?;
                 let idx = ack.seq.wrapping_sub(first) as usize;
                 if idx == 0 || idx == n + 1 {
@@ -528,7 +528,7 @@ impl NfSocket {
                 })?;
             let msgs = msg::split(data).map_err(|reason| Error::Malformed {
                 what: what.to_string(),
-                reason,
+                reason: reason.to_string(),
             })?;
             for m in msgs.iter().filter(|m| m.seq == seq) {
                 if m.flags & NLM_F_DUMP_INTR != 0 {
@@ -554,7 +554,7 @@ impl NfSocket {
                     NLMSG_ERROR => {
                         let ack = msg::parse_ack(m).map_err(|reason| Error::Malformed {
                             what: what.to_string(),
-                            reason,
+                            reason: reason.to_string(),
                         })?;
                         if ack.errno != 0 {
                             return Err(Error::ListRefused {
@@ -661,13 +661,13 @@ impl NfSocket {
                 })?;
             let msgs = msg::split(data).map_err(|reason| Error::Malformed {
                 what: "the ruleset generation".into(),
-                reason,
+                reason: reason.to_string(),
             })?;
             for m in msgs.iter().filter(|m| m.seq == seq) {
                 if m.ty == NLMSG_ERROR {
                     let ack = msg::parse_ack(m).map_err(|reason| Error::Malformed {
                         what: "the ruleset generation".into(),
-                        reason,
+                        reason: reason.to_string(),
                     })?;
                     if ack.errno != 0 {
                         return Err(Error::ListRefused {

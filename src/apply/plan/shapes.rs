@@ -547,7 +547,7 @@ pub(super) fn plan_opening(
     let layers: Vec<LayerPlan> = presence
         .iter()
         .map(|p| LayerPlan {
-            layer: p.layer.clone(),
+            layer: p.layer.to_string(),
             chain: p.chain.clone(),
             now: p.state.describe(),
             writes: p.state == firewall::State::Missing,

@@ -190,6 +190,23 @@ pub(super) fn finish(result: Result<Report, ApplyError>, json: bool) -> Result<E
         Err(ApplyError::Safety(why)) => {
             return refusal(json, 3, &[format!("refused: {why}")], "nothing was changed");
         }
+        Err(e @ ApplyError::NotYet { .. }) => {
+            return refusal(json, 3, &[format!("refused: {e}")], "nothing was changed");
+        }
+        // The firewall refused before it wrote anything, and nothing was written before it: a
+        // refusal. A firewall that failed, or refused after the guard was written, is an error
+        // (exit 1) that says what had been written.
+        Err(ApplyError::Firewall {
+            source,
+            written: None,
+        }) if source.is_refusal() => {
+            return refusal(
+                json,
+                3,
+                &[format!("refused: {source}")],
+                "nothing was changed",
+            );
+        }
         Err(ApplyError::Machine(p)) => {
             let lines: Vec<String> = p.0.iter().map(|p| format!("refused: {p}")).collect();
             return refusal(
@@ -202,9 +219,12 @@ pub(super) fn finish(result: Result<Report, ApplyError>, json: bool) -> Result<E
                 ),
             );
         }
-        Err(e @ (ApplyError::Store(_) | ApplyError::Root(_) | ApplyError::Unrecorded { .. })) => {
-            return Err(e.into())
-        }
+        Err(
+            e @ (ApplyError::Store(_)
+            | ApplyError::Root(_)
+            | ApplyError::Unrecorded { .. }
+            | ApplyError::Firewall { .. }),
+        ) => return Err(e.into()),
     };
     if json {
         json_contract::print("report", report.exit_code(), &report)?;

@@ -67,7 +67,7 @@ pub(super) fn of(
         Mode::Converged => {
             let mut fw = (host.firewall)(host.root, decl);
             let spec = filter_spec(&mut *fw, host.runner, decl, Some(settings), ssh, ssh_from)
-                .map_err(|e| ApplyError::Safety(e.to_string()))?;
+                .map_err(ApplyError::firewall)?;
             let private = spec.private.clone();
             let now = reached_now(&mut *fw, &m.listeners);
             Some(Filter {

@@ -49,27 +49,33 @@ impl std::fmt::Display for ForwardPort {
     }
 }
 
+/// Why a forwarded opening gets no forward port (then it is not admitted, and this is its
+/// state's reason).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(super) enum NoForwardPort {
+    /// It admits only some sources (`what`), which a forward port would widen to every one.
+    #[error("firewalld's StrictForwardPorts admits a forwarded connection by its original port alone, from every source, and the opening admits only {0}: mesh-host does not widen it (open it from anywhere, or set StrictForwardPorts=no)")]
+    Widened(String),
+    #[error("no DNAT rule translates {proto} port {port}: no container runtime publishes it yet (the forward port is written once one does)")]
+    Unpublished { proto: String, port: u16 },
+}
+
 /// The forward ports a forwarded opening needs, one per place its port is translated to; or
 /// why none is written (then the opening is not admitted, and the reason is its state).
 pub(super) fn wanted(
     o: &Opening,
     targets: &[Target],
-) -> std::result::Result<Vec<ForwardPort>, String> {
-    let widened = |what: &str| {
-        format!(
-            "firewalld's StrictForwardPorts admits a forwarded connection by its original port alone, from every source, and the opening admits only {what}: mesh-host does not widen it (open it from anywhere, or set StrictForwardPorts=no)"
-        )
-    };
+) -> std::result::Result<Vec<ForwardPort>, NoForwardPort> {
     match &o.from {
         From::Anywhere => {}
-        From::Networks(_) => return Err(widened("some networks")),
-        From::Interface(i) => return Err(widened(&format!("interface {i}"))),
+        From::Networks(_) => return Err(NoForwardPort::Widened("some networks".into())),
+        From::Interface(i) => return Err(NoForwardPort::Widened(format!("interface {i}"))),
     }
     if targets.is_empty() {
-        return Err(format!(
-            "no DNAT rule translates {} port {}: no container runtime publishes it yet (the forward port is written once one does)",
-            o.proto, o.port
-        ));
+        return Err(NoForwardPort::Unpublished {
+            proto: o.proto.to_string(),
+            port: o.port,
+        });
     }
     Ok(targets
         .iter()
@@ -173,8 +179,16 @@ mod tests {
     #[test]
     fn nothing_without_a_target_or_when_it_would_widen() {
         let why = wanted(&opening(From::Anywhere), &[]).unwrap_err();
+        assert_eq!(
+            why,
+            NoForwardPort::Unpublished {
+                proto: "tcp".into(),
+                port: 8085
+            }
+        );
         assert!(
-            why.contains("no DNAT rule translates tcp port 8085"),
+            why.to_string()
+                .contains("no DNAT rule translates tcp port 8085"),
             "{why}"
         );
         let target = [Target {
@@ -186,9 +200,10 @@ mod tests {
             len: 8,
         }]);
         let why = wanted(&opening(nets), &target).unwrap_err();
-        assert!(why.contains("does not widen it"), "{why}");
+        assert_eq!(why, NoForwardPort::Widened("some networks".into()));
+        assert!(why.to_string().contains("does not widen it"), "{why}");
         let why = wanted(&opening(From::Interface("wg0".into())), &target).unwrap_err();
-        assert!(why.contains("interface wg0"), "{why}");
+        assert_eq!(why, NoForwardPort::Widened("interface wg0".into()));
     }
 
     /// A stale forward port (the container moved) is replaced, under either scope; converging

@@ -94,8 +94,17 @@ impl Fw {
             &[Arg::Str(IFACE_CONFIG), Arg::Str(name)],
         ) {
             Ok(v) => Ok(v.first().and_then(Value::as_str).map(String::from)),
-            Err(Error::Dbus { reason, .. })
-                if reason.contains("InvalidArgs") || reason.contains("INVALID_") =>
+            // By the error's name, or by the code that begins its message: firewalld's
+            // python-dbus names its own exception and puts the D-Bus error's name
+            // (`org.freedesktop.DBus.Error.InvalidArgs`) or firewalld's code
+            // (`INVALID_PROPERTY`) first in the message.
+            Err(Error::DbusReply { name, message, .. })
+                if [
+                    name.as_str(),
+                    message.split(':').next().unwrap_or("").trim(),
+                ]
+                .iter()
+                .any(|code| code.ends_with(".InvalidArgs") || code.starts_with("INVALID_")) =>
             {
                 Ok(None)
             }
