@@ -487,19 +487,16 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Command::Profile { json } => {
             let mut profile = crate::system::profile::Profile::gather(&cli.root, &SystemRunner);
             // The firewall engine's part: what it finds, and what the kernel's tables can do.
-            static EXEC: firewall::SystemExec = firewall::SystemExec;
-            profile.found_firewall = Some(match firewall::Firewall::open(&EXEC) {
-                Ok(mut fw) => match fw.found() {
-                    Ok(f) => match &f.refusal {
-                        Some(why) => format!("{} (refused for adoption: {why})", f.kind()),
-                        None => f.kind(),
-                    },
-                    Err(e) => format!("unreadable: {e}"),
+            let mut fw = crate::node_firewall::kernel_reader(&cli.root, "", Default::default());
+            profile.found_firewall = Some(match fw.detected() {
+                Ok(f) => match &f.refusal {
+                    Some(why) => format!("{} (refused for adoption: {why})", f.kind()),
+                    None => f.kind(),
                 },
                 Err(e) => format!("unreadable: {e}"),
             });
             profile.nftables_table_flags =
-                firewall::probe::table_flags()
+                fw.table_flags()
                     .ok()
                     .map(|f| crate::system::profile::TableFlags {
                         owner: f.owner,

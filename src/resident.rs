@@ -14,6 +14,7 @@
 //! host per store: it holds the store's run lock for its life (`pid_file::Claim`).
 
 use crate::apply::{self, FirewallMemo, Host, Rechecked};
+use crate::node_firewall::NodeFirewallRead as _;
 use crate::pid_file::{Claim, ClaimError, ALREADY_RUNNING};
 use crate::store;
 use crate::wakeup::Wakeup;
@@ -28,7 +29,7 @@ use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::signal::{SigSet, Signal};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
 pub use pace::SETTLE;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
+use std::os::fd::{AsFd, BorrowedFd};
 use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -147,7 +148,13 @@ pub fn run(host: &Host<'_>, opts: &Options) -> Result<ExitCode> {
     // The link's thread starts after the signals are blocked, so it inherits the mask and every
     // signal is read here.
     let mut linked = start_link(host.root, opts.heartbeat, "the link");
-    let mut monitor = match firewall::NfMonitor::open() {
+    // The node's firewall the guard is put back through the moment another program's change is
+    // heard: its nf_tables socket kept for the host's whole life, so that costs no socket setup.
+    // Only the guard's table and the derived filter go through it, which name no node. The
+    // ruleset's changes are heard through it too.
+    let mut put_back_fw =
+        crate::node_firewall::Kernel::new(host.root, "", Default::default()).with_socket();
+    let mut monitor = match put_back_fw.monitor() {
         Ok(m) => Some(m),
         Err(e) => {
             tracing::warn!(error = %e, "cannot hear nf_tables events; the firewall is re-checked on the legacy period only");
@@ -161,11 +168,6 @@ pub fn run(host: &Host<'_>, opts: &Options) -> Result<ExitCode> {
     // The container runtime's bridges followed live: a network created after an apply is
     // covered by the guard within milliseconds (`resident/bridges.rs`).
     let follow = bridges::Follow::start();
-    // The node's firewall the guard is put back through the moment another program's change is
-    // heard: its nf_tables socket kept for the host's whole life, so that costs no socket setup.
-    // Only the guard's table and the derived filter go through it, which name no node.
-    let mut put_back_fw =
-        crate::node_firewall::Kernel::new(host.root, "", Default::default()).with_socket();
     let mut memo: Option<FirewallMemo> = None;
     // The store as it was when `memo` was made: another process's apply (a `converge`, an
     // `adopt`, a `take`) changes it before it touches the firewall, so a change heard then is
@@ -252,8 +254,8 @@ pub fn run(host: &Host<'_>, opts: &Options) -> Result<ExitCode> {
             // while the ruleset was changing: then it is tried again once the ruleset is quiet.
             let foreign_during = monitor
                 .as_mut()
-                .and_then(|m| m.generations().ok())
-                .is_some_and(|events| events.iter().any(|e| is_foreign(e, me)));
+                .and_then(|m| m.changes().ok())
+                .is_some_and(|changes| changes.iter().any(|c| c.foreign(me)));
             let churned = foreign_during || asked.churn;
             retry_when_quiet = (failed && churned).then(Instant::now);
             if retry_when_quiet.is_some() {
@@ -357,9 +359,9 @@ pub fn run(host: &Host<'_>, opts: &Options) -> Result<ExitCode> {
             }
         }
         if let Some(m) = monitor.as_mut() {
-            match m.generations() {
+            match m.changes() {
                 Ok(events) => {
-                    let foreign = events.iter().any(|e| is_foreign(e, me));
+                    let foreign = events.iter().any(|c| c.foreign(me));
                     if foreign {
                         if let Some(at) = retry_when_quiet.as_mut() {
                             *at = Instant::now();
@@ -393,16 +395,8 @@ pub fn run(host: &Host<'_>, opts: &Options) -> Result<ExitCode> {
                             put_back(what, started, result);
                         }
                     }
-                    for e in events {
-                        let who = match &e {
-                            firewall::Event::NewGen(g) if g.pid == Some(me) => continue,
-                            firewall::Event::NewGen(g) => format!(
-                                "{} (pid {})",
-                                g.process.as_deref().unwrap_or("?"),
-                                g.pid.map(|p| p.to_string()).unwrap_or_else(|| "?".into())
-                            ),
-                            _ => "events lost (buffer full)".to_string(),
-                        };
+                    for e in events.iter().filter(|c| c.foreign(me)) {
+                        let who = e.who();
                         let now = Instant::now();
                         changed = Some(match changed.take() {
                             Some((first, _, _)) => (first, now, who),
@@ -497,9 +491,7 @@ pub fn run(host: &Host<'_>, opts: &Options) -> Result<ExitCode> {
         }
         let mut fds = vec![signals.fd.as_fd()];
         if let Some(m) = &monitor {
-            // SAFETY: the monitor owns this descriptor and outlives the `wait` below, the only
-            // use of the borrow (the firewall crate gives the monitor no `AsFd`).
-            fds.push(unsafe { BorrowedFd::borrow_raw(m.as_raw_fd()) });
+            fds.push(m.fd());
         }
         if let Some(l) = &linked {
             fds.push(l.fd());
@@ -530,11 +522,6 @@ fn cover_memo(
     bridges::cover(fw, host.runner, &mut m.guard, &mut m.filter, current, heard)
 }
 
-/// Whether an nf_tables event is another program's change (or lost events, which may be).
-fn is_foreign(e: &firewall::Event, me: u32) -> bool {
-    !matches!(e, firewall::Event::NewGen(g) if g.pid == Some(me))
-}
-
 /// The link, if this node is enrolled. A node that cannot start its link runs disconnected: it
 /// still reconciles against its store. `which` names the link in the log.
 fn start_link(root: &Path, heartbeat: Duration, which: &str) -> Option<crate::link::Resident> {
@@ -555,7 +542,7 @@ fn firewalld_reloads() -> Option<Arc<Wakeup>> {
         }
     };
     let writer = Arc::clone(&wakeup);
-    let listening = firewall::backend::firewalld_reloads(move || writer.ring());
+    let listening = crate::node_firewall::firewalld_reloads(move || writer.ring());
     match listening {
         Ok(_) => Some(wakeup),
         Err(e) => {

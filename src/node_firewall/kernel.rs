@@ -2,10 +2,13 @@
 //! (detection reads every layer, so once per apply), the guard's table written on the nf_tables
 //! socket without waiting for detection, and the guard's BPF layer pinned under the node's root.
 
-use super::{Error, NodeFirewall};
-use firewall::eval::Verdict;
+use super::read::NfChanges;
+use super::{Error, Held, Monitor, NodeFirewall, NodeFirewallRead};
+use firewall::bpf::{BpfStatus, Pins};
+use firewall::eval::{Answer, Verdict, Way};
 use firewall::{
-    Converged, Exec, FilterSpec, Firewall, GuardSpec, NfSocket, Opening, Retired, Scope,
+    Converged, Exec, FilterSpec, Firewall, Found, GuardSpec, GuardStatus, NfSocket, Opening,
+    Presence, Retired, Scope,
 };
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -104,27 +107,6 @@ impl Kernel {
 }
 
 impl NodeFirewall for Kernel {
-    fn claimed_by(&mut self) -> Result<Option<String>, Error> {
-        Ok(self.found()?.claimed_by()?)
-    }
-
-    fn generation(&mut self) -> Option<u32> {
-        if legacy_in_force() {
-            return None;
-        }
-        self.found().ok()?.generation().ok().flatten()
-    }
-
-    fn kind(&mut self) -> String {
-        match self.found() {
-            Ok(fw) => fw
-                .found()
-                .map(|f| f.kind())
-                .unwrap_or_else(|e| format!("unreadable: {e}")),
-            Err(e) => format!("unreadable: {e}"),
-        }
-    }
-
     fn guard_table(&mut self, spec: &GuardSpec) -> Result<firewall::GuardReport, Error> {
         Ok(firewall::guard::ensure(self.socket()?, spec)?)
     }
@@ -153,29 +135,6 @@ impl NodeFirewall for Kernel {
             openings.len()
         );
         Ok(done)
-    }
-
-    fn verdicts(&mut self, openings: &[Opening]) -> Result<BTreeMap<String, Verdict>, Error> {
-        Ok(self.found()?.verdicts(openings)?)
-    }
-
-    fn answers(
-        &mut self,
-        openings: &[Opening],
-    ) -> Result<Vec<Vec<(firewall::eval::Way, firewall::eval::Answer)>>, Error> {
-        Ok(self.found()?.explain_each(openings)?)
-    }
-
-    fn ask_kernel(
-        &mut self,
-        ways: &[(firewall::eval::Way, firewall::eval::Answer)],
-    ) -> Result<firewall::confirm::Confirmation, Error> {
-        firewall::confirm::on_node(
-            firewall_exec(self.deadlines),
-            ways,
-            firewall::confirm::BUDGET,
-        )
-        .map_err(|e| Error::from(e).doing("asking the kernel in scratch network namespaces"))
     }
 
     fn filter_in_force(&mut self, spec: &FilterSpec) -> Result<bool, Error> {
@@ -223,11 +182,107 @@ impl NodeFirewall for Kernel {
         self.know_runtime_bridges(&bridges);
         bridges
     }
+}
+
+impl NodeFirewallRead for Kernel {
+    fn claimed_by(&mut self) -> Result<Option<String>, Error> {
+        Ok(self.found()?.claimed_by()?)
+    }
+
+    fn generation(&mut self) -> Option<u32> {
+        if legacy_in_force() {
+            return None;
+        }
+        self.found().ok()?.generation().ok().flatten()
+    }
+
+    fn kind(&mut self) -> String {
+        match self.found() {
+            Ok(fw) => fw
+                .found()
+                .map(|f| f.kind())
+                .unwrap_or_else(|e| format!("unreadable: {e}")),
+            Err(e) => format!("unreadable: {e}"),
+        }
+    }
+
+    fn detected(&mut self) -> Result<Found, Error> {
+        Ok(self.found()?.found()?.clone())
+    }
+
+    fn presence(&mut self, openings: &[Opening]) -> Result<BTreeMap<String, Vec<Presence>>, Error> {
+        Ok(self.found()?.presence(openings)?)
+    }
+
+    fn verdicts(&mut self, openings: &[Opening]) -> Result<BTreeMap<String, Verdict>, Error> {
+        Ok(self.found()?.verdicts(openings)?)
+    }
+
+    fn answers(&mut self, openings: &[Opening]) -> Result<Vec<Vec<(Way, Answer)>>, Error> {
+        Ok(self.found()?.explain_each(openings)?)
+    }
+
+    fn ask_kernel(
+        &mut self,
+        ways: &[(Way, Answer)],
+    ) -> Result<firewall::confirm::Confirmation, Error> {
+        firewall::confirm::on_node(
+            firewall_exec(self.deadlines),
+            ways,
+            firewall::confirm::BUDGET,
+        )
+        .map_err(|e| Error::from(e).doing("asking the kernel in scratch network namespaces"))
+    }
+
+    fn explain(
+        &mut self,
+        opening: &Opening,
+        only_iif: Option<&str>,
+    ) -> Result<Vec<(Way, Answer)>, Error> {
+        Ok(self.found()?.explain(opening, only_iif)?)
+    }
+
+    fn guard_status(&mut self) -> Result<GuardStatus, Error> {
+        Ok(firewall::guard::status(self.socket()?)?)
+    }
+
+    fn bpf_pins(&mut self) -> Pins {
+        self.pins()
+    }
+
+    fn bpffs(&mut self) -> bool {
+        let pins = self.pins();
+        pins.may_mount || firewall::bpf::is_bpffs(&pins.fs)
+    }
+
+    fn bpf_pinned(&mut self) -> Result<BpfStatus, Error> {
+        Ok(firewall::bpf::status(&self.pins())?)
+    }
+
+    fn bpf_held(&mut self) -> Result<Held, Error> {
+        let (links, refused) = firewall::bpf::survey(&self.pins())?;
+        Ok(Held {
+            links,
+            refused: refused.map(|e| e.to_string()),
+        })
+    }
+
+    fn bpf_supported(&mut self) -> Result<(), Error> {
+        Ok(firewall::bpf::supported()?)
+    }
+
+    fn table_flags(&mut self) -> Result<firewall::probe::TableFlagSupport, Error> {
+        Ok(firewall::probe::table_flags()?)
+    }
 
     fn know_runtime_bridges(&mut self, bridges: &[String]) {
         self.bridges = bridges.to_vec();
         if let Some(fw) = self.fw.as_mut() {
             fw.set_runtime_bridges(bridges);
         }
+    }
+
+    fn monitor(&mut self) -> Result<Box<dyn Monitor>, Error> {
+        Ok(Box::new(NfChanges(firewall::NfMonitor::open()?)))
     }
 }
