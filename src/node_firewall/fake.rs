@@ -81,6 +81,29 @@ pub fn input_layer(backend: firewall::Backend, rules: usize, can_drop: bool) -> 
     }
 }
 
+/// What the kernel did with a probe (for a script's `kernel`).
+pub use firewall::confirm::Kernel as Probed;
+
+/// One incoming tcp way to `port` on `iif` whose every source the evaluator admits (for a
+/// script's `answers`).
+pub fn admitted_way(fam: firewall::eval::Fam, port: u16, iif: &str) -> (Way, Answer) {
+    use firewall::eval::{Addrs, Conn, Fate, Outcome};
+    (
+        Way {
+            conn: Conn::incoming(fam, 6, port, iif),
+            sources: Addrs::all(fam),
+        },
+        Answer {
+            parts: vec![Outcome {
+                sources: Addrs::all(fam),
+                fate: Fate::Admitted,
+                trace: vec![format!("{} filter INPUT: policy accept", fam.name())],
+                limits: Vec::new(),
+            }],
+        },
+    )
+}
+
 /// The fake; clones share one log and one script, so a test keeps one to read what an apply
 /// asked of the one it handed over.
 #[derive(Clone, Default)]

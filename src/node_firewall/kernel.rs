@@ -30,10 +30,8 @@ fn firewall_exec(deadlines: run::Deadlines) -> &'static dyn Exec {
     e
 }
 
-/// The found firewall, read as it is now, its programs within `deadlines`: for the core's
-/// read-only questions (`firewall status`, `firewall explain`), which change nothing and claim
-/// nothing.
-pub fn open_found(deadlines: run::Deadlines) -> Result<Firewall<'static>, Error> {
+/// The found firewall, read when first asked, its programs within `deadlines`.
+fn open_found(deadlines: run::Deadlines) -> Result<Firewall<'static>, Error> {
     Firewall::open(firewall_exec(deadlines)).map_err(Error::Unreadable)
 }
 

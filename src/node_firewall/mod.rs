@@ -32,7 +32,7 @@ mod tests;
 
 pub use before::before_resources;
 pub use guard::{guard_spec, with_bridges, Guarded, LAYERS_BOTH, LAYERS_TABLE_ALONE};
-pub use kernel::{legacy_in_force, open_found, Kernel};
+pub use kernel::{legacy_in_force, Kernel};
 pub use openings::{NotAdmitted, Openings};
 pub use read::{
     firewalld_reloads, kernel_reader, Change, Held, Monitor, NodeFirewallRead, OpenRead,
