@@ -57,7 +57,8 @@ pub struct Kernel {
 
 impl Kernel {
     /// The node's firewall for `node` under `root`, every program the engine runs within
-    /// `deadlines` (the declaration's `settings.deadlines`).
+    /// `deadlines` (the declaration's `settings.deadlines`); for no node when `node` is empty
+    /// (what only reads, and the resident host's put-back of the guard and the filter).
     pub fn new(root: &Path, node: &str, deadlines: run::Deadlines) -> Kernel {
         Kernel {
             root: root.to_path_buf(),
@@ -80,7 +81,11 @@ impl Kernel {
     fn found(&mut self) -> Result<&mut Firewall<'static>, Error> {
         if self.fw.is_none() {
             let mut opened = open_found(self.deadlines)?;
-            opened.for_node(&self.node);
+            // A kernel for no node (`""`: `firewall status`, `explain`, `profile`, the resident
+            // host's put-back) reads another node's marked rules as they are and claims nothing.
+            if !self.node.is_empty() {
+                opened.for_node(&self.node);
+            }
             opened.set_runtime_bridges(&self.bridges);
             self.fw = Some(opened);
             self.sock = None;
