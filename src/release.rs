@@ -119,7 +119,7 @@ pub fn carry_out(
     }
     // The pins' directory the guard made goes too (the bpffs itself is the system's): left
     // empty it would say a host was here.
-    let pins = firewall::bpf::Pins::under(host.root);
+    let pins = node_firewall::bpf::Pins::under(host.root);
     match std::fs::remove_dir(&pins.dir) {
         Ok(()) => guard.push(format!(
             "guard: pin directory {} removed",
@@ -134,11 +134,11 @@ pub fn carry_out(
     match fw.remove_guard_table() {
         Ok(true) => guard.push(format!(
             "guard: table inet {} removed (with the node's claim)",
-            firewall::MESH_TABLE
+            node_firewall::MESH_TABLE
         )),
         Ok(false) => guard.push(format!(
             "guard: no table inet {} was there",
-            firewall::MESH_TABLE
+            node_firewall::MESH_TABLE
         )),
         Err(source) => {
             return Err(ReleaseError::Guard {

@@ -14,6 +14,7 @@
 //! host per store: it holds the store's run lock for its life (`pid_file::Claim`).
 
 use crate::apply::{self, FirewallMemo, Host, Rechecked};
+use crate::node_firewall::NodeFirewallRead as _;
 use crate::pid_file::{Claim, ClaimError};
 use crate::store;
 use crate::wakeup::Wakeup;
@@ -30,7 +31,7 @@ use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::signal::{SigSet, Signal};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
 pub use pace::SETTLE;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
+use std::os::fd::{AsFd, BorrowedFd};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -176,7 +177,7 @@ struct Shell<'a, 'h> {
     opts: &'a Options,
     signals: Signals,
     linked: Option<crate::link::Resident>,
-    monitor: Option<firewall::NfMonitor>,
+    monitor: Option<Box<dyn crate::node_firewall::Monitor>>,
     me: u32,
     /// firewalld's Reloaded signal, heard on a thread of its own and passed to this loop through
     /// an eventfd: a reload drops firewalld's runtime configuration, the openings with it.
@@ -186,7 +187,8 @@ struct Shell<'a, 'h> {
     follow: bridges::Follow,
     /// The node's firewall the guard is put back through the moment another program's change is
     /// heard: its nf_tables socket kept for the host's whole life, so that costs no socket setup.
-    /// Only the guard's table and the derived filter go through it, which name no node.
+    /// Only the guard's table and the derived filter go through it, which name no node. The
+    /// ruleset's changes are heard through it too.
     put_back_fw: crate::node_firewall::Kernel,
     memo: Option<FirewallMemo>,
     /// The store as it was when `memo` was made: another process's apply (a `converge`, an
@@ -211,7 +213,9 @@ impl<'a, 'h> Shell<'a, 'h> {
         // The link's thread starts after the signals are blocked, so it inherits the mask and
         // every signal is read here.
         let linked = start_link(host.root, opts.heartbeat, "the link");
-        let monitor = match firewall::NfMonitor::open() {
+        let mut put_back_fw =
+            crate::node_firewall::Kernel::new(host.root, "", Default::default()).with_socket();
+        let monitor = match put_back_fw.monitor() {
             Ok(m) => Some(m),
             Err(e) => {
                 tracing::warn!(error = %e, "cannot hear nf_tables events; the firewall is re-checked on the legacy period only");
@@ -227,8 +231,7 @@ impl<'a, 'h> Shell<'a, 'h> {
             me: std::process::id(),
             reloads: firewalld_reloads(),
             follow: bridges::Follow::start(),
-            put_back_fw: crate::node_firewall::Kernel::new(host.root, "", Default::default())
-                .with_socket(),
+            put_back_fw,
             memo: None,
             memo_stamp: None,
             machine: Machine::new(opts, Instant::now()),
@@ -371,8 +374,8 @@ impl<'a, 'h> Shell<'a, 'h> {
         let foreign_during = self
             .monitor
             .as_mut()
-            .and_then(|m| m.generations().ok())
-            .is_some_and(|events| events.iter().any(|e| is_foreign(e, me)));
+            .and_then(|m| m.changes().ok())
+            .is_some_and(|changes| changes.iter().any(|c| c.foreign(me)));
         let churned = foreign_during || asked.churn;
         if self.machine.reconcile_ended(failed, churned, ended) {
             tracing::info!(
@@ -427,7 +430,7 @@ impl<'a, 'h> Shell<'a, 'h> {
         let Some(m) = self.monitor.as_mut() else {
             return;
         };
-        let events = match m.generations() {
+        let events = match m.changes() {
             Ok(events) => events,
             Err(e) => {
                 tracing::warn!(error = %e, "reading nf_tables events");
@@ -435,7 +438,7 @@ impl<'a, 'h> Shell<'a, 'h> {
             }
         };
         let (me, root) = (self.me, self.host.root);
-        let foreign = events.iter().any(|e| is_foreign(e, me));
+        let foreign = events.iter().any(|c| c.foreign(me));
         if foreign {
             self.machine.foreign_change(Instant::now());
         }
@@ -464,16 +467,8 @@ impl<'a, 'h> Shell<'a, 'h> {
                 put_back(what, started, result);
             }
         }
-        for e in events.iter().filter(|e| is_foreign(e, me)) {
-            let who = match e {
-                firewall::Event::NewGen(g) => format!(
-                    "{} (pid {})",
-                    g.process.as_deref().unwrap_or("?"),
-                    g.pid.map(|p| p.to_string()).unwrap_or_else(|| "?".into())
-                ),
-                _ => "events lost (buffer full)".to_string(),
-            };
-            self.machine.ruleset_changed(who, Instant::now());
+        for e in events.iter().filter(|c| c.foreign(me)) {
+            self.machine.ruleset_changed(e.who(), Instant::now());
         }
     }
 
@@ -517,9 +512,7 @@ impl<'a, 'h> Shell<'a, 'h> {
     fn wait(&self, until: Instant) {
         let mut fds = vec![self.signals.fd.as_fd()];
         if let Some(m) = &self.monitor {
-            // SAFETY: the monitor owns this descriptor and outlives the `wait` below, the only
-            // use of the borrow (the firewall crate gives the monitor no `AsFd`).
-            fds.push(unsafe { BorrowedFd::borrow_raw(m.as_raw_fd()) });
+            fds.push(m.fd());
         }
         if let Some(l) = &self.linked {
             fds.push(l.fd());
@@ -530,11 +523,6 @@ impl<'a, 'h> Shell<'a, 'h> {
         fds.extend(self.follow.fds());
         wait(&fds, until.saturating_duration_since(Instant::now()));
     }
-}
-
-/// Whether an nf_tables event is another program's change (or lost events, which may be).
-fn is_foreign(e: &firewall::Event, me: u32) -> bool {
-    !matches!(e, firewall::Event::NewGen(g) if g.pid == Some(me))
 }
 
 /// The link, if this node is enrolled. A node that cannot start its link runs disconnected: it
@@ -557,7 +545,7 @@ fn firewalld_reloads() -> Option<Arc<Wakeup>> {
         }
     };
     let writer = Arc::clone(&wakeup);
-    let listening = firewall::backend::firewalld_reloads(move || writer.ring());
+    let listening = crate::node_firewall::firewalld_reloads(move || writer.ring());
     match listening {
         Ok(_) => Some(wakeup),
         Err(e) => {

@@ -798,7 +798,7 @@ fn settle_pending(root: &Path, runner: &dyn Runner, state: &mut store::State) {
 }
 
 /// The openings of the declaration, in the firewall crate's terms.
-pub(crate) fn declared_openings(cx: &Cx<'_>) -> Result<Vec<firewall::Opening>, ResourceError> {
+pub(crate) fn declared_openings(cx: &Cx<'_>) -> Result<Vec<node_firewall::Opening>, ResourceError> {
     Ok(openings::declared(
         cx.decl,
         cx.store.state.settings.as_ref(),

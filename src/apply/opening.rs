@@ -5,8 +5,8 @@ use super::{Cx, Done, Outcome, ResourceError};
 use crate::declaration::openings::to_opening;
 use crate::declaration::{OpeningSpec, Shape};
 use crate::node_firewall::openings::Change;
+use crate::node_firewall::Opening;
 use crate::store::Owned;
-use firewall::Opening;
 
 /// One declared opening, from the convergence the apply loop made before the first opening.
 pub(super) fn apply(cx: &mut Cx<'_>, spec: &OpeningSpec) -> Result<Done, ResourceError> {
@@ -91,7 +91,7 @@ pub(super) fn record_of(spec: &OpeningSpec, opening: &Opening) -> Owned {
         module: spec.module.clone(),
         shape: Shape::Opening,
         key: spec.id.clone(),
-        digest: Some(firewall::rules::mark(opening)),
+        digest: Some(crate::node_firewall::rules::mark(opening)),
         found: false,
         stamp: None,
     }
@@ -119,7 +119,7 @@ pub(super) fn remove(cx: &mut Cx<'_>, id: &str) -> Result<Done, ResourceError> {
     };
     let mine: Vec<&str> = removed
         .iter()
-        .filter(|(mark, _)| firewall::rules::id_of(mark) == Some(id))
+        .filter(|(mark, _)| crate::node_firewall::rules::id_of(mark) == Some(id))
         .map(|(_, layer)| layer.as_str())
         .collect();
     cx.removal_said.insert(id.to_string());

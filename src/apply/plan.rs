@@ -190,6 +190,26 @@ pub fn plan(
     decl: &Declaration,
     source: Source,
 ) -> Result<Plan, Refused> {
+    plan_through(
+        &node_firewall::kernel_reader,
+        root,
+        runner,
+        act,
+        decl,
+        source,
+    )
+}
+
+/// [`plan`] with the node's firewall read through what `open` gives for the node and its
+/// deadlines: the kernel's, or the recording fake in unit tests.
+pub fn plan_through(
+    open: node_firewall::OpenRead<'_>,
+    root: &Path,
+    runner: &dyn Runner,
+    act: &str,
+    decl: &Declaration,
+    source: Source,
+) -> Result<Plan, Refused> {
     let state = store::peek(root)
         .map_err(|e| Refused {
             code: 1,
@@ -216,34 +236,25 @@ pub fn plan(
     let runner = Deadlined { runner, deadlines };
     let settings = decl.settings.clone().or_else(|| state.settings.clone());
     let mut plan = Plan::empty(act, &decl.node, decl.mode.as_str(), source);
-    let mut fw = match node_firewall::open_found(deadlines) {
-        Ok(fw) => Some(fw),
-        Err(e) => {
-            plan.unread.push(format!("the found firewall: {e}"));
-            None
-        }
-    };
-    if let Some(fw) = fw.as_mut() {
-        fw.for_node(&decl.node);
-        if decl.touches_firewall() {
-            if let Ok(Some(other)) = fw.claimed_by() {
-                if other != decl.node {
-                    return Err(Refused {
-                        held: false,
-                        code: 3,
-                        why: node_firewall::Error::Claimed {
-                            other,
-                            node: decl.node.clone(),
-                        }
-                        .to_string(),
-                    });
-                }
+    let mut fw = open(root, &decl.node, deadlines);
+    if decl.touches_firewall() {
+        if let Ok(Some(other)) = fw.claimed_by() {
+            if other != decl.node {
+                return Err(Refused {
+                    held: false,
+                    code: 3,
+                    why: node_firewall::Error::Claimed {
+                        other,
+                        node: decl.node.clone(),
+                    }
+                    .to_string(),
+                });
             }
         }
     }
     if decl.mode == Mode::Adopted {
         if let Some(s) = &settings {
-            plan.guard = Some(guard(fw.as_mut(), root, s, decl));
+            plan.guard = Some(guard(fw.as_mut(), s, decl));
         }
     }
     plan.flip = match super::transition(&state, decl) {
@@ -528,8 +539,7 @@ impl Plan {
 /// nf_tables and its netfilter BPF layer pinned under `root` (read from the pins, so a table
 /// flushed by a reload is said apart from the BPF layer that held through it).
 fn guard(
-    fw: Option<&mut firewall::Firewall<'_>>,
-    root: &Path,
+    fw: &mut dyn node_firewall::NodeFirewallRead,
     settings: &crate::declaration::Settings,
     decl: &Declaration,
 ) -> GuardPlan {
@@ -549,21 +559,20 @@ fn guard(
             )
         })
         .collect();
-    let status = fw.and_then(|fw| fw.socket()).map(firewall::guard::status);
-    let (table, table_words) = match status {
-        Some(Ok(st)) if st.present && st.plain && want.iter().all(|m| st.rules.contains(m)) => (
+    let (table, table_words) = match fw.guard_status() {
+        Ok(st) if st.present && st.plain && want.iter().all(|m| st.rules.contains(m)) => (
             true,
             format!(
                 "table inet mesh_host in force ({} rules); would be checked again",
                 st.rules.len()
             ),
         ),
-        Some(Ok(st)) if st.present => (
+        Ok(st) if st.present => (
             false,
             "table inet mesh_host differs from what the settings call for; would be written again"
                 .to_string(),
         ),
-        Some(Ok(_)) => (
+        Ok(_) => (
             false,
             format!(
                 "table inet mesh_host not in force; would be written (refusing ports {} and {} \
@@ -571,16 +580,16 @@ fn guard(
                 ports[0], ports[1]
             ),
         ),
-        Some(Err(e)) => (
-            false,
-            format!("table inet mesh_host unreadable ({e}); would be written"),
-        ),
-        None => (
+        Err(node_firewall::Error::NoNfTables) => (
             false,
             "no nf_tables socket; table inet mesh_host would be written".into(),
         ),
+        Err(e) => (
+            false,
+            format!("table inet mesh_host unreadable ({e}); would be written"),
+        ),
     };
-    let (bpf, needed, bpf_words) = bpf_layer(root);
+    let (bpf, needed, bpf_words) = bpf_layer(fw);
     GuardPlan {
         in_force: table && (bpf || !needed),
         table,
@@ -590,12 +599,12 @@ fn guard(
     }
 }
 
-/// The guard's netfilter BPF layer as pinned under `root`: whether it stands, whether the act
-/// would load it (not where it cannot be loaded at all, which the act says in its own line and
-/// cannot change), and its clause.
-fn bpf_layer(root: &Path) -> (bool, bool, String) {
-    let pins = firewall::bpf::Pins::under(root);
-    if !pins.may_mount && !firewall::bpf::is_bpffs(&pins.fs) {
+/// The guard's netfilter BPF layer as pinned under the node's root: whether it stands, whether
+/// the act would load it (not where it cannot be loaded at all, which the act says in its own
+/// line and cannot change), and its clause.
+fn bpf_layer(fw: &mut dyn node_firewall::NodeFirewallRead) -> (bool, bool, String) {
+    let pins = fw.bpf_pins();
+    if !fw.bpffs() {
         return (
             false,
             false,
@@ -605,7 +614,7 @@ fn bpf_layer(root: &Path) -> (bool, bool, String) {
             ),
         );
     }
-    match firewall::bpf::status(&pins) {
+    match fw.bpf_pinned() {
         Ok(st) if st.holds() => (
             true,
             true,
@@ -616,7 +625,7 @@ fn bpf_layer(root: &Path) -> (bool, bool, String) {
                 st.links.len()
             ),
         ),
-        Ok(st) => match firewall::bpf::supported() {
+        Ok(st) => match fw.bpf_supported() {
             Ok(()) => (
                 false,
                 true,
@@ -626,7 +635,7 @@ fn bpf_layer(root: &Path) -> (bool, bool, String) {
                         format!(
                             "pinned with {} of {} links attached",
                             st.links.len(),
-                            firewall::bpf::HOOKS.len()
+                            node_firewall::bpf::HOOKS.len()
                         )
                     } else {
                         "not pinned".to_string()
@@ -693,5 +702,218 @@ mod tests {
         let all = p.render(true);
         assert!(all.contains("unchanged      same"), "{all}");
         assert!(!all.contains("not listed"), "{all}");
+    }
+
+    /// The methods of the node's firewall that write: a preview calls none of them.
+    const WRITES: [&str; 12] = [
+        "guard_table",
+        "guard_bpf",
+        "remove_guard_bpf",
+        "remove_guard_table",
+        "converge",
+        "converge_all",
+        "ensure_filter",
+        "remove_filter",
+        "survey",
+        "flip",
+        "unflip",
+        "monitor",
+    ];
+
+    fn adopted(resources: serde_json::Value) -> Declaration {
+        let v = serde_json::json!({
+            "version": 1, "node": "n1", "mode": "adopted",
+            "settings": {
+                "ports": {"store": 15432, "bus": 5672, "broker_management": 15672,
+                          "registry": 5000, "hub": 51820}
+            },
+            "resources": resources
+        });
+        crate::declaration::validate_value(&v, Source::Local)
+            .unwrap_or_else(|p| panic!("refused:\n{p}"))
+    }
+
+    /// A preview of `decl` under a fresh root, the node's firewall read through `fake`.
+    fn preview(fake: &node_firewall::fake::Recording, decl: &Declaration) -> Result<Plan, Refused> {
+        let root = tempfile::tempdir().unwrap();
+        let runner = run::RecordingRunner::default();
+        let handed = fake.clone();
+        let open = move |_: &Path,
+                         _: &str,
+                         _: run::Deadlines|
+              -> Box<dyn node_firewall::NodeFirewallRead> {
+            Box::new(handed.clone())
+        };
+        plan_through(&open, root.path(), &runner, "apply", decl, Source::Local)
+    }
+
+    #[test]
+    fn the_fake_drives_the_preview_of_openings_layer_by_layer_and_of_the_guard() {
+        use node_firewall::{Presence, State as Layer};
+        let fake = node_firewall::fake::Recording::default();
+        {
+            let mut s = fake.script.borrow_mut();
+            s.presence.insert(
+                "web/http".into(),
+                vec![
+                    Presence {
+                        layer: node_firewall::fake::layer_id(
+                            node_firewall::Backend::IptablesNft,
+                            node_firewall::Family::Ipv4,
+                            "filter",
+                            "INPUT",
+                        ),
+                        chain: None,
+                        state: Layer::Missing,
+                    },
+                    Presence {
+                        layer: node_firewall::fake::layer_id(
+                            node_firewall::Backend::Nftables,
+                            node_firewall::Family::Inet,
+                            "fw",
+                            "input",
+                        ),
+                        chain: Some("input".into()),
+                        state: Layer::Present,
+                    },
+                ],
+            );
+            s.presence.insert(
+                "web/https".into(),
+                vec![Presence {
+                    layer: node_firewall::fake::layer_id(
+                        node_firewall::Backend::Nftables,
+                        node_firewall::Family::Inet,
+                        "fw",
+                        "input",
+                    ),
+                    chain: Some("input".into()),
+                    state: Layer::Present,
+                }],
+            );
+        }
+        let decl = adopted(serde_json::json!([
+            {"id": "web/http", "type": "opening", "port": 80, "proto": "tcp",
+             "from": "anywhere", "path": "incoming"},
+            {"id": "web/https", "type": "opening", "port": 443, "proto": "tcp",
+             "from": "anywhere", "path": "incoming"}
+        ]));
+        let plan = preview(&fake, &decl).expect("a plan");
+
+        let methods = fake.methods();
+        assert!(
+            methods.iter().all(|m| !WRITES.contains(m)),
+            "a preview wrote: {methods:?}"
+        );
+        // The claim first, then the guard's two layers, then each opening's layers and verdict.
+        assert_eq!(
+            methods,
+            [
+                "claimed_by",
+                "guard_status",
+                "bpffs",
+                "kind",
+                "presence",
+                "verdicts",
+                "kind",
+                "presence",
+                "verdicts"
+            ]
+        );
+        assert_eq!(fake.first("presence").unwrap().openings, ["web/http"]);
+
+        let by_id = |id: &str| plan.entries.iter().find(|e| e.id == id).unwrap();
+        assert_eq!(by_id("web/http").outcome, Outcome::Created);
+        assert_eq!(
+            by_id("web/http").detail,
+            "would be written in ip filter INPUT (iptables-nft)"
+        );
+        assert_eq!(by_id("web/https").outcome, Outcome::Unchanged);
+        assert_eq!(
+            by_id("web/https").detail,
+            "in force through the found firewall (nftables (fake))"
+        );
+        let http = &plan.openings[0];
+        assert_eq!(http.kind, "nftables (fake)");
+        assert_eq!(
+            http.layers
+                .iter()
+                .map(|l| (l.layer.as_str(), l.writes))
+                .collect::<Vec<_>>(),
+            [
+                ("ip filter INPUT (iptables-nft)", true),
+                ("inet fw input (nftables)", false)
+            ]
+        );
+        assert_eq!(http.verdict_now, None);
+
+        let guard = plan.guard.expect("an adopted node's guard");
+        assert!(!guard.in_force && !guard.table && !guard.bpf);
+        assert_eq!(guard.ports, [15432, 15672]);
+        assert_eq!(
+            guard.detail,
+            "no nf_tables socket; table inet mesh_host would be written; no bpffs at \
+             /sys/fs/bpf, so no netfilter BPF layer here (the table holds alone)"
+        );
+    }
+
+    #[test]
+    fn a_preview_reads_the_guard_as_standing_from_both_layers() {
+        let fake = node_firewall::fake::Recording::default();
+        {
+            let mut s = fake.script.borrow_mut();
+            s.guard = Some(node_firewall::GuardStatus {
+                present: true,
+                table: true,
+                plain: true,
+                rules: vec![
+                    "mesh-host:guard/store/tcp/15432".into(),
+                    "mesh-host:guard/broker-management/tcp/15672".into(),
+                ],
+                ..Default::default()
+            });
+            s.bpffs = true;
+            s.bpf = node_firewall::bpf::BpfStatus {
+                program: Some("mh_guard_v2".into()),
+                links: node_firewall::bpf::HOOKS
+                    .iter()
+                    .map(|(_, _, n)| n.to_string())
+                    .collect(),
+                ..Default::default()
+            };
+        }
+        let plan = preview(&fake, &adopted(serde_json::json!([]))).expect("a plan");
+        let guard = plan.guard.expect("an adopted node's guard");
+        assert!(
+            guard.in_force && guard.table && guard.bpf,
+            "{}",
+            guard.detail
+        );
+        assert!(
+            guard
+                .detail
+                .starts_with("table inet mesh_host in force (2 rules); would be checked again; "),
+            "{}",
+            guard.detail
+        );
+        assert!(!fake.methods().contains(&"bpf_supported"));
+    }
+
+    #[test]
+    fn a_preview_refuses_another_node_s_firewall_as_the_act_would() {
+        let fake = node_firewall::fake::Recording::default();
+        fake.script.borrow_mut().claimed_by = Some("n2".into());
+        let decl = adopted(serde_json::json!([
+            {"id": "web/http", "type": "opening", "port": 80, "proto": "tcp",
+             "from": "anywhere", "path": "incoming"}
+        ]));
+        let refused = preview(&fake, &decl).expect_err("another node's rules are in force");
+        assert_eq!(refused.code, 3);
+        let claimed = node_firewall::Error::Claimed {
+            other: "n2".into(),
+            node: "n1".into(),
+        };
+        assert_eq!(refused.why, claimed.to_string());
+        assert_eq!(fake.methods(), ["claimed_by"]);
     }
 }

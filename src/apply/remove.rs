@@ -108,7 +108,9 @@ pub(super) fn sweep_stale_marks(cx: &mut Cx<'_>, report: &mut Report) {
     match result {
         Ok(removed) => {
             for (mark, layer) in removed {
-                let id = firewall::rules::id_of(&mark).unwrap_or(&mark).to_string();
+                let id = crate::node_firewall::rules::id_of(&mark)
+                    .unwrap_or(&mark)
+                    .to_string();
                 // Reported already on the line of the opening whose record was removed.
                 // words read: none; a set of the opening ids already reported.
                 if cx.removal_said.contains(&id) {

@@ -10,8 +10,8 @@
 
 use crate::declaration::{Mode, Ports};
 use crate::node_firewall::{self, guard, NodeFirewall};
+use crate::node_firewall::{FilterSpec, GuardSpec};
 use crate::store::{self, FlipStage, State};
-use firewall::{FilterSpec, GuardSpec};
 use std::path::Path;
 
 /// What the boot step loaded, one line per layer, and whether it failed closed.

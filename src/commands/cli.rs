@@ -565,18 +565,16 @@ fn briefing(root: &std::path::Path, json: bool) -> Result<Exit> {
 fn profile(root: &std::path::Path, json: bool) -> Result<Exit> {
     let mut profile = crate::system::profile::Profile::gather(root, &SystemRunner);
     // The firewall engine's part: what it finds, and what the kernel's tables can do.
-    profile.found_firewall = Some(match firewall::Firewall::open(&SystemRunner) {
-        Ok(mut fw) => match fw.found() {
-            Ok(f) => match &f.refusal {
-                Some(why) => format!("{} (refused for adoption: {why})", f.kind()),
-                None => f.kind(),
-            },
-            Err(e) => format!("unreadable: {e}"),
+    let mut fw = crate::node_firewall::kernel_reader(root, "", Default::default());
+    profile.found_firewall = Some(match fw.detected() {
+        Ok(f) => match &f.refusal {
+            Some(why) => format!("{} (refused for adoption: {why})", f.kind()),
+            None => f.kind(),
         },
         Err(e) => format!("unreadable: {e}"),
     });
     profile.nftables_table_flags =
-        firewall::probe::table_flags()
+        fw.table_flags()
             .ok()
             .map(|f| crate::system::profile::TableFlags {
                 owner: f.owner,

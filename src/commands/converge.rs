@@ -6,6 +6,7 @@
 use crate::apply::Host;
 use crate::declaration::openings as opening;
 use crate::declaration::{Declaration, Mode, Resource, Shape, Source};
+use crate::node_firewall;
 use crate::node_firewall::save::ssh_ports;
 use crate::store::{self, State};
 use anyhow::{Context, Result};
@@ -243,7 +244,7 @@ pub fn preview(host: &Host<'_>) -> Result<std::result::Result<Preview, Asked>> {
     }
     let target = converged(&decl);
     let settings = state.settings.as_ref();
-    let openings: Vec<(firewall::Opening, String)> = target
+    let openings: Vec<(node_firewall::Opening, String)> = target
         .resources
         .iter()
         .filter_map(|r| match r {
@@ -253,7 +254,7 @@ pub fn preview(host: &Host<'_>) -> Result<std::result::Result<Preview, Asked>> {
             _ => None,
         })
         .collect();
-    let admit = |port: u16, proto: firewall::Proto, path: firewall::Path| {
+    let admit = |port: u16, proto: node_firewall::Proto, path: node_firewall::opening::Path| {
         openings
             .iter()
             .find(|(o, _)| o.port == port && o.proto == proto && o.path == path)
@@ -287,9 +288,10 @@ pub fn preview(host: &Host<'_>) -> Result<std::result::Result<Preview, Asked>> {
             now: String::new(),
             change: String::new(),
         };
-        if let Some((id, from)) = admit(l.port, l.protocol, firewall::Path::Incoming) {
+        if let Some((id, from)) = admit(l.port, l.protocol, node_firewall::opening::Path::Incoming)
+        {
             (r.admitted_by, r.from, r.closes) = (Some(id), Some(from), false);
-        } else if l.protocol == firewall::Proto::Tcp && ssh.contains(&l.port) {
+        } else if l.protocol == node_firewall::Proto::Tcp && ssh.contains(&l.port) {
             r.admitted_by = Some("ssh".into());
             r.from = Some(match &private {
                 Some(i) => format!("the private network ({i})"),
@@ -317,7 +319,11 @@ pub fn preview(host: &Host<'_>) -> Result<std::result::Result<Preview, Asked>> {
                 now: String::new(),
                 change: String::new(),
             };
-            if let Some((id, from)) = admit(p.host_port, p.proto, firewall::Path::Forwarded) {
+            if let Some((id, from)) = admit(
+                p.host_port,
+                p.proto,
+                node_firewall::opening::Path::Forwarded,
+            ) {
                 (r.admitted_by, r.from, r.closes) = (Some(id), Some(from), false);
             }
             if !published.contains(&r) {
@@ -346,24 +352,28 @@ pub fn preview(host: &Host<'_>) -> Result<std::result::Result<Preview, Asked>> {
     // The nftables tables the flip deletes: a ban held there is lifted by the flip.
     let retired_tables: Vec<String> = surveyed
         .iter()
-        .flat_map(firewall::Retired::nft_tables)
+        .flat_map(node_firewall::Retired::nft_tables)
         .map(|(family, table)| format!("{family} {table}"))
         .collect();
     // Where each is reachable from now: the evaluator's walk of a connection from anywhere
     // through the found firewall, beside where the derived filter admits it after the flip.
-    let asked: Vec<firewall::Opening> = listening
+    let asked: Vec<node_firewall::Opening> = listening
         .iter()
-        .map(|r| (r, firewall::Path::Incoming))
-        .chain(published.iter().map(|r| (r, firewall::Path::Forwarded)))
-        .map(|(r, path)| firewall::Opening {
+        .map(|r| (r, node_firewall::opening::Path::Incoming))
+        .chain(
+            published
+                .iter()
+                .map(|r| (r, node_firewall::opening::Path::Forwarded)),
+        )
+        .map(|(r, path)| node_firewall::Opening {
             id: now_id(r, path),
             port: r.port,
             proto: if r.proto == "udp" {
-                firewall::Proto::Udp
+                node_firewall::Proto::Udp
             } else {
-                firewall::Proto::Tcp
+                node_firewall::Proto::Tcp
             },
-            from: firewall::opening::From::Anywhere,
+            from: node_firewall::opening::From::Anywhere,
             path,
         })
         .collect();
@@ -373,8 +383,12 @@ pub fn preview(host: &Host<'_>) -> Result<std::result::Result<Preview, Asked>> {
     let mut lifts: Vec<String> = Vec::new();
     for (r, path) in listening
         .iter_mut()
-        .map(|r| (r, firewall::Path::Incoming))
-        .chain(published.iter_mut().map(|r| (r, firewall::Path::Forwarded)))
+        .map(|r| (r, node_firewall::opening::Path::Incoming))
+        .chain(
+            published
+                .iter_mut()
+                .map(|r| (r, node_firewall::opening::Path::Forwarded)),
+        )
     {
         let Some(v) = verdicts.get(&now_id(r, path)) else {
             continue;
@@ -384,8 +398,8 @@ pub fn preview(host: &Host<'_>) -> Result<std::result::Result<Preview, Asked>> {
             for p in v.parts.iter().filter(|p| {
                 matches!(
                     p.fate,
-                    firewall::eval::Fate::Refused {
-                        why: firewall::eval::Refusal::Ban,
+                    node_firewall::eval::Fate::Refused {
+                        why: node_firewall::eval::Refusal::Ban,
                         ..
                     }
                 )
@@ -443,7 +457,7 @@ pub fn preview(host: &Host<'_>) -> Result<std::result::Result<Preview, Asked>> {
     };
     let incoming = openings
         .iter()
-        .filter(|(o, _)| o.path == firewall::Path::Incoming)
+        .filter(|(o, _)| o.path == node_firewall::opening::Path::Incoming)
         .count();
     Ok(Ok(Preview {
         node: decl.node.clone(),
@@ -470,12 +484,12 @@ pub fn preview(host: &Host<'_>) -> Result<std::result::Result<Preview, Asked>> {
     }))
 }
 
-fn now_id(r: &Reach, path: firewall::Path) -> String {
+fn now_id(r: &Reach, path: node_firewall::opening::Path) -> String {
     format!("now/{}/{}/{}/{}", path.as_str(), r.proto, r.address, r.port)
 }
 
 /// From where it is reached now, and what the flip changes of that.
-fn reach_change(v: &firewall::eval::Verdict, r: &Reach) -> (String, String) {
+fn reach_change(v: &node_firewall::eval::Verdict, r: &Reach) -> (String, String) {
     let now = reached_from(v);
     let after = r.from.clone().unwrap_or_default();
     let anywhere = now == "anywhere" || now.starts_with("anywhere except ");
@@ -492,8 +506,8 @@ fn reach_change(v: &firewall::eval::Verdict, r: &Reach) -> (String, String) {
 
 /// Where a new connection from anywhere is admitted, by the interfaces it arrives on: `anywhere`,
 /// `anywhere except 10.200.1.2/32`, `nowhere`, or each interface's own answer.
-pub(crate) fn reached_from(v: &firewall::eval::Verdict) -> String {
-    use firewall::eval::{Addrs, Fam, Fate};
+pub(crate) fn reached_from(v: &node_firewall::eval::Verdict) -> String {
+    use node_firewall::eval::{Addrs, Fam, Fate};
     let mut ifaces: Vec<&str> = v.parts.iter().map(|p| p.iif.as_str()).collect();
     ifaces.sort();
     ifaces.dedup();
@@ -581,25 +595,25 @@ impl Preview {
 }
 
 /// How a kind is retired, in a sentence for the operator.
-fn retiring_how(r: &firewall::Retired) -> String {
+fn retiring_how(r: &node_firewall::Retired) -> String {
     let unit = r
         .unit
         .as_deref()
         .map(|u| format!("its boot unit {u} disabled (not stopped)"))
         .unwrap_or_else(|| "no boot unit found".into());
     let what = match r.backend {
-        firewall::Backend::Nftables => "its tables deleted in the flip's one transaction",
-        firewall::Backend::IptablesNft | firewall::Backend::IptablesLegacy => {
+        node_firewall::Backend::Nftables => "its tables deleted in the flip's one transaction",
+        node_firewall::Backend::IptablesNft | node_firewall::Backend::IptablesLegacy => {
             "the rules its rules file loads deleted, its refusing policies set to ACCEPT, the \
              chains it made deleted; the runtime's and blocklists' chains stay"
         }
-        firewall::Backend::Firewalld => {
+        node_firewall::Backend::Firewalld => {
             "firewalld ended without its own cleanup (as CleanupOnExit=no ends it: its stop \
              flushes every iptables table, the runtime's included) and its table inet firewalld \
              deleted in the flip's one transaction; started again and its runtime state put back \
              on return"
         }
-        firewall::Backend::Ufw => {
+        node_firewall::Backend::Ufw => {
             "stopped with ufw-init stop, what ufw.service runs (`ufw disable` would rewrite \
              ufw.conf); started again with ufw-init start on return"
         }

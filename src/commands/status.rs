@@ -1,26 +1,253 @@
 //! `mesh-host firewall status`: the found firewall's kind and layers with their evidence, every
-//! declared opening with present or missing per layer, and the guard's state.
+//! declared opening with present or missing per layer, and the guard's state; `firewall explain`
+//! in `status/explain.rs`.
 
-use crate::commands::Exit;
+mod explain;
+pub use explain::{
+    explain_command, explain_through, Explain, ExplainStatus, KernelProbe, WayPart, WayStatus,
+    EXIT_DISAGREES,
+};
+
 use crate::declaration::openings::to_opening;
 use crate::declaration::Resource;
-use crate::node_firewall::open_found;
+use crate::node_firewall::{self, bpf, eval::Verdict, filter, Kernel, NodeFirewallRead};
 use crate::store::State;
 use anyhow::{Context, Result};
-use serde_json::{json, Value};
+use serde::Serialize;
 use std::fmt::Write as _;
+
+/// What `firewall status` says: the found firewall, each declared opening through it, and the
+/// guard; `--json` prints it as it is (document `firewall_status`), [`render`] for a person.
+#[derive(Debug, Clone, Serialize)]
+pub struct FirewallStatus {
+    pub kind: String,
+    pub refusal: Option<String>,
+    pub notes: Vec<String>,
+    pub layers: Vec<LayerStatus>,
+    pub openings: Vec<OpeningStatus>,
+    pub guard: GuardState,
+}
+
+/// One layer of the found firewall with its evidence.
+#[derive(Debug, Clone, Serialize)]
+pub struct LayerStatus {
+    pub layer: String,
+    pub backend: &'static str,
+    pub hook: &'static str,
+    pub path: &'static str,
+    pub device: Option<String>,
+    pub unwritable: Option<String>,
+    pub family: String,
+    pub table: String,
+    pub chain: String,
+    pub priority: i32,
+    pub policy: String,
+    pub rules: usize,
+    pub can_drop: bool,
+    pub evidence: String,
+}
+
+/// One declared opening: its verdict, and its marked rule on each layer it crosses.
+#[derive(Debug, Clone, Serialize)]
+pub struct OpeningStatus {
+    pub id: String,
+    pub port: u16,
+    pub proto: &'static str,
+    pub path: &'static str,
+    pub verdict: Option<VerdictStatus>,
+    pub layers: Vec<OpeningLayer>,
+}
+
+/// An opening's marked rule on one layer.
+#[derive(Debug, Clone, Serialize)]
+pub struct OpeningLayer {
+    pub layer: String,
+    pub chain: Option<String>,
+    pub present: bool,
+    /// One word for scripts ([`state_name`]).
+    pub state: &'static str,
+    pub detail: String,
+}
+
+/// An opening's verdict for scripts: its state, the sentence a person reads, the summary they
+/// are said from (each way the parts end: the interfaces with their families, the sources when
+/// not every source, the rule), and the parts of its sources with how each ends and the rule
+/// that decides.
+#[derive(Debug, Clone, Serialize)]
+pub struct VerdictStatus {
+    pub state: &'static str,
+    pub detail: String,
+    pub summary: Vec<ClauseStatus>,
+    pub parts: Vec<PartStatus>,
+}
+
+/// One clause of a verdict's summary.
+#[derive(Debug, Clone, Serialize)]
+pub struct ClauseStatus {
+    pub fate: &'static str,
+    pub on: Vec<OnStatus>,
+    pub sources: Option<Vec<String>>,
+    pub everywhere: bool,
+    pub rule: Option<String>,
+}
+
+/// An interface a clause holds on, with its families.
+#[derive(Debug, Clone, Serialize)]
+pub struct OnStatus {
+    pub interface: String,
+    pub families: Vec<&'static str>,
+}
+
+/// One part of a verdict: a family, an interface and sources, and how it ends.
+#[derive(Debug, Clone, Serialize)]
+pub struct PartStatus {
+    pub family: &'static str,
+    pub interface: String,
+    pub sources: Vec<String>,
+    pub fate: &'static str,
+    pub rule: Option<String>,
+    pub detail: String,
+}
+
+impl VerdictStatus {
+    pub fn of(v: &Verdict) -> VerdictStatus {
+        let s = v.summary();
+        VerdictStatus {
+            state: s.state,
+            detail: s.text,
+            summary: s
+                .clauses
+                .iter()
+                .map(|c| ClauseStatus {
+                    fate: c.fate.word(),
+                    on: c
+                        .on
+                        .iter()
+                        .map(|(iif, fams)| OnStatus {
+                            interface: iif.clone(),
+                            families: fams.iter().map(|f| f.name()).collect(),
+                        })
+                        .collect(),
+                    sources: c.from.as_ref().map(|a| a.cidrs()),
+                    everywhere: c.everywhere,
+                    rule: c.fate.by().map(|b| b.to_string()),
+                })
+                .collect(),
+            parts: v
+                .parts
+                .iter()
+                .map(|p| PartStatus {
+                    family: p.fam.name(),
+                    interface: p.iif.clone(),
+                    sources: p.sources.cidrs(),
+                    fate: p.fate.word(),
+                    rule: p.fate.by().map(|b| b.to_string()),
+                    detail: p.fate.describe(),
+                })
+                .collect(),
+        }
+    }
+}
+
+/// The guard: its table as read (or no nf_tables), the layers that stand, its BPF layer.
+#[derive(Debug, Clone, Serialize)]
+pub struct GuardState {
+    #[serde(flatten)]
+    pub table: GuardTableState,
+    /// The guard's layers in force, named as the briefing names them ([`layers_named`]).
+    pub layers: &'static str,
+    pub bpf: BpfState,
+}
+
+/// The guard's table `inet mesh_host`.
+#[derive(Debug, Clone, Serialize)]
+#[serde(untagged)]
+pub enum GuardTableState {
+    Read {
+        /// The guard's refusals stand (never from the table's name alone).
+        present: bool,
+        /// The table is there, whatever it holds.
+        table: bool,
+        plain: bool,
+        owned: bool,
+        orphan: bool,
+        dormant: bool,
+        owner: Option<u32>,
+        chains: Vec<String>,
+        rules: Vec<String>,
+        /// The derived filter's chains in the table, when either is there.
+        filter: Option<FilterChains>,
+    },
+    /// The kernel has no nf_tables.
+    NoNfTables {
+        present: bool,
+        table: bool,
+        note: &'static str,
+    },
+}
+
+/// The derived filter's chains in the mesh's table and their rules together.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct FilterChains {
+    pub chains: Vec<String>,
+    pub rules: usize,
+}
+
+/// The guard's netfilter BPF layer: as pinned under the root (the same keys, empty, when the
+/// pins cannot be read), and the links the kernel holds for this namespace's guard.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct BpfState {
+    pub pinned: bool,
+    pub pins: std::path::PathBuf,
+    pub program: Option<String>,
+    pub links: Vec<String>,
+    pub link_ids: Vec<u32>,
+    pub ports: Vec<String>,
+    pub interfaces: Vec<String>,
+    pub nets: Vec<String>,
+    /// Not standing: whether this kernel takes the program at all.
+    pub kernel: Option<String>,
+    /// Why the pins could not be read.
+    pub error: Option<String>,
+    /// The ids of this namespace's guard links the kernel holds, pinned here or not.
+    pub held: Vec<u32>,
+    /// A link of this namespace's guard is attached at each of the four hooks.
+    pub attached: bool,
+    /// Why the links the kernel holds could not be read.
+    pub held_error: Option<String>,
+}
+
+impl GuardTableState {
+    fn present(&self) -> bool {
+        matches!(self, GuardTableState::Read { present: true, .. })
+    }
+
+    fn filter(&self) -> bool {
+        matches!(
+            self,
+            GuardTableState::Read {
+                filter: Some(_),
+                ..
+            }
+        )
+    }
+}
 
 /// Reads the firewall as it is now, against the stored declaration's openings; the guard's BPF
 /// layer is read from its pins under `root`.
-pub fn firewall_status(root: &std::path::Path, state: Option<&State>) -> Result<Value> {
+pub fn firewall_status(root: &std::path::Path, state: Option<&State>) -> Result<FirewallStatus> {
     // The firewall's programs get the stored declaration's deadlines, as they do in an apply.
     let deadlines = state
         .and_then(|s| s.settings.as_ref())
         .and_then(|s| s.deadlines)
         .unwrap_or_default();
-    let mut fw = open_found(deadlines)?;
-    fw.set_runtime_bridges(&recorded_bridges(state));
-    let found = fw.found().context("reading the found firewall")?.clone();
+    read_status(&mut Kernel::new(root, "", deadlines), state)
+}
+
+/// [`firewall_status`] through `fw`: the kernel's, or the recording fake in unit tests.
+pub fn read_status(fw: &mut dyn NodeFirewallRead, state: Option<&State>) -> Result<FirewallStatus> {
+    fw.know_runtime_bridges(&recorded_bridges(state));
+    let found = fw.detected().context("reading the found firewall")?;
     let settings = state.and_then(|s| s.settings.as_ref());
     let mut openings = Vec::new();
     if let Some(decl) = state.and_then(|s| s.declaration.as_ref()) {
@@ -34,100 +261,81 @@ pub fn firewall_status(root: &std::path::Path, state: Option<&State>) -> Result<
     let verdicts = fw
         .verdicts(&openings)
         .context("walking the openings' connections through the found firewall")?;
-    let guard = match fw.socket() {
-        Some(sock) => {
-            let g = firewall::guard::status(sock).context("reading the guard")?;
-            json!({"present": g.present, "table": g.table, "plain": g.plain, "owned": g.owned,
-                   "orphan": g.orphan, "dormant": g.dormant, "owner": g.owner,
-                   "chains": g.chains, "rules": g.rules, "filter": filter_json(&g.others)})
-        }
-        None => json!({"present": false, "table": false, "note": "the kernel has no nf_tables"}),
+    let table = match fw.guard_status() {
+        Ok(g) => GuardTableState::Read {
+            present: g.present,
+            table: g.table,
+            plain: g.plain,
+            owned: g.owned,
+            orphan: g.orphan,
+            dormant: g.dormant,
+            owner: g.owner,
+            chains: g.chains,
+            rules: g.rules,
+            filter: filter_chains(&g.others),
+        },
+        Err(node_firewall::Error::NoNfTables) => GuardTableState::NoNfTables {
+            present: false,
+            table: false,
+            note: "the kernel has no nf_tables",
+        },
+        Err(e) => return Err(e).context("reading the guard"),
     };
-    let guard = with_bpf(guard, root);
-    Ok(json!({
-        "kind": found.kind(),
-        "refusal": found.refusal,
-        "notes": found.notes,
-        "layers": found.layers.iter().map(|l| json!({
-            "layer": l.describe(),
-            "backend": l.backend.as_str(),
-            "hook": l.hook_name(),
-            "path": l.paths(),
-            "device": l.device,
-            "unwritable": l.unwritable,
-            "family": l.family.to_string(),
-            "table": l.table,
-            "chain": l.chain,
-            "priority": l.priority,
-            "policy": format!("{:?}", l.policy).to_lowercase(),
-            "rules": l.rules,
-            "can_drop": l.can_drop,
-            "evidence": l.evidence,
-        })).collect::<Vec<_>>(),
-        "openings": openings.iter().map(|o| json!({
-            "id": o.id,
-            "port": o.port,
-            "proto": o.proto.as_str(),
-            "path": o.path.as_str(),
-            "verdict": verdicts.get(&o.id).map(verdict_json),
-            "layers": presence.get(&o.id).map(|ps| ps.iter().map(|p| json!({
-                "layer": p.layer.to_string(),
-                "chain": p.chain,
-                "present": p.present(),
-                "state": state_name(&p.state),
-                "detail": p.state.describe(),
-            })).collect::<Vec<_>>()).unwrap_or_default(),
-        })).collect::<Vec<_>>(),
-        "guard": guard,
-    }))
-}
-
-/// An opening's verdict for scripts: its state, the sentence a person reads, the summary they
-/// are said from (each way the parts end: the interfaces with their families, the sources when
-/// not every source, the rule), and the parts of its sources with how each ends and the rule
-/// that decides.
-pub fn verdict_json(v: &firewall::eval::Verdict) -> Value {
-    let s = v.summary();
-    json!({
-        "state": s.state,
-        "detail": s.text,
-        "summary": s.clauses.iter().map(|c| json!({
-            "fate": c.fate.word(),
-            "on": c.on.iter().map(|(iif, fams)| json!({
-                "interface": iif,
-                "families": fams.iter().map(|f| f.name()).collect::<Vec<_>>(),
-            })).collect::<Vec<_>>(),
-            "sources": c.from.as_ref().map(|a| a.cidrs()),
-            "everywhere": c.everywhere,
-            "rule": c.fate.by().map(|b| b.to_string()),
-        })).collect::<Vec<_>>(),
-        "parts": v.parts.iter().map(|p| json!({
-            "family": p.fam.name(),
-            "interface": p.iif,
-            "sources": p.sources.cidrs(),
-            "fate": p.fate.word(),
-            "rule": p.fate.by().map(|b| b.to_string()),
-            "detail": p.fate.describe(),
-        })).collect::<Vec<_>>(),
+    let bpf = bpf_state(fw);
+    Ok(FirewallStatus {
+        kind: found.kind(),
+        refusal: found.refusal.clone(),
+        notes: found.notes.clone(),
+        layers: found
+            .layers
+            .iter()
+            .map(|l| LayerStatus {
+                layer: l.describe(),
+                backend: l.backend.as_str(),
+                hook: l.hook_name(),
+                path: l.paths(),
+                device: l.device.clone(),
+                unwritable: l.unwritable.clone(),
+                family: l.family.to_string(),
+                table: l.table.clone(),
+                chain: l.chain.clone(),
+                priority: l.priority,
+                policy: format!("{:?}", l.policy).to_lowercase(),
+                rules: l.rules,
+                can_drop: l.can_drop,
+                evidence: l.evidence.clone(),
+            })
+            .collect(),
+        openings: openings
+            .iter()
+            .map(|o| OpeningStatus {
+                id: o.id.clone(),
+                port: o.port,
+                proto: o.proto.as_str(),
+                path: o.path.as_str(),
+                verdict: verdicts.get(&o.id).map(VerdictStatus::of),
+                layers: presence
+                    .get(&o.id)
+                    .into_iter()
+                    .flatten()
+                    .map(|p| OpeningLayer {
+                        layer: p.layer.to_string(),
+                        chain: p.chain.clone(),
+                        present: p.present(),
+                        state: state_name(&p.state),
+                        detail: p.state.describe(),
+                    })
+                    .collect(),
+            })
+            .collect(),
+        guard: GuardState {
+            layers: layers_named(table.present(), bpf.attached, table.filter()),
+            table,
+            bpf,
+        },
     })
 }
 
-/// How `firewall explain` answers: with the kernel asked too, and as JSON.
-#[derive(Debug, Clone)]
-pub struct Explain {
-    pub confirm: bool,
-    pub json: bool,
-    /// The runtime's bridges the store records ([`recorded_bridges`]).
-    pub bridges: Vec<String>,
-}
-
-/// The exit code of `firewall explain --confirm` when the kernel disagrees with the evaluator.
-pub const EXIT_DISAGREES: u8 = crate::apply::DISAGREES;
-
-/// `mesh-host firewall explain`: every problem with the arguments named at once (exit 2), then
-/// the walk of each way the connection comes, as text or JSON; exit 0 when every way admits it.
-/// With `confirm`, the kernel is asked in scratch namespaces too, its verdict stands, and a
-/// disagreement exits [`EXIT_DISAGREES`].
 /// The runtime's bridges the last apply found (the guard's, or the derived filter's), as the
 /// store records them for the boot step: a read-only question asks no runtime.
 pub fn recorded_bridges(state: Option<&State>) -> Vec<String> {
@@ -146,335 +354,64 @@ pub fn recorded_bridges(state: Option<&State>) -> Vec<String> {
     out
 }
 
-pub fn explain_command(
-    port: u16,
-    proto: &str,
-    from: Option<String>,
-    interface: Option<String>,
-    path: &str,
-    how: Explain,
-) -> Result<Exit> {
-    let json = how.json;
-    let mut problems = Vec::new();
-    if port == 0 {
-        problems.push("port: must be 1 to 65535".to_string());
-    }
-    let proto = match proto {
-        "tcp" => Some(firewall::Proto::Tcp),
-        "udp" => Some(firewall::Proto::Udp),
-        other => {
-            problems.push(format!("--proto: {other:?} is not tcp or udp"));
-            None
-        }
-    };
-    let path = match path {
-        "incoming" => Some(firewall::Path::Incoming),
-        "forwarded" => Some(firewall::Path::Forwarded),
-        other => {
-            problems.push(format!("--path: {other:?} is not incoming or forwarded"));
-            None
-        }
-    };
-    let networks = match &from {
-        None => None,
-        Some(f) => match crate::declaration::validate::parse_cidr(f, true) {
-            Ok((addr, len)) => Some(vec![firewall::Network { addr, len }]),
-            Err(e) => {
-                problems.push(format!("--from: {e}"));
-                None
-            }
-        },
-    };
-    if let Some(i) = &interface {
-        if let Err(e) = crate::declaration::validate::check_interface(i) {
-            problems.push(format!("--interface: {e}"));
-        }
-    }
-    if how.confirm && proto == Some(firewall::Proto::Udp) {
-        problems.push("--confirm: only tcp is confirmed (the kernel is asked with a SYN)".into());
-    }
-    let (Some(proto), Some(path), true) = (proto, path, problems.is_empty()) else {
-        for p in &problems {
-            eprintln!("error: {p}");
-        }
-        eprintln!("nothing was read or changed");
-        return Ok(Exit::Refused);
-    };
-    let opening = firewall::Opening {
-        id: "explain".into(),
-        port,
-        proto,
-        from: match (networks, &interface) {
-            (Some(n), _) => firewall::opening::From::Networks(n),
-            (None, Some(i)) => firewall::opening::From::Interface(i.clone()),
-            (None, None) => firewall::opening::From::Anywhere,
-        },
-        path,
-    };
-    let mut fw = open_found(Default::default())?;
-    fw.set_runtime_bridges(&how.bridges);
-    let ways = fw
-        .explain(&opening, interface.as_deref())
-        .context("walking the connection through the found firewall")?;
-    let evaluated = !ways.is_empty()
-        && ways.iter().all(|(_, a)| {
-            a.parts
-                .iter()
-                .all(|p| p.fate == firewall::eval::Fate::Admitted)
-        });
-    let confirmation = if how.confirm {
-        let runner = run::Deadlined {
-            runner: &run::SystemRunner,
-            deadlines: Default::default(),
-        };
-        Some(
-            firewall::confirm::on_node(&runner, &ways, firewall::confirm::BUDGET)
-                .context("asking the kernel in scratch network namespaces")?,
-        )
-    } else {
-        None
-    };
-    let mut v = explain_json(&ways, confirmation.as_ref());
-    let tally = confirmation
-        .as_ref()
-        .map(|c| firewall::confirm::Tally::of(&ways, &c.probes));
-    let admitted = match &tally {
-        Some(t) => t.kernel_admits,
-        None => evaluated,
-    };
-    v["port"] = json!(port);
-    v["proto"] = json!(proto.as_str());
-    v["path"] = json!(path.as_str());
-    v["from"] = json!(from.unwrap_or_else(|| "anywhere".into()));
-    v["admitted"] = json!(admitted);
-    // Without --confirm the two keys are there, null: the document's keys do not depend on it.
-    v["evaluator_admitted"] = Value::Null;
-    v["confirm"] = Value::Null;
-    if let (Some(c), Some(t)) = (&confirmation, &tally) {
-        v["evaluator_admitted"] = json!(evaluated);
-        v["confirm"] = json!({
-            "agrees": t.disagreeing == 0,
-            "parts_agreeing": t.agreeing,
-            "parts_disagreeing": t.disagreeing,
-            "parts_settled": t.settled,
-            "parts_unprobed": t.unprobed,
-            "namespaces": c.namespaces,
-            "notes": c.notes,
-            "not_cloned": firewall::confirm::NOT_CLONED,
-        });
-    }
-    let code = if tally.is_some_and(|t| t.disagreeing > 0) {
-        EXIT_DISAGREES
-    } else if admitted {
-        0
-    } else {
-        1
-    };
-    if json {
-        crate::json_contract::print("firewall_explain", code, &v)?;
-    } else {
-        print!("{}", render_explain(&v));
-    }
-    Ok(Exit::of(code))
-}
-
-/// The ways and their parts for scripts, each part with the kernel's probe when it was asked.
-fn explain_json(
-    ways: &[(firewall::eval::Way, firewall::eval::Answer)],
-    confirmation: Option<&firewall::confirm::Confirmation>,
-) -> Value {
-    json!({
-        "ways": ways.iter().enumerate().map(|(i, (w, a))| json!({
-            "family": w.conn.fam.name(),
-            "interface": w.conn.iif,
-            "to": w.conn.daddr.map(|d| d.to_string()),
-            "to_port": w.conn.to_port,
-            "leaves_by": w.conn.oif,
-            "parts": a.parts.iter().enumerate().map(|(j, p)| {
-                let mut part = json!({
-                    "sources": p.sources.cidrs(),
-                    "fate": p.fate.word(),
-                    "rule": p.fate.by().map(|b| b.to_string()),
-                    "table": p.fate.by().map(|b| b.table.clone()),
-                    "chain": p.fate.by().map(|b| b.chain.clone()),
-                    "handle": p.fate.by().and_then(|b| b.handle),
-                    "detail": p.fate.describe(),
-                    "walk": p.trace,
-                    "kernel": null,
-                });
-                if let Some(pr) = confirmation.map(|c| &c.probes[i][j]) {
-                    part["kernel"] = json!({
-                        "verdict": pr.kernel.word(),
-                        "detail": pr.kernel.describe(),
-                        "source": pr.source.map(|a| a.to_string()),
-                        "to": pr.to.map(|a| a.to_string()),
-                        "behind": pr.behind.map(|a| a.to_string()),
-                        "agreement": firewall::confirm::agreement(&p.fate, &pr.kernel).word(),
-                    });
-                }
-                part
-            }).collect::<Vec<_>>(),
-        })).collect::<Vec<_>>(),
-    })
-}
-
-fn render_explain(v: &Value) -> String {
-    let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "{} port {} ({}) from {}",
-        v["proto"].as_str().unwrap_or(""),
-        v["port"],
-        v["path"].as_str().unwrap_or(""),
-        v["from"].as_str().unwrap_or("")
-    );
-    let ways = v["ways"].as_array().cloned().unwrap_or_default();
-    if ways.is_empty() {
-        let _ = writeln!(
-            out,
-            "  no way to ask about: nothing publishes the port, or no interface arrives here"
-        );
-    }
-    for w in ways {
-        let _ = write!(
-            out,
-            "\n{} arriving on {}",
-            w["family"].as_str().unwrap_or(""),
-            w["interface"].as_str().unwrap_or("")
-        );
-        if let Some(to) = w["to"].as_str() {
-            let _ = write!(out, " to {to}");
-        }
-        if let Some(p) = w["to_port"].as_u64() {
-            let _ = write!(out, " port {p}");
-        }
-        let _ = writeln!(out);
-        for p in w["parts"].as_array().into_iter().flatten() {
-            let sources: Vec<&str> = p["sources"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter_map(Value::as_str)
-                .collect();
-            let _ = writeln!(out, "  from {}:", sources.join(", "));
-            for step in p["walk"].as_array().into_iter().flatten() {
-                let _ = writeln!(out, "    {}", step.as_str().unwrap_or(""));
-            }
-            let _ = writeln!(out, "    => {}", p["detail"].as_str().unwrap_or(""));
-            if p["kernel"].is_object() {
-                let _ = writeln!(out, "    kernel: {}", kernel_line(p));
-            }
-        }
-    }
-    let c = &v["confirm"];
-    if c.is_object() {
-        let _ = writeln!(
-            out,
-            "\nconfirmed by the kernel in scratch namespaces (removed): {} part(s) agree, {} \
-             disagree, {} settled where the evaluator was doubtful, {} not probed",
-            c["parts_agreeing"], c["parts_disagreeing"], c["parts_settled"], c["parts_unprobed"]
-        );
-        if c["agrees"] != true {
-            let _ = writeln!(
-                out,
-                "THE KERNEL DISAGREES WITH THE EVALUATOR: the kernel's verdict stands ({})",
-                if v["admitted"] == true {
-                    "admitted"
-                } else {
-                    "not admitted"
-                }
-            );
-        }
-    }
-    out
-}
-
-/// A part's probe as a person reads it: what the kernel did, from where to where, and whether
-/// the evaluator said the same.
-fn kernel_line(p: &Value) -> String {
-    let k = &p["kernel"];
-    let mut line = k["detail"].as_str().unwrap_or("").to_string();
-    if let (Some(src), Some(to)) = (k["source"].as_str(), k["to"].as_str()) {
-        line.push_str(&format!(" from {src} to {to}"));
-    }
-    if let Some(b) = k["behind"].as_str() {
-        line.push_str(&format!(" (forwarded to {b})"));
-    }
-    let fate = p["fate"].as_str().unwrap_or("");
-    match k["agreement"].as_str().unwrap_or("") {
-        "agrees" => line.push_str(&format!(": agrees with the evaluator ({fate})")),
-        "disagrees" => line.push_str(&format!(
-            ": DISAGREES with the evaluator, which says {fate}; the kernel's verdict stands"
-        )),
-        "settled" => line.push_str(": settles what the evaluator could not tell"),
-        _ => {}
-    }
-    line
-}
-
-/// The derived filter's chains in the mesh's table, from the table's other chains: `null` when
+/// The derived filter's chains in the mesh's table, from the table's other chains: `None` when
 /// neither is there.
-fn filter_json(others: &[(String, usize)]) -> Value {
+fn filter_chains(others: &[(String, usize)]) -> Option<FilterChains> {
     let chains: Vec<&(String, usize)> = others
         .iter()
-        .filter(|(n, _)| n == firewall::filter::INPUT_CHAIN || n == firewall::filter::FORWARD_CHAIN)
+        .filter(|(n, _)| n == filter::INPUT_CHAIN || n == filter::FORWARD_CHAIN)
         .collect();
-    if chains.is_empty() {
-        return Value::Null;
-    }
-    json!({
-        "chains": chains.iter().map(|(n, _)| n).collect::<Vec<_>>(),
-        "rules": chains.iter().map(|(_, r)| r).sum::<usize>(),
+    (!chains.is_empty()).then(|| FilterChains {
+        chains: chains.iter().map(|(n, _)| n.clone()).collect(),
+        rules: chains.iter().map(|(_, r)| r).sum(),
     })
 }
 
-/// The guard's JSON with its BPF layer and the layers that stand, named as the briefing names
-/// them, all from what the kernel holds: the guard's rules in the table, this namespace's guard
-/// links attached (found by the kernel, pinned here or not), the derived filter's chains.
-fn with_bpf(mut guard: Value, root: &std::path::Path) -> Value {
-    let pins = firewall::bpf::Pins::under(root);
-    let survey = firewall::bpf::survey(&pins);
-    let held = survey.as_ref().map(|(links, _)| links);
-    let links: &[firewall::bpf::LinkInfo] = held.as_deref().map(Vec::as_slice).unwrap_or_default();
-    let held_ids: Vec<u32> = links.iter().map(|l| l.id).collect();
-    // Standing: a link of this namespace's guard attached at each of the four hooks.
-    let stands = firewall::bpf::HOOKS
-        .iter()
-        .all(|(pf, hook, _)| links.iter().any(|l| l.pf == *pf && l.hooknum == *hook));
-    let mut bpf = match firewall::bpf::status(&pins) {
-        Ok(st) => {
-            let pinned = st.holds();
+/// The guard's BPF layer, all from what the kernel holds: the pins under the root, and this
+/// namespace's guard links attached (found by the kernel, pinned here or not).
+fn bpf_state(fw: &mut dyn NodeFirewallRead) -> BpfState {
+    let pins = fw.bpf_pins();
+    let held = fw.bpf_held();
+    let links: &[bpf::LinkInfo] = held
+        .as_ref()
+        .map(|h| h.links.as_slice())
+        .unwrap_or_default();
+    let attached = held.as_ref().is_ok_and(|h| h.attached());
+    let mut out = match fw.bpf_pinned() {
+        Ok(st) => BpfState {
+            pinned: st.holds(),
             // Not standing: whether this kernel would take the program at all (what loading it
             // for the survey said).
-            let kernel = match (&survey, stands) {
-                (_, true) => Value::Null,
-                (Ok((_, Some(e))), false) => json!(format!("refuses the program: {e}")),
-                (Ok((_, None)), false) => json!("takes the program"),
-                (Err(_), false) => match firewall::bpf::supported() {
-                    Ok(()) => json!("takes the program"),
-                    Err(e) => json!(format!("refuses the program: {e}")),
-                },
-            };
-            json!({"pinned": pinned, "pins": pins.dir, "program": st.program,
-                   "links": st.links, "link_ids": st.link_ids,
-                   "ports": st.contents.ports, "interfaces": st.contents.ifaces,
-                   "nets": st.contents.nets, "kernel": kernel, "error": null})
-        }
+            kernel: match (&held, attached) {
+                (_, true) => None,
+                (Ok(h), false) => Some(match &h.refused {
+                    Some(e) => format!("refuses the program: {e}"),
+                    None => "takes the program".to_string(),
+                }),
+                (Err(_), false) => Some(match fw.bpf_supported() {
+                    Ok(()) => "takes the program".to_string(),
+                    Err(e) => format!("refuses the program: {e}"),
+                }),
+            },
+            program: st.program,
+            links: st.links,
+            link_ids: st.link_ids,
+            ports: st.contents.ports,
+            interfaces: st.contents.ifaces,
+            nets: st.contents.nets,
+            ..BpfState::default()
+        },
         // The same keys as a layer read, empty: a script finds every key in every case.
-        Err(e) => json!({"pinned": false, "pins": pins.dir, "program": null, "links": [],
-                         "link_ids": [], "ports": [], "interfaces": [], "nets": [],
-                         "kernel": null, "error": e.to_string()}),
+        Err(e) => BpfState {
+            error: Some(e.to_string()),
+            ..BpfState::default()
+        },
     };
-    bpf["held"] = json!(held_ids);
-    bpf["attached"] = json!(stands);
-    bpf["held_error"] = match &held {
-        Err(e) => json!(e.to_string()),
-        Ok(_) => Value::Null,
-    };
-    let filter = !guard["filter"].is_null();
-    guard["layers"] = json!(layers_named(guard["present"] == true, stands, filter));
-    guard["bpf"] = bpf;
-    guard
+    out.pins = pins.dir;
+    out.held = links.iter().map(|l| l.id).collect();
+    out.attached = attached;
+    out.held_error = held.as_ref().err().map(|e| e.to_string());
+    out
 }
 
 /// The guard's layers in force, by whether its rules stand in the table, this namespace's four
@@ -497,154 +434,143 @@ fn layers_named(table: bool, bpf: bool, filter: bool) -> &'static str {
 }
 
 /// One word for a state, for scripts.
-fn state_name(s: &firewall::State) -> &'static str {
+fn state_name(s: &node_firewall::State) -> &'static str {
+    use node_firewall::State;
     match s {
-        firewall::State::NotNeeded(_) => "not-needed",
-        firewall::State::Present => "present",
-        firewall::State::Missing => "missing",
-        firewall::State::Refused(_) => "refused",
-        firewall::State::Unwritable(_) => "unwritable",
-        firewall::State::Doubtful(_) => "doubtful",
-        firewall::State::Bypass(_) => "not-admitted",
+        State::NotNeeded(_) => "not-needed",
+        State::Present => "present",
+        State::Missing => "missing",
+        State::Refused(_) => "refused",
+        State::Unwritable(_) => "unwritable",
+        State::Doubtful(_) => "doubtful",
+        State::Bypass(_) => "not-admitted",
     }
 }
 
 /// The same, as a person reads it.
-pub fn render(v: &Value) -> String {
+pub fn render(v: &FirewallStatus) -> String {
     let mut out = String::new();
-    let _ = writeln!(out, "found firewall  {}", v["kind"].as_str().unwrap_or("?"));
-    if let Some(r) = v["refusal"].as_str() {
+    let _ = writeln!(out, "found firewall  {}", v.kind);
+    if let Some(r) = &v.refusal {
         let _ = writeln!(out, "refused         {r}");
     }
-    for n in v["notes"].as_array().into_iter().flatten() {
-        let _ = writeln!(out, "note            {}", n.as_str().unwrap_or(""));
+    for n in &v.notes {
+        let _ = writeln!(out, "note            {n}");
     }
     let _ = writeln!(out, "\nlayers");
-    for l in v["layers"].as_array().into_iter().flatten() {
+    for l in &v.layers {
         let _ = writeln!(
             out,
             "  {:<10} {:<40} priority {:<5} policy {:<6} {:>3} rules  {}  [{}]",
-            l["hook"].as_str().unwrap_or(""),
-            l["layer"].as_str().unwrap_or(""),
-            l["priority"],
-            l["policy"].as_str().unwrap_or(""),
-            l["rules"],
-            if l["can_drop"] == true {
-                "can drop"
-            } else {
-                "passes  "
-            },
-            l["evidence"].as_str().unwrap_or("")
+            l.hook,
+            l.layer,
+            l.priority,
+            l.policy,
+            l.rules,
+            if l.can_drop { "can drop" } else { "passes  " },
+            l.evidence
         );
     }
     let _ = writeln!(out, "\nopenings");
-    for o in v["openings"].as_array().into_iter().flatten() {
-        let _ = write!(
-            out,
-            "  {:<24} {}/{} {:<9}",
-            o["id"].as_str().unwrap_or(""),
-            o["proto"].as_str().unwrap_or(""),
-            o["port"],
-            o["path"].as_str().unwrap_or("")
-        );
-        let layers = o["layers"].as_array().cloned().unwrap_or_default();
+    for o in &v.openings {
+        let _ = write!(out, "  {:<24} {}/{} {:<9}", o.id, o.proto, o.port, o.path);
         let _ = write!(
             out,
             " {}",
-            o["verdict"]["detail"].as_str().unwrap_or("no verdict")
+            o.verdict
+                .as_ref()
+                .map_or("no verdict", |v| v.detail.as_str())
         );
         let _ = writeln!(out);
-        for l in layers {
-            let state = l["state"].as_str().unwrap_or("");
-            let shown = match state {
+        for l in &o.layers {
+            let shown = match l.state {
                 "present" => "rule present".to_string(),
-                "not-needed" => l["detail"].as_str().unwrap_or("").to_string(),
-                _ => format!("rule {}", l["detail"].as_str().unwrap_or("")),
+                "not-needed" => l.detail.clone(),
+                _ => format!("rule {}", l.detail),
             };
-            let _ = writeln!(
-                out,
-                "      {:<40} {shown}",
-                l["layer"].as_str().unwrap_or("")
-            );
+            let _ = writeln!(out, "      {:<40} {shown}", l.layer);
         }
     }
-    let g = &v["guard"];
-    let state = guard_state(g);
-    let _ = writeln!(out, "\nguard           {state}");
-    let _ = writeln!(
-        out,
-        "layers          {}",
-        g["layers"].as_str().unwrap_or("")
-    );
-    let b = &g["bpf"];
-    if b["pinned"] == true {
-        let list = |k: &str| -> String {
-            b[k].as_array()
-                .into_iter()
-                .flatten()
-                .filter_map(|v| v.as_str())
-                .collect::<Vec<_>>()
-                .join(", ")
-        };
+    let g = &v.guard;
+    let _ = writeln!(out, "\nguard           {}", guard_state(&g.table));
+    let _ = writeln!(out, "layers          {}", g.layers);
+    let b = &g.bpf;
+    if b.pinned {
         let _ = writeln!(
             out,
             "bpf             {} pinned in {}: links {}; ports {}; interfaces {}; private ranges {}",
-            b["program"].as_str().unwrap_or(""),
-            b["pins"].as_str().unwrap_or(""),
-            list("links"),
-            list("ports"),
-            list("interfaces"),
-            list("nets")
+            b.program.as_deref().unwrap_or(""),
+            b.pins.display(),
+            b.links.join(", "),
+            b.ports.join(", "),
+            b.interfaces.join(", "),
+            b.nets.join(", ")
         );
-    } else if b["attached"] == true {
-        let held: Vec<String> = b["held"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .map(|v| v.to_string())
-            .collect();
+    } else if b.attached {
+        let held: Vec<String> = b.held.iter().map(u32::to_string).collect();
         let _ = writeln!(
             out,
             "bpf             attached but not pinned in {}: links {} held by the kernel; the next \
              apply or reconcile pins them again",
-            b["pins"].as_str().unwrap_or(""),
+            b.pins.display(),
             held.join(", ")
         );
-    } else if let Some(k) = b["kernel"].as_str() {
+    } else if let Some(k) = &b.kernel {
         let _ = writeln!(out, "bpf             not attached; this kernel {k}");
     }
-    for r in g["rules"].as_array().into_iter().flatten() {
-        let _ = writeln!(out, "  {}", r.as_str().unwrap_or(""));
+    if let GuardTableState::Read { rules, .. } = &g.table {
+        for r in rules {
+            let _ = writeln!(out, "  {r}");
+        }
     }
     out
 }
 
 /// The guard's table as a person reads it: whether the guard's rules stand in it, what it is,
 /// and what a save, a reload and a flush do to it.
-fn guard_state(g: &Value) -> String {
-    if g["present"] != true && g["table"] != true {
+fn guard_state(g: &GuardTableState) -> String {
+    let GuardTableState::Read {
+        present,
+        owned,
+        orphan,
+        dormant,
+        owner,
+        filter,
+        ..
+    } = g
+    else {
         return "absent: nothing applied yet, or a flush of the ruleset removed it; the next apply \
                 or reconcile puts it back"
             .into();
-    }
-    let flags = if g["owned"] == true {
+    };
+    if let GuardTableState::Read {
+        present: false,
+        table: false,
+        ..
+    } = g
+    {
+        return "absent: nothing applied yet, or a flush of the ruleset removed it; the next apply \
+                or reconcile puts it back"
+            .into();
+    };
+    let flags = if *owned {
         Some(format!(
             "held by netlink port {} with the owner flag (an earlier version's holder): a ruleset \
              saved now does not load again until it lets go",
-            g["owner"]
+            owner.map_or("null".to_string(), |o| o.to_string())
         ))
-    } else if g["orphan"] == true {
+    } else if *orphan {
         Some(
             "an orphaned persist table of an earlier version: nft cannot load a ruleset saved \
              with it; the next apply or reconcile replaces it with a plain table"
                 .to_string(),
         )
-    } else if g["dormant"] == true {
+    } else if *dormant {
         Some("dormant, so not in force; the next apply or reconcile replaces it".to_string())
     } else {
         None
     };
-    if g["present"] == true {
+    if *present {
         return match flags {
             Some(f) => format!("present, {f}"),
             None => "present, plain table: a saved ruleset carries it and restores it; a flush of \
@@ -652,7 +578,7 @@ fn guard_state(g: &Value) -> String {
                 .into(),
         };
     }
-    let holds = if g["filter"].is_null() {
+    let holds = if filter.is_none() {
         "holds no guard rules"
     } else {
         "holds only the derived filter (chains input and forward), as on a converged node"
@@ -664,112 +590,4 @@ fn guard_state(g: &Value) -> String {
 }
 
 #[cfg(test)]
-mod tests {
-    use serde_json::json;
-
-    #[test]
-    fn a_verdict_s_json_says_its_state_words_and_summary_from_one_summary() {
-        use firewall::eval::{Addrs, Decider, Fam, Fate, Part, Refusal, Verdict};
-        let by = Decider {
-            table: "netdev filter".into(),
-            chain: "ingress_eth0".into(),
-            handle: Some(3),
-            index: Some(0),
-            text: "tcp dport 9000 drop".into(),
-        };
-        let part = |fam: Fam, iif: &str, fate: Fate| Part {
-            fam,
-            iif: iif.into(),
-            sources: Addrs::all(fam),
-            fate,
-        };
-        let refused = Fate::Refused {
-            by,
-            why: Refusal::Port,
-        };
-        let v = Verdict {
-            parts: vec![
-                part(Fam::V4, "eth0", refused.clone()),
-                part(Fam::V4, "mesh0", Fate::Admitted),
-                part(Fam::V6, "eth0", refused),
-                part(Fam::V6, "mesh0", Fate::Admitted),
-            ],
-            none: None,
-        };
-        let j = super::verdict_json(&v);
-        assert_eq!(j["state"], "refused");
-        assert_eq!(j["detail"], v.describe());
-        assert_eq!(
-            j["summary"],
-            json!([
-                {"fate": "refused", "on": [{"interface": "eth0", "families": ["ipv4", "ipv6"]}],
-                 "sources": null, "everywhere": false,
-                 "rule": "netdev filter ingress_eth0: tcp dport 9000 drop"},
-                {"fate": "admitted", "on": [{"interface": "mesh0", "families": ["ipv4", "ipv6"]}],
-                 "sources": null, "everywhere": false, "rule": null},
-            ])
-        );
-        assert_eq!(j["parts"].as_array().map(Vec::len), Some(4));
-    }
-
-    #[test]
-    fn the_guards_layers_are_named_by_what_holds() {
-        assert_eq!(
-            super::layers_named(true, true, false),
-            "guard: table inet mesh_host + netfilter BPF (pinned): holds through any ruleset change"
-        );
-        assert!(super::layers_named(true, false, false)
-            .starts_with("guard: table inet mesh_host alone"));
-        assert!(super::layers_named(true, false, false).contains("8.6 ms per reload"));
-        assert!(super::layers_named(false, true, false).starts_with("guard: netfilter BPF alone"));
-        assert_eq!(
-            super::layers_named(false, false, false),
-            "guard: no layer in force"
-        );
-        // After converge: the table holds the derived filter, not the guard.
-        assert!(super::layers_named(false, false, true)
-            .starts_with("guard: none; the derived filter (table inet mesh_host"));
-    }
-
-    #[test]
-    fn a_probe_is_rendered_with_both_verdicts_where_they_differ() {
-        let part = |fate: &str, verdict: &str, detail: &str, agreement: &str| {
-            json!({"fate": fate, "kernel": {"verdict": verdict, "detail": detail,
-                   "source": "1.0.0.1", "to": "192.0.2.10:9000", "agreement": agreement}})
-        };
-        assert_eq!(
-            super::kernel_line(&part("admitted", "timed-out", "timed out", "disagrees")),
-            "timed out from 1.0.0.1 to 192.0.2.10:9000: DISAGREES with the evaluator, which \
-             says admitted; the kernel's verdict stands"
-        );
-        assert_eq!(
-            super::kernel_line(&part("refused", "refused", "refused (reset)", "agrees")),
-            "refused (reset) from 1.0.0.1 to 192.0.2.10:9000: agrees with the evaluator (refused)"
-        );
-    }
-
-    #[test]
-    fn the_guard_is_rendered_by_its_table() {
-        let render = |g: serde_json::Value| super::guard_state(&g);
-        assert!(render(json!({"present": false})).starts_with("absent"));
-        assert!(render(json!({"present": true, "plain": true})).starts_with("present, plain table"));
-        assert!(render(json!({"present": true, "owned": true, "owner": 7}))
-            .starts_with("present, held by netlink port 7"));
-        assert!(render(json!({"present": true, "orphan": true})).contains("orphaned"));
-        assert!(render(json!({"present": true, "dormant": true})).contains("dormant"));
-        // The table's name alone is no guard: after converge it holds only the derived filter.
-        let converged = render(json!({"present": false, "table": true, "plain": true,
-                                      "filter": {"chains": ["input", "forward"], "rules": 9}}));
-        assert_eq!(
-            converged,
-            "no guard: table inet mesh_host holds only the derived filter (chains input and \
-             forward), as on a converged node"
-        );
-        assert!(!converged.contains("present"));
-        assert_eq!(
-            render(json!({"present": false, "table": true, "dormant": true})),
-            "no guard: table inet mesh_host holds no guard rules; it is dormant, so not in force; \
-             the next apply or reconcile replaces it"
-        );
-    }
-}
+mod tests;

@@ -7,7 +7,9 @@
 //! named; the kernel's stands), or it is unconfirmed with the reason (never taken as agreement).
 
 use super::NodeFirewall;
-use firewall::confirm::{agreement, standing, Agreement, Kernel, Probe};
+/// The firewall crate's confirmation, handed on for `firewall explain --confirm`.
+pub use firewall::confirm::{agreement, Confirmation, Tally, NOT_CLONED};
+use firewall::confirm::{standing, Agreement, Kernel, Probe};
 use firewall::eval::{Answer, Way};
 use firewall::Opening;
 use serde::Serialize;

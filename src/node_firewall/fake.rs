@@ -2,9 +2,14 @@
 //! whether a watched path existed at that moment, so a test can tell what came before what), and
 //! answers come from a script (a call named in `fail` fails).
 
-use super::{Error, NodeFirewall};
-use firewall::eval::Verdict;
-use firewall::{Converged, FilterSpec, GuardSpec, GuardTable, Opening, Retired, Scope};
+use super::{Change, Error, Held, Monitor, NodeFirewall, NodeFirewallRead};
+use firewall::bpf::{BpfStatus, Pins};
+use firewall::eval::{Answer, Verdict, Way};
+use firewall::probe::TableFlagSupport;
+use firewall::{
+    Converged, FilterSpec, Found, GuardSpec, GuardStatus, GuardTable, Opening, Presence, Retired,
+    Scope,
+};
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -35,10 +40,84 @@ pub struct Script {
     /// Marked rules in force (mark → id): a convergence of the given openings adds theirs, one
     /// of every marked rule removes the others'.
     pub in_force: BTreeMap<String, String>,
-    /// Each opening's ways and answers (`answers`), by id.
-    pub answers: BTreeMap<String, Vec<(firewall::eval::Way, firewall::eval::Answer)>>,
+    /// Each opening's ways and answers (`answers`, `explain`), by id.
+    pub answers: BTreeMap<String, Vec<(Way, Answer)>>,
     /// The kernel's verdict of each part `ask_kernel` is asked about, in order.
     pub kernel: Vec<firewall::confirm::Kernel>,
+    /// The found firewall as detected (`detected`).
+    pub found: Found,
+    /// Each opening's layers (`presence`), by id.
+    pub presence: BTreeMap<String, Vec<Presence>>,
+    /// Each opening's verdict (`verdicts`), by id; an opening with none has no verdict.
+    pub verdicts: BTreeMap<String, Verdict>,
+    /// The guard's table (`guard_status`); `None`: the kernel has no nf_tables.
+    pub guard: Option<GuardStatus>,
+    /// Whether a bpffs is there (`bpffs`).
+    pub bpffs: bool,
+    /// The guard's BPF layer as pinned (`bpf_pinned`).
+    pub bpf: BpfStatus,
+    /// The guard's links the kernel holds (`bpf_held`).
+    pub held: Held,
+    /// The ruleset's changes the monitor hears.
+    pub changes: Vec<Change>,
+}
+
+/// A layer's identity as the driver names it: `layer_id(Backend::Nftables, Family::Inet, "fw",
+/// "input")` is `inet fw input (nftables)`.
+pub fn layer_id(
+    backend: firewall::Backend,
+    family: firewall::Family,
+    table: &str,
+    chain: &str,
+) -> firewall::LayerId {
+    firewall::LayerId {
+        backend,
+        family,
+        table: table.into(),
+        chain: chain.into(),
+    }
+}
+
+/// A layer of the found firewall at the input hook, of table `ip filter`, chain `INPUT`, as
+/// `backend` wrote it (for a script's `found`).
+pub fn input_layer(backend: firewall::Backend, rules: usize, can_drop: bool) -> firewall::Layer {
+    firewall::Layer {
+        backend,
+        hook: firewall::Hook::Input,
+        family: firewall::Family::Ipv4,
+        table: "filter".into(),
+        chain: "INPUT".into(),
+        priority: 0,
+        policy: firewall::Policy::Drop,
+        rules,
+        can_drop,
+        evidence: "the fake's".into(),
+        device: None,
+        unwritable: None,
+    }
+}
+
+/// What the kernel did with a probe (for a script's `kernel`).
+pub use firewall::confirm::Kernel as Probed;
+
+/// One incoming tcp way to `port` on `iif` whose every source the evaluator admits (for a
+/// script's `answers`).
+pub fn admitted_way(fam: firewall::eval::Fam, port: u16, iif: &str) -> (Way, Answer) {
+    use firewall::eval::{Addrs, Conn, Fate, Outcome};
+    (
+        Way {
+            conn: Conn::incoming(fam, 6, port, iif),
+            sources: Addrs::all(fam),
+        },
+        Answer {
+            parts: vec![Outcome {
+                sources: Addrs::all(fam),
+                fate: Fate::Admitted,
+                trace: vec![format!("{} filter INPUT: policy accept", fam.name())],
+                limits: Vec::new(),
+            }],
+        },
+    )
 }
 
 /// The fake; clones share one log and one script, so a test keeps one to read what an apply
@@ -93,21 +172,6 @@ impl Recording {
 }
 
 impl NodeFirewall for Recording {
-    fn claimed_by(&mut self) -> Result<Option<String>, Error> {
-        self.called("claimed_by", &[])?;
-        Ok(self.script.borrow().claimed_by.clone())
-    }
-
-    fn generation(&mut self) -> Option<u32> {
-        self.called("generation", &[]).ok()?;
-        self.script.borrow().generation
-    }
-
-    fn kind(&mut self) -> String {
-        let _ = self.called("kind", &[]);
-        "nftables (fake)".into()
-    }
-
     fn guard_table(&mut self, spec: &GuardSpec) -> Result<firewall::GuardReport, Error> {
         self.called("guard_table", &[])?;
         self.guards.borrow_mut().push(spec.clone());
@@ -195,54 +259,6 @@ impl NodeFirewall for Recording {
         })
     }
 
-    fn verdicts(&mut self, openings: &[Opening]) -> Result<BTreeMap<String, Verdict>, Error> {
-        self.called("verdicts", openings)?;
-        Ok(BTreeMap::new())
-    }
-
-    /// Each opening's ways as the script gives them (none when it gives none).
-    fn answers(
-        &mut self,
-        openings: &[Opening],
-    ) -> Result<Vec<Vec<(firewall::eval::Way, firewall::eval::Answer)>>, Error> {
-        self.called("answers", openings)?;
-        let script = self.script.borrow();
-        Ok(openings
-            .iter()
-            .map(|o| script.answers.get(&o.id).cloned().unwrap_or_default())
-            .collect())
-    }
-
-    /// The script's kernel verdict for each part, in order (unprobed where it runs out).
-    fn ask_kernel(
-        &mut self,
-        ways: &[(firewall::eval::Way, firewall::eval::Answer)],
-    ) -> Result<firewall::confirm::Confirmation, Error> {
-        self.called("ask_kernel", &[])?;
-        let script = self.script.borrow();
-        let mut kernel = script.kernel.iter();
-        Ok(firewall::confirm::Confirmation {
-            probes: ways
-                .iter()
-                .map(|(_, a)| {
-                    a.parts
-                        .iter()
-                        .map(|_| firewall::confirm::Probe {
-                            source: None,
-                            to: None,
-                            behind: None,
-                            kernel: kernel.next().cloned().unwrap_or(
-                                firewall::confirm::Kernel::Unprobed("not scripted".into()),
-                            ),
-                        })
-                        .collect()
-                })
-                .collect(),
-            namespaces: vec!["mesh-confirm-fake".into()],
-            notes: Vec::new(),
-        })
-    }
-
     fn filter_in_force(&mut self, spec: &FilterSpec) -> Result<bool, Error> {
         self.called("filter_in_force", &spec.openings)?;
         Ok(self.script.borrow().filter_loaded)
@@ -294,9 +310,177 @@ impl NodeFirewall for Recording {
     ) -> Vec<String> {
         self.script.borrow().bridges.clone()
     }
+}
+
+impl NodeFirewallRead for Recording {
+    fn claimed_by(&mut self) -> Result<Option<String>, Error> {
+        self.called("claimed_by", &[])?;
+        Ok(self.script.borrow().claimed_by.clone())
+    }
+
+    fn generation(&mut self) -> Option<u32> {
+        self.called("generation", &[]).ok()?;
+        self.script.borrow().generation
+    }
+
+    fn kind(&mut self) -> String {
+        let _ = self.called("kind", &[]);
+        "nftables (fake)".into()
+    }
+
+    fn detected(&mut self) -> Result<Found, Error> {
+        self.called("detected", &[])?;
+        Ok(self.script.borrow().found.clone())
+    }
+
+    /// Each opening's layers as the script gives them (none when it gives none).
+    fn presence(&mut self, openings: &[Opening]) -> Result<BTreeMap<String, Vec<Presence>>, Error> {
+        self.called("presence", openings)?;
+        let script = self.script.borrow();
+        Ok(openings
+            .iter()
+            .map(|o| {
+                let layers = script.presence.get(&o.id).cloned().unwrap_or_default();
+                (o.id.clone(), layers)
+            })
+            .collect())
+    }
+
+    fn verdicts(&mut self, openings: &[Opening]) -> Result<BTreeMap<String, Verdict>, Error> {
+        self.called("verdicts", openings)?;
+        let script = self.script.borrow();
+        Ok(openings
+            .iter()
+            .filter_map(|o| Some((o.id.clone(), script.verdicts.get(&o.id)?.clone())))
+            .collect())
+    }
+
+    /// Each opening's ways as the script gives them (none when it gives none).
+    fn answers(&mut self, openings: &[Opening]) -> Result<Vec<Vec<(Way, Answer)>>, Error> {
+        self.called("answers", openings)?;
+        let script = self.script.borrow();
+        Ok(openings
+            .iter()
+            .map(|o| script.answers.get(&o.id).cloned().unwrap_or_default())
+            .collect())
+    }
+
+    /// The script's kernel verdict for each part, in order (unprobed where it runs out).
+    fn ask_kernel(
+        &mut self,
+        ways: &[(Way, Answer)],
+    ) -> Result<firewall::confirm::Confirmation, Error> {
+        self.called("ask_kernel", &[])?;
+        let script = self.script.borrow();
+        let mut kernel = script.kernel.iter();
+        Ok(firewall::confirm::Confirmation {
+            probes: ways
+                .iter()
+                .map(|(_, a)| {
+                    a.parts
+                        .iter()
+                        .map(|_| firewall::confirm::Probe {
+                            source: None,
+                            to: None,
+                            behind: None,
+                            kernel: kernel.next().cloned().unwrap_or(
+                                firewall::confirm::Kernel::Unprobed("not scripted".into()),
+                            ),
+                        })
+                        .collect()
+                })
+                .collect(),
+            namespaces: vec!["mesh-confirm-fake".into()],
+            notes: Vec::new(),
+        })
+    }
+
+    /// The script's ways for the opening's id, kept to those arriving on `only_iif`.
+    fn explain(
+        &mut self,
+        opening: &Opening,
+        only_iif: Option<&str>,
+    ) -> Result<Vec<(Way, Answer)>, Error> {
+        self.called("explain", std::slice::from_ref(opening))?;
+        let script = self.script.borrow();
+        Ok(script
+            .answers
+            .get(&opening.id)
+            .into_iter()
+            .flatten()
+            .filter(|(w, _)| only_iif.is_none_or(|i| i == w.conn.iif))
+            .cloned()
+            .collect())
+    }
+
+    /// The script's guard; no nf_tables when it gives none.
+    fn guard_status(&mut self) -> Result<GuardStatus, Error> {
+        self.called("guard_status", &[])?;
+        self.script.borrow().guard.clone().ok_or(Error::NoNfTables)
+    }
+
+    fn bpf_pins(&mut self) -> Pins {
+        Pins::under(std::path::Path::new("/"))
+    }
+
+    fn bpffs(&mut self) -> bool {
+        let _ = self.called("bpffs", &[]);
+        self.script.borrow().bpffs
+    }
+
+    fn bpf_pinned(&mut self) -> Result<BpfStatus, Error> {
+        self.called("bpf_pinned", &[])?;
+        Ok(self.script.borrow().bpf.clone())
+    }
+
+    fn bpf_held(&mut self) -> Result<Held, Error> {
+        self.called("bpf_held", &[])?;
+        Ok(self.script.borrow().held.clone())
+    }
+
+    fn bpf_supported(&mut self) -> Result<(), Error> {
+        self.called("bpf_supported", &[])
+    }
+
+    fn table_flags(&mut self) -> Result<TableFlagSupport, Error> {
+        self.called("table_flags", &[])?;
+        Ok(TableFlagSupport {
+            owner: true,
+            persist: true,
+        })
+    }
 
     /// Recorded, for the reconcile's tests: the bridges the engine was told of.
     fn know_runtime_bridges(&mut self, bridges: &[String]) {
         self.told_bridges.borrow_mut().push(bridges.to_vec());
+    }
+
+    /// The script's changes, heard once each; the descriptor is one end of a socket pair the
+    /// monitor keeps.
+    fn monitor(&mut self) -> Result<Box<dyn Monitor>, Error> {
+        self.called("monitor", &[])?;
+        let (fd, _) = std::os::unix::net::UnixStream::pair()
+            .map_err(|_| Error::Declared("a socket pair for the fake monitor".into()))?;
+        Ok(Box::new(Heard {
+            changes: std::mem::take(&mut self.script.borrow_mut().changes),
+            fd,
+        }))
+    }
+}
+
+/// The fake's monitor: the script's changes, then none.
+struct Heard {
+    changes: Vec<Change>,
+    fd: std::os::unix::net::UnixStream,
+}
+
+impl Monitor for Heard {
+    fn changes(&mut self) -> Result<Vec<Change>, Error> {
+        Ok(std::mem::take(&mut self.changes))
+    }
+
+    fn fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        use std::os::fd::AsFd;
+        self.fd.as_fd()
     }
 }

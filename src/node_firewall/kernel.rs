@@ -2,9 +2,14 @@
 //! (detection reads every layer, so once per apply), the guard's table written on the nf_tables
 //! socket without waiting for detection, and the guard's BPF layer pinned under the node's root.
 
-use super::{Error, NodeFirewall};
-use firewall::eval::Verdict;
-use firewall::{Converged, FilterSpec, Firewall, GuardSpec, NfSocket, Opening, Retired, Scope};
+use super::read::NfChanges;
+use super::{Error, Held, Monitor, NodeFirewall, NodeFirewallRead};
+use firewall::bpf::{BpfStatus, Pins};
+use firewall::eval::{Answer, Verdict, Way};
+use firewall::{
+    Converged, FilterSpec, Firewall, Found, GuardSpec, GuardStatus, NfSocket, Opening, Presence,
+    Retired, Scope,
+};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -18,10 +23,8 @@ fn firewall_runner(deadlines: run::Deadlines) -> run::Deadlined<'static> {
     }
 }
 
-/// The found firewall, read as it is now, its programs within `deadlines`: for the core's
-/// read-only questions (`firewall status`, `firewall explain`), which change nothing and claim
-/// nothing.
-pub fn open_found(deadlines: run::Deadlines) -> Result<Firewall<'static>, Error> {
+/// The found firewall, read when first asked, its programs within `deadlines`.
+fn open_found(deadlines: run::Deadlines) -> Result<Firewall<'static>, Error> {
     Firewall::open_within(deadlines).map_err(Error::Unreadable)
 }
 
@@ -47,7 +50,8 @@ pub struct Kernel {
 
 impl Kernel {
     /// The node's firewall for `node` under `root`, every program the engine runs within
-    /// `deadlines` (the declaration's `settings.deadlines`).
+    /// `deadlines` (the declaration's `settings.deadlines`); for no node when `node` is empty
+    /// (what only reads, and the resident host's put-back of the guard and the filter).
     pub fn new(root: &Path, node: &str, deadlines: run::Deadlines) -> Kernel {
         Kernel {
             root: root.to_path_buf(),
@@ -70,7 +74,11 @@ impl Kernel {
     fn found(&mut self) -> Result<&mut Firewall<'static>, Error> {
         if self.fw.is_none() {
             let mut opened = open_found(self.deadlines)?;
-            opened.for_node(&self.node);
+            // A kernel for no node (`""`: `firewall status`, `explain`, `profile`, the resident
+            // host's put-back) reads another node's marked rules as they are and claims nothing.
+            if !self.node.is_empty() {
+                opened.for_node(&self.node);
+            }
             opened.set_runtime_bridges(&self.bridges);
             self.fw = Some(opened);
             self.sock = None;
@@ -95,27 +103,6 @@ impl Kernel {
 }
 
 impl NodeFirewall for Kernel {
-    fn claimed_by(&mut self) -> Result<Option<String>, Error> {
-        Ok(self.found()?.claimed_by()?)
-    }
-
-    fn generation(&mut self) -> Option<u32> {
-        if legacy_in_force() {
-            return None;
-        }
-        self.found().ok()?.generation().ok().flatten()
-    }
-
-    fn kind(&mut self) -> String {
-        match self.found() {
-            Ok(fw) => fw
-                .found()
-                .map(|f| f.kind())
-                .unwrap_or_else(|e| format!("unreadable: {e}")),
-            Err(e) => format!("unreadable: {e}"),
-        }
-    }
-
     fn guard_table(&mut self, spec: &GuardSpec) -> Result<firewall::GuardReport, Error> {
         Ok(firewall::guard::ensure(self.socket()?, spec)?)
     }
@@ -144,29 +131,6 @@ impl NodeFirewall for Kernel {
             openings.len()
         );
         Ok(done)
-    }
-
-    fn verdicts(&mut self, openings: &[Opening]) -> Result<BTreeMap<String, Verdict>, Error> {
-        Ok(self.found()?.verdicts(openings)?)
-    }
-
-    fn answers(
-        &mut self,
-        openings: &[Opening],
-    ) -> Result<Vec<Vec<(firewall::eval::Way, firewall::eval::Answer)>>, Error> {
-        Ok(self.found()?.explain_each(openings)?)
-    }
-
-    fn ask_kernel(
-        &mut self,
-        ways: &[(firewall::eval::Way, firewall::eval::Answer)],
-    ) -> Result<firewall::confirm::Confirmation, Error> {
-        firewall::confirm::on_node(
-            &firewall_runner(self.deadlines),
-            ways,
-            firewall::confirm::BUDGET,
-        )
-        .map_err(|e| Error::from(e).doing("asking the kernel in scratch network namespaces"))
     }
 
     fn filter_in_force(&mut self, spec: &FilterSpec) -> Result<bool, Error> {
@@ -214,11 +178,107 @@ impl NodeFirewall for Kernel {
         self.know_runtime_bridges(&bridges);
         bridges
     }
+}
+
+impl NodeFirewallRead for Kernel {
+    fn claimed_by(&mut self) -> Result<Option<String>, Error> {
+        Ok(self.found()?.claimed_by()?)
+    }
+
+    fn generation(&mut self) -> Option<u32> {
+        if legacy_in_force() {
+            return None;
+        }
+        self.found().ok()?.generation().ok().flatten()
+    }
+
+    fn kind(&mut self) -> String {
+        match self.found() {
+            Ok(fw) => fw
+                .found()
+                .map(|f| f.kind())
+                .unwrap_or_else(|e| format!("unreadable: {e}")),
+            Err(e) => format!("unreadable: {e}"),
+        }
+    }
+
+    fn detected(&mut self) -> Result<Found, Error> {
+        Ok(self.found()?.found()?.clone())
+    }
+
+    fn presence(&mut self, openings: &[Opening]) -> Result<BTreeMap<String, Vec<Presence>>, Error> {
+        Ok(self.found()?.presence(openings)?)
+    }
+
+    fn verdicts(&mut self, openings: &[Opening]) -> Result<BTreeMap<String, Verdict>, Error> {
+        Ok(self.found()?.verdicts(openings)?)
+    }
+
+    fn answers(&mut self, openings: &[Opening]) -> Result<Vec<Vec<(Way, Answer)>>, Error> {
+        Ok(self.found()?.explain_each(openings)?)
+    }
+
+    fn ask_kernel(
+        &mut self,
+        ways: &[(Way, Answer)],
+    ) -> Result<firewall::confirm::Confirmation, Error> {
+        firewall::confirm::on_node(
+            &firewall_runner(self.deadlines),
+            ways,
+            firewall::confirm::BUDGET,
+        )
+        .map_err(|e| Error::from(e).doing("asking the kernel in scratch network namespaces"))
+    }
+
+    fn explain(
+        &mut self,
+        opening: &Opening,
+        only_iif: Option<&str>,
+    ) -> Result<Vec<(Way, Answer)>, Error> {
+        Ok(self.found()?.explain(opening, only_iif)?)
+    }
+
+    fn guard_status(&mut self) -> Result<GuardStatus, Error> {
+        Ok(firewall::guard::status(self.socket()?)?)
+    }
+
+    fn bpf_pins(&mut self) -> Pins {
+        self.pins()
+    }
+
+    fn bpffs(&mut self) -> bool {
+        let pins = self.pins();
+        pins.may_mount || firewall::bpf::is_bpffs(&pins.fs)
+    }
+
+    fn bpf_pinned(&mut self) -> Result<BpfStatus, Error> {
+        Ok(firewall::bpf::status(&self.pins())?)
+    }
+
+    fn bpf_held(&mut self) -> Result<Held, Error> {
+        let (links, refused) = firewall::bpf::survey(&self.pins())?;
+        Ok(Held {
+            links,
+            refused: refused.map(|e| e.to_string()),
+        })
+    }
+
+    fn bpf_supported(&mut self) -> Result<(), Error> {
+        Ok(firewall::bpf::supported()?)
+    }
+
+    fn table_flags(&mut self) -> Result<firewall::probe::TableFlagSupport, Error> {
+        Ok(firewall::probe::table_flags()?)
+    }
 
     fn know_runtime_bridges(&mut self, bridges: &[String]) {
         self.bridges = bridges.to_vec();
         if let Some(fw) = self.fw.as_mut() {
             fw.set_runtime_bridges(bridges);
         }
+    }
+
+    fn monitor(&mut self) -> Result<Box<dyn Monitor>, Error> {
+        Ok(Box::new(NfChanges(firewall::NfMonitor::open()?)))
     }
 }

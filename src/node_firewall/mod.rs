@@ -23,6 +23,7 @@ pub mod guard;
 mod kernel;
 pub mod openings;
 pub mod outcome;
+mod read;
 pub mod removal;
 mod restore;
 pub mod save;
@@ -32,30 +33,52 @@ mod tests;
 
 pub use before::before_resources;
 pub use guard::{guard_spec, with_bridges, Guarded, LAYERS_BOTH, LAYERS_TABLE_ALONE};
-pub use kernel::{legacy_in_force, open_found, Kernel};
+pub use kernel::{legacy_in_force, Kernel};
 pub use openings::{NotAdmitted, Openings};
 pub use outcome::{FilterSaid, FlipSaid, GuardSaid, GuardWritten};
+pub use read::{
+    firewalld_reloads, kernel_reader, Change, Held, Monitor, NodeFirewallRead, OpenRead,
+};
+
+// The firewall crate's types and pure functions the core names, handed on from here: this folder
+// is the core's one door to the firewall crate (a test in `read.rs` holds every other file of
+// `src/` to it).
+pub use firewall::{
+    derive, Backend, Converged, Family, FilterSpec, Found, FoundationPorts, GuardReport, GuardSpec,
+    GuardStatus, Inputs, Layer, LayerId, Listen, Network, Opening, Presence, Proto, Retired, Scope,
+    State, MESH_TABLE,
+};
+/// The evaluator's terms: a connection's ways, their parts and how each ends.
+pub mod eval {
+    pub use firewall::eval::{Addrs, Answer, Decider, Fam, Fate, Part, Refusal, Verdict, Way};
+}
+/// An opening's parts and the checks of its values.
+pub mod opening {
+    pub use firewall::opening::{check_interface, From, Opening, Path, MAX_ID_LEN};
+}
+/// The marks of the mesh's rules.
+pub mod rules {
+    pub use firewall::rules::{id_of, mark};
+}
+/// The guard's BPF layer: where it is pinned and what the kernel says of its links.
+pub mod bpf {
+    pub use firewall::bpf::{BpfReport, BpfStatus, LinkInfo, Loaded, Pins, HOOKS};
+}
+/// The derived filter's chains in the mesh's table.
+pub mod filter {
+    pub use firewall::filter::{FORWARD_CHAIN, INPUT_CHAIN};
+}
 
 use crate::briefing::Mark;
 use crate::declaration::Declaration;
 use crate::store::{Store, StoreError};
-use firewall::eval::Verdict;
-use firewall::{Converged, FilterSpec, GuardSpec, Opening, Retired, Scope};
 use run::Runner;
-use std::collections::BTreeMap;
 use std::path::Path;
 
 /// What the core asks of the node's firewall. The kernel's implementation ([`Kernel`]) opens the
 /// found firewall on first use, for one node, whose name the mesh's table records; the fake
 /// records each call and answers from a script.
-pub trait NodeFirewall {
-    /// The node whose marked rules are in force here, if any.
-    fn claimed_by(&mut self) -> Result<Option<String>, Error>;
-    /// The ruleset's generation, where it vouches for the whole ruleset: `None` where legacy
-    /// x_tables are in force (they send no generation) or nf_tables cannot say.
-    fn generation(&mut self) -> Option<u32>;
-    /// The found firewall's kind, as the report names it (`nftables`, `firewalld`, …).
-    fn kind(&mut self) -> String;
+pub trait NodeFirewall: NodeFirewallRead {
     /// The guard's table (`inet mesh_host`) as `spec` says.
     fn guard_table(&mut self, spec: &GuardSpec) -> Result<firewall::GuardReport, Error>;
     /// The guard's netfilter BPF layer as `spec` says, pinned under the node's root.
@@ -66,20 +89,6 @@ pub trait NodeFirewall {
     fn remove_guard_table(&mut self) -> Result<bool, Error>;
     /// The marked rules of `openings` in force through the found firewall.
     fn converge(&mut self, openings: &[Opening], scope: Scope) -> Result<Converged, Error>;
-    /// What a new connection of each opening meets, read from the kernel's ruleset now.
-    fn verdicts(&mut self, openings: &[Opening]) -> Result<BTreeMap<String, Verdict>, Error>;
-    /// Each opening's ways and the evaluator's answer on each, read from the ruleset as it
-    /// stands now (the walk `firewall explain` prints), in the order given.
-    fn answers(
-        &mut self,
-        openings: &[Opening],
-    ) -> Result<Vec<Vec<(firewall::eval::Way, firewall::eval::Answer)>>, Error>;
-    /// The kernel asked about `ways` in scratch network namespaces shaped like this node, the
-    /// ruleset as it stands now loaded there ([`firewall::confirm::on_node`]).
-    fn ask_kernel(
-        &mut self,
-        ways: &[(firewall::eval::Way, firewall::eval::Answer)],
-    ) -> Result<firewall::confirm::Confirmation, Error>;
     /// Whether the derived filter `spec` is loaded exactly.
     fn filter_in_force(&mut self, spec: &FilterSpec) -> Result<bool, Error>;
     /// The derived filter `spec` loaded; whether it had to be written.
@@ -108,10 +117,6 @@ pub trait NodeFirewall {
         runner: &dyn Runner,
         interfaces: &[::genesis::inventory::Interface],
     ) -> Vec<String>;
-    /// The runtime's bridges as last asked (the memo's guard keeps them), for a reconcile that
-    /// asks no runtime: the openings' verdicts and placements take no connection arriving on
-    /// them for another machine's. `runtime_bridges` tells it the same as it answers.
-    fn know_runtime_bridges(&mut self, bridges: &[String]);
 }
 
 /// Why the node's firewall did not do what was asked, naming what it was doing.

@@ -9,10 +9,10 @@
 //! the network (a link announcement answered at once can find it not listed yet, and the event
 //! comes after), and Podman makes a network's bridge only when its first container starts.
 
+use crate::node_firewall::FilterSpec;
 use crate::node_firewall::{self, NodeFirewall};
 use crate::system::{self, bridges, engine_api};
 use crate::wakeup::Wakeup;
-use firewall::FilterSpec;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -140,7 +140,7 @@ pub(super) enum Covered {
 pub(super) fn cover(
     fw: &mut dyn NodeFirewall,
     runner: &dyn run::Runner,
-    guard: &mut Option<firewall::GuardSpec>,
+    guard: &mut Option<node_firewall::GuardSpec>,
     filter: &mut Option<FilterSpec>,
     current: bool,
     heard: Instant,

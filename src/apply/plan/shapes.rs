@@ -8,6 +8,7 @@ use crate::declaration::{
     ActionSpec, ContainerSpec, DirectorySpec, FileSpec, Mode, OpeningSpec, PackageSpec,
     ServiceSpec, ServiceState, Shape,
 };
+use crate::node_firewall::{NodeFirewallRead, State};
 use crate::store::Owned;
 use crate::system;
 
@@ -487,7 +488,7 @@ pub(super) fn plan_package(r: &Reading<'_>, spec: &PackageSpec) -> (Outcome, Str
 
 pub(super) fn plan_opening(
     r: &Reading<'_>,
-    fw: Option<&mut firewall::Firewall<'_>>,
+    fw: &mut dyn NodeFirewallRead,
     spec: &OpeningSpec,
     settings: Option<&crate::declaration::Settings>,
 ) -> (Outcome, String, Option<OpeningPlan>) {
@@ -518,17 +519,7 @@ pub(super) fn plan_opening(
             None,
         );
     }
-    let Some(fw) = fw else {
-        return (
-            Outcome::Failed,
-            "the found firewall could not be read".into(),
-            None,
-        );
-    };
-    let kind = fw
-        .found()
-        .map(|f| f.kind())
-        .unwrap_or_else(|_| "unknown".into());
+    let kind = fw.kind();
     let presence = match fw.presence(std::slice::from_ref(&opening)) {
         Ok(mut p) => p.remove(&opening.id).unwrap_or_default(),
         Err(e) => {
@@ -550,7 +541,7 @@ pub(super) fn plan_opening(
             layer: p.layer.to_string(),
             chain: p.chain.clone(),
             now: p.state.describe(),
-            writes: p.state == firewall::State::Missing,
+            writes: p.state == State::Missing,
         })
         .collect();
     let writes: Vec<&str> = layers

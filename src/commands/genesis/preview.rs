@@ -5,8 +5,8 @@
 
 use crate::apply::{ApplyError, Host};
 use crate::declaration::{Declaration, Mode, Settings};
+use crate::node_firewall::opening::{From, Opening, Path};
 use crate::node_firewall::spec::filter_spec;
-use firewall::opening::{From, Opening, Path};
 use genesis::checks::{Listener, Machine};
 use serde::Serialize;
 use std::fmt::Write as _;
@@ -205,7 +205,7 @@ fn fate(
             why: "on loopback, which the filter admits".into(),
         };
     }
-    if l.proto == firewall::Proto::Tcp && ssh.contains(&l.port) {
+    if l.proto == crate::node_firewall::Proto::Tcp && ssh.contains(&l.port) {
         return match private {
             None => Fate {
                 listener,
@@ -381,7 +381,7 @@ mod tests {
 
     fn listener(addr: &str, port: u16, process: &str) -> Listener {
         Listener {
-            proto: firewall::Proto::Tcp,
+            proto: crate::node_firewall::Proto::Tcp,
             addr: addr.parse().unwrap(),
             port,
             pid: Some(7),
@@ -394,7 +394,7 @@ mod tests {
         let bus = Opening {
             id: "broker/bus".into(),
             port: 5672,
-            proto: firewall::Proto::Tcp,
+            proto: crate::node_firewall::Proto::Tcp,
             from: From::Anywhere,
             path: Path::Forwarded,
         };
