@@ -170,11 +170,6 @@ impl Cx<'_> {
         Ok(p)
     }
 
-    /// Whether a found resource of this module is kept as it is (adopted, module not taken).
-    pub fn keeps_found(&self, module: Option<&str>) -> bool {
-        self.decl.mode == Mode::Adopted && !self.decl.is_taken(module)
-    }
-
     /// Records one change to the store, durable when this returns.
     fn record(&mut self, id: &str, op: Op) -> Result<(), StoreError> {
         self.store.record(id, op)

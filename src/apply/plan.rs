@@ -156,26 +156,6 @@ impl Reading<'_> {
     fn machine(&self, path: &str) -> std::path::PathBuf {
         self.root.join(path.trim_start_matches('/'))
     }
-
-    fn keeps_found(&self, module: Option<&str>) -> bool {
-        self.decl.mode == Mode::Adopted && !self.decl.is_taken(module)
-    }
-
-    /// The adoption decision as `adopt::decide` makes it, without recording the held record:
-    /// `None` when the applier would create or take over.
-    fn kept(&self, id: &str, key: &str, keep: bool, now: Option<&str>) -> Option<Outcome> {
-        if !keep {
-            return None;
-        }
-        match (self.state.held_at(id, key), now) {
-            (None, None) => None,
-            (Some(_), None) => Some(Outcome::ChangedBySomethingElse),
-            (Some(h), Some(n)) if h.digest.as_deref() != Some(n) => {
-                Some(Outcome::ChangedBySomethingElse)
-            }
-            _ => Some(Outcome::Held),
-        }
-    }
 }
 
 /// Previews an apply of `decl` from `source` for `act`: refused as the act would be, or what it
