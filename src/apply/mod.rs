@@ -10,6 +10,8 @@ mod action;
 mod adopt;
 mod brief;
 mod container;
+#[cfg(test)]
+mod decide_tests;
 mod directory;
 mod error;
 mod file;
