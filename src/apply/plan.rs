@@ -292,53 +292,67 @@ pub fn plan(
         }
     }
     if plan.entries.iter().all(|e| e.outcome != Outcome::Failed) {
-        for h in state
-            .held
-            .iter()
-            .filter(|h| !declared.contains(h.id.as_str()))
-        {
-            plan.entries.push(Step {
-                id: h.id.clone(),
-                shape: h.shape,
-                key: h.key.clone(),
-                outcome: Outcome::Forgotten,
-                verb: "release",
-                detail: format!(
-                    "held {} {} would be released: left exactly as it was found",
-                    h.shape, h.key
-                ),
-                diff: Vec::new(),
-                attributes: Vec::new(),
-            });
-        }
-        for rec in state
-            .owned
-            .iter()
-            .rev()
-            .filter(|o| !declared.contains(o.id.as_str()))
-        {
-            let (o, d) = removal(&r, rec);
-            plan.push(rec, o, d);
-        }
+        undeclared(&mut plan, &r, &declared);
     }
-    plan.pending = plan.flip.is_some()
-        || plan.guard.as_ref().is_some_and(|g| !g.in_force)
-        || plan
-            .entries
-            .iter()
-            .any(|e| !matches!(e.outcome, Outcome::Unchanged | Outcome::Held))
-        || plan
-            .entries
-            .iter()
-            .any(|e| e.outcome == Outcome::Held && state.held_at(&e.id, &e.key).is_none())
-        // Found and taken over as it is: nothing on the machine, but a record in the store.
-        || plan
-            .entries
-            .iter()
-            .any(|e| e.outcome == Outcome::Unchanged && state.owned(&e.id).is_none())
-        || state.declaration.as_ref() != Some(decl);
+    plan.pending = pending(&plan, &state, decl);
     plan.summary = Summary::of(&plan.entries);
     Ok(plan)
+}
+
+/// What the act would do with what the store holds and `declared` no longer names: each held
+/// resource released as found, each owned record removed (or forgotten), newest first.
+fn undeclared(plan: &mut Plan, r: &Reading<'_>, declared: &HashSet<&str>) {
+    let state = r.state;
+    for h in state
+        .held
+        .iter()
+        .filter(|h| !declared.contains(h.id.as_str()))
+    {
+        plan.entries.push(Step {
+            id: h.id.clone(),
+            shape: h.shape,
+            key: h.key.clone(),
+            outcome: Outcome::Forgotten,
+            verb: "release",
+            detail: format!(
+                "held {} {} would be released: left exactly as it was found",
+                h.shape, h.key
+            ),
+            diff: Vec::new(),
+            attributes: Vec::new(),
+        });
+    }
+    for rec in state
+        .owned
+        .iter()
+        .rev()
+        .filter(|o| !declared.contains(o.id.as_str()))
+    {
+        let (o, d) = removal(r, rec);
+        plan.push(rec, o, d);
+    }
+}
+
+/// Whether the act would change anything: the flip or the return, a guard not in force, a
+/// resource not left as it is, a found resource newly held or taken over as it is (a record in
+/// the store), or a declaration the store does not hold yet.
+fn pending(plan: &Plan, state: &State, decl: &Declaration) -> bool {
+    plan.flip.is_some()
+    || plan.guard.as_ref().is_some_and(|g| !g.in_force)
+    || plan
+        .entries
+        .iter()
+        .any(|e| !matches!(e.outcome, Outcome::Unchanged | Outcome::Held))
+    || plan
+        .entries
+        .iter()
+        .any(|e| e.outcome == Outcome::Held && state.held_at(&e.id, &e.key).is_none())
+    // Found and taken over as it is: nothing on the machine, but a record in the store.
+    || plan
+        .entries
+        .iter()
+        .any(|e| e.outcome == Outcome::Unchanged && state.owned(&e.id).is_none())
+    || state.declaration.as_ref() != Some(decl)
 }
 
 /// What a preview shows of a change beside its line: the content's diff, the mode and owner.
