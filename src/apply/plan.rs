@@ -3,11 +3,11 @@
 //! each layer of the found firewall, to the guard and to the node's mode, read from the store,
 //! the machine and the found firewall and changing none of them.
 //!
-//! It makes each applier's decision again from what the appliers read (a file's bytes and mode,
-//! a container's inspection, a service's status, a package's version, an action's `verify`, an
-//! opening's presence per layer and its verdict through the evaluator), and says it in the
-//! outcome the act would report (`created`, `changed`, `held`, `removed`, …), so a preview and
-//! the act that follows it name the same resources with the same verbs. The store is read with
+//! It makes each applier's decision with the applier's own `read` and `decide` (a file's bytes
+//! and mode, a container's inspection, a service's status, a package's version, an action's
+//! `verify`), reads an opening's presence per layer and its verdict through the evaluator, and
+//! says it in the outcome the act would report (`created`, `changed`, `held`, `removed`, …), so
+//! a preview and the act that follows it name the same resources with the same verbs. The store is read with
 //! [`store::peek`] (no lock, nothing created); nothing here calls a recording method of `Cx`.
 //! An action's `verify` is run, since it is the action's own read of whether its work is done.
 
