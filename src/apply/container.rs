@@ -624,6 +624,58 @@ pub(super) fn remove_recovered(cx: &mut Cx<'_>, rec: &Owned) -> Result<Done, Res
     remove_asked(cx, rt.as_ref(), rec, Asked::Recovered)
 }
 
+/// What the container applier does with a record no longer declared, decided from the
+/// container at its name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Removal {
+    /// Nothing is at its name: already gone.
+    Gone,
+    /// What is at its name is not the host's as asked (`found`): left in place.
+    Leave { found: Box<Container> },
+    /// What is at its name is the host's as asked: removed.
+    Remove,
+}
+
+/// The container applier's decision for `rec`, no longer declared, with `cur` at its name: pure.
+/// A container is the host's own when it carries the host's labels for the record (its id, or
+/// the digest of its spec; a recovered record needs both) and the host did not merely find it.
+pub(super) fn decide_removal(cur: Option<&Container>, rec: &Owned, asked: Asked) -> Removal {
+    let Some(c) = cur else {
+        return Removal::Gone;
+    };
+    let by_id = c.labels.get(LABEL_ID) == Some(&rec.id);
+    let by_spec = rec.digest.is_some() && c.labels.get(LABEL_SPEC) == rec.digest.as_ref();
+    let ours = match asked {
+        Asked::Owned => !rec.found && (by_id || by_spec),
+        Asked::Recovered => by_id && by_spec,
+    };
+    if ours {
+        Removal::Remove
+    } else {
+        Removal::Leave {
+            found: Box::new(c.clone()),
+        }
+    }
+}
+
+impl Removal {
+    /// The outcome the act reports for this decision of an owned record's removal, and the
+    /// preview's line for it.
+    pub fn preview(&self) -> (Outcome, String) {
+        match self {
+            Removal::Gone => (Outcome::Removed, "no longer declared; already gone".into()),
+            Removal::Leave { .. } => (
+                Outcome::Forgotten,
+                "not one the host created; would be left in place".into(),
+            ),
+            Removal::Remove => (
+                Outcome::Removed,
+                "no longer declared; would be removed".into(),
+            ),
+        }
+    }
+}
+
 /// Removes the container `rec` names if the one at its name is the host's as `asked` requires.
 pub(super) fn remove_asked(
     cx: &mut Cx<'_>,
@@ -632,39 +684,36 @@ pub(super) fn remove_asked(
     asked: Asked,
 ) -> Result<Done, ResourceError> {
     let name = rec.key.as_str();
-    let Some(c) = inspect(rt, name)? else {
-        return Ok(Done::new(
-            Outcome::Removed,
-            "no longer declared; already gone",
-        ));
-    };
-    let by_id = c.labels.get(LABEL_ID) == Some(&rec.id);
-    let by_spec = rec.digest.is_some() && c.labels.get(LABEL_SPEC) == rec.digest.as_ref();
-    let (ours, left, not_ours, removed) = match asked {
+    let cur = inspect(rt, name)?;
+    let (left, not_ours, removed) = match asked {
         Asked::Owned => (
-            !rec.found && (by_id || by_spec),
             Outcome::Forgotten,
             "is not one the host created",
             "no longer declared; removed",
         ),
         Asked::Recovered => (
-            by_id && by_spec,
             Outcome::ChangedBySomethingElse,
             "is not the one the recovered record describes",
             "no longer declared; removed, as the recovered record describes it",
         ),
     };
-    if !ours {
-        return Ok(Done::new(
+    match decide_removal(cur.as_ref(), rec, asked) {
+        Removal::Gone => Ok(Done::new(
+            Outcome::Removed,
+            "no longer declared; already gone",
+        )),
+        Removal::Leave { found } => Ok(Done::new(
             left,
             format!(
                 "the container now at {name} ({}) {not_ours}; left in place",
-                describe_found(&c)
+                describe_found(&found)
             ),
-        ));
+        )),
+        Removal::Remove => {
+            remove_and_check(cx, rt, name, &rec.id, "")?;
+            Ok(Done::new(Outcome::Removed, removed))
+        }
     }
-    remove_and_check(cx, rt, name, &rec.id, "")?;
-    Ok(Done::new(Outcome::Removed, removed))
 }
 
 /// Removes the container at `name` and reads back that it is gone (a runtime that answers

@@ -566,3 +566,88 @@ fn action_decisions_from_what_verify_says() {
     );
     assert!(!dir.path().join("done").exists(), "deciding runs nothing");
 }
+
+// Removal of a record no longer declared.
+
+fn file_removal(bed: &Bed, rec: &Owned, release: bool) -> file::Removal {
+    let on_disk = std::fs::read(bed.dir.path().join("etc/f.conf")).ok();
+    let root = crate::beneath::Root::open(bed.dir.path()).unwrap();
+    let r = file::read_removal(&root, &bed.store.state, None, rec).unwrap();
+    let decision = file::decide_removal(&r, rec, release);
+    assert_eq!(
+        std::fs::read(bed.dir.path().join("etc/f.conf")).ok(),
+        on_disk,
+        "deciding removes nothing"
+    );
+    decision
+}
+
+#[test]
+fn file_removal_decisions_from_the_record_and_what_is_on_disk() {
+    let mut bed = Bed::new();
+    write_file(&bed, "declared\n");
+    let digest = crate::store::digest(b"declared\n");
+    let made = owned("app/f", Shape::File, "/etc/f.conf", Some(digest.clone()));
+    assert_eq!(file_removal(&bed, &made, false), file::Removal::Remove);
+    write_file(&bed, "edited\n");
+    let d = file_removal(&bed, &made, false);
+    assert!(
+        matches!(&d, file::Removal::LeaveEdited { why } if why.contains(&digest)),
+        "{d:?}"
+    );
+    assert_eq!(d.preview().0, Outcome::Forgotten);
+
+    let found = Owned {
+        found: true,
+        ..made.clone()
+    };
+    assert_eq!(file_removal(&bed, &found, true), file::Removal::LeaveFound);
+    bed.store.state.add_original(crate::store::Original {
+        key: "/etc/f.conf".into(),
+        saved: "/var/lib/mesh-host/originals/x-f.conf".into(),
+        digest: "sha256:aa".into(),
+        mode: None,
+        uid: None,
+        gid: None,
+    });
+    assert_eq!(file_removal(&bed, &found, false), file::Removal::LeaveFound);
+    let d = file_removal(&bed, &found, true);
+    assert_eq!(
+        d,
+        file::Removal::PutBack {
+            saved: "/var/lib/mesh-host/originals/x-f.conf".into()
+        }
+    );
+    assert_eq!(d.preview().0, Outcome::Removed);
+}
+
+#[test]
+fn container_removal_decisions_from_its_labels() {
+    use container::{Asked, Removal};
+    let rt = FakeRuntime::default();
+    let conv = ctr("converged");
+    let rec = owned("app/c", Shape::Container, "web", None);
+    assert_eq!(
+        container::decide_removal(rt.get("web").as_ref(), &rec, Asked::Owned),
+        Removal::Gone
+    );
+    rt.found("web", "lab/busybox:1");
+    let d = container::decide_removal(rt.get("web").as_ref(), &rec, Asked::Owned);
+    assert!(matches!(d, Removal::Leave { .. }), "{d:?}");
+    assert_eq!(d.preview().0, Outcome::Forgotten);
+    label_ours(&rt, &conv);
+    assert_eq!(
+        container::decide_removal(rt.get("web").as_ref(), &rec, Asked::Owned),
+        Removal::Remove
+    );
+    // A recovered record names both the id and the spec; the id alone is not enough.
+    let d = container::decide_removal(rt.get("web").as_ref(), &rec, Asked::Recovered);
+    assert!(matches!(d, Removal::Leave { .. }), "{d:?}");
+    let found = Owned { found: true, ..rec };
+    let d = container::decide_removal(rt.get("web").as_ref(), &found, Asked::Owned);
+    assert!(
+        matches!(d, Removal::Leave { .. }),
+        "found, never removed: {d:?}"
+    );
+    assert!(rt.calls.borrow().is_empty(), "deciding removes nothing");
+}

@@ -533,44 +533,125 @@ fn write_and_record(
     Ok(cx.record_owned(rec)?)
 }
 
+/// What the file applier reads of a record no longer declared before it decides: where the
+/// original of a file it took over is saved, and for a file it created, why it is not the host's
+/// to remove any more ([`edited_since`]).
+pub(super) struct RemovalReading {
+    pub saved: Option<String>,
+    pub edited: Option<String>,
+}
+
+/// Reads what [`decide_removal`] needs of `rec` beneath `root` and from the store's `state`, its
+/// reads bounded by `settings`; changes nothing.
+pub(super) fn read_removal(
+    root: &Root,
+    state: &store::State,
+    settings: Option<&crate::declaration::Settings>,
+    rec: &Owned,
+) -> Result<RemovalReading, ResourceError> {
+    Ok(RemovalReading {
+        saved: state
+            .original(&rec.key)
+            .and_then(|o| super::saved_at(o).map(str::to_string)),
+        edited: if rec.found {
+            None
+        } else {
+            edited_since(root, rec, settings)?
+        },
+    })
+}
+
+/// What the file applier does with a record no longer declared.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Removal {
+    /// Taken over, and a release gives it back: its original put back from where it is `saved`.
+    PutBack { saved: String },
+    /// Taken over rather than created: left in place, its record forgotten.
+    LeaveFound,
+    /// Created by the host but changed since (`why`): left in place, its record forgotten.
+    LeaveEdited { why: String },
+    /// Created by the host and as it wrote it (or gone): removed.
+    Remove,
+}
+
+/// The file applier's decision for a record no longer declared (`release`: the act is a
+/// release): pure, from what was read.
+pub(super) fn decide_removal(r: &RemovalReading, rec: &Owned, release: bool) -> Removal {
+    match (&r.saved, &r.edited) {
+        (Some(saved), _) if rec.found && release => Removal::PutBack {
+            saved: saved.clone(),
+        },
+        _ if rec.found => Removal::LeaveFound,
+        (_, Some(why)) => Removal::LeaveEdited { why: why.clone() },
+        (_, None) => Removal::Remove,
+    }
+}
+
+impl Removal {
+    /// The outcome the act reports for this decision, and the preview's line for it.
+    pub fn preview(&self) -> (Outcome, String) {
+        match self {
+            Removal::PutBack { saved } => (
+                Outcome::Removed,
+                format!("taken over: its original would be put back byte for byte from {saved}"),
+            ),
+            Removal::LeaveFound => (
+                Outcome::Forgotten,
+                "taken over, not created: left in place".into(),
+            ),
+            Removal::LeaveEdited { why } => (Outcome::Forgotten, why.clone()),
+            Removal::Remove => (
+                Outcome::Removed,
+                "no longer declared; would be removed".into(),
+            ),
+        }
+    }
+}
+
 /// Removes an undeclared file the host created; one it took over is forgotten, never removed,
 /// except by a release, which puts its saved original back.
 pub(super) fn remove(cx: &mut Cx<'_>, rec: &Owned) -> Result<Done, ResourceError> {
-    if rec.found && cx.decl.release {
-        if let Some(o) = cx.store.state.original(&rec.key).cloned() {
-            if let Some(saved) = super::saved_at(&o) {
-                return put_back(cx, rec, &o, saved);
+    if !rec.found {
+        cx.machine(&rec.key)?;
+    }
+    let settings = cx.store.state.settings.as_ref();
+    let r = read_removal(&cx.beneath, &cx.store.state, settings, rec)?;
+    match decide_removal(&r, rec, cx.decl.release) {
+        Removal::PutBack { saved } => {
+            let Some(o) = cx.store.state.original(&rec.key).cloned() else {
+                return Err(ResourceError::NotAsDeclared(format!(
+                    "the saved original of {} is no longer recorded; the file is left as it is",
+                    rec.key
+                )));
+            };
+            put_back(cx, rec, &o, &saved)
+        }
+        Removal::LeaveFound => {
+            let original = cx
+                .store
+                .state
+                .original(&rec.key)
+                .map(|o| match super::saved_at(o) {
+                    Some(at) => format!("; its original stays saved at {at}"),
+                    None => "; its original was recorded by its digest only".into(),
+                })
+                .unwrap_or_default();
+            Ok(Done::new(
+                Outcome::Forgotten,
+                format!("the host took this file over rather than creating it, so it is left in place{original}"),
+            ))
+        }
+        Removal::LeaveEdited { why } => Ok(Done::new(Outcome::Forgotten, why)),
+        Removal::Remove => match cx.beneath.remove_file(&rec.key)? {
+            Removed::Removed => {
+                cx.changed(&rec.id);
+                Ok(Done::new(Outcome::Removed, "no longer declared"))
             }
-        }
-    }
-    if rec.found {
-        let original = cx
-            .store
-            .state
-            .original(&rec.key)
-            .map(|o| match super::saved_at(o) {
-                Some(at) => format!("; its original stays saved at {at}"),
-                None => "; its original was recorded by its digest only".into(),
-            })
-            .unwrap_or_default();
-        return Ok(Done::new(
-            Outcome::Forgotten,
-            format!("the host took this file over rather than creating it, so it is left in place{original}"),
-        ));
-    }
-    cx.machine(&rec.key)?;
-    if let Some(why) = edited_since(&cx.beneath, rec, cx.store.state.settings.as_ref())? {
-        return Ok(Done::new(Outcome::Forgotten, why));
-    }
-    match cx.beneath.remove_file(&rec.key)? {
-        Removed::Removed => {
-            cx.changed(&rec.id);
-            Ok(Done::new(Outcome::Removed, "no longer declared"))
-        }
-        Removed::Absent | Removed::NotEmpty => Ok(Done::new(
-            Outcome::Removed,
-            "no longer declared; already gone",
-        )),
+            Removed::Absent | Removed::NotEmpty => Ok(Done::new(
+                Outcome::Removed,
+                "no longer declared; already gone",
+            )),
+        },
     }
 }
 

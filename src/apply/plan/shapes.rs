@@ -276,34 +276,14 @@ pub(super) fn plan_opening(
 /// What removing an owned record no longer declared would report.
 pub(super) fn removal(r: &Reading<'_>, rec: &Owned) -> (Outcome, String) {
     let path = || r.machine(&rec.key);
-    let saved = || {
-        r.state
-            .original(&rec.key)
-            .and_then(|o| super::super::saved_at(o).map(str::to_string))
-    };
     match rec.shape {
-        Shape::File if rec.found && r.decl.release && saved().is_some() => (
-            Outcome::Removed,
-            format!(
-                "taken over: its original would be put back byte for byte from {}",
-                saved().unwrap_or_default()
-            ),
-        ),
-        Shape::File if rec.found => (
-            Outcome::Forgotten,
-            "taken over, not created: left in place".into(),
-        ),
         Shape::File => {
             let settings = r.decl.settings.as_ref().or(r.state.settings.as_ref());
-            let edited = crate::beneath::Root::open(r.root)
+            let read = crate::beneath::Root::open(r.root)
                 .map_err(Into::into)
-                .and_then(|b| file::edited_since(&b, rec, settings));
-            match edited {
-                Ok(Some(why)) => (Outcome::Forgotten, why),
-                Ok(None) => (
-                    Outcome::Removed,
-                    "no longer declared; would be removed".into(),
-                ),
+                .and_then(|b| file::read_removal(&b, r.state, settings, rec));
+            match read {
+                Ok(read) => file::decide_removal(&read, rec, r.decl.release).preview(),
                 Err(e) => (Outcome::Failed, e.to_string()),
             }
         }
@@ -334,22 +314,8 @@ pub(super) fn removal(r: &Reading<'_>, rec: &Owned) -> (Outcome, String) {
                 return (Outcome::Failed, "no container runtime".into());
             };
             match container::inspect(rt.as_ref(), &rec.key) {
-                Ok(None) => (Outcome::Removed, "no longer declared; already gone".into()),
-                Ok(Some(c)) => {
-                    let by_host = c.labels.get(container::LABEL_ID) == Some(&rec.id)
-                        || (rec.digest.is_some()
-                            && c.labels.get(container::LABEL_SPEC) == rec.digest.as_ref());
-                    if rec.found || !by_host {
-                        (
-                            Outcome::Forgotten,
-                            "not one the host created; would be left in place".into(),
-                        )
-                    } else {
-                        (
-                            Outcome::Removed,
-                            "no longer declared; would be removed".into(),
-                        )
-                    }
+                Ok(cur) => {
+                    container::decide_removal(cur.as_ref(), rec, container::Asked::Owned).preview()
                 }
                 Err(e) => (Outcome::Failed, e.to_string()),
             }
