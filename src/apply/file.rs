@@ -413,7 +413,12 @@ pub(super) fn execute(
 ) -> Result<Done, ResourceError> {
     let id = spec.id.as_str();
     let key = spec.path.as_str();
-    let bytes = spec.bytes();
+    // The declared bytes, copied (or decoded) only where something is written or recorded: an
+    // unchanged file, the common case of a reconcile, needs none.
+    let bytes = match decision {
+        Decision::Unchanged { .. } | Decision::Gone => Vec::new(),
+        _ => spec.bytes(),
+    };
     let want = &r.want;
     let record = |found: bool, stamp: Option<Stamp>| Owned {
         parents: Vec::new(),
