@@ -651,3 +651,117 @@ fn container_removal_decisions_from_its_labels() {
     );
     assert!(rt.calls.borrow().is_empty(), "deciding removes nothing");
 }
+
+// The act reports the outcome its decision says, so the preview (which says the decision's
+// outcome) and the act cannot drift.
+
+#[test]
+fn each_act_reports_the_outcome_of_the_decision_it_executes() {
+    let mut bed = Bed::new();
+    let mut seen = Vec::new();
+    let pm = FakePackages::default();
+    pm.offer("sl", &["5.02-1", "5.03"]);
+    for d in [
+        declaration("converged", &[], json!([pkg("sl", None)])),
+        declaration("converged", &[], json!([pkg("sl", None)])),
+        declaration("converged", &[], json!([pkg("sl", Some("5.02-1"))])),
+    ] {
+        let decision = package_decision(&bed, &pm, &d);
+        let want = decision.outcome();
+        let Resource::Package(spec) = &d.resources[0] else {
+            unreachable!()
+        };
+        let done = package::execute(&mut bed.cx(&d), &pm, spec, decision).unwrap();
+        assert_eq!(done.outcome, want, "{}", done.detail);
+        seen.push(want);
+        pm.calls.borrow_mut().clear();
+    }
+
+    let sm = FakeServices::default();
+    let run = declaration("converged", &[], json!([svc("running", true)]));
+    let Resource::Service(spec) = &run.resources[0] else {
+        unreachable!()
+    };
+    let decision = service_decision(&bed, &sm, &run);
+    assert!(service::execute(&mut bed.cx(&run), &sm, spec, decision).is_err());
+    sm.unit("nginx", false, false);
+    for _ in 0..2 {
+        let decision = service_decision(&bed, &sm, &run);
+        let want = decision.outcome();
+        let done = service::execute(&mut bed.cx(&run), &sm, spec, decision).unwrap();
+        assert_eq!(done.outcome, want, "{}", done.detail);
+        seen.push(want);
+        sm.calls.borrow_mut().clear();
+    }
+
+    let conv = dir_decl("converged");
+    let Resource::Directory(spec) = &conv.resources[0] else {
+        unreachable!()
+    };
+    let path = bed.dir.path().join("srv/d");
+    for change in [None, Some(0o700), None] {
+        if let Some(mode) = change {
+            set_mode(&path, mode);
+        }
+        let decision = directory_decision(&bed, &conv);
+        let want = decision.outcome();
+        let root = crate::beneath::Root::open(bed.dir.path()).unwrap();
+        let r = directory::read_for(&root, bed.dir.path(), &bed.store.state, &conv, spec).unwrap();
+        let done = directory::execute(&mut bed.cx(&conv), spec, &r.want, decision).unwrap();
+        assert_eq!(done.outcome, want, "{}", done.detail);
+        seen.push(want);
+    }
+
+    let adopted = file_decl("adopted");
+    let conv = file_decl("converged");
+    write_file(&bed, "found\n");
+    for d in [&adopted, &conv, &conv] {
+        let Resource::File(spec) = &d.resources[0] else {
+            unreachable!()
+        };
+        let (_, (want, _)) = file_decision(&bed, d, false);
+        let root = crate::beneath::Root::open(bed.dir.path()).unwrap();
+        let r = file::read_for(
+            &root,
+            bed.dir.path(),
+            &bed.store.state,
+            d,
+            None,
+            spec,
+            false,
+        )
+        .unwrap();
+        let decision = file::decide(&r, spec).unwrap();
+        let done = file::execute(&mut bed.cx(d), spec, &r, decision).unwrap();
+        assert_eq!(done.outcome, want, "{}", done.detail);
+        seen.push(want);
+    }
+
+    let rt = FakeRuntime::default();
+    let conv = ctr("converged");
+    let Resource::Container(spec) = &conv.resources[0] else {
+        unreachable!()
+    };
+    for stop in [false, false, true] {
+        if stop {
+            rt.stop("web");
+        }
+        let decision = container_decision(&bed, &rt, &conv);
+        let want = decision.act.outcome();
+        let done = container::execute(&mut bed.cx(&conv), &rt, spec, decision).unwrap();
+        assert_eq!(done.outcome, want, "{}", done.detail);
+        seen.push(want);
+    }
+    use Outcome::*;
+    assert_eq!(
+        seen,
+        [
+            Created, Unchanged, Changed, // the package
+            Changed, Unchanged, // the service
+            Created, Changed, Unchanged, // the directory
+            Held, Changed, Unchanged, // the file
+            Created, Unchanged, Changed, // the container
+        ],
+        "every act met the decision it was meant to"
+    );
+}
