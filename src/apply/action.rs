@@ -6,22 +6,91 @@
 use super::{Cx, Done, Outcome, ResourceError};
 use crate::declaration::{ActionSpec, Shape};
 use crate::store::{self, Owned};
-use run::describe;
+use run::{describe, Runner};
+use std::path::Path;
+
+/// Runs `argv` of an action under `root`, its output kept only as an excerpt: an action's output
+/// is only shown, never parsed, so a command that prints gigabytes costs the host no more memory
+/// than one that prints a line.
+fn call(runner: &dyn Runner, root: &Path, argv: &[String]) -> std::io::Result<run::Output> {
+    let shown = root.display().to_string();
+    let env = [("MESH_HOST_ROOT", shown.as_str())];
+    runner.call(&run::Call::new(argv).cwd(root).env(&env).excerpt())
+}
+
+/// What the action applier reads before it decides: its own `verify`, run once (the action's
+/// read of whether its work is done; it changes nothing by the action's contract).
+pub(super) struct Reading {
+    pub verified: bool,
+}
+
+/// Runs `spec.verify` under `root`.
+pub(super) fn read(
+    runner: &dyn Runner,
+    root: &Path,
+    spec: &ActionSpec,
+) -> std::io::Result<Reading> {
+    Ok(Reading {
+        verified: call(runner, root, &spec.verify)?.success(),
+    })
+}
+
+/// What the action applier does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Decision {
+    /// `verify` passes: nothing to run.
+    Done,
+    /// `verify` fails: `run`, then `verify` again.
+    Run,
+}
+
+/// The action applier's decision: pure, from what `verify` said.
+pub(super) fn decide(r: &Reading) -> Decision {
+    if r.verified {
+        Decision::Done
+    } else {
+        Decision::Run
+    }
+}
+
+impl Decision {
+    /// The outcome the act reports for this decision.
+    pub fn outcome(self) -> Outcome {
+        match self {
+            Decision::Done => Outcome::Unchanged,
+            Decision::Run => Outcome::Changed,
+        }
+    }
+
+    /// The preview's line for this decision: what the act would do.
+    pub fn preview(self, spec: &ActionSpec) -> String {
+        match self {
+            Decision::Done => "verify passes; nothing to run".into(),
+            Decision::Run => format!("verify fails; {:?} would run", spec.run),
+        }
+    }
+}
+
+/// Why an action's command could not be run, as the act reports it.
+fn not_run(argv: &[String]) -> impl FnOnce(std::io::Error) -> ResourceError + '_ {
+    move |e| match e.kind() {
+        // The message names the command and its deadline already.
+        std::io::ErrorKind::TimedOut => ResourceError::Child(e.to_string()),
+        _ => ResourceError::Child(format!("starting {:?}: {e}", argv[0])),
+    }
+}
 
 pub(super) fn apply(cx: &mut Cx<'_>, spec: &ActionSpec) -> Result<Done, ResourceError> {
-    let root = cx.root.display().to_string();
-    let env = [("MESH_HOST_ROOT", root.as_str())];
-    // An action's output is only shown, never parsed: an excerpt of it is kept, so a command
-    // that prints gigabytes costs the host no more memory than one that prints a line.
-    let run = |cx: &Cx<'_>, argv: &[String]| {
-        cx.runner
-            .call(&run::Call::new(argv).cwd(cx.root).env(&env).excerpt())
-            .map_err(|e| match e.kind() {
-                // The message names the command and its deadline already.
-                std::io::ErrorKind::TimedOut => ResourceError::Child(e.to_string()),
-                _ => ResourceError::Child(format!("starting {:?}: {e}", argv[0])),
-            })
-    };
+    let r = read(cx.runner, cx.root, spec).map_err(not_run(&spec.verify))?;
+    execute(cx, spec, decide(&r))
+}
+
+/// Carries out a [`Decision`]: runs the action and verifies again, or records it as done.
+pub(super) fn execute(
+    cx: &mut Cx<'_>,
+    spec: &ActionSpec,
+    decision: Decision,
+) -> Result<Done, ResourceError> {
     let rec = Owned {
         parents: Vec::new(),
         id: spec.id.clone(),
@@ -34,7 +103,7 @@ pub(super) fn apply(cx: &mut Cx<'_>, spec: &ActionSpec) -> Result<Done, Resource
         found: false,
         stamp: None,
     };
-    if run(cx, &spec.verify)?.success() {
+    if decision == Decision::Done {
         let was = cx.store.state.owned(&spec.id).cloned();
         cx.refresh_owned(rec, was.as_ref())?;
         return Ok(Done::new(
@@ -42,7 +111,7 @@ pub(super) fn apply(cx: &mut Cx<'_>, spec: &ActionSpec) -> Result<Done, Resource
             "verify passes; nothing to run",
         ));
     }
-    let out = run(cx, &spec.run)?;
+    let out = call(cx.runner, cx.root, &spec.run).map_err(not_run(&spec.run))?;
     if !out.success() {
         return Err(ResourceError::NotAsDeclared(format!(
             "run {}",
@@ -50,7 +119,7 @@ pub(super) fn apply(cx: &mut Cx<'_>, spec: &ActionSpec) -> Result<Done, Resource
         )));
     }
     cx.changed(&spec.id);
-    let check = run(cx, &spec.verify)?;
+    let check = call(cx.runner, cx.root, &spec.verify).map_err(not_run(&spec.verify))?;
     if !check.success() {
         return Err(ResourceError::NotAsDeclared(format!(
             "ran {:?}, but verify {}",

@@ -8,8 +8,8 @@
 //! decision for its shape, and the decision's outcome is the same for all of them.
 
 use super::{Cx, Done, Outcome};
-use crate::declaration::Shape;
-use crate::store::{Held, Owned, Stamp, StoreError};
+use crate::declaration::{Declaration, Mode, Shape};
+use crate::store::{Held, Owned, Stamp, State, StoreError};
 
 /// A declared resource the host has no owned record of, as its applier found it.
 pub(super) struct Found<'a> {
@@ -18,9 +18,6 @@ pub(super) struct Found<'a> {
     pub shape: Shape,
     /// Its path or name, the key its records are kept under.
     pub key: &'a str,
-    /// Whether something found there is kept as it is: an adopted node whose module is not taken
-    /// (or a file declared `create_once`).
-    pub keep: bool,
     /// What is there now, as its fingerprint; `None` when nothing is.
     pub now: Option<String>,
     /// A file's settled stamp, taken with its fingerprint (its digest): kept in the held record,
@@ -40,55 +37,114 @@ pub(super) enum Kept {
 }
 
 impl Kept {
-    /// The report's line for this decision, in the applier's words.
-    pub fn done(&self, words: impl FnOnce(&Kept) -> String) -> Done {
-        let outcome = match self {
+    /// The outcome the act reports for this decision (and the preview says it would).
+    pub fn outcome(&self) -> Outcome {
+        match self {
             Kept::Held => Outcome::Held,
             Kept::Gone | Kept::Changed { .. } => Outcome::ChangedBySomethingElse,
-        };
-        Done::new(outcome, words(self))
+        }
+    }
+
+    /// The report's line for this decision, in the applier's words.
+    pub fn done(&self, words: impl FnOnce(&Kept) -> String) -> Done {
+        Done::new(self.outcome(), words(self))
     }
 }
 
-/// The adoption decision for a resource with no owned record. `None` when it is not kept, and the
-/// applier creates it (nothing there) or takes it over (found, not kept); otherwise what is kept,
-/// with a found resource recorded held the first time it is seen. A held record's fingerprint is
-/// never rewritten: it keeps what was found, so a later change by something else stays reported.
-/// Only the stamp beside it is, when the fingerprint read again is the same and the file shows
-/// another settled stamp (touched, or its stamp was not yet settled when it was first held).
-pub(super) fn decide(cx: &mut Cx<'_>, found: &Found<'_>) -> Result<Option<Kept>, StoreError> {
-    if !found.keep {
-        return Ok(None);
+/// What the store says of a declared resource before its applier decides: the host's record of
+/// owning what is at its key, the held record of what was found there, and whether something
+/// found there is kept as it is. Part of every applier's reading.
+#[derive(Debug, Clone, Default)]
+pub(super) struct Records {
+    pub owned: Option<Owned>,
+    pub held: Option<Held>,
+    pub keep: bool,
+}
+
+impl Records {
+    /// The records of resource `id` of `shape` at `key`, as `state` holds them; `keep` as the
+    /// applier reckons it (see [`keeps_found`]).
+    pub fn of(state: &State, shape: Shape, id: &str, key: &str, keep: bool) -> Records {
+        Records {
+            owned: state.owned_by_key(shape, key).cloned(),
+            held: state.held_at(id, key).cloned(),
+            keep,
+        }
     }
-    let held = cx.store.state.held_at(found.id, found.key).cloned();
-    let kept = match (held, &found.now) {
-        (None, None) => return Ok(None),
+
+    /// The adoption decision for what is there now (its fingerprint, `None` when nothing is),
+    /// made without recording anything: `None` when the applier creates or takes over.
+    pub fn kept(&self, now: Option<&str>) -> Option<Kept> {
+        judge(self.keep, self.held.as_ref(), now)
+    }
+}
+
+/// Whether a found resource of `module` is kept as it is under `decl`: an adopted node whose
+/// module is not taken.
+pub(super) fn keeps_found(decl: &Declaration, module: Option<&str>) -> bool {
+    decl.mode == Mode::Adopted && !decl.is_taken(module)
+}
+
+/// The adoption decision, pure: `None` when nothing is kept (not `keep`, or nothing there and
+/// nothing held), else what is kept given the held record and what is there `now`.
+pub(super) fn judge(keep: bool, held: Option<&Held>, now: Option<&str>) -> Option<Kept> {
+    if !keep {
+        return None;
+    }
+    Some(match (held, now) {
+        (None, None) => return None,
         (Some(_), None) => Kept::Gone,
-        (Some(h), Some(now)) if h.digest.as_deref() != Some(now.as_str()) => Kept::Changed {
-            was: h.digest.unwrap_or_default(),
+        (Some(h), Some(now)) if h.digest.as_deref() != Some(now) => Kept::Changed {
+            was: h.digest.clone().unwrap_or_default(),
         },
-        (Some(h), Some(_)) => {
-            // The stamp alone: no journal line (see `Cx::refresh_owned`).
+        (Some(_), Some(_)) | (None, Some(_)) => Kept::Held,
+    })
+}
+
+/// Acts on a [`judge`]ment that kept `found`: a found resource seen for the first time is
+/// recorded held with what was found; a held one seen as it was has only its stamp brought up to
+/// date (no journal line, see `Cx::refresh_owned`). A held record's fingerprint is never
+/// rewritten, so a later change by something else stays reported.
+pub(super) fn settle(cx: &mut Cx<'_>, found: &Found<'_>, kept: &Kept) -> Result<(), StoreError> {
+    if *kept != Kept::Held {
+        return Ok(());
+    }
+    match cx.store.state.held_at(found.id, found.key).cloned() {
+        Some(h) => {
             if found.stamp.is_some() && found.stamp != h.stamp {
                 cx.store.state.record_held(Held {
                     stamp: found.stamp,
                     ..h
                 });
             }
-            Kept::Held
+            Ok(())
         }
-        (None, Some(now)) => {
-            cx.record_held(Held {
-                id: found.id.to_string(),
-                module: found.module.map(str::to_string),
-                shape: found.shape,
-                key: found.key.to_string(),
-                digest: Some(now.clone()),
-                stamp: found.stamp,
-            })?;
-            Kept::Held
-        }
+        None => cx.record_held(Held {
+            id: found.id.to_string(),
+            module: found.module.map(str::to_string),
+            shape: found.shape,
+            key: found.key.to_string(),
+            digest: found.now.clone(),
+            stamp: found.stamp,
+        }),
+    }
+}
+
+/// The adoption decision for a resource with no owned record, made ([`judge`]) and acted on
+/// ([`settle`]): `None` when it is not kept, and the applier creates it (nothing there) or takes
+/// it over (found, not kept); otherwise what is kept, with a found resource recorded held the
+/// first time it is seen.
+#[cfg(test)]
+pub(super) fn decide(
+    cx: &mut Cx<'_>,
+    keep: bool,
+    found: &Found<'_>,
+) -> Result<Option<Kept>, StoreError> {
+    let held = cx.store.state.held_at(found.id, found.key).cloned();
+    let Some(kept) = judge(keep, held.as_ref(), found.now.as_deref()) else {
+        return Ok(None);
     };
+    settle(cx, found, &kept)?;
     Ok(Some(kept))
 }
 
@@ -124,13 +180,12 @@ mod tests {
     use crate::system::fake::{declaration, Bed};
     use serde_json::json;
 
-    fn found(keep: bool, now: Option<&str>) -> Found<'static> {
+    fn found(now: Option<&str>) -> Found<'static> {
         Found {
             id: "web/conf",
             module: Some("web"),
             shape: Shape::File,
             key: "/etc/web.conf",
-            keep,
             now: now.map(str::to_string),
             stamp: None,
         }
@@ -150,14 +205,14 @@ mod tests {
     #[test]
     fn nothing_there_and_nothing_held_is_left_to_the_applier_to_create() {
         let (mut bed, d) = (Bed::new(), adopted());
-        assert_eq!(decide(&mut bed.cx(&d), &found(true, None)).unwrap(), None);
+        assert_eq!(decide(&mut bed.cx(&d), true, &found(None)).unwrap(), None);
         assert!(bed.store.state.held.is_empty());
     }
 
     #[test]
     fn found_and_kept_is_held_once_with_what_was_found() {
         let (mut bed, d) = (Bed::new(), adopted());
-        let first = decide(&mut bed.cx(&d), &found(true, Some("sha256:aa"))).unwrap();
+        let first = decide(&mut bed.cx(&d), true, &found(Some("sha256:aa"))).unwrap();
         assert_eq!(first, Some(Kept::Held));
         let h = bed
             .store
@@ -170,7 +225,7 @@ mod tests {
         );
         // Seen again as it was: held, and nothing more is written to the store.
         let len = journal_len(&bed);
-        let again = decide(&mut bed.cx(&d), &found(true, Some("sha256:aa"))).unwrap();
+        let again = decide(&mut bed.cx(&d), true, &found(Some("sha256:aa"))).unwrap();
         assert_eq!(again, Some(Kept::Held));
         assert_eq!(journal_len(&bed), len);
     }
@@ -178,15 +233,15 @@ mod tests {
     #[test]
     fn a_held_resource_changed_or_removed_is_reported_and_its_record_kept() {
         let (mut bed, d) = (Bed::new(), adopted());
-        decide(&mut bed.cx(&d), &found(true, Some("sha256:aa"))).unwrap();
-        let changed = decide(&mut bed.cx(&d), &found(true, Some("sha256:bb"))).unwrap();
+        decide(&mut bed.cx(&d), true, &found(Some("sha256:aa"))).unwrap();
+        let changed = decide(&mut bed.cx(&d), true, &found(Some("sha256:bb"))).unwrap();
         assert_eq!(
             changed,
             Some(Kept::Changed {
                 was: "sha256:aa".into()
             })
         );
-        let gone = decide(&mut bed.cx(&d), &found(true, None)).unwrap();
+        let gone = decide(&mut bed.cx(&d), true, &found(None)).unwrap();
         assert_eq!(gone, Some(Kept::Gone));
         // The held record still says what was found, so the change stays reported.
         let h = bed
@@ -205,13 +260,13 @@ mod tests {
     #[test]
     fn what_is_not_kept_is_left_to_the_applier_even_when_held() {
         let (mut bed, d) = (Bed::new(), adopted());
-        decide(&mut bed.cx(&d), &found(true, Some("sha256:aa"))).unwrap();
+        decide(&mut bed.cx(&d), true, &found(Some("sha256:aa"))).unwrap();
         // Its module taken (or a converged node): the applier takes it over or creates it.
         assert_eq!(
-            decide(&mut bed.cx(&d), &found(false, Some("sha256:bb"))).unwrap(),
+            decide(&mut bed.cx(&d), false, &found(Some("sha256:bb"))).unwrap(),
             None
         );
-        assert_eq!(decide(&mut bed.cx(&d), &found(false, None)).unwrap(), None);
+        assert_eq!(decide(&mut bed.cx(&d), false, &found(None)).unwrap(), None);
     }
 
     #[test]

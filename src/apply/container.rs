@@ -10,10 +10,10 @@
 //! module is taken; taking it replaces it with the declared one, which the host then created, so
 //! it is recorded as the host's own (`found: false`) and removed when no longer declared.
 
-use super::adopt::{self, Found, Kept};
+use super::adopt::{self, Found, Kept, Records};
 use super::{Cx, Done, Outcome, ResourceError};
-use crate::declaration::{ContainerSpec, PublishedPort, Shape};
-use crate::store::{self, Owned};
+use crate::declaration::{ContainerSpec, Declaration, PublishedPort, Shape};
+use crate::store::{self, Owned, State};
 use crate::system::{self, normalize_image, Container, ContainerRuntime, NewContainer};
 use run::Runner;
 use std::collections::BTreeMap;
@@ -266,140 +266,250 @@ fn converge_resource(
     rt: &dyn ContainerRuntime,
     spec: &ContainerSpec,
 ) -> Result<Done, ResourceError> {
-    let id = spec.id.as_str();
-    let name = spec.name.as_str();
-    let digest = spec_digest(spec);
     // The resource was renamed: the container the host made under the old name would otherwise
     // be orphaned, still holding its ports, since the new record replaces the old one.
     let renamed = cx
         .store
         .state
-        .owned(id)
-        .filter(|o| o.shape == Shape::Container && o.key != name)
+        .owned(&spec.id)
+        .filter(|o| o.shape == Shape::Container && o.key != spec.name)
         .cloned();
     if let Some(old) = renamed {
         remove_with(cx, rt, &old)?;
         cx.forget(&old)?;
     }
-    let cur = inspect(rt, name)?;
-    let mut owned = cx.store.state.owned_by_key(Shape::Container, name).cloned();
-    // The host's record says it made a container at this name, but the one there now does not
-    // carry the host's label: something else removed the host's and put its own in its place.
-    // That one is found, not drift: held on an adopted node, never replaced as if it were ours.
-    if let (Some(rec), Some(c)) = (&owned, &cur) {
+    let r = read(rt, &cx.store.state, cx.decl, spec)?;
+    execute(cx, rt, spec, decide(&r, spec))
+}
+
+/// What the container applier reads before it decides: the container at the declared name and
+/// the store's records of that name.
+pub(super) struct Reading {
+    pub cur: Option<Container>,
+    pub records: Records,
+}
+
+/// Reads what [`decide`] needs of `spec` through `rt` and the store's `state`; changes nothing.
+pub(super) fn read(
+    rt: &dyn ContainerRuntime,
+    state: &State,
+    decl: &Declaration,
+    spec: &ContainerSpec,
+) -> Result<Reading, ResourceError> {
+    let keep = adopt::keeps_found(decl, spec.module.as_deref());
+    Ok(Reading {
+        cur: inspect(rt, &spec.name)?,
+        records: Records::of(state, Shape::Container, &spec.id, &spec.name, keep),
+    })
+}
+
+/// What the container applier does, decided from its [`Reading`] alone: `disown`, a record of
+/// the host's that the container now at the name disowns (it does not carry the host's label:
+/// something else removed the host's and put its own in its place), forgotten first; then `act`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Decision {
+    pub disown: Option<Owned>,
+    pub act: Act,
+}
+
+/// What is done at the declared name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Act {
+    /// Owned and missing: created again.
+    Recreate,
+    /// The host's own, and it differs (`diffs`): replaced.
+    Replace { diffs: Vec<String> },
+    /// The host's own, as declared, and not running (`was`, as inspected): started again.
+    Start { was: Box<Container> },
+    /// The host's own, as declared and running: `was`, its record, written again only if it
+    /// changed.
+    Unchanged { was: Option<Owned> },
+    /// No record and nothing there: created.
+    Create,
+    /// Found, or held, on an adopted node: kept as it is (`found`: what is there now).
+    Keep {
+        kept: Kept,
+        found: Option<Box<Container>>,
+    },
+    /// Found with no record and not kept: replaced by the declared one.
+    ReplaceFound { found: Box<Container> },
+}
+
+/// The container applier's decision: pure, from what was read and what is declared.
+pub(super) fn decide(r: &Reading, spec: &ContainerSpec) -> Decision {
+    let id = spec.id.as_str();
+    let digest = spec_digest(spec);
+    let mut owned = r.records.owned.clone();
+    let mut disown = None;
+    if let (Some(_), Some(c)) = (&owned, &r.cur) {
         if c.labels.get(LABEL_ID).map(String::as_str) != Some(id) {
-            cx.forget(rec)?;
-            owned = None;
+            disown = owned.take();
         }
     }
-    let keep = cx.keeps_found(spec.module.as_deref());
-    let found = |now: Option<String>| Found {
-        id,
-        module: spec.module.as_deref(),
-        shape: Shape::Container,
-        key: name,
-        keep,
-        now,
-        stamp: None,
-    };
-    let record = Owned {
-        parents: Vec::new(),
-        id: id.to_string(),
-        module: spec.module.clone(),
-        shape: Shape::Container,
-        key: name.to_string(),
-        digest: Some(digest.clone()),
-        found: false,
-        stamp: None,
-    };
     // A container carrying the host's labels for this very declaration is the host's own, made
     // by an apply that died before recording it; it is never "found".
     let ours = |c: &Container| {
         c.labels.get(LABEL_ID).map(String::as_str) == Some(id)
             && c.labels.get(LABEL_SPEC) == Some(&digest)
     };
+    let converge = |c: &Container, was: Option<Owned>| {
+        let diffs = differences(c, spec, &digest);
+        if !diffs.is_empty() {
+            Act::Replace { diffs }
+        } else if !c.running {
+            Act::Start {
+                was: Box::new(c.clone()),
+            }
+        } else {
+            Act::Unchanged { was }
+        }
+    };
+    let act = match (owned, &r.cur) {
+        (Some(_), None) => Act::Recreate,
+        (Some(rec), Some(c)) => converge(c, Some(rec)),
+        (None, Some(c)) if ours(c) => converge(c, None),
+        (None, cur) => match r.records.kept(cur.as_ref().map(fingerprint).as_deref()) {
+            Some(kept) => Act::Keep {
+                kept,
+                found: cur.clone().map(Box::new),
+            },
+            None => match cur {
+                None => Act::Create,
+                Some(c) => Act::ReplaceFound {
+                    found: Box::new(c.clone()),
+                },
+            },
+        },
+    };
+    Decision { disown, act }
+}
 
-    match (owned, cur) {
-        (Some(_), None) => {
+impl Act {
+    /// The outcome the act reports for this decision.
+    pub fn outcome(&self) -> Outcome {
+        match self {
+            Act::Recreate | Act::Create => Outcome::Created,
+            Act::Replace { .. } | Act::Start { .. } | Act::ReplaceFound { .. } => Outcome::Changed,
+            Act::Unchanged { .. } => Outcome::Unchanged,
+            Act::Keep { kept, .. } => kept.outcome(),
+        }
+    }
+
+    /// The preview's line for this decision: what the act would do.
+    pub fn preview(&self, spec: &ContainerSpec) -> String {
+        match self {
+            Act::Recreate => "missing; would be created again".into(),
+            Act::Replace { diffs } => format!("differs ({}); would be replaced", diffs.join("; ")),
+            Act::Start { was } => format!("is {}; would be started again", was.status),
+            Act::Unchanged { .. } => "matches the declaration and is running".into(),
+            Act::Create => format!("would be created from {} and started", spec.image),
+            Act::Keep { kept, found } => match (kept, found) {
+                (_, None) => "held container was removed by something else; not recreated".into(),
+                (Kept::Held, Some(c)) => {
+                    format!("found {}; would be kept as it is", describe_found(c))
+                }
+                (_, Some(_)) => "held container changed by something else; not reverted".into(),
+            },
+            Act::ReplaceFound { found } => format!(
+                "found container {} would be replaced by the declared one",
+                describe_found(found)
+            ),
+        }
+    }
+}
+
+/// Carries out a [`Decision`]: forgets a disowned record, then creates, replaces or starts the
+/// container and reads it back, records, or keeps.
+pub(super) fn execute(
+    cx: &mut Cx<'_>,
+    rt: &dyn ContainerRuntime,
+    spec: &ContainerSpec,
+    decision: Decision,
+) -> Result<Done, ResourceError> {
+    if let Some(rec) = &decision.disown {
+        cx.forget(rec)?;
+    }
+    let digest = spec_digest(spec);
+    let record = Owned {
+        parents: Vec::new(),
+        id: spec.id.clone(),
+        module: spec.module.clone(),
+        shape: Shape::Container,
+        key: spec.name.clone(),
+        digest: Some(digest.clone()),
+        found: false,
+        stamp: None,
+    };
+    match decision.act {
+        Act::Recreate => {
             create(cx, rt, spec, &digest, record)?;
             Ok(Done::new(Outcome::Created, "was missing; created again"))
         }
-        (Some(rec), Some(c)) => converge(cx, rt, spec, &digest, record, Some(rec), c),
-        (None, Some(c)) if ours(&c) => converge(cx, rt, spec, &digest, record, None, c),
-        (None, None) => {
-            if let Some(kept) = adopt::decide(cx, &found(None))? {
-                return Ok(kept.done(|_| {
-                    "held container was removed by something else; not recreated".into()
-                }));
-            }
+        Act::Replace { diffs } => {
+            replace(cx, rt, spec, &digest, record)?;
+            Ok(Done::new(
+                Outcome::Changed,
+                format!("differed ({}); replaced", diffs.join("; ")),
+            ))
+        }
+        Act::Start { was } => {
+            cx.intend(&record)?;
+            rt.start(&spec.name).map_err(ResourceError::system(format!(
+                "starting container {}",
+                spec.name
+            )))?;
+            cx.changed(&spec.id);
+            read_back(rt, spec, &digest)?;
+            cx.record_owned(record)?;
+            Ok(Done::new(
+                Outcome::Changed,
+                format!(
+                    "was {} (exit code {}); started again",
+                    was.status, was.exit_code
+                ),
+            ))
+        }
+        Act::Unchanged { was } => {
+            cx.refresh_owned(record, was.as_ref())?;
+            Ok(Done::new(
+                Outcome::Unchanged,
+                "matches the declaration and is running",
+            ))
+        }
+        Act::Create => {
             create(cx, rt, spec, &digest, record)?;
             Ok(Done::new(Outcome::Created, "created and running"))
         }
-        (None, Some(c)) => {
-            // Found: a container at a declared name with no record of the host creating it.
-            if let Some(kept) = adopt::decide(cx, &found(Some(fingerprint(&c))))? {
-                return Ok(kept.done(|k| match k {
-                    Kept::Changed { was } => format!(
-                        "held container was {}; not restarted or reverted",
-                        what_changed(was, &c)
-                    ),
-                    Kept::Gone | Kept::Held => {
-                        format!("found {}; kept as it is", describe_found(&c))
-                    }
-                }));
-            }
+        Act::Keep { kept, found } => {
+            let at = Found {
+                id: &spec.id,
+                module: spec.module.as_deref(),
+                shape: Shape::Container,
+                key: &spec.name,
+                now: found.as_deref().map(fingerprint),
+                stamp: None,
+            };
+            adopt::settle(cx, &at, &kept)?;
+            Ok(kept.done(|k| match (k, &found) {
+                (_, None) => "held container was removed by something else; not recreated".into(),
+                (Kept::Changed { was }, Some(c)) => format!(
+                    "held container was {}; not restarted or reverted",
+                    what_changed(was, c)
+                ),
+                (_, Some(c)) => format!("found {}; kept as it is", describe_found(c)),
+            }))
+        }
+        Act::ReplaceFound { found } => {
             replace(cx, rt, spec, &digest, record)?;
             Ok(Done::new(
                 Outcome::Changed,
                 format!(
                     "found container {} replaced by the declared one",
-                    describe_found(&c)
+                    describe_found(&found)
                 ),
             ))
         }
     }
-}
-
-/// An owned container (or the host's own unrecorded one): unchanged, started again, or replaced.
-fn converge(
-    cx: &mut Cx<'_>,
-    rt: &dyn ContainerRuntime,
-    spec: &ContainerSpec,
-    digest: &str,
-    record: Owned,
-    rec: Option<Owned>,
-    c: Container,
-) -> Result<Done, ResourceError> {
-    let diffs = differences(&c, spec, digest);
-    if !diffs.is_empty() {
-        replace(cx, rt, spec, digest, record)?;
-        return Ok(Done::new(
-            Outcome::Changed,
-            format!("differed ({}); replaced", diffs.join("; ")),
-        ));
-    }
-    if !c.running {
-        cx.intend(&record)?;
-        rt.start(&spec.name).map_err(ResourceError::system(format!(
-            "starting container {}",
-            spec.name
-        )))?;
-        cx.changed(&spec.id);
-        read_back(rt, spec, digest)?;
-        cx.record_owned(record)?;
-        return Ok(Done::new(
-            Outcome::Changed,
-            format!(
-                "was {} (exit code {}); started again",
-                c.status, c.exit_code
-            ),
-        ));
-    }
-    cx.refresh_owned(record, rec.as_ref())?;
-    Ok(Done::new(
-        Outcome::Unchanged,
-        "matches the declaration and is running",
-    ))
 }
 
 pub(super) fn inspect(
@@ -514,6 +624,58 @@ pub(super) fn remove_recovered(cx: &mut Cx<'_>, rec: &Owned) -> Result<Done, Res
     remove_asked(cx, rt.as_ref(), rec, Asked::Recovered)
 }
 
+/// What the container applier does with a record no longer declared, decided from the
+/// container at its name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Removal {
+    /// Nothing is at its name: already gone.
+    Gone,
+    /// What is at its name is not the host's as asked (`found`): left in place.
+    Leave { found: Box<Container> },
+    /// What is at its name is the host's as asked: removed.
+    Remove,
+}
+
+/// The container applier's decision for `rec`, no longer declared, with `cur` at its name: pure.
+/// A container is the host's own when it carries the host's labels for the record (its id, or
+/// the digest of its spec; a recovered record needs both) and the host did not merely find it.
+pub(super) fn decide_removal(cur: Option<&Container>, rec: &Owned, asked: Asked) -> Removal {
+    let Some(c) = cur else {
+        return Removal::Gone;
+    };
+    let by_id = c.labels.get(LABEL_ID) == Some(&rec.id);
+    let by_spec = rec.digest.is_some() && c.labels.get(LABEL_SPEC) == rec.digest.as_ref();
+    let ours = match asked {
+        Asked::Owned => !rec.found && (by_id || by_spec),
+        Asked::Recovered => by_id && by_spec,
+    };
+    if ours {
+        Removal::Remove
+    } else {
+        Removal::Leave {
+            found: Box::new(c.clone()),
+        }
+    }
+}
+
+impl Removal {
+    /// The outcome the act reports for this decision of an owned record's removal, and the
+    /// preview's line for it.
+    pub fn preview(&self) -> (Outcome, String) {
+        match self {
+            Removal::Gone => (Outcome::Removed, "no longer declared; already gone".into()),
+            Removal::Leave { .. } => (
+                Outcome::Forgotten,
+                "not one the host created; would be left in place".into(),
+            ),
+            Removal::Remove => (
+                Outcome::Removed,
+                "no longer declared; would be removed".into(),
+            ),
+        }
+    }
+}
+
 /// Removes the container `rec` names if the one at its name is the host's as `asked` requires.
 pub(super) fn remove_asked(
     cx: &mut Cx<'_>,
@@ -522,39 +684,36 @@ pub(super) fn remove_asked(
     asked: Asked,
 ) -> Result<Done, ResourceError> {
     let name = rec.key.as_str();
-    let Some(c) = inspect(rt, name)? else {
-        return Ok(Done::new(
-            Outcome::Removed,
-            "no longer declared; already gone",
-        ));
-    };
-    let by_id = c.labels.get(LABEL_ID) == Some(&rec.id);
-    let by_spec = rec.digest.is_some() && c.labels.get(LABEL_SPEC) == rec.digest.as_ref();
-    let (ours, left, not_ours, removed) = match asked {
+    let cur = inspect(rt, name)?;
+    let (left, not_ours, removed) = match asked {
         Asked::Owned => (
-            !rec.found && (by_id || by_spec),
             Outcome::Forgotten,
             "is not one the host created",
             "no longer declared; removed",
         ),
         Asked::Recovered => (
-            by_id && by_spec,
             Outcome::ChangedBySomethingElse,
             "is not the one the recovered record describes",
             "no longer declared; removed, as the recovered record describes it",
         ),
     };
-    if !ours {
-        return Ok(Done::new(
+    match decide_removal(cur.as_ref(), rec, asked) {
+        Removal::Gone => Ok(Done::new(
+            Outcome::Removed,
+            "no longer declared; already gone",
+        )),
+        Removal::Leave { found } => Ok(Done::new(
             left,
             format!(
                 "the container now at {name} ({}) {not_ours}; left in place",
-                describe_found(&c)
+                describe_found(&found)
             ),
-        ));
+        )),
+        Removal::Remove => {
+            remove_and_check(cx, rt, name, &rec.id, "")?;
+            Ok(Done::new(Outcome::Removed, removed))
+        }
     }
-    remove_and_check(cx, rt, name, &rec.id, "")?;
-    Ok(Done::new(Outcome::Removed, removed))
 }
 
 /// Removes the container at `name` and reads back that it is gone (a runtime that answers

@@ -1,11 +1,12 @@
 //! The directory applier: a declared directory's existence, mode and ownership.
 
-use super::adopt::{self, Found, Kept};
+use super::adopt::{self, Found, Kept, Records};
 use super::file::Want;
 use super::{Cx, Done, Outcome, ResourceError};
 use crate::beneath::{Dir, Removed, Root};
-use crate::declaration::{DirectorySpec, Shape};
-use crate::store::Owned;
+use crate::declaration::{Declaration, DirectorySpec, Shape};
+use crate::store::{Owned, State};
+use std::path::Path;
 
 /// The directory at a declared path, opened beneath the root, and its mode and ownership.
 pub(super) fn read(root: &Root, key: &str) -> Result<Option<(u32, u32, u32)>, ResourceError> {
@@ -27,29 +28,128 @@ pub(super) fn fingerprint((mode, uid, gid): (u32, u32, u32)) -> String {
     format!("directory {mode:04o} {uid}:{gid}")
 }
 
-pub(super) fn apply(cx: &mut Cx<'_>, spec: &DirectorySpec) -> Result<Done, ResourceError> {
-    let id = spec.id.as_str();
-    let key = spec.path.as_str();
-    cx.machine(key)?;
+/// What the directory applier reads before it decides: the mode and ownership asked for, the
+/// directory's now (`None`: nothing there) and the store's records of its path.
+pub(super) struct Reading {
+    pub want: Want,
+    pub now: Option<(u32, u32, u32)>,
+    pub records: Records,
+}
+
+/// Reads what [`decide`] needs of `spec` beneath `root` and from the store's `state`; changes
+/// nothing.
+pub(super) fn read_for(
+    root: &Root,
+    root_path: &Path,
+    state: &State,
+    decl: &Declaration,
+    spec: &DirectorySpec,
+) -> Result<Reading, ResourceError> {
     let want = Want::of(
-        cx.root,
+        root_path,
         spec.mode.as_deref(),
         0o755,
         spec.owner.as_deref(),
         spec.group.as_deref(),
     )?;
-    let cur = read(&cx.beneath, key)?;
-    let owned = cx.store.state.owned_by_key(Shape::Directory, key).cloned();
-    let keep = cx.keeps_found(spec.module.as_deref());
-    let found = |now: Option<String>| Found {
-        id,
-        module: spec.module.as_deref(),
-        shape: Shape::Directory,
-        key,
-        keep,
-        now,
-        stamp: None,
-    };
+    let keep = adopt::keeps_found(decl, spec.module.as_deref());
+    Ok(Reading {
+        want,
+        now: read(root, &spec.path)?,
+        records: Records::of(state, Shape::Directory, &spec.id, &spec.path, keep),
+    })
+}
+
+/// What the directory applier does, decided from its [`Reading`] alone.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Decision {
+    /// Owned and as declared: recorded again only when its id or module changed.
+    Unchanged { rec: Owned },
+    /// Owned, its mode or owner differs: set again.
+    Set { found: bool },
+    /// Owned and missing: created again.
+    Recreate { found: bool },
+    /// No record and nothing there: created.
+    Create,
+    /// Found as declared with no record: taken over.
+    TakeOver,
+    /// Found otherwise (`print`) with no record: taken over and set.
+    TakeOverAndSet { print: String },
+    /// Found or held on an adopted node: kept as it is (`print`, what is there now).
+    Keep { kept: Kept, print: Option<String> },
+}
+
+/// The directory applier's decision: pure, from what was read.
+pub(super) fn decide(r: &Reading) -> Decision {
+    let matches = |(m, u, g): (u32, u32, u32)| r.want.matches(m, u, g);
+    match (&r.records.owned, r.now) {
+        (Some(rec), Some(now)) if matches(now) => Decision::Unchanged { rec: rec.clone() },
+        (Some(rec), Some(_)) => Decision::Set { found: rec.found },
+        (Some(rec), None) => Decision::Recreate { found: rec.found },
+        (None, now) => {
+            let print = now.map(fingerprint);
+            if let Some(kept) = r.records.kept(print.as_deref()) {
+                return Decision::Keep { kept, print };
+            }
+            match (now, print) {
+                (Some(now), _) if matches(now) => Decision::TakeOver,
+                (Some(_), Some(print)) => Decision::TakeOverAndSet { print },
+                _ => Decision::Create,
+            }
+        }
+    }
+}
+
+impl Decision {
+    /// The outcome the act reports for this decision.
+    pub fn outcome(&self) -> Outcome {
+        match self {
+            Decision::Unchanged { .. } | Decision::TakeOver => Outcome::Unchanged,
+            Decision::Set { .. } | Decision::TakeOverAndSet { .. } => Outcome::Changed,
+            Decision::Recreate { .. } | Decision::Create => Outcome::Created,
+            Decision::Keep { kept, .. } => kept.outcome(),
+        }
+    }
+
+    /// The preview's line for this decision: what the act would do.
+    pub fn preview(&self) -> String {
+        match self {
+            Decision::Unchanged { .. } => "matches the declaration".into(),
+            Decision::Set { .. } => "mode or owner differs; would be set again".into(),
+            Decision::Recreate { .. } => "missing; would be created again".into(),
+            Decision::Create => "would be created".into(),
+            Decision::TakeOver => "found directory already matches; would be taken over".into(),
+            Decision::TakeOverAndSet { print } => {
+                format!("found directory would be taken over; is {print}")
+            }
+            Decision::Keep { kept, print } => match (kept, print) {
+                (Kept::Held, _) => "found; would be kept as it is".into(),
+                (_, Some(print)) => {
+                    format!("held directory changed by something else (now {print})")
+                }
+                (_, None) => "held directory was removed by something else; not recreated".into(),
+            },
+        }
+    }
+}
+
+pub(super) fn apply(cx: &mut Cx<'_>, spec: &DirectorySpec) -> Result<Done, ResourceError> {
+    cx.machine(&spec.path)?;
+    let r = read_for(&cx.beneath, cx.root, &cx.store.state, cx.decl, spec)?;
+    let decision = decide(&r);
+    execute(cx, spec, &r.want, decision)
+}
+
+/// Carries out a [`Decision`]: creates or sets the directory and reads it back, records, or
+/// keeps.
+pub(super) fn execute(
+    cx: &mut Cx<'_>,
+    spec: &DirectorySpec,
+    want: &Want,
+    decision: Decision,
+) -> Result<Done, ResourceError> {
+    let id = spec.id.as_str();
+    let key = spec.path.as_str();
     let record = |found: bool| Owned {
         parents: Vec::new(),
         id: id.to_string(),
@@ -78,61 +178,64 @@ pub(super) fn apply(cx: &mut Cx<'_>, spec: &DirectorySpec) -> Result<Done, Resou
             ))),
         }
     };
-    match (owned, cur) {
-        (Some(rec), Some((m, u, g))) => {
-            if want.matches(m, u, g) {
-                // Recorded again only when its id or module changed, with the parents its
-                // record already names.
-                let same = Owned {
-                    id: id.to_string(),
-                    module: spec.module.clone(),
-                    ..rec.clone()
-                };
-                cx.refresh_owned(same, Some(&rec))?;
-                return Ok(Done::new(Outcome::Unchanged, "matches the declaration"));
-            }
-            ensure(cx, record(rec.found), false)?;
+    match decision {
+        Decision::Unchanged { rec } => {
+            // Recorded again only when its id or module changed, with the parents its record
+            // already names.
+            let same = Owned {
+                id: id.to_string(),
+                module: spec.module.clone(),
+                ..rec.clone()
+            };
+            cx.refresh_owned(same, Some(&rec))?;
+            Ok(Done::new(Outcome::Unchanged, "matches the declaration"))
+        }
+        Decision::Set { found } => {
+            ensure(cx, record(found), false)?;
             Ok(Done::new(
                 Outcome::Changed,
                 "mode or owner differed; set again",
             ))
         }
-        (Some(rec), None) => {
-            ensure(cx, record(rec.found), true)?;
+        Decision::Recreate { found } => {
+            ensure(cx, record(found), true)?;
             Ok(Done::new(Outcome::Created, "was missing; created again"))
         }
-        (None, None) => {
-            if let Some(kept) = adopt::decide(cx, &found(None))? {
-                return Ok(kept.done(|_| {
-                    "held directory was removed by something else; not recreated".into()
-                }));
-            }
+        Decision::Create => {
             ensure(cx, record(false), true)?;
             Ok(Done::new(Outcome::Created, "created"))
         }
-        (None, Some(now)) => {
-            let print = fingerprint(now);
-            if let Some(kept) = adopt::decide(cx, &found(Some(print.clone())))? {
-                return Ok(kept.done(|k| match k {
-                    Kept::Gone | Kept::Changed { .. } => format!(
-                        "held directory changed by something else (now {print}); not reverted"
-                    ),
-                    Kept::Held => "found; kept as it is".into(),
-                }));
-            }
-            let (m, u, g) = now;
-            if want.matches(m, u, g) {
-                cx.record_owned(record(true))?;
-                return Ok(Done::new(
-                    Outcome::Unchanged,
-                    "found directory already matches; taken over",
-                ));
-            }
+        Decision::TakeOver => {
+            cx.record_owned(record(true))?;
+            Ok(Done::new(
+                Outcome::Unchanged,
+                "found directory already matches; taken over",
+            ))
+        }
+        Decision::TakeOverAndSet { print } => {
             ensure(cx, record(true), false)?;
             Ok(Done::new(
                 Outcome::Changed,
                 format!("found directory taken over; was {print}"),
             ))
+        }
+        Decision::Keep { kept, print } => {
+            let found = Found {
+                id,
+                module: spec.module.as_deref(),
+                shape: Shape::Directory,
+                key,
+                now: print.clone(),
+                stamp: None,
+            };
+            adopt::settle(cx, &found, &kept)?;
+            Ok(kept.done(|k| match (k, print) {
+                (Kept::Held, _) => "found; kept as it is".into(),
+                (_, Some(print)) => {
+                    format!("held directory changed by something else (now {print}); not reverted")
+                }
+                (_, None) => "held directory was removed by something else; not recreated".into(),
+            }))
         }
     }
 }

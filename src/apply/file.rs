@@ -1,10 +1,10 @@
 //! The file applier: a declared file's content, mode and ownership, and keeping a found one.
 
-use super::adopt::{self, Found, Kept};
+use super::adopt::{self, Found, Kept, Records};
 use super::original::found_read_limit;
 use super::{Cx, Done, Outcome, ResourceError};
 use crate::beneath::{self, Removed, Root};
-use crate::declaration::{validate::parse_mode, FileSpec, Shape};
+use crate::declaration::{validate::parse_mode, Declaration, FileSpec, Shape};
 use crate::store::{self, Owned, Stamp};
 use std::os::fd::{AsFd, BorrowedFd};
 use std::path::Path;
@@ -135,45 +135,97 @@ pub(super) fn may_read(
     Ok(())
 }
 
-pub(super) fn apply(cx: &mut Cx<'_>, spec: &FileSpec) -> Result<Done, ResourceError> {
-    let id = spec.id.as_str();
+/// What the file applier reads before it decides: the mode and ownership asked for, the file
+/// there now (open, read only by streaming), the store's records of its path, and the bounds
+/// its reads keep.
+pub(super) struct Reading {
+    pub want: Want,
+    pub cur: Option<Current>,
+    pub records: Records,
+    /// The store was lost and rebuilt: a found file exactly as declared is the host's own write.
+    pub rebuilt: bool,
+    /// A found original of this path is saved already.
+    pub has_original: bool,
+    /// The read bound (`settings.found_read_limit_bytes`).
+    pub limit: u64,
+}
+
+/// Reads what [`decide`] needs of `spec` beneath `root` and from the store's `state`, its reads
+/// bounded by `settings`; changes nothing (`rebuilt`: the store was rebuilt, which only the
+/// act's open store knows).
+pub(super) fn read_for(
+    root: &Root,
+    root_path: &Path,
+    state: &store::State,
+    decl: &Declaration,
+    settings: Option<&crate::declaration::Settings>,
+    spec: &FileSpec,
+    rebuilt: bool,
+) -> Result<Reading, ResourceError> {
     let key = spec.path.as_str();
-    cx.machine(key)?;
-    let bytes = spec.bytes();
-    let declared = store::digest(&bytes);
     let want = Want::of(
-        cx.root,
+        root_path,
         spec.mode.as_deref(),
         0o644,
         spec.owner.as_deref(),
         spec.group.as_deref(),
     )?;
-    let cur = read_within(&cx.beneath, key, cx.store.state.settings.as_ref())?;
-    let limit = found_read_limit(cx.store.state.settings.as_ref());
-    let owned = cx.store.state.owned_by_key(Shape::File, key).cloned();
-    let held = cx.store.state.held_at(id, key).cloned();
-    let keep = cx.keeps_found(spec.module.as_deref()) || spec.create_once;
-    let found = |now: Option<String>, stamp: Option<Stamp>| Found {
-        id,
-        module: spec.module.as_deref(),
-        shape: Shape::File,
-        key,
-        keep,
-        now,
-        stamp,
-    };
-    let record = |found: bool, stamp: Option<Stamp>| Owned {
-        parents: Vec::new(),
-        id: id.to_string(),
-        module: spec.module.clone(),
-        shape: Shape::File,
-        key: key.to_string(),
-        digest: Some(declared.clone()),
-        found,
-        stamp,
-    };
+    let keep = adopt::keeps_found(decl, spec.module.as_deref()) || spec.create_once;
+    Ok(Reading {
+        want,
+        cur: read_within(root, key, settings)?,
+        records: Records::of(state, Shape::File, &spec.id, key, keep),
+        rebuilt,
+        has_original: state.original(key).is_some(),
+        limit: found_read_limit(settings),
+    })
+}
 
-    match (owned, cur) {
+/// What the file applier does, decided from its [`Reading`] (and the declared bytes) alone.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Decision {
+    /// Owned and on disk as declared: `same` (the record brought to what is on disk) written
+    /// only where it differs from `was`.
+    Unchanged { same: Box<Owned>, was: Box<Owned> },
+    /// Owned, and differs from the declaration: written again.
+    Rewrite { found: bool },
+    /// Owned and missing: written again.
+    Recreate { found: bool },
+    /// No record and nothing there: written.
+    Create,
+    /// Held, and something else removed it: not recreated.
+    Gone,
+    /// The store was rebuilt and the file found is exactly as declared: taken as the host's
+    /// own write, with its `stamp`.
+    Rebuilt { stamp: Option<Stamp> },
+    /// Found with no record: its original is saved first (its digest taken as it is copied,
+    /// or `known` from a held record the file still matches), then [`decide_found`] says what
+    /// becomes of it; `stamp` is kept with its record.
+    Found {
+        known: Option<String>,
+        stamp: Option<Stamp>,
+    },
+}
+
+/// What becomes of a found file once its digest (`now`) is known.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum FoundDecision {
+    /// Kept as it is (adopted node, module not taken, or `create_once`).
+    Keep(Kept),
+    /// Already as declared: taken over.
+    TakeOver,
+    /// Replaced by the declared file.
+    Replace,
+}
+
+/// The file applier's decision, from what was read and what is declared. It writes nothing; it
+/// may stream the file's bytes (bounded by the reading's limit) to compare them.
+pub(super) fn decide(r: &Reading, spec: &FileSpec) -> Result<Decision, ResourceError> {
+    let key = spec.path.as_str();
+    let bytes = spec.bytes();
+    let declared = store::digest(&bytes);
+    let want = &r.want;
+    match (&r.records.owned, &r.cur) {
         (Some(rec), Some(cur)) => {
             // What is on disk, as the record's digest: taken from the record while the file
             // shows the stamp that digest was taken with, otherwise read. The record is brought
@@ -184,108 +236,277 @@ pub(super) fn apply(cx: &mut Cx<'_>, spec: &FileSpec) -> Result<Done, ResourceEr
                 // Created once and then left: whatever is there is what the record says.
                 Some(match (&rec.digest, unchanged) {
                     (Some(d), true) => d.clone(),
-                    _ => digest(&cur, key, limit)?,
+                    _ => digest(cur, key, r.limit)?,
                 })
             } else if !want.matches(cur.mode(), cur.found.uid, cur.found.gid) {
                 None
             } else if unchanged && rec.digest.as_deref() == Some(declared.as_str())
-                || holds(&cur, key, &bytes, limit)?
+                || holds(cur, key, &bytes, r.limit)?
             {
-                Some(declared.clone())
+                Some(declared)
             } else {
                 None
             };
-            let settled = if unchanged {
+            let stamp = if unchanged {
                 rec.stamp
             } else {
                 cur.found.settled_stamp()
             };
-            if let Some(digest) = on_disk {
-                let same = Owned {
-                    id: id.to_string(),
-                    module: spec.module.clone(),
-                    digest: Some(digest),
-                    stamp: settled,
-                    ..rec.clone()
-                };
-                cx.refresh_owned(same, Some(&rec))?;
-                return Ok(Done::new(Outcome::Unchanged, "matches the declaration"));
+            Ok(match on_disk {
+                Some(digest) => Decision::Unchanged {
+                    same: Box::new(Owned {
+                        id: spec.id.clone(),
+                        module: spec.module.clone(),
+                        digest: Some(digest),
+                        stamp,
+                        ..rec.clone()
+                    }),
+                    was: Box::new(rec.clone()),
+                },
+                None => Decision::Rewrite { found: rec.found },
+            })
+        }
+        (Some(rec), None) => Ok(Decision::Recreate { found: rec.found }),
+        (None, None) => Ok(match r.records.kept(None) {
+            Some(_) => Decision::Gone,
+            None => Decision::Create,
+        }),
+        (None, Some(cur)) => {
+            let held = r.records.held.as_ref();
+            if r.rebuilt && held.is_none() && matches(cur, key, &bytes, want, r.limit)? {
+                return Ok(Decision::Rebuilt {
+                    stamp: cur.found.settled_stamp(),
+                });
             }
-            let rec = Owned {
-                found: rec.found,
-                ..record(rec.found, None)
+            // A held file that still shows the stamp its digest was taken with is not read.
+            let known = held
+                .filter(|h| cur.found.unchanged_since(h.stamp.as_ref()))
+                .and_then(|h| h.digest.clone());
+            let stamp = match &known {
+                Some(_) => held.and_then(|h| h.stamp),
+                None => cur.found.settled_stamp(),
             };
-            write_and_record(cx, key, &bytes, &want, rec)?;
+            if known.is_none() || !r.has_original {
+                may_read(key, &cur.found, r.limit)?;
+            }
+            Ok(Decision::Found { known, stamp })
+        }
+    }
+}
+
+/// What becomes of the found file of `r` whose digest is `now`: kept, taken over as it is, or
+/// replaced. Streams it (within the read bound) to compare it with the declared bytes.
+pub(super) fn decide_found(
+    r: &Reading,
+    spec: &FileSpec,
+    now: &str,
+) -> Result<FoundDecision, ResourceError> {
+    if let Some(kept) = r.records.kept(Some(now)) {
+        return Ok(FoundDecision::Keep(kept));
+    }
+    let bytes = spec.bytes();
+    let same = match &r.cur {
+        Some(cur) if now == store::digest(&bytes) => {
+            matches(cur, &spec.path, &bytes, &r.want, r.limit)?
+        }
+        _ => false,
+    };
+    Ok(if same {
+        FoundDecision::TakeOver
+    } else {
+        FoundDecision::Replace
+    })
+}
+
+/// What a preview says of a [`Decision`]: the outcome the act would report and a line saying
+/// why. A found file's digest is streamed here (the act takes it as it saves the original), and
+/// [`decide_found`] decides the rest, as in the act.
+pub(super) fn preview(
+    r: &Reading,
+    spec: &FileSpec,
+    decision: &Decision,
+) -> Result<(Outcome, String), ResourceError> {
+    let said = |o: Outcome, d: &str| Ok((o, d.to_string()));
+    match decision {
+        Decision::Unchanged { .. } => said(Outcome::Unchanged, "matches the declaration"),
+        Decision::Rewrite { .. } => said(
+            Outcome::Changed,
+            "differs from the declaration; would be written again",
+        ),
+        Decision::Recreate { .. } => said(Outcome::Created, "missing; would be written again"),
+        Decision::Create => said(
+            Outcome::Created,
+            &format!("would be written ({} bytes)", spec.bytes().len()),
+        ),
+        Decision::Gone => said(
+            Outcome::ChangedBySomethingElse,
+            "held file was removed by something else; not recreated",
+        ),
+        Decision::Rebuilt { .. } => said(
+            Outcome::Unchanged,
+            "matches the declaration; the store was rebuilt, so it would be taken as the \
+             host's own write",
+        ),
+        Decision::Found { known, .. } => {
+            let now = match (known, &r.cur) {
+                (Some(known), _) => known.clone(),
+                (None, Some(cur)) => digest(cur, &spec.path, r.limit)?,
+                (None, None) => {
+                    return Err(ResourceError::NotAsDeclared(format!(
+                        "{} was found, then not there to read",
+                        spec.path
+                    )))
+                }
+            };
+            let found = decide_found(r, spec, &now)?;
+            let line = match &found {
+                FoundDecision::Keep(Kept::Held) => {
+                    "found; would be kept as it is, its original saved".into()
+                }
+                FoundDecision::Keep(_) => {
+                    format!("held file was rewritten by something else (now {now}); not reverted")
+                }
+                FoundDecision::TakeOver => "found file already matches; would be taken over".into(),
+                FoundDecision::Replace => {
+                    "found file would be replaced, its original saved first".into()
+                }
+            };
+            Ok((found.outcome(), line))
+        }
+    }
+}
+
+impl FoundDecision {
+    /// The outcome the act reports for this decision.
+    pub fn outcome(&self) -> Outcome {
+        match self {
+            FoundDecision::Keep(kept) => kept.outcome(),
+            FoundDecision::TakeOver => Outcome::Unchanged,
+            FoundDecision::Replace => Outcome::Changed,
+        }
+    }
+}
+
+pub(super) fn apply(cx: &mut Cx<'_>, spec: &FileSpec) -> Result<Done, ResourceError> {
+    cx.machine(&spec.path)?;
+    let (state, rebuilt) = (&cx.store.state, cx.store.rebuilt);
+    let settings = state.settings.as_ref();
+    let r = read_for(
+        &cx.beneath,
+        cx.root,
+        state,
+        cx.decl,
+        settings,
+        spec,
+        rebuilt,
+    )?;
+    let decision = decide(&r, spec)?;
+    execute(cx, spec, &r, decision)
+}
+
+/// Carries out a [`Decision`]: writes and reads back, records, saves a found original, or keeps.
+pub(super) fn execute(
+    cx: &mut Cx<'_>,
+    spec: &FileSpec,
+    r: &Reading,
+    decision: Decision,
+) -> Result<Done, ResourceError> {
+    let id = spec.id.as_str();
+    let key = spec.path.as_str();
+    // The declared bytes, copied (or decoded) only where something is written or recorded: an
+    // unchanged file, the common case of a reconcile, needs none.
+    let bytes = match decision {
+        Decision::Unchanged { .. } | Decision::Gone => Vec::new(),
+        _ => spec.bytes(),
+    };
+    let want = &r.want;
+    let record = |found: bool, stamp: Option<Stamp>| Owned {
+        parents: Vec::new(),
+        id: id.to_string(),
+        module: spec.module.clone(),
+        shape: Shape::File,
+        key: key.to_string(),
+        digest: Some(store::digest(&bytes)),
+        found,
+        stamp,
+    };
+    match decision {
+        Decision::Unchanged { same, was } => {
+            cx.refresh_owned(*same, Some(&was))?;
+            Ok(Done::new(Outcome::Unchanged, "matches the declaration"))
+        }
+        Decision::Rewrite { found } => {
+            write_and_record(cx, key, &bytes, want, record(found, None))?;
             Ok(Done::new(
                 Outcome::Changed,
                 "differed from the declaration; written again",
             ))
         }
-        (Some(rec), None) => {
-            let rec = Owned {
-                found: rec.found,
-                ..record(rec.found, None)
-            };
-            write_and_record(cx, key, &bytes, &want, rec)?;
+        Decision::Recreate { found } => {
+            write_and_record(cx, key, &bytes, want, record(found, None))?;
             Ok(Done::new(Outcome::Created, "was missing; written again"))
         }
-        (None, None) => {
-            if let Some(kept) = adopt::decide(cx, &found(None, None))? {
-                return Ok(
-                    kept.done(|_| "held file was removed by something else; not recreated".into())
-                );
-            }
-            write_and_record(cx, key, &bytes, &want, record(false, None))?;
+        Decision::Create => {
+            write_and_record(cx, key, &bytes, want, record(false, None))?;
             Ok(Done::new(Outcome::Created, "written"))
         }
-        (None, Some(cur)) => {
+        Decision::Gone => Ok(
+            Kept::Gone.done(|_| "held file was removed by something else; not recreated".into())
+        ),
+        Decision::Rebuilt { stamp } => {
             // The store was lost: a file that is exactly what the declaration says is most likely
             // the host's own write from before. It is taken over (never removed, as anything
             // found) but not saved as a found original, which would be the host's own bytes.
-            if cx.store.rebuilt && held.is_none() && matches(&cur, key, &bytes, &want, limit)? {
-                cx.record_owned(record(true, cur.found.settled_stamp()))?;
-                return Ok(Done::new(
-                    Outcome::Unchanged,
-                    "matches the declaration; the store was rebuilt, so it is taken as the \
-                     host's own write (not saved as a found original, never removed)",
-                ));
-            }
-            // A held file that still shows the stamp its digest was taken with is not read.
-            let known = held
-                .as_ref()
-                .filter(|h| cur.found.unchanged_since(h.stamp.as_ref()))
-                .and_then(|h| h.digest.clone());
-            let stamp = match &known {
-                Some(_) => held.as_ref().and_then(|h| h.stamp),
-                None => cur.found.settled_stamp(),
+            cx.record_owned(record(true, stamp))?;
+            Ok(Done::new(
+                Outcome::Unchanged,
+                "matches the declaration; the store was rebuilt, so it is taken as the \
+                 host's own write (not saved as a found original, never removed)",
+            ))
+        }
+        Decision::Found { known, stamp } => {
+            let Some(cur) = &r.cur else {
+                return Err(ResourceError::NotAsDeclared(format!(
+                    "{key} was found, then not there to save its original"
+                )));
             };
-            if known.is_none() || cx.store.state.original(key).is_none() {
-                may_read(key, &cur.found, limit)?;
-            }
             // Found: present with no record. Its original is saved before anything else.
             let kept = cx.keep_original(id, key, &cur.found, known)?;
             let saved = kept.said();
             let now = kept.digest;
-            if let Some(kept) = adopt::decide(cx, &found(Some(now.clone()), stamp))? {
-                return Ok(kept.done(|k| match k {
-                    Kept::Gone | Kept::Changed { .. } => format!(
-                        "held file was rewritten by something else (now {now}); not reverted"
-                    ),
-                    Kept::Held => format!("found; kept as it is; {saved}"),
-                }));
+            match decide_found(r, spec, &now)? {
+                FoundDecision::Keep(kept) => {
+                    let found = Found {
+                        id,
+                        module: spec.module.as_deref(),
+                        shape: Shape::File,
+                        key,
+                        now: Some(now.clone()),
+                        stamp,
+                    };
+                    adopt::settle(cx, &found, &kept)?;
+                    Ok(kept.done(|k| match k {
+                        Kept::Gone | Kept::Changed { .. } => format!(
+                            "held file was rewritten by something else (now {now}); not reverted"
+                        ),
+                        Kept::Held => format!("found; kept as it is; {saved}"),
+                    }))
+                }
+                FoundDecision::TakeOver => {
+                    cx.record_owned(record(true, stamp))?;
+                    Ok(Done::new(
+                        Outcome::Unchanged,
+                        format!("found file already matches; taken over; {saved}"),
+                    ))
+                }
+                FoundDecision::Replace => {
+                    write_and_record(cx, key, &bytes, want, record(true, None))?;
+                    Ok(Done::new(
+                        Outcome::Changed,
+                        format!("found file replaced; {saved}"),
+                    ))
+                }
             }
-            if now == declared && matches(&cur, key, &bytes, &want, limit)? {
-                cx.record_owned(record(true, stamp))?;
-                return Ok(Done::new(
-                    Outcome::Unchanged,
-                    format!("found file already matches; taken over; {saved}"),
-                ));
-            }
-            write_and_record(cx, key, &bytes, &want, record(true, None))?;
-            Ok(Done::new(
-                Outcome::Changed,
-                format!("found file replaced; {saved}"),
-            ))
         }
     }
 }
@@ -317,44 +538,125 @@ fn write_and_record(
     Ok(cx.record_owned(rec)?)
 }
 
+/// What the file applier reads of a record no longer declared before it decides: where the
+/// original of a file it took over is saved, and for a file it created, why it is not the host's
+/// to remove any more ([`edited_since`]).
+pub(super) struct RemovalReading {
+    pub saved: Option<String>,
+    pub edited: Option<String>,
+}
+
+/// Reads what [`decide_removal`] needs of `rec` beneath `root` and from the store's `state`, its
+/// reads bounded by `settings`; changes nothing.
+pub(super) fn read_removal(
+    root: &Root,
+    state: &store::State,
+    settings: Option<&crate::declaration::Settings>,
+    rec: &Owned,
+) -> Result<RemovalReading, ResourceError> {
+    Ok(RemovalReading {
+        saved: state
+            .original(&rec.key)
+            .and_then(|o| super::saved_at(o).map(str::to_string)),
+        edited: if rec.found {
+            None
+        } else {
+            edited_since(root, rec, settings)?
+        },
+    })
+}
+
+/// What the file applier does with a record no longer declared.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Removal {
+    /// Taken over, and a release gives it back: its original put back from where it is `saved`.
+    PutBack { saved: String },
+    /// Taken over rather than created: left in place, its record forgotten.
+    LeaveFound,
+    /// Created by the host but changed since (`why`): left in place, its record forgotten.
+    LeaveEdited { why: String },
+    /// Created by the host and as it wrote it (or gone): removed.
+    Remove,
+}
+
+/// The file applier's decision for a record no longer declared (`release`: the act is a
+/// release): pure, from what was read.
+pub(super) fn decide_removal(r: &RemovalReading, rec: &Owned, release: bool) -> Removal {
+    match (&r.saved, &r.edited) {
+        (Some(saved), _) if rec.found && release => Removal::PutBack {
+            saved: saved.clone(),
+        },
+        _ if rec.found => Removal::LeaveFound,
+        (_, Some(why)) => Removal::LeaveEdited { why: why.clone() },
+        (_, None) => Removal::Remove,
+    }
+}
+
+impl Removal {
+    /// The outcome the act reports for this decision, and the preview's line for it.
+    pub fn preview(&self) -> (Outcome, String) {
+        match self {
+            Removal::PutBack { saved } => (
+                Outcome::Removed,
+                format!("taken over: its original would be put back byte for byte from {saved}"),
+            ),
+            Removal::LeaveFound => (
+                Outcome::Forgotten,
+                "taken over, not created: left in place".into(),
+            ),
+            Removal::LeaveEdited { why } => (Outcome::Forgotten, why.clone()),
+            Removal::Remove => (
+                Outcome::Removed,
+                "no longer declared; would be removed".into(),
+            ),
+        }
+    }
+}
+
 /// Removes an undeclared file the host created; one it took over is forgotten, never removed,
 /// except by a release, which puts its saved original back.
 pub(super) fn remove(cx: &mut Cx<'_>, rec: &Owned) -> Result<Done, ResourceError> {
-    if rec.found && cx.decl.release {
-        if let Some(o) = cx.store.state.original(&rec.key).cloned() {
-            if let Some(saved) = super::saved_at(&o) {
-                return put_back(cx, rec, &o, saved);
+    if !rec.found {
+        cx.machine(&rec.key)?;
+    }
+    let settings = cx.store.state.settings.as_ref();
+    let r = read_removal(&cx.beneath, &cx.store.state, settings, rec)?;
+    match decide_removal(&r, rec, cx.decl.release) {
+        Removal::PutBack { saved } => {
+            let Some(o) = cx.store.state.original(&rec.key).cloned() else {
+                return Err(ResourceError::NotAsDeclared(format!(
+                    "the saved original of {} is no longer recorded; the file is left as it is",
+                    rec.key
+                )));
+            };
+            put_back(cx, rec, &o, &saved)
+        }
+        Removal::LeaveFound => {
+            let original = cx
+                .store
+                .state
+                .original(&rec.key)
+                .map(|o| match super::saved_at(o) {
+                    Some(at) => format!("; its original stays saved at {at}"),
+                    None => "; its original was recorded by its digest only".into(),
+                })
+                .unwrap_or_default();
+            Ok(Done::new(
+                Outcome::Forgotten,
+                format!("the host took this file over rather than creating it, so it is left in place{original}"),
+            ))
+        }
+        Removal::LeaveEdited { why } => Ok(Done::new(Outcome::Forgotten, why)),
+        Removal::Remove => match cx.beneath.remove_file(&rec.key)? {
+            Removed::Removed => {
+                cx.changed(&rec.id);
+                Ok(Done::new(Outcome::Removed, "no longer declared"))
             }
-        }
-    }
-    if rec.found {
-        let original = cx
-            .store
-            .state
-            .original(&rec.key)
-            .map(|o| match super::saved_at(o) {
-                Some(at) => format!("; its original stays saved at {at}"),
-                None => "; its original was recorded by its digest only".into(),
-            })
-            .unwrap_or_default();
-        return Ok(Done::new(
-            Outcome::Forgotten,
-            format!("the host took this file over rather than creating it, so it is left in place{original}"),
-        ));
-    }
-    cx.machine(&rec.key)?;
-    if let Some(why) = edited_since(&cx.beneath, rec, cx.store.state.settings.as_ref())? {
-        return Ok(Done::new(Outcome::Forgotten, why));
-    }
-    match cx.beneath.remove_file(&rec.key)? {
-        Removed::Removed => {
-            cx.changed(&rec.id);
-            Ok(Done::new(Outcome::Removed, "no longer declared"))
-        }
-        Removed::Absent | Removed::NotEmpty => Ok(Done::new(
-            Outcome::Removed,
-            "no longer declared; already gone",
-        )),
+            Removed::Absent | Removed::NotEmpty => Ok(Done::new(
+                Outcome::Removed,
+                "no longer declared; already gone",
+            )),
+        },
     }
 }
 

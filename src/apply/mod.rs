@@ -10,6 +10,8 @@ mod action;
 mod adopt;
 mod brief;
 mod container;
+#[cfg(test)]
+mod decide_tests;
 mod directory;
 mod error;
 mod file;
@@ -25,6 +27,7 @@ mod safety;
 mod service;
 #[cfg(test)]
 mod stale;
+mod steps;
 
 pub use error::{OriginalError, PathError, ResourceError};
 pub use report::{
@@ -37,10 +40,11 @@ pub use original::{
     found_read_limit, originals_limit, FOUND_READ_LIMIT_DEFAULT, ORIGINALS_LIMIT_DEFAULT,
 };
 use remove::{moved_away, remove_undeclared, sweep_stale_marks};
+use steps::{each_resource, finish, firewall_in_force, record_declaration};
 
 use crate::declaration::{openings, Declaration, Mode, Problems, Resource, Shape, Source};
 use crate::failpoint;
-use crate::node_firewall::{self, NodeFirewall, Openings, Transition};
+use crate::node_firewall::{self, NodeFirewall, Openings};
 use crate::store::{self, Held, Op, Owned, Store, StoreError};
 use run::{Deadlined, Runner};
 use std::path::{Path, PathBuf};
@@ -184,11 +188,6 @@ impl Cx<'_> {
             });
         }
         Ok(p)
-    }
-
-    /// Whether a found resource of this module is kept as it is (adopted, module not taken).
-    pub fn keeps_found(&self, module: Option<&str>) -> bool {
-        self.decl.mode == Mode::Adopted && !self.decl.is_taken(module)
     }
 
     /// Records one change to the store, durable when this returns.
@@ -492,40 +491,10 @@ fn apply_locked(
         )));
     }
 
-    let state = &mut store.state;
-    // Whether the ruleset may be as the last apply of this very declaration left it, so nothing
-    // of it is listed: the generation recorded then, compared with the kernel's below. Never
-    // recorded again until this apply has everything of the firewall in force.
-    let may_be_unchanged = touched
-        && transition == Transition::Stay
-        && state.declaration.as_ref() == Some(decl)
-        && (decl.mode != Mode::Adopted
-            || state.settings.is_none()
-            || state.firewall_guard.is_some());
-    let recorded = state
-        .firewall_generation
-        .take()
-        .filter(|_| may_be_unchanged);
-    // A reconcile of the same declaration changes nothing here, and then the snapshot is not
-    // rewritten before the loop (the end of the apply folds it anyway).
-    let same = state.node.as_deref() == Some(decl.node.as_str())
-        && state.mode == Some(decl.mode)
-        && state.taken == decl.taken
-        && (decl.settings.is_none() || state.settings == decl.settings)
-        && state.source == Some(source)
-        && state.pending.is_none()
-        && state.declaration.as_ref() == Some(decl);
-    state.node = Some(decl.node.clone());
-    state.mode = Some(decl.mode);
-    state.taken = decl.taken.clone();
-    if let Some(s) = &decl.settings {
-        state.settings = Some(s.clone());
-    }
-    state.declaration = Some(decl.clone());
-    state.source = Some(source);
+    let (recorded, same) = record_declaration(&mut store.state, decl, source, touched, transition);
     // Every child this apply starts runs within the node's deadlines, so a runtime or service
     // manager that never answers fails its resource and the lock is released.
-    let deadlines = state.settings.as_ref().and_then(|s| s.deadlines);
+    let deadlines = store.state.settings.as_ref().and_then(|s| s.deadlines);
     let runner = Deadlined {
         runner: host.runner,
         deadlines: deadlines.unwrap_or_default(),
@@ -588,56 +557,7 @@ fn apply_locked(
             removal: None,
             removal_said: Default::default(),
         };
-        // The openings converge once, all together, just before the first opening: after the
-        // resources declared before it, so a forwarded opening meets the DNAT of the container
-        // declared before it. Not on a flipped node (the filter admits them), nor when the
-        // ruleset is as the last apply left every one of them.
-        let converges = cx.store.state.flip.is_none()
-            && !(firewall_unchanged.is_some() && opening::records(&cx).is_empty());
-        let guard_failed = report.failed().is_some();
-        // How many resources had their turn: an interrupt is said as "after N of M".
-        let mut turns = 0;
-        for res in decl.resources.iter().filter(|_| !guard_failed) {
-            // An interrupt is heard between resources: the one under way finished (or failed, its
-            // child having been passed the signal) before this.
-            if let Some(i) = interrupted(turns, decl) {
-                report.interrupted = Some(i);
-                break;
-            }
-            turns += 1;
-            if !moved_away(&mut cx, res, &mut report) {
-                break;
-            }
-            if matches!(res, Resource::Opening(_)) && converges && cx.openings.is_none() {
-                let translatable = openings::translatable(decl, cx.store.state.settings.as_ref());
-                let all = node_firewall::openings::converge(&mut *cx.fw, &translatable);
-                let recorded = if all.result.is_ok() {
-                    let recs = opening::records(&cx);
-                    cx.record_owned_all(recs)
-                } else {
-                    Ok(())
-                };
-                cx.openings = Some(all);
-                if let Err(e) = recorded {
-                    report.push(res.id(), res.shape(), res.key(), Err(e));
-                    break;
-                }
-            }
-            let result = match res {
-                Resource::File(f) => file::apply(&mut cx, f),
-                Resource::Directory(d) => directory::apply(&mut cx, d),
-                Resource::Action(a) => action::apply(&mut cx, a),
-                Resource::Opening(o) => opening::apply(&mut cx, o),
-                Resource::Container(c) => container::apply(&mut cx, c),
-                Resource::Service(s) => service::apply(&mut cx, s),
-                Resource::Package(p) => package::apply(&mut cx, p),
-            };
-            let stop = result.is_err();
-            report.push(res.id(), res.shape(), res.key(), result);
-            if stop {
-                break;
-            }
-        }
+        let (turns, guard_failed) = each_resource(&mut cx, decl, &mut report, firewall_unchanged);
         report.not_admitted = std::mem::take(&mut cx.not_admitted);
         // And before the removals: an interrupt during the last resource stops them.
         if report.interrupted.is_none() && !guard_failed {
@@ -667,61 +587,16 @@ fn apply_locked(
             let confirmed = confirm_openings(&mut cx, &report);
             report.kernel_stands(confirmed);
         }
-        let flipped = cx.store.state.flip.is_some();
-        report.memo = Some(FirewallMemo {
-            declaration: decl.clone(),
-            guard: guard_spec,
-            // On a flipped node the openings are the filter's, never the retired firewall's.
-            openings: if flipped {
-                Vec::new()
-            } else {
-                declared_openings(&cx).unwrap_or_default()
-            },
-            filter: filter_spec,
-        });
-        // What is in force of the node's own firewall is what the boot step loads before the
-        // network: the guard, or on a flipped node the derived filter. An apply that put neither
-        // in force (its guard failed) leaves the last record as it was.
-        if let Some(m) = report.memo.as_ref() {
-            let boot = store::Boot {
-                guard: m.guard.clone().filter(|_| !flipped),
-                filter: m.filter.clone().filter(|_| flipped),
-            };
-            if boot.guard.is_some() || boot.filter.is_some() {
-                cx.store.state.boot = Some(boot);
-            }
-        }
-        // Everything of the firewall in force: the generation it is now at is recorded, so the
-        // next reconcile of this declaration lists nothing if nobody changed the ruleset since.
-        let disagrees = report
-            .confirm
-            .as_ref()
-            .is_some_and(node_firewall::confirm::Confirmed::disagrees);
-        if !report.stopped() && report.not_admitted.is_empty() && !disagrees {
-            let generation = match cx.firewall_unchanged {
-                Some(g) => Some(g),
-                None if touched || flipped || transition != Transition::Stay => cx.fw.generation(),
-                None => None,
-            };
-            cx.store.state.firewall_generation = generation;
-            cx.store.state.firewall_guard = report.memo.as_ref().and_then(|m| m.guard.clone());
-        }
+        firewall_in_force(
+            &mut cx,
+            &mut report,
+            decl,
+            (guard_spec, filter_spec),
+            touched,
+            transition,
+        );
     }
-    let briefing = brief::brief(&store, decl, &report);
-    // One value for both: the exit code is made from the briefing's outcome.
-    report.outcome = briefing.outcome();
-    store.state.briefing = Some(briefing);
-    // A store that cannot be written (a full disk) does not take the report with it: the error
-    // carries it, what was done is said with the store's error, and the act failed part-way
-    // (exit 1). Callers that go on after an apply (a release, the resident host) see an error.
-    if let Err(e) = store.save() {
-        report.unsaved(&e);
-        return Err(ApplyError::Unsaved {
-            report: Box::new(report),
-            source: e,
-        });
-    }
-    Ok(report)
+    finish(store, decl, report)
 }
 
 /// `--confirm`: every declared opening confirmed by the kernel against the ruleset as the act

@@ -17,12 +17,12 @@
 //! binary ([`Report::restarts_host`](super::Report::restarts_host)). The host's own package is
 //! never held: the installation put it there, not a predecessor.
 
-use super::adopt::{self, Found, Kept};
+use super::adopt::{self, Found, Kept, Records};
 use super::{Cx, Done, Outcome, ResourceError};
 use crate::build::BUILD;
 use crate::declaration::validate::OWN_PACKAGE;
-use crate::declaration::{PackageSpec, Shape};
-use crate::store::{self, Owned};
+use crate::declaration::{Declaration, PackageSpec, Shape};
+use crate::store::{self, Owned, State};
 use crate::system::{self, PackageManager};
 use nix::errno::Errno;
 use run::Runner;
@@ -59,108 +59,232 @@ pub(super) fn apply(cx: &mut Cx<'_>, spec: &PackageSpec) -> Result<Done, Resourc
     apply_with(cx, pm.as_ref(), spec)
 }
 
+/// What the package applier reads before it decides: the version installed now and the store's
+/// records of the name.
+pub(super) struct Reading {
+    pub installed: Option<String>,
+    pub records: Records,
+}
+
+/// Reads what [`decide`] needs of `spec` through `pm` and the store's `state`; changes nothing.
+pub(super) fn read(
+    pm: &dyn PackageManager,
+    state: &State,
+    decl: &Declaration,
+    spec: &PackageSpec,
+) -> Result<Reading, ResourceError> {
+    let name = spec.name.as_str();
+    let keep = name != OWN_PACKAGE && adopt::keeps_found(decl, spec.module.as_deref());
+    Ok(Reading {
+        installed: installed(pm, name)?,
+        records: Records::of(state, Shape::Package, &spec.id, name, keep),
+    })
+}
+
+/// What the package applier does, decided from its [`Reading`] alone.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Decision {
+    /// Owned and installed at a version that fits: its record written again only if it changed.
+    Unchanged { version: String, rec: Owned },
+    /// The host's own package, owned and at the declared version, but not recorded at it: its
+    /// binary is run once, as after an install, before it is recorded.
+    CheckHost { version: String, rec: Owned },
+    /// Owned and installed at another version: the declared one installed.
+    Upgrade { was: String, found: bool },
+    /// Owned and not installed: installed again.
+    Reinstall { found: bool },
+    /// No record and nothing installed: installed.
+    Install,
+    /// Found installed at a version that fits, with no record: taken over as it is.
+    TakeOver { version: String },
+    /// Found installed at another version, with no record: the declared one installed.
+    Replace { was: String },
+    /// Found or held on an adopted node: kept as it is (`now`, the version installed).
+    Keep { kept: Kept, now: Option<String> },
+}
+
+/// The package applier's decision: pure, from what was read and what is declared.
+pub(super) fn decide(r: &Reading, spec: &PackageSpec) -> Decision {
+    let want = spec.version.as_deref();
+    let fits = |v: &str| want.is_none_or(|w| w == v);
+    match (&r.records.owned, &r.installed) {
+        (Some(rec), Some(v)) if fits(v) => {
+            // The declared version of the host is installed but was never recorded: an earlier
+            // apply installed it and found that its binary does not run, or something else
+            // installed it. It is checked like a fresh install.
+            if spec.name == OWN_PACKAGE && wanted_digest(want) != rec.digest {
+                Decision::CheckHost {
+                    version: v.clone(),
+                    rec: rec.clone(),
+                }
+            } else {
+                Decision::Unchanged {
+                    version: v.clone(),
+                    rec: rec.clone(),
+                }
+            }
+        }
+        (Some(rec), Some(v)) => Decision::Upgrade {
+            was: v.clone(),
+            found: rec.found,
+        },
+        (Some(rec), None) => Decision::Reinstall { found: rec.found },
+        (None, now) => {
+            if let Some(kept) = r.records.kept(now.as_deref().map(fingerprint).as_deref()) {
+                return Decision::Keep {
+                    kept,
+                    now: now.clone(),
+                };
+            }
+            match now {
+                None => Decision::Install,
+                Some(v) if fits(v) => Decision::TakeOver { version: v.clone() },
+                Some(v) => Decision::Replace { was: v.clone() },
+            }
+        }
+    }
+}
+
+impl Decision {
+    /// The outcome the act reports for this decision.
+    pub fn outcome(&self) -> Outcome {
+        match self {
+            Decision::Unchanged { .. } | Decision::TakeOver { .. } => Outcome::Unchanged,
+            Decision::CheckHost { .. } | Decision::Upgrade { .. } | Decision::Replace { .. } => {
+                Outcome::Changed
+            }
+            Decision::Reinstall { .. } | Decision::Install => Outcome::Created,
+            Decision::Keep { kept, .. } => kept.outcome(),
+        }
+    }
+
+    /// The preview's line for this decision: what the act would do.
+    pub fn preview(&self, spec: &PackageSpec) -> String {
+        let wanted = spec.version.as_deref().unwrap_or("its candidate version");
+        match self {
+            Decision::Unchanged { version, .. } => format!("{version} is installed, as declared"),
+            Decision::CheckHost { version, .. } => format!(
+                "{version} is installed, as declared; its binary would be run once before it is \
+                 recorded"
+            ),
+            Decision::Upgrade { was, .. } => format!("is {was}; {wanted} would be installed"),
+            Decision::Reinstall { .. } => format!("missing; {wanted} would be installed again"),
+            Decision::Install => format!("{wanted} would be installed"),
+            Decision::TakeOver { version } => {
+                format!("found {version} installed, as declared; would be taken over")
+            }
+            Decision::Replace { was } => {
+                format!("found {was} installed; {wanted} would be installed")
+            }
+            Decision::Keep { kept, now } => match (kept, now) {
+                (Kept::Held, Some(v)) => format!("found {v} installed; would be kept as it is"),
+                (_, Some(v)) => {
+                    format!("held package changed by something else (now {v}); not reverted")
+                }
+                (_, None) => "held package was removed by something else; not reinstalled".into(),
+            },
+        }
+    }
+}
+
 pub(super) fn apply_with(
     cx: &mut Cx<'_>,
     pm: &dyn PackageManager,
     spec: &PackageSpec,
 ) -> Result<Done, ResourceError> {
+    let r = read(pm, &cx.store.state, cx.decl, spec)?;
+    execute(cx, pm, spec, decide(&r, spec))
+}
+
+/// Carries out a [`Decision`]: installs and reads back, records, or keeps.
+pub(super) fn execute(
+    cx: &mut Cx<'_>,
+    pm: &dyn PackageManager,
+    spec: &PackageSpec,
+    decision: Decision,
+) -> Result<Done, ResourceError> {
     let id = spec.id.as_str();
     let name = spec.name.as_str();
-    let want = spec.version.as_deref();
-    let cur = installed(pm, name)?;
-    let owned = cx.store.state.owned_by_key(Shape::Package, name).cloned();
-    let keep = name != OWN_PACKAGE && cx.keeps_found(spec.module.as_deref());
-    let found = |now: Option<String>| Found {
-        id,
-        module: spec.module.as_deref(),
-        shape: Shape::Package,
-        key: name,
-        keep,
-        now,
-        stamp: None,
-    };
     let record = |found: bool| Owned {
         parents: Vec::new(),
         id: id.to_string(),
         module: spec.module.clone(),
         shape: Shape::Package,
         key: name.to_string(),
-        digest: wanted_digest(want),
+        digest: wanted_digest(spec.version.as_deref()),
         found,
         stamp: None,
     };
-    let fits = |v: &str| want.is_none_or(|w| w == v);
-
-    match (owned, cur) {
-        (Some(rec), Some(v)) => {
-            if fits(&v) {
-                let same = record(rec.found);
-                if name == OWN_PACKAGE && same.digest != rec.digest {
-                    // The declared version of the host is installed but was never recorded: an
-                    // earlier apply installed it and found that its binary does not run, or
-                    // something else installed it. It is checked like a fresh install.
-                    let runs = check_new_host(cx.root, cx.runner)?;
-                    cx.record_owned(same)?;
-                    return Ok(Done::new(
-                        Outcome::Changed,
-                        format!("{v} is installed, as declared; {}", restarts(&runs)),
-                    ));
-                }
-                cx.refresh_owned(same, Some(&rec))?;
-                return Ok(Done::new(
-                    Outcome::Unchanged,
-                    format!("{v} is installed, as declared"),
-                ));
-            }
-            let got = install(cx, pm, spec, record(rec.found))?;
+    match decision {
+        Decision::Unchanged { version, rec } => {
+            cx.refresh_owned(record(rec.found), Some(&rec))?;
             Ok(Done::new(
-                Outcome::Changed,
-                format!("was {v}; {got} installed"),
+                Outcome::Unchanged,
+                format!("{version} is installed, as declared"),
             ))
         }
-        (Some(rec), None) => {
-            let got = install(cx, pm, spec, record(rec.found))?;
+        Decision::CheckHost { version, rec } => {
+            let runs = check_new_host(cx.root, cx.runner)?;
+            cx.record_owned(record(rec.found))?;
+            Ok(Done::new(
+                Outcome::Changed,
+                format!("{version} is installed, as declared; {}", restarts(&runs)),
+            ))
+        }
+        Decision::Upgrade { was, found } => {
+            let got = install(cx, pm, spec, record(found))?;
+            Ok(Done::new(
+                Outcome::Changed,
+                format!("was {was}; {got} installed"),
+            ))
+        }
+        Decision::Reinstall { found } => {
+            let got = install(cx, pm, spec, record(found))?;
             Ok(Done::new(
                 Outcome::Created,
                 format!("was missing; {got} installed again"),
             ))
         }
-        (None, None) => {
-            if let Some(kept) = adopt::decide(cx, &found(None))? {
-                return Ok(kept.done(|_| {
-                    "held package was removed by something else; not reinstalled".into()
-                }));
-            }
+        Decision::Install => {
             let got = install(cx, pm, spec, record(false))?;
             Ok(Done::new(Outcome::Created, format!("{got} installed")))
         }
-        (None, Some(v)) => {
-            // Found: installed with no record of the host installing it.
-            if let Some(kept) = adopt::decide(cx, &found(Some(fingerprint(&v))))? {
-                return Ok(kept.done(|k| match k {
-                    Kept::Changed { was } => format!(
-                        "held package was at {} and is at {v} now, changed by something else; \
-                         not reverted",
-                        was.strip_prefix("package ").unwrap_or("?")
-                    ),
-                    Kept::Gone | Kept::Held => format!("found {v} installed; kept as it is"),
-                }));
+        Decision::TakeOver { version } => {
+            if name == OWN_PACKAGE {
+                check_new_host(cx.root, cx.runner)?;
             }
-            if fits(&v) {
-                if name == OWN_PACKAGE {
-                    check_new_host(cx.root, cx.runner)?;
-                }
-                cx.record_owned(record(true))?;
-                return Ok(Done::new(
-                    Outcome::Unchanged,
-                    format!("found {v} installed, as declared; taken over"),
-                ));
-            }
+            cx.record_owned(record(true))?;
+            Ok(Done::new(
+                Outcome::Unchanged,
+                format!("found {version} installed, as declared; taken over"),
+            ))
+        }
+        Decision::Replace { was } => {
             let got = install(cx, pm, spec, record(true))?;
             Ok(Done::new(
                 Outcome::Changed,
-                format!("found {v} installed; {got} installed"),
+                format!("found {was} installed; {got} installed"),
             ))
+        }
+        Decision::Keep { kept, now } => {
+            let found = Found {
+                id,
+                module: spec.module.as_deref(),
+                shape: Shape::Package,
+                key: name,
+                now: now.as_deref().map(fingerprint),
+                stamp: None,
+            };
+            adopt::settle(cx, &found, &kept)?;
+            Ok(kept.done(|k| match (k, &now) {
+                (Kept::Changed { was }, Some(v)) => format!(
+                    "held package was at {} and is at {v} now, changed by something else; \
+                     not reverted",
+                    was.strip_prefix("package ").unwrap_or("?")
+                ),
+                (Kept::Held, Some(v)) => format!("found {v} installed; kept as it is"),
+                (_, _) => "held package was removed by something else; not reinstalled".into(),
+            }))
         }
     }
 }

@@ -3,11 +3,11 @@
 //! each layer of the found firewall, to the guard and to the node's mode, read from the store,
 //! the machine and the found firewall and changing none of them.
 //!
-//! It makes each applier's decision again from what the appliers read (a file's bytes and mode,
-//! a container's inspection, a service's status, a package's version, an action's `verify`, an
-//! opening's presence per layer and its verdict through the evaluator), and says it in the
-//! outcome the act would report (`created`, `changed`, `held`, `removed`, …), so a preview and
-//! the act that follows it name the same resources with the same verbs. The store is read with
+//! It makes each applier's decision with the applier's own `read` and `decide` (a file's bytes
+//! and mode, a container's inspection, a service's status, a package's version, an action's
+//! `verify`), reads an opening's presence per layer and its verdict through the evaluator, and
+//! says it in the outcome the act would report (`created`, `changed`, `held`, `removed`, …), so
+//! a preview and the act that follows it name the same resources with the same verbs. The store is read with
 //! [`store::peek`] (no lock, nothing created); nothing here calls a recording method of `Cx`.
 //! An action's `verify` is run, since it is the action's own read of whether its work is done.
 
@@ -159,26 +159,6 @@ impl Reading<'_> {
     fn machine(&self, path: &str) -> std::path::PathBuf {
         self.root.join(path.trim_start_matches('/'))
     }
-
-    fn keeps_found(&self, module: Option<&str>) -> bool {
-        self.decl.mode == Mode::Adopted && !self.decl.is_taken(module)
-    }
-
-    /// The adoption decision as `adopt::decide` makes it, without recording the held record:
-    /// `None` when the applier would create or take over.
-    fn kept(&self, id: &str, key: &str, keep: bool, now: Option<&str>) -> Option<Outcome> {
-        if !keep {
-            return None;
-        }
-        match (self.state.held_at(id, key), now) {
-            (None, None) => None,
-            (Some(_), None) => Some(Outcome::ChangedBySomethingElse),
-            (Some(h), Some(n)) if h.digest.as_deref() != Some(n) => {
-                Some(Outcome::ChangedBySomethingElse)
-            }
-            _ => Some(Outcome::Held),
-        }
-    }
 }
 
 /// Previews an apply of `decl` from `source` for `act`: refused as the act would be, or what it
@@ -329,53 +309,67 @@ pub fn plan_through(
         }
     }
     if plan.entries.iter().all(|e| e.outcome != Outcome::Failed) {
-        for h in state
-            .held
-            .iter()
-            .filter(|h| !declared.contains(h.id.as_str()))
-        {
-            plan.entries.push(Step {
-                id: h.id.clone(),
-                shape: h.shape,
-                key: h.key.clone(),
-                outcome: Outcome::Forgotten,
-                verb: "release",
-                detail: format!(
-                    "held {} {} would be released: left exactly as it was found",
-                    h.shape, h.key
-                ),
-                diff: Vec::new(),
-                attributes: Vec::new(),
-            });
-        }
-        for rec in state
-            .owned
-            .iter()
-            .rev()
-            .filter(|o| !declared.contains(o.id.as_str()))
-        {
-            let (o, d) = removal(&r, rec);
-            plan.push(rec, o, d);
-        }
+        undeclared(&mut plan, &r, &declared);
     }
-    plan.pending = plan.flip.is_some()
-        || plan.guard.as_ref().is_some_and(|g| !g.in_force)
-        || plan
-            .entries
-            .iter()
-            .any(|e| !matches!(e.outcome, Outcome::Unchanged | Outcome::Held))
-        || plan
-            .entries
-            .iter()
-            .any(|e| e.outcome == Outcome::Held && state.held_at(&e.id, &e.key).is_none())
-        // Found and taken over as it is: nothing on the machine, but a record in the store.
-        || plan
-            .entries
-            .iter()
-            .any(|e| e.outcome == Outcome::Unchanged && state.owned(&e.id).is_none())
-        || state.declaration.as_ref() != Some(decl);
+    plan.pending = pending(&plan, &state, decl);
     plan.summary = Summary::of(&plan.entries);
     Ok(plan)
+}
+
+/// What the act would do with what the store holds and `declared` no longer names: each held
+/// resource released as found, each owned record removed (or forgotten), newest first.
+fn undeclared(plan: &mut Plan, r: &Reading<'_>, declared: &HashSet<&str>) {
+    let state = r.state;
+    for h in state
+        .held
+        .iter()
+        .filter(|h| !declared.contains(h.id.as_str()))
+    {
+        plan.entries.push(Step {
+            id: h.id.clone(),
+            shape: h.shape,
+            key: h.key.clone(),
+            outcome: Outcome::Forgotten,
+            verb: "release",
+            detail: format!(
+                "held {} {} would be released: left exactly as it was found",
+                h.shape, h.key
+            ),
+            diff: Vec::new(),
+            attributes: Vec::new(),
+        });
+    }
+    for rec in state
+        .owned
+        .iter()
+        .rev()
+        .filter(|o| !declared.contains(o.id.as_str()))
+    {
+        let (o, d) = removal(r, rec);
+        plan.push(rec, o, d);
+    }
+}
+
+/// Whether the act would change anything: the flip or the return, a guard not in force, a
+/// resource not left as it is, a found resource newly held or taken over as it is (a record in
+/// the store), or a declaration the store does not hold yet.
+fn pending(plan: &Plan, state: &State, decl: &Declaration) -> bool {
+    plan.flip.is_some()
+    || plan.guard.as_ref().is_some_and(|g| !g.in_force)
+    || plan
+        .entries
+        .iter()
+        .any(|e| !matches!(e.outcome, Outcome::Unchanged | Outcome::Held))
+    || plan
+        .entries
+        .iter()
+        .any(|e| e.outcome == Outcome::Held && state.held_at(&e.id, &e.key).is_none())
+    // Found and taken over as it is: nothing on the machine, but a record in the store.
+    || plan
+        .entries
+        .iter()
+        .any(|e| e.outcome == Outcome::Unchanged && state.owned(&e.id).is_none())
+    || state.declaration.as_ref() != Some(decl)
 }
 
 /// What a preview shows of a change beside its line: the content's diff, the mode and owner.

@@ -7,10 +7,10 @@
 //! a service found running with no record serves something, so until its module is taken it is
 //! kept as it is and reported held, like a found file.
 
-use super::adopt::{self, Found, Kept};
+use super::adopt::{self, Found, Kept, Records};
 use super::{Cx, Done, Outcome, ResourceError};
-use crate::declaration::{ServiceSpec, ServiceState, Shape};
-use crate::store::{self, Owned};
+use crate::declaration::{Declaration, ServiceSpec, ServiceState, Shape};
+use crate::store::{self, Owned, State};
 use crate::system::{self, ServiceManager, ServiceStatus};
 use run::Runner;
 
@@ -43,42 +43,151 @@ pub(super) fn apply(cx: &mut Cx<'_>, spec: &ServiceSpec) -> Result<Done, Resourc
     apply_with(cx, sm.as_ref(), spec)
 }
 
+/// What the service applier reads before it decides: the service's status and the store's
+/// records of its name.
+pub(super) struct Reading {
+    pub status: ServiceStatus,
+    pub records: Records,
+}
+
+/// Reads what [`decide`] needs of `spec` through `sm` and the store's `state`; changes nothing.
+pub(super) fn read(
+    sm: &dyn ServiceManager,
+    state: &State,
+    decl: &Declaration,
+    spec: &ServiceSpec,
+) -> Result<Reading, ResourceError> {
+    let keep = adopt::keeps_found(decl, spec.module.as_deref());
+    Ok(Reading {
+        status: status(sm, &spec.name)?,
+        records: Records::of(state, Shape::Service, &spec.id, &spec.name, keep),
+    })
+}
+
+/// What the service applier does, decided from its [`Reading`] alone.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Decision {
+    /// The manager does not know it: a failure whatever was declared (`detail`, its answer).
+    NotInstalled { detail: String },
+    /// Found running (or held) on an adopted node with no record: kept as it is (`now`, its
+    /// fingerprint).
+    Keep { kept: Kept, now: String },
+    /// It stands as declared: `record` written again only if it differs from `was`.
+    Unchanged { record: Owned, was: Option<Owned> },
+    /// It stands otherwise (`from`): started or stopped, enabled or disabled, then recorded.
+    Change { record: Owned, from: ServiceStatus },
+}
+
+/// The service applier's decision: pure, from what was read and what is declared.
+pub(super) fn decide(r: &Reading, spec: &ServiceSpec) -> Decision {
+    let st = &r.status;
+    if !st.installed {
+        return Decision::NotInstalled {
+            detail: st.detail.clone(),
+        };
+    }
+    let want = fingerprint(spec.state == ServiceState::Running, spec.enabled);
+    let cur = now(st);
+    let owned = &r.records.owned;
+    if owned.is_none() {
+        // A service found stopped serves nothing, so only a running one (or one already held)
+        // is something found to keep.
+        let seen = (r.records.held.is_some() || st.running).then_some(cur.as_str());
+        if let Some(kept) = r.records.kept(seen) {
+            return Decision::Keep { kept, now: cur };
+        }
+    }
+    let record = Owned {
+        parents: Vec::new(),
+        id: spec.id.clone(),
+        module: spec.module.clone(),
+        shape: Shape::Service,
+        key: spec.name.clone(),
+        digest: Some(store::digest(want.as_bytes())),
+        // Taken over when it was already running at the host's first sight of it.
+        found: owned.as_ref().map_or(st.running, |o| o.found),
+        stamp: None,
+    };
+    if cur == want {
+        Decision::Unchanged {
+            record,
+            was: owned.clone(),
+        }
+    } else {
+        Decision::Change {
+            record,
+            from: st.clone(),
+        }
+    }
+}
+
+impl Decision {
+    /// The outcome the act reports for this decision.
+    pub fn outcome(&self) -> Outcome {
+        match self {
+            Decision::NotInstalled { .. } => Outcome::Failed,
+            Decision::Keep { kept, .. } => kept.outcome(),
+            Decision::Unchanged { .. } => Outcome::Unchanged,
+            Decision::Change { .. } => Outcome::Changed,
+        }
+    }
+
+    /// The preview's line for this decision: what the act would do.
+    pub fn preview(&self, spec: &ServiceSpec) -> String {
+        let want = fingerprint(spec.state == ServiceState::Running, spec.enabled);
+        match self {
+            Decision::NotInstalled { detail } => format!(
+                "service {} is not installed ({detail}); the act would fail here",
+                spec.name
+            ),
+            Decision::Keep { now, .. } => format!("found {}; would be kept as it is", words(now)),
+            Decision::Unchanged { .. } => format!("{}, as declared", words(&want)),
+            Decision::Change { from, .. } => {
+                format!("is {}; would be made {}", words(&now(from)), words(&want))
+            }
+        }
+    }
+}
+
 pub(super) fn apply_with(
     cx: &mut Cx<'_>,
     sm: &dyn ServiceManager,
     spec: &ServiceSpec,
 ) -> Result<Done, ResourceError> {
+    let r = read(sm, &cx.store.state, cx.decl, spec)?;
+    execute(cx, sm, spec, decide(&r, spec))
+}
+
+/// Carries out a [`Decision`]: starts, stops, enables or disables and reads back, records, or
+/// keeps.
+pub(super) fn execute(
+    cx: &mut Cx<'_>,
+    sm: &dyn ServiceManager,
+    spec: &ServiceSpec,
+    decision: Decision,
+) -> Result<Done, ResourceError> {
     let id = spec.id.as_str();
     let name = spec.name.as_str();
     let want_running = spec.state == ServiceState::Running;
     let want = fingerprint(want_running, spec.enabled);
-    let st = status(sm, name)?;
-    if !st.installed {
-        return Err(ResourceError::Refused(format!(
-            "service {name} is not installed ({}); the host installs no unit files, and a \
-             missing service is never reported as {}",
-            st.detail,
-            words(&want)
-        )));
-    }
-    let cur = now(&st);
-    let owned = cx.store.state.owned_by_key(Shape::Service, name).cloned();
-    let held = cx.store.state.held_at(id, name).cloned();
-    let keep = cx.keeps_found(spec.module.as_deref());
-
-    // A service found stopped serves nothing, so only a running one (or one already held) is
-    // something found to keep.
-    let found = Found {
-        id,
-        module: spec.module.as_deref(),
-        shape: Shape::Service,
-        key: name,
-        keep,
-        now: (held.is_some() || st.running).then(|| cur.clone()),
-        stamp: None,
-    };
-    if owned.is_none() {
-        if let Some(kept) = adopt::decide(cx, &found)? {
+    let (record, st) = match decision {
+        Decision::NotInstalled { detail } => {
+            return Err(ResourceError::Refused(format!(
+                "service {name} is not installed ({detail}); the host installs no unit files, \
+                 and a missing service is never reported as {}",
+                words(&want)
+            )))
+        }
+        Decision::Keep { kept, now: cur } => {
+            let found = Found {
+                id,
+                module: spec.module.as_deref(),
+                shape: Shape::Service,
+                key: name,
+                now: Some(cur.clone()),
+                stamp: None,
+            };
+            adopt::settle(cx, &found, &kept)?;
             return Ok(kept.done(|k| match k {
                 Kept::Changed { was } => format!(
                     "held service was {} when found and is {} now, changed by something else; \
@@ -89,27 +198,16 @@ pub(super) fn apply_with(
                 Kept::Gone | Kept::Held => format!("found {}; kept as it is", words(&cur)),
             }));
         }
-    }
-
-    let record = Owned {
-        parents: Vec::new(),
-        id: id.to_string(),
-        module: spec.module.clone(),
-        shape: Shape::Service,
-        key: name.to_string(),
-        digest: Some(store::digest(want.as_bytes())),
-        // Taken over when it was already running at the host's first sight of it.
-        found: owned.as_ref().map_or(st.running, |o| o.found),
-        stamp: None,
+        Decision::Unchanged { record, was } => {
+            cx.refresh_owned(record, was.as_ref())?;
+            return Ok(Done::new(
+                Outcome::Unchanged,
+                format!("{}, as declared", words(&want)),
+            ));
+        }
+        Decision::Change { record, from } => (record, from),
     };
-    if cur == want {
-        cx.refresh_owned(record, owned.as_ref())?;
-        return Ok(Done::new(
-            Outcome::Unchanged,
-            format!("{}, as declared", words(&want)),
-        ));
-    }
-
+    let cur = now(&st);
     cx.intend(&record)?;
     let mut did = Vec::new();
     let verb = |r: Result<(), system::Error>, what: &str| {
