@@ -1,20 +1,27 @@
 //! The broker's name resolved by the host itself, since the static binary cannot use the C
 //! library's name service: `/etc/hosts` first (every address of the name, in its order), then
-//! the nameservers of `/etc/resolv.conf` asked for A and AAAA records over UDP, again over TCP
-//! when the answer was truncated, each query within the file's `timeout` (5 s unless it says, at
-//! most 30) and `attempts` (2 unless it says, at most 5). Search domains are not applied: a
-//! token names the broker fully. Both files' paths are the resolver's own, so tests (and
-//! `--root`) point it at theirs.
+//! the nameservers of `/etc/resolv.conf` asked for A and AAAA records by hickory's resolver
+//! (`hickory-resolver`, on the link's tokio runtime): over UDP, again over TCP when the answer
+//! was truncated, the nameservers one after another in the file's order, each query within the
+//! file's `timeout` (5 s unless it says, at most 30) and tried `attempts` times (2 unless it
+//! says, at most 5). Search domains are not applied: a token names the broker fully. Both
+//! files' paths are the resolver's own, so tests (and `--root`) point it at theirs.
 //!
 //! A spoofed answer gains nothing: every address is dialled with the broker's certificate
 //! pinned, so a wrong one fails that address before anything is sent.
 
-use crate::dns::{self, Answer, Kind};
+use crate::dns;
 use crate::error::{Error, Result};
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use hickory_resolver::config::{
+    LookupIpStrategy, NameServerConfigGroup, ResolveHosts, ResolverConfig, ResolverOpts,
+    ServerOrderingStrategy,
+};
+use hickory_resolver::name_server::TokioConnectionProvider;
+use hickory_resolver::proto::ProtoErrorKind;
+use hickory_resolver::ResolveError;
+use std::net::{IpAddr, Ipv4Addr};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// Where names are looked up.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -69,90 +76,95 @@ impl Resolver {
             return Ok(found);
         }
         let conf = parse_conf(&read_optional(&self.resolv_conf).map_err(|e| fail(e.to_string()))?);
-        let mut problems = Vec::new();
-        for ns in &conf.nameservers {
-            let server = SocketAddr::new(*ns, self.port);
-            for _ in 0..conf.attempts {
-                let (a, aaaa) = tokio::join!(
-                    ask(server, host, Kind::A, conf.timeout),
-                    ask(server, host, Kind::Aaaa, conf.timeout)
-                );
-                match (a, aaaa) {
-                    (Ok(Answer::NoSuchName), _) | (_, Ok(Answer::NoSuchName)) => {
-                        return Err(fail(format!(
-                            "the name does not exist (nameserver {ns} answered NXDOMAIN; not in {})",
-                            self.hosts.display()
-                        )))
+        let fqdn = format!("{}.", host.strip_suffix('.').unwrap_or(host));
+        match self.asker(&conf).lookup_ip(fqdn.as_str()).await {
+            Ok(found) => {
+                let mut addrs: Vec<IpAddr> = Vec::new();
+                for a in found.iter() {
+                    if !addrs.contains(&a) {
+                        addrs.push(a);
                     }
-                    (Ok(Answer::Addrs(mut v4)), Ok(Answer::Addrs(v6))) => {
-                        v4.extend(v6);
-                        if v4.is_empty() {
-                            return Err(fail(format!(
-                                "the name has no A or AAAA record (nameserver {ns}; not in {})",
-                                self.hosts.display()
-                            )));
-                        }
-                        tracing::debug!(host, addrs = %join(&v4), nameserver = %ns, "resolved");
-                        return Ok(v4);
-                    }
-                    // A nameserver that answers one kind and drops the other (some drop AAAA
-                    // queries) still gives the addresses it answered.
-                    (Ok(Answer::Addrs(v)), Err(e)) | (Err(e), Ok(Answer::Addrs(v)))
-                        if !v.is_empty() =>
-                    {
-                        tracing::debug!(host, addrs = %join(&v), nameserver = %ns, error = %e, "resolved one kind");
-                        return Ok(v);
-                    }
-                    (Err(e), _) | (_, Err(e)) => problems.push(format!("nameserver {ns}: {e}")),
-                    _ => problems.push(format!("nameserver {ns}: truncated over TCP too")),
                 }
+                if addrs.is_empty() {
+                    return Err(fail(format!(
+                        "the name has no A or AAAA record (nameservers of {}; not in {})",
+                        self.resolv_conf.display(),
+                        self.hosts.display()
+                    )));
+                }
+                tracing::debug!(host, addrs = %join(&addrs), "resolved");
+                Ok(addrs)
             }
+            Err(e) => Err(fail(self.why_not(&conf, &e))),
         }
-        problems.dedup();
-        Err(fail(format!(
-            "not in {} and no nameserver of {} answered ({})",
+    }
+
+    /// hickory's resolver for this lookup: the file's nameservers on the resolver's port, in
+    /// their order and one at a time, with its timeout and attempts, no cache, no search, no
+    /// hosts file of its own (the hosts file was read above).
+    fn asker(&self, conf: &Conf) -> hickory_resolver::TokioResolver {
+        let servers = NameServerConfigGroup::from_ips_clear(&conf.nameservers, self.port, true);
+        let config = ResolverConfig::from_parts(None, Vec::new(), servers);
+        let mut opts = ResolverOpts::default();
+        opts.timeout = conf.timeout;
+        // hickory's attempts are retries after the first try; resolv.conf's count every try.
+        opts.attempts = conf.attempts.saturating_sub(1) as usize;
+        opts.ndots = 0;
+        opts.ip_strategy = LookupIpStrategy::Ipv4AndIpv6;
+        opts.cache_size = 0;
+        opts.use_hosts_file = ResolveHosts::Never;
+        opts.num_concurrent_reqs = 1;
+        opts.server_ordering_strategy = ServerOrderingStrategy::UserProvidedOrder;
+        opts.try_tcp_on_error = false;
+        hickory_resolver::Resolver::builder_with_config(config, TokioConnectionProvider::default())
+            .with_options(opts)
+            .build()
+    }
+
+    /// Why the nameservers gave no address, in words naming the files.
+    fn why_not(&self, conf: &Conf, e: &ResolveError) -> String {
+        let servers = match conf.nameservers.as_slice() {
+            [one] => format!("nameserver {one}"),
+            many => format!("nameservers {}", join(many)),
+        };
+        if e.is_nx_domain() {
+            return format!(
+                "the name does not exist ({servers} answered NXDOMAIN; not in {})",
+                self.hosts.display()
+            );
+        }
+        if e.is_no_records_found() {
+            return format!(
+                "the name has no A or AAAA record ({servers}; not in {})",
+                self.hosts.display()
+            );
+        }
+        let what = match e.proto().map(|p| p.kind()) {
+            Some(ProtoErrorKind::Timeout) => format!("no answer within {:?}", conf.timeout),
+            _ => e.to_string(),
+        };
+        format!(
+            "not in {} and no nameserver of {} answered ({servers}: {what})",
             self.hosts.display(),
             self.resolv_conf.display(),
-            problems.join("; ")
-        )))
+        )
     }
 }
 
-/// Why one query of a name got no answer, or a file the lookup reads could not be read.
+/// A file the lookup reads that is there but cannot be read.
 #[derive(Debug, thiserror::Error)]
-enum AskError {
-    #[error("reading {}: {source}", path.display())]
-    Read {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("the random source: {0}")]
-    Random(getrandom::Error),
-    #[error("{0}")]
-    Io(#[from] std::io::Error),
-    #[error("{0}")]
-    Dns(#[from] dns::DnsError),
-    /// The query of `kind` records over `via` (UDP or TCP) failed.
-    #[error("{kind} over {via}: {source}")]
-    Over {
-        kind: &'static str,
-        via: &'static str,
-        source: Box<AskError>,
-    },
-    #[error("{kind} over {via}: no answer within {timeout:?}")]
-    Timeout {
-        kind: &'static str,
-        via: &'static str,
-        timeout: Duration,
-    },
+#[error("reading {}: {source}", path.display())]
+struct Unreadable {
+    path: std::path::PathBuf,
+    source: std::io::Error,
 }
 
 /// A file's text, or nothing when it does not exist.
-fn read_optional(path: &Path) -> std::result::Result<String, AskError> {
+fn read_optional(path: &Path) -> std::result::Result<String, Unreadable> {
     match std::fs::read_to_string(path) {
         Ok(t) => Ok(t),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(String::new()),
-        Err(source) => Err(AskError::Read {
+        Err(source) => Err(Unreadable {
             path: path.to_path_buf(),
             source,
         }),
@@ -219,86 +231,6 @@ pub fn parse_conf(text: &str) -> Conf {
         conf.nameservers.push(IpAddr::V4(Ipv4Addr::LOCALHOST));
     }
     conf
-}
-
-/// Asks `server` for `kind` records of `name` within `timeout`: over UDP, then over TCP when
-/// the UDP answer was truncated.
-async fn ask(
-    server: SocketAddr,
-    name: &str,
-    kind: Kind,
-    timeout: Duration,
-) -> std::result::Result<Answer, AskError> {
-    let kind_ = kind.label();
-    let over = |via: &'static str| {
-        move |e: AskError| AskError::Over {
-            kind: kind_,
-            via,
-            source: Box::new(e),
-        }
-    };
-    let late = |via: &'static str| AskError::Timeout {
-        kind: kind_,
-        via,
-        timeout,
-    };
-    let id = getrandom::u32().map_err(AskError::Random)? as u16;
-    let query = dns::query(id, name, kind);
-    let udp = tokio::time::timeout(timeout, ask_udp(server, &query, id, name, kind)).await;
-    match udp {
-        Ok(Ok(Answer::Truncated)) => {}
-        Ok(r) => return r.map_err(over("UDP")),
-        Err(_) => return Err(late("UDP")),
-    }
-    match tokio::time::timeout(timeout, ask_tcp(server, &query, id, name, kind)).await {
-        Ok(r) => r.map_err(over("TCP")),
-        Err(_) => Err(late("TCP")),
-    }
-}
-
-async fn ask_udp(
-    server: SocketAddr,
-    query: &[u8],
-    id: u16,
-    name: &str,
-    kind: Kind,
-) -> std::result::Result<Answer, AskError> {
-    let local: SocketAddr = if server.is_ipv4() {
-        "0.0.0.0:0".parse().expect("an address")
-    } else {
-        "[::]:0".parse().expect("an address")
-    };
-    let sock = tokio::net::UdpSocket::bind(local).await?;
-    // Connected: datagrams from any other address are not received.
-    sock.connect(server).await?;
-    sock.send(query).await?;
-    let mut buf = vec![0u8; 4096];
-    loop {
-        let n = sock.recv(&mut buf).await?;
-        match dns::answer(&buf[..n], id, name, kind) {
-            // Someone else's datagram (or a blind guess at the id): wait on for ours.
-            Err(dns::DnsError::NotOurs) => continue,
-            r => return r.map_err(AskError::Dns),
-        }
-    }
-}
-
-async fn ask_tcp(
-    server: SocketAddr,
-    query: &[u8],
-    id: u16,
-    name: &str,
-    kind: Kind,
-) -> std::result::Result<Answer, AskError> {
-    let mut s = tokio::net::TcpStream::connect(server).await?;
-    let mut framed = (query.len() as u16).to_be_bytes().to_vec();
-    framed.extend_from_slice(query);
-    s.write_all(&framed).await?;
-    let mut len = [0u8; 2];
-    s.read_exact(&mut len).await?;
-    let mut buf = vec![0u8; usize::from(u16::from_be_bytes(len))];
-    s.read_exact(&mut buf).await?;
-    dns::answer(&buf, id, name, kind).map_err(AskError::Dns)
 }
 
 /// Addresses as a log line shows them: `192.0.2.1, 2001:db8::1`.

@@ -6,13 +6,12 @@
 //! host runs can be typed by hand to check it. Every value reaches it as its own argv element, and
 //! every answer is read as JSON.
 
+use super::engine_json;
 use super::{
     argv, run, run_ok, Container, ContainerRuntime, Error, NewContainer, RuntimeKind, Unparsed,
 };
 use crate::declaration::{Proto, PublishedPort};
 use run::{describe, Runner};
-use serde_json::Value;
-use std::collections::BTreeMap;
 
 /// What differs between the runtimes the host speaks through this CLI.
 #[derive(Debug)]
@@ -187,118 +186,97 @@ pub fn normalize_image(image: &str) -> String {
 /// The engine's version from `version --format '{{json .}}'`: the server's, else the client's
 /// (Podman without a service has only a client).
 fn parse_version(stdout: &[u8]) -> Result<String, Unparsed> {
-    let v: Value =
+    let v: engine_json::Version =
         serde_json::from_slice(stdout).map_err(|e| Unparsed(format!("version JSON: {e}")))?;
-    let server = v["Server"]["Version"].as_str().or_else(|| {
-        v["Server"]["Components"]
-            .as_array()?
+    let engine = || {
+        v.server
+            .components
             .iter()
-            .find(|c| c["Name"] == "Engine")?["Version"]
-            .as_str()
-    });
-    server
-        .or_else(|| v["Client"]["Version"].as_str())
-        .map(str::to_string)
+            .find(|c| c.name == "Engine")?
+            .version
+            .clone()
+    };
+    v.server
+        .version
+        .clone()
+        .or_else(engine)
+        .or(v.client.version)
         .ok_or_else(|| Unparsed("no Server.Version or Client.Version".into()))
 }
 
 /// One container from `container inspect NAME` (a JSON array of one object).
 pub fn parse_inspect(stdout: &[u8]) -> Result<Container, Unparsed> {
-    let all: Value =
-        serde_json::from_slice(stdout).map_err(|e| Unparsed(format!("not JSON: {e}")))?;
-    let c = match &all {
-        Value::Array(items) if items.len() == 1 => &items[0],
-        Value::Array(items) => {
-            return Err(Unparsed(format!(
-                "{} containers, expected one",
-                items.len()
-            )))
+    let mut all: Vec<engine_json::Inspected> = serde_json::from_slice(stdout).map_err(|e| {
+        if e.is_data() && !stdout.trim_ascii_start().starts_with(b"[") {
+            Unparsed("not a JSON array".into())
+        } else {
+            Unparsed(format!("not JSON: {e}"))
         }
-        _ => return Err(Unparsed("not a JSON array".into())),
-    };
-    let text = |v: &Value| v.as_str().unwrap_or_default().to_string();
-    let strings = |v: &Value| -> Vec<String> {
-        match v {
-            Value::Array(items) => items
-                .iter()
-                .filter_map(|i| i.as_str())
-                .map(String::from)
-                .collect(),
-            _ => Vec::new(),
-        }
-    };
-    let id = text(&c["Id"]);
-    if id.is_empty() {
+    })?;
+    if all.len() != 1 {
+        return Err(Unparsed(format!("{} containers, expected one", all.len())));
+    }
+    let c = all.remove(0);
+    if c.id.is_empty() {
         return Err(Unparsed("no Id".into()));
     }
-    let config = &c["Config"];
-    let env = strings(&config["Env"])
+    let env = c
+        .config
+        .env
         .into_iter()
         .map(|kv| match kv.split_once('=') {
             Some((k, v)) => (k.to_string(), v.to_string()),
             None => (kv, String::new()),
         })
         .collect();
-    let labels = match &config["Labels"] {
-        Value::Object(m) => m
-            .iter()
-            .map(|(k, v)| (k.clone(), text(v)))
-            .collect::<BTreeMap<_, _>>(),
-        _ => BTreeMap::new(),
-    };
     let mut ports = Vec::new();
-    if let Value::Object(bindings) = &c["HostConfig"]["PortBindings"] {
-        for (spec, list) in bindings {
-            let (cport, proto) = spec.split_once('/').unwrap_or((spec.as_str(), "tcp"));
-            let proto = match proto {
-                "tcp" => Proto::Tcp,
-                "udp" => Proto::Udp,
-                other => return Err(Unparsed(format!("port {spec}: protocol {other:?}"))),
-            };
-            let container_port = cport
+    for (spec, list) in &c.host_config.port_bindings {
+        let (cport, proto) = spec.split_once('/').unwrap_or((spec.as_str(), "tcp"));
+        let proto = match proto {
+            "tcp" => Proto::Tcp,
+            "udp" => Proto::Udp,
+            other => return Err(Unparsed(format!("port {spec}: protocol {other:?}"))),
+        };
+        let container_port = cport
+            .parse()
+            .map_err(|_| Unparsed(format!("port {spec}: not a port number")))?;
+        for b in list.iter().flatten() {
+            let host_port = b
+                .host_port
                 .parse()
-                .map_err(|_| Unparsed(format!("port {spec}: not a port number")))?;
-            for b in list.as_array().into_iter().flatten() {
-                let host_port = text(&b["HostPort"])
-                    .parse()
-                    .map_err(|_| Unparsed(format!("port {spec}: host port {:?}", b["HostPort"])))?;
-                let addr = text(&b["HostIp"]);
-                ports.push(PublishedPort {
-                    host_address: (!addr.is_empty()).then_some(addr),
-                    host_port,
-                    container_port,
-                    proto,
-                });
-            }
+                .map_err(|_| Unparsed(format!("port {spec}: host port {:?}", b.host_port)))?;
+            ports.push(PublishedPort {
+                host_address: (!b.host_ip.is_empty()).then(|| b.host_ip.clone()),
+                host_port,
+                container_port,
+                proto,
+            });
         }
     }
     sort_ports(&mut ports);
-    let mut networks: Vec<String> = match &c["NetworkSettings"]["Networks"] {
-        Value::Object(m) => m.keys().cloned().collect(),
-        _ => Vec::new(),
-    };
-    networks.sort();
-    let name = text(&c["Name"]).trim_start_matches('/').to_string();
+    // A BTreeMap's keys: sorted already.
+    let networks: Vec<String> = c.network_settings.networks.into_keys().collect();
     // Docker keeps the reference as typed in Config.Image; Podman keeps a qualified one there and
     // in ImageName.
-    let image = match config["Image"].as_str() {
-        Some(s) if !s.is_empty() => s.to_string(),
-        _ => text(&c["ImageName"]),
+    let image = if c.config.image.is_empty() {
+        c.image_name
+    } else {
+        c.config.image
     };
     Ok(Container {
-        id,
-        name,
+        id: c.id,
+        name: c.name.trim_start_matches('/').to_string(),
         image,
-        image_id: text(&c["Image"]),
-        command: strings(&config["Cmd"]),
+        image_id: c.image,
+        command: c.config.cmd,
         env,
         ports,
-        restart: text(&c["HostConfig"]["RestartPolicy"]["Name"]),
+        restart: c.host_config.restart_policy.name,
         networks,
-        labels,
-        running: c["State"]["Running"].as_bool().unwrap_or(false),
-        status: text(&c["State"]["Status"]),
-        exit_code: c["State"]["ExitCode"].as_i64().unwrap_or(0),
+        labels: c.config.labels,
+        running: c.state.running,
+        status: c.state.status,
+        exit_code: c.state.exit_code,
     })
 }
 
@@ -506,28 +484,31 @@ mod tests {
 
 /// The bridge interfaces named by `network inspect` JSON, Docker's or Podman's.
 pub(crate) fn parse_bridges(json: &[u8]) -> Result<Vec<String>, Unparsed> {
-    let v: Value = serde_json::from_slice(json).map_err(|e| Unparsed(e.to_string()))?;
+    let networks: Vec<engine_json::Network> = serde_json::from_slice(json).map_err(|e| {
+        if e.is_data() && !json.trim_ascii_start().starts_with(b"[") {
+            Unparsed("not an array".into())
+        } else {
+            Unparsed(e.to_string())
+        }
+    })?;
     let mut out = Vec::new();
-    for n in v
-        .as_array()
-        .ok_or_else(|| Unparsed("not an array".into()))?
-    {
+    for n in networks {
         // Podman names the interface itself; for a macvlan or ipvlan network that is the parent
         // uplink (the machine's own outside interface), never a bridge of the runtime's.
-        if let Some(i) = n["network_interface"].as_str() {
-            if n["driver"].as_str() == Some("bridge") {
-                out.push(i.to_string());
+        if let Some(i) = n.network_interface {
+            if n.podman_driver == "bridge" {
+                out.push(i);
             }
             continue;
         }
-        if n["Driver"].as_str() != Some("bridge") {
+        if n.docker_driver != "bridge" {
             continue;
         }
-        if let Some(i) = n["Options"]["com.docker.network.bridge.name"].as_str() {
-            out.push(i.to_string());
-        } else if let Some(id) = n["Id"].as_str() {
+        if let Some(i) = n.options.get("com.docker.network.bridge.name") {
+            out.push(i.clone());
+        } else if !n.id.is_empty() {
             // Docker's default for a user network: br- and the first 12 characters of its id.
-            out.push(format!("br-{}", &id[..id.len().min(12)]));
+            out.push(format!("br-{}", &n.id[..n.id.len().min(12)]));
         }
     }
     Ok(out)
@@ -547,6 +528,78 @@ mod bridge_tests {
         );
         let podman = br#"[{"name":"podman","driver":"bridge","network_interface":"podman0"}]"#;
         assert_eq!(super::parse_bridges(podman).unwrap(), vec!["podman0"]);
+        assert!(super::parse_bridges(b"{}").is_err());
+    }
+
+    fn recorded(name: &str) -> Vec<u8> {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/engine")
+            .join(name);
+        std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+    }
+
+    /// Recorded answers (Docker 20.10, Podman 4.3 with netavark): the default bridge and a user
+    /// network's, from the API's lists and from the CLI's `network inspect` alike; Docker's
+    /// `host` network is no bridge.
+    #[test]
+    fn recorded_networks_name_their_bridges() {
+        for f in ["docker-networks.json", "docker-network-inspect.json"] {
+            let mut got = super::parse_bridges(&recorded(f)).unwrap();
+            got.sort();
+            assert_eq!(got.len(), 2, "{f}: {got:?}");
+            assert!(got.contains(&"docker0".to_string()), "{f}: {got:?}");
+            assert!(
+                got.iter().any(|b| b.starts_with("br-") && b.len() == 15),
+                "{f}: {got:?}"
+            );
+        }
+        for f in ["podman-networks.json", "podman-network-inspect.json"] {
+            let mut got = super::parse_bridges(&recorded(f)).unwrap();
+            got.sort();
+            assert_eq!(got, ["podman0", "podman1"], "{f}");
+        }
+    }
+
+    /// Recorded `container inspect` of the same container in both engines (80/tcp on every
+    /// address, 81/tcp on 127.0.0.1, 82/udp; a label, an environment variable, a restart
+    /// policy) and both engines' `version`.
+    #[test]
+    fn recorded_inspects_and_versions_are_read() {
+        use super::{parse_inspect, parse_version, publish_arg};
+        for (engine, base, network) in [("docker", 18080, "bridge"), ("podman", 28080, "podman")] {
+            let c = parse_inspect(&recorded(&format!("{engine}-inspect.json"))).unwrap();
+            assert_eq!(c.name, "web", "{engine}");
+            assert!(c.running, "{engine}");
+            assert_eq!(c.status, "running", "{engine}");
+            assert_eq!(c.command, ["/bin/httpd", "-f", "-p", "80"], "{engine}");
+            assert_eq!(c.env["FOO"], "bar", "{engine}");
+            assert_eq!(c.labels["mesh-host.id"], "web/c", "{engine}");
+            assert_eq!(c.restart, "unless-stopped", "{engine}");
+            assert_eq!(c.networks, [network], "{engine}");
+            assert_eq!(
+                super::normalize_image(&c.image),
+                "lab/busybox:1",
+                "{engine}"
+            );
+            let ports: Vec<String> = c.ports.iter().map(publish_arg).collect();
+            assert_eq!(
+                ports,
+                [
+                    format!("{base}:80/tcp"),
+                    format!("127.0.0.1:{}:81/tcp", base + 1),
+                    format!("{}:82/udp", base + 2),
+                ],
+                "{engine}"
+            );
+        }
+        assert_eq!(
+            parse_version(&recorded("docker-version.json")).unwrap(),
+            "20.10.24+dfsg1"
+        );
+        assert_eq!(
+            parse_version(&recorded("podman-version.json")).unwrap(),
+            "4.3.1"
+        );
     }
 
     #[test]

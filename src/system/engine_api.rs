@@ -6,9 +6,9 @@
 //! takes a listing process and an inspecting one. Only reads; every change still goes through the
 //! CLI, read back by inspect.
 
+use super::engine_json::Listed;
 use super::{Container, RuntimeKind};
 use crate::declaration::{Proto, PublishedPort};
-use serde_json::Value;
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
@@ -198,72 +198,65 @@ fn get(socket: &std::path::Path, path: &str) -> Result<Vec<u8>, ApiError> {
 /// The listing's containers: name, image, published ports, labels and state (what the preflight
 /// and `inventory` read; a container's full configuration is the CLI's `inspect`).
 fn parse_list(body: &[u8]) -> Result<Vec<Container>, ApiError> {
-    let all: Value = serde_json::from_slice(body).map_err(ApiError::NotJson)?;
-    let items = all.as_array().ok_or(ApiError::NotArray)?;
-    let text = |v: &Value| v.as_str().unwrap_or_default().to_string();
-    let mut out = Vec::new();
-    for c in items {
-        let name = c["Names"]
-            .as_array()
-            .and_then(|n| n.first())
-            .map(|n| text(n).trim_start_matches('/').to_string())
-            .unwrap_or_default();
-        let mut ports: Vec<PublishedPort> = c["Ports"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|p| {
-                let host_port = u16::try_from(p["PublicPort"].as_u64()?).ok()?;
-                let container_port = u16::try_from(p["PrivatePort"].as_u64()?).ok()?;
-                let proto = match p["Type"].as_str()? {
-                    "tcp" => Proto::Tcp,
-                    "udp" => Proto::Udp,
-                    _ => return None,
-                };
-                let addr = text(&p["IP"]);
-                Some(PublishedPort {
-                    host_address: (!addr.is_empty()).then_some(addr),
-                    host_port,
-                    container_port,
-                    proto,
-                })
+    let listed: Vec<Listed> = serde_json::from_slice(body).map_err(|e| {
+        if e.is_data() && !body.trim_ascii_start().starts_with(b"[") {
+            ApiError::NotArray
+        } else {
+            ApiError::NotJson(e)
+        }
+    })?;
+    Ok(listed.into_iter().map(listed_container).collect())
+}
+
+/// A listed container as the host speaks of it.
+fn listed_container(c: Listed) -> Container {
+    let name = c
+        .names
+        .first()
+        .map(|n| n.trim_start_matches('/').to_string())
+        .unwrap_or_default();
+    let mut ports: Vec<PublishedPort> = c
+        .ports
+        .iter()
+        .filter_map(|p| {
+            let host_port = u16::try_from(p.public_port?).ok()?;
+            let container_port = u16::try_from(p.private_port?).ok()?;
+            let proto = match p.proto.as_str() {
+                "tcp" => Proto::Tcp,
+                "udp" => Proto::Udp,
+                _ => return None,
+            };
+            Some(PublishedPort {
+                host_address: (!p.ip.is_empty()).then(|| p.ip.clone()),
+                host_port,
+                container_port,
+                proto,
             })
-            .collect();
-        ports.sort_by(|a, b| {
-            (a.host_port, a.container_port, &a.host_address).cmp(&(
-                b.host_port,
-                b.container_port,
-                &b.host_address,
-            ))
-        });
-        ports.dedup();
-        let labels: BTreeMap<String, String> = c["Labels"]
-            .as_object()
-            .into_iter()
-            .flatten()
-            .map(|(k, v)| (k.clone(), text(v)))
-            .collect();
-        let state = text(&c["State"]);
-        out.push(Container {
-            id: text(&c["Id"]),
-            name,
-            image: text(&c["Image"]),
-            image_id: text(&c["ImageID"]),
-            command: text(&c["Command"])
-                .split_whitespace()
-                .map(str::to_string)
-                .collect(),
-            env: BTreeMap::new(),
-            ports,
-            restart: String::new(),
-            networks: Vec::new(),
-            labels,
-            running: state == "running",
-            status: state,
-            exit_code: 0,
-        });
+        })
+        .collect();
+    ports.sort_by(|a, b| {
+        (a.host_port, a.container_port, &a.host_address).cmp(&(
+            b.host_port,
+            b.container_port,
+            &b.host_address,
+        ))
+    });
+    ports.dedup();
+    Container {
+        id: c.id,
+        name,
+        image: c.image,
+        image_id: c.image_id,
+        command: c.command.split_whitespace().map(str::to_string).collect(),
+        env: BTreeMap::new(),
+        ports,
+        restart: String::new(),
+        networks: Vec::new(),
+        labels: c.labels,
+        running: c.state == "running",
+        status: c.state,
+        exit_code: 0,
     }
-    Ok(out)
 }
 
 #[cfg(test)]
@@ -285,7 +278,56 @@ mod tests {
         assert_eq!(c.ports.len(), 2, "{:?}", c.ports);
         assert_eq!(c.ports[0].host_port, 8082);
         assert_eq!(c.labels["mesh-host.id"], "web/c");
-        assert!(parse_list(b"{}").is_err());
+        assert!(matches!(parse_list(b"{}"), Err(ApiError::NotArray)));
+        assert!(matches!(parse_list(b"[{"), Err(ApiError::NotJson(_))));
+    }
+
+    /// Recorded answers of Docker 20.10 and of Podman 4.3's compatible service (a container
+    /// publishing 80/tcp on every address, 81/tcp on 127.0.0.1 and 82/udp, and one publishing
+    /// nothing on a network of its own).
+    #[test]
+    fn recorded_listings_are_read() {
+        for (file, base) in [("docker", 18080), ("podman", 28080)] {
+            let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join(format!("tests/fixtures/engine/{file}-containers.json"));
+            let all = parse_list(&std::fs::read(&path).unwrap()).unwrap();
+            let web = all.iter().find(|c| c.name == "web").expect(file);
+            assert!(web.running, "{file}");
+            assert_eq!(web.labels["mesh-host.id"], "web/c", "{file}");
+            assert_eq!(web.command, ["/bin/httpd", "-f", "-p", "80"], "{file}");
+            let published: Vec<(u16, u16, Proto, Option<&str>)> = web
+                .ports
+                .iter()
+                .map(|p| {
+                    (
+                        p.host_port,
+                        p.container_port,
+                        p.proto,
+                        p.host_address.as_deref(),
+                    )
+                })
+                .collect();
+            // Docker names every address 0.0.0.0 (and ::); Podman leaves it out.
+            assert!(
+                published
+                    .iter()
+                    .any(|p| (p.0, p.1, p.2) == (base, 80, Proto::Tcp)
+                        && matches!(p.3, None | Some("0.0.0.0"))),
+                "{file}: {published:?}"
+            );
+            assert!(
+                published.contains(&(base + 1, 81, Proto::Tcp, Some("127.0.0.1"))),
+                "{file}: {published:?}"
+            );
+            assert!(
+                published
+                    .iter()
+                    .any(|p| p.0 == base + 2 && p.2 == Proto::Udp),
+                "{file}: {published:?}"
+            );
+            let quiet = all.iter().find(|c| c.name == "quiet").expect(file);
+            assert!(quiet.ports.is_empty(), "{file}: {:?}", quiet.ports);
+        }
     }
 
     #[test]

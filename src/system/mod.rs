@@ -15,6 +15,7 @@ pub mod bridges;
 mod cli_runtime;
 pub mod docker;
 pub mod engine_api;
+pub mod engine_json;
 pub mod podman;
 pub mod profile;
 

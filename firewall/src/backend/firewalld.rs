@@ -28,7 +28,6 @@
 
 use super::nf::XT_BUILTIN;
 use super::seam::{Converger, Cx, Detect, Kind, Retire, WholeDriver};
-use crate::dbus::Bus;
 use crate::error::{Error, Result};
 use crate::found::{Backend, Layer};
 use crate::netlink::{Family, Hook, NfSocket, Ruleset};
@@ -144,6 +143,33 @@ fn direct(chain: &str) -> bool {
         .is_some_and(|b| XT_BUILTIN.contains(&b))
 }
 
+/// Each interface an opening admits from: bound to the mesh's zone (true), not yet (false), or
+/// in a zone of the operator's (why the host leaves it there).
+type Bound = BTreeMap<String, std::result::Result<bool, OperatorZone>>;
+
+/// What the openings want of firewalld: its rich rules (each with its opening) in the mesh's
+/// policy and zone, and under StrictForwardPorts its forward ports.
+#[derive(Default)]
+struct Wanted {
+    policy: BTreeMap<String, String>,
+    zone: BTreeMap<String, String>,
+    /// Each forwarded opening's forward ports, or why it has none.
+    forwarded: BTreeMap<String, std::result::Result<Vec<ForwardPort>, forward::NoForwardPort>>,
+    /// The ports and protocols of the forwarded openings given.
+    given: BTreeSet<(String, String)>,
+    /// Each forward port wanted, with its opening.
+    forward: BTreeMap<ForwardPort, String>,
+}
+
+/// What firewalld holds of the mesh's once the writes are done: read back, never assumed.
+struct Held {
+    policy: Vec<String>,
+    forward_ports: Vec<ForwardPort>,
+    zone: Vec<String>,
+    bound: Bound,
+    strict: bool,
+}
+
 impl WholeDriver for Firewalld {
     fn converge(
         &self,
@@ -191,209 +217,51 @@ impl WholeDriver for Firewalld {
         };
         let zoned = incoming.iter().any(|o| interface(o).is_some());
         let strict = strict_forward(&mut fw)?;
-        // Under StrictForwardPorts, each forwarded opening's forward ports (or why it has none),
-        // and the ports and protocols they are for.
         let forward_drops = layers.iter().any(|l| l.hook == Hook::Forward && l.can_drop);
-        let mut forwarded: BTreeMap<
-            String,
-            std::result::Result<Vec<ForwardPort>, forward::NoForwardPort>,
-        > = BTreeMap::new();
-        let mut given: BTreeSet<(String, String)> = BTreeSet::new();
-        if strict && forward_drops {
-            for o in openings.iter().filter(|o| o.path == Path::Forwarded) {
-                let targets =
-                    crate::published::targets(cx.ruleset, cx.legacy_saves, o.proto, o.port);
-                forwarded.insert(o.id.clone(), forward::wanted(o, &targets));
-                given.insert((o.port.to_string(), o.proto.to_string()));
-            }
-        }
-        let want_forward: BTreeMap<ForwardPort, String> = openings
-            .iter()
-            .filter_map(|o| Some((o, forwarded.get(&o.id)?.as_ref().ok()?)))
-            .flat_map(|(o, fps)| fps.iter().map(|fp| (fp.clone(), o.id.clone())))
-            .collect();
-        if write && (!incoming.is_empty() || !want_forward.is_empty()) {
+        let mut wanted = if strict && forward_drops {
+            wanted_forward(openings, cx)
+        } else {
+            Wanted::default()
+        };
+        if write && (!incoming.is_empty() || !wanted.forward.is_empty()) {
             fw.ensure_objects(zoned)?;
         }
         let policy_active = fw.runtime_policies()?.iter().any(|p| p == POLICY);
         let zone_active = fw.runtime_zones()?.iter().any(|z| z == ZONE);
-
-        // Each interface an opening admits from: bound to the mesh's zone (true), not yet
-        // (false), or in a zone of the operator's, which the host does not move it out of.
-        let mut bound: BTreeMap<String, std::result::Result<bool, OperatorZone>> = BTreeMap::new();
-        for i in incoming.iter().filter_map(|o| interface(o)) {
-            if bound.contains_key(i) {
-                continue;
-            }
-            let zone = fw.zone_of_interface(i)?;
-            let state = if zone == ZONE {
-                Ok(true)
-            } else if !zone.is_empty() {
-                Err(OperatorZone {
-                    interface: i.to_string(),
-                    zone,
-                })
-            } else if write && zone_active {
-                fw.bind_interface(i)?;
-                done.added
-                    .push((i.to_string(), format!("firewalld zone {ZONE}")));
-                Ok(true)
-            } else {
-                Ok(false)
-            };
-            bound.insert(i.to_string(), state);
-        }
-
-        // The rich rules wanted in the policy and in the zone, each with its opening.
-        let mut want_policy: BTreeMap<String, String> = BTreeMap::new();
-        let mut want_zone: BTreeMap<String, String> = BTreeMap::new();
-        for o in &incoming {
-            let into = match interface(o) {
-                Some(i) if matches!(bound.get(i), Some(Err(_))) => continue,
-                Some(_) => &mut want_zone,
-                None => &mut want_policy,
-            };
-            for r in rich_rules(o) {
-                into.insert(r, o.id.clone());
-            }
-        }
-
-        // The policy's rich rules and forward ports come in one reply, read once, and once more
-        // only after either was written.
-        let (mut policy, mut forward_ports) = if policy_active {
-            fw.policy_settings()?
+        let bound = bind_interfaces(&mut fw, &incoming, write && zone_active, &mut done)?;
+        wanted_rules(&incoming, &bound, &mut wanted);
+        let (policy, forward_ports) = if policy_active {
+            converge_policy(&mut fw, &wanted, scope, write, &mut done)?
         } else {
             (Vec::new(), Vec::new())
         };
-        if write && policy_active {
-            let mut next: Vec<&str> = Vec::new();
-            let mut changed = false;
-            for rule in &policy {
-                if want_policy.contains_key(rule) || scope == Scope::Given {
-                    next.push(rule);
-                } else {
-                    changed = true;
-                    done.removed
-                        .push((rule.clone(), format!("firewalld policy {POLICY}")));
-                }
-            }
-            for (rule, id) in &want_policy {
-                if !policy.contains(rule) {
-                    changed = true;
-                    next.push(rule);
-                    done.added
-                        .push((id.clone(), format!("firewalld policy {POLICY}")));
-                }
-            }
-            if changed {
-                fw.set_policy_rules(&next)?;
-            }
-            let plan = forward::plan(&forward_ports, &want_forward, &given, scope);
-            if !plan.added.is_empty() || !plan.removed.is_empty() {
-                changed = true;
-                fw.set_policy_forward_ports(&plan.next)?;
-            }
-            for fp in plan.removed {
-                done.removed.push((
-                    format!("forward port {fp}"),
-                    format!("firewalld policy {POLICY}"),
-                ));
-            }
-            for (_, id) in plan.added {
-                done.added.push((id, format!("firewalld policy {POLICY}")));
-            }
-            if changed {
-                (policy, forward_ports) = fw.policy_settings()?;
-            }
-        }
-        let mut zone = if zone_active {
-            fw.zone_rules()?
+        let zone = if zone_active {
+            converge_zone(&mut fw, &wanted, &bound, scope, write, &mut done)?
         } else {
             Vec::new()
         };
-        if write && zone_active {
-            for rule in zone.iter().filter(|r| !want_zone.contains_key(*r)) {
-                if scope == Scope::All {
-                    fw.remove_zone_rule(rule)?;
-                    done.removed
-                        .push((rule.clone(), format!("firewalld zone {ZONE}")));
-                }
-            }
-            for (rule, id) in &want_zone {
-                if !zone.contains(rule) {
-                    fw.add_zone_rule(rule)?;
-                    done.added
-                        .push((id.clone(), format!("firewalld zone {ZONE}")));
-                }
-            }
-            // An interface no opening admits from any more goes back where it was: unbound.
-            if scope == Scope::All {
-                for i in fw.zone_interfaces()? {
-                    if !bound.contains_key(&i) {
-                        fw.unbind_interface(&i)?;
-                        done.removed.push((i, format!("firewalld zone {ZONE}")));
-                    }
-                }
-            }
-            zone = fw.zone_rules()?;
-        }
         done.stale = policy
             .iter()
-            .filter(|r| !want_policy.contains_key(*r))
+            .filter(|r| !wanted.policy.contains_key(*r))
             .count()
-            + zone.iter().filter(|r| !want_zone.contains_key(*r)).count()
+            + zone
+                .iter()
+                .filter(|r| !wanted.zone.contains_key(*r))
+                .count()
             + forward_ports
                 .iter()
-                .filter(|fp| !want_forward.contains_key(*fp))
+                .filter(|fp| !wanted.forward.contains_key(*fp))
                 .count();
-
+        let held = Held {
+            policy,
+            forward_ports,
+            zone,
+            bound,
+            strict,
+        };
         for l in layers {
             for o in openings.iter().filter(|o| l.crossed_by(o)) {
-                let (state, chain) = if !l.can_drop {
-                    (
-                        State::NotNeeded(format!("nothing in {} can drop", l.chain)),
-                        None,
-                    )
-                } else {
-                    match (l.hook, interface(o)) {
-                        (Hook::Input, None) => (
-                            if rich_rules(o).iter().all(|r| policy.contains(r)) {
-                                State::Present
-                            } else {
-                                State::Missing
-                            },
-                            Some(format!("policy {POLICY}")),
-                        ),
-                        (Hook::Input, Some(i)) => (
-                            match bound.get(i) {
-                                Some(Err(why)) => State::Unwritable(why.to_string()),
-                                Some(Ok(true)) if rich_rules(o).iter().all(|r| zone.contains(r)) => {
-                                    State::Present
-                                }
-                                _ => State::Missing,
-                            },
-                            Some(format!("zone {ZONE}")),
-                        ),
-                        (Hook::Forward, _) if strict => (
-                            match forwarded.get(&o.id) {
-                                Some(Ok(fps)) if fps.iter().all(|fp| forward_ports.contains(fp)) => {
-                                    State::Present
-                                }
-                                Some(Ok(_)) => State::Missing,
-                                Some(Err(why)) => State::Unwritable(why.to_string()),
-                                None => State::Missing,
-                            },
-                            Some(format!("policy {POLICY}")),
-                        ),
-                        (Hook::Forward, _) => (State::NotNeeded(
-                            "firewalld accepts every connection the container runtime's DNAT forwards (ct status dnat accept; StrictForwardPorts is off)".into(),
-                        ), None),
-                        _ => (State::NotNeeded(format!(
-                            "firewalld refuses nothing by port in {} (it drops there only by reverse path and ICMPv6 type)",
-                            l.chain
-                        )), None),
-                    }
-                };
+                let (state, chain) = presence(l, o, &wanted, &held);
                 done.states.entry(o.id.clone()).or_default().push(Presence {
                     layer: l.id(),
                     chain,
@@ -402,6 +270,222 @@ impl WholeDriver for Firewalld {
             }
         }
         Ok(done)
+    }
+}
+
+/// Under StrictForwardPorts, each forwarded opening's forward ports (or why it has none), the
+/// ports and protocols they are for, and each forward port with its opening.
+fn wanted_forward(openings: &[Opening], cx: &Cx<'_>) -> Wanted {
+    let mut wanted = Wanted::default();
+    for o in openings.iter().filter(|o| o.path == Path::Forwarded) {
+        let targets = crate::published::targets(cx.ruleset, cx.legacy_saves, o.proto, o.port);
+        wanted
+            .forwarded
+            .insert(o.id.clone(), forward::wanted(o, &targets));
+        wanted
+            .given
+            .insert((o.port.to_string(), o.proto.to_string()));
+    }
+    wanted.forward = openings
+        .iter()
+        .filter_map(|o| Some((o, wanted.forwarded.get(&o.id)?.as_ref().ok()?)))
+        .flat_map(|(o, fps)| fps.iter().map(|fp| (fp.clone(), o.id.clone())))
+        .collect();
+    wanted
+}
+
+/// Binds each interface an opening admits from to the mesh's zone when no zone holds it and
+/// `bind` (writing, the zone active); an interface in a zone of the operator's stays there.
+fn bind_interfaces(
+    fw: &mut Fw,
+    incoming: &[&Opening],
+    bind: bool,
+    done: &mut Converged,
+) -> Result<Bound> {
+    let mut bound = Bound::new();
+    for i in incoming.iter().filter_map(|o| interface(o)) {
+        if bound.contains_key(i) {
+            continue;
+        }
+        let zone = fw.zone_of_interface(i)?;
+        let state = if zone == ZONE {
+            Ok(true)
+        } else if !zone.is_empty() {
+            Err(OperatorZone {
+                interface: i.to_string(),
+                zone,
+            })
+        } else if bind {
+            fw.bind_interface(i)?;
+            done.added
+                .push((i.to_string(), format!("firewalld zone {ZONE}")));
+            Ok(true)
+        } else {
+            Ok(false)
+        };
+        bound.insert(i.to_string(), state);
+    }
+    Ok(bound)
+}
+
+/// The rich rules wanted in the policy and in the zone, each with its opening (none for an
+/// opening whose interface is the operator's).
+fn wanted_rules(incoming: &[&Opening], bound: &Bound, wanted: &mut Wanted) {
+    for o in incoming {
+        let into = match interface(o) {
+            Some(i) if matches!(bound.get(i), Some(Err(_))) => continue,
+            Some(_) => &mut wanted.zone,
+            None => &mut wanted.policy,
+        };
+        for r in rich_rules(o) {
+            into.insert(r, o.id.clone());
+        }
+    }
+}
+
+/// Writes the mesh's policy's rich rules and forward ports to what is wanted (with scope
+/// `Given`, others are kept), and returns them as firewalld then holds them. They come in one
+/// reply, read once, and once more only after either was written.
+fn converge_policy(
+    fw: &mut Fw,
+    wanted: &Wanted,
+    scope: Scope,
+    write: bool,
+    done: &mut Converged,
+) -> Result<(Vec<String>, Vec<ForwardPort>)> {
+    let (policy, forward_ports) = fw.policy_settings()?;
+    if !write {
+        return Ok((policy, forward_ports));
+    }
+    let mut next: Vec<&str> = Vec::new();
+    let mut changed = false;
+    for rule in &policy {
+        if wanted.policy.contains_key(rule) || scope == Scope::Given {
+            next.push(rule);
+        } else {
+            changed = true;
+            done.removed
+                .push((rule.clone(), format!("firewalld policy {POLICY}")));
+        }
+    }
+    for (rule, id) in &wanted.policy {
+        if !policy.contains(rule) {
+            changed = true;
+            next.push(rule);
+            done.added
+                .push((id.clone(), format!("firewalld policy {POLICY}")));
+        }
+    }
+    if changed {
+        fw.set_policy_rules(&next)?;
+    }
+    let plan = forward::plan(&forward_ports, &wanted.forward, &wanted.given, scope);
+    if !plan.added.is_empty() || !plan.removed.is_empty() {
+        changed = true;
+        fw.set_policy_forward_ports(&plan.next)?;
+    }
+    for fp in plan.removed {
+        done.removed.push((
+            format!("forward port {fp}"),
+            format!("firewalld policy {POLICY}"),
+        ));
+    }
+    for (_, id) in plan.added {
+        done.added.push((id, format!("firewalld policy {POLICY}")));
+    }
+    if changed {
+        return fw.policy_settings();
+    }
+    Ok((policy, forward_ports))
+}
+
+/// Writes the mesh's zone's rich rules to what is wanted (with scope `All`, others removed and
+/// every interface no opening admits from unbound), and returns its rules as firewalld then
+/// holds them.
+fn converge_zone(
+    fw: &mut Fw,
+    wanted: &Wanted,
+    bound: &Bound,
+    scope: Scope,
+    write: bool,
+    done: &mut Converged,
+) -> Result<Vec<String>> {
+    let zone = fw.zone_rules()?;
+    if !write {
+        return Ok(zone);
+    }
+    for rule in zone.iter().filter(|r| !wanted.zone.contains_key(*r)) {
+        if scope == Scope::All {
+            fw.remove_zone_rule(rule)?;
+            done.removed
+                .push((rule.clone(), format!("firewalld zone {ZONE}")));
+        }
+    }
+    for (rule, id) in &wanted.zone {
+        if !zone.contains(rule) {
+            fw.add_zone_rule(rule)?;
+            done.added
+                .push((id.clone(), format!("firewalld zone {ZONE}")));
+        }
+    }
+    // An interface no opening admits from any more goes back where it was: unbound.
+    if scope == Scope::All {
+        for i in fw.zone_interfaces()? {
+            if !bound.contains_key(&i) {
+                fw.unbind_interface(&i)?;
+                done.removed.push((i, format!("firewalld zone {ZONE}")));
+            }
+        }
+    }
+    fw.zone_rules()
+}
+
+/// How opening `o` stands in layer `l` given what firewalld holds, and where (the policy or the
+/// zone) it is admitted.
+fn presence(l: &Layer, o: &Opening, wanted: &Wanted, held: &Held) -> (State, Option<String>) {
+    if !l.can_drop {
+        return (
+            State::NotNeeded(format!("nothing in {} can drop", l.chain)),
+            None,
+        );
+    }
+    match (l.hook, interface(o)) {
+        (Hook::Input, None) => (
+            if rich_rules(o).iter().all(|r| held.policy.contains(r)) {
+                State::Present
+            } else {
+                State::Missing
+            },
+            Some(format!("policy {POLICY}")),
+        ),
+        (Hook::Input, Some(i)) => (
+            match held.bound.get(i) {
+                Some(Err(why)) => State::Unwritable(why.to_string()),
+                Some(Ok(true)) if rich_rules(o).iter().all(|r| held.zone.contains(r)) => {
+                    State::Present
+                }
+                _ => State::Missing,
+            },
+            Some(format!("zone {ZONE}")),
+        ),
+        (Hook::Forward, _) if held.strict => (
+            match wanted.forwarded.get(&o.id) {
+                Some(Ok(fps)) if fps.iter().all(|fp| held.forward_ports.contains(fp)) => {
+                    State::Present
+                }
+                Some(Ok(_)) => State::Missing,
+                Some(Err(why)) => State::Unwritable(why.to_string()),
+                None => State::Missing,
+            },
+            Some(format!("policy {POLICY}")),
+        ),
+        (Hook::Forward, _) => (State::NotNeeded(
+            "firewalld accepts every connection the container runtime's DNAT forwards (ct status dnat accept; StrictForwardPorts is off)".into(),
+        ), None),
+        _ => (State::NotNeeded(format!(
+            "firewalld refuses nothing by port in {} (it drops there only by reverse path and ICMPv6 type)",
+            l.chain
+        )), None),
     }
 }
 
@@ -474,17 +558,16 @@ impl Retire for Firewalld {
             // configuration already says CleanupOnExit=no, it is ended without that cleanup,
             // exactly as CleanupOnExit=no would end it, and its one table is taken out below.
             let signal = if cleanup {
-                nix::sys::signal::Signal::SIGKILL
+                libc::SIGKILL
             } else {
-                nix::sys::signal::Signal::SIGTERM
+                libc::SIGTERM
             };
-            // The pid is the bus's owner of firewalld's name.
-            let process = nix::unistd::Pid::from_raw(pid as i32);
-            if let Err(e) = nix::sys::signal::kill(process, signal) {
+            // SAFETY: kill has no memory effects; the pid is the bus's owner of firewalld's name.
+            if unsafe { libc::kill(pid as i32, signal) } != 0 {
                 return Err(Error::Unsupported {
                     reason: format!(
                         "firewalld (pid {pid}) could not be stopped: {}",
-                        std::io::Error::from(e)
+                        std::io::Error::last_os_error()
                     ),
                 });
             }
@@ -555,28 +638,32 @@ pub fn listen_for_reloads(
     std::thread::Builder::new()
         .name("firewalld-reloads".into())
         .spawn(move || loop {
-            let subscribed = Bus::system().and_then(|mut bus| {
-                bus.add_match(&format!(
-                    "type='signal',interface='{IFACE}',member='Reloaded',path='{OBJ}'"
-                ))?;
-                bus.wait_forever()?;
-                Ok(bus)
+            let subscribed = crate::dbus::system().and_then(|bus| {
+                let rule = zbus::MatchRule::builder()
+                    .msg_type(zbus::message::Type::Signal)
+                    .interface(IFACE)
+                    .and_then(|r| r.member("Reloaded"))
+                    .and_then(|r| r.path(OBJ))
+                    .map(|r| r.build())
+                    .map_err(|e| crate::dbus::call_error(IFACE, "Reloaded", e))?;
+                zbus::blocking::MessageIterator::for_match_rule(rule, &bus, Some(64))
+                    .map_err(|e| crate::dbus::call_error(IFACE, "Reloaded", e))
             });
-            let Ok(mut bus) = subscribed else {
+            let Ok(signals) = subscribed else {
                 std::thread::sleep(RETRY);
                 continue;
             };
-            loop {
-                match bus.next_signal() {
-                    Ok(m) if m.member.as_deref() == Some("Reloaded") => heard(),
+            // The iterator waits without a deadline (the call deadline bounds calls only); it
+            // ends, or fails, when the bus goes away (or firewalld's with it): connect again
+            // later.
+            for m in signals {
+                match m {
+                    Ok(m) if m.header().member().is_some_and(|n| n == "Reloaded") => heard(),
                     Ok(_) => {}
-                    // The bus went away (or firewalld's with it): connect again later.
-                    Err(_) => {
-                        std::thread::sleep(RETRY);
-                        break;
-                    }
+                    Err(_) => break,
                 }
             }
+            std::thread::sleep(RETRY);
         })
 }
 

@@ -6,6 +6,7 @@ use super::*;
 use crate::dns::encode_answer;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 fn ip(s: &str) -> IpAddr {
     s.parse().unwrap()
@@ -118,20 +119,28 @@ fn nameserver(rt: &tokio::runtime::Runtime, how: Behaviour) -> (u16, Arc<AtomicU
             let _ = udp.send_to(&reply(&q, false), from).await;
         }
     });
+    // Every query a connection carries is answered on it, as RFC 7766 has nameservers do
+    // (hickory asks its A and AAAA queries over one connection).
     rt.spawn(async move {
         while let Ok((mut s, _)) = tcp.accept().await {
-            let mut len = [0u8; 2];
-            if s.read_exact(&mut len).await.is_err() {
-                continue;
-            }
-            let mut q = vec![0u8; usize::from(u16::from_be_bytes(len))];
-            if s.read_exact(&mut q).await.is_err() {
-                continue;
-            }
-            let a = reply(&q, true);
-            let mut framed = (a.len() as u16).to_be_bytes().to_vec();
-            framed.extend_from_slice(&a);
-            let _ = s.write_all(&framed).await;
+            tokio::spawn(async move {
+                loop {
+                    let mut len = [0u8; 2];
+                    if s.read_exact(&mut len).await.is_err() {
+                        return;
+                    }
+                    let mut q = vec![0u8; usize::from(u16::from_be_bytes(len))];
+                    if s.read_exact(&mut q).await.is_err() {
+                        return;
+                    }
+                    let a = reply(&q, true);
+                    let mut framed = (a.len() as u16).to_be_bytes().to_vec();
+                    framed.extend_from_slice(&a);
+                    if s.write_all(&framed).await.is_err() {
+                        return;
+                    }
+                }
+            });
         }
     });
     (port, queries)

@@ -34,8 +34,8 @@ impl ForwardPort {
         (self.port.clone(), self.proto.clone())
     }
 
-    pub fn quad(&self) -> [&str; 4] {
-        [&self.port, &self.proto, &self.toport, &self.toaddr]
+    pub fn quad(&self) -> (&str, &str, &str, &str) {
+        (&self.port, &self.proto, &self.toport, &self.toaddr)
     }
 }
 

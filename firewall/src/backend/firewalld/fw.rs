@@ -1,10 +1,13 @@
-//! The conversation with firewalld over D-Bus: the calls the driver makes, each named as
-//! firewalld's API names it, and the mesh's two objects (its policy, and its zone for the
-//! private network's interface) made to exist at run time.
+//! The conversation with firewalld over D-Bus (zbus's blocking connection): the calls the
+//! driver makes, each named as firewalld's API names it, and the mesh's two objects (its policy,
+//! and its zone for the private network's interface) made to exist at run time.
 
 use super::forward::ForwardPort;
-use crate::dbus::{Arg, Bus, Value};
+use crate::dbus::{self, Connection};
 use crate::error::{Error, Result};
+use std::collections::HashMap;
+use zbus::export::serde::Serialize;
+use zbus::zvariant::{DynamicType, OwnedValue, Value};
 
 /// The mesh's policy in firewalld: every rich rule in it is the mesh's.
 pub const POLICY: &str = "mesh-host";
@@ -29,71 +32,85 @@ const BUS_OBJ: &str = "/org/freedesktop/DBus";
 
 /// One open conversation with firewalld.
 pub(super) struct Fw {
-    bus: Bus,
+    bus: Connection,
 }
 
-/// The strings of the first value of a reply, for a method that returns `as`.
-fn strs(v: Vec<Value>) -> Vec<String> {
-    v.first().and_then(Value::as_strs).unwrap_or_default()
-}
+/// A settings dictionary (`a{sv}`), as firewalld's settings calls take them.
+type Settings<'a> = HashMap<&'a str, Value<'a>>;
 
 impl Fw {
     pub(super) fn open() -> Result<Fw> {
         Ok(Fw {
-            bus: Bus::system()?,
+            bus: dbus::system()?,
         })
     }
 
-    fn call(
+    /// Calls `iface.member` on `obj` of `dest` and reads its reply as `T`; an error reply is an
+    /// error naming the method and the bus's message.
+    fn call_to<B, T>(
         &mut self,
+        dest: &str,
         obj: &str,
         iface: &str,
         member: &str,
-        args: &[Arg<'_>],
-    ) -> Result<Vec<Value>> {
-        self.bus.call(DEST, obj, iface, member, args)
+        body: &B,
+    ) -> Result<T>
+    where
+        B: Serialize + DynamicType,
+        T: for<'d> zbus::zvariant::DynamicDeserialize<'d>,
+    {
+        let reply = self
+            .bus
+            .call_method(Some(dest), obj, Some(iface), member, body)
+            .map_err(|e| dbus::call_error(iface, member, e))?;
+        reply
+            .body()
+            .deserialize::<T>()
+            .map_err(|e| dbus::call_error(iface, member, e))
+    }
+
+    /// A call to firewalld whose reply is `T`.
+    fn call<B, T>(&mut self, obj: &str, iface: &str, member: &str, body: &B) -> Result<T>
+    where
+        B: Serialize + DynamicType,
+        T: for<'d> zbus::zvariant::DynamicDeserialize<'d>,
+    {
+        self.call_to(DEST, obj, iface, member, body)
+    }
+
+    /// A call to firewalld whose reply (none, or the name or path of what it changed) is not
+    /// needed.
+    fn send<B>(&mut self, obj: &str, iface: &str, member: &str, body: &B) -> Result<()>
+    where
+        B: Serialize + DynamicType,
+    {
+        self.bus
+            .call_method(Some(DEST), obj, Some(iface), member, body)
+            .map(drop)
+            .map_err(|e| dbus::call_error(iface, member, e))
     }
 
     /// Whether firewalld holds its name on the bus.
     pub(super) fn running(&mut self) -> Result<bool> {
-        let r = self.bus.call(
-            BUS_DEST,
-            BUS_OBJ,
-            BUS_DEST,
-            "NameHasOwner",
-            &[Arg::Str(DEST)],
-        )?;
-        Ok(r.first().and_then(Value::as_bool).unwrap_or(false))
+        self.call_to(BUS_DEST, BUS_OBJ, BUS_DEST, "NameHasOwner", &(DEST,))
     }
 
     /// The process that holds firewalld's name.
     pub(super) fn pid(&mut self) -> Result<u32> {
-        let r = self.bus.call(
+        self.call_to(
             BUS_DEST,
             BUS_OBJ,
             BUS_DEST,
             "GetConnectionUnixProcessID",
-            &[Arg::Str(DEST)],
-        )?;
-        match r.first() {
-            Some(Value::U32(p)) => Ok(*p),
-            _ => Err(Error::Dbus {
-                what: "GetConnectionUnixProcessID".into(),
-                reason: "no process id in the reply".into(),
-            }),
-        }
+            &(DEST,),
+        )
     }
 
     /// A property of firewalld's configuration (`FirewallBackend`, `CleanupOnExit`, …); `None`
     /// when this firewalld has no such property.
     pub(super) fn config_property(&mut self, name: &str) -> Result<Option<String>> {
-        match self.call(
-            CONFIG_OBJ,
-            PROPS,
-            "Get",
-            &[Arg::Str(IFACE_CONFIG), Arg::Str(name)],
-        ) {
-            Ok(v) => Ok(v.first().and_then(Value::as_str).map(String::from)),
+        match self.call::<_, OwnedValue>(CONFIG_OBJ, PROPS, "Get", &(IFACE_CONFIG, name)) {
+            Ok(v) => Ok(String::try_from(v).ok()),
             // By the error's name, or by the code that begins its message: firewalld's
             // python-dbus names its own exception and puts the D-Bus error's name
             // (`org.freedesktop.DBus.Error.InvalidArgs`) or firewalld's code
@@ -114,63 +131,44 @@ impl Fw {
 
     /// firewalld's own state: `RUNNING` once it has loaded its configuration.
     pub(super) fn state(&mut self) -> Result<String> {
-        let v = self.call(OBJ, PROPS, "Get", &[Arg::Str(IFACE), Arg::Str("state")])?;
-        Ok(v.first().and_then(Value::as_str).unwrap_or("").to_string())
+        let v: OwnedValue = self.call(OBJ, PROPS, "Get", &(IFACE, "state"))?;
+        Ok(String::try_from(v).unwrap_or_default())
     }
 
     pub(super) fn runtime_policies(&mut self) -> Result<Vec<String>> {
-        Ok(strs(self.call(OBJ, IFACE_POLICY, "getPolicies", &[])?))
+        self.call(OBJ, IFACE_POLICY, "getPolicies", &())
     }
 
     pub(super) fn runtime_zones(&mut self) -> Result<Vec<String>> {
-        Ok(strs(self.call(OBJ, IFACE_ZONE, "getZones", &[])?))
+        self.call(OBJ, IFACE_ZONE, "getZones", &())
     }
 
     /// Sets the runtime rich rules of the mesh's policy to exactly `rules`: firewalld adds and
     /// removes the difference, and touches nothing else of the policy.
     pub(super) fn set_policy_rules(&mut self, rules: &[&str]) -> Result<()> {
-        self.call(
-            OBJ,
-            IFACE_POLICY,
-            "setPolicySettings",
-            &[
-                Arg::Str(POLICY),
-                Arg::Dict(vec![("rich_rules", Arg::Strs(rules.to_vec()))]),
-            ],
-        )
-        .map(|_| ())
+        let settings = Settings::from([("rich_rules", Value::from(rules.to_vec()))]);
+        self.send(OBJ, IFACE_POLICY, "setPolicySettings", &(POLICY, settings))
     }
 
     /// The rich rules and the forward ports of the mesh's policy at run time, read together:
     /// firewalld hands out a policy's settings as a whole.
     pub(super) fn policy_settings(&mut self) -> Result<(Vec<String>, Vec<ForwardPort>)> {
-        let v = self.call(OBJ, IFACE_POLICY, "getPolicySettings", &[Arg::Str(POLICY)])?;
-        let settings = v.first();
+        let mut settings: HashMap<String, OwnedValue> =
+            self.call(OBJ, IFACE_POLICY, "getPolicySettings", &(POLICY,))?;
         let rules = settings
-            .and_then(|s| s.get("rich_rules"))
-            .and_then(Value::as_strs)
+            .remove("rich_rules")
+            .and_then(|v| Vec::<String>::try_from(v).ok())
             .unwrap_or_default();
-        let mut items = match settings.and_then(|s| s.get("forward_ports")) {
-            Some(Value::Variant(inner)) => match &**inner {
-                Value::Array(items) => items.clone(),
-                _ => Vec::new(),
-            },
-            Some(Value::Array(items)) => items.clone(),
-            _ => Vec::new(),
-        };
-        let ports = items
-            .drain(..)
-            .filter_map(|q| match q {
-                Value::Struct(f) if f.len() == 4 => {
-                    let s = |i: usize| f[i].as_str().unwrap_or("").to_string();
-                    Some(ForwardPort {
-                        port: s(0),
-                        proto: s(1),
-                        toport: s(2),
-                        toaddr: s(3),
-                    })
-                }
-                _ => None,
+        let ports = settings
+            .remove("forward_ports")
+            .and_then(|v| Vec::<(String, String, String, String)>::try_from(v).ok())
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(port, proto, toport, toaddr)| ForwardPort {
+                port,
+                proto,
+                toport,
+                toaddr,
             })
             .collect();
         Ok((rules, ports))
@@ -179,93 +177,43 @@ impl Fw {
     /// Sets the runtime forward ports of the mesh's policy to exactly `ports`, as
     /// [`Fw::set_policy_rules`] sets its rich rules.
     pub(super) fn set_policy_forward_ports(&mut self, ports: &[ForwardPort]) -> Result<()> {
-        self.call(
-            OBJ,
-            IFACE_POLICY,
-            "setPolicySettings",
-            &[
-                Arg::Str(POLICY),
-                Arg::Dict(vec![(
-                    "forward_ports",
-                    Arg::StrQuads(ports.iter().map(ForwardPort::quad).collect()),
-                )]),
-            ],
-        )
-        .map(|_| ())
+        let quads: Vec<(&str, &str, &str, &str)> = ports.iter().map(ForwardPort::quad).collect();
+        let settings = Settings::from([("forward_ports", Value::from(quads))]);
+        self.send(OBJ, IFACE_POLICY, "setPolicySettings", &(POLICY, settings))
     }
 
     /// The rich rules of the mesh's zone at run time.
     pub(super) fn zone_rules(&mut self) -> Result<Vec<String>> {
-        Ok(strs(self.call(
-            OBJ,
-            IFACE_ZONE,
-            "getRichRules",
-            &[Arg::Str(ZONE)],
-        )?))
+        self.call(OBJ, IFACE_ZONE, "getRichRules", &(ZONE,))
     }
 
     pub(super) fn add_zone_rule(&mut self, rule: &str) -> Result<()> {
-        self.call(
-            OBJ,
-            IFACE_ZONE,
-            "addRichRule",
-            &[Arg::Str(ZONE), Arg::Str(rule), Arg::I32(0)],
-        )
-        .map(|_| ())
+        self.send(OBJ, IFACE_ZONE, "addRichRule", &(ZONE, rule, 0i32))
     }
 
     pub(super) fn remove_zone_rule(&mut self, rule: &str) -> Result<()> {
-        self.call(
-            OBJ,
-            IFACE_ZONE,
-            "removeRichRule",
-            &[Arg::Str(ZONE), Arg::Str(rule)],
-        )
-        .map(|_| ())
+        self.send(OBJ, IFACE_ZONE, "removeRichRule", &(ZONE, rule))
     }
 
     /// The zone an interface is bound to at run time; empty when none is (it then falls in the
     /// default zone).
     pub(super) fn zone_of_interface(&mut self, interface: &str) -> Result<String> {
-        let v = self.call(
-            OBJ,
-            IFACE_ZONE,
-            "getZoneOfInterface",
-            &[Arg::Str(interface)],
-        )?;
-        Ok(v.first().and_then(Value::as_str).unwrap_or("").to_string())
+        self.call(OBJ, IFACE_ZONE, "getZoneOfInterface", &(interface,))
     }
 
     /// Binds an interface to the mesh's zone at run time.
     pub(super) fn bind_interface(&mut self, interface: &str) -> Result<()> {
-        self.call(
-            OBJ,
-            IFACE_ZONE,
-            "changeZoneOfInterface",
-            &[Arg::Str(ZONE), Arg::Str(interface)],
-        )
-        .map(|_| ())
+        self.send(OBJ, IFACE_ZONE, "changeZoneOfInterface", &(ZONE, interface))
     }
 
     /// The interfaces bound to the mesh's zone at run time.
     pub(super) fn zone_interfaces(&mut self) -> Result<Vec<String>> {
-        Ok(strs(self.call(
-            OBJ,
-            IFACE_ZONE,
-            "getInterfaces",
-            &[Arg::Str(ZONE)],
-        )?))
+        self.call(OBJ, IFACE_ZONE, "getInterfaces", &(ZONE,))
     }
 
     /// Unbinds an interface from the mesh's zone (back to the default zone).
     pub(super) fn unbind_interface(&mut self, interface: &str) -> Result<()> {
-        self.call(
-            OBJ,
-            IFACE_ZONE,
-            "removeInterface",
-            &[Arg::Str(ZONE), Arg::Str(interface)],
-        )
-        .map(|_| ())
+        self.send(OBJ, IFACE_ZONE, "removeInterface", &(ZONE, interface))
     }
 
     /// Makes the mesh's policy (and, with `zone`, its zone) exist at run time: each added to the
@@ -278,48 +226,34 @@ impl Fw {
         if policy_here && zone_here {
             return Ok(());
         }
-        let known = strs(self.call(CONFIG_OBJ, IFACE_CONFIG, "getPolicyNames", &[])?);
+        let known: Vec<String> = self.call(CONFIG_OBJ, IFACE_CONFIG, "getPolicyNames", &())?;
         if !known.iter().any(|p| p == POLICY) {
-            self.call(
-                CONFIG_OBJ,
-                IFACE_CONFIG,
-                "addPolicy",
-                &[
-                    Arg::Str(POLICY),
-                    Arg::Dict(vec![
-                        (
-                            "description",
-                            Arg::Str("mesh-host's openings: its rich rules and forward ports are added at run time by mesh-host and only by it"),
-                        ),
-                        ("target", Arg::Str("CONTINUE")),
-                        ("priority", Arg::I32(PRIORITY)),
-                        ("ingress_zones", Arg::Strs(vec!["ANY"])),
-                        ("egress_zones", Arg::Strs(vec!["HOST"])),
-                    ]),
-                ],
-            )?;
+            let settings = Settings::from([
+                (
+                    "description",
+                    Value::from("mesh-host's openings: its rich rules and forward ports are added at run time by mesh-host and only by it"),
+                ),
+                ("target", Value::from("CONTINUE")),
+                ("priority", Value::from(PRIORITY)),
+                ("ingress_zones", Value::from(vec!["ANY"])),
+                ("egress_zones", Value::from(vec!["HOST"])),
+            ]);
+            self.send(CONFIG_OBJ, IFACE_CONFIG, "addPolicy", &(POLICY, settings))?;
         }
         if zone {
-            let known = strs(self.call(CONFIG_OBJ, IFACE_CONFIG, "getZoneNames", &[])?);
+            let known: Vec<String> = self.call(CONFIG_OBJ, IFACE_CONFIG, "getZoneNames", &())?;
             if !known.iter().any(|z| z == ZONE) {
-                self.call(
-                    CONFIG_OBJ,
-                    IFACE_CONFIG,
-                    "addZone2",
-                    &[
-                        Arg::Str(ZONE),
-                        Arg::Dict(vec![
-                            (
-                                "description",
-                                Arg::Str("mesh-host's private network: its interface and rich rules are added at run time by mesh-host and only by it"),
-                            ),
-                            ("target", Arg::Str("default")),
-                        ]),
-                    ],
-                )?;
+                let settings = Settings::from([
+                    (
+                        "description",
+                        Value::from("mesh-host's private network: its interface and rich rules are added at run time by mesh-host and only by it"),
+                    ),
+                    ("target", Value::from("default")),
+                ]);
+                self.send(CONFIG_OBJ, IFACE_CONFIG, "addZone2", &(ZONE, settings))?;
             }
         }
-        self.call(OBJ, IFACE, "reload", &[])?;
+        self.send(OBJ, IFACE, "reload", &())?;
         let policy_here = self.runtime_policies()?.iter().any(|p| p == POLICY);
         let zone_here = !zone || self.runtime_zones()?.iter().any(|z| z == ZONE);
         if !(policy_here && zone_here) {
