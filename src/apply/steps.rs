@@ -125,7 +125,10 @@ pub(super) fn firewall_in_force(
     cx: &mut Cx<'_>,
     report: &mut Report,
     decl: &Declaration,
-    (guard_spec, filter_spec): (Option<firewall::GuardSpec>, Option<firewall::FilterSpec>),
+    (guard_spec, filter_spec): (
+        Option<node_firewall::GuardSpec>,
+        Option<node_firewall::FilterSpec>,
+    ),
     touched: bool,
     transition: Transition,
 ) {
