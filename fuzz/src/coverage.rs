@@ -84,7 +84,11 @@ impl Tally {
 /// Writes `n` inputs of the seeded generator into `corpus` (named `seed-<index>`), when
 /// `MESH_COVERAGE_WRITE_SEEDS=n` asks for them: how a target's first corpus is made before
 /// libFuzzer grows it (docs/FUZZING.md).
-pub fn write_seeds(name: &str, corpus: Option<&Path>, mut generate: impl FnMut(&mut Rng) -> Vec<u8>) {
+pub fn write_seeds(
+    name: &str,
+    corpus: Option<&Path>,
+    mut generate: impl FnMut(&mut Rng) -> Vec<u8>,
+) {
     let Some(n) = std::env::var("MESH_COVERAGE_WRITE_SEEDS")
         .ok()
         .and_then(|v| v.parse::<u64>().ok())
@@ -151,7 +155,10 @@ mod tests {
                 std::hint::black_box((v, b));
             })
         }));
-        assert!(text.starts_with("allocated 16777216 bytes at once for 4 bytes"), "{text}");
+        assert!(
+            text.starts_with("allocated 16777216 bytes at once for 4 bytes"),
+            "{text}"
+        );
         bounded(&[0; 4], |b| assert_eq!(b.len(), 4));
     }
 
@@ -159,12 +166,9 @@ mod tests {
     fn a_failing_check_fails_the_target() {
         // No corpus here: the random inputs reach the check, which refuses any byte over 9.
         let text = panic_text(catch_unwind(|| {
-            crate::coverage!(
-                "fails",
-                1_000,
-                |rng| rng.bytes(4),
-                |b: &[u8]| assert!(b.iter().all(|x| *x < 10))
-            )
+            crate::coverage!("fails", 1_000, |rng| rng.bytes(4), |b: &[u8]| assert!(b
+                .iter()
+                .all(|x| *x < 10)))
         }));
         assert_eq!(text, "test failed");
     }
