@@ -2,6 +2,7 @@
 //! roots (and, for the firewall and lab tests, against real kernels in namespaces).
 
 mod apply;
+mod architecture;
 mod bed;
 mod beneath;
 mod boot_bed;

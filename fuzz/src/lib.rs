@@ -8,8 +8,15 @@
 //! test` runs a few thousand and `bench/fuzz` the same tests at ten million. Every case runs
 //! under [`catch_unwind`](std::panic::catch_unwind); a panic or an allocation larger than the
 //! input allows is a finding, printed as hex so it can be kept as a regression case.
+//!
+//! The same checks also run coverage-guided, through bolero ([`coverage!`] and the
+//! [`coverage`] module), over raw bytes and a committed corpus, under the same bound.
 
 mod alloc;
+pub mod coverage;
+
+/// The coverage-guided engine's front end, for [`coverage!`]'s expansion.
+pub use bolero;
 
 use std::cell::Cell;
 use std::panic::{catch_unwind, AssertUnwindSafe};

@@ -2,7 +2,8 @@
 //! text, its base64 and the JSON beneath), the signed envelope (its JSON, its payload and
 //! the declaration bound in it, re-signed so the checks past the signature are reached); a
 //! nameserver's answer is hickory's to read (`resolve.rs`). On the seeded harness in `fuzz/`;
-//! `MESH_FUZZ_CASES` scales them (`bench/fuzz`).
+//! `MESH_FUZZ_CASES` scales them (`bench/fuzz`). The token and the envelope also run
+//! coverage-guided (bolero) over their corpus in `__fuzz__/`.
 
 use crate::envelope::{self, Refusal, DECLARATION};
 use crate::token::{check_node_id, controller_key, split_addr, Token, PREFIX};
@@ -76,23 +77,25 @@ fn fuzz_enrolment_token() {
                 _ => text.into_bytes(),
             }
         },
-        |bytes| {
-            let text = String::from_utf8_lossy(bytes);
-            if let Ok(t) = Token::parse(&text, 999) {
-                // What parsed encodes and parses to itself, and its parts check again.
-                assert_eq!(Token::parse(&t.encode(), 999).ok(), Some(t.clone()));
-                assert!(t.controller_key().is_ok());
-                assert!(check_node_id(&t.node).is_ok());
-                for b in &t.brokers {
-                    assert!(split_addr(b).is_ok());
-                }
-            }
-            let _ = (
-                split_addr(&text),
-                check_node_id(&text),
-                controller_key(&text),
-            );
-        },
+        check_token,
+    );
+}
+
+fn check_token(bytes: &[u8]) {
+    let text = String::from_utf8_lossy(bytes);
+    if let Ok(t) = Token::parse(&text, 999) {
+        // What parsed encodes and parses to itself, and its parts check again.
+        assert_eq!(Token::parse(&t.encode(), 999).ok(), Some(t.clone()));
+        assert!(t.controller_key().is_ok());
+        assert!(check_node_id(&t.node).is_ok());
+        for b in &t.brokers {
+            assert!(split_addr(b).is_ok());
+        }
+    }
+    let _ = (
+        split_addr(&text),
+        check_node_id(&text),
+        controller_key(&text),
     );
 }
 
@@ -142,14 +145,59 @@ fn fuzz_signed_envelope() {
                 _ => sealed,
             }
         },
-        |bytes| match envelope::verify_declaration(bytes, &controller, "node-a", 0, 1_000) {
-            Ok(v) => {
-                assert!(v.version > 0 && v.expires > 1_000);
-                assert!(serde_json::from_slice::<serde_json::Value>(&v.declaration).is_ok());
-            }
-            Err(Refusal::Malformed(_) | Refusal::Unsigned | Refusal::WrongType(_)) => {}
-            Err(r) => assert!(!r.kind().is_empty()),
+        |bytes| check_envelope(bytes, &controller),
+    );
+}
+
+fn check_envelope(bytes: &[u8], controller: &ed25519_dalek::VerifyingKey) {
+    match envelope::verify_declaration(bytes, controller, "node-a", 0, 1_000) {
+        Ok(v) => {
+            assert!(v.version > 0 && v.expires > 1_000);
+            assert!(serde_json::from_slice::<serde_json::Value>(&v.declaration).is_ok());
+        }
+        Err(Refusal::Malformed(_) | Refusal::Unsigned | Refusal::WrongType(_)) => {}
+        Err(r) => assert!(!r.kind().is_empty()),
+    }
+}
+
+// The token and the envelope, coverage-guided (bolero): under `cargo test` each replays its
+// committed corpus (`__fuzz__/` beside this file) and random bytes; `cargo bolero test` grows the
+// corpus. The bytes are what lies beneath what a fuzzer could not get past by mutation alone:
+// the token's JSON (encoded in base64 here), the envelope's payload (signed here).
+
+#[test]
+fn coverage_enrolment_token() {
+    fuzz::coverage!(
+        "link-token",
+        1_000,
+        |rng| serde_json::to_vec(&token(rng)).unwrap(),
+        |json: &[u8]| {
+            check_token(format!("{PREFIX}{}", URL_SAFE_NO_PAD.encode(json)).as_bytes());
+            check_token(json);
+        }
+    );
+}
+
+#[test]
+fn coverage_signed_envelope() {
+    let key = SigningKey::from_bytes(&[9; 32]);
+    let controller = key.verifying_key();
+    fuzz::coverage!(
+        "link-envelope",
+        1_000,
+        |rng| {
+            serde_json::to_vec(&envelope::Bound {
+                node: "node-a".into(),
+                version: 1 + rng.below(100) as u64,
+                expires: 5_000,
+                declaration: declaration(rng),
+            })
+            .unwrap()
         },
+        |payload: &[u8]| {
+            check_envelope(&envelope::seal(&key, "controller", DECLARATION, payload), &controller);
+            check_envelope(payload, &controller);
+        }
     );
 }
 

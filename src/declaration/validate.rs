@@ -588,4 +588,6 @@ pub use root::under_root;
 pub use values::*;
 
 #[cfg(test)]
+mod fuzz;
+#[cfg(test)]
 mod tests;

@@ -4,7 +4,7 @@
 //! Whatever of a mutated store is read must be a state the store really held (the snapshot
 //! itself; the journal's state after some whole prefix of its records), never another, and must
 //! save and read back the same. On the seeded harness in `fuzz/`; `MESH_FUZZ_CASES` scales them
-//! (`bench/fuzz`).
+//! (`bench/fuzz`); both readers also run coverage-guided (bolero) over their corpus in `__fuzz__/`.
 
 use super::checksum;
 use super::journal::{self, Chain, Header, Op, Replayed, JOURNAL_VERSION};
@@ -226,4 +226,42 @@ fn fuzz_store_journal_replay() {
             }
         },
     );
+}
+
+// The readers coverage-guided (bolero), over the bytes alone: under `cargo test` each replays its
+// committed corpus (`__fuzz__/` beside this file) and random bytes; `cargo bolero test` grows the
+// corpus. What reads must save and read back the same; a journal replays at most one record per
+// two bytes.
+
+fn check_snapshot(bytes: &[u8]) {
+    if let Ok((state, _)) = snapshot_of(bytes) {
+        saves_and_reads_back(&state);
+    }
+}
+
+fn check_journal(bytes: &[u8]) {
+    let mut state = State {
+        version: STORE_VERSION,
+        ..State::default()
+    };
+    if let Ok(Replayed::Applied { ops, .. }) = journal::replay(bytes, SNAPSHOT, false, &mut state)
+    {
+        assert!(ops <= bytes.len() / 2);
+        saves_and_reads_back(&state);
+    }
+}
+
+#[test]
+fn coverage_store_snapshot() {
+    fuzz::coverage!(
+        "store-snapshot",
+        1_000,
+        |rng| store(rng).0,
+        check_snapshot
+    );
+}
+
+#[test]
+fn coverage_store_journal() {
+    fuzz::coverage!("store-journal", 1_000, |rng| store(rng).1, check_journal);
 }

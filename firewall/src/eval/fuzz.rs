@@ -1,7 +1,8 @@
 //! Fuzz tests of what the evaluator decodes from other programs: `iptables-save` output (both
 //! parsers: the model's and detection's) with every rule spec it reads, and the x_tables match
 //! and target structs iptables-nft leaves in the kernel. On the seeded harness in `fuzz/`;
-//! `MESH_FUZZ_CASES` scales them (`bench/fuzz` runs ten million each).
+//! `MESH_FUZZ_CASES` scales them (`bench/fuzz` runs ten million each). Both checks also run
+//! coverage-guided (bolero) over their corpus in `__fuzz__/`.
 
 use super::addrs::Fam;
 use super::model::{parse_save, Model};
@@ -122,24 +123,26 @@ fn fuzz_iptables_save() {
             }
             bytes
         },
-        |bytes| {
-            // The hosts read the tool's output lossily, as a `String` of what it printed.
-            let text = String::from_utf8_lossy(bytes);
-            for fam in [Fam::V4, Fam::V6] {
-                let mut model = Model::default();
-                model.add_legacy(fam, "filter", &text);
-            }
-            let tables = parse_save(&text, "filter");
-            let rules: Vec<&(String, String)> = tables.iter().flat_map(|t| &t.2).collect();
-            assert!(rules.len() <= text.lines().count());
-            for (_, spec) in rules {
-                if let Some(words) = crate::rules::split_spec(spec) {
-                    assert!(words.len() <= spec.len());
-                }
-                let _ = crate::rules::spec_mark(spec);
-            }
-        },
+        check_save,
     );
+}
+
+fn check_save(bytes: &[u8]) {
+    // The hosts read the tool's output lossily, as a `String` of what it printed.
+    let text = String::from_utf8_lossy(bytes);
+    for fam in [Fam::V4, Fam::V6] {
+        let mut model = Model::default();
+        model.add_legacy(fam, "filter", &text);
+    }
+    let tables = parse_save(&text, "filter");
+    let rules: Vec<&(String, String)> = tables.iter().flat_map(|t| &t.2).collect();
+    assert!(rules.len() <= text.lines().count());
+    for (_, spec) in rules {
+        if let Some(words) = crate::rules::split_spec(spec) {
+            assert!(words.len() <= spec.len());
+        }
+        let _ = crate::rules::spec_mark(spec);
+    }
 }
 
 /// The size of the kernel struct each x_tables extension carries, so most cases reach the
@@ -195,18 +198,38 @@ fn xt_expr(rng: &mut Rng) -> Vec<u8> {
 
 #[test]
 fn fuzz_xt_matches_and_targets() {
-    run("xt-match-target", CASES, xt_expr, |bytes| {
-        for name in ["match", "target"] {
-            let e = Expr::Raw {
-                name: name.to_string(),
-                data: bytes.to_vec(),
-            };
-            let _ = (e.xt_name(), e.xt_info(), e.xt_comment());
-            let m = xt::match_items(&e);
-            let t = xt::target_items(&e);
-            assert!(m.len() <= 32 && t.len() <= 4, "{m:?} {t:?}");
-        }
-    });
+    run("xt-match-target", CASES, xt_expr, check_xt);
+}
+
+fn check_xt(bytes: &[u8]) {
+    for name in ["match", "target"] {
+        let e = Expr::Raw {
+            name: name.to_string(),
+            data: bytes.to_vec(),
+        };
+        let _ = (e.xt_name(), e.xt_info(), e.xt_comment());
+        let m = xt::match_items(&e);
+        let t = xt::target_items(&e);
+        assert!(m.len() <= 32 && t.len() <= 4, "{m:?} {t:?}");
+    }
+}
+
+// The same checks, coverage-guided (bolero): under `cargo test` each replays its committed
+// corpus (`__fuzz__/` beside this file) and random bytes; `cargo bolero test` grows the corpus.
+
+#[test]
+fn coverage_iptables_save() {
+    fuzz::coverage!(
+        "iptables-save",
+        20_000,
+        |rng| save_text(rng).0.into_bytes(),
+        check_save
+    );
+}
+
+#[test]
+fn coverage_xt_matches_and_targets() {
+    fuzz::coverage!("xt-match-target", 20_000, xt_expr, check_xt);
 }
 
 // Inputs the fuzzing once failed on, kept so they never fail again.

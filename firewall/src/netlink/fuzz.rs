@@ -1,7 +1,8 @@
 //! Fuzz tests of the netlink decoders (attributes, message framing, acknowledgements,
 //! expressions, listings, set elements and ipset listings) on the seeded harness in `fuzz/`: valid messages
 //! built at random, then mutated in their lengths, types, nesting and ends. `MESH_FUZZ_CASES`
-//! scales them (`bench/fuzz` runs ten million each).
+//! scales them (`bench/fuzz` runs ten million each). The decoders' checks also run coverage-guided
+//! (bolero) over their corpus in `__fuzz__/`.
 
 use super::attr::{self, Attrs};
 use super::consts::*;
@@ -335,12 +336,14 @@ fn fuzz_netlink_attributes() {
             attributes(rng, &mut buf, 4);
             maybe_mutated(rng, buf)
         },
-        |bytes| {
-            // Every attribute costs at least its 4-byte header.
-            assert!(walk(bytes, 5) <= bytes.len() / 4 * 6);
-            let _ = Attrs::all_well_formed(bytes);
-        },
+        check_attributes,
     );
+}
+
+fn check_attributes(bytes: &[u8]) {
+    // Every attribute costs at least its 4-byte header.
+    assert!(walk(bytes, 5) <= bytes.len() / 4 * 6);
+    let _ = Attrs::all_well_formed(bytes);
 }
 
 #[test]
@@ -352,20 +355,22 @@ fn fuzz_netlink_messages_and_acks() {
             let d = datagram(rng);
             maybe_mutated(rng, d)
         },
-        |bytes| {
-            if let Ok(msgs) = msg::split(bytes) {
-                assert!(msgs.len() <= bytes.len() / NLMSG_HDRLEN);
-                for m in &msgs {
-                    if m.ty == NLMSG_ERROR {
-                        if let Ok(ack) = msg::parse_ack(m) {
-                            assert!(ack.message.as_ref().is_none_or(|t| t.len() <= bytes.len()));
-                        }
-                    }
-                    let _ = walk(m.payload.get(NFGENMSG_LEN..).unwrap_or(&[]), 3);
+        check_messages,
+    );
+}
+
+fn check_messages(bytes: &[u8]) {
+    if let Ok(msgs) = msg::split(bytes) {
+        assert!(msgs.len() <= bytes.len() / NLMSG_HDRLEN);
+        for m in &msgs {
+            if m.ty == NLMSG_ERROR {
+                if let Ok(ack) = msg::parse_ack(m) {
+                    assert!(ack.message.as_ref().is_none_or(|t| t.len() <= bytes.len()));
                 }
             }
-        },
-    );
+            let _ = walk(m.payload.get(NFGENMSG_LEN..).unwrap_or(&[]), 3);
+        }
+    }
 }
 
 #[test]
@@ -383,13 +388,22 @@ fn fuzz_netlink_expressions_round_trip() {
             assert_eq!(expr::decode_list(&list), exprs, "a valid list reads back");
             maybe_mutated(rng, list)
         },
-        |bytes| {
-            let first = expr::decode_list(bytes);
-            let mut again = Vec::new();
-            expr::encode_list(&first, &mut again);
-            assert_eq!(expr::decode_list(&again[4..]), first);
-        },
+        check_expressions,
     );
+}
+
+fn expressions_seed(rng: &mut Rng) -> Vec<u8> {
+    let exprs: Vec<Expr> = (0..1 + rng.below(5)).map(|_| expression(rng)).collect();
+    let mut buf = Vec::new();
+    expr::encode_list(&exprs, &mut buf);
+    buf[4..].to_vec()
+}
+
+fn check_expressions(bytes: &[u8]) {
+    let first = expr::decode_list(bytes);
+    let mut again = Vec::new();
+    expr::encode_list(&first, &mut again);
+    assert_eq!(expr::decode_list(&again[4..]), first);
 }
 
 #[test]
@@ -401,15 +415,17 @@ fn fuzz_netlink_listings_and_set_elements() {
             let d = datagram(rng);
             maybe_mutated(rng, d)
         },
-        |bytes| {
-            // The dump loop: framing first, then each message decoded as every kind it may be.
-            if let Ok(msgs) = msg::split(bytes) {
-                for m in &msgs {
-                    decode_message(m);
-                }
-            }
-        },
+        check_listings,
     );
+}
+
+fn check_listings(bytes: &[u8]) {
+    // The dump loop: framing first, then each message decoded as every kind it may be.
+    if let Ok(msgs) = msg::split(bytes) {
+        for m in &msgs {
+            decode_message(m);
+        }
+    }
 }
 
 /// An ipset member of arbitrary address, prefix, port and protocol.
@@ -453,17 +469,24 @@ fn fuzz_ipset_listings() {
             );
             maybe_mutated(rng, bytes)
         },
-        |bytes| {
-            if let Ok(msgs) = msg::split(bytes) {
-                for m in &msgs {
-                    if let Some(s) = ipset::decode_list(m) {
-                        assert!(s.members.len() <= m.payload.len() / 4 + 1);
-                    }
-                    let _ = ipset::decode_get(m);
-                }
-            }
-        },
+        check_ipsets,
     );
+}
+
+fn ipsets_seed(rng: &mut Rng) -> Vec<u8> {
+    let members: Vec<Member> = (0..rng.below(6)).map(|_| ipset_member(rng)).collect();
+    ipset::tests::list_message("s", "hash:net,port", 2, &members)
+}
+
+fn check_ipsets(bytes: &[u8]) {
+    if let Ok(msgs) = msg::split(bytes) {
+        for m in &msgs {
+            if let Some(s) = ipset::decode_list(m) {
+                assert!(s.members.len() <= m.payload.len() / 4 + 1);
+            }
+            let _ = ipset::decode_get(m);
+        }
+    }
 }
 
 #[test]
@@ -488,6 +511,51 @@ fn fuzz_comment_user_data_round_trip() {
             }
         },
     );
+}
+
+// The same checks, coverage-guided (bolero): under `cargo test` each replays its committed
+// corpus (`__fuzz__/` beside this file) and random bytes; `cargo bolero test` grows the corpus.
+
+/// Random inputs each target adds in `cargo test`, after its corpus.
+const RANDOM: usize = 20_000;
+
+#[test]
+fn coverage_netlink_attributes() {
+    fuzz::coverage!(
+        "netlink-attributes",
+        RANDOM,
+        |rng| {
+            let mut buf = Vec::new();
+            attributes(rng, &mut buf, 4);
+            buf
+        },
+        check_attributes
+    );
+}
+
+#[test]
+fn coverage_netlink_messages() {
+    fuzz::coverage!("netlink-messages", RANDOM, datagram, check_messages);
+}
+
+#[test]
+fn coverage_netlink_expressions() {
+    fuzz::coverage!(
+        "netlink-expressions",
+        RANDOM,
+        expressions_seed,
+        check_expressions
+    );
+}
+
+#[test]
+fn coverage_netlink_listings() {
+    fuzz::coverage!("netlink-listings", RANDOM, datagram, check_listings);
+}
+
+#[test]
+fn coverage_ipset_listings() {
+    fuzz::coverage!("netlink-ipsets", RANDOM, ipsets_seed, check_ipsets);
 }
 
 // Inputs the fuzzing once failed on, kept so they never fail again.

@@ -1,7 +1,8 @@
 //! Fuzz test of the rtnetlink link-dump decoder: datagrams of RTM_NEWLINK messages (names,
 //! MTUs, addresses, nested link info with a tun type), NLMSG_DONE and NLMSG_ERROR, then mutated
 //! in their lengths, types, nesting and ends. On the seeded harness in `fuzz/`;
-//! `MESH_FUZZ_CASES` scales it (`bench/fuzz`).
+//! `MESH_FUZZ_CASES` scales it (`bench/fuzz`); the same check also runs coverage-guided
+//! (bolero) over its corpus in `__fuzz__/`.
 
 use super::tests::{attr, message};
 use super::*;
@@ -74,12 +75,33 @@ fn fuzz_rtnetlink_link_dump() {
             }
             data
         },
-        |bytes| {
-            let mut dump = Dump::default();
-            let _ = parse_messages(bytes, 1, &mut dump);
-            // Every link costs at least a message header and its ifinfomsg.
-            assert!(dump.links.len() <= bytes.len() / (NLMSG_HDRLEN + IFINFOMSG_LEN));
+        check_dump,
+    );
+}
+
+fn check_dump(bytes: &[u8]) {
+    let mut dump = Dump::default();
+    let _ = parse_messages(bytes, 1, &mut dump);
+    // Every link costs at least a message header and its ifinfomsg.
+    assert!(dump.links.len() <= bytes.len() / (NLMSG_HDRLEN + IFINFOMSG_LEN));
+}
+
+/// The same check, coverage-guided (bolero): under `cargo test` it replays its committed corpus
+/// (`__fuzz__/` beside this file) and random bytes; `cargo bolero test` grows the corpus.
+#[test]
+fn coverage_rtnetlink_link_dump() {
+    ::fuzz::coverage!(
+        "rtnetlink-links",
+        2_000,
+        |rng| {
+            let mut data = Vec::new();
+            for _ in 0..1 + rng.below(4) {
+                data.extend(message(RTM_NEWLINK, NLM_F_MULTI, 1, &link(rng).1));
+            }
+            data.extend(message(NLMSG_DONE, NLM_F_MULTI, 1, &[0; 4]));
+            data
         },
+        check_dump
     );
 }
 
