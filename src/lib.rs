@@ -11,6 +11,7 @@ pub mod counter;
 pub mod declaration;
 pub mod error;
 pub mod failpoint;
+pub mod firewall_terms;
 pub mod json_contract;
 pub mod launch;
 pub mod link;

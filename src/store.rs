@@ -191,7 +191,7 @@ pub struct State {
     pub firewall_generation: Option<u32>,
     /// The guard that apply left in force (with the runtime's bridges it was told then).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub firewall_guard: Option<crate::node_firewall::GuardSpec>,
+    pub firewall_guard: Option<crate::firewall_terms::GuardSpec>,
     /// What the last apply put in force of the node's own firewall, with the runtime's bridges
     /// it was told then: what `mesh-host boot` loads before the network comes up.
     #[serde(default, skip_serializing_if = "Option::is_none")]

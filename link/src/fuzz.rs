@@ -195,7 +195,10 @@ fn coverage_signed_envelope() {
             .unwrap()
         },
         |payload: &[u8]| {
-            check_envelope(&envelope::seal(&key, "controller", DECLARATION, payload), &controller);
+            check_envelope(
+                &envelope::seal(&key, "controller", DECLARATION, payload),
+                &controller,
+            );
             check_envelope(payload, &controller);
         }
     );

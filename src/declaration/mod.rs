@@ -156,7 +156,7 @@ pub struct Settings {
 
 /// The ports the foundation binds on this node (the catalogue's numbers are only defaults): the
 /// firewall crate's one definition, shared with genesis and the openings engine.
-pub type Ports = crate::node_firewall::FoundationPorts;
+pub type Ports = crate::firewall_terms::FoundationPorts;
 
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
@@ -174,11 +174,11 @@ pub struct PrivateNetwork {
 impl PrivateNetwork {
     /// The ranges as networks, `range` then `range_v6`; one that does not parse is left out (a
     /// validated declaration has none).
-    pub fn networks(&self) -> Vec<crate::node_firewall::Network> {
+    pub fn networks(&self) -> Vec<crate::firewall_terms::Network> {
         std::iter::once(&self.range)
             .chain(&self.range_v6)
             .filter_map(|r| validate::parse_cidr(r, false).ok())
-            .map(|(addr, len)| crate::node_firewall::Network { addr, len })
+            .map(|(addr, len)| crate::firewall_terms::Network { addr, len })
             .collect()
     }
 }
@@ -395,7 +395,7 @@ pub struct PackageSpec {
 }
 
 /// A transport protocol: the firewall crate's one definition.
-pub use crate::node_firewall::Proto;
+pub use crate::firewall_terms::Proto;
 
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]

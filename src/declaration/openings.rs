@@ -4,8 +4,8 @@
 //! the machine, so the apply, genesis, `status` and the preview of a flip all translate alike.
 
 use super::{FromName, OpeningSpec, PathKind, Resource, Settings};
-use crate::node_firewall;
-use crate::node_firewall::{Network, Opening};
+use crate::firewall_terms;
+use crate::firewall_terms::{Network, Opening};
 
 /// Why a declared opening cannot be put in the firewall crate's terms.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -19,13 +19,13 @@ pub fn to_opening(
     settings: Option<&Settings>,
 ) -> Result<Opening, Untranslatable> {
     let from = match &spec.from {
-        super::From::Named(FromName::Anywhere) => node_firewall::opening::From::Anywhere,
+        super::From::Named(FromName::Anywhere) => firewall_terms::opening::From::Anywhere,
         super::From::Named(FromName::Private) => {
             let iface = settings
                 .and_then(|s| s.private_network.as_ref())
                 .map(|p| p.interface.clone())
                 .ok_or_else(|| Untranslatable(format!("opening {} is from the private network, but the node has no private network in its settings", spec.id)))?;
-            node_firewall::opening::From::Interface(iface)
+            firewall_terms::opening::From::Interface(iface)
         }
         super::From::Cidrs(list) => {
             let mut nets = Vec::new();
@@ -34,7 +34,7 @@ pub fn to_opening(
                     .map_err(|e| Untranslatable(format!("opening {}: {e}", spec.id)))?;
                 nets.push(Network { addr, len });
             }
-            node_firewall::opening::From::Networks(nets)
+            firewall_terms::opening::From::Networks(nets)
         }
     };
     Ok(Opening {
@@ -43,8 +43,8 @@ pub fn to_opening(
         proto: spec.proto,
         from,
         path: match spec.path {
-            PathKind::Incoming => node_firewall::opening::Path::Incoming,
-            PathKind::Forwarded => node_firewall::opening::Path::Forwarded,
+            PathKind::Incoming => firewall_terms::opening::Path::Incoming,
+            PathKind::Forwarded => firewall_terms::opening::Path::Forwarded,
         },
     })
 }
@@ -80,10 +80,10 @@ pub fn translatable(decl: &super::Declaration, settings: Option<&Settings>) -> V
 /// before the first `/`.
 pub fn to_resource(o: &Opening) -> serde_json::Value {
     let from = match &o.from {
-        node_firewall::opening::From::Anywhere => serde_json::json!("anywhere"),
+        firewall_terms::opening::From::Anywhere => serde_json::json!("anywhere"),
         // The only interface an opening can name is the private network's.
-        node_firewall::opening::From::Interface(_) => serde_json::json!("private"),
-        node_firewall::opening::From::Networks(n) => {
+        firewall_terms::opening::From::Interface(_) => serde_json::json!("private"),
+        firewall_terms::opening::From::Networks(n) => {
             serde_json::json!(n.iter().map(|n| n.to_string()).collect::<Vec<_>>())
         }
     };
@@ -115,7 +115,7 @@ pub fn derive_for(
     let mut listens = Vec::new();
     for spec in declared {
         let o = to_opening(spec, Some(settings))?;
-        listens.push(node_firewall::Listen {
+        listens.push(firewall_terms::Listen {
             id: o.id,
             port: o.port,
             proto: o.proto,
@@ -124,7 +124,7 @@ pub fn derive_for(
         });
     }
     let p = settings.ports;
-    Ok(node_firewall::derive(&node_firewall::Inputs {
+    Ok(firewall_terms::derive(&firewall_terms::Inputs {
         ports: p,
         private_interface: &private,
         listens: &listens,

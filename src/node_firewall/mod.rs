@@ -40,34 +40,9 @@ pub use read::{
     firewalld_reloads, kernel_reader, Change, Held, Monitor, NodeFirewallRead, OpenRead,
 };
 
-// The firewall crate's types and pure functions the core names, handed on from here: this folder
-// is the core's one door to the firewall crate (a test in `read.rs` holds every other file of
-// `src/` to it).
-pub use firewall::{
-    derive, Backend, Converged, Family, FilterSpec, Found, FoundationPorts, GuardReport, GuardSpec,
-    GuardStatus, Inputs, Layer, LayerId, Listen, Network, Opening, Presence, Proto, Retired, Scope,
-    State, MESH_TABLE,
-};
-/// The evaluator's terms: a connection's ways, their parts and how each ends.
-pub mod eval {
-    pub use firewall::eval::{Addrs, Answer, Decider, Fam, Fate, Part, Refusal, Verdict, Way};
-}
-/// An opening's parts and the checks of its values.
-pub mod opening {
-    pub use firewall::opening::{check_interface, From, Opening, Path, MAX_ID_LEN};
-}
-/// The marks of the mesh's rules.
-pub mod rules {
-    pub use firewall::rules::{id_of, mark};
-}
-/// The guard's BPF layer: where it is pinned and what the kernel says of its links.
-pub mod bpf {
-    pub use firewall::bpf::{BpfReport, BpfStatus, LinkInfo, Loaded, Pins, HOOKS};
-}
-/// The derived filter's chains in the mesh's table.
-pub mod filter {
-    pub use firewall::filter::{FORWARD_CHAIN, INPUT_CHAIN};
-}
+// The firewall crate's plain terms, handed on from `firewall_terms.rs` so the commands and the
+// apply loop name them from here as before.
+pub use crate::firewall_terms::*;
 
 use crate::briefing::Mark;
 use crate::declaration::Declaration;

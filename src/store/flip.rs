@@ -9,9 +9,9 @@ use super::*;
 #[serde(deny_unknown_fields)]
 pub struct Boot {
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub guard: Option<crate::node_firewall::GuardSpec>,
+    pub guard: Option<crate::firewall_terms::GuardSpec>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub filter: Option<crate::node_firewall::FilterSpec>,
+    pub filter: Option<crate::firewall_terms::FilterSpec>,
 }
 
 /// What the flip of an adopted node to converged saved, and how far it got.
@@ -20,7 +20,7 @@ pub struct Boot {
 pub struct Flip {
     pub stage: FlipStage,
     /// The found firewall of each kind as it was before the flip: what return puts back.
-    pub retired: Vec<crate::node_firewall::Retired>,
+    pub retired: Vec<crate::firewall_terms::Retired>,
     /// Each found firewall's boot unit, and whether it was enabled before the flip.
     pub units: Vec<BootUnit>,
     /// The ports ssh listened on at the flip, kept reachable by the derived filter.

@@ -244,8 +244,7 @@ fn check_journal(bytes: &[u8]) {
         version: STORE_VERSION,
         ..State::default()
     };
-    if let Ok(Replayed::Applied { ops, .. }) = journal::replay(bytes, SNAPSHOT, false, &mut state)
-    {
+    if let Ok(Replayed::Applied { ops, .. }) = journal::replay(bytes, SNAPSHOT, false, &mut state) {
         assert!(ops <= bytes.len() / 2);
         saves_and_reads_back(&state);
     }
@@ -253,12 +252,7 @@ fn check_journal(bytes: &[u8]) {
 
 #[test]
 fn coverage_store_snapshot() {
-    fuzz::coverage!(
-        "store-snapshot",
-        1_000,
-        |rng| store(rng).0,
-        check_snapshot
-    );
+    fuzz::coverage!("store-snapshot", 1_000, |rng| store(rng).0, check_snapshot);
 }
 
 #[test]

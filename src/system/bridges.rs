@@ -31,7 +31,7 @@ pub fn runtime_bridges(
         .collect();
     real_bridges(reported(runner), &here)
         .into_iter()
-        .filter(|b| crate::node_firewall::opening::check_interface(b).is_ok() && !b.ends_with('*'))
+        .filter(|b| crate::firewall_terms::opening::check_interface(b).is_ok() && !b.ends_with('*'))
         .collect()
 }
 

@@ -557,18 +557,16 @@ impl Retire for Firewalld {
             // it over every backend it probed), the container runtime's too. So unless its
             // configuration already says CleanupOnExit=no, it is ended without that cleanup,
             // exactly as CleanupOnExit=no would end it, and its one table is taken out below.
+            use nix::sys::signal::{kill, Signal};
             let signal = if cleanup {
-                libc::SIGKILL
+                Signal::SIGKILL
             } else {
-                libc::SIGTERM
+                Signal::SIGTERM
             };
-            // SAFETY: kill has no memory effects; the pid is the bus's owner of firewalld's name.
-            if unsafe { libc::kill(pid as i32, signal) } != 0 {
+            // The pid is the bus's owner of firewalld's name.
+            if let Err(errno) = kill(nix::unistd::Pid::from_raw(pid as i32), signal) {
                 return Err(Error::Unsupported {
-                    reason: format!(
-                        "firewalld (pid {pid}) could not be stopped: {}",
-                        std::io::Error::last_os_error()
-                    ),
+                    reason: format!("firewalld (pid {pid}) could not be stopped: {errno}"),
                 });
             }
             let until = Instant::now() + SETTLE;

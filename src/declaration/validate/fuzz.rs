@@ -16,7 +16,9 @@ fn declaration(rng: &mut Rng) -> Vec<u8> {
             0 => json!({"id": id, "type": "file", "path": format!("/etc/{}", rng.word(6)),
                         "content": rng.word(12), "mode": "0644"}),
             1 => json!({"id": id, "type": "directory", "path": format!("/srv/{i}")}),
-            2 => json!({"id": id, "type": "action", "run": ["true"], "verify": ["test", "-e", "x"]}),
+            2 => {
+                json!({"id": id, "type": "action", "run": ["true"], "verify": ["test", "-e", "x"]})
+            }
             3 => json!({"id": id, "type": "opening", "port": 1 + rng.below(65535),
                         "proto": *rng.pick(&["tcp", "udp"]), "from": "anywhere"}),
             _ => json!({"id": id, "type": "service", "name": format!("s{i}"), "state": "running"}),

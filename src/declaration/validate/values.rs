@@ -40,7 +40,7 @@ pub(crate) fn charset(
 
 /// A resource id: stable, printable, and safe inside a firewall comment.
 pub fn check_id(s: &str) -> Result<(), Invalid> {
-    charset(s, "id", crate::node_firewall::opening::MAX_ID_LEN, |c| {
+    charset(s, "id", crate::firewall_terms::opening::MAX_ID_LEN, |c| {
         c.is_ascii_alphanumeric() || "._-/@:".contains(c)
     })
 }
