@@ -7,7 +7,7 @@
 //! anything new, and fails too when a listed offender no longer offends, so each list only
 //! shrinks (remove the entry then).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 /// The crates linked into the binary: the core and the libraries it is built from.
