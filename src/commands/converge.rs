@@ -3,6 +3,8 @@
 //! `local`). The preview changes nothing and shows what the flip would keep, close, take and
 //! retire; the flip itself is refused exactly when the preview says it would be.
 
+mod render;
+
 use crate::apply::Host;
 use crate::declaration::openings as opening;
 use crate::declaration::{Declaration, Mode, Resource, Shape, Source};
@@ -11,7 +13,6 @@ use crate::node_firewall::save::ssh_ports;
 use crate::store::{self, State};
 use anyhow::{Context, Result};
 use serde::Serialize;
-use std::fmt::Write as _;
 use std::net::IpAddr;
 
 /// What an operator's act comes to: refused with an exit code and the reason, or a declaration
@@ -244,7 +245,62 @@ pub fn preview(host: &Host<'_>) -> Result<std::result::Result<Preview, Asked>> {
     }
     let target = converged(&decl);
     let settings = state.settings.as_ref();
-    let openings: Vec<(node_firewall::Opening, String)> = target
+    let openings = declared_openings(&target, settings);
+    let ssh = ssh_ports();
+    let private = settings
+        .and_then(|s| s.private_network.as_ref())
+        .map(|p| p.interface.clone());
+    let inventory = ::genesis::inventory::listeners().context("reading this node's listeners")?;
+    let mut listening = listening(&inventory, &openings, &ssh, private.as_deref());
+    let (containers, _) = crate::commands::inventory::running_containers(host.runner)
+        .context("listing the running containers")?;
+    let mut published = published(&containers, &openings);
+    let take = taken_by_the_flip(&state, &decl);
+    let mut f = (host.firewall)(host.root, &decl);
+    let surveyed = f.survey().context("reading the found firewall")?;
+    // The nftables tables the flip deletes: a ban held there is lifted by the flip.
+    let retired_tables: Vec<String> = surveyed
+        .iter()
+        .flat_map(node_firewall::Retired::nft_tables)
+        .map(|(family, table)| format!("{family} {table}"))
+        .collect();
+    // Where each is reachable from now: the evaluator's walk of a connection from anywhere
+    // through the found firewall, beside where the derived filter admits it after the flip.
+    let verdicts = f
+        .verdicts(&asked_now(&listening, &published))
+        .map_err(|e| anyhow::anyhow!("walking connections through the found firewall: {e}"))?;
+    let lifts = walked(&mut listening, &mut published, &verdicts, &retired_tables);
+    let found_firewall = surveyed
+        .iter()
+        .map(|r| Retiring {
+            kind: r.backend.as_str().to_string(),
+            parts: r.saved.iter().map(|s| s.what.clone()).collect(),
+            config: r.config.clone(),
+            unit: r.unit.clone(),
+            how: retiring_how(r),
+        })
+        .collect();
+    let mut refusals = crate::apply::refusals(&state, &target);
+    let plan = converge_plan(host, &target, &decl, &mut refusals)?;
+    Ok(Ok(Preview {
+        node: decl.node.clone(),
+        listening,
+        published,
+        take,
+        found_firewall,
+        filter: filter_words(&ssh, private.as_deref(), &openings),
+        refusals,
+        lifts,
+        plan,
+    }))
+}
+
+/// The declaration's openings as the firewall's terms, each with its resource's id.
+fn declared_openings(
+    target: &Declaration,
+    settings: Option<&crate::declaration::Settings>,
+) -> Vec<(node_firewall::Opening, String)> {
+    target
         .resources
         .iter()
         .filter_map(|r| match r {
@@ -253,20 +309,32 @@ pub fn preview(host: &Host<'_>) -> Result<std::result::Result<Preview, Asked>> {
                 .map(|op| (op, o.id.clone())),
             _ => None,
         })
-        .collect();
-    let admit = |port: u16, proto: node_firewall::Proto, path: node_firewall::opening::Path| {
-        openings
-            .iter()
-            .find(|(o, _)| o.port == port && o.proto == proto && o.path == path)
-            .map(|(o, id)| (id.clone(), o.from.describe()))
-    };
-    let ssh = ssh_ports();
-    let private = settings
-        .and_then(|s| s.private_network.as_ref())
-        .map(|p| p.interface.clone());
-    let inventory = ::genesis::inventory::listeners().context("reading this node's listeners")?;
+        .collect()
+}
+
+/// The declared opening that admits a port on a path after the flip: its id and from where.
+fn admitted(
+    openings: &[(node_firewall::Opening, String)],
+    port: u16,
+    proto: node_firewall::Proto,
+    path: node_firewall::opening::Path,
+) -> Option<(String, String)> {
+    openings
+        .iter()
+        .find(|(o, _)| o.port == port && o.proto == proto && o.path == path)
+        .map(|(o, id)| (id.clone(), o.from.describe()))
+}
+
+/// What listens on the machine beyond loopback and the runtime's proxies, each with what admits
+/// it after the flip: a declared opening, or ssh's own admission.
+fn listening(
+    inventory: &[::genesis::inventory::Listener],
+    openings: &[(node_firewall::Opening, String)],
+    ssh: &[u16],
+    private: Option<&str>,
+) -> Vec<Reach> {
     let mut listening = Vec::new();
-    for l in &inventory {
+    for l in inventory {
         if loopback(&l.address) {
             continue;
         }
@@ -288,12 +356,12 @@ pub fn preview(host: &Host<'_>) -> Result<std::result::Result<Preview, Asked>> {
             now: String::new(),
             change: String::new(),
         };
-        if let Some((id, from)) = admit(l.port, l.protocol, node_firewall::opening::Path::Incoming)
-        {
+        let incoming = node_firewall::opening::Path::Incoming;
+        if let Some((id, from)) = admitted(openings, l.port, l.protocol, incoming) {
             (r.admitted_by, r.from, r.closes) = (Some(id), Some(from), false);
         } else if l.protocol == node_firewall::Proto::Tcp && ssh.contains(&l.port) {
             r.admitted_by = Some("ssh".into());
-            r.from = Some(match &private {
+            r.from = Some(match private {
                 Some(i) => format!("the private network ({i})"),
                 None => "anywhere (the node has no private network)".into(),
             });
@@ -303,10 +371,17 @@ pub fn preview(host: &Host<'_>) -> Result<std::result::Result<Preview, Asked>> {
             listening.push(r);
         }
     }
-    let (containers, _) = crate::commands::inventory::running_containers(host.runner)
-        .context("listing the running containers")?;
+    listening
+}
+
+/// The ports the running containers publish, each with the declared opening that admits it
+/// forwarded after the flip.
+fn published(
+    containers: &[crate::system::Container],
+    openings: &[(node_firewall::Opening, String)],
+) -> Vec<Reach> {
     let mut published = Vec::new();
-    for c in &containers {
+    for c in containers {
         for p in &c.ports {
             let mut r = Reach {
                 proto: p.proto.as_str().to_string(),
@@ -319,11 +394,8 @@ pub fn preview(host: &Host<'_>) -> Result<std::result::Result<Preview, Asked>> {
                 now: String::new(),
                 change: String::new(),
             };
-            if let Some((id, from)) = admit(
-                p.host_port,
-                p.proto,
-                node_firewall::opening::Path::Forwarded,
-            ) {
+            let forwarded = node_firewall::opening::Path::Forwarded;
+            if let Some((id, from)) = admitted(openings, p.host_port, p.proto, forwarded) {
                 (r.admitted_by, r.from, r.closes) = (Some(id), Some(from), false);
             }
             if !published.contains(&r) {
@@ -331,7 +403,12 @@ pub fn preview(host: &Host<'_>) -> Result<std::result::Result<Preview, Asked>> {
             }
         }
     }
-    let take = modules(&decl)
+    published
+}
+
+/// The modules the flip takes (those not taken yet), each with the held files it replaces.
+fn taken_by_the_flip(state: &State, decl: &Declaration) -> Vec<Take> {
+    modules(decl)
         .into_iter()
         .filter(|m| !decl.taken.contains(m))
         .map(|m| Take {
@@ -346,18 +423,13 @@ pub fn preview(host: &Host<'_>) -> Result<std::result::Result<Preview, Asked>> {
                 .collect(),
             module: m,
         })
-        .collect();
-    let mut f = (host.firewall)(host.root, &decl);
-    let surveyed = f.survey().context("reading the found firewall")?;
-    // The nftables tables the flip deletes: a ban held there is lifted by the flip.
-    let retired_tables: Vec<String> = surveyed
-        .iter()
-        .flat_map(node_firewall::Retired::nft_tables)
-        .map(|(family, table)| format!("{family} {table}"))
-        .collect();
-    // Where each is reachable from now: the evaluator's walk of a connection from anywhere
-    // through the found firewall, beside where the derived filter admits it after the flip.
-    let asked: Vec<node_firewall::Opening> = listening
+        .collect()
+}
+
+/// What is reachable now as openings from anywhere, for the evaluator to walk through the found
+/// firewall; each named by [`now_id`].
+fn asked_now(listening: &[Reach], published: &[Reach]) -> Vec<node_firewall::Opening> {
+    listening
         .iter()
         .map(|r| (r, node_firewall::opening::Path::Incoming))
         .chain(
@@ -376,10 +448,17 @@ pub fn preview(host: &Host<'_>) -> Result<std::result::Result<Preview, Asked>> {
             from: node_firewall::opening::From::Anywhere,
             path,
         })
-        .collect();
-    let verdicts = f
-        .verdicts(&asked)
-        .map_err(|e| anyhow::anyhow!("walking connections through the found firewall: {e}"))?;
+        .collect()
+}
+
+/// Each reachable port's verdict now set beside what the flip does to it; the bans the flip
+/// lifts (held in a retired nftables table, of a port that stays reachable) returned.
+fn walked(
+    listening: &mut [Reach],
+    published: &mut [Reach],
+    verdicts: &std::collections::BTreeMap<String, node_firewall::eval::Verdict>,
+    retired_tables: &[String],
+) -> Vec<String> {
     let mut lifts: Vec<String> = Vec::new();
     for (r, path) in listening
         .iter_mut()
@@ -419,26 +498,19 @@ pub fn preview(host: &Host<'_>) -> Result<std::result::Result<Preview, Asked>> {
             }
         }
     }
-    let found_firewall = surveyed
-        .iter()
-        .map(|r| Retiring {
-            kind: r.backend.as_str().to_string(),
-            parts: r.saved.iter().map(|s| s.what.clone()).collect(),
-            config: r.config.clone(),
-            unit: r.unit.clone(),
-            how: retiring_how(r),
-        })
-        .collect();
-    let mut refusals = crate::apply::refusals(&state, &target);
-    // The act's own answer, resource by resource, read as every preview reads it.
-    let plan = match crate::apply::plan::plan(
-        host.root,
-        host.runner,
-        "converge",
-        &target,
-        Source::Local,
-    ) {
-        Ok(p) => p,
+    lifts
+}
+
+/// The act's own answer, resource by resource, read as every preview reads it; a refusal of the
+/// plan (other than for the held containers the preview lists already) added to `refusals`.
+fn converge_plan(
+    host: &Host<'_>,
+    target: &Declaration,
+    decl: &Declaration,
+    refusals: &mut Vec<String>,
+) -> Result<crate::apply::plan::Plan> {
+    match crate::apply::plan::plan(host.root, host.runner, "converge", target, Source::Local) {
+        Ok(p) => Ok(p),
         Err(r) => {
             if r.code == 1 {
                 anyhow::bail!(r.why);
@@ -447,41 +519,39 @@ pub fn preview(host: &Host<'_>) -> Result<std::result::Result<Preview, Asked>> {
             if !r.held {
                 refusals.push(r.why);
             }
-            crate::apply::plan::Plan::empty(
+            Ok(crate::apply::plan::Plan::empty(
                 "converge",
                 &decl.node,
                 Mode::Converged.as_str(),
                 Source::Local,
-            )
+            ))
         }
-    };
+    }
+}
+
+/// What the derived filter admits, in a sentence: ssh from where, and the openings declared.
+fn filter_words(
+    ssh: &[u16],
+    private: Option<&str>,
+    openings: &[(node_firewall::Opening, String)],
+) -> String {
     let incoming = openings
         .iter()
         .filter(|(o, _)| o.path == node_firewall::opening::Path::Incoming)
         .count();
-    Ok(Ok(Preview {
-        node: decl.node.clone(),
-        listening,
-        published,
-        take,
-        found_firewall,
-        filter: format!(
-            "drop by default on input and forward, both families; admits established and related \
-             traffic, loopback, the ICMP and ICMPv6 a machine needs, ssh ({}) from {}, what leaves \
-             the runtime's bridges, and the {} opening(s) declared ({incoming} incoming, {} \
-             forwarded)",
-            ssh.iter()
-                .map(u16::to_string)
-                .collect::<Vec<_>>()
-                .join(", "),
-            private.as_deref().unwrap_or("anywhere"),
-            openings.len(),
-            openings.len() - incoming
-        ),
-        refusals,
-        lifts,
-        plan,
-    }))
+    format!(
+        "drop by default on input and forward, both families; admits established and related \
+         traffic, loopback, the ICMP and ICMPv6 a machine needs, ssh ({}) from {}, what leaves \
+         the runtime's bridges, and the {} opening(s) declared ({incoming} incoming, {} \
+         forwarded)",
+        ssh.iter()
+            .map(u16::to_string)
+            .collect::<Vec<_>>()
+            .join(", "),
+        private.unwrap_or("anywhere"),
+        openings.len(),
+        openings.len() - incoming
+    )
 }
 
 fn now_id(r: &Reach, path: node_firewall::opening::Path) -> String {
@@ -563,37 +633,6 @@ pub(crate) fn reached_from(v: &node_firewall::eval::Verdict) -> String {
         .join("; ")
 }
 
-impl Preview {
-    /// What the flip closes, counted as the lines say it: a port reached now that no opening
-    /// admits `WILL CLOSE`; one reached from nowhere now `stays closed`.
-    fn closing_words(&self) -> String {
-        let all: Vec<&Reach> = self.listening.iter().chain(&self.published).collect();
-        let stays = all
-            .iter()
-            .filter(|r| r.closes && r.change == "stays closed")
-            .count();
-        let closes = all.iter().filter(|r| r.closes).count() - stays;
-        let ports = |n: usize| if n == 1 { "port" } else { "ports" };
-        let stay = |n: usize| {
-            format!(
-                "{n} {} closed now {}",
-                ports(n),
-                if n == 1 {
-                    "stays closed"
-                } else {
-                    "stay closed"
-                }
-            )
-        };
-        match (closes, stays) {
-            (0, 0) => "no port closes".into(),
-            (c, 0) => format!("{c} {} reached now would close", ports(c)),
-            (0, s) => format!("no port reached now closes; {}", stay(s)),
-            (c, s) => format!("{c} {} reached now would close; {}", ports(c), stay(s)),
-        }
-    }
-}
-
 /// How a kind is retired, in a sentence for the operator.
 fn retiring_how(r: &node_firewall::Retired) -> String {
     let unit = r
@@ -627,135 +666,4 @@ fn retiring_how(r: &node_firewall::Retired) -> String {
             r.config.join(", ")
         }
     )
-}
-
-impl Preview {
-    /// 3 when the flip would be refused; else 4, changes pending (a flip always changes the
-    /// firewall).
-    pub fn exit_code(&self) -> u8 {
-        if self.refusals.is_empty() {
-            crate::apply::plan::CHANGES_PENDING
-        } else {
-            3
-        }
-    }
-
-    /// The `--json` document: a plan, as every preview's, with the flip's account beside it.
-    pub fn document(&self) -> serde_json::Value {
-        let mut plan = self.plan.clone();
-        plan.pending = self.exit_code() == crate::apply::plan::CHANGES_PENDING;
-        let mut v = crate::json_contract::document("plan", self.exit_code(), &plan);
-        if let (Some(doc), Ok(serde_json::Value::Object(own))) =
-            (v.as_object_mut(), serde_json::to_value(self))
-        {
-            for (k, val) in own {
-                doc.entry(k).or_insert(val);
-            }
-        }
-        v
-    }
-
-    /// The preview as a person reads it: the flip's account, then the converge's plan resource
-    /// by resource (unchanged ones listed only when `verbose`) and its summary line.
-    pub fn render(&self, verbose: bool) -> String {
-        let mut out = String::new();
-        let _ = writeln!(
-            out,
-            "converge preview for node {}: adopted → converged (nothing has changed)",
-            self.node
-        );
-        let line = |out: &mut String, r: &Reach| {
-            let after = match (&r.admitted_by, r.closes) {
-                (Some(id), false) => format!(
-                    "{}: {id}, from {} (now from {})",
-                    r.change,
-                    r.from.as_deref().unwrap_or("anywhere"),
-                    r.now
-                ),
-                _ if r.change.is_empty() => "WILL CLOSE: no opening admits it".to_string(),
-                _ => r.change.clone(),
-            };
-            let _ = writeln!(
-                out,
-                "  {:<4} {:<22} {:<34} {after}",
-                r.proto,
-                format!("{}:{}", r.address, r.port),
-                r.by
-            );
-        };
-        let _ = writeln!(out, "\nlistening on this machine now:");
-        if self.listening.is_empty() {
-            let _ = writeln!(out, "  (nothing but loopback)");
-        }
-        for r in &self.listening {
-            line(&mut out, r);
-        }
-        let _ = writeln!(out, "\npublished by containers now:");
-        if self.published.is_empty() {
-            let _ = writeln!(out, "  (none)");
-        }
-        for r in &self.published {
-            line(&mut out, r);
-        }
-        let _ = writeln!(out, "\nmodules the flip takes:");
-        if self.take.is_empty() {
-            let _ = writeln!(out, "  (none: every module is taken already)");
-        }
-        for t in &self.take {
-            if t.files.is_empty() {
-                let _ = writeln!(out, "  {}: no held file", t.module);
-            }
-            for f in &t.files {
-                let _ = writeln!(
-                    out,
-                    "  {}: replaces held file {}{}",
-                    t.module,
-                    f.path,
-                    f.original
-                        .as_deref()
-                        .map(|o| format!(" (original kept at {o})"))
-                        .unwrap_or_default()
-                );
-            }
-        }
-        let _ = writeln!(out, "\nfound firewall, disabled (never flushed):");
-        if self.found_firewall.is_empty() {
-            let _ = writeln!(out, "  (none configured here)");
-        }
-        for r in &self.found_firewall {
-            let _ = writeln!(
-                out,
-                "  {}: {}",
-                r.kind,
-                if r.parts.is_empty() {
-                    "nothing loaded now".to_string()
-                } else {
-                    r.parts.join(", ")
-                }
-            );
-            let _ = writeln!(out, "    {}", r.how);
-        }
-        let _ = writeln!(out, "\nderived filter: {}", self.filter);
-        if !self.lifts.is_empty() {
-            let _ = writeln!(out, "\nrefusals the flip LIFTS:");
-            for l in &self.lifts {
-                let _ = writeln!(out, "  lifts: {l}");
-            }
-        }
-        if self.refusals.is_empty() {
-            let _ = writeln!(out);
-            out.push_str(&self.plan.render(verbose));
-            let _ = writeln!(
-                out,
-                "\nthe flip would go ahead ({}): run `mesh-host converge`",
-                self.closing_words()
-            );
-        } else {
-            let _ = writeln!(out, "\nthe flip would be REFUSED:");
-            for r in &self.refusals {
-                let _ = writeln!(out, "  {r}");
-            }
-        }
-        out
-    }
 }
