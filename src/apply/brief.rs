@@ -6,7 +6,7 @@ use super::report::{self, Report};
 use super::Outcome;
 use crate::briefing::{self, Briefing, Line, Mark};
 use crate::declaration::{Declaration, Mode};
-use crate::store::Store;
+use crate::store::{State, Store};
 use std::collections::HashMap;
 
 /// The store line of an apply that read the records the mesh recovered for a lost store: that it
@@ -95,16 +95,32 @@ fn confirm_lines(
 /// The briefing for the node as the store now stands, with this apply's conflicts and failure.
 pub(super) fn brief(store: &Store, decl: &Declaration, report: &Report) -> Briefing {
     let state = &store.state;
-    // Looked up once per held resource, so indexed rather than searched.
-    let changed_by_else: HashMap<&str, &report::Entry> = report
-        .entries
-        .iter()
-        .filter(|e| e.outcome == Outcome::ChangedBySomethingElse)
-        .map(|e| (e.id.as_str(), e))
-        .collect();
-    let mut lines = Vec::new();
+    let mut lines = vec![mode_line(decl, state)];
     let mut look_at = Vec::new();
-    lines.push(Line {
+    store_lines(store, report, &mut lines, &mut look_at);
+    resources_lines(state, &mut lines, &mut look_at);
+    held_lines(state, report, &mut lines, &mut look_at);
+    firewall_lines(report, &mut lines, &mut look_at);
+    ending_lines(report, &mut lines, &mut look_at);
+    if look_at.is_empty() && !state.held.is_empty() {
+        look_at.push(
+            "Held resources are the machine's, kept as found; nothing is broken. Each is replaced \
+             when its module is taken."
+                .into(),
+        );
+    }
+    Briefing {
+        node: decl.node.clone(),
+        mode: decl.mode.as_str().into(),
+        at: briefing::now_rfc3339(),
+        lines,
+        look_at,
+    }
+}
+
+/// The node's mode: what is taken when adopted, what was retired when converged.
+fn mode_line(decl: &Declaration, state: &State) -> Line {
+    Line {
         mark: Mark::Ok,
         subject: "mode".into(),
         detail: match decl.mode {
@@ -134,9 +150,13 @@ pub(super) fn brief(store: &Store, decl: &Declaration, report: &Report) -> Brief
                 None => "converged: every declared resource converges".into(),
             },
         },
-    });
+    }
+}
+
+/// The store's line when it was rebuilt: from the mesh's records, or from the declaration alone.
+fn store_lines(store: &Store, report: &Report, lines: &mut Vec<Line>, look_at: &mut Vec<String>) {
     if let Some(r) = &report.recovered {
-        recovered_lines(store, r, &mut lines, &mut look_at);
+        recovered_lines(store, r, lines, look_at);
     } else if store.rebuilt {
         lines.push(Line {
             mark: Mark::Unknown,
@@ -153,6 +173,10 @@ pub(super) fn brief(store: &Store, decl: &Declaration, report: &Report) -> Brief
                 .into(),
         );
     }
+}
+
+/// What the node holds, owns and saved, and each found file saved by its digest only.
+fn resources_lines(state: &State, lines: &mut Vec<Line>, look_at: &mut Vec<String>) {
     lines.push(Line {
         mark: Mark::Ok,
         subject: "resources".into(),
@@ -182,6 +206,18 @@ pub(super) fn brief(store: &Store, decl: &Declaration, report: &Report) -> Brief
             ));
         }
     }
+}
+
+/// Each held resource: kept as found until it is taken, or changed by something else while
+/// held.
+fn held_lines(state: &State, report: &Report, lines: &mut Vec<Line>, look_at: &mut Vec<String>) {
+    // Looked up once per held resource, so indexed rather than searched.
+    let changed_by_else: HashMap<&str, &report::Entry> = report
+        .entries
+        .iter()
+        .filter(|e| e.outcome == Outcome::ChangedBySomethingElse)
+        .map(|e| (e.id.as_str(), e))
+        .collect();
     for h in &state.held {
         let changed = changed_by_else.get(h.id.as_str());
         let original = state.original(&h.key).map(|o| match super::saved_at(o) {
@@ -227,6 +263,11 @@ pub(super) fn brief(store: &Store, decl: &Declaration, report: &Report) -> Brief
             }),
         }
     }
+}
+
+/// The firewall's phases: the guard, the flip and the filter, the openings a layer still
+/// refuses, and `--confirm`'s answers.
+fn firewall_lines(report: &Report, lines: &mut Vec<Line>, look_at: &mut Vec<String>) {
     if let Some(g) = &report.guard {
         lines.push(Line {
             mark: if g.failed() { Mark::Failed } else { Mark::Ok },
@@ -259,8 +300,12 @@ pub(super) fn brief(store: &Store, decl: &Declaration, report: &Report) -> Brief
         ));
     }
     if let Some(c) = &report.confirm {
-        confirm_lines(c, &mut lines, &mut look_at);
+        confirm_lines(c, lines, look_at);
     }
+}
+
+/// The private network where the settings say or not, the apply's failure and its interruption.
+fn ending_lines(report: &Report, lines: &mut Vec<Line>, look_at: &mut Vec<String>) {
     if let Some(p) = &report.private_network {
         lines.push(Line {
             mark: p.mark,
@@ -304,19 +349,5 @@ pub(super) fn brief(store: &Store, decl: &Declaration, report: &Report) -> Brief
              to finish it.",
             i.describe()
         ));
-    }
-    if look_at.is_empty() && !state.held.is_empty() {
-        look_at.push(
-            "Held resources are the machine's, kept as found; nothing is broken. Each is replaced \
-             when its module is taken."
-                .into(),
-        );
-    }
-    Briefing {
-        node: decl.node.clone(),
-        mode: decl.mode.as_str().into(),
-        at: briefing::now_rfc3339(),
-        lines,
-        look_at,
     }
 }
