@@ -6,6 +6,8 @@
 //! without. Accounts from a network directory (LDAP, SSSD) are therefore not names the host knows;
 //! a declaration gives their numeric ids.
 
+use nix::errno::Errno;
+use nix::fcntl::OFlag;
 use std::io::Read;
 use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
@@ -79,11 +81,11 @@ fn read_database(path: &Path, what: &'static str, name: &str) -> Result<String, 
     };
     let file = std::fs::OpenOptions::new()
         .read(true)
-        .custom_flags(nix::libc::O_NONBLOCK | nix::libc::O_NOFOLLOW | nix::libc::O_CLOEXEC)
+        .custom_flags((OFlag::O_NONBLOCK | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC).bits())
         .open(path)
         .map_err(|e| {
             // O_NOFOLLOW refuses a link at the name with ELOOP: said as what it is.
-            if e.raw_os_error() == Some(nix::libc::ELOOP) {
+            if e.raw_os_error() == Some(Errno::ELOOP as i32) {
                 return AccountError::NotRegular {
                     what,
                     name: name.to_string(),

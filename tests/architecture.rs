@@ -38,13 +38,7 @@ const LIBC_ALLOWED: &[&str] = &[
 ];
 
 /// Files that still call `libc::` where `nix` would do.
-const LIBC_WAITING: &[(&str, &str)] = &[
-    (
-        "src/accounts.rs",
-        "issue 35: nix's OFlag and Errno for open flags",
-    ),
-    ("src/beneath/found.rs", "issue 35: nix's clock_gettime"),
-];
+const LIBC_WAITING: &[(&str, &str)] = &[];
 
 /// Functions over 150 lines that are decoder tables: one arm per thing decoded, read as a table.
 const LONG_DECODER_TABLES: &[(&str, &str)] = &[

@@ -2,6 +2,7 @@
 //! and stamped so that an unchanged file is not read again.
 
 use super::*;
+use nix::time::{clock_gettime, ClockId};
 
 /// A regular file found at a declared path, open for reading.
 #[derive(Debug)]
@@ -115,12 +116,7 @@ pub fn hex(sum: &[u8]) -> String {
 /// time from (or a finer one), read before a file's `fstat` to tell whether the change time it
 /// shows is settled.
 pub(super) fn coarse_now() -> [i64; 2] {
-    let mut ts = nix::libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid timespec for the call to fill; CLOCK_REALTIME_COARSE always exists
-    // on Linux. On failure it stays zero, and no change time is then settled.
-    unsafe { nix::libc::clock_gettime(nix::libc::CLOCK_REALTIME_COARSE, &mut ts) };
-    [ts.tv_sec, ts.tv_nsec]
+    // CLOCK_REALTIME_COARSE always exists on Linux; on failure the time is zero, and no change
+    // time is then settled.
+    clock_gettime(ClockId::CLOCK_REALTIME_COARSE).map_or([0, 0], |ts| [ts.tv_sec(), ts.tv_nsec()])
 }

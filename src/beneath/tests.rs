@@ -321,3 +321,23 @@ fn a_mount_inside_a_root_other_than_slash_is_never_crossed() {
         .next()
         .is_none());
 }
+
+/// Proves the coarse clock a file's change time is judged against is read: the real time, to
+/// within the coarse clock's tick (a failed read would be zero, and no change time settled).
+#[test]
+fn the_coarse_clock_reads_the_real_time() {
+    let before = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap();
+    let [sec, nsec] = coarse_now();
+    let after = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap();
+    assert!((0..1_000_000_000).contains(&nsec), "nanoseconds {nsec}");
+    let coarse = std::time::Duration::new(sec as u64, nsec as u32);
+    // The coarse clock lags the fine one by at most a tick (a few milliseconds; one second here).
+    assert!(
+        coarse + std::time::Duration::from_secs(1) >= before && coarse <= after,
+        "coarse {coarse:?}, fine {before:?}..{after:?}"
+    );
+}
