@@ -651,3 +651,6 @@ impl Drop for Scratch<'_> {
         self.remove();
     }
 }
+
+#[cfg(test)]
+mod tests;
