@@ -60,21 +60,16 @@ pub fn load_for(state: &State) -> Result<Load, Unloadable> {
         // A store from before the filter was recorded: the filter made again from the
         // declaration, without the runtime's bridges (the resident host adds them).
         let flip = state.flip.as_ref();
-        let openings =
-            crate::declaration::openings::declared(decl, settings).map_err(Unloadable::Openings)?;
-        return Ok(Load::Filter(FilterSpec {
-            openings,
-            private: settings
-                .and_then(|s| s.private_network.as_ref())
-                .map(|p| p.interface.clone()),
-            private_ranges: settings
-                .and_then(|s| s.private_network.as_ref())
-                .map(|p| p.networks())
-                .unwrap_or_default(),
-            bridges: Vec::new(),
-            ssh: flip.map(|f| f.ssh.clone()).unwrap_or_default(),
-            ssh_from: flip.map(|f| f.ssh_from.clone()).unwrap_or_default(),
-        }));
+        return Ok(Load::Filter(
+            node_firewall::spec::filter_spec_with(
+                decl,
+                settings,
+                Vec::new(),
+                flip.map(|f| f.ssh.as_slice()).unwrap_or_default(),
+                flip.map(|f| f.ssh_from.as_slice()).unwrap_or_default(),
+            )
+            .map_err(Unloadable::Openings)?,
+        ));
     }
     match (decl.mode, settings) {
         (Mode::Adopted, Some(settings)) => Ok(Load::Guard(

@@ -112,12 +112,7 @@ fn running_with(
         }
         anyhow::bail!("listing containers: {}", run::describe(&argv, &out));
     }
-    let names: Vec<String> = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(str::trim)
-        .filter(|n| !n.is_empty())
-        .map(str::to_string)
-        .collect();
+    let names = system::listed_names(&out.stdout);
     let mut containers = Vec::new();
     for chunk in names.chunks(INSPECT_AT_ONCE) {
         containers.extend(inspect_all(runner, program, runtime, chunk)?);

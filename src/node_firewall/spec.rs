@@ -3,6 +3,7 @@
 //! guard's are) and the ssh ports the flip kept reachable.
 
 use super::{Error, NodeFirewall};
+use crate::declaration::openings::Untranslatable;
 use crate::declaration::{Declaration, Settings};
 use firewall::FilterSpec;
 
@@ -19,6 +20,19 @@ pub fn filter_spec(
 ) -> Result<FilterSpec, Error> {
     let interfaces = ::genesis::inventory::interfaces().unwrap_or_default();
     let bridges = fw.runtime_bridges(runner, &interfaces);
+    Ok(filter_spec_with(decl, settings, bridges, ssh, ssh_from)?)
+}
+
+/// The derived filter for `decl` with the runtime's `bridges` as given (none, where no runtime
+/// may be asked): its openings, the private network's interface and ranges, `ssh`'s ports,
+/// reachable on them from `ssh_from`.
+pub fn filter_spec_with(
+    decl: &Declaration,
+    settings: Option<&Settings>,
+    bridges: Vec<String>,
+    ssh: &[u16],
+    ssh_from: &[std::net::IpAddr],
+) -> Result<FilterSpec, Untranslatable> {
     let openings = crate::declaration::openings::declared(decl, settings)?;
     Ok(FilterSpec {
         openings,

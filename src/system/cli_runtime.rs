@@ -59,12 +59,7 @@ impl ContainerRuntime for CliRuntime<'_> {
             &self.argv(&["network", "ls", "--format", "{{.Name}}"]),
             &[],
         )?;
-        let names: Vec<String> = String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .map(str::trim)
-            .filter(|n| !n.is_empty())
-            .map(str::to_string)
-            .collect();
+        let names = listed_names(&out.stdout);
         if names.is_empty() {
             return Ok(Vec::new());
         }
@@ -181,6 +176,17 @@ pub fn normalize_image(image: &str) -> String {
     } else {
         format!("{s}:latest")
     }
+}
+
+/// The names a CLI's listing prints one a line (`ps --format {{.Names}}`, `network ls --format
+/// {{.Name}}`), blank lines left out.
+pub fn listed_names(stdout: &[u8]) -> Vec<String> {
+    String::from_utf8_lossy(stdout)
+        .lines()
+        .map(str::trim)
+        .filter(|n| !n.is_empty())
+        .map(str::to_string)
+        .collect()
 }
 
 /// The engine's version from `version --format '{{json .}}'`: the server's, else the client's
@@ -516,6 +522,8 @@ pub(crate) fn parse_bridges(json: &[u8]) -> Result<Vec<String>, Unparsed> {
 
 #[cfg(test)]
 mod bridge_tests {
+    use crate::system::engine_json::recorded;
+
     #[test]
     fn bridges_are_read_from_both_runtimes() {
         let docker = br#"[{"Name":"bridge","Id":"aaa","Driver":"bridge","Options":{"com.docker.network.bridge.name":"docker0"}},
@@ -529,13 +537,6 @@ mod bridge_tests {
         let podman = br#"[{"name":"podman","driver":"bridge","network_interface":"podman0"}]"#;
         assert_eq!(super::parse_bridges(podman).unwrap(), vec!["podman0"]);
         assert!(super::parse_bridges(b"{}").is_err());
-    }
-
-    fn recorded(name: &str) -> Vec<u8> {
-        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("tests/fixtures/engine")
-            .join(name);
-        std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
     }
 
     /// Recorded answers (Docker 20.10, Podman 4.3 with netavark): the default bridge and a user

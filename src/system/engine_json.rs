@@ -189,17 +189,19 @@ pub struct Network {
     pub network_interface: Option<String>,
 }
 
+/// A recorded answer under `tests/fixtures/engine/`, for the unit tests of the engine's readers
+/// (the API's JSON here, the CLI's in `cli_runtime.rs`).
+#[cfg(test)]
+pub(crate) fn recorded(name: &str) -> Vec<u8> {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/engine")
+        .join(name);
+    std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// A recorded answer under `tests/fixtures/engine/`.
-    fn recorded(name: &str) -> Vec<u8> {
-        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("tests/fixtures/engine")
-            .join(name);
-        std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-    }
 
     /// `null` and missing fields read as empty, in every struct.
     #[test]

@@ -38,7 +38,9 @@ pub mod apk;
 pub mod fake;
 
 pub use bridges::runtime_bridges;
-pub use cli_runtime::{normalize_image, parse_inspect, sort_ports, CliRuntime, Flavour};
+pub use cli_runtime::{
+    listed_names, normalize_image, parse_inspect, sort_ports, CliRuntime, Flavour,
+};
 
 use crate::build::BUILD;
 use crate::declaration::{PublishedPort, Shape};

@@ -82,21 +82,8 @@ pub fn thousands(n: usize) -> String {
 
 #[cfg(test)]
 mod tests {
+    use super::super::tests::step;
     use super::*;
-    use crate::declaration::Shape;
-
-    fn step(id: &str, outcome: Outcome) -> Step {
-        Step {
-            id: id.into(),
-            shape: Shape::File,
-            key: format!("/etc/{id}"),
-            outcome,
-            verb: super::super::verb(outcome),
-            detail: "why".into(),
-            diff: Vec::new(),
-            attributes: Vec::new(),
-        }
-    }
 
     #[test]
     fn the_summary_counts_each_verb_and_says_them_as_terraform_plan_ends() {

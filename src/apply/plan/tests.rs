@@ -4,7 +4,8 @@
 
 use super::*;
 
-fn step(id: &str, outcome: Outcome) -> Step {
+/// A file's step with `outcome`, for the preview's tests here and its summary's.
+pub(super) fn step(id: &str, outcome: Outcome) -> Step {
     Step {
         id: id.into(),
         shape: Shape::File,
