@@ -77,13 +77,18 @@ fn confirm_lines(
         });
         match o.agreement {
             Judged::Disagrees => look_at.push(format!(
-                "The kernel disagrees with the evaluator on opening {} (the evaluator says {},                  the kernel {}): the kernel's verdict is the one reported, and the host's                  placement of it was made on a reading of the ruleset that is wrong there.                  `mesh-host firewall explain PORT --confirm` shows the walk and the probe of                  each part; report the ruleset.",
+                "The kernel disagrees with the evaluator on opening {} (the evaluator says {}, \
+                 the kernel {}): the kernel's verdict is the one reported, and the host's \
+                 placement of it was made on a reading of the ruleset that is wrong there. \
+                 `mesh-host firewall explain PORT --confirm` shows the walk and the probe of \
+                 each part; report the ruleset.",
                 o.id,
                 o.evaluator,
                 o.state()
             )),
             Judged::Unconfirmed => look_at.push(format!(
-                "Opening {} was not confirmed by the kernel ({}): its state is the evaluator's                  alone.",
+                "Opening {} was not confirmed by the kernel ({}): its state is the evaluator's \
+                 alone.",
                 o.id,
                 o.why.as_deref().unwrap_or("no part was probed")
             )),

@@ -498,6 +498,12 @@ fn with_confirm_the_kernel_is_asked_last_and_a_disagreement_exits_7_with_its_ver
         "{:?}",
         b.look_at
     );
+    // Said as sentences: no run of blanks left by a string's line breaks.
+    assert!(
+        b.look_at.iter().all(|s| !s.contains("  ")),
+        "{:?}",
+        b.look_at
+    );
 }
 
 #[test]
