@@ -57,11 +57,6 @@ const LONG_DECODER_TABLES: &[(&str, &str)] = &[
 const LONG_FUNCTIONS: &[(&str, &str, &str)] = &[
     ("src/apply/brief.rs", "brief", "issue 35: function splits"),
     (
-        "firewall/src/engine/table.rs",
-        "table_plan",
-        "issue 35: function splits",
-    ),
-    (
         "firewall/src/eval/values.rs",
         "load",
         "issue 34: the walk's values, changed for speed",
