@@ -159,6 +159,7 @@ impl Firewall<'_> {
         let given: BTreeSet<&str> = openings.iter().map(|o| o.id.as_str()).collect();
         let mut batch = Batch::new();
         let targets = plan.targets.clone();
+        let named = model.unmarked_named_ports();
         for (key, layers) in by_table {
             let driver = match backend::kind(key.backend).converge {
                 Converger::Table(d) => d,
@@ -198,6 +199,8 @@ impl Firewall<'_> {
                 model,
                 ifaces,
                 targets: &targets,
+                named: named.as_ref(),
+                shared: Default::default(),
             };
             let changes = table_plan(
                 &key,
