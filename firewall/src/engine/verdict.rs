@@ -185,9 +185,12 @@ pub(super) struct Eval<'e> {
 /// rules' standing compared, against the first one's walks.
 #[derive(Default)]
 pub(super) struct Shared {
-    places: HashMap<(String, Opening), Option<Vec<Place>>>,
-    unmarked: HashMap<(String, Opening), Option<Rc<Vec<Vec<Outcome>>>>>,
+    places: HashMap<SharedKey, Option<Vec<Place>>>,
+    unmarked: HashMap<SharedKey, Option<Rc<Vec<Vec<Outcome>>>>>,
 }
+
+/// A layer as it describes itself, and an opening with its id and port left out.
+type SharedKey = (String, Opening);
 
 impl Eval<'_> {
     /// The table of layer `l` as the model names it.
@@ -255,7 +258,7 @@ impl Eval<'_> {
     /// rules answer for it as for any port no other rule is about: it comes in to this machine
     /// (its port known all the way, no DNAT's target to follow) and its port is not one that
     /// [`Eval::named`] holds.
-    fn shared_key(&self, l: &Layer, o: &Opening) -> Option<(String, Opening)> {
+    fn shared_key(&self, l: &Layer, o: &Opening) -> Option<SharedKey> {
         let unnamed = o.path != crate::opening::Path::Forwarded
             && self.named.is_some_and(|n| !n.contains(&o.port))
             && self.targets.get(&o.id).is_none_or(Vec::is_empty);
