@@ -48,23 +48,7 @@ const LONG_DECODER_TABLES: &[(&str, &str)] = &[
 ];
 
 /// Functions over 150 lines waiting to be split.
-const LONG_FUNCTIONS: &[(&str, &str, &str)] = &[
-    (
-        "firewall/src/engine.rs",
-        "plan",
-        "issue 35: function splits",
-    ),
-    (
-        "firewall/src/engine/table.rs",
-        "table_plan",
-        "issue 35: function splits",
-    ),
-    (
-        "firewall/src/eval/values.rs",
-        "load",
-        "issue 34: the walk's values, changed for speed",
-    ),
-];
+const LONG_FUNCTIONS: &[(&str, &str, &str)] = &[];
 
 /// Files of the core outside `src/node_firewall/` that name the firewall crate.
 const FIREWALL_NAMED: &[(&str, &str)] = &[];

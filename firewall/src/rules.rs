@@ -9,9 +9,15 @@ use crate::netlink::{Family, L4Proto, Rule, RuleBody};
 use crate::opening::{From, Network, Opening, Path, Proto, MARK_PREFIX};
 use std::net::IpAddr;
 
-/// The full mark of an opening: its id and the fingerprint of what it admits.
+/// The full mark of an opening: its id and the fingerprint of what it admits, written into one
+/// string (a mark is made for every opening in every plan).
 pub fn mark(o: &Opening) -> String {
-    format!("{}#{}", o.mark(), fingerprint(o))
+    use std::fmt::Write;
+    let mut m = String::with_capacity(MARK_PREFIX.len() + o.id.len() + 9);
+    m.push_str(MARK_PREFIX);
+    m.push_str(&o.id);
+    let _ = write!(m, "#{:08x}", fnv(o));
+    m
 }
 
 /// The fingerprint in a mark: FNV-1a (32 bits, lowercase hex) of the opening's canonical
@@ -21,29 +27,38 @@ pub fn mark(o: &Opening) -> String {
 /// `interface=<name>`, or `networks=<net>,<net>…` with each network as `addr/len` (IPv6 in
 /// its shortest form) in the order given.
 pub fn fingerprint(o: &Opening) -> String {
-    let from = match &o.from {
-        From::Anywhere => "anywhere".to_string(),
-        From::Interface(i) => format!("interface={i}"),
-        From::Networks(nets) => format!(
-            "networks={}",
-            nets.iter()
-                .map(|n| n.to_string())
-                .collect::<Vec<_>>()
-                .join(",")
-        ),
-    };
-    let text = format!(
-        "v1|{}|{}|{from}|{}",
-        o.port,
-        o.proto.as_str(),
-        o.path.as_str()
-    );
-    let mut h: u32 = 0x811c_9dc5;
-    for b in text.bytes() {
-        h ^= b as u32;
-        h = h.wrapping_mul(0x0100_0193);
+    format!("{:08x}", fnv(o))
+}
+
+/// FNV-1a of the canonical encoding, hashed as it is written: no string of the encoding is
+/// kept.
+fn fnv(o: &Opening) -> u32 {
+    use std::fmt::Write;
+    struct Fnv(u32);
+    impl Write for Fnv {
+        fn write_str(&mut self, s: &str) -> std::fmt::Result {
+            for b in s.bytes() {
+                self.0 ^= u32::from(b);
+                self.0 = self.0.wrapping_mul(0x0100_0193);
+            }
+            Ok(())
+        }
     }
-    format!("{h:08x}")
+    let mut h = Fnv(0x811c_9dc5);
+    let _ = write!(h, "v1|{}|{}|", o.port, o.proto.as_str());
+    let _ = match &o.from {
+        From::Anywhere => h.write_str("anywhere"),
+        From::Interface(i) => write!(h, "interface={i}"),
+        From::Networks(nets) => {
+            let _ = h.write_str("networks=");
+            for (k, n) in nets.iter().enumerate() {
+                let _ = write!(h, "{}{n}", if k == 0 { "" } else { "," });
+            }
+            Ok(())
+        }
+    };
+    let _ = write!(h, "|{}", o.path.as_str());
+    h.0
 }
 
 /// A mark in full, `mesh-host:<id>#<fingerprint>`: the id 1 to 109 of `[A-Za-z0-9._/@:-]` (what
@@ -419,9 +434,13 @@ mod tests {
             fingerprint(&o(From::Networks(nets), Path::Forwarded)),
             "fcc2376f"
         );
+        let mesh0 = o(From::Interface("mesh0".into()), Path::Incoming);
+        assert_eq!(fingerprint(&mesh0), "2aa088b5");
+        // The full mark is the opening's own mark, `#` and that fingerprint.
+        assert_eq!(mark(&mesh0), format!("{}#2aa088b5", mesh0.mark()));
         assert_eq!(
-            fingerprint(&o(From::Interface("mesh0".into()), Path::Incoming)),
-            "2aa088b5"
+            parse_mark(&mark(&mesh0)),
+            Some((mesh0.id.as_str(), "2aa088b5"))
         );
     }
 

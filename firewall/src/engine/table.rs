@@ -39,23 +39,45 @@ pub(super) fn table_plan(
     eval: &Eval<'_>,
     done: &mut Converged,
 ) -> Vec<Change> {
-    // (chain, mark) → (opening, how many rules, before which rule, site, the layer it is for).
-    struct Wanted<'o> {
-        opening: &'o Opening,
-        count: usize,
-        before: Option<usize>,
-        site: crate::rules::Site,
-        layer: &'o Layer,
-    }
+    let (wanted, pending, doubts) = wanted_in(layers, openings, driver, eval);
+    let (changes, satisfied) = changes_of(key, view, &wanted, given, scope, eval, done);
+    record(pending, &satisfied, doubts, done);
+    changes
+}
+
+/// The rules one opening wants in one (chain, mark): how many, before which rule, their site,
+/// and the layer they are for.
+struct Wanted<'o> {
+    opening: &'o Opening,
+    count: usize,
+    before: Option<usize>,
+    site: crate::rules::Site,
+    layer: &'o Layer,
+}
+
+/// Where an opening's state will be recorded once the marks are counted: (opening id, layer, the
+/// (chain, mark) its rules are counted by, state before counting).
+type Pending = (
+    String,
+    crate::outcome::LayerId,
+    Option<(String, String)>,
+    State,
+);
+
+/// What each opening wants in the table's layers, by (chain, mark); where each one's state
+/// will be recorded; and each (opening, layer) whose way passes a rule the host cannot follow.
+#[allow(clippy::type_complexity)]
+fn wanted_in<'o>(
+    layers: &'o [Layer],
+    openings: &'o [Opening],
+    driver: &dyn TableDriver,
+    eval: &Eval<'_>,
+) -> (
+    BTreeMap<(String, String), Wanted<'o>>,
+    Vec<Pending>,
+    BTreeMap<(String, String), String>,
+) {
     let mut wanted: BTreeMap<(String, String), Wanted<'_>> = BTreeMap::new();
-    // Where each opening's state will be recorded once the marks are counted.
-    // (opening id, layer, the (chain, mark) its rules are counted by, state before counting).
-    type Pending = (
-        String,
-        crate::outcome::LayerId,
-        Option<(String, String)>,
-        State,
-    );
     let mut pending: Vec<Pending> = Vec::new();
     // (opening, layer) whose way passes a rule the host cannot follow.
     let mut doubts: BTreeMap<(String, String), String> = BTreeMap::new();
@@ -134,6 +156,21 @@ pub(super) fn table_plan(
             }
         }
     }
+    (wanted, pending, doubts)
+}
+
+/// The table's changes: the marked rules that go (those no opening wants where they stand,
+/// or, with [`Scope::All`] or for a given opening, every other marked rule) and the rules added;
+/// with the (chain, mark)s whose rules already stand.
+fn changes_of(
+    key: &TableKey,
+    view: &TableView,
+    wanted: &BTreeMap<(String, String), Wanted<'_>>,
+    given: &BTreeSet<&str>,
+    scope: Scope,
+    eval: &Eval<'_>,
+    done: &mut Converged,
+) -> (Vec<Change>, BTreeSet<(String, String)>) {
     // The marked rules now in the table, by chain and mark: (index, how).
     let mut marked: BTreeMap<(String, String), Vec<usize>> = BTreeMap::new();
     for (chain, marks) in &view.marks {
@@ -173,7 +210,7 @@ pub(super) fn table_plan(
             }
         }
     }
-    for ((chain, mark), w) in &wanted {
+    for ((chain, mark), w) in wanted {
         if satisfied.contains(&(chain.clone(), mark.clone())) {
             continue;
         }
@@ -185,6 +222,17 @@ pub(super) fn table_plan(
         });
         done.added.push((w.opening.id.clone(), key.to_string()));
     }
+    (changes, satisfied)
+}
+
+/// Each opening's state per layer into `done`: a missing rule whose marks already stand is
+/// present, and one whose way passes a rule the host cannot follow is doubtful.
+fn record(
+    pending: Vec<Pending>,
+    satisfied: &BTreeSet<(String, String)>,
+    mut doubts: BTreeMap<(String, String), String>,
+    done: &mut Converged,
+) {
     for (id, layer, at, state) in pending {
         let state = match (&at, state) {
             (Some(k), State::Missing) if satisfied.contains(k) => State::Present,
@@ -202,5 +250,4 @@ pub(super) fn table_plan(
             state,
         });
     }
-    changes
 }

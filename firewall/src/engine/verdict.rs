@@ -5,12 +5,14 @@ use super::table::Place;
 use super::Firewall;
 use crate::detect;
 use crate::error::Result;
-use crate::eval::{Fam, Model, Placement, Snapshot, Verdict};
+use crate::eval::{Fam, Model, Outcome, Placement, Snapshot, Verdict};
 use crate::found::{Found, Layer};
 use crate::netlink::Family;
 use crate::opening::Opening;
 use crate::published;
-use std::collections::BTreeMap;
+use std::cell::RefCell;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::rc::Rc;
 
 impl Firewall<'_> {
     /// The ruleset with every set's elements, for the evaluator.
@@ -170,7 +172,25 @@ pub(super) struct Eval<'e> {
     pub(super) model: &'e Model,
     pub(super) ifaces: &'e [crate::eval::Iface],
     pub(super) targets: &'e BTreeMap<String, Vec<published::Target>>,
+    /// The ports the model's rules other than the mesh's are about
+    /// ([`Model::unmarked_named_ports`]), asked once per plan.
+    pub(super) named: Option<&'e HashSet<u16>>,
+    /// The answers shared by openings to ports no rule other than the mesh's is about.
+    pub(super) shared: RefCell<Shared>,
 }
+
+/// What openings alike but for their id and their port share, by layer and the opening
+/// without them: walks that skip the mesh's rules answer alike for every port outside
+/// [`Eval::named`] ([`Model::unmarked_named_ports`]), so such an opening is placed, and its
+/// rules' standing compared, against the first one's walks.
+#[derive(Default)]
+pub(super) struct Shared {
+    places: HashMap<SharedKey, Option<Vec<Place>>>,
+    unmarked: HashMap<SharedKey, Option<Rc<Vec<Vec<Outcome>>>>>,
+}
+
+/// A layer as it describes itself, and an opening with its id and port left out.
+type SharedKey = (String, Opening);
 
 impl Eval<'_> {
     /// The table of layer `l` as the model names it.
@@ -201,13 +221,57 @@ impl Eval<'_> {
     }
 
     /// Whether `o`'s marked rules, as they stand in layer `l`, are where its placement wants
-    /// them ([`Model::stands`]); false when the model does not hold the layer.
+    /// them ([`Model::stands`]); false when the model does not hold the layer. The walks without
+    /// the mesh's rules it compares with are shared where [`Eval::shared_key`] says they may be.
     pub(super) fn stands(&self, l: &Layer, o: &Opening) -> bool {
         let none = Vec::new();
         let targets = self.targets.get(&o.id).unwrap_or(&none);
-        self.model
-            .stands(&Self::table(l), &l.chain, l.family, o, self.ifaces, targets)
+        let table = Self::table(l);
+        let walk = || {
+            self.model
+                .unmarked_walks(&table, &l.chain, l.family, o, self.ifaces, targets)
+                .map(Rc::new)
+        };
+        let without = match self.shared_key(l, o) {
+            Some(key) => {
+                let got = self.shared.borrow().unmarked.get(&key).cloned();
+                match got {
+                    Some(w) => w,
+                    None => {
+                        let w = walk();
+                        self.shared.borrow_mut().unmarked.insert(key, w.clone());
+                        w
+                    }
+                }
+            }
+            None => walk(),
+        };
+        without
+            .and_then(|w| {
+                self.model
+                    .stands_against(&table, &l.chain, l.family, o, self.ifaces, targets, &w)
+            })
             .unwrap_or(false)
+    }
+
+    /// The key `o`'s answers in layer `l` are shared under, when walks that skip the mesh's
+    /// rules answer for it as for any port no other rule is about: it comes in to this machine
+    /// (its port known all the way, no DNAT's target to follow) and its port is not one that
+    /// [`Eval::named`] holds.
+    fn shared_key(&self, l: &Layer, o: &Opening) -> Option<SharedKey> {
+        let unnamed = o.path != crate::opening::Path::Forwarded
+            && self.named.is_some_and(|n| !n.contains(&o.port))
+            && self.targets.get(&o.id).is_none_or(Vec::is_empty);
+        unnamed.then(|| {
+            (
+                l.describe(),
+                Opening {
+                    id: String::new(),
+                    port: 0,
+                    ..o.clone()
+                },
+            )
+        })
     }
 }
 
@@ -216,6 +280,19 @@ impl Eval<'_> {
     /// its connections arrive by need rules in other chains too (an interface the found
     /// firewall sends elsewhere), the first place each other interface needs.
     pub(super) fn places(&self, l: &Layer, o: &Opening) -> Option<Vec<Place>> {
+        let Some(key) = self.shared_key(l, o) else {
+            return self.places_walked(l, o);
+        };
+        if let Some(p) = self.shared.borrow().places.get(&key) {
+            return p.clone();
+        }
+        let p = self.places_walked(l, o);
+        self.shared.borrow_mut().places.insert(key, p.clone());
+        p
+    }
+
+    /// [`Eval::places`], walked.
+    fn places_walked(&self, l: &Layer, o: &Opening) -> Option<Vec<Place>> {
         let main = self.place(l, o)?;
         let first_at = |p: &Place| match p {
             Place::At { chain, .. } => Some(chain.clone()),

@@ -246,6 +246,58 @@ impl IrRule {
         }
     }
 
+    /// Every value the rule loads: its conditions' keys, a verdict map's key, a mark's source.
+    fn loads(&self) -> impl Iterator<Item = &Load> + '_ {
+        self.items.iter().flat_map(|it| -> &[Load] {
+            match it {
+                Item::Cond(c) => &c.key,
+                Item::Act(Act::Vmap { key, .. }) => key,
+                Item::Mark(MarkOp::Set(l)) | Item::CtMark(MarkOp::Set(l)) => {
+                    std::slice::from_ref(l)
+                }
+                _ => &[],
+            }
+        })
+    }
+
+    /// Whether a walk's answer could depend on the connection's port through this rule: it
+    /// loads anything of the transport header, or (see [`IrRule::reads_port_anyhow`]) more.
+    pub fn reads_port(&self) -> bool {
+        self.reads_port_anyhow()
+            || self.loads().any(|l| {
+                matches!(
+                    l.src,
+                    Src::Payload {
+                        base: PayloadBase::Transport,
+                        ..
+                    }
+                )
+            })
+    }
+
+    /// Whether the rule reads the port where the port index cannot keep it from other ports'
+    /// walks: conntrack's ports (read from the connection even after a DNAT whose destination
+    /// is not known, where every rule is a candidate) or an ipset, which may hold ports.
+    pub fn reads_port_anyhow(&self) -> bool {
+        self.items.iter().any(|it| {
+            matches!(
+                it,
+                Item::Cond(Cond {
+                    test: Test::Ipset { .. },
+                    ..
+                })
+            )
+        }) || self.loads().any(|l| {
+            matches!(
+                l.src,
+                Src::Ct {
+                    key: CtKey::ProtoDst | CtKey::ProtoSrc,
+                    ..
+                }
+            )
+        })
+    }
+
     /// The destination ports the rule is about when its first port test is a plain equality
     /// or a short literal set: the index the walk uses to skip rules that cannot match.
     pub fn port_keys(&self) -> Option<Vec<u16>> {

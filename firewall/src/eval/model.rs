@@ -714,6 +714,30 @@ impl Model {
         m
     }
 
+    /// The destination ports the rules other than the mesh's are about, when of those only the
+    /// rules the port index holds read the port: then a walk that skips the mesh's rules, of a
+    /// connection to any port outside the set whose port is known, walks exactly as one to any
+    /// other port outside it (its candidates are the generic rules alone, and none of them reads
+    /// the port), so one walk answers for all of them. `None` when some such rule read for
+    /// every port tests it (a range, a negation, a set lookup) or any reads conntrack's ports
+    /// or an ipset: then every port is walked for itself.
+    pub fn unmarked_named_ports(&self) -> Option<HashSet<u16>> {
+        let mut named = HashSet::new();
+        for t in &self.tables {
+            for c in t.chains.values() {
+                for r in c.rules.iter().filter(|r| !r.marked) {
+                    if r.reads_port_anyhow() {
+                        return None;
+                    }
+                    if r.reads_port() {
+                        named.extend(r.port_keys()?);
+                    }
+                }
+            }
+        }
+        Some(named)
+    }
+
     /// The table the model names `name`.
     pub fn table(&self, name: &str) -> Option<&TableIr> {
         self.tables.iter().find(|t| t.name == name)

@@ -3,7 +3,7 @@
 //! their verdict end to end, and where its rule goes in one layer.
 
 use super::addrs::{num, Addrs, Fam};
-use super::{Conn, Decider, Fate, Model, Path as EvalPath, Placement};
+use super::{Conn, Decider, Fate, Model, Outcome, Path as EvalPath, Placement};
 use crate::netlink::Family;
 use crate::opening::{From, Opening, Path};
 use crate::published::Target;
@@ -371,15 +371,51 @@ impl Model {
         ifaces: &[Iface],
         targets: &[Target],
     ) -> Option<bool> {
-        for fam in families(o).into_iter().filter(|f| match family {
-            Family::Ipv4 => *f == Fam::V4,
-            Family::Ipv6 => *f == Fam::V6,
-            _ => true,
-        }) {
+        let without = self.unmarked_walks(table, chain, family, o, ifaces, targets)?;
+        self.stands_against(table, chain, family, o, ifaces, targets, &without)
+    }
+
+    /// What [`Model::stands`] compares with: each way of `o`'s connections through the base
+    /// chain `chain` of `table` walked without the mesh's rules, in the order of its families
+    /// and ways. `None` when the model does not hold the chain.
+    pub fn unmarked_walks(
+        &self,
+        table: &str,
+        chain: &str,
+        family: Family,
+        o: &Opening,
+        ifaces: &[Iface],
+        targets: &[Target],
+    ) -> Option<Vec<Vec<Outcome>>> {
+        let mut out = Vec::new();
+        for fam in families_in(o, family) {
             for w in placed_ways(o, fam, ifaces, targets) {
-                let without = self.evaluate_base(table, chain, &w.conn, &w.sources, true)?;
+                out.push(self.evaluate_base(table, chain, &w.conn, &w.sources, true)?);
+            }
+        }
+        Some(out)
+    }
+
+    /// [`Model::stands`], against `without`: what [`Model::unmarked_walks`] gives for `o` (or
+    /// for an opening whose walks without the mesh's rules are `o`'s).
+    #[allow(clippy::too_many_arguments)]
+    pub fn stands_against(
+        &self,
+        table: &str,
+        chain: &str,
+        family: Family,
+        o: &Opening,
+        ifaces: &[Iface],
+        targets: &[Target],
+        without: &[Vec<Outcome>],
+    ) -> Option<bool> {
+        let mut k = 0;
+        for fam in families_in(o, family) {
+            for w in placed_ways(o, fam, ifaces, targets) {
+                let without = without.get(k)?;
+                k += 1;
                 let with = self.evaluate_base(table, chain, &w.conn, &w.sources, false)?;
-                for b in &without {
+                for b in without {
                     for a in with
                         .iter()
                         .filter(|a| !a.sources.intersect(&b.sources).is_empty())
@@ -402,4 +438,13 @@ impl Model {
         }
         Some(true)
     }
+}
+
+/// `o`'s families that layers of `family` carry.
+fn families_in(o: &Opening, family: Family) -> impl Iterator<Item = Fam> {
+    families(o).into_iter().filter(move |f| match family {
+        Family::Ipv4 => *f == Fam::V4,
+        Family::Ipv6 => *f == Fam::V6,
+        _ => true,
+    })
 }

@@ -399,3 +399,79 @@ fn retiring_reads_whether_a_saved_rule_points_at_a_chain() {
         assert!(!saved_rule_goes_to(spec, Fam::V4, "svc"), "{spec}");
     }
 }
+
+/// Ports no rule but the mesh's is about walk alike when the mesh's rules are skipped
+/// (`Model::unmarked_named_ports`), so placement and the standing of marked rules may share one
+/// such walk across openings that differ only in their port: in every shape of chain below,
+/// each unnamed port's own walks, placement and standing equal the ones shared from another
+/// unnamed port's walks; and where a rule read for every port tests it, no port is unnamed.
+#[test]
+fn ports_no_rule_but_the_mesh_is_about_share_one_walk() {
+    let head = "*filter\n:INPUT DROP [0:0]\n:FORWARD DROP [0:0]\n\
+        -A INPUT -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT\n\
+        -A INPUT -p tcp -m tcp --dport 22 -j ACCEPT\n-A INPUT -s 10.0.0.0/8 -j DROP\n";
+    let mark = |port: u16| {
+        format!(
+            "-A INPUT -p tcp -m tcp --dport {port} -m comment --comment \"mesh-host:web/p{port}#0011aabb\" -j ACCEPT\n"
+        )
+    };
+    let cases: [(&str, Option<Vec<u16>>); 5] = [
+        ("", Some(vec![22])),
+        (
+            "-A INPUT -p tcp -m multiport --dports 80,443 -j ACCEPT\n",
+            Some(vec![22, 80, 443]),
+        ),
+        ("-A INPUT -p tcp -m tcp --dport 1000:9000 -j DROP\n", None),
+        ("-A INPUT -p tcp -m tcp ! --dport 22 -j REJECT\n", None),
+        (
+            "-A INPUT -p tcp -m conntrack --ctorigdstport 9000 -j DROP\n",
+            None,
+        ),
+    ];
+    let opening = |port: u16| Opening {
+        id: format!("web/p{port}"),
+        port,
+        ..api()
+    };
+    let ifaces = eth0();
+    let v4 = crate::netlink::Family::Ipv4;
+    for (rule, want) in cases {
+        // Marked rules for some ports, one of them after the catch-all ban (misplaced).
+        let save = format!(
+            "{head}{}{rule}{}-A INPUT -j REJECT\n{}COMMIT\n",
+            mark(9000),
+            mark(9001),
+            mark(9002)
+        );
+        let m = filter(&save);
+        let mut got: Option<Vec<u16>> = m.unmarked_named_ports().map(|n| n.into_iter().collect());
+        if let Some(g) = got.as_mut() {
+            g.sort_unstable();
+        }
+        assert_eq!(got, want, "{rule}");
+        let table = "iptables-legacy filter";
+        let shared = m
+            .unmarked_walks(table, "INPUT", v4, &opening(9001), &ifaces, &[])
+            .expect("the base chain is in the model");
+        let first = m.place_opening(table, "INPUT", v4, &opening(9001), &ifaces, &[]);
+        let mut standing = Vec::new();
+        for port in [9000, 9002, 9003] {
+            let o = opening(port);
+            let own = m.unmarked_walks(table, "INPUT", v4, &o, &ifaces, &[]);
+            let stands = m.stands(table, "INPUT", v4, &o, &ifaces, &[]);
+            standing.push(stands);
+            let against = m.stands_against(table, "INPUT", v4, &o, &ifaces, &[], &shared);
+            let placed = m.place_opening(table, "INPUT", v4, &o, &ifaces, &[]);
+            if want.is_some() {
+                assert_eq!(own.as_ref(), Some(&shared), "{rule}: {port}");
+                assert_eq!(against, stands, "{rule}: {port}");
+                assert_eq!(placed, first, "{rule}: {port}");
+            }
+        }
+        if want.is_some() {
+            // The rule ahead of the catch-all stands, the one behind it does not, and the port
+            // with no rule does not.
+            assert_eq!(standing, [Some(true), Some(false), Some(false)], "{rule}");
+        }
+    }
+}

@@ -16,98 +16,11 @@ impl Walker<'_> {
     /// A load's value for this connection at this point of its way.
     pub(super) fn load(&self, l: &Load, at: &At<'_>, q: &Pkt) -> Val {
         let c = at.conn;
-        let v4 = c.fam == Fam::V4;
-        let ne32 = |v: u32| Val::Bytes(v.to_ne_bytes().to_vec());
-        let name = |n: &str| {
-            let mut b = n.as_bytes().to_vec();
-            b.resize(16, 0);
-            Val::Bytes(b)
-        };
-        let forwarded = c.path == Path::Forwarded;
-        // Translated by the runtime's DNAT (a routed packet is forwarded as sent).
-        let dnat = forwarded && !c.routed;
         let raw = match &l.src {
             Src::Imm(b) => Val::Bytes(b.clone()),
-            Src::Meta(k) => match k {
-                MetaKey::L4Proto => Val::Bytes(vec![c.proto]),
-                MetaKey::NfProto => Val::Bytes(vec![if v4 { 2 } else { 10 }]),
-                MetaKey::Protocol => Val::Bytes(
-                    if v4 { 0x0800u16 } else { 0x86ddu16 }
-                        .to_be_bytes()
-                        .to_vec(),
-                ),
-                MetaKey::IifName => name(&c.iif),
-                MetaKey::OifName => match (at.hook, &c.oif) {
-                    (Hook::Forward | Hook::Postrouting, Some(o)) => name(o),
-                    (Hook::Forward | Hook::Postrouting, None) => {
-                        Val::Unknown("the interface it leaves by".into())
-                    }
-                    _ => name(""),
-                },
-                // An interface that does not exist here has an index no rule can name (the
-                // kernel resolves `iif NAME` when the rule is added).
-                MetaKey::Iif => ne32(c.iif_index.unwrap_or(u32::MAX)),
-                MetaKey::Oif => match (at.hook, c.oif_index) {
-                    (Hook::Forward | Hook::Postrouting, Some(i)) => ne32(i),
-                    (Hook::Forward | Hook::Postrouting, None) => {
-                        Val::Unknown("the index of the interface it leaves by".into())
-                    }
-                    _ => ne32(0),
-                },
-                MetaKey::Mark => match q.mark {
-                    Some(m) => ne32(m),
-                    None => Val::Unknown("a mark set on its way".into()),
-                },
-                // PACKET_HOST: a connection addressed to this machine's own link address.
-                MetaKey::PktType => Val::Bytes(vec![0]),
-                // ARPHRD_ETHER.
-                MetaKey::IifType => Val::Bytes(1u16.to_ne_bytes().to_vec()),
-                MetaKey::SecPath => Val::Bytes(vec![0]),
-                MetaKey::Sdif => ne32(0),
-                MetaKey::SdifName => name(""),
-                other => Val::Unknown(format!("meta {}", other.nft_name())),
-            },
+            Src::Meta(k) => meta(k, at, q),
             Src::Payload { base, offset, len } => {
-                let (off, len) = (*offset as usize, *len as usize);
-                match base {
-                    PayloadBase::Network => {
-                        let (s0, d0, proto_at) = if v4 { (12, 16, 9) } else { (8, 24, 6) };
-                        let alen = c.fam.len();
-                        if off >= s0 && off + len <= s0 + alen {
-                            Val::Saddr {
-                                off: off - s0,
-                                len,
-                                mask: None,
-                            }
-                        } else if off >= d0 && off + len <= d0 + alen {
-                            match c.daddr {
-                                Some(d) => {
-                                    Val::Bytes(ip_bytes(d)[off - d0..off - d0 + len].to_vec())
-                                }
-                                None => Val::Unknown("the destination address".into()),
-                            }
-                        } else if off == proto_at && len == 1 {
-                            Val::Bytes(vec![c.proto])
-                        } else if v4 && off == 6 && len <= 2 && frag_bits_only(l) {
-                            // `ip frag-off & 0x1fff`, `& 0x2000` (more fragments): the first
-                            // packet of a connection, whole, is no fragment; only the
-                            // don't-fragment bit is the sender's choice.
-                            Val::Bytes(vec![0; len])
-                        } else {
-                            Val::Unknown(format!("network header bytes {off}..{}", off + len))
-                        }
-                    }
-                    PayloadBase::Transport => match (off, len) {
-                        (2, 2) => match at.dport() {
-                            Some(p) => Val::Bytes(p.to_be_bytes().to_vec()),
-                            None => Val::Unknown("the port the runtime's DNAT sends it to".into()),
-                        },
-                        (13, 1) if c.proto == 6 => Val::Bytes(vec![0x02]),
-                        (0, 2) => Val::Unknown("the source port".into()),
-                        _ => Val::Unknown(format!("transport header bytes {off}..{}", off + len)),
-                    },
-                    _ => Val::Unknown(format!("{} header bytes", base.nft_name())),
-                }
+                payload(l, base, *offset as usize, *len as usize, at)
             }
             // No conntrack entry: the state reads untracked, any other key stops the rule.
             Src::Ct {
@@ -116,65 +29,11 @@ impl Walker<'_> {
             Src::Ct { .. } if q.untracked => {
                 Val::Unknown("conntrack data of an untracked connection".into())
             }
-            Src::Ct { key, dir } => {
-                let orig = matches!(dir, None | Some(CtDirection::Original));
-                match key {
-                    CtKey::State => ne32(8),
-                    CtKey::Status => ne32(if dnat { 0x20 | 0x100 } else { 0 }),
-                    CtKey::Mark => match q.ctmark {
-                        Some(m) => ne32(m),
-                        None => Val::Unknown("a conntrack mark set on its way".into()),
-                    },
-                    CtKey::Direction => Val::Bytes(vec![0]),
-                    CtKey::L3Protocol => Val::Bytes(vec![if v4 { 2 } else { 10 }]),
-                    CtKey::Protocol => Val::Bytes(vec![c.proto]),
-                    CtKey::ProtoDst if orig && dir.is_some() => {
-                        Val::Bytes(c.port.to_be_bytes().to_vec())
-                    }
-                    CtKey::Src | CtKey::SrcIp | CtKey::SrcIp6 if orig => Val::Saddr {
-                        off: 0,
-                        len: c.fam.len(),
-                        mask: None,
-                    },
-                    CtKey::Zone => Val::Bytes(vec![0, 0]),
-                    other => Val::Unknown(format!("ct {}", other.nft_name())),
-                }
-            }
-            Src::Fib { result, flags } if flags & NFTA_FIB_F_PRESENT != 0 => {
-                // `fib … exists` / `missing`: one byte, whether the lookup found a route.
-                let saddr = flags & 1 != 0;
-                match result {
-                    // The reverse-path check a real source passes (the evaluator's assumption).
-                    FibResult::Oif | FibResult::OifName if saddr => Val::Bytes(vec![1, 0, 0, 0]),
-                    FibResult::Oif | FibResult::OifName if forwarded && c.oif.is_some() => {
-                        Val::Bytes(vec![1, 0, 0, 0])
-                    }
-                    _ => Val::Unknown(format!("fib {} exists", result.nft_name())),
-                }
-            }
-            Src::Fib { result, flags } => {
-                let saddr = flags & 1 != 0;
-                let daddr = flags & 2 != 0;
-                match result {
-                    FibResult::AddrType if daddr && !saddr => {
-                        // RTN_LOCAL for this machine's own address, RTN_UNICAST when routed on.
-                        ne32(if forwarded { 1 } else { 2 })
-                    }
-                    FibResult::AddrType if saddr => ne32(1),
-                    // A reverse-path check: a real source is routed back through the
-                    // interface it came in by.
-                    FibResult::Oif if saddr => ne32(c.iif_index.unwrap_or(2).max(2)),
-                    FibResult::OifName if saddr => name(&c.iif),
-                    FibResult::OifName if forwarded => match &c.oif {
-                        Some(o) => name(o),
-                        None => Val::Unknown("the interface it is routed to".into()),
-                    },
-                    _ => Val::Unknown(format!("fib {}", result.nft_name())),
-                }
-            }
+            Src::Ct { key, dir } => ct(key, dir, c, q),
+            Src::Fib { result, flags } => fib(result, *flags, c),
             // x_tables' untracked bits: xt_state's (64) and xt_conntrack's (256).
             Src::XtCtState if q.untracked => ne32(64 | 256),
-            Src::XtCtState => ne32(8 | if dnat { 128 } else { 0 }),
+            Src::XtCtState => ne32(8 | if dnat(c) { 128 } else { 0 }),
             Src::XtFixed(f) => Val::Bytes(vec![u8::from(fixed(f, c))]),
             Src::Unknown(w) => Val::Unknown(w.clone()),
         };
@@ -287,6 +146,177 @@ impl Walker<'_> {
                 }
             }
             Err(why) => M::Unknown(why.to_string()),
+        }
+    }
+}
+
+/// A 32-bit value in the machine's byte order, as meta and ct keys give it.
+fn ne32(v: u32) -> Val {
+    Val::Bytes(v.to_ne_bytes().to_vec())
+}
+
+/// An interface's name as `iifname` reads it: 16 bytes, zero-padded.
+fn iface_name(n: &str) -> Val {
+    let mut b = n.as_bytes().to_vec();
+    b.resize(16, 0);
+    Val::Bytes(b)
+}
+
+/// Whether the connection is translated by the runtime's DNAT (a routed packet is forwarded as
+/// sent).
+fn dnat(c: &Conn) -> bool {
+    c.path == Path::Forwarded && !c.routed
+}
+
+/// A meta key's value for the connection at this point of its way.
+fn meta(k: &MetaKey, at: &At<'_>, q: &Pkt) -> Val {
+    let c = at.conn;
+    let v4 = c.fam == Fam::V4;
+    match k {
+        MetaKey::L4Proto => Val::Bytes(vec![c.proto]),
+        MetaKey::NfProto => Val::Bytes(vec![if v4 { 2 } else { 10 }]),
+        MetaKey::Protocol => Val::Bytes(
+            if v4 { 0x0800u16 } else { 0x86ddu16 }
+                .to_be_bytes()
+                .to_vec(),
+        ),
+        MetaKey::IifName => iface_name(&c.iif),
+        MetaKey::OifName => match (at.hook, &c.oif) {
+            (Hook::Forward | Hook::Postrouting, Some(o)) => iface_name(o),
+            (Hook::Forward | Hook::Postrouting, None) => {
+                Val::Unknown("the interface it leaves by".into())
+            }
+            _ => iface_name(""),
+        },
+        // An interface that does not exist here has an index no rule can name (the
+        // kernel resolves `iif NAME` when the rule is added).
+        MetaKey::Iif => ne32(c.iif_index.unwrap_or(u32::MAX)),
+        MetaKey::Oif => match (at.hook, c.oif_index) {
+            (Hook::Forward | Hook::Postrouting, Some(i)) => ne32(i),
+            (Hook::Forward | Hook::Postrouting, None) => {
+                Val::Unknown("the index of the interface it leaves by".into())
+            }
+            _ => ne32(0),
+        },
+        MetaKey::Mark => match q.mark {
+            Some(m) => ne32(m),
+            None => Val::Unknown("a mark set on its way".into()),
+        },
+        // PACKET_HOST: a connection addressed to this machine's own link address.
+        MetaKey::PktType => Val::Bytes(vec![0]),
+        // ARPHRD_ETHER.
+        MetaKey::IifType => Val::Bytes(1u16.to_ne_bytes().to_vec()),
+        MetaKey::SecPath => Val::Bytes(vec![0]),
+        MetaKey::Sdif => ne32(0),
+        MetaKey::SdifName => iface_name(""),
+        other => Val::Unknown(format!("meta {}", other.nft_name())),
+    }
+}
+
+/// A payload load's value: the network header's addresses and protocol, the transport
+/// header's destination port and SYN flag; any other bytes not known.
+fn payload(l: &Load, base: &PayloadBase, off: usize, len: usize, at: &At<'_>) -> Val {
+    let c = at.conn;
+    let v4 = c.fam == Fam::V4;
+    match base {
+        PayloadBase::Network => {
+            let (s0, d0, proto_at) = if v4 { (12, 16, 9) } else { (8, 24, 6) };
+            let alen = c.fam.len();
+            if off >= s0 && off + len <= s0 + alen {
+                Val::Saddr {
+                    off: off - s0,
+                    len,
+                    mask: None,
+                }
+            } else if off >= d0 && off + len <= d0 + alen {
+                match c.daddr {
+                    Some(d) => Val::Bytes(ip_bytes(d)[off - d0..off - d0 + len].to_vec()),
+                    None => Val::Unknown("the destination address".into()),
+                }
+            } else if off == proto_at && len == 1 {
+                Val::Bytes(vec![c.proto])
+            } else if v4 && off == 6 && len <= 2 && frag_bits_only(l) {
+                // `ip frag-off & 0x1fff`, `& 0x2000` (more fragments): the first
+                // packet of a connection, whole, is no fragment; only the
+                // don't-fragment bit is the sender's choice.
+                Val::Bytes(vec![0; len])
+            } else {
+                Val::Unknown(format!("network header bytes {off}..{}", off + len))
+            }
+        }
+        PayloadBase::Transport => match (off, len) {
+            (2, 2) => match at.dport() {
+                Some(p) => Val::Bytes(p.to_be_bytes().to_vec()),
+                None => Val::Unknown("the port the runtime's DNAT sends it to".into()),
+            },
+            (13, 1) if c.proto == 6 => Val::Bytes(vec![0x02]),
+            (0, 2) => Val::Unknown("the source port".into()),
+            _ => Val::Unknown(format!("transport header bytes {off}..{}", off + len)),
+        },
+        _ => Val::Unknown(format!("{} header bytes", base.nft_name())),
+    }
+}
+
+/// A conntrack key's value for a tracked connection (new, translated by the runtime's DNAT
+/// when forwarded to it).
+fn ct(key: &CtKey, dir: &Option<CtDirection>, c: &Conn, q: &Pkt) -> Val {
+    let v4 = c.fam == Fam::V4;
+    let dnat = dnat(c);
+    let orig = matches!(dir, None | Some(CtDirection::Original));
+    match key {
+        CtKey::State => ne32(8),
+        CtKey::Status => ne32(if dnat { 0x20 | 0x100 } else { 0 }),
+        CtKey::Mark => match q.ctmark {
+            Some(m) => ne32(m),
+            None => Val::Unknown("a conntrack mark set on its way".into()),
+        },
+        CtKey::Direction => Val::Bytes(vec![0]),
+        CtKey::L3Protocol => Val::Bytes(vec![if v4 { 2 } else { 10 }]),
+        CtKey::Protocol => Val::Bytes(vec![c.proto]),
+        CtKey::ProtoDst if orig && dir.is_some() => Val::Bytes(c.port.to_be_bytes().to_vec()),
+        CtKey::Src | CtKey::SrcIp | CtKey::SrcIp6 if orig => Val::Saddr {
+            off: 0,
+            len: c.fam.len(),
+            mask: None,
+        },
+        CtKey::Zone => Val::Bytes(vec![0, 0]),
+        other => Val::Unknown(format!("ct {}", other.nft_name())),
+    }
+}
+
+/// A fib lookup's value: whether a route exists, this machine's address type, the
+/// reverse-path check a real source passes, the interface a forwarded connection leaves by.
+fn fib(result: &FibResult, flags: u32, c: &Conn) -> Val {
+    let forwarded = c.path == Path::Forwarded;
+    if flags & NFTA_FIB_F_PRESENT != 0 {
+        // `fib … exists` / `missing`: one byte, whether the lookup found a route.
+        let saddr = flags & 1 != 0;
+        match result {
+            // The reverse-path check a real source passes (the evaluator's assumption).
+            FibResult::Oif | FibResult::OifName if saddr => Val::Bytes(vec![1, 0, 0, 0]),
+            FibResult::Oif | FibResult::OifName if forwarded && c.oif.is_some() => {
+                Val::Bytes(vec![1, 0, 0, 0])
+            }
+            _ => Val::Unknown(format!("fib {} exists", result.nft_name())),
+        }
+    } else {
+        let saddr = flags & 1 != 0;
+        let daddr = flags & 2 != 0;
+        match result {
+            FibResult::AddrType if daddr && !saddr => {
+                // RTN_LOCAL for this machine's own address, RTN_UNICAST when routed on.
+                ne32(if forwarded { 1 } else { 2 })
+            }
+            FibResult::AddrType if saddr => ne32(1),
+            // A reverse-path check: a real source is routed back through the
+            // interface it came in by.
+            FibResult::Oif if saddr => ne32(c.iif_index.unwrap_or(2).max(2)),
+            FibResult::OifName if saddr => iface_name(&c.iif),
+            FibResult::OifName if forwarded => match &c.oif {
+                Some(o) => iface_name(o),
+                None => Val::Unknown("the interface it is routed to".into()),
+            },
+            _ => Val::Unknown(format!("fib {}", result.nft_name())),
         }
     }
 }
