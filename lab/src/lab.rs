@@ -311,11 +311,13 @@ fn teardown(shared: &Shared) -> Vec<Error> {
     }
     shared.registry.kill_all();
     let namespaces = std::mem::take(&mut *lock(&shared.namespaces));
-    // Identities are taken before the names go, so processes that entered a namespace just as it
-    // was deleted can still be found afterwards.
-    let identities: Vec<netns::Identity> = namespaces
+    // Each namespace is held open before its name goes, so processes that entered it just as it
+    // was deleted can still be found afterwards by its identity, and that identity cannot pass
+    // meanwhile to a namespace someone else makes (the hold keeps the namespace, and so its
+    // inode number, alive until they are killed).
+    let held: Vec<netns::Held> = namespaces
         .iter()
-        .filter_map(|name| netns::identity(&netns::netns_path(name)))
+        .filter_map(|name| netns::hold(&netns::netns_path(name)))
         .collect();
     for name in namespaces.iter().rev() {
         let path = netns::netns_path(name);
@@ -326,9 +328,10 @@ fn teardown(shared: &Shared) -> Vec<Error> {
             }
         }
     }
-    for identity in identities {
-        netns::kill_and_wait(&netns::pids_in(identity), Duration::from_secs(5));
+    for ns in &held {
+        netns::kill_and_wait(&netns::pids_in(ns.identity), Duration::from_secs(5));
     }
+    drop(held);
     problems.extend(netns::unmount_under(&shared.dir));
     if shared.dir.exists() {
         if let Err(e) = fs::remove_dir_all(&shared.dir) {

@@ -73,6 +73,27 @@ pub(crate) fn identity(path: &Path) -> Option<Identity> {
     fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
 }
 
+/// A namespace held open by a descriptor of its nsfs file, with its identity: while held, the
+/// namespace lives on after its name is deleted, so its identity (the nsfs inode number, which
+/// the kernel gives again to the next namespace made once this one is freed) names it alone.
+/// Without the hold, a teardown that looked for processes by a deleted namespace's identity
+/// could find and kill those of a namespace made since by someone else (another test's scratch
+/// namespace, whose `ip -n NS …` was seen killed by signal 9).
+pub(crate) struct Held {
+    _file: File,
+    pub(crate) identity: Identity,
+}
+
+/// Holds the namespace mounted at `path`, if it is there.
+pub(crate) fn hold(path: &Path) -> Option<Held> {
+    let file = File::open(path).ok()?;
+    let m = file.metadata().ok()?;
+    Some(Held {
+        identity: (m.dev(), m.ino()),
+        _file: file,
+    })
+}
+
 /// Pids of the processes whose network namespace is the one mounted at `path` (what
 /// `ip netns pids` reports).
 pub(crate) fn pids_in_netns(path: &Path) -> Vec<i32> {
