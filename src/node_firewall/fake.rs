@@ -243,12 +243,12 @@ impl NodeFirewall for Recording {
                     (
                         o.id.clone(),
                         vec![firewall::Presence {
-                            layer: firewall::LayerId {
-                                backend: firewall::Backend::Nftables,
-                                family: firewall::Family::Inet,
-                                table: "filter".into(),
-                                chain: "input".into(),
-                            },
+                            layer: layer_id(
+                                firewall::Backend::Nftables,
+                                firewall::Family::Inet,
+                                "filter",
+                                "input",
+                            ),
                             chain: None,
                             state: firewall::State::Present,
                         }],

@@ -272,12 +272,12 @@ mod tests {
 
     /// The layer `LAYER` names.
     fn layer() -> firewall::LayerId {
-        firewall::LayerId {
-            backend: firewall::Backend::Nftables,
-            family: firewall::Family::Inet,
-            table: "filter".into(),
-            chain: "input".into(),
-        }
+        crate::node_firewall::fake::layer_id(
+            firewall::Backend::Nftables,
+            firewall::Family::Inet,
+            "filter",
+            "input",
+        )
     }
 
     #[test]
