@@ -305,14 +305,7 @@ impl Model {
         ifaces: &[Iface],
         targets: &[Target],
     ) -> Option<Placement> {
-        let fams: Vec<Fam> = families(o)
-            .into_iter()
-            .filter(|f| match family {
-                Family::Ipv4 => *f == Fam::V4,
-                Family::Ipv6 => *f == Fam::V6,
-                _ => true,
-            })
-            .collect();
+        let fams: Vec<Fam> = families_in(o, family).collect();
         if fams.is_empty() {
             return Some(Placement::NotNeeded(format!(
                 "its sources have no address of family {family}"
