@@ -189,6 +189,13 @@ pub struct State {
     /// nothing of the firewall to look at.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub firewall_generation: Option<u32>,
+    /// With that generation, where legacy x_tables were in force, their fingerprint then
+    /// (`sha256:…`): they send no generation. Not in state.json, which an older host must still
+    /// read (its fields are refused when unknown), but beside it in `firewall-legacy`, written
+    /// after the snapshot and naming that snapshot's digest, so it is believed only with the
+    /// very snapshot it was written with and no journal over it (`load`).
+    #[serde(skip)]
+    pub firewall_legacy: Option<String>,
     /// The guard that apply left in force (with the runtime's bridges it was told then).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub firewall_guard: Option<crate::firewall_terms::GuardSpec>,
@@ -301,6 +308,10 @@ const FOLD_FLOOR: u64 = 64 * 1024;
 /// node was released, not lost, so the next store made here is not a rebuilt one. Removed by that
 /// store's first save.
 pub const RELEASED: &str = "released.json";
+
+/// Beside the snapshot: the legacy tables' fingerprint the state's generation was recorded with
+/// (`State::firewall_legacy`), and the digest of the snapshot it goes with.
+const LEGACY: &str = "firewall-legacy";
 
 /// The launcher's files in the store's directory (`packaging/launch`, `launch.rs`): the version
 /// it reinstalls after too many failed starts, its count of start attempts since the last
@@ -503,10 +514,12 @@ impl Store {
             return Err(io(&path)(e));
         }
         self.dir.sync().map_err(io(self.dir.path()))?;
-        self.snapshot = Some(Snapshot {
+        let snapshot = Snapshot {
             digest: digest(&bytes),
             len: bytes.len() as u64,
-        });
+        };
+        self.keep_legacy(&snapshot.digest);
+        self.snapshot = Some(snapshot);
         failpoint::hit("fold-renamed", "store");
         if self.released {
             // A store again: a loss from now on is a loss.
@@ -528,11 +541,31 @@ impl Store {
         Ok(())
     }
 
+    /// The legacy tables' fingerprint beside the snapshot just written (named by its digest), or
+    /// none. A cache of what the state recorded, not a record: one that cannot be written is
+    /// said and the next reconcile reads the firewall whole; one left from an earlier snapshot
+    /// names another digest and is never believed (`legacy_beside`).
+    fn keep_legacy(&self, snapshot: &str) {
+        let kept = match &self.state.firewall_legacy {
+            Some(fp) => self.dir.create(LEGACY, false).and_then(|mut f| {
+                std::io::Write::write_all(&mut f, format!("{snapshot} {fp}\n").as_bytes())
+            }),
+            None => self.dir.remove(LEGACY),
+        };
+        if let Err(e) = kept {
+            let _ = self.dir.remove(LEGACY);
+            tracing::warn!(
+                "{}: {e}; the next reconcile reads the legacy tables whole",
+                self.dir.shown(LEGACY).display()
+            );
+        }
+    }
+
     /// Ends this store, for a release: its snapshot and journal are removed under its lock, so
     /// nothing is left to reconcile. The saved originals, the lock and the launcher's files stay;
     /// the caller has written [`RELEASED`] first, so the next store is not taken for a rebuilt one.
     pub fn retire(mut self) -> Result<(), StoreError> {
-        for f in ["state.json", journal::FILE] {
+        for f in ["state.json", journal::FILE, LEGACY] {
             self.dir.remove(f).map_err(io(&self.dir.shown(f)))?;
         }
         self.journal = None;
@@ -646,6 +679,17 @@ pub fn peek(root: &Path) -> Result<Option<State>, StoreError> {
     Ok(load(&named)?.map(|l| l.state))
 }
 
+/// The fingerprint in [`LEGACY`] when it names the snapshot `digest`; nothing otherwise (a file
+/// missing, unreadable, torn, or left beside an earlier snapshot).
+fn legacy_beside(dir: &Named, digest: &str) -> Option<String> {
+    let bytes = dir.read(LEGACY).ok()??;
+    let text = std::str::from_utf8(&bytes).ok()?;
+    let (over, fp) = text.strip_suffix('\n')?.split_once(' ')?;
+    let hex = fp.strip_prefix("sha256:")?;
+    (over == digest && hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_hexdigit()))
+        .then(|| fp.to_string())
+}
+
 /// A store as read from disk.
 struct Loaded {
     state: State,
@@ -700,6 +744,11 @@ fn load(dir: &Named) -> Result<Option<Loaded>, StoreError> {
                 tracing::debug!(ops, torn, journal = %jpath.display(), "journal read")
             }
         }
+    }
+    // The legacy fingerprint goes with this very snapshot and no journal over it: an apply
+    // that journals has begun changing things, and its end writes both again.
+    if jbytes.is_none() {
+        state.firewall_legacy = legacy_beside(dir, &snapshot.digest);
     }
     Ok(Some(Loaded {
         state,

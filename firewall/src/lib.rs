@@ -20,6 +20,7 @@ pub mod probe;
 pub mod published;
 pub mod retire;
 pub mod rules;
+pub mod xtables;
 
 pub use derive::{derive, FoundationPorts, Inputs, Listen};
 pub use engine::Firewall;

@@ -165,7 +165,7 @@ pub(crate) struct Cx<'a> {
     pub not_admitted: Vec<NotAdmitted>,
     /// The ruleset generation is the one recorded after the last apply of this declaration, so
     /// the guard and every opening are as that apply left them: nothing is listed.
-    pub firewall_unchanged: Option<u32>,
+    pub firewall_unchanged: Option<node_firewall::Generation>,
     /// The one removal of the openings no longer declared, made the first time one is removed
     /// (or the stale marks are swept): (mark, layer) of each marked rule it removed.
     pub removal: Option<node_firewall::removal::Removed>,
@@ -536,7 +536,7 @@ fn apply_locked(
             })
         }
     };
-    let firewall_unchanged = firewall_before.unchanged;
+    let firewall_unchanged = firewall_before.unchanged.clone();
     report.said_firewall(&firewall_before);
     let node_firewall::Before {
         guard_spec,
@@ -557,7 +557,7 @@ fn apply_locked(
             removal: None,
             removal_said: Default::default(),
         };
-        let (turns, guard_failed) = each_resource(&mut cx, decl, &mut report, firewall_unchanged);
+        let (turns, guard_failed) = each_resource(&mut cx, decl, &mut report);
         report.not_admitted = std::mem::take(&mut cx.not_admitted);
         // And before the removals: an interrupt during the last resource stops them.
         if report.interrupted.is_none() && !guard_failed {

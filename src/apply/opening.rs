@@ -29,13 +29,11 @@ pub(super) fn apply(cx: &mut Cx<'_>, spec: &OpeningSpec) -> Result<Done, Resourc
     }
     // The ruleset is at the generation the last apply of this declaration verified: nothing of
     // it changed, so nothing is listed.
-    if let Some(generation) = cx.firewall_unchanged {
+    if let Some(generation) = &cx.firewall_unchanged {
         if cx.store.state.owned(&spec.id) == Some(&rec) {
             return Ok(Done::new(
                 Outcome::Unchanged,
-                format!(
-                    "in force as the last apply left it (ruleset generation {generation} unchanged)"
-                ),
+                format!("in force as the last apply left it ({generation} unchanged)"),
             ));
         }
     }

@@ -21,7 +21,7 @@ pub(super) fn record_declaration(
     source: Source,
     touched: bool,
     transition: Transition,
-) -> (Option<u32>, bool) {
+) -> (Option<node_firewall::Generation>, bool) {
     // Whether the ruleset may be as the last apply of this very declaration left it, so nothing
     // of it is listed: the generation recorded then, compared with the kernel's below. Never
     // recorded again until this apply has everything of the firewall in force.
@@ -31,10 +31,12 @@ pub(super) fn record_declaration(
         && (decl.mode != Mode::Adopted
             || state.settings.is_none()
             || state.firewall_guard.is_some());
+    let legacy = state.firewall_legacy.take();
     let recorded = state
         .firewall_generation
         .take()
-        .filter(|_| may_be_unchanged);
+        .filter(|_| may_be_unchanged)
+        .map(|nft| node_firewall::Generation { nft, legacy });
     // A reconcile of the same declaration changes nothing here, and then the snapshot is not
     // rewritten before the loop (the end of the apply folds it anyway).
     let same = state.node.as_deref() == Some(decl.node.as_str())
@@ -62,14 +64,13 @@ pub(super) fn each_resource(
     cx: &mut Cx<'_>,
     decl: &Declaration,
     report: &mut Report,
-    firewall_unchanged: Option<u32>,
 ) -> (usize, bool) {
     // The openings converge once, all together, just before the first opening: after the
     // resources declared before it, so a forwarded opening meets the DNAT of the container
     // declared before it. Not on a flipped node (the filter admits them), nor when the
     // ruleset is as the last apply left every one of them.
     let converges = cx.store.state.flip.is_none()
-        && !(firewall_unchanged.is_some() && opening::records(cx).is_empty());
+        && !(cx.firewall_unchanged.is_some() && opening::records(cx).is_empty());
     let guard_failed = report.failed().is_some();
     // How many resources had their turn: an interrupt is said as "after N of M".
     let mut turns = 0;
@@ -163,12 +164,14 @@ pub(super) fn firewall_in_force(
         .as_ref()
         .is_some_and(node_firewall::confirm::Confirmed::disagrees);
     if !report.stopped() && report.not_admitted.is_empty() && !disagrees {
-        let generation = match cx.firewall_unchanged {
+        let generation = match cx.firewall_unchanged.take() {
             Some(g) => Some(g),
             None if touched || flipped || transition != Transition::Stay => cx.fw.generation(),
             None => None,
         };
-        cx.store.state.firewall_generation = generation;
+        let (nft, legacy) = generation.map_or((None, None), |g| (Some(g.nft), g.legacy));
+        cx.store.state.firewall_generation = nft;
+        cx.store.state.firewall_legacy = legacy;
         cx.store.state.firewall_guard = report.memo.as_ref().and_then(|m| m.guard.clone());
     }
 }

@@ -9,7 +9,7 @@ use super::outcome::{FilterSaid, FlipSaid, Step};
 use super::restore::unflip;
 use super::save::record_found;
 use super::spec::filter_spec;
-use super::{Before, Error, Guarded, Node, Transition};
+use super::{Before, Error, Generation, Guarded, Node, Transition};
 use crate::declaration::{Declaration, Mode};
 
 /// The node's firewall as the declaration says, before any resource is applied.
@@ -27,7 +27,7 @@ pub fn before_resources(
     decl: &Declaration,
     transition: Transition,
     early: Option<Guarded>,
-    recorded: Option<u32>,
+    recorded: Option<Generation>,
 ) -> Result<Before, Error> {
     let saves_flip = transition == Transition::Flip && node.store.state.flip.is_none();
     if saves_flip {
@@ -37,13 +37,13 @@ pub fn before_resources(
         })?;
         node.store.state.flip = Some(saved);
     }
-    // Legacy tables send no generation, so where they are in force the firewall is always read.
+    // nf_tables' generation and, where legacy tables are in force, their fingerprint.
     let unchanged = recorded.and_then(|was| node.fw.generation().filter(|now| *now == was));
     if node.record || saves_flip {
         node.store.save()?;
     }
     let mut out = Before {
-        unchanged,
+        unchanged: unchanged.clone(),
         ..Before::default()
     };
     if decl.mode == Mode::Adopted {

@@ -318,9 +318,12 @@ impl NodeFirewallRead for Recording {
         Ok(self.script.borrow().claimed_by.clone())
     }
 
-    fn generation(&mut self) -> Option<u32> {
+    fn generation(&mut self) -> Option<Generation> {
         self.called("generation", &[]).ok()?;
-        self.script.borrow().generation
+        self.script
+            .borrow()
+            .generation
+            .map(|nft| Generation { nft, legacy: None })
     }
 
     fn kind(&mut self) -> String {

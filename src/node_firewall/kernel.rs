@@ -3,7 +3,7 @@
 //! socket without waiting for detection, and the guard's BPF layer pinned under the node's root.
 
 use super::read::NfChanges;
-use super::{Error, Held, Monitor, NodeFirewall, NodeFirewallRead};
+use super::{Error, Generation, Held, Monitor, NodeFirewall, NodeFirewallRead};
 use firewall::bpf::{BpfStatus, Pins};
 use firewall::eval::{Answer, Verdict, Way};
 use firewall::{
@@ -185,11 +185,16 @@ impl NodeFirewallRead for Kernel {
         Ok(self.found()?.claimed_by()?)
     }
 
-    fn generation(&mut self) -> Option<u32> {
-        if legacy_in_force() {
-            return None;
-        }
-        self.found().ok()?.generation().ok().flatten()
+    fn generation(&mut self) -> Option<Generation> {
+        let nft = self.found().ok()?.generation().ok().flatten()?;
+        // Legacy tables send no generation: their fingerprint, read from the kernel by
+        // getsockopt (no child process), vouches for them instead.
+        let legacy = if legacy_in_force() {
+            Some(firewall::xtables::fingerprint().ok().flatten()?)
+        } else {
+            None
+        };
+        Some(Generation { nft, legacy })
     }
 
     fn kind(&mut self) -> String {

@@ -37,7 +37,7 @@ pub use kernel::{legacy_in_force, Kernel};
 pub use openings::{NotAdmitted, Openings};
 pub use outcome::{FilterSaid, FlipSaid, GuardSaid, GuardWritten};
 pub use read::{
-    firewalld_reloads, kernel_reader, Change, Held, Monitor, NodeFirewallRead, OpenRead,
+    firewalld_reloads, kernel_reader, Change, Generation, Held, Monitor, NodeFirewallRead, OpenRead,
 };
 
 // The firewall crate's plain terms, handed on from `firewall_terms.rs` so the commands and the
@@ -229,7 +229,7 @@ pub struct Before {
     pub filter_spec: Option<FilterSpec>,
     /// The ruleset is at the generation the last apply of this very declaration left it at, so
     /// nothing of it is listed.
-    pub unchanged: Option<u32>,
+    pub unchanged: Option<Generation>,
 }
 
 /// Everything the phase before the resources needs from the apply.

@@ -372,7 +372,7 @@ pub enum FilterSaid {
     /// Loaded by the flip itself.
     LoadedByFlip { openings: usize },
     /// The ruleset is at the generation the last apply left: not listed.
-    AsLeft { generation: u32 },
+    AsLeft { generation: super::Generation },
     /// Ensured: whether it had to be written.
     Ensured { openings: usize, written: bool },
     /// It could not be loaded: the error's words.
@@ -394,7 +394,7 @@ impl fmt::Display for FilterSaid {
             ),
             FilterSaid::AsLeft { generation } => write!(
                 f,
-                "in force as the last apply left it (ruleset generation {generation} unchanged)"
+                "in force as the last apply left it ({generation} unchanged)"
             ),
             FilterSaid::Ensured { openings, written } => write!(
                 f,

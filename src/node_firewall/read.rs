@@ -10,15 +10,40 @@ use std::collections::BTreeMap;
 use std::os::fd::BorrowedFd;
 use std::path::Path;
 
+/// Where the node's whole firewall stands, asked without listing it: equal to what an apply
+/// recorded when nothing of it changed since.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Generation {
+    /// nf_tables' ruleset generation, which every nf_tables change moves.
+    pub nft: u32,
+    /// The legacy x_tables' fingerprint (`sha256:…`, counters left out), where they are in
+    /// force: they send no generation.
+    pub legacy: Option<String>,
+}
+
+impl std::fmt::Display for Generation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.legacy {
+            None => write!(f, "ruleset generation {}", self.nft),
+            Some(fp) => write!(
+                f,
+                "ruleset generation {} and legacy tables {}",
+                self.nft,
+                fp.get(..19).unwrap_or(fp)
+            ),
+        }
+    }
+}
+
 /// What the core reads of the node's firewall. The kernel's implementation
 /// ([`super::Kernel`]) opens the found firewall on first use; the recording fake answers from its
 /// script.
 pub trait NodeFirewallRead {
     /// The node whose marked rules are in force here, if any.
     fn claimed_by(&mut self) -> Result<Option<String>, Error>;
-    /// The ruleset's generation, where it vouches for the whole ruleset: `None` where legacy
-    /// x_tables are in force (they send no generation) or nf_tables cannot say.
-    fn generation(&mut self) -> Option<u32>;
+    /// Where the whole ruleset stands: nf_tables' generation and, where legacy x_tables are in
+    /// force (they send no generation), their fingerprint; `None` when either cannot be read.
+    fn generation(&mut self) -> Option<Generation>;
     /// The found firewall's kind, as the report names it (`nftables`, `firewalld`, …).
     fn kind(&mut self) -> String;
     /// The found firewall as detected: its layers with their evidence, its refusal, its notes.

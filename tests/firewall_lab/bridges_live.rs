@@ -14,7 +14,11 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 const BOUND: Duration = Duration::from_millis(100);
 
 /// The programs `mesh-host ARGS` exec'd, traced: the binary itself is the first.
-fn traced_execs(host: &Host, docker_host: &str, args: &[&str]) -> (lab::Output, Vec<String>) {
+pub(super) fn traced_execs(
+    host: &Host,
+    docker_host: &str,
+    args: &[&str],
+) -> (lab::Output, Vec<String>) {
     let trace = host.dir.path().join("execve.trace");
     let _ = std::fs::remove_file(&trace);
     let root = host.root();
@@ -47,7 +51,7 @@ fn traced_execs(host: &Host, docker_host: &str, args: &[&str]) -> (lab::Output, 
     (out, execs)
 }
 
-fn assert_only_the_binary(execs: &[String], what: &str) {
+pub(super) fn assert_only_the_binary(execs: &[String], what: &str) {
     assert!(
         execs.len() == 1 && execs[0].contains(&format!("execve(\"{MESH}\"")),
         "{what}: the reconcile exec'd more than itself:\n{}",

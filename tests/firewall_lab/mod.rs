@@ -35,6 +35,7 @@ mod guard_routes;
 mod guard_saved;
 mod incoming;
 mod keeps_word;
+mod legacy_unchanged;
 mod listing;
 mod own_cells;
 mod reload;

@@ -1,0 +1,165 @@
+//! A legacy found firewall known unchanged without reading it: after an apply, a reconcile
+//! exec's nothing but the binary (no `iptables-legacy-save`), its opening unchanged by the legacy
+//! tables' fingerprint (read by `getsockopt`, counters left out); a rule deleted by hand changes
+//! the fingerprint, so the next reconcile reads the tables and puts the opening back. Each state
+//! is probed: from outside, and from a source the operator bans first.
+
+use super::bridges_live::{assert_only_the_binary, traced_execs};
+use super::*;
+use lab::addr::PEER_PUBLIC_V4;
+
+/// No engine answers here: the reconcile must not start one to ask.
+const NO_ENGINE: &str = "unix:///nonexistent/docker.sock";
+
+#[test]
+fn a_legacy_reconcile_with_nothing_changed_starts_no_process() {
+    let lab = new_lab();
+    let net = adoption(&lab);
+    let node = &net.node;
+    run_all(node, &xt_input_drop("iptables-legacy"));
+    run_all(node, &xt_input_drop("ip6tables-legacy"));
+    // The operator's ban of the peer, first in INPUT (over IPv4 only: a ban of its IPv6 address
+    // drops its neighbour discovery too, and the probe then says unreachable, not banned).
+    let v4 = PEER_PUBLIC_V4.to_string();
+    run_ok(
+        node,
+        &[
+            "iptables-legacy",
+            "-w",
+            "-I",
+            "INPUT",
+            "1",
+            "-s",
+            &v4,
+            "-j",
+            "DROP",
+        ],
+    );
+    let _listeners: Vec<_> = [SSH, OPENED]
+        .iter()
+        .map(|p| node.listen_tcp(*p).expect("listener on the node"))
+        .collect();
+    let public = node_public();
+    let host = Host::new(node);
+    let decl = declaration(&[opening("web/api", OPENED, "incoming")]);
+    host.apply(&decl);
+    expect(
+        &net.outside,
+        &public,
+        OPENED,
+        Probe::Reached,
+        "the opening, applied",
+    );
+    expect(
+        &net.peer,
+        &public[..1],
+        OPENED,
+        Probe::TimedOut,
+        "the banned peer, applied",
+    );
+
+    // Nothing changed: the fingerprint vouches for the legacy tables, nothing is exec'd.
+    let (out, execs) = traced_execs(&host, NO_ENGINE, &["reconcile", "--json"]);
+    assert!(out.success(), "{}\n{}", out.stdout, out.stderr);
+    let report: Value = crate::util::contract(&out.stdout);
+    assert_nothing_failed(&report);
+    assert_eq!(outcome(&report, "web/api"), "unchanged", "{report:#}");
+    assert!(
+        report["entries"][0]["detail"]
+            .as_str()
+            .is_some_and(|d| d.contains("legacy tables sha256:")),
+        "the legacy tables' fingerprint vouched: {report:#}"
+    );
+    assert_only_the_binary(&execs, "a legacy firewall, nothing changed");
+    expect(
+        &net.outside,
+        &public,
+        OPENED,
+        Probe::Reached,
+        "the opening, unchanged",
+    );
+    expect(
+        &net.peer,
+        &public[..1],
+        OPENED,
+        Probe::TimedOut,
+        "the banned peer, unchanged",
+    );
+
+    // Traffic moved the counters meanwhile: still nothing to read.
+    let (out, execs) = traced_execs(&host, NO_ENGINE, &["reconcile", "--json"]);
+    assert!(out.success(), "{}\n{}", out.stdout, out.stderr);
+    assert_eq!(
+        outcome(&crate::util::contract(&out.stdout), "web/api"),
+        "unchanged"
+    );
+    assert_only_the_binary(&execs, "a legacy firewall after traffic");
+
+    // Someone deletes the opening's rule by hand: the fingerprint changes, the tables are read
+    // and the rule put back.
+    let saved = run_ok(node, &["iptables-legacy-save", "-t", "filter"]);
+    let marked = saved
+        .lines()
+        .find(|l| l.starts_with("-A INPUT") && is_marked(l))
+        .unwrap_or_else(|| panic!("no marked rule in INPUT:\n{saved}"));
+    let mut delete = vec!["iptables-legacy", "-w", "-D"];
+    delete.extend(
+        marked
+            .trim_start_matches("-A ")
+            .split(' ')
+            .filter(|w| !w.is_empty()),
+    );
+    // The comment's quotes are the save's, not part of the argument.
+    let delete: Vec<String> = delete
+        .iter()
+        .map(|w| w.trim_matches('"').to_string())
+        .collect();
+    let delete: Vec<&str> = delete.iter().map(String::as_str).collect();
+    run_ok(node, &delete);
+    expect(
+        &net.outside,
+        &[public[0]],
+        OPENED,
+        Probe::TimedOut,
+        "the v4 rule deleted by hand",
+    );
+    let (out, execs) = traced_execs(&host, NO_ENGINE, &["reconcile", "--json"]);
+    assert!(out.success(), "{}\n{}", out.stdout, out.stderr);
+    let report: Value = crate::util::contract(&out.stdout);
+    assert_nothing_failed(&report);
+    assert_eq!(outcome(&report, "web/api"), "created", "{report:#}");
+    assert!(
+        execs.iter().any(|e| e.contains("iptables-legacy-save")),
+        "a changed fingerprint reads the tables:\n{}",
+        execs.join("\n")
+    );
+    expect(
+        &net.outside,
+        &public,
+        OPENED,
+        Probe::Reached,
+        "the opening, put back",
+    );
+    expect(
+        &net.peer,
+        &public[..1],
+        OPENED,
+        Probe::TimedOut,
+        "the banned peer stays first",
+    );
+    let saved = run_ok(node, &["iptables-legacy-save", "-t", "filter"]);
+    let first = saved.lines().find(|l| l.starts_with("-A INPUT")).unwrap();
+    assert!(
+        first.contains(&v4) && first.ends_with("-j DROP"),
+        "the ban stays first:\n{saved}"
+    );
+
+    // And after the put-back, nothing again.
+    let (out, execs) = traced_execs(&host, NO_ENGINE, &["reconcile", "--json"]);
+    assert!(out.success(), "{}\n{}", out.stdout, out.stderr);
+    assert_eq!(
+        outcome(&crate::util::contract(&out.stdout), "web/api"),
+        "unchanged"
+    );
+    assert_only_the_binary(&execs, "a legacy firewall after the put-back");
+}
