@@ -21,7 +21,7 @@ use super::opening::{sources, Iface};
 use super::{Answer, Branch, Conn, Decider, Fate, Outcome, Path};
 use crate::netlink::RuleBody;
 use crate::opening::{From, Opening, Path as OPath};
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::net::IpAddr;
 
 /// A port that no declared opening names, asked about beside the planned ones: a rule that
@@ -152,15 +152,34 @@ pub struct Before {
 
 impl Before {
     pub fn of(model: &Model, conns: Vec<Conn>) -> Before {
-        let answers: Vec<Answer> = conns
-            .iter()
-            .map(|c| model.evaluate(c, &Addrs::all(c.fam)))
-            .collect();
-        let branches = conns
-            .iter()
-            .zip(&answers)
-            .map(|(c, a)| doubtful(a).then(|| model.branches(c, &Addrs::all(c.fam))))
-            .collect();
+        // Classes alike but for a port no rule reads walk alike ([`Model::named_ports`]): the
+        // first one's walk answers for the rest (a write of N new openings asks about N ports
+        // the ruleset before it never names).
+        let named = model.named_ports(|_| true);
+        let mut walked: HashMap<Conn, usize> = HashMap::new();
+        let mut answers: Vec<Answer> = Vec::with_capacity(conns.len());
+        let mut branches: Vec<Option<Vec<Branch>>> = Vec::with_capacity(conns.len());
+        for c in &conns {
+            let alike = named
+                .as_ref()
+                .filter(|n| c.to_port.is_none() && !n.contains(&c.port))
+                .map(|_| Conn {
+                    port: 0,
+                    ..c.clone()
+                });
+            if let Some(&first) = alike.as_ref().and_then(|k| walked.get(k)) {
+                answers.push(answers[first].clone());
+                branches.push(branches[first].clone());
+                continue;
+            }
+            let all = Addrs::all(c.fam);
+            let answer = model.evaluate(c, &all);
+            branches.push(doubtful(&answer).then(|| model.branches(c, &all)));
+            answers.push(answer);
+            if let Some(k) = alike {
+                walked.insert(k, answers.len() - 1);
+            }
+        }
         Before {
             conns,
             answers,
@@ -488,6 +507,40 @@ mod tests {
                 before,
                 rules: vec![planned_xt(chain, spec, Fam::V4, &names)],
             },
+        }
+    }
+
+    /// The answers before a write, where classes alike but for a port no rule reads share one
+    /// walk, are each class's own walk: over the router (ports it never names answered
+    /// together), and over it with a wide range that reads every port (nothing shared).
+    #[test]
+    fn shared_walks_answer_as_each_class_walked_alone() {
+        let ranged = ROUTER.replace(
+            "-A INPUT -p tcp -m tcp --dport 22 -j ACCEPT\n",
+            "-A INPUT -p tcp -m tcp --dport 22 -j ACCEPT\n\
+             -A INPUT -p tcp -m tcp --dport 9000:9100 -j DROP\n",
+        );
+        for text in [ROUTER, ranged.as_str()] {
+            let mut m = Model::default();
+            m.add_legacy(Fam::V4, "filter", text);
+            let ports: BTreeSet<(u8, u16)> = [22, 80, 443, 9000, 9050, 9200]
+                .iter()
+                .map(|p| (6, *p))
+                .collect();
+            let conns = classes(&ifaces(), &ports, &[], [true, true]);
+            let b = Before::of(&m, conns.clone());
+            assert_eq!(b.conns, conns);
+            let fates: BTreeSet<&str> = b
+                .answers
+                .iter()
+                .flat_map(|a| a.parts.iter().map(|p| p.fate.word()))
+                .collect();
+            assert!(fates.len() > 1, "the classes differ in fate: {fates:?}");
+            for ((c, a), br) in conns.iter().zip(&b.answers).zip(&b.branches) {
+                let all = Addrs::all(c.fam);
+                assert_eq!(*a, m.evaluate(c, &all), "{c:?}");
+                assert_eq!(*br, doubtful(a).then(|| m.branches(c, &all)), "{c:?}");
+            }
         }
     }
 

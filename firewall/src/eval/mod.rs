@@ -52,7 +52,7 @@ use std::fmt;
 use std::net::IpAddr;
 
 /// The way a new connection takes through this machine.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Path {
     /// To a service of this machine: ingress, prerouting, input.
     Incoming,
@@ -62,7 +62,7 @@ pub enum Path {
 }
 
 /// A symbolic new connection: concrete but for its sources, which the walk keeps as a set.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Conn {
     pub fam: Fam,
     /// 6 (tcp) or 17 (udp).

@@ -722,10 +722,18 @@ impl Model {
     /// every port tests it (a range, a negation, a set lookup) or any reads conntrack's ports
     /// or an ipset: then every port is walked for itself.
     pub fn unmarked_named_ports(&self) -> Option<HashSet<u16>> {
+        self.named_ports(|r| !r.marked)
+    }
+
+    /// The destination ports any rule is about, the mesh's too, when only the rules the port
+    /// index holds read the port: then a connection to a port outside the set walks exactly as
+    /// one to any other port outside it, so one walk answers for all of them (the check's
+    /// answers before a write). `None` as for [`Model::unmarked_named_ports`].
+    pub fn named_ports(&self, of: impl Fn(&IrRule) -> bool) -> Option<HashSet<u16>> {
         let mut named = HashSet::new();
         for t in &self.tables {
             for c in t.chains.values() {
-                for r in c.rules.iter().filter(|r| !r.marked) {
+                for r in c.rules.iter().filter(|r| of(r)) {
                     if r.reads_port_anyhow() {
                         return None;
                     }
