@@ -318,12 +318,12 @@ impl NodeFirewallRead for Recording {
         Ok(self.script.borrow().claimed_by.clone())
     }
 
-    fn generation(&mut self) -> Option<Generation> {
+    fn generation(&mut self) -> Option<super::Generation> {
         self.called("generation", &[]).ok()?;
         self.script
             .borrow()
             .generation
-            .map(|nft| Generation { nft, legacy: None })
+            .map(|nft| super::Generation { nft, legacy: None })
     }
 
     fn kind(&mut self) -> String {

@@ -377,3 +377,52 @@ fn a_stamp_is_one_string_read_back_exactly() {
         assert!(serde_json::from_str::<Stamp>(bad).is_err(), "{bad}");
     }
 }
+
+/// The legacy tables' fingerprint beside the snapshot: read back with the snapshot it was
+/// written with; not believed beside another snapshot, with a journal over it, or torn; never
+/// in state.json (an older host refuses fields it does not know).
+#[test]
+fn the_legacy_fingerprint_goes_with_its_own_snapshot_only() {
+    let fp = format!("sha256:{}", "ab".repeat(32));
+    let root = tempfile::tempdir().unwrap();
+    let dir = store_dir(root.path());
+    let mut s = Store::open(root.path()).unwrap();
+    s.state.node = Some("n1".into());
+    s.state.firewall_generation = Some(7);
+    s.state.firewall_legacy = Some(fp.clone());
+    s.save().unwrap();
+    let text = fs::read_to_string(dir.join("state.json")).unwrap();
+    assert!(!text.contains(&fp) && !text.contains("legacy"), "{text}");
+    assert_eq!(
+        peek(root.path()).unwrap().unwrap().firewall_legacy,
+        Some(fp.clone())
+    );
+    drop(s);
+    let mut s = Store::open(root.path()).unwrap();
+    assert_eq!(s.state.firewall_legacy, Some(fp.clone()));
+
+    // A journal over the snapshot: an apply had begun changing things.
+    s.record("a", Op::Own(owned("a"))).unwrap();
+    assert_eq!(peek(root.path()).unwrap().unwrap().firewall_legacy, None);
+    s.save().unwrap();
+    assert_eq!(
+        peek(root.path()).unwrap().unwrap().firewall_legacy,
+        Some(fp.clone())
+    );
+
+    // Beside another snapshot (written by a host that knew nothing of it): not believed.
+    let kept = fs::read(dir.join(LEGACY)).unwrap();
+    s.state.firewall_legacy = None;
+    s.state.firewall_generation = Some(8);
+    s.save().unwrap();
+    assert!(!dir.join(LEGACY).exists(), "a save without one removes it");
+    fs::write(dir.join(LEGACY), &kept).unwrap();
+    assert_eq!(peek(root.path()).unwrap().unwrap().firewall_legacy, None);
+
+    // Torn: the right digest, half a fingerprint.
+    s.state.firewall_legacy = Some(fp.clone());
+    s.save().unwrap();
+    let whole = fs::read(dir.join(LEGACY)).unwrap();
+    fs::write(dir.join(LEGACY), &whole[..whole.len() - 10]).unwrap();
+    assert_eq!(peek(root.path()).unwrap().unwrap().firewall_legacy, None);
+}
