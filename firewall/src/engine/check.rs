@@ -360,7 +360,7 @@ pub(super) fn settle(
         openings: planned,
         withdrawn,
     };
-    let after = model.edited(&edits);
+    let after = model.edited_by(edits);
     let v = check::diff(&before, &after, &all);
     let withdrawn = all.withdrawn;
     if v.is_empty() {

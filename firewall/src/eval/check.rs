@@ -544,6 +544,50 @@ mod tests {
         }
     }
 
+    /// The model after edits: inserts before a rule, at the end and past the end (the end) in
+    /// the edits' order, a removal, the rest in place; by reference and by value alike.
+    #[test]
+    fn edits_land_where_they_say_in_their_order() {
+        let m = model();
+        let spec = |p: u16| format!("-p tcp -m tcp --dport {p} -j ACCEPT");
+        let remove = Edit {
+            table: "iptables-legacy filter".into(),
+            chain: "INPUT".into(),
+            what: EditWhat::Remove(1),
+        };
+        let edits = vec![
+            insert("INPUT", None, &spec(9003), &m),
+            insert("INPUT", Some(0), &spec(9001), &m),
+            remove,
+            insert("INPUT", Some(2), &spec(9002), &m),
+            insert("INPUT", Some(0), &spec(9011), &m),
+            insert("INPUT", Some(99), &spec(9004), &m),
+        ];
+        let texts = |m: &Model| -> Vec<String> {
+            m.table("iptables-legacy filter").unwrap().chains["INPUT"]
+                .rules
+                .iter()
+                .map(IrRule::text)
+                .collect()
+        };
+        let want_ports = [
+            "9001",
+            "9011",
+            "conntrack",
+            "9002",
+            "22",
+            "handle_reject",
+            "9003",
+            "9004",
+        ];
+        for got in [texts(&m.edited(&edits)), texts(&m.edited_by(edits.clone()))] {
+            assert_eq!(got.len(), want_ports.len(), "{got:#?}");
+            for (g, w) in got.iter().zip(want_ports) {
+                assert!(g.contains(w), "{w} expected, got {got:#?}");
+            }
+        }
+    }
+
     fn check(chain: &str, before: Option<usize>, spec: &str) -> Vec<Violation> {
         let m = model();
         let o = opening(9000);

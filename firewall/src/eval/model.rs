@@ -665,51 +665,52 @@ impl Model {
     /// The model as it will stand once `edits` are made: the chains they touch rebuilt (their
     /// port index and ban runs too), everything else as it is.
     pub fn edited(&self, edits: &[Edit]) -> Model {
+        self.edited_by(edits.to_vec())
+    }
+
+    /// [`Model::edited`], taking the edits: their rules move into the model rather than being
+    /// copied (10,000 new openings' rules were a tenth of an apply's time as clones).
+    pub fn edited_by(&self, edits: Vec<Edit>) -> Model {
         let mut m = self.clone();
-        let mut touched: BTreeMap<(usize, &str), Vec<&Edit>> = BTreeMap::new();
+        let mut touched: BTreeMap<(usize, String), Vec<EditWhat>> = BTreeMap::new();
         for e in edits {
             if let Some(ti) = m.tables.iter().position(|t| t.name == e.table) {
-                touched.entry((ti, e.chain.as_str())).or_default().push(e);
+                touched.entry((ti, e.chain)).or_default().push(e.what);
             }
         }
         for ((ti, chain), es) in touched {
             let t = &mut m.tables[ti];
-            let old = t.chains.remove(chain).unwrap_or_default();
+            let old = t.chains.remove(&chain).unwrap_or_default();
             let old = Rc::try_unwrap(old).unwrap_or_else(|shared| (*shared).clone());
-            let removed: HashSet<usize> = es
-                .iter()
-                .filter_map(|e| match e.what {
-                    EditWhat::Remove(i) => Some(i),
-                    EditWhat::Insert { .. } => None,
-                })
-                .collect();
             let len = old.rules.len();
-            let inserts_at = |i: Option<usize>| {
-                es.iter().filter_map(move |e| match &e.what {
-                    EditWhat::Insert { before, rules } if before.filter(|b| *b < len) == i => {
-                        Some(rules)
+            let mut removed: HashSet<usize> = HashSet::new();
+            // What goes in before each rule (`None`: at the end), in the edits' order.
+            let mut inserts: HashMap<Option<usize>, Vec<IrRule>> = HashMap::new();
+            for what in es {
+                match what {
+                    EditWhat::Remove(i) => {
+                        removed.insert(i);
                     }
-                    _ => None,
-                })
-            };
+                    EditWhat::Insert { before, rules } => inserts
+                        .entry(before.filter(|b| *b < len))
+                        .or_default()
+                        .extend(rules),
+                }
+            }
             let mut new = ChainIr::default();
             for (i, r) in old.rules.into_iter().enumerate() {
-                for rules in inserts_at(Some(i)) {
-                    for r in rules {
-                        new.push(r.clone());
-                    }
+                for r in inserts.remove(&Some(i)).into_iter().flatten() {
+                    new.push(r);
                 }
                 if !removed.contains(&i) {
                     new.push(r);
                 }
             }
-            for rules in inserts_at(None) {
-                for r in rules {
-                    new.push(r.clone());
-                }
+            for r in inserts.remove(&None).into_iter().flatten() {
+                new.push(r);
             }
             new.index_runs(t.family, &t.sets);
-            t.chains.insert(chain.to_string(), Rc::new(new));
+            t.chains.insert(chain, Rc::new(new));
         }
         m
     }
