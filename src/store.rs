@@ -291,10 +291,32 @@ pub struct Store {
     pub fresh: bool,
 }
 
-/// What identifies a snapshot on disk.
+/// What identifies a snapshot on disk: its length, and its digest, which names it in the header
+/// of a journal begun over it.
 struct Snapshot {
-    digest: String,
     len: u64,
+    /// The snapshot's bytes as on disk, kept until its digest is made from them.
+    bytes: Vec<u8>,
+    /// Made the first time a journal is begun over it (or read over it): most snapshots a
+    /// process reads or writes (a reconcile's that changes nothing, the one every act ends
+    /// with) never have one, and the digest is a pass over every byte.
+    digest: Option<String>,
+}
+
+impl Snapshot {
+    fn new(bytes: Vec<u8>, digest: Option<String>) -> Snapshot {
+        Snapshot {
+            len: bytes.len() as u64,
+            bytes,
+            digest,
+        }
+    }
+
+    /// The snapshot's digest, made now if it was not yet.
+    fn digest(&mut self) -> &str {
+        self.digest
+            .get_or_insert_with(|| digest(&std::mem::take(&mut self.bytes)))
+    }
 }
 
 /// The journal is folded when it holds more than twice the snapshot's bytes, and never before it
@@ -457,11 +479,13 @@ impl Store {
         // Read only now, under the lock: a look taken before it is trusted only for the very
         // bytes it read.
         let files = Files::read(&named)?;
-        let (loaded, unused) = match peeked {
-            Some(p) if p.files == files => (Some(p.loaded), None),
-            unused => (parse(&named, &files)?, unused),
+        let (loaded, unused, files) = match peeked {
+            Some(p) if p.files == files => {
+                drop(files);
+                (Some(p.loaded), None, p.files)
+            }
+            unused => (parse(&named, &files)?, unused, files),
         };
-        drop(files);
         let released = named.exists(RELEASED);
         let mut store = Store {
             dir: named,
@@ -485,7 +509,10 @@ impl Store {
             // store whole, in this format (with its checksum, and stamps an older host would
             // refuse in a journal line it replays).
             let current = !l.unchecked && store.state.version == STORE_VERSION;
-            store.snapshot = l.snapshot.filter(|_| current);
+            store.snapshot = files
+                .snapshot
+                .filter(|_| current)
+                .map(|bytes| Snapshot::new(bytes, l.digest));
             store.journal_on_disk = l.journal_found;
         }
         if store.journal_on_disk {
@@ -523,9 +550,9 @@ impl Store {
         let path = self.dir.shown("state.json");
         let tmp = self.dir.shown(TMP);
         self.state.version = STORE_VERSION;
-        let mut body = serde_json::to_vec_pretty(&self.state).expect("state serializes");
-        body.push(b'\n');
-        let bytes = checksum::seal(&body);
+        // Sized by the snapshot it replaces, which it is usually about the size of.
+        let hint = self.snapshot.as_ref().map_or(0, |s| s.len as usize);
+        let bytes = checksum::seal_json(&self.state, hint).expect("state serializes");
         if failpoint::armed("fold-torn", "store") {
             let _ = self.dir.write_synced(TMP, &bytes[..bytes.len() / 2]);
             failpoint::kill();
@@ -537,10 +564,7 @@ impl Store {
             return Err(io(&path)(e));
         }
         self.dir.sync().map_err(io(self.dir.path()))?;
-        self.snapshot = Some(Snapshot {
-            digest: digest(&bytes),
-            len: bytes.len() as u64,
-        });
+        self.snapshot = Some(Snapshot::new(bytes, None));
         failpoint::hit("fold-renamed", "store");
         if self.released {
             // A store again: a loss from now on is a loss.
@@ -600,14 +624,14 @@ impl Store {
                     source,
                 })?;
         }
-        let Some(snapshot) = &self.snapshot else {
+        let Some(snapshot) = &mut self.snapshot else {
             // Nothing on disk to journal over yet: the first snapshot is the record.
             return self.save();
         };
         let fold_at = (2 * snapshot.len).max(FOLD_FLOOR);
         let header = self.journal.is_none().then(|| journal::Header {
             journal: journal::JOURNAL_VERSION,
-            over: snapshot.digest.clone(),
+            over: snapshot.digest().to_string(),
         });
         if failpoint::armed("append", &first) {
             failpoint::kill();

@@ -3,8 +3,8 @@
 //! bytes it read.
 
 use super::{
-    checksum, confined_dir, digest, io, journal, store_dir, Confined, Named, Snapshot, State,
-    StoreError, STORE_VERSION, UNCHECKED_VERSION,
+    checksum, confined_dir, digest, io, journal, store_dir, Confined, Named, State, StoreError,
+    STORE_VERSION, UNCHECKED_VERSION,
 };
 use std::path::Path;
 
@@ -13,8 +13,8 @@ use std::path::Path;
 /// reads of equal bytes hold the same state.
 #[derive(PartialEq, Eq)]
 pub(super) struct Files {
-    snapshot: Option<Vec<u8>>,
-    journal: Option<Vec<u8>>,
+    pub(super) snapshot: Option<Vec<u8>>,
+    pub(super) journal: Option<Vec<u8>>,
 }
 
 impl Files {
@@ -30,7 +30,8 @@ impl Files {
 /// A store as read from disk.
 pub(super) struct Loaded {
     pub(super) state: State,
-    pub(super) snapshot: Option<Snapshot>,
+    /// The snapshot's digest, when the journal's replay made it (see `Snapshot`).
+    pub(super) digest: Option<String>,
     /// The snapshot is of the previous format, without a checksum.
     pub(super) unchecked: bool,
     /// Whether a journal file was there (replayed, stale or empty).
@@ -98,24 +99,23 @@ pub(super) fn parse(dir: &Named, files: &Files) -> Result<Option<Loaded>, StoreE
                 version: STORE_VERSION,
                 ..State::default()
             },
-            snapshot: None,
+            digest: None,
             unchecked: false,
             journal_found: true,
         }));
     };
     let (mut state, unchecked) = read_snapshot(&path, bytes)?;
-    let snapshot = Snapshot {
-        digest: digest(bytes),
-        len: bytes.len() as u64,
-    };
+    // The snapshot's digest is made only to replay a journal, which names the snapshot it was
+    // begun over.
+    let mut made = None;
     if let Some(j) = &files.journal {
-        let replayed =
-            journal::replay(j, &snapshot.digest, unchecked, &mut state).map_err(|source| {
-                StoreError::Journal {
-                    path: jpath.clone(),
-                    source,
-                }
-            })?;
+        let over = made.insert(digest(bytes));
+        let replayed = journal::replay(j, over, unchecked, &mut state).map_err(|source| {
+            StoreError::Journal {
+                path: jpath.clone(),
+                source,
+            }
+        })?;
         match replayed {
             // Everything in it is in the snapshot already, or it is another store's: said, not
             // hidden at debug (issue 33: a journal from another store was dropped silently).
@@ -133,7 +133,7 @@ pub(super) fn parse(dir: &Named, files: &Files) -> Result<Option<Loaded>, StoreE
     }
     Ok(Some(Loaded {
         state,
-        snapshot: Some(snapshot),
+        digest: made,
         unchecked,
         journal_found: files.journal.is_some(),
     }))

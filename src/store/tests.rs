@@ -465,3 +465,37 @@ fn an_open_reads_the_store_again_when_a_journal_was_begun_after_the_look() {
     assert_eq!(s.state.node.as_deref(), Some("n1"));
     assert_eq!(ids(&s.state), ["a"]);
 }
+
+/// A journal begun over a snapshot this process read, or wrote, names that snapshot: its digest,
+/// made only then, is of the bytes on disk (a wrong one would leave the journal stale, its
+/// records unread).
+#[test]
+fn a_journal_begun_over_a_snapshot_read_or_written_names_it() {
+    let root = tempfile::tempdir().unwrap();
+    let mut s = Store::open(root.path()).unwrap();
+    s.state.node = Some("n1".into());
+    s.save().unwrap();
+    s.record("a", Op::Own(owned("a"))).unwrap();
+    assert_eq!(ids(&peek(root.path()).unwrap().unwrap()), ["a"]);
+    drop(s);
+    // Read with no journal beside it (folded by an open before), by an open and by a look it
+    // takes over.
+    for taken_over in [false, true] {
+        drop(Store::open(root.path()).unwrap());
+        assert!(journal_of(root.path()).is_none());
+        let mut s = if taken_over {
+            let peeked = peek_to_open(root.path()).unwrap().unwrap();
+            let (s, look) = Store::open_after(root.path(), peeked).unwrap();
+            assert!(matches!(look, Look::TakenOver));
+            s
+        } else {
+            Store::open(root.path()).unwrap()
+        };
+        let id = format!("b{taken_over}");
+        s.record(&id, Op::Own(owned(&id))).unwrap();
+        let j = String::from_utf8(journal_of(root.path()).unwrap()).unwrap();
+        let snapshot = fs::read(store_dir(root.path()).join("state.json")).unwrap();
+        assert!(j.contains(&digest(&snapshot)), "{j}");
+        assert!(ids(&peek(root.path()).unwrap().unwrap()).contains(&id.as_str()));
+    }
+}
