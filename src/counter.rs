@@ -108,14 +108,13 @@ pub fn act_begins(total: usize) {
 }
 
 /// One resource's line, said as it is done: kept for the writer, which prints it within
-/// [`TICK`] (with every other line done meanwhile, in one write) and counts it.
-pub fn done(line: String) {
-    {
-        let mut lines = LINES.lock().unwrap_or_else(|p| p.into_inner());
-        lines.0.extend_from_slice(line.as_bytes());
-        lines.0.push(b'\n');
-        lines.1 += 1;
-    }
+/// [`TICK`] (with every other line done meanwhile, in one write) and counts it. Written straight
+/// into the lines kept, not made first.
+pub fn done(line: impl std::fmt::Display) {
+    let mut lines = LINES.lock().unwrap_or_else(|p| p.into_inner());
+    // Writing to a vector fails only if the line's own formatting does.
+    let _ = writeln!(lines.0, "{line}");
+    lines.1 += 1;
 }
 
 /// The act has ended: once every line queued before is printed, its counter, if drawn, is wiped.
@@ -161,7 +160,8 @@ impl Writer {
 
     /// Takes the lines done so far.
     fn take(&mut self) {
-        let (bytes, count) = std::mem::take(&mut *LINES.lock().unwrap_or_else(|p| p.into_inner()));
+        let mut lines = LINES.lock().unwrap_or_else(|p| p.into_inner());
+        let count = std::mem::take(&mut lines.1);
         if count == 0 {
             return;
         }
@@ -169,9 +169,17 @@ impl Writer {
         // A reader gone does not stop the act: its lines are dropped from then on, and the
         // report's summary at the end meets the closed pipe and says so
         // (`cli::closed_stdout_ends_quietly`).
-        if !self.closed {
-            self.pending.extend_from_slice(&bytes);
+        if self.closed {
+            lines.0.clear();
+        } else if self.pending.is_empty() {
+            // The two buffers trade places, each keeping its size: the act's next lines go into
+            // the one just written out, not into a new one grown again from nothing.
+            std::mem::swap(&mut self.pending, &mut lines.0);
+        } else {
+            self.pending.extend_from_slice(&lines.0);
+            lines.0.clear();
         }
+        drop(lines);
         if let Some(a) = self.act.as_mut() {
             a.done += count;
         }

@@ -21,6 +21,7 @@ mod confined;
 mod flip;
 mod holder;
 mod journal;
+mod load;
 mod named;
 mod records;
 
@@ -33,6 +34,10 @@ pub use confined::{confined_dir, named_dir, Confined};
 pub use flip::{Boot, BootUnit, Flip, FlipStage};
 pub(crate) use holder::locked_by;
 pub use journal::Op;
+#[cfg(test)]
+use load::read_snapshot;
+use load::{parse, Files};
+pub use load::{peek, peek_to_open, Look, Peeked};
 pub use named::Named;
 pub use records::List;
 
@@ -293,10 +298,32 @@ pub struct Store {
     pub fresh: bool,
 }
 
-/// What identifies a snapshot on disk.
+/// What identifies a snapshot on disk: its length, and its digest, which names it in the header
+/// of a journal begun over it.
 struct Snapshot {
-    digest: String,
     len: u64,
+    /// The snapshot's bytes as on disk, kept until its digest is made from them.
+    bytes: Vec<u8>,
+    /// Made the first time a journal is begun over it (or read over it): most snapshots a
+    /// process reads or writes (a reconcile's that changes nothing, the one every act ends
+    /// with) never have one, and the digest is a pass over every byte.
+    digest: Option<String>,
+}
+
+impl Snapshot {
+    fn new(bytes: Vec<u8>, digest: Option<String>) -> Snapshot {
+        Snapshot {
+            len: bytes.len() as u64,
+            bytes,
+            digest,
+        }
+    }
+
+    /// The snapshot's digest, made now if it was not yet.
+    fn digest(&mut self) -> &str {
+        self.digest
+            .get_or_insert_with(|| digest(&std::mem::take(&mut self.bytes)))
+    }
 }
 
 /// The journal is folded when it holds more than twice the snapshot's bytes, and never before it
@@ -311,7 +338,7 @@ pub const RELEASED: &str = "released.json";
 
 /// Beside the snapshot: the legacy tables' fingerprint the state's generation was recorded with
 /// (`State::firewall_legacy`), and the digest of the snapshot it goes with.
-const LEGACY: &str = "firewall-legacy";
+pub(super) const LEGACY: &str = "firewall-legacy";
 
 /// The launcher's files in the store's directory (`packaging/launch`, `launch.rs`): the version
 /// it reinstalls after too many failed starts, its count of start attempts since the last
@@ -399,6 +426,28 @@ impl Store {
     /// Opens the store under `root`, creating its directory, and waits for the exclusive lock.
     /// A journal left by a host that died is replayed and folded into the snapshot at once.
     pub fn open(root: &Path) -> Result<Store, StoreError> {
+        Store::open_read(root, None).map(|(store, _)| store)
+    }
+
+    /// Like [`Store::open`], after a look at the store without its lock ([`peek_to_open`]): the
+    /// files are read again under the lock, and when they hold the bytes the look read, the
+    /// look's state is taken over rather than parsed again ([`Look::TakenOver`]); when anything
+    /// in them changed meanwhile, they are parsed as read now, and the look is handed back as it
+    /// was ([`Look::Changed`]), for the caller to tell what changed.
+    pub fn open_after(root: &Path, peeked: Peeked) -> Result<(Store, Look), StoreError> {
+        let (store, unused) = Store::open_read(root, Some(peeked))?;
+        Ok((
+            store,
+            unused.map_or(Look::TakenOver, |p| Look::Changed(Box::new(p))),
+        ))
+    }
+
+    /// Opens the store, taking over `peeked`'s state if the files under the lock are its bytes;
+    /// hands `peeked` back when it was not taken over.
+    fn open_read(
+        root: &Path,
+        peeked: Option<Peeked>,
+    ) -> Result<(Store, Option<Peeked>), StoreError> {
         let dir = store_dir(root);
         // What an earlier store leaves beside its state: if these are here and the state is not,
         // the state was lost.
@@ -438,7 +487,16 @@ impl Store {
             path: lock_path,
             source: errno.into(),
         })?;
-        let loaded = load(&named)?;
+        // Read only now, under the lock: a look taken before it is trusted only for the very
+        // bytes it read.
+        let files = Files::read(&named)?;
+        let (loaded, unused, files) = match peeked {
+            Some(p) if p.files == files => {
+                drop(files);
+                (Some(p.loaded), None, p.files)
+            }
+            unused => (parse(&named, &files)?, unused, files),
+        };
         let released = named.exists(RELEASED);
         let mut store = Store {
             dir: named,
@@ -462,7 +520,10 @@ impl Store {
             // store whole, in this format (with its checksum, and stamps an older host would
             // refuse in a journal line it replays).
             let current = !l.unchecked && store.state.version == STORE_VERSION;
-            store.snapshot = l.snapshot.filter(|_| current);
+            store.snapshot = files
+                .snapshot
+                .filter(|_| current)
+                .map(|bytes| Snapshot::new(bytes, l.digest));
             store.journal_on_disk = l.journal_found;
         }
         if store.journal_on_disk {
@@ -477,7 +538,7 @@ impl Store {
                 store.dir.path().display()
             );
         }
-        Ok(store)
+        Ok((store, unused))
     }
 
     pub fn dir(&self) -> &Path {
@@ -500,9 +561,9 @@ impl Store {
         let path = self.dir.shown("state.json");
         let tmp = self.dir.shown(TMP);
         self.state.version = STORE_VERSION;
-        let mut body = serde_json::to_vec_pretty(&self.state).expect("state serializes");
-        body.push(b'\n');
-        let bytes = checksum::seal(&body);
+        // Sized by the snapshot it replaces, which it is usually about the size of.
+        let hint = self.snapshot.as_ref().map_or(0, |s| s.len as usize);
+        let bytes = checksum::seal_json(&self.state, hint).expect("state serializes");
         if failpoint::armed("fold-torn", "store") {
             let _ = self.dir.write_synced(TMP, &bytes[..bytes.len() / 2]);
             failpoint::kill();
@@ -514,11 +575,8 @@ impl Store {
             return Err(io(&path)(e));
         }
         self.dir.sync().map_err(io(self.dir.path()))?;
-        let snapshot = Snapshot {
-            digest: digest(&bytes),
-            len: bytes.len() as u64,
-        };
-        self.keep_legacy(&snapshot.digest);
+        let mut snapshot = Snapshot::new(bytes, None);
+        self.keep_legacy(&mut snapshot);
         self.snapshot = Some(snapshot);
         failpoint::hit("fold-renamed", "store");
         if self.released {
@@ -545,11 +603,14 @@ impl Store {
     /// none. A cache of what the state recorded, not a record: one that cannot be written is
     /// said and the next reconcile reads the firewall whole; one left from an earlier snapshot
     /// names another digest and is never believed (`legacy_beside`).
-    fn keep_legacy(&self, snapshot: &str) {
+    fn keep_legacy(&self, snapshot: &mut Snapshot) {
         let kept = match &self.state.firewall_legacy {
-            Some(fp) => self.dir.create(LEGACY, false).and_then(|mut f| {
-                std::io::Write::write_all(&mut f, format!("{snapshot} {fp}\n").as_bytes())
-            }),
+            Some(fp) => {
+                let snapshot = snapshot.digest();
+                self.dir.create(LEGACY, false).and_then(|mut f| {
+                    std::io::Write::write_all(&mut f, format!("{snapshot} {fp}\n").as_bytes())
+                })
+            }
             None => self.dir.remove(LEGACY),
         };
         if let Err(e) = kept {
@@ -599,14 +660,14 @@ impl Store {
                     source,
                 })?;
         }
-        let Some(snapshot) = &self.snapshot else {
+        let Some(snapshot) = &mut self.snapshot else {
             // Nothing on disk to journal over yet: the first snapshot is the record.
             return self.save();
         };
         let fold_at = (2 * snapshot.len).max(FOLD_FLOOR);
         let header = self.journal.is_none().then(|| journal::Header {
             journal: journal::JOURNAL_VERSION,
-            over: snapshot.digest.clone(),
+            over: snapshot.digest().to_string(),
         });
         if failpoint::armed("append", &first) {
             failpoint::kill();
@@ -660,133 +721,6 @@ impl Store {
         self.journal_len += bytes.len() as u64;
         Ok(())
     }
-}
-
-/// Reads the state without taking the lock, for commands that only look: the snapshot with its
-/// journal replayed, changing nothing on disk. (An apply running meanwhile may fold between the
-/// two reads; the journal then names another snapshot and the view is that of the snapshot.)
-pub fn peek(root: &Path) -> Result<Option<State>, StoreError> {
-    let dir = store_dir(root);
-    let named = match confined_dir(root, false)? {
-        Confined::Missing => return Ok(None),
-        Confined::Dir(d) => Named::confined(&d, &dir).map_err(io(&dir))?,
-        Confined::Machine => match Named::open(&dir) {
-            Ok(n) => n,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(io(&dir)(e)),
-        },
-    };
-    Ok(load(&named)?.map(|l| l.state))
-}
-
-/// The fingerprint in [`LEGACY`] when it names the snapshot `digest`; nothing otherwise (a file
-/// missing, unreadable, torn, or left beside an earlier snapshot).
-fn legacy_beside(dir: &Named, digest: &str) -> Option<String> {
-    let bytes = dir.read(LEGACY).ok()??;
-    let text = std::str::from_utf8(&bytes).ok()?;
-    let (over, fp) = text.strip_suffix('\n')?.split_once(' ')?;
-    let hex = fp.strip_prefix("sha256:")?;
-    (over == digest && hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_hexdigit()))
-        .then(|| fp.to_string())
-}
-
-/// A store as read from disk.
-struct Loaded {
-    state: State,
-    snapshot: Option<Snapshot>,
-    /// The snapshot is of the previous format, without a checksum.
-    unchecked: bool,
-    /// Whether a journal file was there (replayed, stale or empty).
-    journal_found: bool,
-}
-
-fn load(dir: &Named) -> Result<Option<Loaded>, StoreError> {
-    let path = dir.shown("state.json");
-    let bytes = dir.read("state.json").map_err(io(&path))?;
-    let jpath = dir.shown(journal::FILE);
-    let jbytes = dir.read(journal::FILE).map_err(io(&jpath))?;
-    let Some(bytes) = bytes else {
-        // A journal is only ever begun over a snapshot; without one it holds nothing to keep.
-        return Ok(jbytes.map(|_| Loaded {
-            state: State {
-                version: STORE_VERSION,
-                ..State::default()
-            },
-            snapshot: None,
-            unchecked: false,
-            journal_found: true,
-        }));
-    };
-    let (mut state, unchecked) = read_snapshot(&path, &bytes)?;
-    let snapshot = Snapshot {
-        digest: digest(&bytes),
-        len: bytes.len() as u64,
-    };
-    if let Some(j) = &jbytes {
-        let replayed =
-            journal::replay(j, &snapshot.digest, unchecked, &mut state).map_err(|source| {
-                StoreError::Journal {
-                    path: jpath.clone(),
-                    source,
-                }
-            })?;
-        match replayed {
-            // Everything in it is in the snapshot already, or it is another store's: said, not
-            // hidden at debug (issue 33: a journal from another store was dropped silently).
-            journal::Replayed::Stale => tracing::warn!(
-                "journal {} names another snapshot than {}: ignored (a fold that died after \
-                 renaming its snapshot leaves one behind, and so does a journal copied from \
-                 another store); it is replaced at the next record",
-                jpath.display(),
-                path.display()
-            ),
-            journal::Replayed::Applied { ops, torn } => {
-                tracing::debug!(ops, torn, journal = %jpath.display(), "journal read")
-            }
-        }
-    }
-    // The legacy fingerprint goes with this very snapshot and no journal over it: an apply
-    // that journals has begun changing things, and its end writes both again.
-    if jbytes.is_none() {
-        state.firewall_legacy = legacy_beside(dir, &snapshot.digest);
-    }
-    Ok(Some(Loaded {
-        state,
-        snapshot: Some(snapshot),
-        unchecked,
-        journal_found: jbytes.is_some(),
-    }))
-}
-
-/// The state a snapshot's bytes hold, and whether it is of the previous format (no checksum).
-/// A snapshot that begins with its checksum line is read only if the checksum holds; one without
-/// is read only if its version is one that had none.
-fn read_snapshot(path: &Path, bytes: &[u8]) -> Result<(State, bool), StoreError> {
-    let body = checksum::unseal(bytes).map_err(|source| StoreError::Checksum {
-        path: path.to_path_buf(),
-        source,
-    })?;
-    let unchecked = body.is_none();
-    let state: State =
-        serde_json::from_slice(body.as_deref().unwrap_or(bytes)).map_err(|source| {
-            StoreError::Corrupt {
-                path: path.to_path_buf(),
-                source,
-            }
-        })?;
-    if !(1..=STORE_VERSION).contains(&state.version) {
-        return Err(StoreError::Version {
-            path: path.to_path_buf(),
-            found: state.version,
-        });
-    }
-    if unchecked && state.version > UNCHECKED_VERSION {
-        return Err(StoreError::Unsealed {
-            path: path.to_path_buf(),
-            version: state.version,
-        });
-    }
-    Ok((state, unchecked))
 }
 
 /// Writes a new file and fsyncs it before returning it, still open. Whatever was at `path` (a

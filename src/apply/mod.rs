@@ -47,6 +47,7 @@ use crate::failpoint;
 use crate::node_firewall::{self, NodeFirewall, Openings};
 use crate::store::{self, Held, Op, Owned, Store, StoreError};
 use run::{Deadlined, Runner};
+use std::borrow::Cow;
 use std::path::{Path, PathBuf};
 
 /// Why an apply did not run at all (as opposed to failing part-way, which is a [`Report`]).
@@ -289,8 +290,13 @@ pub fn apply(host: &Host<'_>, decl: &Declaration, source: Source) -> Result<Repo
     refuse_beforehand(host.root, decl)?;
     // What the store says now, read without its lock, for the safety rules that must refuse
     // before anything changes; read again under the lock below.
-    let peeked = store::peek(host.root);
-    if let Ok(Some(state)) = &peeked {
+    let peeked = store::peek_to_open(host.root);
+    let looked = peeked
+        .as_ref()
+        .ok()
+        .and_then(Option::as_ref)
+        .map(store::Peeked::state);
+    if let Some(state) = looked {
         safety::check_safety(state, decl)?;
     }
     // From here to the end this act changes the firewall: said to the resident host, which then
@@ -299,23 +305,29 @@ pub fn apply(host: &Host<'_>, decl: &Declaration, source: Source) -> Result<Repo
     let mut fw = (host.firewall)(host.root, decl);
     let settings = decl
         .settings
-        .clone()
-        .or_else(|| peeked.ok().flatten().and_then(|s| s.settings));
+        .as_ref()
+        .or_else(|| looked.and_then(|s| s.settings.as_ref()));
     let touches = decl.touches_firewall();
-    let early = node_firewall::guard::early(
-        &mut *fw,
-        host.runner,
-        decl,
-        settings.as_ref(),
-        touches,
-        true,
-    )
-    .map_err(ApplyError::firewall)?;
-    let store = match Store::open(host.root) {
+    let early = node_firewall::guard::early(&mut *fw, host.runner, decl, settings, touches, true)
+        .map_err(ApplyError::firewall)?;
+    // The look is taken over under the lock if the store's files are still the bytes it read.
+    let opened = match peeked {
+        Ok(Some(p)) => Store::open_after(host.root, p).map(|(s, _)| s),
+        Ok(None) | Err(_) => Store::open(host.root),
+    };
+    let store = match opened {
         Ok(s) => s,
         Err(source) => return Err(unrecorded(source, early.as_ref())),
     };
-    apply_locked(host, store, decl, source, &mut *fw, early, recovered)
+    apply_locked(
+        host,
+        store,
+        Cow::Borrowed(decl),
+        source,
+        &mut *fw,
+        early,
+        recovered,
+    )
 }
 
 impl ApplyError {
@@ -369,29 +381,33 @@ pub fn reconcile_with(
     });
     let memo_wrote = guard_wrote(early.as_ref().is_some_and(node_firewall::Guarded::changed));
     // A node where nothing was ever applied has no store, and looking must not make one.
-    let peeked = match store::peek(host.root) {
+    let peeked = match store::peek_to_open(host.root) {
         Ok(None) => return Ok(None),
-        Ok(Some(state)) => state,
+        Ok(Some(p)) => p,
         Err(e) => return Err(unrecorded(e, early.as_ref())),
     };
-    if let Some(decl) = &peeked.declaration {
+    let looked = peeked.state();
+    if let Some(decl) = &looked.declaration {
         refuse_beforehand(host.root, decl)?;
     }
     // The remembered guard was the remembered declaration's: kept as written meanwhile, and
     // ensured again below when the stored declaration is another.
-    if !memo.is_some_and(|m| peeked.declaration.as_ref() == Some(&m.declaration)) {
+    let memo_looked = memo.is_some_and(|m| looked.declaration.as_ref() == Some(&m.declaration));
+    if !memo_looked {
         early = None;
     }
-    // The firewall is opened for the declaration it acts for (its node and its deadlines).
-    let mut opened_for = memo.map(|m| m.declaration.clone());
+    // The firewall is opened for the declaration it acts for (its node and its deadlines): the
+    // memo's, or the one looked at.
+    let mut opened_for = memo.map(|_| OpenedFor::Memo);
     // The stored declaration's guard before the store is opened for writing: a store that
     // cannot be written never leaves the foundation's ports unguarded.
-    // The declaration whose claim was checked, so it is asked once per reconcile.
-    let mut claimed = None;
-    if let (None, Some(decl)) = (&early, &peeked.declaration) {
-        if opened_for.as_ref() != Some(decl) {
+    // Whether the claim of the declaration looked at was checked, so it is asked once per
+    // reconcile.
+    let mut claimed = false;
+    if let (None, Some(decl)) = (&early, &looked.declaration) {
+        if !memo_looked {
             fw = Some((host.firewall)(host.root, decl));
-            opened_for = Some(decl.clone());
+            opened_for = Some(OpenedFor::Looked);
         }
         let f = fw.as_mut().expect("opened above");
         let touches = decl.touches_firewall();
@@ -399,24 +415,39 @@ pub fn reconcile_with(
             &mut **f,
             host.runner,
             decl,
-            peeked.settings.as_ref(),
+            looked.settings.as_ref(),
             touches,
             true,
         )
         .map_err(ApplyError::firewall)?;
-        claimed = Some(decl);
+        claimed = true;
     }
-    let store = match Store::open(host.root) {
-        Ok(s) => s,
+    let (store, look) = match Store::open_after(host.root, peeked) {
+        Ok(opened) => opened,
         Err(e) => return Err(unrecorded(e, early.as_ref())),
     };
     let (Some(decl), Some(source)) = (store.state.declaration.clone(), store.state.source) else {
         return Ok(None);
     };
+    // Whether the store's declaration is the one looked at before the lock: always when the
+    // store's files were still the bytes the look read.
+    let as_looked = match look {
+        store::Look::TakenOver => true,
+        store::Look::Changed(p) => p.state().declaration.as_ref() == Some(&decl),
+    };
     // The store changed between the look and the lock: its own declaration's guard is ensured.
-    let early = early.filter(|_| peeked.declaration.as_ref() == Some(&decl));
+    let early = early.filter(|_| as_looked);
+    let fits = match opened_for {
+        // No declaration is compared when the memo's was the one looked at and that is still
+        // the store's.
+        Some(OpenedFor::Memo) => {
+            (memo_looked && as_looked) || memo.is_some_and(|m| m.declaration == decl)
+        }
+        Some(OpenedFor::Looked) => as_looked,
+        None => false,
+    };
     let mut fw = match fw {
-        Some(fw) if opened_for.as_ref() == Some(&decl) => fw,
+        Some(fw) if fits => fw,
         _ => (host.firewall)(host.root, &decl),
     };
     // The store changed between the look and the lock: its own declaration's claim and guard,
@@ -424,23 +455,25 @@ pub fn reconcile_with(
     let early = match early {
         Some(g) => Some(g),
         None => {
-            let claim = claimed != Some(&decl) && decl.touches_firewall();
-            let settings = decl.settings.clone().or(store.state.settings.clone());
-            node_firewall::guard::early(
-                &mut *fw,
-                host.runner,
-                &decl,
-                settings.as_ref(),
-                claim,
-                true,
-            )
-            .map_err(|source| ApplyError::Firewall {
-                source: Box::new(source),
-                written: memo_wrote,
-            })?
+            let claim = !(claimed && as_looked) && decl.touches_firewall();
+            let settings = decl.settings.as_ref().or(store.state.settings.as_ref());
+            node_firewall::guard::early(&mut *fw, host.runner, &decl, settings, claim, true)
+                .map_err(|source| ApplyError::Firewall {
+                    source: Box::new(source),
+                    written: memo_wrote,
+                })?
         }
     };
-    apply_locked(host, store, &decl, source, &mut *fw, early, &[]).map(Some)
+    apply_locked(host, store, Cow::Owned(decl), source, &mut *fw, early, &[]).map(Some)
+}
+
+/// Which declaration a reconcile opened the node's firewall for, before the store's lock.
+#[derive(Clone, Copy)]
+enum OpenedFor {
+    /// The resident host's memo's.
+    Memo,
+    /// The one the look at the store read.
+    Looked,
 }
 
 /// Puts the guard and the openings of `memo` back, under the store's lock (so never in the
@@ -466,15 +499,18 @@ pub fn recheck_firewall(host: &Host<'_>, memo: &FirewallMemo) -> Result<Rechecke
     })
 }
 
+/// Applies `given` under the store's lock. An owned declaration (a reconcile's, read from the
+/// store) ends in the report's memo without being copied again.
 fn apply_locked(
     host: &Host<'_>,
     mut store: Store,
-    decl: &Declaration,
+    given: Cow<'_, Declaration>,
     source: Source,
     fw: &mut dyn NodeFirewall,
     early: Option<node_firewall::Guarded>,
     recovered: &[Owned],
 ) -> Result<Report, ApplyError> {
+    let decl: &Declaration = &given;
     tracing::info!(node = %decl.node, mode = decl.mode.as_str(), source = source.as_str(), resources = decl.resources.len(), "applying");
     crate::counter::act_begins(decl.resources.len());
     safety::check_safety(&store.state, decl)?;
@@ -543,7 +579,7 @@ fn apply_locked(
         filter_spec,
         ..
     } = firewall_before;
-    {
+    let in_force = {
         let mut cx = Cx {
             root: host.root,
             beneath,
@@ -589,14 +625,13 @@ fn apply_locked(
         }
         firewall_in_force(
             &mut cx,
-            &mut report,
-            decl,
+            &report,
             (guard_spec, filter_spec),
             touched,
             transition,
-        );
-    }
-    finish(store, decl, report)
+        )
+    };
+    finish(store, given, report, in_force)
 }
 
 /// `--confirm`: every declared opening confirmed by the kernel against the ruleset as the act

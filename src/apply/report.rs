@@ -51,17 +51,43 @@ pub struct Entry {
 }
 
 impl Entry {
-    /// The resource's line as a person reads it (no newline).
-    pub fn line(&self) -> String {
-        format!(
-            "{:<26} {:<24} {} {}: {}",
-            self.outcome.as_str(),
-            self.id,
-            self.shape,
-            self.key,
-            self.detail
-        )
+    /// The resource's line as a person reads it (no newline), written straight to where it goes
+    /// rather than made first.
+    pub fn shown(&self) -> impl std::fmt::Display + '_ {
+        Line(self)
     }
+}
+
+/// An entry's line, as [`Entry::shown`] writes it.
+struct Line<'a>(&'a Entry);
+
+impl std::fmt::Display for Line<'_> {
+    /// `{:<26} {:<24} {} {}: {}` of the outcome, id, shape, key and detail, written piece by
+    /// piece: one line per resource, and the formatting machinery's padding cost more than the
+    /// rest of an unchanged resource's turn.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let e = self.0;
+        padded(f, e.outcome.as_str(), 26)?;
+        f.write_str(" ")?;
+        padded(f, &e.id, 24)?;
+        for part in [" ", e.shape.as_str(), " ", &e.key, ": ", &e.detail] {
+            f.write_str(part)?;
+        }
+        Ok(())
+    }
+}
+
+/// `text` then spaces to `width` characters, as `{:<width}` writes it (never cut).
+fn padded(f: &mut std::fmt::Formatter<'_>, text: &str, width: usize) -> std::fmt::Result {
+    const SPACES: &str = "                                ";
+    f.write_str(text)?;
+    let mut left = width.saturating_sub(text.chars().count());
+    while left > 0 {
+        let n = left.min(SPACES.len());
+        f.write_str(&SPACES[..n])?;
+        left -= n;
+    }
+    Ok(())
 }
 
 /// A line the apply says about the machine beside its resources, with its briefing mark.
@@ -173,7 +199,8 @@ impl Report {
             node: decl.node.clone(),
             mode: decl.mode.as_str(),
             source,
-            entries: Vec::new(),
+            // One entry per declared resource, at least: the vector is not grown as they come.
+            entries: Vec::with_capacity(decl.resources.len()),
             recovered: None,
             confirm: None,
             memo: None,
@@ -222,7 +249,7 @@ impl Report {
         };
         // Said at once to a person at the prompt (or a pipe), not only in the report at the end.
         if crate::counter::streaming() {
-            crate::counter::done(entry.line());
+            crate::counter::done(entry.shown());
         }
         self.entries.push(entry);
     }
@@ -342,8 +369,7 @@ impl Report {
     pub fn render(&self) -> String {
         let mut out = String::new();
         for e in &self.entries {
-            out.push_str(&e.line());
-            out.push('\n');
+            let _ = writeln!(out, "{}", e.shown());
         }
         out + &self.render_summary()
     }
@@ -429,5 +455,38 @@ pub fn count(n: usize, one: &str, many: &str) -> String {
         format!("1 {one}")
     } else {
         format!("{n} {many}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_entry_s_line_is_its_fields_padded_as_format_pads_them() {
+        let long = "x".repeat(40);
+        for (id, outcome) in [
+            ("web/o1", Outcome::Unchanged),
+            ("", Outcome::ChangedBySomethingElse),
+            ("straße/ünïcode", Outcome::Created),
+            (long.as_str(), Outcome::Failed),
+        ] {
+            let e = Entry {
+                id: id.into(),
+                shape: Shape::Opening,
+                key: "tcp/443".into(),
+                outcome,
+                detail: "in force".into(),
+            };
+            let want = format!(
+                "{:<26} {:<24} {} {}: {}",
+                e.outcome.as_str(),
+                e.id,
+                e.shape,
+                e.key,
+                e.detail
+            );
+            assert_eq!(e.shown().to_string(), want);
+        }
     }
 }

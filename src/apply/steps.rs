@@ -9,6 +9,7 @@ use super::{
 use crate::declaration::{openings, Declaration, Mode, Resource, Source};
 use crate::node_firewall::{self, Transition};
 use crate::store::{self, Store};
+use std::borrow::Cow;
 
 /// Records in the store's state the declaration this apply makes true (node, mode, taken,
 /// settings, source): says the firewall generation the last apply of this very declaration
@@ -25,9 +26,10 @@ pub(super) fn record_declaration(
     // Whether the ruleset may be as the last apply of this very declaration left it, so nothing
     // of it is listed: the generation recorded then, compared with the kernel's below. Never
     // recorded again until this apply has everything of the firewall in force.
+    let declared_before = state.declaration.as_ref() == Some(decl);
     let may_be_unchanged = touched
         && transition == Transition::Stay
-        && state.declaration.as_ref() == Some(decl)
+        && declared_before
         && (decl.mode != Mode::Adopted
             || state.settings.is_none()
             || state.firewall_guard.is_some());
@@ -45,14 +47,17 @@ pub(super) fn record_declaration(
         && (decl.settings.is_none() || state.settings == decl.settings)
         && state.source == Some(source)
         && state.pending.is_none()
-        && state.declaration.as_ref() == Some(decl);
+        && declared_before;
     state.node = Some(decl.node.clone());
     state.mode = Some(decl.mode);
     state.taken = decl.taken.clone();
     if let Some(s) = &decl.settings {
         state.settings = Some(s.clone());
     }
-    state.declaration = Some(decl.clone());
+    // Only another declaration is copied in: a reconcile's is the state's own.
+    if !declared_before {
+        state.declaration = Some(decl.clone());
+    }
     state.source = Some(source);
     (recorded, same)
 }
@@ -118,24 +123,22 @@ pub(super) fn each_resource(
     (turns, guard_failed)
 }
 
-/// What the act leaves of the node's own firewall: the memo of what is in force, the boot
-/// record (the guard, or on a flipped node the derived filter), and when everything of the
-/// firewall is in force, the ruleset generation it is at (so the next reconcile of this
-/// declaration lists nothing if nobody changed the ruleset since).
+/// What the act leaves of the node's own firewall: the boot record (the guard, or on a flipped
+/// node the derived filter), and when everything of the firewall is in force, the ruleset
+/// generation it is at (so the next reconcile of this declaration lists nothing if nobody changed
+/// the ruleset since); and what is in force, for the memo [`finish`] makes.
 pub(super) fn firewall_in_force(
     cx: &mut Cx<'_>,
-    report: &mut Report,
-    decl: &Declaration,
+    report: &Report,
     (guard_spec, filter_spec): (
         Option<node_firewall::GuardSpec>,
         Option<node_firewall::FilterSpec>,
     ),
     touched: bool,
     transition: Transition,
-) {
+) -> InForce {
     let flipped = cx.store.state.flip.is_some();
-    report.memo = Some(FirewallMemo {
-        declaration: decl.clone(),
+    let in_force = InForce {
         guard: guard_spec,
         // On a flipped node the openings are the filter's, never the retired firewall's.
         openings: if flipped {
@@ -144,18 +147,16 @@ pub(super) fn firewall_in_force(
             declared_openings(cx).unwrap_or_default()
         },
         filter: filter_spec,
-    });
+    };
     // What is in force of the node's own firewall is what the boot step loads before the
     // network: the guard, or on a flipped node the derived filter. An apply that put neither
     // in force (its guard failed) leaves the last record as it was.
-    if let Some(m) = report.memo.as_ref() {
-        let boot = store::Boot {
-            guard: m.guard.clone().filter(|_| !flipped),
-            filter: m.filter.clone().filter(|_| flipped),
-        };
-        if boot.guard.is_some() || boot.filter.is_some() {
-            cx.store.state.boot = Some(boot);
-        }
+    let boot = store::Boot {
+        guard: in_force.guard.clone().filter(|_| !flipped),
+        filter: in_force.filter.clone().filter(|_| flipped),
+    };
+    if boot.guard.is_some() || boot.filter.is_some() {
+        cx.store.state.boot = Some(boot);
     }
     // Everything of the firewall in force: the generation it is now at is recorded, so the
     // next reconcile of this declaration lists nothing if nobody changed the ruleset since.
@@ -172,21 +173,38 @@ pub(super) fn firewall_in_force(
         let (nft, legacy) = generation.map_or((None, None), |g| (Some(g.nft), g.legacy));
         cx.store.state.firewall_generation = nft;
         cx.store.state.firewall_legacy = legacy;
-        cx.store.state.firewall_guard = report.memo.as_ref().and_then(|m| m.guard.clone());
+        cx.store.state.firewall_guard = in_force.guard.clone();
     }
+    in_force
 }
 
-/// The briefing made from the report and kept in the store, which is saved: the report, or the
-/// store's error carrying it.
+/// What an act left in force of the node's own firewall: with the declaration, the memo the
+/// resident host keeps to put it back.
+pub(super) struct InForce {
+    guard: Option<node_firewall::GuardSpec>,
+    openings: Vec<node_firewall::Opening>,
+    filter: Option<node_firewall::FilterSpec>,
+}
+
+/// The briefing made from the report and kept in the store, which is saved, and the memo of what
+/// is in force made with the declaration: the report, or the store's error carrying it.
 pub(super) fn finish(
     mut store: Store,
-    decl: &Declaration,
+    decl: Cow<'_, Declaration>,
     mut report: Report,
+    in_force: InForce,
 ) -> Result<Report, ApplyError> {
-    let briefing = brief::brief(&store, decl, &report);
+    let briefing = brief::brief(&store, &decl, &report);
     // One value for both: the exit code is made from the briefing's outcome.
     report.outcome = briefing.outcome();
     store.state.briefing = Some(briefing);
+    // The memo takes the declaration itself when the act owned it (a reconcile's).
+    report.memo = Some(FirewallMemo {
+        declaration: decl.into_owned(),
+        guard: in_force.guard,
+        openings: in_force.openings,
+        filter: in_force.filter,
+    });
     // A store that cannot be written (a full disk) does not take the report with it: the error
     // carries it, what was done is said with the store's error, and the act failed part-way
     // (exit 1). Callers that go on after an apply (a release, the resident host) see an error.

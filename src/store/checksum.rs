@@ -58,7 +58,9 @@ const SEAL_END: &[u8] = b"\",\n";
 
 /// The snapshot with its checksum: `body` (pretty JSON, an object of at least one field, as
 /// `serde_json::to_vec_pretty` writes it) with a first field `"checksum"` holding the sha256 of
-/// `body` itself. The file stays JSON, readable by `jq` and by tests.
+/// `body` itself. The file stays JSON, readable by `jq` and by tests. The store seals its
+/// snapshot with [`seal_json`]; this is the tests' way to seal bytes they made.
+#[cfg(test)]
 pub fn seal(body: &[u8]) -> Vec<u8> {
     debug_assert!(
         body.starts_with(b"{\n  \""),
@@ -71,6 +73,33 @@ pub fn seal(body: &[u8]) -> Vec<u8> {
     out.extend_from_slice(SEAL_END);
     out.extend_from_slice(&body[2..]);
     out
+}
+
+/// `value` as pretty JSON, sealed: the same bytes as [`seal`] of `serde_json::to_vec_pretty`'s
+/// with a newline after it, made in one buffer of `hint` bytes or so (the last snapshot's size)
+/// with room left at its head for the checksum's line, rather than in a buffer grown as it is
+/// written and then copied whole behind that line.
+pub fn seal_json<T: serde::Serialize>(
+    value: &T,
+    hint: usize,
+) -> Result<Vec<u8>, serde_json::Error> {
+    let head = SEAL_START.len() + DIGEST_LEN + SEAL_END.len();
+    // The body's own `{\n` is the last two bytes the checksum's line takes the place of.
+    let at = head - 2;
+    let mut out = Vec::with_capacity(hint + hint / 8 + head + 4096);
+    out.resize(at, 0);
+    serde_json::to_writer_pretty(&mut out, value)?;
+    out.push(b'\n');
+    let body = &out[at..];
+    debug_assert!(
+        body.starts_with(b"{\n  \""),
+        "a snapshot is an object with fields"
+    );
+    let digest = super::digest(body);
+    out[..SEAL_START.len()].copy_from_slice(SEAL_START);
+    out[SEAL_START.len()..SEAL_START.len() + DIGEST_LEN].copy_from_slice(digest.as_bytes());
+    out[SEAL_START.len() + DIGEST_LEN..head].copy_from_slice(SEAL_END);
+    Ok(out)
 }
 
 /// Why a snapshot that carries a checksum does not match it.
@@ -140,5 +169,16 @@ mod tests {
         let mut bad = sealed;
         bad[SEAL_START.len() + DIGEST_LEN] = b' ';
         assert_eq!(unseal(&bad), Err(SealError::Damaged));
+    }
+
+    #[test]
+    fn a_value_sealed_in_one_buffer_is_sealed_as_its_pretty_json() {
+        let value = serde_json::json!({"version": 4, "taken": ["a", "b"], "node": "n1"});
+        let mut body = serde_json::to_vec_pretty(&value).unwrap();
+        body.push(b'\n');
+        // A hint too small, none, and one to spare: the bytes are the same.
+        for hint in [0, 10, body.len(), 1 << 16] {
+            assert_eq!(seal_json(&value, hint).unwrap(), seal(&body), "hint {hint}");
+        }
     }
 }

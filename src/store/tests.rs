@@ -426,3 +426,125 @@ fn the_legacy_fingerprint_goes_with_its_own_snapshot_only() {
     fs::write(dir.join(LEGACY), &whole[..whole.len() - 10]).unwrap();
     assert_eq!(peek(root.path()).unwrap().unwrap().firewall_legacy, None);
 }
+
+/// A look before the lock whose state was marked after it was read: the open under the lock
+/// that takes it over keeps the mark, and one that reads the files again does not, so each test
+/// below tells which of the two it did.
+fn marked_look(root: &Path) -> Peeked {
+    let mut peeked = peek_to_open(root).unwrap().expect("a store");
+    peeked.loaded.state.node = Some("looked".into());
+    peeked
+}
+
+#[test]
+fn an_open_takes_the_look_over_when_the_files_are_the_bytes_it_read() {
+    let root = tempfile::tempdir().unwrap();
+    let mut s = Store::open(root.path()).unwrap();
+    s.state.node = Some("n1".into());
+    s.save().unwrap();
+    s.record("a", Op::Own(owned("a"))).unwrap();
+    let peeked = marked_look(root.path());
+    drop(s);
+    let (s, look) = Store::open_after(root.path(), peeked).unwrap();
+    assert!(matches!(look, Look::TakenOver));
+    assert_eq!(s.state.node.as_deref(), Some("looked"));
+    assert_eq!(ids(&s.state), ["a"]);
+    // As any open: the journal found is folded into the snapshot at once.
+    assert!(journal_of(root.path()).is_none());
+    assert_eq!(peek(root.path()).unwrap().unwrap(), s.state);
+}
+
+#[test]
+fn an_open_reads_the_store_again_when_the_snapshot_changed_after_the_look() {
+    let root = tempfile::tempdir().unwrap();
+    let mut s = Store::open(root.path()).unwrap();
+    s.state.node = Some("n1".into());
+    s.save().unwrap();
+    drop(s);
+    let peeked = marked_look(root.path());
+    let mut s = Store::open(root.path()).unwrap();
+    s.state.node = Some("n2".into());
+    s.save().unwrap();
+    drop(s);
+    let (s, look) = Store::open_after(root.path(), peeked).unwrap();
+    let Look::Changed(looked) = look else {
+        panic!("a changed snapshot was taken over");
+    };
+    assert_eq!(looked.state().node.as_deref(), Some("looked"));
+    assert_eq!(s.state.node.as_deref(), Some("n2"));
+}
+
+#[test]
+fn an_open_reads_the_store_again_when_the_journal_changed_after_the_look() {
+    let root = tempfile::tempdir().unwrap();
+    let mut s = Store::open(root.path()).unwrap();
+    s.state.node = Some("n1".into());
+    s.save().unwrap();
+    s.record("a", Op::Own(owned("a"))).unwrap();
+    let snapshot = || fs::read(store_dir(root.path()).join("state.json")).unwrap();
+    let before = snapshot();
+    let peeked = marked_look(root.path());
+    // Another record appended under the same lock: the snapshot is the one the look read.
+    s.record("b", Op::Own(owned("b"))).unwrap();
+    assert_eq!(snapshot(), before);
+    drop(s);
+    let (s, look) = Store::open_after(root.path(), peeked).unwrap();
+    assert!(
+        matches!(look, Look::Changed(_)),
+        "a changed journal was taken over"
+    );
+    assert_eq!(s.state.node.as_deref(), Some("n1"));
+    assert_eq!(ids(&s.state), ["a", "b"]);
+}
+
+#[test]
+fn an_open_reads_the_store_again_when_a_journal_was_begun_after_the_look() {
+    let root = tempfile::tempdir().unwrap();
+    let mut s = Store::open(root.path()).unwrap();
+    s.state.node = Some("n1".into());
+    s.save().unwrap();
+    let peeked = marked_look(root.path());
+    s.record("a", Op::Own(owned("a"))).unwrap();
+    drop(s);
+    let (s, look) = Store::open_after(root.path(), peeked).unwrap();
+    assert!(
+        matches!(look, Look::Changed(_)),
+        "a new journal was taken over"
+    );
+    assert_eq!(s.state.node.as_deref(), Some("n1"));
+    assert_eq!(ids(&s.state), ["a"]);
+}
+
+/// A journal begun over a snapshot this process read, or wrote, names that snapshot: its digest,
+/// made only then, is of the bytes on disk (a wrong one would leave the journal stale, its
+/// records unread).
+#[test]
+fn a_journal_begun_over_a_snapshot_read_or_written_names_it() {
+    let root = tempfile::tempdir().unwrap();
+    let mut s = Store::open(root.path()).unwrap();
+    s.state.node = Some("n1".into());
+    s.save().unwrap();
+    s.record("a", Op::Own(owned("a"))).unwrap();
+    assert_eq!(ids(&peek(root.path()).unwrap().unwrap()), ["a"]);
+    drop(s);
+    // Read with no journal beside it (folded by an open before), by an open and by a look it
+    // takes over.
+    for taken_over in [false, true] {
+        drop(Store::open(root.path()).unwrap());
+        assert!(journal_of(root.path()).is_none());
+        let mut s = if taken_over {
+            let peeked = peek_to_open(root.path()).unwrap().unwrap();
+            let (s, look) = Store::open_after(root.path(), peeked).unwrap();
+            assert!(matches!(look, Look::TakenOver));
+            s
+        } else {
+            Store::open(root.path()).unwrap()
+        };
+        let id = format!("b{taken_over}");
+        s.record(&id, Op::Own(owned(&id))).unwrap();
+        let j = String::from_utf8(journal_of(root.path()).unwrap()).unwrap();
+        let snapshot = fs::read(store_dir(root.path()).join("state.json")).unwrap();
+        assert!(j.contains(&digest(&snapshot)), "{j}");
+        assert!(ids(&peek(root.path()).unwrap().unwrap()).contains(&id.as_str()));
+    }
+}
