@@ -64,7 +64,7 @@ impl Default for Options {
     fn default() -> Self {
         Options {
             period: Duration::from_secs(600),
-            legacy_period: Duration::from_secs(5),
+            legacy_period: Duration::from_secs(1),
             quiet: Duration::from_millis(3),
             patience: Duration::from_millis(25),
             heartbeat: Duration::from_secs(60),
@@ -195,6 +195,10 @@ struct Shell<'a, 'h> {
     /// `adopt`, a `take`) changes it before it touches the firewall, so a change heard then is
     /// that apply's, and the memo, about to be stale, must not put back what it removed.
     memo_stamp: Option<Stamp>,
+    /// The legacy tables' fingerprint a re-check of `memo` found them in order at, unchanged
+    /// through it: while they still have it, the legacy period reads nothing more. Forgotten
+    /// whenever the memo is replaced.
+    legacy_seen: Option<String>,
     machine: Machine,
 }
 
@@ -234,6 +238,7 @@ impl<'a, 'h> Shell<'a, 'h> {
             put_back_fw,
             memo: None,
             memo_stamp: None,
+            legacy_seen: None,
             machine: Machine::new(opts, Instant::now()),
         })
     }
@@ -351,6 +356,7 @@ impl<'a, 'h> Shell<'a, 'h> {
                 }
                 if report.memo.is_some() {
                     self.memo = report.memo;
+                    self.legacy_seen = None;
                 }
                 self.memo_stamp = stamp(host.root);
                 failed.is_some()
@@ -400,6 +406,7 @@ impl<'a, 'h> Shell<'a, 'h> {
         );
         if from_link.memo.is_some() {
             self.memo = from_link.memo;
+            self.legacy_seen = None;
             self.machine.applied_from_link(Instant::now());
         }
         if from_link.restarts_host {
@@ -414,6 +421,7 @@ impl<'a, 'h> Shell<'a, 'h> {
             self.linked = None;
             self.memo = None;
             self.memo_stamp = None;
+            self.legacy_seen = None;
             self.machine.released(Instant::now());
             return FromLink::Again;
         }
@@ -482,7 +490,26 @@ impl<'a, 'h> Shell<'a, 'h> {
         if stale && self.memo.is_some() {
             tracing::debug!(by = %due.who, "another act is under way or done since the last reconcile; no re-check over it");
         } else if due.first.is_some() || due.retry || crate::node_firewall::legacy_in_force() {
+            // The legacy period alone: legacy tables send no events, but their fingerprint (read
+            // by getsockopt, no child process) says whether they changed since a re-check found
+            // them in order; unchanged, nothing more is read.
+            let periodic = due.first.is_none() && !due.retry && self.memo.is_some();
+            let before = periodic
+                .then(crate::node_firewall::legacy_fingerprint)
+                .flatten();
+            if before.is_some() && before == self.legacy_seen {
+                tracing::trace!(by = %due.who, "the legacy tables are as the last re-check found them");
+                return;
+            }
             let checked = recheck(self.host, self.memo.as_ref(), due.first, &due.who);
+            // Kept only when nothing changed them through the re-check, its own writes included
+            // (the next period then re-checks once more, and finds them as it leaves them).
+            self.legacy_seen = match (&checked, before) {
+                (Checked::Done, Some(fp)) => {
+                    (crate::node_firewall::legacy_fingerprint().as_ref() == Some(&fp)).then_some(fp)
+                }
+                _ => None,
+            };
             self.machine.rechecked(checked, &due.who, Instant::now());
             // What the re-check recorded is this host's own.
             self.memo_stamp = stamp(root);

@@ -36,6 +36,13 @@ pub fn legacy_in_force() -> bool {
         .any(|p| std::fs::read_to_string(p).is_ok_and(|t| !t.trim().is_empty()))
 }
 
+/// The legacy x_tables' fingerprint now (`firewall::xtables`: every table as the kernel hands it
+/// out, counters left out), read without a child process; `None` without legacy tables or when
+/// they cannot be read.
+pub fn legacy_fingerprint() -> Option<String> {
+    firewall::xtables::fingerprint().ok().flatten()
+}
+
 /// The node's firewall in this network namespace, for one node under one root.
 pub struct Kernel {
     root: PathBuf,

@@ -33,7 +33,7 @@ mod tests;
 
 pub use before::before_resources;
 pub use guard::{guard_spec, with_bridges, Guarded, LAYERS_BOTH, LAYERS_TABLE_ALONE};
-pub use kernel::{legacy_in_force, Kernel};
+pub use kernel::{legacy_fingerprint, legacy_in_force, Kernel};
 pub use openings::{NotAdmitted, Openings};
 pub use outcome::{FilterSaid, FlipSaid, GuardSaid, GuardWritten};
 pub use read::{

@@ -89,9 +89,10 @@ pub enum Command {
         /// Seconds between reconciles when nothing else asks for one (drift).
         #[arg(long, value_name = "SECONDS", default_value_t = 600, value_parser = clap::value_parser!(u64).range(1..))]
         period: u64,
-        /// Milliseconds between re-checks of legacy iptables layers, which send no events (0:
+        /// Milliseconds between looks at legacy iptables layers, which send no events: each reads
+        /// their fingerprint (no child process) and re-checks them only when it changed (0:
         /// never).
-        #[arg(long, value_name = "MILLIS", default_value_t = 5000)]
+        #[arg(long, value_name = "MILLIS", default_value_t = 1000)]
         legacy_period: u64,
         /// Seconds between heartbeats sent up the link, on an enrolled node.
         #[arg(long, value_name = "SECONDS", default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..))]
