@@ -498,7 +498,7 @@ impl<'a, 'h> Shell<'a, 'h> {
                 .then(crate::node_firewall::legacy_fingerprint)
                 .flatten();
             if before.is_some() && before == self.legacy_seen {
-                tracing::trace!(by = %due.who, "the legacy tables are as the last re-check found them");
+                tracing::debug!(by = %due.who, "the legacy tables are as the last re-check found them");
                 return;
             }
             let checked = recheck(self.host, self.memo.as_ref(), due.first, &due.who);

@@ -57,27 +57,36 @@ pub fn parse(text: &str, source: Source) -> Result<Declaration, Problems> {
     })?;
     // JSON lets a key be given twice and a parser keep the last: a declaration that says two
     // things at one path is refused rather than read as whichever came last.
-    let dups = duplicate_keys(text);
-    match validate_value(&value, source) {
-        Ok(d) if dups.is_empty() => Ok(d),
-        Ok(_) => Err(Problems(dups)),
-        Err(Problems(mut p)) => {
-            p.splice(0..0, dups);
-            Err(Problems(p))
-        }
+    let mut problems = duplicate_keys(text);
+    problems.extend(walked(&value, source));
+    if !problems.is_empty() {
+        return Err(Problems(problems));
     }
+    // The document is this call's own: its strings move into the declaration, not copied.
+    typed(serde_json::from_value(value))
 }
 
 /// Validates an already parsed JSON document, naming every problem.
 pub fn validate_value(value: &Value, source: Source) -> Result<Declaration, Problems> {
-    let mut v = Walker::default();
-    v.document(value, source);
-    if !v.problems.is_empty() {
-        return Err(Problems(v.problems));
+    let problems = walked(value, source);
+    if !problems.is_empty() {
+        return Err(Problems(problems));
     }
     // Read from the value where it stands: a clone of a 10,000-opening document cost more
     // than reading it.
-    <Declaration as serde::Deserialize>::deserialize(value).map_err(|e| {
+    typed(<Declaration as serde::Deserialize>::deserialize(value))
+}
+
+/// Every problem the walker finds in the document.
+fn walked(value: &Value, source: Source) -> Vec<Problem> {
+    let mut v = Walker::default();
+    v.document(value, source);
+    v.problems
+}
+
+/// The declaration the types read from a document the walker passed.
+fn typed(read: Result<Declaration, serde_json::Error>) -> Result<Declaration, Problems> {
+    read.map_err(|e| {
         // The walker and the types describe the same document; reaching here is a bug in one of
         // them, and it still refuses rather than applying half a document.
         Problems(vec![Problem {

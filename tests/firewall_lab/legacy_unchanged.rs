@@ -97,25 +97,7 @@ fn a_legacy_reconcile_with_nothing_changed_starts_no_process() {
 
     // Someone deletes the opening's rule by hand: the fingerprint changes, the tables are read
     // and the rule put back.
-    let saved = run_ok(node, &["iptables-legacy-save", "-t", "filter"]);
-    let marked = saved
-        .lines()
-        .find(|l| l.starts_with("-A INPUT") && is_marked(l))
-        .unwrap_or_else(|| panic!("no marked rule in INPUT:\n{saved}"));
-    let mut delete = vec!["iptables-legacy", "-w", "-D"];
-    delete.extend(
-        marked
-            .trim_start_matches("-A ")
-            .split(' ')
-            .filter(|w| !w.is_empty()),
-    );
-    // The comment's quotes are the save's, not part of the argument.
-    let delete: Vec<String> = delete
-        .iter()
-        .map(|w| w.trim_matches('"').to_string())
-        .collect();
-    let delete: Vec<&str> = delete.iter().map(String::as_str).collect();
-    run_ok(node, &delete);
+    delete_marked(node);
     expect(
         &net.outside,
         &[public[0]],
@@ -162,4 +144,92 @@ fn a_legacy_reconcile_with_nothing_changed_starts_no_process() {
         "unchanged"
     );
     assert_only_the_binary(&execs, "a legacy firewall after the put-back");
+}
+
+/// The rule of `web/api` in the node's legacy INPUT, as `iptables-legacy -D` takes it.
+fn delete_marked(node: &Machine) {
+    let saved = run_ok(node, &["iptables-legacy-save", "-t", "filter"]);
+    let marked = saved
+        .lines()
+        .find(|l| l.starts_with("-A INPUT") && is_marked(l))
+        .unwrap_or_else(|| panic!("no marked rule in INPUT:\n{saved}"));
+    let mut delete: Vec<String> = vec!["iptables-legacy".into(), "-w".into(), "-D".into()];
+    delete.extend(
+        marked
+            .trim_start_matches("-A ")
+            .split(' ')
+            .filter(|w| !w.is_empty())
+            .map(|w| w.trim_matches('"').to_string()),
+    );
+    let delete: Vec<&str> = delete.iter().map(String::as_str).collect();
+    run_ok(node, &delete);
+}
+
+/// The resident host's legacy period looks at the fingerprint and reads nothing more while it
+/// holds; a rule deleted by hand changes it, and the next period puts the rule back.
+#[test]
+fn the_resident_legacy_period_rechecks_only_when_the_tables_changed() {
+    let lab = new_lab();
+    let net = adoption(&lab);
+    let node = &net.node;
+    run_all(node, &xt_input_drop("iptables-legacy"));
+    run_all(node, &xt_input_drop("ip6tables-legacy"));
+    let _listeners: Vec<_> = [SSH, OPENED]
+        .iter()
+        .map(|p| node.listen_tcp(*p).expect("listener on the node"))
+        .collect();
+    let public = node_public();
+    let host = Host::new(node);
+    host.apply(&declaration(&[opening("web/api", OPENED, "incoming")]));
+    let resident = super::resident::Resident::start(&host, &["--legacy-period", "100"]);
+
+    // Periods pass with the tables as they are: after one re-check, each only looks.
+    let looked = "the legacy tables are as the last re-check found them";
+    resident.wait_log(looked, 5, Duration::from_secs(20));
+    let rechecks = |log: &str| {
+        log.lines()
+            .filter(|l| {
+                l.contains("the legacy period") && l.contains("ruleset changed by another program")
+            })
+            .count()
+    };
+    let log = resident.log();
+    assert!(
+        rechecks(&log) <= 1,
+        "the legacy period re-checked tables that had not changed:\n{log}"
+    );
+    expect(
+        &net.outside,
+        &public,
+        OPENED,
+        Probe::Reached,
+        "the opening, resident",
+    );
+
+    // A rule deleted by hand: the next period re-checks and puts it back.
+    delete_marked(node);
+    let started = std::time::Instant::now();
+    while net
+        .outside
+        .probe_tcp(public[0], OPENED, Duration::from_millis(300))
+        .unwrap()
+        != Probe::Reached
+    {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "the resident host did not put the opening back:\n{}",
+            resident.log()
+        );
+    }
+    resident.wait_log("put back", 1, Duration::from_secs(10));
+    expect(
+        &net.outside,
+        &public,
+        OPENED,
+        Probe::Reached,
+        "the opening, put back by the resident host",
+    );
+    // And it only looks again.
+    let before = resident.log().matches(looked).count();
+    resident.wait_log(looked, before + 3, Duration::from_secs(20));
 }
