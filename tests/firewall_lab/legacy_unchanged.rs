@@ -11,38 +11,52 @@ use lab::addr::PEER_PUBLIC_V4;
 /// No engine answers here: the reconcile must not start one to ask.
 const NO_ENGINE: &str = "unix:///nonexistent/docker.sock";
 
+/// Legacy iptables dropping by default in both families, listeners on ssh and the opening's
+/// port; then `ban` (legacy commands) and the apply of `web/api`. The listeners and the host.
+fn legacy_node(node: &Machine, ban: &[Vec<&str>]) -> (Vec<lab::Process>, Host) {
+    run_all(node, &xt_input_drop("iptables-legacy"));
+    run_all(node, &xt_input_drop("ip6tables-legacy"));
+    run_all(node, ban);
+    let listeners = [SSH, OPENED]
+        .iter()
+        .map(|p| node.listen_tcp(*p).expect("listener on the node"))
+        .collect();
+    let host = Host::new(node);
+    host.apply(&declaration(&[opening("web/api", OPENED, "incoming")]));
+    (listeners, host)
+}
+
+/// `reconcile --json` traced: it succeeded with nothing failed; its report and the programs it
+/// exec'd.
+fn traced_reconcile(host: &Host) -> (Value, Vec<String>) {
+    let (out, execs) = traced_execs(host, NO_ENGINE, &["reconcile", "--json"]);
+    assert!(out.success(), "{}\n{}", out.stdout, out.stderr);
+    let report: Value = crate::util::contract(&out.stdout);
+    assert_nothing_failed(&report);
+    (report, execs)
+}
+
 #[test]
 fn a_legacy_reconcile_with_nothing_changed_starts_no_process() {
     let lab = new_lab();
     let net = adoption(&lab);
     let node = &net.node;
-    run_all(node, &xt_input_drop("iptables-legacy"));
-    run_all(node, &xt_input_drop("ip6tables-legacy"));
     // The operator's ban of the peer, first in INPUT (over IPv4 only: a ban of its IPv6 address
     // drops its neighbour discovery too, and the probe then says unreachable, not banned).
     let v4 = PEER_PUBLIC_V4.to_string();
-    run_ok(
-        node,
-        &[
-            "iptables-legacy",
-            "-w",
-            "-I",
-            "INPUT",
-            "1",
-            "-s",
-            &v4,
-            "-j",
-            "DROP",
-        ],
-    );
-    let _listeners: Vec<_> = [SSH, OPENED]
-        .iter()
-        .map(|p| node.listen_tcp(*p).expect("listener on the node"))
-        .collect();
+    let ban = vec![
+        "iptables-legacy",
+        "-w",
+        "-I",
+        "INPUT",
+        "1",
+        "-s",
+        &v4,
+        "-j",
+        "DROP",
+    ];
+    let (_listeners, host) = legacy_node(node, &[ban]);
     let public = node_public();
-    let host = Host::new(node);
-    let decl = declaration(&[opening("web/api", OPENED, "incoming")]);
-    host.apply(&decl);
     expect(
         &net.outside,
         &public,
@@ -59,10 +73,7 @@ fn a_legacy_reconcile_with_nothing_changed_starts_no_process() {
     );
 
     // Nothing changed: the fingerprint vouches for the legacy tables, nothing is exec'd.
-    let (out, execs) = traced_execs(&host, NO_ENGINE, &["reconcile", "--json"]);
-    assert!(out.success(), "{}\n{}", out.stdout, out.stderr);
-    let report: Value = crate::util::contract(&out.stdout);
-    assert_nothing_failed(&report);
+    let (report, execs) = traced_reconcile(&host);
     assert_eq!(outcome(&report, "web/api"), "unchanged", "{report:#}");
     assert!(
         report["entries"][0]["detail"]
@@ -87,12 +98,8 @@ fn a_legacy_reconcile_with_nothing_changed_starts_no_process() {
     );
 
     // Traffic moved the counters meanwhile: still nothing to read.
-    let (out, execs) = traced_execs(&host, NO_ENGINE, &["reconcile", "--json"]);
-    assert!(out.success(), "{}\n{}", out.stdout, out.stderr);
-    assert_eq!(
-        outcome(&crate::util::contract(&out.stdout), "web/api"),
-        "unchanged"
-    );
+    let (report, execs) = traced_reconcile(&host);
+    assert_eq!(outcome(&report, "web/api"), "unchanged", "{report:#}");
     assert_only_the_binary(&execs, "a legacy firewall after traffic");
 
     // Someone deletes the opening's rule by hand: the fingerprint changes, the tables are read
@@ -105,10 +112,7 @@ fn a_legacy_reconcile_with_nothing_changed_starts_no_process() {
         Probe::TimedOut,
         "the v4 rule deleted by hand",
     );
-    let (out, execs) = traced_execs(&host, NO_ENGINE, &["reconcile", "--json"]);
-    assert!(out.success(), "{}\n{}", out.stdout, out.stderr);
-    let report: Value = crate::util::contract(&out.stdout);
-    assert_nothing_failed(&report);
+    let (report, execs) = traced_reconcile(&host);
     assert_eq!(outcome(&report, "web/api"), "created", "{report:#}");
     assert!(
         execs.iter().any(|e| e.contains("iptables-legacy-save")),
@@ -137,12 +141,8 @@ fn a_legacy_reconcile_with_nothing_changed_starts_no_process() {
     );
 
     // And after the put-back, nothing again.
-    let (out, execs) = traced_execs(&host, NO_ENGINE, &["reconcile", "--json"]);
-    assert!(out.success(), "{}\n{}", out.stdout, out.stderr);
-    assert_eq!(
-        outcome(&crate::util::contract(&out.stdout), "web/api"),
-        "unchanged"
-    );
+    let (report, execs) = traced_reconcile(&host);
+    assert_eq!(outcome(&report, "web/api"), "unchanged", "{report:#}");
     assert_only_the_binary(&execs, "a legacy firewall after the put-back");
 }
 
@@ -172,15 +172,8 @@ fn the_resident_legacy_period_rechecks_only_when_the_tables_changed() {
     let lab = new_lab();
     let net = adoption(&lab);
     let node = &net.node;
-    run_all(node, &xt_input_drop("iptables-legacy"));
-    run_all(node, &xt_input_drop("ip6tables-legacy"));
-    let _listeners: Vec<_> = [SSH, OPENED]
-        .iter()
-        .map(|p| node.listen_tcp(*p).expect("listener on the node"))
-        .collect();
+    let (_listeners, host) = legacy_node(node, &[]);
     let public = node_public();
-    let host = Host::new(node);
-    host.apply(&declaration(&[opening("web/api", OPENED, "incoming")]));
     let resident = super::resident::Resident::start(&host, &["--legacy-period", "100"]);
 
     // Periods pass with the tables as they are: after one re-check, each only looks.
