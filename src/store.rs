@@ -608,7 +608,7 @@ impl Store {
             Some(fp) => {
                 let snapshot = snapshot.digest();
                 self.dir.create(LEGACY, false).and_then(|mut f| {
-                    std::io::Write::write_all(&mut f, format!("{snapshot} {fp}\n").as_bytes())
+                    std::io::Write::write_all(&mut f, load::legacy_line(snapshot, fp).as_bytes())
                 })
             }
             None => self.dir.remove(LEGACY),

@@ -572,11 +572,11 @@ fn apply_locked(
             })
         }
     };
-    let firewall_unchanged = firewall_before.unchanged.clone();
     report.said_firewall(&firewall_before);
     let node_firewall::Before {
         guard_spec,
         filter_spec,
+        unchanged: firewall_unchanged,
         ..
     } = firewall_before;
     let in_force = {

@@ -195,12 +195,9 @@ impl NodeFirewallRead for Kernel {
     fn generation(&mut self) -> Option<Generation> {
         let nft = self.found().ok()?.generation().ok().flatten()?;
         // Legacy tables send no generation: their fingerprint, read from the kernel by
-        // getsockopt (no child process), vouches for them instead.
-        let legacy = if legacy_in_force() {
-            Some(firewall::xtables::fingerprint().ok().flatten()?)
-        } else {
-            None
-        };
+        // getsockopt (no child process), vouches for them instead (none when there are none;
+        // tables that cannot be read leave the whole unknown).
+        let legacy = firewall::xtables::fingerprint().ok()?;
         Some(Generation { nft, legacy })
     }
 

@@ -62,17 +62,9 @@ const SEAL_END: &[u8] = b"\",\n";
 /// snapshot with [`seal_json`]; this is the tests' way to seal bytes they made.
 #[cfg(test)]
 pub fn seal(body: &[u8]) -> Vec<u8> {
-    debug_assert!(
-        body.starts_with(b"{\n  \""),
-        "a snapshot is an object with fields"
-    );
-    let digest = super::digest(body);
-    let mut out = Vec::with_capacity(body.len() + SEAL_START.len() + DIGEST_LEN + 4);
-    out.extend_from_slice(SEAL_START);
-    out.extend_from_slice(digest.as_bytes());
-    out.extend_from_slice(SEAL_END);
-    out.extend_from_slice(&body[2..]);
-    out
+    let mut out = vec![0; BODY_AT];
+    out.extend_from_slice(body);
+    sealed(out)
 }
 
 /// `value` as pretty JSON, sealed: the same bytes as [`seal`] of `serde_json::to_vec_pretty`'s
@@ -83,14 +75,23 @@ pub fn seal_json<T: serde::Serialize>(
     value: &T,
     hint: usize,
 ) -> Result<Vec<u8>, serde_json::Error> {
-    let head = SEAL_START.len() + DIGEST_LEN + SEAL_END.len();
-    // The body's own `{\n` is the last two bytes the checksum's line takes the place of.
-    let at = head - 2;
-    let mut out = Vec::with_capacity(hint + hint / 8 + head + 4096);
-    out.resize(at, 0);
+    let mut out = Vec::with_capacity(hint + hint / 8 + BODY_AT + 4096);
+    out.resize(BODY_AT, 0);
     serde_json::to_writer_pretty(&mut out, value)?;
     out.push(b'\n');
-    let body = &out[at..];
+    Ok(sealed(out))
+}
+
+/// How long the checksum's line is, the body's own `{\n` included.
+const HEAD: usize = SEAL_START.len() + DIGEST_LEN + SEAL_END.len();
+/// Where the body starts in a buffer being sealed: its own `{\n` is the last two bytes the
+/// checksum's line takes the place of.
+const BODY_AT: usize = HEAD - 2;
+
+/// The checksum's line written over the head of `out`, whose bytes from [`BODY_AT`] on are the
+/// body: the sha256 of the body, in the snapshot's first field.
+fn sealed(mut out: Vec<u8>) -> Vec<u8> {
+    let body = &out[BODY_AT..];
     debug_assert!(
         body.starts_with(b"{\n  \""),
         "a snapshot is an object with fields"
@@ -98,8 +99,8 @@ pub fn seal_json<T: serde::Serialize>(
     let digest = super::digest(body);
     out[..SEAL_START.len()].copy_from_slice(SEAL_START);
     out[SEAL_START.len()..SEAL_START.len() + DIGEST_LEN].copy_from_slice(digest.as_bytes());
-    out[SEAL_START.len() + DIGEST_LEN..head].copy_from_slice(SEAL_END);
-    Ok(out)
+    out[SEAL_START.len() + DIGEST_LEN..HEAD].copy_from_slice(SEAL_END);
+    out
 }
 
 /// Why a snapshot that carries a checksum does not match it.

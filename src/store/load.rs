@@ -153,6 +153,12 @@ fn legacy_file(dir: &Named) -> Option<Vec<u8>> {
     dir.read(LEGACY).ok()?
 }
 
+/// What [`LEGACY`] holds: the snapshot's digest and the fingerprint that goes with it, read back
+/// by [`legacy_beside`].
+pub(super) fn legacy_line(snapshot: &str, fingerprint: &str) -> String {
+    format!("{snapshot} {fingerprint}\n")
+}
+
 /// The fingerprint in [`LEGACY`]'s bytes when they name the snapshot `digest`; nothing otherwise
 /// (a file torn, or left beside an earlier snapshot).
 fn legacy_beside(bytes: &[u8], digest: &str) -> Option<String> {
