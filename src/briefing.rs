@@ -65,6 +65,14 @@ impl Briefing {
         self.lines.iter().map(|l| l.mark).max().unwrap_or(Mark::Ok)
     }
 
+    /// Whether it says what `other` says, whenever each was written.
+    pub fn reads_as(&self, other: &Briefing) -> bool {
+        self.node == other.node
+            && self.mode == other.mode
+            && self.lines == other.lines
+            && self.look_at == other.look_at
+    }
+
     pub fn shown(&self) -> Shown<'_> {
         Shown {
             outcome: self.outcome(),

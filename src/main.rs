@@ -7,7 +7,28 @@ use std::process::ExitCode;
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+// `mi_option_t` in mimalloc.h (v3): `mi_option_destroy_on_exit`, which above 1 makes mimalloc's
+// exit destructor return at once.
+const MI_OPTION_DESTROY_ON_EXIT: std::ffi::c_int = 22;
+
+unsafe extern "C" {
+    fn mi_option_set(option: std::ffi::c_int, value: std::ffi::c_long);
+}
+
+/// Ends the process without mimalloc's collection at exit, which frees every page and hands
+/// them back to the kernel one `madvise` at a time (4 ms of a 10,000-opening reconcile) for a
+/// process whose memory the kernel takes back whole anyway.
+fn without_collection_at_exit(code: ExitCode) -> ExitCode {
+    // SAFETY: sets one of mimalloc's options, which it reads again at exit; no pointer passes.
+    unsafe { mi_option_set(MI_OPTION_DESTROY_ON_EXIT, 2) };
+    code
+}
+
 fn main() -> ExitCode {
+    without_collection_at_exit(run())
+}
+
+fn run() -> ExitCode {
     // The journal's form under systemd, plain lines elsewhere, colour only for a terminal.
     mesh_host::logging::init();
     // Long steps (an install, an image pull) are said on stderr while they run.

@@ -215,7 +215,97 @@ pub struct State {
     pub flip: Option<Flip>,
 }
 
+/// The state an act opened the store with, as much of it as tells at the act's end whether it
+/// changed anything ([`State::unchanged_since`]): every field but the declaration, which only
+/// another declaration replaces, and the lists, whose changes are counted rather than copied (a
+/// copy of 10,000 records cost more than the save it spared).
+pub struct Opened {
+    rest: State,
+    edits: [u64; 3],
+}
+
+impl Opened {
+    /// The briefing the store held.
+    pub fn briefing(&self) -> Option<&crate::briefing::Briefing> {
+        self.rest.briefing.as_ref()
+    }
+}
+
 impl State {
+    /// What [`State::unchanged_since`] compares with, for an act that leaves the declaration as
+    /// it is.
+    pub fn opened(&self) -> Opened {
+        Opened {
+            rest: State {
+                version: self.version,
+                node: self.node.clone(),
+                mode: self.mode,
+                taken: self.taken.clone(),
+                settings: self.settings.clone(),
+                declaration: None,
+                source: self.source,
+                owned: List::default(),
+                held: List::default(),
+                originals: List::default(),
+                pending: self.pending.clone(),
+                briefing: self.briefing.clone(),
+                firewall_generation: self.firewall_generation,
+                firewall_legacy: self.firewall_legacy.clone(),
+                firewall_guard: self.firewall_guard.clone(),
+                boot: self.boot.clone(),
+                flip: self.flip.clone(),
+            },
+            edits: self.edits(),
+        }
+    }
+
+    /// Whether the state is still `opened`, its declaration (never replaced meanwhile, which
+    /// the caller knows) aside.
+    pub fn unchanged_since(&self, opened: &Opened) -> bool {
+        let State {
+            version,
+            node,
+            mode,
+            taken,
+            settings,
+            declaration: _,
+            source,
+            owned: _,
+            held: _,
+            originals: _,
+            pending,
+            briefing,
+            firewall_generation,
+            firewall_legacy,
+            firewall_guard,
+            boot,
+            flip,
+        } = self;
+        let was = &opened.rest;
+        self.edits() == opened.edits
+            && *version == was.version
+            && *node == was.node
+            && *mode == was.mode
+            && *taken == was.taken
+            && *settings == was.settings
+            && *source == was.source
+            && *pending == was.pending
+            && *briefing == was.briefing
+            && *firewall_generation == was.firewall_generation
+            && *firewall_legacy == was.firewall_legacy
+            && *firewall_guard == was.firewall_guard
+            && *boot == was.boot
+            && *flip == was.flip
+    }
+
+    fn edits(&self) -> [u64; 3] {
+        [
+            self.owned.edits(),
+            self.held.edits(),
+            self.originals.edits(),
+        ]
+    }
+
     pub fn owned(&self, id: &str) -> Option<&Owned> {
         self.owned.get(id)
     }
@@ -296,12 +386,18 @@ pub struct Store {
     /// No `state.json` (nor journal) was found: the store is new, or lost and being rebuilt.
     /// Only such a store reads the records the mesh recovered for it (a store that exists wins).
     pub fresh: bool,
+    /// Whether this process has written a snapshot since it opened the store.
+    saved: bool,
 }
 
-/// What identifies a snapshot on disk: its length, and its digest, which names it in the header
-/// of a journal begun over it.
+/// What identifies a snapshot on disk: its length, its digest, which names it in the header of a
+/// journal begun over it, and its seal, which names it in [`LEGACY`].
 struct Snapshot {
     len: u64,
+    /// The checksum the snapshot was sealed with (checked when it was read): the sha256 of all
+    /// of its bytes but that line's own, so it names the snapshot as its digest does, without a
+    /// second pass over every byte.
+    seal: Option<String>,
     /// The snapshot's bytes as on disk, kept until its digest is made from them.
     bytes: Vec<u8>,
     /// Made the first time a journal is begun over it (or read over it): most snapshots a
@@ -314,6 +410,7 @@ impl Snapshot {
     fn new(bytes: Vec<u8>, digest: Option<String>) -> Snapshot {
         Snapshot {
             len: bytes.len() as u64,
+            seal: checksum::recorded(&bytes).map(str::to_string),
             bytes,
             digest,
         }
@@ -510,6 +607,7 @@ impl Store {
             chain: journal::Chain::new(),
             journal_len: 0,
             journal_on_disk: false,
+            saved: false,
             rebuilt: loaded.is_none() && earlier && !released,
             released: loaded.is_none() && released,
             fresh: loaded.is_none(),
@@ -575,8 +673,9 @@ impl Store {
             return Err(io(&path)(e));
         }
         self.dir.sync().map_err(io(self.dir.path()))?;
-        let mut snapshot = Snapshot::new(bytes, None);
-        self.keep_legacy(&mut snapshot);
+        self.saved = true;
+        let snapshot = Snapshot::new(bytes, None);
+        self.keep_legacy(&snapshot);
         self.snapshot = Some(snapshot);
         failpoint::hit("fold-renamed", "store");
         if self.released {
@@ -599,19 +698,34 @@ impl Store {
         Ok(())
     }
 
-    /// The legacy tables' fingerprint beside the snapshot just written (named by its digest), or
+    /// Saves the state unless it is `opened` (the state this act opened the store with, kept by
+    /// the caller) and the snapshot on disk already holds it whole, with no journal over it: an
+    /// act that changed nothing writes nothing, and a reconcile of 10,000 resources neither
+    /// serializes nor fsyncs 3 MB to say so. Whether it wrote.
+    pub fn save_unless(&mut self, opened: Option<&Opened>) -> Result<bool, StoreError> {
+        let held = opened.is_some_and(|o| self.state.unchanged_since(o))
+            && self.state.version == STORE_VERSION
+            && self.snapshot.is_some()
+            && !self.saved
+            && self.journal.is_none()
+            && !self.journal_on_disk
+            && !self.released;
+        if held {
+            return Ok(false);
+        }
+        self.save().map(|()| true)
+    }
+
+    /// The legacy tables' fingerprint beside the snapshot just written (named by its seal), or
     /// none. A cache of what the state recorded, not a record: one that cannot be written is
     /// said and the next reconcile reads the firewall whole; one left from an earlier snapshot
     /// names another digest and is never believed (`legacy_beside`).
-    fn keep_legacy(&self, snapshot: &mut Snapshot) {
-        let kept = match &self.state.firewall_legacy {
-            Some(fp) => {
-                let snapshot = snapshot.digest();
-                self.dir.create(LEGACY, false).and_then(|mut f| {
-                    std::io::Write::write_all(&mut f, load::legacy_line(snapshot, fp).as_bytes())
-                })
-            }
-            None => self.dir.remove(LEGACY),
+    fn keep_legacy(&self, snapshot: &Snapshot) {
+        let kept = match (&self.state.firewall_legacy, &snapshot.seal) {
+            (Some(fp), Some(snapshot)) => self.dir.create(LEGACY, false).and_then(|mut f| {
+                std::io::Write::write_all(&mut f, load::legacy_line(snapshot, fp).as_bytes())
+            }),
+            _ => self.dir.remove(LEGACY),
         };
         if let Err(e) = kept {
             let _ = self.dir.remove(LEGACY);

@@ -48,12 +48,40 @@ fn create_then_unchanged_then_changed_then_removed_by_the_asymmetry() {
     assert_eq!(r.outcome("proxy/config"), "changed");
     assert_eq!(node.read("/etc/caddy/Caddyfile").as_deref(), Some("v2\n"));
 
-    // Drift on an owned file is repaired by reconcile.
+    // A reconcile that changes nothing writes nothing: the store is the same file (a save
+    // renames a new one over it), its briefing with it.
+    let store = || {
+        use std::os::unix::fs::MetadataExt;
+        let path = node.path("/var/lib/mesh-host/state.json");
+        (
+            std::fs::metadata(&path).unwrap().ino(),
+            std::fs::read(&path).unwrap(),
+        )
+    };
+    let r = node.run(&["reconcile", "--json"]);
+    assert_eq!(r.code, Some(0), "{}", r.stderr);
+    let before = store();
+    let r = node.run(&["reconcile", "--json"]);
+    assert_eq!(r.code, Some(0), "{}", r.stderr);
+    for id in ["proxy/config", "proxy/data", "db/create"] {
+        assert_eq!(r.outcome(id), "unchanged", "{id}");
+    }
+    assert!(
+        store() == before,
+        "a reconcile that changed nothing rewrote the store"
+    );
+
+    // Drift on an owned file is repaired by reconcile, and recorded.
     node.write("/etc/caddy/Caddyfile", "edited by hand\n");
     let r = node.run(&["reconcile", "--json"]);
     assert_eq!(r.code, Some(0), "{}", r.stderr);
     assert_eq!(r.outcome("proxy/config"), "changed");
     assert_eq!(node.read("/etc/caddy/Caddyfile").as_deref(), Some("v2\n"));
+    assert_ne!(
+        store().0,
+        before.0,
+        "a reconcile that changed a file kept the old store"
+    );
 
     // Nothing declared: the file and directory the host made are removed, the action forgotten.
     let r = node.apply(&decl("converged", &[], json!([])));

@@ -82,6 +82,9 @@ const IPV6: Legacy = Legacy {
 /// `/proc/net/ip_tables_names` or `ip6_tables_names`).
 pub fn fingerprint() -> Result<Option<String>> {
     let mut hash = Sha256::new();
+    // One buffer for every table, read into in place: a table of 10,000 rules is megabytes,
+    // and neither copied out nor faulted in afresh for the next.
+    let mut buf = Vec::new();
     let mut any = false;
     for family in [&IPV4, &IPV6] {
         let mut names = table_names(family.names)?;
@@ -92,12 +95,12 @@ pub fn fingerprint() -> Result<Option<String>> {
         let sock = raw_socket(family)?;
         for name in &names {
             any = true;
-            let (info, entries) = read_table(&sock, family, name)?;
+            let (info, entries) = read_table(&sock, family, name, &mut buf)?;
             hash.update(family.tag);
             hash.update([0]);
-            hash.update(&info);
+            hash.update(info);
             hash.update((entries.len() as u64).to_le_bytes());
-            hash.update(&entries);
+            hash.update(entries);
         }
     }
     if !any {
@@ -168,8 +171,13 @@ fn get(fd: &OwnedFd, level: libc::c_int, opt: libc::c_int, buf: &mut [u8]) -> Re
     Ok(len as usize)
 }
 
-/// One table's info and its entries with counters and `comefrom` zeroed.
-fn read_table(sock: &OwnedFd, family: &Legacy, name: &str) -> Result<(Vec<u8>, Vec<u8>)> {
+/// One table's info and its entries with counters and `comefrom` zeroed, both read into `buf`.
+fn read_table<'b>(
+    sock: &OwnedFd,
+    family: &Legacy,
+    name: &str,
+    buf: &'b mut Vec<u8>,
+) -> Result<(&'b [u8], &'b [u8])> {
     if name.len() >= NAME_LEN || name.contains('\0') {
         return Err(Error::Socket {
             op: "a legacy table name longer than the kernel's",
@@ -177,7 +185,7 @@ fn read_table(sock: &OwnedFd, family: &Legacy, name: &str) -> Result<(Vec<u8>, V
         });
     }
     for _ in 0..TRIES {
-        let mut info = vec![0u8; INFO_LEN];
+        let mut info = [0u8; INFO_LEN];
         info[..name.len()].copy_from_slice(name.as_bytes());
         get(sock, family.level, SO_GET_INFO, &mut info).map_err(|errno| Error::Socket {
             op: "getsockopt IPT_SO_GET_INFO",
@@ -190,10 +198,15 @@ fn read_table(sock: &OwnedFd, family: &Legacy, name: &str) -> Result<(Vec<u8>, V
                 errno: Errno(libc::EFBIG),
             });
         }
-        let mut buf = vec![0u8; ENTRIES_HEAD + size];
-        buf[..name.len()].copy_from_slice(name.as_bytes());
-        buf[NAME_LEN..NAME_LEN + 4].copy_from_slice(&(size as u32).to_ne_bytes());
-        match get(sock, family.level, SO_GET_ENTRIES, &mut buf) {
+        // The info first, then the request's head and the entries the kernel writes after it.
+        buf.clear();
+        buf.extend_from_slice(&info);
+        buf.resize(INFO_LEN + ENTRIES_HEAD + size, 0);
+        let request = &mut buf[INFO_LEN..];
+        request[..ENTRIES_HEAD].fill(0);
+        request[..name.len()].copy_from_slice(name.as_bytes());
+        request[NAME_LEN..NAME_LEN + 4].copy_from_slice(&(size as u32).to_ne_bytes());
+        match get(sock, family.level, SO_GET_ENTRIES, request) {
             Ok(_) => {}
             // The table was replaced between the two requests, with another size.
             Err(Errno(libc::EAGAIN)) => continue,
@@ -204,8 +217,9 @@ fn read_table(sock: &OwnedFd, family: &Legacy, name: &str) -> Result<(Vec<u8>, V
                 })
             }
         }
-        let mut entries = buf.split_off(ENTRIES_HEAD);
-        without_counters(family, &mut entries)?;
+        let (info, rest) = buf.split_at_mut(INFO_LEN);
+        let entries = &mut rest[ENTRIES_HEAD..];
+        without_counters(family, entries)?;
         return Ok((info, entries));
     }
     Err(Error::Socket {

@@ -527,6 +527,9 @@ fn apply_locked(
         )));
     }
 
+    // The state as opened, when this act applies the declaration the store holds (a
+    // reconcile's): if it ends the same, the store is not written again (`finish`).
+    let opened = (store.state.declaration.as_ref() == Some(decl)).then(|| store.state.opened());
     let (recorded, same) = record_declaration(&mut store.state, decl, source, touched, transition);
     // Every child this apply starts runs within the node's deadlines, so a runtime or service
     // manager that never answers fails its resource and the lock is released.
@@ -631,7 +634,7 @@ fn apply_locked(
             transition,
         )
     };
-    finish(store, given, report, in_force)
+    finish(store, opened, given, report, in_force)
 }
 
 /// `--confirm`: every declared opening confirmed by the kernel against the ruleset as the act

@@ -190,13 +190,21 @@ pub(super) struct InForce {
 /// is in force made with the declaration: the report, or the store's error carrying it.
 pub(super) fn finish(
     mut store: Store,
+    opened: Option<store::Opened>,
     decl: Cow<'_, Declaration>,
     mut report: Report,
     in_force: InForce,
 ) -> Result<Report, ApplyError> {
-    let briefing = brief::brief(&store, &decl, &report);
+    let mut briefing = brief::brief(&store, &decl, &report);
     // One value for both: the exit code is made from the briefing's outcome.
     report.outcome = briefing.outcome();
+    // A briefing that reads as the stored one keeps its time: it says when it was written, and
+    // an act that changed nothing (nor what it says) writes nothing.
+    if let Some(was) = opened.as_ref().and_then(store::Opened::briefing) {
+        if briefing.reads_as(was) {
+            briefing.at.clone_from(&was.at);
+        }
+    }
     store.state.briefing = Some(briefing);
     // The memo takes the declaration itself when the act owned it (a reconcile's).
     report.memo = Some(FirewallMemo {
@@ -208,7 +216,7 @@ pub(super) fn finish(
     // A store that cannot be written (a full disk) does not take the report with it: the error
     // carries it, what was done is said with the store's error, and the act failed part-way
     // (exit 1). Callers that go on after an apply (a release, the resident host) see an error.
-    if let Err(e) = store.save() {
+    if let Err(e) = store.save_unless(opened.as_ref()) {
         report.unsaved(&e);
         return Err(ApplyError::Unsaved {
             report: Box::new(report),

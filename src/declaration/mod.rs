@@ -5,6 +5,7 @@
 //! JSON before these types are ever built, so a document that reaches them is already known good.
 
 pub mod openings;
+mod resource_de;
 pub mod validate;
 
 use crate::build::Build;
@@ -183,8 +184,9 @@ impl PrivateNetwork {
     }
 }
 
-/// One resource. Every variant carries its stable `id` and optional `module`.
-#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+/// One resource. Every variant carries its stable `id` and optional `module`. Written with its
+/// `type` first and read by it ([`resource_de`]).
+#[derive(Serialize, Debug, Clone, PartialEq)]
 #[serde(tag = "type", rename_all = "lowercase")]
 pub enum Resource {
     File(FileSpec),

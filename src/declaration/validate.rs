@@ -49,21 +49,21 @@ impl std::error::Error for Problems {}
 
 /// Parses and validates a declaration for a given source.
 pub fn parse(text: &str, source: Source) -> Result<Declaration, Problems> {
-    let value: Value = serde_json::from_str(text).map_err(|e| {
+    // JSON lets a key be given twice and a parser keep the last: a declaration that says two
+    // things at one path is refused rather than read as whichever came last. Both found in the
+    // one pass that reads the document.
+    let (value, mut problems) = keys::document(text).map_err(|e| {
         Problems(vec![Problem {
             path: String::new(),
             message: format!("not valid JSON: {e}"),
         }])
     })?;
-    // JSON lets a key be given twice and a parser keep the last: a declaration that says two
-    // things at one path is refused rather than read as whichever came last.
-    let mut problems = duplicate_keys(text);
     problems.extend(walked(&value, source));
     if !problems.is_empty() {
         return Err(Problems(problems));
     }
     // The document is this call's own: its strings move into the declaration, not copied.
-    typed(serde_json::from_value(value))
+    typed(super::resource_de::declaration(value))
 }
 
 /// Validates an already parsed JSON document, naming every problem.
@@ -591,7 +591,6 @@ mod release;
 mod root;
 mod shapes;
 mod values;
-use keys::duplicate_keys;
 pub use own::*;
 pub use root::under_root;
 pub use values::*;

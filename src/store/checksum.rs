@@ -103,6 +103,17 @@ fn sealed(mut out: Vec<u8>) -> Vec<u8> {
     out
 }
 
+/// The checksum a snapshot's first line records (`sha256:…`), unchecked: for bytes just sealed,
+/// or read and already [`unseal`]ed. `None` for a snapshot without one.
+pub fn recorded(bytes: &[u8]) -> Option<&str> {
+    let at = SEAL_START.len();
+    bytes
+        .starts_with(SEAL_START)
+        .then(|| bytes.get(at..at + DIGEST_LEN))
+        .flatten()
+        .and_then(|d| std::str::from_utf8(d).ok())
+}
+
 /// Why a snapshot that carries a checksum does not match it.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum SealError {

@@ -107,9 +107,8 @@ pub(super) fn parse(dir: &Named, files: &Files) -> Result<Option<Loaded>, StoreE
     let (mut state, unchecked) = read_snapshot(&path, bytes)?;
     // The snapshot's digest is made only to replay a journal, which names the snapshot it was
     // begun over.
-    let mut made = None;
-    if let Some(j) = &files.journal {
-        let over = made.insert(digest(bytes));
+    let made = files.journal.as_ref().map(|_| digest(bytes));
+    if let (Some(j), Some(over)) = (&files.journal, &made) {
         let replayed = journal::replay(j, over, unchecked, &mut state).map_err(|source| {
             StoreError::Journal {
                 path: jpath.clone(),
@@ -132,12 +131,12 @@ pub(super) fn parse(dir: &Named, files: &Files) -> Result<Option<Loaded>, StoreE
         }
     }
     // The legacy fingerprint goes with this very snapshot and no journal over it: an apply
-    // that journals has begun changing things, and its end writes both again. (Its digest is
-    // made only where the file is there: on a node with legacy tables.)
-    if files.journal.is_none() {
-        if let Some(beside) = legacy_file(dir) {
-            let over = made.insert(digest(bytes));
-            state.firewall_legacy = legacy_beside(&beside, over);
+    // that journals has begun changing things, and its end writes both again. The snapshot is
+    // named by its seal, checked above (one without is of an earlier format, which the next
+    // write replaces, and has none believed).
+    if files.journal.is_none() && !unchecked {
+        if let (Some(seal), Some(beside)) = (checksum::recorded(bytes), legacy_file(dir)) {
+            state.firewall_legacy = legacy_beside(&beside, seal);
         }
     }
     Ok(Some(Loaded {
@@ -153,19 +152,19 @@ fn legacy_file(dir: &Named) -> Option<Vec<u8>> {
     dir.read(LEGACY).ok()?
 }
 
-/// What [`LEGACY`] holds: the snapshot's digest and the fingerprint that goes with it, read back
+/// What [`LEGACY`] holds: the snapshot's seal and the fingerprint that goes with it, read back
 /// by [`legacy_beside`].
 pub(super) fn legacy_line(snapshot: &str, fingerprint: &str) -> String {
     format!("{snapshot} {fingerprint}\n")
 }
 
-/// The fingerprint in [`LEGACY`]'s bytes when they name the snapshot `digest`; nothing otherwise
-/// (a file torn, or left beside an earlier snapshot).
-fn legacy_beside(bytes: &[u8], digest: &str) -> Option<String> {
+/// The fingerprint in [`LEGACY`]'s bytes when they name the snapshot sealed with `seal`; nothing
+/// otherwise (a file torn, or left beside an earlier snapshot).
+fn legacy_beside(bytes: &[u8], seal: &str) -> Option<String> {
     let text = std::str::from_utf8(bytes).ok()?;
     let (over, fp) = text.strip_suffix('\n')?.split_once(' ')?;
     let hex = fp.strip_prefix("sha256:")?;
-    (over == digest && hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_hexdigit()))
+    (over == seal && hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_hexdigit()))
         .then(|| fp.to_string())
 }
 

@@ -14,7 +14,7 @@ use std::collections::HashMap;
 use std::ops::Deref;
 
 /// A record kept in one of the store's lists.
-pub trait Record: Clone {
+pub trait Record: Clone + PartialEq {
     /// What the list calls one of these in an error.
     const WHAT: &'static str;
     /// What the record is unique by, and looked up by.
@@ -55,6 +55,10 @@ pub struct List<T: Record> {
     items: Vec<T>,
     primary: HashMap<String, usize>,
     secondary: HashMap<Shape, HashMap<String, usize>>,
+    /// How many times the list was changed since it was made or read: a record put in the
+    /// place of an equal one changes nothing. An act that ends with the counts it began with
+    /// changed no record (`State::opened`), and need not copy the lists to know it.
+    edits: u64,
 }
 
 impl<T: Record> Default for List<T> {
@@ -63,6 +67,7 @@ impl<T: Record> Default for List<T> {
             items: Vec::new(),
             primary: HashMap::new(),
             secondary: HashMap::new(),
+            edits: 0,
         }
     }
 }
@@ -82,7 +87,7 @@ impl<'a, T: Record> IntoIterator for &'a List<T> {
     }
 }
 
-impl<T: Record + PartialEq> PartialEq for List<T> {
+impl<T: Record> PartialEq for List<T> {
     fn eq(&self, other: &Self) -> bool {
         self.items == other.items
     }
@@ -144,6 +149,11 @@ impl<T: Record> List<T> {
         Ok(list)
     }
 
+    /// How many times it was changed since it was made or read.
+    pub(super) fn edits(&self) -> u64 {
+        self.edits
+    }
+
     /// The record with this primary key.
     pub fn get(&self, primary: &str) -> Option<&T> {
         self.primary.get(primary).map(|&p| &self.items[p])
@@ -163,6 +173,12 @@ impl<T: Record> List<T> {
     pub(super) fn put(&mut self, rec: T) {
         let by_primary = self.primary.get(rec.primary()).copied();
         let by_secondary = rec.secondary().and_then(|(s, k)| self.position_at(s, k));
+        if let Some(p) = by_primary {
+            if by_secondary.is_none_or(|q| q == p) && self.items[p] == rec {
+                return;
+            }
+        }
+        self.edits += 1;
         let at = match (by_primary, by_secondary) {
             (None, None) => None,
             (Some(p), None) | (None, Some(p)) => Some(p),
@@ -190,6 +206,7 @@ impl<T: Record> List<T> {
     /// length of the list (removal walks the list from its end).
     pub(super) fn remove(&mut self, primary: &str) -> Option<T> {
         let pos = self.primary.get(primary).copied()?;
+        self.edits += 1;
         Some(self.remove_at(pos))
     }
 

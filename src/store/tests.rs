@@ -548,3 +548,78 @@ fn a_journal_begun_over_a_snapshot_read_or_written_names_it() {
         assert!(ids(&peek(root.path()).unwrap().unwrap()).contains(&id.as_str()));
     }
 }
+
+/// The inode and bytes of state.json: a save renames a new file over it, so a store not written
+/// keeps its inode.
+fn snapshot_file(root: &Path) -> (u64, Vec<u8>) {
+    use std::os::unix::fs::MetadataExt;
+    let path = store_dir(root).join("state.json");
+    (fs::metadata(&path).unwrap().ino(), fs::read(&path).unwrap())
+}
+
+/// An act that changed nothing writes nothing; any change, a journal to fold, a record put
+/// in the place of another, a field set, is written as before.
+#[test]
+fn a_store_unchanged_since_it_was_opened_is_not_written_again() {
+    let root = tempfile::tempdir().unwrap();
+    let mut s = Store::open(root.path()).unwrap();
+    // A store never written is written, whatever it is compared with.
+    let opened = s.state.opened();
+    assert!(s.save_unless(Some(&opened)).unwrap());
+    s.state.node = Some("n1".into());
+    s.record("a", Op::Own(owned("a"))).unwrap();
+    s.record("b", Op::Own(owned("b"))).unwrap();
+    s.save().unwrap();
+    drop(s);
+
+    // Opened again, nothing changed: not written, not even the same bytes renamed over it.
+    let mut s = Store::open(root.path()).unwrap();
+    let before = snapshot_file(root.path());
+    let opened = s.state.opened();
+    // A record put in the place of an equal one changes nothing.
+    s.state.record_owned(owned("a"));
+    assert!(!s.save_unless(Some(&opened)).unwrap());
+    assert_eq!(snapshot_file(root.path()), before);
+    // Without an `opened` to compare with, a save is a save.
+    assert!(s.save_unless(None).unwrap());
+    assert_ne!(snapshot_file(root.path()).0, before.0);
+    drop(s);
+
+    // Each of these is a change, and is written.
+    type Change = fn(&mut Store);
+    let changes: [(&str, Change); 6] = [
+        ("a record another", |s| {
+            let mut a = owned("a");
+            a.digest = Some("sha256:other".into());
+            s.state.record_owned(a);
+        }),
+        ("a record removed", |s| {
+            s.state.forget_owned("b", Shape::File, "/etc/b")
+        }),
+        ("a record journaled", |s| {
+            s.record("c", Op::Own(owned("c"))).unwrap();
+        }),
+        ("a field", |s| s.state.firewall_generation = Some(9)),
+        ("the legacy fingerprint", |s| {
+            s.state.firewall_legacy = Some(format!("sha256:{}", "cd".repeat(32)));
+        }),
+        ("a held record", |s| {
+            s.state.record_held(Held {
+                id: "h".into(),
+                module: None,
+                shape: Shape::File,
+                key: "/etc/h".into(),
+                digest: None,
+                stamp: None,
+            });
+        }),
+    ];
+    for (what, change) in changes {
+        let mut s = Store::open(root.path()).unwrap();
+        let before = snapshot_file(root.path());
+        let opened = s.state.opened();
+        change(&mut s);
+        assert!(s.save_unless(Some(&opened)).unwrap(), "{what}");
+        assert_ne!(snapshot_file(root.path()), before, "{what}");
+    }
+}
