@@ -42,16 +42,25 @@ pub fn reconciled(state_dir: &Path) -> io::Result<()> {
 fn reconciled_as(state_dir: &Path, version: &str) -> io::Result<()> {
     std::fs::create_dir_all(state_dir)?;
     let path = state_dir.join(KNOWN_GOOD);
+    let line = format!("{version}\n");
+    let marker = state_dir.join(ROLLED_BACK);
+    let stale_marker = match std::fs::read_to_string(&marker) {
+        Ok(to) => to.trim() != version,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => false,
+        Err(e) => return Err(e),
+    };
+    // Already so (every reconcile after the first of this version): nothing is written, and a
+    // reconcile that changed nothing fsyncs nothing.
+    let known = std::fs::read(&path).is_ok_and(|b| b == line.as_bytes());
+    if known && !stale_marker && !state_dir.join(ATTEMPTS).exists() {
+        return Ok(());
+    }
     let tmp = state_dir.join("known-good.tmp");
-    crate::store::write_synced(&tmp, format!("{version}\n").as_bytes())?;
+    crate::store::write_synced(&tmp, line.as_bytes())?;
     std::fs::rename(&tmp, &path)?;
     remove(&state_dir.join(ATTEMPTS))?;
-    let marker = state_dir.join(ROLLED_BACK);
-    match std::fs::read_to_string(&marker) {
-        Ok(to) if to.trim() == version => {}
-        Ok(_) => remove(&marker)?,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-        Err(e) => return Err(e),
+    if stale_marker {
+        remove(&marker)?;
     }
     crate::store::sync_dir(state_dir)
 }
@@ -112,5 +121,18 @@ mod tests {
             std::fs::read_to_string(d.join(KNOWN_GOOD)).unwrap(),
             "0.2.1\n"
         );
+
+        // Already so: nothing is written (the file is the same one).
+        use std::os::unix::fs::MetadataExt;
+        let inode = || std::fs::metadata(d.join(KNOWN_GOOD)).unwrap().ino();
+        let before = inode();
+        reconciled_as(d, "0.2.1").unwrap();
+        assert_eq!(inode(), before);
+        // Known good already, but a count or another version's marker there: both cleared.
+        std::fs::write(d.join(ATTEMPTS), "1\n").unwrap();
+        std::fs::write(d.join(ROLLED_BACK), "0.1.0\n").unwrap();
+        reconciled_as(d, "0.2.1").unwrap();
+        assert!(!d.join(ATTEMPTS).exists());
+        assert!(!d.join(ROLLED_BACK).exists());
     }
 }

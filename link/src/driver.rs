@@ -159,8 +159,11 @@ const PENDING_REPORTS: usize = 16;
 
 /// How long the link waits for another delivery after the first of a session, and after one
 /// was superseded: declarations queued while the node was away arrive together (a few at a time,
-/// as the prefetch allows), and only the newest of them is applied.
-const GATHER: Duration = Duration::from_millis(200);
+/// as the prefetch allows), and only the newest of them is applied. The next few come only once
+/// the broker has the acknowledgements of the superseded ones, a round trip that took more than
+/// 200 ms (the window before) on a loaded 2-core machine, which then applied a middle version
+/// and the newest after it.
+const GATHER: Duration = Duration::from_secs(1);
 
 /// Deliveries unacknowledged at once (the broker's prefetch for the node's consumer).
 const PREFETCH: u16 = 8;
