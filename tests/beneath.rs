@@ -1,8 +1,9 @@
-//! Declared paths beneath the root, against the built binary: a directory swapped for a link
+//! Declared paths beneath the root, against the built binary: a link planted at the temporary
+//! name or on a declared path is never followed out of the root, a directory swapped for a link
 //! out of the root while applies run writes nothing outside it, and a 1 GiB found file is kept
 //! as an original in bounded memory.
 
-use crate::util::Node;
+use crate::util::{workstation, Node};
 use serde_json::{json, Value};
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
@@ -234,4 +235,100 @@ fn an_originals_limit_that_is_not_a_number_of_bytes_is_refused() {
         r.stderr
     );
     assert!(!node.path("/etc/a.conf").exists());
+}
+
+#[test]
+fn a_symlink_planted_at_the_temporary_name_is_never_written_through() {
+    use std::os::unix::fs::PermissionsExt;
+    let node = Node::new();
+    node.write("/victim", "secret\n");
+    std::fs::set_permissions(node.path("/victim"), std::fs::Permissions::from_mode(0o600)).unwrap();
+    std::fs::create_dir_all(node.path("/etc")).unwrap();
+    std::os::unix::fs::symlink(
+        node.path("/victim"),
+        node.path("/etc/.app.conf.mesh-host.tmp"),
+    )
+    .unwrap();
+    let f =
+        json!({"id": "app/conf", "type": "file", "path": "/etc/app.conf", "content": "declared\n"});
+    assert_eq!(
+        node.apply(&workstation("converged", &[], json!([f])))
+            .outcome("app/conf"),
+        "created"
+    );
+    assert_eq!(
+        node.read("/victim").as_deref(),
+        Some("secret\n"),
+        "the link's target was written"
+    );
+    let victim_mode = std::fs::metadata(node.path("/victim"))
+        .unwrap()
+        .permissions()
+        .mode()
+        & 0o777;
+    assert_eq!(victim_mode, 0o600, "the link's target was chmodded");
+    let meta = std::fs::symlink_metadata(node.path("/etc/app.conf")).unwrap();
+    assert!(
+        meta.file_type().is_file(),
+        "the declared path is a regular file, not the planted link"
+    );
+    assert_eq!(node.read("/etc/app.conf").as_deref(), Some("declared\n"));
+    // The temporary name is drawn afresh and never taken from another: the planted link is
+    // neither followed nor removed.
+    assert!(
+        std::fs::symlink_metadata(node.path("/etc/.app.conf.mesh-host.tmp"))
+            .unwrap()
+            .file_type()
+            .is_symlink()
+    );
+}
+
+#[test]
+fn a_symbolic_link_never_takes_a_declared_path_outside_the_root_or_onto_the_host() {
+    let node = Node::new();
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::write(outside.path().join("secret"), "host secret\n").unwrap();
+    std::os::unix::fs::symlink(outside.path(), node.path("/etc")).unwrap();
+    let f = json!({"id": "app/conf", "type": "file", "path": "/etc/app.conf", "content": "x"});
+    // A link on the way is refused before the first resource (exit 3, nothing changed).
+    let r = node.apply_env(&workstation("converged", &[], json!([f])), &[], &[]);
+    assert_eq!(r.code, Some(3), "{}", r.stderr);
+    assert!(r.stderr.contains("/etc is a symbolic link"), "{}", r.stderr);
+    assert!(
+        !outside.path().join("app.conf").exists(),
+        "written outside the root"
+    );
+    // A link at the path itself, to a file outside the root, is not read as a found original.
+    std::fs::remove_file(node.path("/etc")).unwrap();
+    std::fs::create_dir(node.path("/etc")).unwrap();
+    std::os::unix::fs::symlink(outside.path().join("secret"), node.path("/etc/app.conf")).unwrap();
+    let r = node.apply_env(&workstation("converged", &[], json!([f])), &[], &[]);
+    assert_eq!(r.code, Some(3), "{}", r.stderr);
+    assert_eq!(
+        std::fs::read_to_string(outside.path().join("secret")).unwrap(),
+        "host secret\n"
+    );
+    // A merged /usr: /bin is a link to /usr/bin. No link the declaration did not name is
+    // followed, even inside the root: the operator declares the real path, /usr/bin/mesh-tool.
+    std::fs::create_dir_all(node.path("/usr/bin")).unwrap();
+    std::os::unix::fs::symlink("usr/bin", node.path("/bin")).unwrap();
+    let own = json!({"id": "x", "type": "file", "path": "/bin/mesh-tool", "content": "x"});
+    let r = node.apply_env(&workstation("converged", &[], json!([own])), &[], &[]);
+    assert_eq!(r.code, Some(3), "{}", r.stderr);
+    assert!(r.stderr.contains("/bin is a symbolic link"), "{}", r.stderr);
+    assert!(!node.path("/usr/bin/mesh-tool").exists());
+    let real = json!({"id": "x", "type": "file", "path": "/usr/bin/mesh-tool", "content": "x"});
+    assert_eq!(
+        node.apply_env(&workstation("converged", &[], json!([real])), &[], &[])
+            .code,
+        Some(0)
+    );
+    let own = json!({"id": "x", "type": "file", "path": "/bin/mesh-host", "content": "x"});
+    let r = node.apply_env(&workstation("converged", &[], json!([own])), &[], &[]);
+    assert_eq!(
+        r.code,
+        Some(2),
+        "validation refuses the spelling itself: {}",
+        r.stderr
+    );
 }
