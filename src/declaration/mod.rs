@@ -222,7 +222,7 @@ impl Shape {
         Shape::Opening,
     ];
 
-    pub fn as_str(self) -> &'static str {
+    pub const fn as_str(self) -> &'static str {
         match self {
             Shape::File => "file",
             Shape::Directory => "directory",

@@ -14,6 +14,7 @@ use super::{
 };
 use serde::de::value::MapAccessDeserializer;
 use serde::de::{self, Deserialize, DeserializeSeed, Deserializer, MapAccess, Visitor};
+use serde_json::map::Entry;
 use serde_json::{Map, Value};
 use std::fmt;
 
@@ -65,16 +66,16 @@ pub(super) fn from_object(mut object: Map<String, Value>) -> Result<Resource, se
     spec(Tag.deserialize(tag)?, Value::Object(object))
 }
 
-/// The variants' names, as the derive's errors list them.
-const VARIANTS: &[&str] = &[
-    "file",
-    "directory",
-    "service",
-    "package",
-    "container",
-    "action",
-    "opening",
-];
+/// The variants' names, as the derive's errors list them: [`Shape::as_str`] of each.
+const VARIANTS: &[&str] = &{
+    let mut names = [""; Shape::ALL.len()];
+    let mut i = 0;
+    while i < names.len() {
+        names[i] = Shape::ALL[i].as_str();
+        i += 1;
+    }
+    names
+};
 
 /// The `type` field's value, read as the derive reads its tag: an identifier.
 struct Tag;
@@ -94,10 +95,7 @@ impl Visitor<'_> for Tag {
     }
 
     fn visit_str<E: de::Error>(self, v: &str) -> Result<Shape, E> {
-        Shape::ALL
-            .into_iter()
-            .find(|s| s.as_str() == v)
-            .ok_or_else(|| E::unknown_variant(v, VARIANTS))
+        Shape::from_name(v).ok_or_else(|| E::unknown_variant(v, VARIANTS))
     }
 }
 
@@ -122,9 +120,14 @@ impl<'de> Visitor<'de> for ResourceVisitor {
         let mut object = Map::new();
         object.insert(first, map.next_value::<Value>()?);
         while let Some(key) = map.next_key::<String>()? {
-            let value = map.next_value::<Value>()?;
-            if object.insert(key.clone(), value).is_some() {
-                return Err(de::Error::custom(format_args!("duplicate field `{key}`")));
+            match object.entry(key) {
+                Entry::Vacant(e) => {
+                    e.insert(map.next_value::<Value>()?);
+                }
+                Entry::Occupied(e) => {
+                    let key = e.key();
+                    return Err(de::Error::custom(format_args!("duplicate field `{key}`")));
+                }
             }
         }
         from_object(object).map_err(de::Error::custom)

@@ -35,10 +35,7 @@ impl At<'_> {
         match self {
             At::Root => String::new(),
             At::Index(parent, i) => format!("{}[{i}]", parent.path()),
-            At::Key(parent, key) => match parent.path() {
-                p if p.is_empty() => key.to_string(),
-                p => format!("{p}.{key}"),
-            },
+            At::Key(parent, key) => super::join(&parent.path(), key),
         }
     }
 }
