@@ -21,6 +21,7 @@ mod confined;
 mod flip;
 mod holder;
 mod journal;
+mod layout;
 mod load;
 mod named;
 mod opened;

@@ -65,13 +65,9 @@ pub enum Error {
         detail: Option<String>,
     },
 
-    /// The kernel did not acknowledge every message of a batch, so its outcome is unknown.
-    #[error("kernel acknowledged {got} of {expected} messages of a batch (first unacknowledged: {first_missing})")]
-    AcksMissing {
-        expected: usize,
-        got: usize,
-        first_missing: String,
-    },
+    /// The kernel did not acknowledge a batch's last message, so its outcome is unknown.
+    #[error("kernel did not acknowledge the last of a batch's {messages} messages ({last}), so its outcome is unknown")]
+    AcksMissing { messages: usize, last: String },
 
     /// A message from the kernel could not be framed; listing tolerates odd contents, not broken
     /// framing.

@@ -309,6 +309,47 @@ fn rules_go_to_the_head_or_a_position_and_delete_by_handle() {
     assert_eq!(nft(&["list", "ruleset"]), "");
 }
 
+/// Proves that only the last message's acknowledgement is needed to read a batch's outcome: a
+/// refusal deep inside a batch of 2,000 rules is named, nothing of it is applied, and the same
+/// batch without the bad message is applied whole. It fails if a refusal goes unread (the ACK of
+/// the last message taken for success) or if a successful batch is reported refused or missing.
+#[test]
+fn a_refusal_deep_in_a_long_batch_is_named_and_the_batch_without_it_applied() {
+    in_fresh_netns();
+    let mut s = NfSocket::open().unwrap();
+    let mut b = Batch::new();
+    b.add_table(Family::Inet, "t", TableFlags::NONE).unwrap();
+    b.add_chain(Family::Inet, "t", "c", None).unwrap();
+    s.send(&b).unwrap();
+    let batch = |bad: Option<u16>| {
+        let mut b = Batch::new();
+        for port in 1..=2000u16 {
+            let chain = if Some(port) == bad { "missing" } else { "c" };
+            b.add_rule(
+                Family::Inet,
+                "t",
+                chain,
+                &RuleBody::new().tcp_dport(port).accept(),
+                Position::Append,
+            )
+            .unwrap();
+        }
+        b
+    };
+    match s.send(&batch(Some(1234))).unwrap_err() {
+        Error::Refused { what, errno, .. } => {
+            assert_eq!(what, "add rule to chain inet t missing");
+            assert_eq!(errno.0, libc::ENOENT);
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+    assert_eq!(nft_rule_count(), 0, "the batch must be atomic");
+    s.send(&batch(None)).unwrap();
+    assert_eq!(nft_rule_count(), 2000);
+    // Nothing of the batch is left queued to be taken for the answer to the next request.
+    assert!(s.generation().is_ok());
+}
+
 #[test]
 fn a_refusal_names_its_message_and_nothing_of_the_batch_is_applied() {
     in_fresh_netns();

@@ -56,8 +56,8 @@ const SEAL_START: &[u8] = b"{\n  \"checksum\": \"";
 const DIGEST_LEN: usize = 71;
 const SEAL_END: &[u8] = b"\",\n";
 
-/// The snapshot with its checksum: `body` (pretty JSON, an object of at least one field, as
-/// `serde_json::to_vec_pretty` writes it) with a first field `"checksum"` holding the sha256 of
+/// The snapshot with its checksum: `body` (JSON, an object of at least one field, its first line
+/// `{` alone, as `serde_json::to_vec_pretty` and [`super::layout`] write it) with a first field `"checksum"` holding the sha256 of
 /// `body` itself. The file stays JSON, readable by `jq` and by tests. The store seals its
 /// snapshot with [`seal_json`]; this is the tests' way to seal bytes they made.
 #[cfg(test)]
@@ -67,8 +67,8 @@ pub fn seal(body: &[u8]) -> Vec<u8> {
     sealed(out)
 }
 
-/// `value` as pretty JSON, sealed: the same bytes as [`seal`] of `serde_json::to_vec_pretty`'s
-/// with a newline after it, made in one buffer of `hint` bytes or so (the last snapshot's size)
+/// `value` in the snapshot's layout ([`super::layout`]), sealed: the same bytes as [`seal`] of
+/// that layout's with a newline after it, made in one buffer of `hint` bytes or so (the last snapshot's size)
 /// with room left at its head for the checksum's line, rather than in a buffer grown as it is
 /// written and then copied whole behind that line.
 pub fn seal_json<T: serde::Serialize>(
@@ -77,7 +77,7 @@ pub fn seal_json<T: serde::Serialize>(
 ) -> Result<Vec<u8>, serde_json::Error> {
     let mut out = Vec::with_capacity(hint + hint / 8 + BODY_AT + 4096);
     out.resize(BODY_AT, 0);
-    serde_json::to_writer_pretty(&mut out, value)?;
+    super::layout::write(&mut out, value)?;
     out.push(b'\n');
     Ok(sealed(out))
 }
@@ -184,9 +184,10 @@ mod tests {
     }
 
     #[test]
-    fn a_value_sealed_in_one_buffer_is_sealed_as_its_pretty_json() {
-        let value = serde_json::json!({"version": 4, "taken": ["a", "b"], "node": "n1"});
-        let mut body = serde_json::to_vec_pretty(&value).unwrap();
+    fn a_value_sealed_in_one_buffer_is_sealed_in_the_snapshot_layout() {
+        let value = serde_json::json!({"version": 4, "taken": [{"id": "a"}, "b"], "node": "n1"});
+        let mut body = Vec::new();
+        super::super::layout::write(&mut body, &value).unwrap();
         body.push(b'\n');
         // A hint too small, none, and one to spare: the bytes are the same.
         for hint in [0, 10, body.len(), 1 << 16] {

@@ -36,6 +36,13 @@ pub fn set_seq(buf: &mut [u8], start: usize, seq: u32) {
     buf[start + 8..start + 12].copy_from_slice(&seq.to_ne_bytes());
 }
 
+/// Adds `flag` to the flags of the message at `start`.
+pub fn add_flag(buf: &mut [u8], start: usize, flag: u16) {
+    let at = start + 6;
+    let flags = u16::from_ne_bytes([buf[at], buf[at + 1]]) | flag;
+    buf[at..at + 2].copy_from_slice(&flags.to_ne_bytes());
+}
+
 /// Writes a complete attribute-less request, e.g. a dump or GETGEN.
 pub fn request(ty: u8, flags: u16, seq: u32, family: Option<Family>) -> Vec<u8> {
     let mut buf = Vec::with_capacity(20);

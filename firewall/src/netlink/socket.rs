@@ -362,8 +362,9 @@ impl NfSocket {
         &mut self.nl
     }
 
-    /// Sends the batch as one atomic transaction and waits for every acknowledgement; the first
-    /// refusal is returned, naming the message it belonged to (the kernel then applied nothing).
+    /// Sends the batch as one atomic transaction and reads the kernel's answers to it, up to the
+    /// acknowledgement of its last message; the first refusal is returned, naming the message it
+    /// belonged to (the kernel then applied nothing).
     pub fn send(&mut self, batch: &Batch) -> Result<()> {
         let n = batch.len();
         if n == 0 {
@@ -371,18 +372,21 @@ impl NfSocket {
         }
         let first = self.take_seq(n + 2);
         let bytes = batch.encode(first);
+        // Room for a refusal of every message: each comes back even though only the last message
+        // asks for an acknowledgement.
         self.nl
             .ensure_buffers(bytes.len() + (64 << 10), n * RCVBUF_PER_ACK + (256 << 10))?;
         self.nl.send(&bytes)?;
 
-        let mut acked = vec![false; n];
-        let mut got = 0usize;
+        let mut last_answered = false;
         let mut refusal: Option<Error> = None;
-        while got < n {
+        while !last_answered {
             // The kernel processes the batch inside sendmsg, so the answers are already queued;
             // the wait is only a guard against a lost one.
             let data = match self.nl.recv(Wait::No)? {
                 Some(d) => d,
+                // A batch the kernel stopped early (out of memory, a malformed message) answers
+                // with its refusal alone.
                 None if refusal.is_some() => break,
                 None => match self.nl.recv(Wait::For(ANSWER_TIMEOUT))? {
                     Some(d) => d,
@@ -399,28 +403,21 @@ impl NfSocket {
                     reason: reason.to_string(),
                 })?;
                 let idx = ack.seq.wrapping_sub(first) as usize;
-                if idx == 0 || idx == n + 1 {
-                    // An error against a batch marker refuses the whole batch.
-                    if ack.errno != 0 && refusal.is_none() {
-                        refusal = Some(Error::Refused {
-                            what: format!("a batch of {n} messages"),
-                            seq: ack.seq,
-                            errno: Errno(ack.errno),
-                            detail: ack.message,
-                        });
-                    }
-                    continue;
-                }
-                if idx > n {
+                if idx > n + 1 {
                     continue; // an answer to some earlier request
                 }
-                if !acked[idx - 1] {
-                    acked[idx - 1] = true;
-                    got += 1;
+                if idx == n {
+                    last_answered = true;
                 }
                 if ack.errno != 0 && refusal.is_none() {
+                    // An error against a batch marker refuses the whole batch.
+                    let what = if idx == 0 || idx == n + 1 {
+                        format!("a batch of {n} messages")
+                    } else {
+                        batch.describe(idx - 1).unwrap_or("?").to_string()
+                    };
                     refusal = Some(Error::Refused {
-                        what: batch.describe(idx - 1).unwrap_or("?").to_string(),
+                        what,
                         seq: ack.seq,
                         errno: Errno(ack.errno),
                         detail: ack.message,
@@ -431,12 +428,10 @@ impl NfSocket {
         if let Some(e) = refusal {
             return Err(e);
         }
-        if got < n {
-            let missing = acked.iter().position(|a| !a).unwrap_or(0);
+        if !last_answered {
             return Err(Error::AcksMissing {
-                expected: n,
-                got,
-                first_missing: batch.describe(missing).unwrap_or("?").to_string(),
+                messages: n,
+                last: batch.describe(n - 1).unwrap_or("?").to_string(),
             });
         }
         Ok(())
