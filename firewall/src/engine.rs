@@ -94,6 +94,9 @@ struct LastModel {
     legacy: BTreeMap<(Family, String), String>,
     model: std::rc::Rc<Model>,
     targets: std::rc::Rc<BTreeMap<String, Vec<published::Target>>>,
+    /// The verdicts of the openings the batch was planned for, read from this model while the
+    /// kernel committed the batch.
+    ahead: Option<verdict::Ahead>,
 }
 
 /// The chain in the mesh's table whose comment names the node whose marks are in force here.
@@ -180,9 +183,7 @@ impl<'a> Firewall<'a> {
 
     /// This machine's interfaces now, the runtime's bridges marked as no way in.
     pub(crate) fn interfaces(&self) -> Vec<crate::eval::Iface> {
-        let mut ifaces = crate::eval::interfaces();
-        crate::eval::mark_runtime_bridges(&mut ifaces, &self.runtime_bridges);
-        ifaces
+        interfaces(&self.runtime_bridges)
     }
 
     /// The found firewall, read now if it has not been.
@@ -534,13 +535,27 @@ impl<'a> Firewall<'a> {
                 let sock = self.nf.as_mut().ok_or_else(|| Error::Unsupported {
                     reason: "nf_tables layers were found but no nf_tables socket is open".into(),
                 })?;
-                let applied_on = Self::send_steady(
-                    sock,
-                    &mut batch,
-                    &plan.ruleset,
-                    backoff,
-                    &mut self.commit_tries,
-                )?;
+                // Where the verdicts will read the checked model, they are read from it on a
+                // second thread while this one waits for the kernel's commit (a third of an
+                // apply of many openings). The batch is sent from this thread: the kernel names
+                // the committing thread in its NEWGEN, and the host knows its own commits by it.
+                let ahead_of = (plan.generation.is_some() && mirrored(&plan))
+                    .then_some(plan.after.as_ref())
+                    .flatten();
+                let ifaces = ahead_of.map(|_| interfaces(&self.runtime_bridges));
+                let tries = &mut self.commit_tries;
+                let targets: &BTreeMap<_, _> = &plan.targets;
+                let mut send =
+                    || Self::send_steady(sock, &mut batch, &plan.ruleset, backoff, tries);
+                let (ahead, sent) = match ahead_of.zip(ifaces) {
+                    Some((after, ifaces)) => {
+                        let read = move || verdict::Ahead::read(after, openings, ifaces, targets);
+                        let (ahead, sent) = crate::pair::both(read, send);
+                        (Some(ahead), sent)
+                    }
+                    None => (None, send()),
+                };
+                let applied_on = sent?;
                 // The batch applied on the listing's own generation, so the kernel's ruleset is
                 // the listing with this batch: one generation later it is the model the check
                 // built, and the verdicts read that instead of listing everything again
@@ -553,6 +568,7 @@ impl<'a> Firewall<'a> {
                             legacy: plan.legacy_saves.clone(),
                             model: std::rc::Rc::new(after),
                             targets: plan.targets.clone(),
+                            ahead,
                         })
                     }
                     _ => None,
@@ -572,6 +588,13 @@ impl<'a> Firewall<'a> {
         self.whole(&mut plan, openings, scope, true)?;
         Ok(plan.done)
     }
+}
+
+/// The machine's interfaces as the evaluator reads them, the runtimes' bridges marked.
+fn interfaces(runtime_bridges: &[String]) -> Vec<crate::eval::Iface> {
+    let mut ifaces = crate::eval::interfaces();
+    crate::eval::mark_runtime_bridges(&mut ifaces, runtime_bridges);
+    ifaces
 }
 
 /// The prefix of the claim chain's comment, before the node's name.

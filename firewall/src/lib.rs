@@ -16,6 +16,7 @@ pub mod guard;
 pub mod netlink;
 pub mod opening;
 pub mod outcome;
+mod pair;
 pub mod probe;
 pub mod published;
 pub mod retire;

@@ -7,6 +7,7 @@ use super::{Error, NodeFirewall};
 use firewall::{Opening, Presence, Scope, State};
 use serde::Serialize;
 use std::collections::{HashMap, HashSet};
+use std::fmt::Write as _;
 
 /// An opening a layer still refuses (or the kernel's verdict does not admit), for the report and
 /// the briefing.
@@ -106,12 +107,12 @@ impl Openings {
         let id = &opening.id;
         let added = done.added.contains(id);
         let removed = done.removed.contains(id);
-        let states = done.states.get(id).cloned().unwrap_or_default();
+        let states: &[Presence] = done.states.get(id).map_or(&[], Vec::as_slice);
         let verdict = done.verdicts.get(id);
         let mut not_admitted = Vec::new();
         let mut in_force = Vec::new();
         let mut not_needed = 0;
-        for p in &states {
+        for p in states {
             match &p.state {
                 State::Present => in_force.push(match &p.chain {
                     Some(c) if p.layer.chain != *c => {
@@ -150,25 +151,26 @@ impl Openings {
                 });
             }
         }
-        let refused: Vec<String> = states
-            .iter()
-            .filter(|p| !p.present())
-            .map(|p| format!("{}: {}", p.layer, p.state.describe()))
-            .collect();
         let kind = &self.kind;
         // The layers its rules were written in, whatever they admit: "no rule written" is said
         // only when none was.
-        let written: Vec<String> = states
-            .iter()
-            .filter(|p| p.chain.is_some() && !matches!(p.state, State::NotNeeded(_)))
-            .map(|p| p.layer.to_string())
-            .collect();
+        let written = || -> Vec<String> {
+            states
+                .iter()
+                .filter(|p| p.chain.is_some() && !matches!(p.state, State::NotNeeded(_)))
+                .map(|p| p.layer.to_string())
+                .collect()
+        };
         let mut where_ = match (in_force.is_empty(), verdict) {
-            (true, Some(_)) if !written.is_empty() => format!(
-                "the found firewall ({kind}), its rules written in {}",
-                written.join(", ")
-            ),
-            (true, Some(_)) => format!("the found firewall as it is ({kind}), no rule written"),
+            (true, Some(_)) => match written() {
+                w if w.is_empty() => {
+                    format!("the found firewall as it is ({kind}), no rule written")
+                }
+                w => format!(
+                    "the found firewall ({kind}), its rules written in {}",
+                    w.join(", ")
+                ),
+            },
             (true, None) => format!(
                 "nothing on the {} path refuses it by default (found firewall: {kind}); no rule needed",
                 opening.path.as_str()
@@ -176,17 +178,27 @@ impl Openings {
             (false, _) => in_force.join(", "),
         };
         if !in_force.is_empty() && not_needed > 0 {
-            where_.push_str(&format!(
+            let _ = write!(
+                where_,
                 "; {not_needed} other layer(s) let it on as they are"
-            ));
+            );
         }
         match &summary {
             // The line ends in what a new connection meets, as the status and the briefing say.
-            Some(s) => where_.push_str(&format!("; {}", s.text)),
-            None if !refused.is_empty() => {
-                where_.push_str(&format!("; NOT admitted by {}", refused.join("; ")))
+            Some(s) => {
+                where_.push_str("; ");
+                where_.push_str(&s.text);
             }
-            None => {}
+            None => {
+                let refused: Vec<String> = states
+                    .iter()
+                    .filter(|p| !p.present())
+                    .map(|p| format!("{}: {}", p.layer, p.state.describe()))
+                    .collect();
+                if !refused.is_empty() {
+                    let _ = write!(where_, "; NOT admitted by {}", refused.join("; "));
+                }
+            }
         }
         let (change, line) = match (added, removed) {
             // Nothing written, and a layer still refuses it: not "in force".

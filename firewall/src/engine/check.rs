@@ -302,12 +302,7 @@ pub(super) fn settle(
     openings: &[Opening],
     forwards: [bool; 2],
 ) {
-    let edits: Vec<Edit> = plan
-        .tables
-        .iter()
-        .flat_map(|t| t.changes.iter().map(|c| edit_of(model, &t.key, c)))
-        .collect();
-    if edits.is_empty() {
+    if plan.tables.iter().all(|t| t.changes.is_empty()) {
         return;
     }
     let mut adds: Vec<AddAt> = Vec::new();
@@ -351,7 +346,22 @@ pub(super) fn settle(
     let spare = check::unnamed_port(&named);
     ports.insert((6, spare));
     ports.insert((17, spare));
-    let before = Before::of(model, check::classes(ifaces, &ports, &dnat, forwards));
+    let classes = check::classes(ifaces, &ports, &dnat, forwards);
+    // The answers before the write (a walk of every class) on a second thread, while this one
+    // lowers the changes and edits the model with them: neither reads what the other makes.
+    let edited = || {
+        let edits: Vec<Edit> = plan
+            .tables
+            .iter()
+            .flat_map(|t| t.changes.iter().map(|c| edit_of(model, &t.key, c)))
+            .collect();
+        model.edited_by(edits)
+    };
+    let (before, after) = if classes.len() < check::PARALLEL_FROM {
+        (Before::of(model, classes), edited())
+    } else {
+        crate::pair::both(|| Before::of(model, classes), edited)
+    };
     let planned: Vec<&Opening> = adds
         .iter()
         .filter_map(|a| add_of(plan, *a).map(|(_, _, _, o, _)| o))
@@ -360,7 +370,6 @@ pub(super) fn settle(
         openings: planned,
         withdrawn,
     };
-    let after = model.edited_by(edits);
     let v = check::diff(&before, &after, &all);
     let withdrawn = all.withdrawn;
     if v.is_empty() {

@@ -43,6 +43,7 @@ impl Firewall<'_> {
             legacy: found.legacy_saves.clone(),
             model: model.clone(),
             targets: targets.clone(),
+            ahead: None,
         });
         let mut plan = self.plan_head(openings, &ruleset, &targets)?;
         self.table_plans(&mut plan, &ruleset, openings, scope, &model, &ifaces);

@@ -120,21 +120,21 @@ impl Firewall<'_> {
             }
             _ => true,
         };
-        if let (Some(last), Some(now), true) = (&self.last, now, legacy_same) {
+        if let (Some(last), Some(now), true) = (&mut self.last, now, legacy_same) {
             if last.generation == now
                 && openings.iter().all(|o| {
                     o.path == crate::opening::Path::Incoming || last.targets.contains_key(&o.id)
                 })
             {
-                let ifaces = self.interfaces();
-                let none = Vec::new();
-                return Ok(openings
-                    .iter()
-                    .map(|o| {
-                        let t = last.targets.get(&o.id).unwrap_or(&none);
-                        (o.id.clone(), last.model.verdict(o, &ifaces, t))
-                    })
-                    .collect());
+                let ifaces = super::interfaces(&self.runtime_bridges);
+                // Read while the batch committed, from this model, for these very openings and
+                // interfaces: the same answers, already made.
+                if let Some(ahead) = last.ahead.take() {
+                    if ahead.openings == openings && ahead.ifaces == ifaces {
+                        return Ok(ahead.verdicts);
+                    }
+                }
+                return Ok(verdicts_of(&last.model, openings, &ifaces, &last.targets));
             }
         }
         let (snap, found, model) = self.fresh_model()?;
@@ -152,6 +152,48 @@ impl Firewall<'_> {
         self.found = Some(found);
         self.detected = self.nf.as_ref().map(|_| snap.ruleset.generation);
         Ok(out)
+    }
+}
+
+/// Each of `openings`' verdict in `model`, with the machine's `ifaces` and where each forwarded
+/// opening's published port leads.
+fn verdicts_of(
+    model: &Model,
+    openings: &[Opening],
+    ifaces: &[crate::eval::Iface],
+    targets: &BTreeMap<String, Vec<published::Target>>,
+) -> BTreeMap<String, Verdict> {
+    let none = Vec::new();
+    openings
+        .iter()
+        .map(|o| {
+            let t = targets.get(&o.id).unwrap_or(&none);
+            (o.id.clone(), model.verdict(o, ifaces, t))
+        })
+        .collect()
+}
+
+/// The verdicts of a batch's openings read from the model it leaves, while the kernel commits
+/// it, with what they were read for; [`Firewall::verdicts`] takes them when it would read that
+/// model for those openings and the interfaces are still the ones they were read with.
+pub(super) struct Ahead {
+    openings: Vec<Opening>,
+    ifaces: Vec<crate::eval::Iface>,
+    verdicts: BTreeMap<String, Verdict>,
+}
+
+impl Ahead {
+    pub(super) fn read(
+        model: &Model,
+        openings: &[Opening],
+        ifaces: Vec<crate::eval::Iface>,
+        targets: &BTreeMap<String, Vec<published::Target>>,
+    ) -> Ahead {
+        Ahead {
+            verdicts: verdicts_of(model, openings, &ifaces, targets),
+            openings: openings.to_vec(),
+            ifaces,
+        }
     }
 }
 

@@ -9,23 +9,23 @@ use super::addrs::{num, Addrs, Fam};
 use super::ir::IpsetRef;
 use super::walk::{At, Pkt, Walker, M};
 use crate::netlink::{Ipset, Member};
-use std::cell::RefCell;
 use std::collections::HashMap;
 use std::net::IpAddr;
+use std::sync::Mutex;
 
 /// An ipset as the model keeps it: as read, with the sources of a one-dimension address set
 /// computed on first use.
 #[derive(Debug)]
 pub struct IpsetIr {
     pub set: Ipset,
-    addrs: RefCell<HashMap<Fam, Addrs>>,
+    addrs: Mutex<HashMap<Fam, Addrs>>,
 }
 
 impl IpsetIr {
     pub fn new(set: Ipset) -> IpsetIr {
         IpsetIr {
             set,
-            addrs: RefCell::new(HashMap::new()),
+            addrs: Mutex::new(HashMap::new()),
         }
     }
 }
@@ -189,8 +189,7 @@ impl Walker<'_> {
         };
         // One dimension, the source: the same addresses for every connection of the family.
         let mut addrs = if concrete.is_empty() {
-            ir.addrs
-                .borrow_mut()
+            super::model::lock(&ir.addrs)
                 .entry(c.fam)
                 .or_insert_with(|| sources(c.fam))
                 .clone()
@@ -216,7 +215,7 @@ mod tests {
     use super::super::ir::{Item, Test};
     use super::super::{Conn, Fate, Model, Refusal};
     use super::*;
-    use std::rc::Rc;
+    use std::sync::Arc;
 
     fn member(ip: &str, cidr: Option<u8>) -> Member {
         Member {
@@ -240,7 +239,7 @@ mod tests {
     fn model(save: &str, sets: Option<Vec<Ipset>>) -> Model {
         let mut m = Model::default();
         m.add_legacy(Fam::V4, "filter", save);
-        m.ipsets = Rc::new(sets.map(|s| s.into_iter().map(IpsetIr::new).collect()));
+        m.ipsets = Arc::new(sets.map(|s| s.into_iter().map(IpsetIr::new).collect()));
         m
     }
 
@@ -403,7 +402,7 @@ mod tests {
             "-m set --match-set #3 src"
         );
         let chain = m.tables[0].chains.get_mut("INPUT").unwrap();
-        let rule = &mut Rc::make_mut(chain).rules[0];
+        let rule = &mut Arc::make_mut(chain).rules[0];
         rule.items.splice(0..1, by_index);
         assert!(matches!(fate(&m, 22, "198.51.100.9"), Fate::Refused { .. }));
         assert_eq!(fate(&m, 22, "192.0.2.1"), Fate::Admitted);

@@ -8,9 +8,8 @@ use super::legacy;
 use super::lower;
 use crate::netlink::consts::{NFT_SET_ELEM_INTERVAL_END, NFT_SET_INTERVAL};
 use crate::netlink::{ChainType, Elem, ElemData, Family, Hook, NfSocket, Policy, Ruleset, Verdict};
-use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
-use std::rc::Rc;
+use std::sync::{Arc, Mutex};
 
 mod edit;
 pub use edit::{Edit, EditWhat};
@@ -71,7 +70,7 @@ pub struct SetIr {
     /// For sets of single values: the element by its key.
     pub exact: Option<HashMap<Vec<u8>, usize>>,
     /// The addresses of a set of single addresses or address ranges, computed on first use.
-    pub addrs: RefCell<HashMap<Fam, Addrs>>,
+    pub addrs: Mutex<HashMap<Fam, Addrs>>,
 }
 
 impl SetIr {
@@ -128,13 +127,13 @@ impl SetIr {
         SetIr {
             elems: out,
             exact,
-            addrs: RefCell::new(HashMap::new()),
+            addrs: Mutex::new(HashMap::new()),
         }
     }
 
     /// The addresses the set holds when its key is one address of `fam`.
     pub fn addrs(&self, fam: Fam) -> Addrs {
-        if let Some(a) = self.addrs.borrow().get(&fam) {
+        if let Some(a) = lock(&self.addrs).get(&fam) {
             return a.clone();
         }
         let spans: Vec<(u128, u128)> = self
@@ -148,7 +147,7 @@ impl SetIr {
             })
             .collect();
         let acc = Addrs::from_spans(fam, spans);
-        self.addrs.borrow_mut().insert(fam, acc.clone());
+        lock(&self.addrs).insert(fam, acc.clone());
         acc
     }
 }
@@ -423,9 +422,9 @@ pub struct TableIr {
     /// The table's own name.
     pub table: String,
     /// Shared with edited copies until an edit rebuilds one.
-    pub chains: HashMap<String, Rc<ChainIr>>,
+    pub chains: HashMap<String, Arc<ChainIr>>,
     /// Shared between a model and its edited copies (a write changes rules, never elements).
-    pub sets: Rc<HashMap<String, SetIr>>,
+    pub sets: Arc<HashMap<String, SetIr>>,
 }
 
 /// A base chain: where the walk of a hook starts in a table.
@@ -448,7 +447,13 @@ pub struct Model {
     pub tables: Vec<TableIr>,
     pub bases: Vec<Base>,
     /// The ipsets as read once for the model, shared with its edited copies.
-    pub ipsets: Rc<Option<Vec<super::ipsets::IpsetIr>>>,
+    pub ipsets: Arc<Option<Vec<super::ipsets::IpsetIr>>>,
+}
+
+/// A memo's lock. A memo holds only what its set gives anyway, so one left by a thread that
+/// panicked holding it is still good.
+pub(super) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// Whether a rule carries the mesh's mark (its comment, or an x_tables comment match).
@@ -512,7 +517,7 @@ impl Model {
                     .get(&(s.family, s.table.clone(), s.name.clone()))
                     .map(Vec::as_slice)
                     .unwrap_or(&[]);
-                Rc::get_mut(&mut m.tables[ti].sets)
+                Arc::get_mut(&mut m.tables[ti].sets)
                     .expect("a table's sets are its own while the model is built")
                     .insert(s.name.clone(), SetIr::new(s.flags, elems));
             }
@@ -553,7 +558,7 @@ impl Model {
             };
             let items = lower::from_nft(&r.exprs, &key_len);
             let text = ir::RuleText::Nft(r.comment.clone());
-            Rc::make_mut(m.tables[ti].chains.entry(r.chain.clone()).or_default()).push(IrRule {
+            Arc::make_mut(m.tables[ti].chains.entry(r.chain.clone()).or_default()).push(IrRule {
                 items,
                 handle: r.handle,
                 text,
@@ -563,7 +568,7 @@ impl Model {
         for (fam, table, save) in &snap.legacy {
             m.add_legacy(*fam, table, save);
         }
-        m.ipsets = Rc::new(snap.ipsets.as_ref().map(|sets| {
+        m.ipsets = Arc::new(snap.ipsets.as_ref().map(|sets| {
             sets.iter()
                 .cloned()
                 .map(super::ipsets::IpsetIr::new)
@@ -579,7 +584,7 @@ impl Model {
             let sets = &t.sets;
             for c in t.chains.values_mut() {
                 if c.runs.is_empty() {
-                    Rc::make_mut(c).index_runs(family, sets);
+                    Arc::make_mut(c).index_runs(family, sets);
                 }
             }
         }
@@ -622,7 +627,7 @@ impl Model {
             for (n, (chain, spec)) in rules.iter().enumerate() {
                 let items = legacy::legacy_items(spec, fam, &names);
                 let marked = crate::rules::spec_mark(spec).is_some();
-                Rc::make_mut(t.chains.entry(chain.clone()).or_default()).push(IrRule {
+                Arc::make_mut(t.chains.entry(chain.clone()).or_default()).push(IrRule {
                     items,
                     handle: n as u64 + 1,
                     text: ir::RuleText::Saved(format!("-A {chain} {spec}")),
@@ -635,7 +640,7 @@ impl Model {
                 Fam::V6 => Family::Ipv6,
             });
             for c in t.chains.values_mut() {
-                Rc::make_mut(c).index_runs(family, &sets);
+                Arc::make_mut(c).index_runs(family, &sets);
             }
             self.tables.push(t);
         }

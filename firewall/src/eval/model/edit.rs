@@ -4,7 +4,7 @@
 use super::{ChainIr, Model};
 use crate::eval::ir::IrRule;
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::rc::Rc;
+use std::sync::Arc;
 
 /// A planned change to one chain, for the check every write passes before it is sent: indices
 /// are those of the chain as listed (the mesh's rules included), as a plan's changes name them.
@@ -48,7 +48,7 @@ impl Model {
         for ((ti, chain), es) in touched {
             let t = &mut m.tables[ti];
             let old = t.chains.remove(&chain).unwrap_or_default();
-            let old = Rc::try_unwrap(old).unwrap_or_else(|shared| (*shared).clone());
+            let old = Arc::try_unwrap(old).unwrap_or_else(|shared| (*shared).clone());
             let len = old.rules.len();
             let mut removed: HashSet<usize> = HashSet::new();
             // What goes in before each rule (`None`: at the end), in the edits' order.
@@ -77,7 +77,7 @@ impl Model {
                 new.push(r);
             }
             new.index_runs(t.family, &t.sets);
-            t.chains.insert(chain, Rc::new(new));
+            t.chains.insert(chain, Arc::new(new));
         }
         m
     }
