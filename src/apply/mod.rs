@@ -167,6 +167,9 @@ pub(crate) struct Cx<'a> {
     /// The ruleset generation is the one recorded after the last apply of this declaration, so
     /// the guard and every opening are as that apply left them: nothing is listed.
     pub firewall_unchanged: Option<node_firewall::Generation>,
+    /// With the ruleset unchanged, every declared opening's record was found to be the store's
+    /// before the first opening (`each_resource`): none is made again to be compared.
+    pub openings_recorded: bool,
     /// The one removal of the openings no longer declared, made the first time one is removed
     /// (or the stale marks are swept): (mark, layer) of each marked rule it removed.
     pub removal: Option<node_firewall::removal::Removed>,
@@ -325,7 +328,10 @@ pub fn apply(host: &Host<'_>, decl: &Declaration, source: Source) -> Result<Repo
         Cow::Borrowed(decl),
         source,
         &mut *fw,
-        early,
+        Beforehand {
+            early,
+            ahead: node_firewall::LegacyAhead::none(),
+        },
         recovered,
     )
 }
@@ -369,6 +375,9 @@ pub fn reconcile_with(
     host: &Host<'_>,
     memo: Option<&FirewallMemo>,
 ) -> Result<Option<Report>, ApplyError> {
+    // The legacy tables' fingerprint is read while the store is (their sum is most of a
+    // reconcile of many openings that finds nothing changed).
+    let ahead = node_firewall::LegacyAhead::start();
     let mut fw = memo.map(|m| (host.firewall)(host.root, &m.declaration));
     let mut early = memo.and_then(|m| {
         let spec = m.guard.as_ref()?;
@@ -464,7 +473,16 @@ pub fn reconcile_with(
                 })?
         }
     };
-    apply_locked(host, store, Cow::Owned(decl), source, &mut *fw, early, &[]).map(Some)
+    apply_locked(
+        host,
+        store,
+        Cow::Owned(decl),
+        source,
+        &mut *fw,
+        Beforehand { early, ahead },
+        &[],
+    )
+    .map(Some)
 }
 
 /// Which declaration a reconcile opened the node's firewall for, before the store's lock.
@@ -501,15 +519,23 @@ pub fn recheck_firewall(host: &Host<'_>, memo: &FirewallMemo) -> Result<Rechecke
 
 /// Applies `given` under the store's lock. An owned declaration (a reconcile's, read from the
 /// store) ends in the report's memo without being copied again.
+/// What an act did and read of the node's firewall before its store's lock was taken: the guard
+/// written early, and the legacy tables' fingerprint read meanwhile.
+struct Beforehand {
+    early: Option<node_firewall::Guarded>,
+    ahead: node_firewall::LegacyAhead,
+}
+
 fn apply_locked(
     host: &Host<'_>,
     mut store: Store,
     given: Cow<'_, Declaration>,
     source: Source,
     fw: &mut dyn NodeFirewall,
-    early: Option<node_firewall::Guarded>,
+    beforehand: Beforehand,
     recovered: &[Owned],
 ) -> Result<Report, ApplyError> {
+    let Beforehand { early, ahead } = beforehand;
     let decl: &Declaration = &given;
     tracing::info!(node = %decl.node, mode = decl.mode.as_str(), source = source.as_str(), resources = decl.resources.len(), "applying");
     crate::counter::act_begins(decl.resources.len());
@@ -556,6 +582,7 @@ fn apply_locked(
         transition,
         early,
         recorded,
+        ahead,
     );
     let firewall_before = match firewall_before {
         Ok(b) => b,
@@ -593,6 +620,7 @@ fn apply_locked(
             openings: None,
             not_admitted: Vec::new(),
             firewall_unchanged,
+            openings_recorded: false,
             removal: None,
             removal_said: Default::default(),
         };

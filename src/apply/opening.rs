@@ -9,12 +9,18 @@ use crate::node_firewall::Opening;
 use crate::store::Owned;
 
 /// One declared opening, from the convergence the apply loop made before the first opening.
-pub(super) fn apply(cx: &mut Cx<'_>, spec: &OpeningSpec) -> Result<Done, ResourceError> {
+/// `unchanged` is the line of an opening as the last apply left it, when the ruleset is at the
+/// generation that apply recorded.
+pub(super) fn apply(
+    cx: &mut Cx<'_>,
+    spec: &OpeningSpec,
+    unchanged: Option<&str>,
+) -> Result<Done, ResourceError> {
     let opening = to_opening(spec, cx.store.state.settings.as_ref())?;
-    let rec = record_of(spec, &opening);
     // On a flipped node the derived filter admits it: loaded from the whole declaration before
     // the resources, nothing goes into the retired firewall.
     if cx.store.state.flip.is_some() {
+        let rec = record_of(spec, &opening);
         if cx.store.state.owned(&spec.id) == Some(&rec) {
             return Ok(Done::new(
                 Outcome::Unchanged,
@@ -29,14 +35,14 @@ pub(super) fn apply(cx: &mut Cx<'_>, spec: &OpeningSpec) -> Result<Done, Resourc
     }
     // The ruleset is at the generation the last apply of this declaration verified: nothing of
     // it changed, so nothing is listed.
-    if let Some(generation) = &cx.firewall_unchanged {
-        if cx.store.state.owned(&spec.id) == Some(&rec) {
-            return Ok(Done::new(
-                Outcome::Unchanged,
-                format!("in force as the last apply left it ({generation} unchanged)"),
-            ));
+    if let Some(line) = unchanged {
+        if cx.openings_recorded
+            || cx.store.state.owned(&spec.id) == Some(&record_of(spec, &opening))
+        {
+            return Ok(Done::new(Outcome::Unchanged, line));
         }
     }
+    let rec = record_of(spec, &opening);
     let said = match &cx.openings {
         Some(all) => all.of(&opening)?,
         None => {

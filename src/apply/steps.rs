@@ -74,8 +74,16 @@ pub(super) fn each_resource(
     // resources declared before it, so a forwarded opening meets the DNAT of the container
     // declared before it. Not on a flipped node (the filter admits them), nor when the
     // ruleset is as the last apply left every one of them.
-    let converges = cx.store.state.flip.is_none()
-        && !(cx.firewall_unchanged.is_some() && opening::records(cx).is_empty());
+    let recorded = cx.store.state.flip.is_none()
+        && cx.firewall_unchanged.is_some()
+        && opening::records(cx).is_empty();
+    cx.openings_recorded = recorded;
+    let converges = cx.store.state.flip.is_none() && !recorded;
+    // Every opening left as the last apply left it says so in the same words.
+    let unchanged = cx
+        .firewall_unchanged
+        .as_ref()
+        .map(|g| format!("in force as the last apply left it ({g} unchanged)"));
     let guard_failed = report.failed().is_some();
     // How many resources had their turn: an interrupt is said as "after N of M".
     let mut turns = 0;
@@ -109,7 +117,7 @@ pub(super) fn each_resource(
             Resource::File(f) => file::apply(cx, f),
             Resource::Directory(d) => directory::apply(cx, d),
             Resource::Action(a) => action::apply(cx, a),
-            Resource::Opening(o) => opening::apply(cx, o),
+            Resource::Opening(o) => opening::apply(cx, o, unchanged.as_deref()),
             Resource::Container(c) => container::apply(cx, c),
             Resource::Service(s) => service::apply(cx, s),
             Resource::Package(p) => package::apply(cx, p),

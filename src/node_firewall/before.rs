@@ -28,6 +28,7 @@ pub fn before_resources(
     transition: Transition,
     early: Option<Guarded>,
     recorded: Option<Generation>,
+    ahead: super::LegacyAhead,
 ) -> Result<Before, Error> {
     let saves_flip = transition == Transition::Flip && node.store.state.flip.is_none();
     if saves_flip {
@@ -38,7 +39,8 @@ pub fn before_resources(
         node.store.state.flip = Some(saved);
     }
     // nf_tables' generation and, where legacy tables are in force, their fingerprint.
-    let unchanged = recorded.and_then(|was| node.fw.generation().filter(|now| *now == was));
+    let unchanged =
+        recorded.and_then(|was| node.fw.generation_with(ahead).filter(|now| *now == was));
     if node.record || saves_flip {
         node.store.save()?;
     }

@@ -28,12 +28,15 @@ fn open_found(deadlines: run::Deadlines) -> Result<Firewall<'static>, Error> {
     Firewall::open_within(deadlines).map_err(Error::Unreadable)
 }
 
-/// Whether legacy x_tables are in force in this namespace: they send no generation, so what they
-/// hold is never known unchanged without reading it.
+/// Whether legacy x_tables are in force in this thread's namespace (as the fingerprint reads
+/// them): they send no generation, so what they hold is never known unchanged without reading it.
 pub fn legacy_in_force() -> bool {
-    ["/proc/net/ip_tables_names", "/proc/net/ip6_tables_names"]
-        .iter()
-        .any(|p| std::fs::read_to_string(p).is_ok_and(|t| !t.trim().is_empty()))
+    [
+        "/proc/thread-self/net/ip_tables_names",
+        "/proc/thread-self/net/ip6_tables_names",
+    ]
+    .iter()
+    .any(|p| std::fs::read_to_string(p).is_ok_and(|t| !t.trim().is_empty()))
 }
 
 /// The legacy x_tables' fingerprint now (`firewall::xtables`: every table as the kernel hands it
@@ -193,12 +196,19 @@ impl NodeFirewallRead for Kernel {
     }
 
     fn generation(&mut self) -> Option<Generation> {
-        let nft = self.found().ok()?.generation().ok().flatten()?;
+        self.generation_with(super::LegacyAhead::none())
+    }
+
+    fn generation_with(&mut self, ahead: super::LegacyAhead) -> Option<Generation> {
+        let nft = self.found().ok()?.generation().ok().flatten();
         // Legacy tables send no generation: their fingerprint, read from the kernel by
         // getsockopt (no child process), vouches for them instead (none when there are none;
         // tables that cannot be read leave the whole unknown).
-        let legacy = firewall::xtables::fingerprint().ok()?;
-        Some(Generation { nft, legacy })
+        let legacy = match ahead.take() {
+            Some(read) => read,
+            None => firewall::xtables::fingerprint().ok()?,
+        };
+        Some(Generation { nft: nft?, legacy })
     }
 
     fn kind(&mut self) -> String {

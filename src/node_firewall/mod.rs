@@ -37,7 +37,8 @@ pub use kernel::{legacy_fingerprint, legacy_in_force, Kernel};
 pub use openings::{NotAdmitted, Openings};
 pub use outcome::{FilterSaid, FlipSaid, GuardSaid, GuardWritten};
 pub use read::{
-    firewalld_reloads, kernel_reader, Change, Generation, Held, Monitor, NodeFirewallRead, OpenRead,
+    firewalld_reloads, kernel_reader, Change, Generation, Held, LegacyAhead, Monitor,
+    NodeFirewallRead, OpenRead,
 };
 
 // The firewall crate's plain terms, handed on from `firewall_terms.rs` so the commands and the

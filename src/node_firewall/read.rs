@@ -35,6 +35,41 @@ impl std::fmt::Display for Generation {
     }
 }
 
+/// The legacy tables' fingerprint, read on a thread of its own from the start of a reconcile
+/// while the store is read and parsed (at 10,000 openings each is a quarter of the reconcile),
+/// for [`NodeFirewallRead::generation_with`]. Read before the store's lock is taken: an act that
+/// held the lock and changed the tables meanwhile recorded their new fingerprint, which this one
+/// then does not match, and the tables are read whole; the same as a change by another program
+/// after any reading of them. No thread where no legacy table is listed (nothing to read).
+pub struct LegacyAhead(Option<std::thread::JoinHandle<Option<Option<String>>>>);
+
+impl LegacyAhead {
+    /// Starts the reading where legacy tables are listed in this namespace.
+    pub fn start() -> LegacyAhead {
+        if !super::legacy_in_force() {
+            return LegacyAhead(None);
+        }
+        let read = || firewall::xtables::fingerprint().ok();
+        LegacyAhead(
+            std::thread::Builder::new()
+                .name("legacy-fingerprint".into())
+                .spawn(read)
+                .ok(),
+        )
+    }
+
+    /// None to wait for.
+    pub fn none() -> LegacyAhead {
+        LegacyAhead(None)
+    }
+
+    /// The fingerprint read (`Some(None)`: no legacy table; `None`: nothing was read ahead, or
+    /// the tables could not be read).
+    pub(super) fn take(self) -> Option<Option<String>> {
+        self.0?.join().ok().flatten()
+    }
+}
+
 /// What the core reads of the node's firewall. The kernel's implementation
 /// ([`super::Kernel`]) opens the found firewall on first use; the recording fake answers from its
 /// script.
@@ -44,6 +79,12 @@ pub trait NodeFirewallRead {
     /// Where the whole ruleset stands: nf_tables' generation and, where legacy x_tables are in
     /// force (they send no generation), their fingerprint; `None` when either cannot be read.
     fn generation(&mut self) -> Option<Generation>;
+    /// The same, with the legacy tables' fingerprint read ahead when one was
+    /// ([`LegacyAhead`]); what does not read the kernel asks [`NodeFirewallRead::generation`].
+    fn generation_with(&mut self, ahead: LegacyAhead) -> Option<Generation> {
+        drop(ahead);
+        self.generation()
+    }
     /// The found firewall's kind, as the report names it (`nftables`, `firewalld`, …).
     fn kind(&mut self) -> String;
     /// The found firewall as detected: its layers with their evidence, its refusal, its notes.

@@ -320,6 +320,7 @@ impl Bed {
             openings: None,
             not_admitted: Vec::new(),
             firewall_unchanged: None,
+            openings_recorded: false,
             removal: None,
             removal_said: Default::default(),
         }
