@@ -67,6 +67,9 @@ pub struct Firewall<'a> {
     runtime_bridges: Vec<String>,
     /// How many times the whole ruleset has been listed ([`Firewall::listings`]).
     listings: u32,
+    /// How many times the verdicts after a write were the ones read during its commit
+    /// ([`Firewall::verdicts_read_ahead`]).
+    read_ahead: u32,
 }
 
 /// The runner a [`Firewall`] starts its programs through: one it borrows, or the real one with a
@@ -170,6 +173,7 @@ impl<'a> Firewall<'a> {
             check_time: std::time::Duration::ZERO,
             runtime_bridges: Vec::new(),
             listings: 0,
+            read_ahead: 0,
         })
     }
 
@@ -403,6 +407,12 @@ impl<'a> Firewall<'a> {
         self.listings
     }
 
+    /// How many times the verdicts after a write were read on a second thread while the kernel
+    /// committed it ([`verdict::AHEAD_FROM`] openings or more), rather than after.
+    pub fn verdicts_read_ahead(&self) -> u32 {
+        self.read_ahead
+    }
+
     /// How many batches the last convergence sent before one applied (0: nothing to send).
     pub fn last_commit_tries(&self) -> u32 {
         self.commit_tries
@@ -537,11 +547,13 @@ impl<'a> Firewall<'a> {
                 })?;
                 // Where the verdicts will read the checked model, they are read from it on a
                 // second thread while this one waits for the kernel's commit (a third of an
-                // apply of many openings). The batch is sent from this thread: the kernel names
+                // apply of many openings; for a few, a thread costs more than they do). The batch is sent from this thread: the kernel names
                 // the committing thread in its NEWGEN, and the host knows its own commits by it.
-                let ahead_of = (plan.generation.is_some() && mirrored(&plan))
-                    .then_some(plan.after.as_ref())
-                    .flatten();
+                let ahead_of = (openings.len() >= verdict::AHEAD_FROM
+                    && plan.generation.is_some()
+                    && mirrored(&plan))
+                .then_some(plan.after.as_ref())
+                .flatten();
                 let ifaces = ahead_of.map(|_| interfaces(&self.runtime_bridges));
                 let tries = &mut self.commit_tries;
                 let targets: &BTreeMap<_, _> = &plan.targets;

@@ -228,3 +228,68 @@ fn legacy_verdicts_read_the_plan_s_model_while_the_saves_say_the_same_and_afresh
     assert_eq!(changed, fresh(&exec));
     assert_ne!(changed["web/api"].summary().state, "present", "{changed:?}");
 }
+
+/// No legacy iptables here: nothing is ever run.
+struct Nothing;
+
+impl run::Runner for Nothing {
+    fn call(&self, call: &run::Call<'_>) -> std::io::Result<run::Output> {
+        panic!("nothing is to be run here, {:?} was asked for", call.argv);
+    }
+
+    fn exists(&self, _: &str) -> bool {
+        false
+    }
+}
+
+/// Proves that the verdicts of an apply of many openings, read from the checked model on a second
+/// thread while the kernel committed the batch, are the verdicts of the ruleset listed afresh
+/// after it: 300 openings through a found input chain with a refusal of one of their ports. It
+/// fails if they were not read ahead (the count), or differ in any opening from a fresh reading.
+#[test]
+fn the_verdicts_read_during_the_commit_are_those_of_the_ruleset_listed_after_it() {
+    in_fresh_netns();
+    nft_load(
+        "table inet filter {\n\
+             chain input {\n\
+                 type filter hook input priority 0; policy drop;\n\
+                 tcp dport 10100 drop comment \"operator\"\n\
+                 tcp dport 22 accept\n\
+             }\n\
+         }\n",
+    );
+    let os: Vec<firewall::Opening> = (0..300u16)
+        .map(|i| firewall::Opening {
+            id: format!("bench/o{i:03}"),
+            port: 10000 + i,
+            proto: firewall::Proto::Tcp,
+            from: firewall::opening::From::Anywhere,
+            path: firewall::Path::Incoming,
+        })
+        .collect();
+    let proc = std::env::temp_dir().join(format!("fw-ahead-{}", std::process::id()));
+    std::fs::create_dir_all(proc.join("net")).unwrap();
+    let exec = Nothing;
+    let mut fw = Firewall::open_at(&exec, &proc).unwrap();
+    let done = fw.converge(&os, Scope::Given).unwrap();
+    // The refused port's opening gets no rule: the operator's refusal stays first.
+    assert_eq!(done.added.len(), 299, "{:?}", done.added.len());
+    let listings = fw.listings();
+    let ahead = fw.verdicts(&os).unwrap();
+    assert_eq!(fw.verdicts_read_ahead(), 1, "read during the commit");
+    assert_eq!(fw.listings(), listings, "and not listed after it");
+    let fresh = Firewall::open_at(&exec, &proc)
+        .unwrap()
+        .verdicts(&os)
+        .unwrap();
+    assert_eq!(ahead, fresh);
+    // The operator's refusal of 10100 stands: that opening is not admitted, the others are.
+    let states: Vec<&str> = os.iter().map(|o| ahead[&o.id].summary().state).collect();
+    assert_eq!(
+        states.iter().filter(|s| **s == "present").count(),
+        299,
+        "{states:?}"
+    );
+    assert_ne!(ahead["bench/o100"].summary().state, "present");
+    std::fs::remove_dir_all(&proc).unwrap();
+}

@@ -131,6 +131,7 @@ impl Firewall<'_> {
                 // interfaces: the same answers, already made.
                 if let Some(ahead) = last.ahead.take() {
                     if ahead.openings == openings && ahead.ifaces == ifaces {
+                        self.read_ahead += 1;
                         return Ok(ahead.verdicts);
                     }
                 }
@@ -172,6 +173,11 @@ fn verdicts_of(
         })
         .collect()
 }
+
+/// How many openings make their verdicts worth reading on a second thread while the kernel
+/// commits: a verdict is a few microseconds, a thread a few hundred (with the allocator's heap
+/// it leaves behind), and the resident host's acts of a few openings start none.
+pub(super) const AHEAD_FROM: usize = 256;
 
 /// The verdicts of a batch's openings read from the model it leaves, while the kernel commits
 /// it, with what they were read for; [`Firewall::verdicts`] takes them when it would read that

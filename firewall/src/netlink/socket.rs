@@ -1,5 +1,6 @@
 //! The netlink socket: `NfSocket` is kept by its caller, so tables it owns live as long as it does;
-//! it sends whole batches in one datagram and reads every acknowledgement itself.
+//! it sends whole batches in one datagram and reads the kernel's answers itself: a refusal of any
+//! message, and the acknowledgement of the last, which only that message asks for.
 
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::time::Duration;
@@ -13,10 +14,11 @@ use super::msg::{self, NlMsg};
 use super::types::{Family, TableFlags};
 use crate::error::{Errno, Error, Result};
 
-/// The buffer sizes asked for at open: big enough for a few thousand rules and their ACKs.
+/// The buffer sizes asked for at open: big enough for a few thousand rules and their answers.
 const INITIAL_SNDBUF: usize = 4 << 20;
 const INITIAL_RCVBUF: usize = 4 << 20;
-/// Room per acknowledgement in the receive buffer; each is its own skb, counted by truesize.
+/// Room per answer in the receive buffer (a refusal of every message of a batch fits); each is
+/// its own skb, counted by truesize.
 const RCVBUF_PER_ACK: usize = 1024;
 /// One datagram from the kernel: dumps send at most ~32 KiB, events and ACKs far less.
 const RECV_BUF: usize = 256 << 10;
