@@ -547,8 +547,9 @@ impl<'a> Firewall<'a> {
                 })?;
                 // Where the verdicts will read the checked model, they are read from it on a
                 // second thread while this one waits for the kernel's commit (a third of an
-                // apply of many openings; for a few, a thread costs more than they do). The batch is sent from this thread: the kernel names
-                // the committing thread in its NEWGEN, and the host knows its own commits by it.
+                // apply of many openings; for a few, a thread costs more than they do). The
+                // batch is sent from this thread: the kernel names the committing thread in its
+                // NEWGEN, and the host knows its own commits by it.
                 let ahead_of = (openings.len() >= verdict::AHEAD_FROM
                     && plan.generation.is_some()
                     && mirrored(&plan))

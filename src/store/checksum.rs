@@ -57,9 +57,10 @@ const DIGEST_LEN: usize = 71;
 const SEAL_END: &[u8] = b"\",\n";
 
 /// The snapshot with its checksum: `body` (JSON, an object of at least one field, its first line
-/// `{` alone, as `serde_json::to_vec_pretty` and [`super::layout`] write it) with a first field `"checksum"` holding the sha256 of
-/// `body` itself. The file stays JSON, readable by `jq` and by tests. The store seals its
-/// snapshot with [`seal_json`]; this is the tests' way to seal bytes they made.
+/// `{` alone, as `serde_json::to_vec_pretty` and [`super::layout`] write it) with a first field
+/// `"checksum"` holding the sha256 of `body` itself. The file stays JSON, readable by `jq` and by
+/// tests. The store seals its snapshot with [`seal_json`]; this is the tests' way to seal bytes
+/// they made.
 #[cfg(test)]
 pub fn seal(body: &[u8]) -> Vec<u8> {
     let mut out = vec![0; BODY_AT];
@@ -68,9 +69,9 @@ pub fn seal(body: &[u8]) -> Vec<u8> {
 }
 
 /// `value` in the snapshot's layout ([`super::layout`]), sealed: the same bytes as [`seal`] of
-/// that layout's with a newline after it, made in one buffer of `hint` bytes or so (the last snapshot's size)
-/// with room left at its head for the checksum's line, rather than in a buffer grown as it is
-/// written and then copied whole behind that line.
+/// that layout's with a newline after it, made in one buffer of `hint` bytes or so (the last
+/// snapshot's size) with room left at its head for the checksum's line, rather than in a buffer
+/// grown as it is written and then copied whole behind that line.
 pub fn seal_json<T: serde::Serialize>(
     value: &T,
     hint: usize,
