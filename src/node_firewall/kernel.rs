@@ -31,19 +31,37 @@ fn open_found(deadlines: run::Deadlines) -> Result<Firewall<'static>, Error> {
 /// Whether legacy x_tables are in force in this thread's namespace (as the fingerprint reads
 /// them): they send no generation, so what they hold is never known unchanged without reading it.
 pub fn legacy_in_force() -> bool {
-    [
+    legacy_listed().unwrap_or(false)
+}
+
+/// Whether this thread's namespace lists a legacy table, as the fingerprint reads the lists (a
+/// list that is not there, its module not loaded, lists none); `None` when one cannot be read.
+pub(super) fn legacy_listed() -> Option<bool> {
+    let mut any = false;
+    for path in [
         "/proc/thread-self/net/ip_tables_names",
         "/proc/thread-self/net/ip6_tables_names",
-    ]
-    .iter()
-    .any(|p| std::fs::read_to_string(p).is_ok_and(|t| !t.trim().is_empty()))
+    ] {
+        match std::fs::read_to_string(path) {
+            Ok(text) => any |= !text.trim().is_empty(),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(_) => return None,
+        }
+    }
+    Some(any)
 }
 
 /// The legacy x_tables' fingerprint now (`firewall::xtables`: every table as the kernel hands it
 /// out, counters left out), read without a child process; `None` without legacy tables or when
 /// they cannot be read.
 pub fn legacy_fingerprint() -> Option<String> {
-    firewall::xtables::fingerprint().ok().flatten()
+    legacy_read().flatten()
+}
+
+/// The same, telling the two apart: `Some(None)` without legacy tables, `None` when they cannot
+/// be read.
+pub(super) fn legacy_read() -> Option<Option<String>> {
+    firewall::xtables::fingerprint().ok()
 }
 
 /// The node's firewall in this network namespace, for one node under one root.
@@ -206,7 +224,7 @@ impl NodeFirewallRead for Kernel {
         // tables that cannot be read leave the whole unknown).
         let legacy = match ahead.take() {
             Some(read) => read,
-            None => firewall::xtables::fingerprint().ok()?,
+            None => legacy_read()?,
         };
         Some(Generation { nft: nft?, legacy })
     }

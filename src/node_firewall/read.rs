@@ -40,33 +40,45 @@ impl std::fmt::Display for Generation {
 /// for [`NodeFirewallRead::generation_with`]. Read before the store's lock is taken: an act that
 /// held the lock and changed the tables meanwhile recorded their new fingerprint, which this one
 /// then does not match, and the tables are read whole; the same as a change by another program
-/// after any reading of them. No thread where no legacy table is listed (nothing to read).
-pub struct LegacyAhead(Option<std::thread::JoinHandle<Option<Option<String>>>>);
+/// after any reading of them. Where no legacy table is listed there is nothing to read: no
+/// thread, and the lists are not read again when the generation is asked.
+pub struct LegacyAhead(Ahead);
+
+enum Ahead {
+    /// Nothing read ahead: the fingerprint is read when it is asked for.
+    NotRead,
+    /// No legacy table was listed.
+    NoTables,
+    /// The fingerprint being read (`Some(None)`: no legacy table; `None`: unreadable).
+    Reading(std::thread::JoinHandle<Option<Option<String>>>),
+}
 
 impl LegacyAhead {
-    /// Starts the reading where legacy tables are listed in this namespace.
+    /// Starts the reading where legacy tables are listed in this thread's namespace.
     pub fn start() -> LegacyAhead {
-        if !super::legacy_in_force() {
-            return LegacyAhead(None);
-        }
-        let read = || firewall::xtables::fingerprint().ok();
-        LegacyAhead(
-            std::thread::Builder::new()
+        LegacyAhead(match super::kernel::legacy_listed() {
+            Some(false) => Ahead::NoTables,
+            None => Ahead::NotRead,
+            Some(true) => std::thread::Builder::new()
                 .name("legacy-fingerprint".into())
-                .spawn(read)
-                .ok(),
-        )
+                .spawn(super::kernel::legacy_read)
+                .map_or(Ahead::NotRead, Ahead::Reading),
+        })
     }
 
-    /// None to wait for.
+    /// Nothing read ahead.
     pub fn none() -> LegacyAhead {
-        LegacyAhead(None)
+        LegacyAhead(Ahead::NotRead)
     }
 
-    /// The fingerprint read (`Some(None)`: no legacy table; `None`: nothing was read ahead, or
-    /// the tables could not be read).
+    /// The fingerprint read ahead (`Some(None)`: no legacy table); `None` when nothing was read
+    /// ahead, or the tables could not be read.
     pub(super) fn take(self) -> Option<Option<String>> {
-        self.0?.join().ok().flatten()
+        match self.0 {
+            Ahead::NotRead => None,
+            Ahead::NoTables => Some(None),
+            Ahead::Reading(reading) => reading.join().ok().flatten(),
+        }
     }
 }
 
