@@ -35,9 +35,10 @@ pub fn legacy_in_force() -> bool {
 }
 
 /// Whether this thread's namespace lists a legacy table, as the fingerprint reads the lists (a
-/// list that is not there, its module not loaded, lists none); `None` when one cannot be read.
+/// list that is not there, its module not loaded, lists none); `None` when none is listed but a
+/// list could not be read.
 pub(super) fn legacy_listed() -> Option<bool> {
-    let mut any = false;
+    let (mut any, mut unread) = (false, false);
     for path in [
         "/proc/thread-self/net/ip_tables_names",
         "/proc/thread-self/net/ip6_tables_names",
@@ -45,10 +46,10 @@ pub(super) fn legacy_listed() -> Option<bool> {
         match std::fs::read_to_string(path) {
             Ok(text) => any |= !text.trim().is_empty(),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(_) => return None,
+            Err(_) => unread = true,
         }
     }
-    Some(any)
+    (any || !unread).then_some(any)
 }
 
 /// The legacy x_tables' fingerprint now (`firewall::xtables`: every table as the kernel hands it
