@@ -1,7 +1,7 @@
 //! The guard layer's pinned program and links as the kernel holds them: an earlier version's
 //! replaced with no window, each namespace's program its own, one set of four links per namespace
 //! however often it is ensured (reclaimed, never duplicated), and what a node holds when its pins
-//! are gone.
+//! are gone, read whole while another namespace's probes are attached and refused beside it.
 
 use super::*;
 
@@ -296,4 +296,50 @@ fn a_deleted_pin_ends_with_exactly_one_set_of_four_links() {
         probe(&net.outside, v6(addr::NODE_PUBLIC_V6), STORE),
         Probe::TimedOut
     );
+}
+
+/// A link has its id from the moment its maker primes it, and the kernel answers `EAGAIN` for it
+/// until the attach settles it or fails. Every survey attaches a probe at each held link's hook
+/// for an instant, refused (so primed and freed), so two namespaces surveying at once each meet
+/// the other's unsettled probes in the walk of all links: each still reads its own four links,
+/// every time, and never fails for the other's.
+#[test]
+fn a_survey_beside_another_namespaces_refused_attaches_reads_its_own_four_links() {
+    let lab = Lab::new().unwrap();
+    let net = Adoption::build(&lab).unwrap();
+    let (ra, rb) = (PinRoot::new("beside-a"), PinRoot::new("beside-b"));
+    let (pa, pb) = (ra.pins(), rb.pins());
+    let ids_a = sorted(ensure(&net.node, &pa, &spec()).link_ids);
+    let ids_b = sorted(ensure(&net.peer, &pb, &spec()).link_ids);
+    let stop = AtomicBool::new(false);
+    let survey = |m: &Machine, pins: &Pins, want: &[u32]| -> (usize, Vec<String>) {
+        let mut rounds = 0;
+        let mut wrong = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(3);
+        while Instant::now() < deadline && !stop.load(Ordering::Relaxed) {
+            match m.in_namespace(|| bpf::held(pins)).unwrap() {
+                Ok(l) => {
+                    let got = sorted(l.iter().map(|l| l.id).collect());
+                    if got != want {
+                        wrong.push(format!("{got:?}"));
+                    }
+                }
+                Err(e) => wrong.push(e.to_string()),
+            }
+            rounds += 1;
+        }
+        stop.store(true, Ordering::Relaxed);
+        (rounds, wrong)
+    };
+    let ((na, wa), (nb, wb)) = std::thread::scope(|s| {
+        let a = s.spawn(|| survey(&net.node, &pa, &ids_a));
+        let b = s.spawn(|| survey(&net.peer, &pb, &ids_b));
+        (a.join().unwrap(), b.join().unwrap())
+    });
+    assert!(
+        na >= 20 && nb >= 20,
+        "too few rounds to mean anything: {na}, {nb}"
+    );
+    assert!(wa.is_empty(), "the node's survey, {na} rounds: {wa:?}");
+    assert!(wb.is_empty(), "the peer's survey, {nb} rounds: {wb:?}");
 }
