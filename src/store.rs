@@ -499,13 +499,12 @@ impl Store {
         })?;
         // Read only now, under the lock: a look taken before it is trusted only for the very
         // bytes it read.
-        let files = Files::read(&named)?;
         let (loaded, unused, files) = match peeked {
-            Some(p) if p.files == files => {
-                drop(files);
-                (Some(p.loaded), None, p.files)
+            Some(p) if p.files.still_in(&named)? => (Some(p.loaded), None, p.files),
+            unused => {
+                let files = Files::read(&named)?;
+                (parse(&named, &files)?, unused, files)
             }
-            unused => (parse(&named, &files)?, unused, files),
         };
         let released = named.exists(RELEASED);
         let mut store = Store {

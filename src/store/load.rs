@@ -25,6 +25,19 @@ impl Files {
         let journal = dir.read(journal::FILE).map_err(io(&jpath))?;
         Ok(Files { snapshot, journal })
     }
+
+    /// Whether the files of `dir` are still these very bytes: what [`Files::read`] and `==`
+    /// would say, without a second copy of them.
+    pub(super) fn still_in(&self, dir: &Named) -> Result<bool, StoreError> {
+        let path = dir.shown("state.json");
+        let jpath = dir.shown(journal::FILE);
+        Ok(dir
+            .holds("state.json", self.snapshot.as_deref())
+            .map_err(io(&path))?
+            && dir
+                .holds(journal::FILE, self.journal.as_deref())
+                .map_err(io(&jpath))?)
+    }
 }
 
 /// A store as read from disk.

@@ -149,6 +149,36 @@ impl Named {
         Ok(Some(bytes))
     }
 
+    /// Whether `name` holds exactly `bytes` (`None`: that it is missing), read a piece at a time
+    /// into one small buffer rather than whole into a second copy of what is already held.
+    pub fn holds(&self, name: &str, bytes: Option<&[u8]>) -> io::Result<bool> {
+        use std::io::Read;
+        let Some(mut f) = self.open_file(name)? else {
+            return Ok(bytes.is_none());
+        };
+        let Some(mut left) = bytes else {
+            return Ok(false);
+        };
+        if f.metadata()?.len() != left.len() as u64 {
+            return Ok(false);
+        }
+        let mut buf = vec![0u8; 64 * 1024];
+        loop {
+            let n = match f.read(&mut buf) {
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            };
+            if n == 0 {
+                return Ok(left.is_empty());
+            }
+            match left.strip_prefix(&buf[..n]) {
+                Some(rest) => left = rest,
+                None => return Ok(false),
+            }
+        }
+    }
+
     /// Creates `name` fresh (0600): whatever was there (a stale temporary file, a link someone
     /// planted at the name) is removed first, and the new file is made exclusively without
     /// following links, so the bytes land nowhere but in a new file of the host's own.
@@ -196,5 +226,33 @@ impl Named {
     pub fn sync(&self) -> io::Result<()> {
         nix::unistd::fsync(self.fd.as_fd())?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `holds` says what reading the file whole and comparing would: across its pieces, at the
+    /// last byte, by length, and for a file that is missing.
+    #[test]
+    fn holds_is_reading_whole_and_comparing() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = Named::open(root.path()).unwrap();
+        let big: Vec<u8> = (0..200_000u32).map(|i| (i % 251) as u8).collect();
+        dir.write_synced("f", &big).unwrap();
+        assert!(dir.holds("f", Some(&big)).unwrap());
+        let mut last = big.clone();
+        *last.last_mut().unwrap() ^= 1;
+        assert!(!dir.holds("f", Some(&last)).unwrap());
+        let mut early = big.clone();
+        early[70_000] ^= 1;
+        assert!(!dir.holds("f", Some(&early)).unwrap());
+        assert!(!dir.holds("f", Some(&big[..big.len() - 1])).unwrap());
+        assert!(!dir.holds("f", None).unwrap());
+        assert!(dir.holds("missing", None).unwrap());
+        assert!(!dir.holds("missing", Some(b"")).unwrap());
+        dir.write_synced("empty", b"").unwrap();
+        assert!(dir.holds("empty", Some(b"")).unwrap());
     }
 }
