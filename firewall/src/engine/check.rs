@@ -49,6 +49,30 @@ fn insert(
     o: &Opening,
     site: Site,
 ) -> Edit {
+    insert_among(key, chain, before, o, site, &chain_names(model, key))
+}
+
+/// The chains of an x_tables table in `model`, which its rules' jumps are read against (none
+/// for nf_tables, whose rules name no chain by word).
+fn chain_names(model: &Model, key: &TableKey) -> Vec<String> {
+    match key.backend {
+        Backend::Nftables => Vec::new(),
+        _ => model
+            .table(&model_table(key))
+            .map(|t| t.chains.keys().cloned().collect())
+            .unwrap_or_default(),
+    }
+}
+
+/// [`insert`], the table's chains named by the caller (once for all of a table's changes).
+fn insert_among(
+    key: &TableKey,
+    chain: &str,
+    before: Option<usize>,
+    o: &Opening,
+    site: Site,
+    names: &[String],
+) -> Edit {
     let table = model_table(key);
     let rules = match key.backend {
         Backend::Nftables => rules::nft_bodies(o, site)
@@ -56,10 +80,6 @@ fn insert(
             .map(check::planned_nft)
             .collect(),
         _ => {
-            let names: Vec<String> = model
-                .table(&table)
-                .map(|t| t.chains.keys().cloned().collect())
-                .unwrap_or_default();
             let fam = if site.family == Family::Ipv6 {
                 Fam::V6
             } else {
@@ -69,7 +89,7 @@ fn insert(
                 .iter()
                 .map(|words| {
                     let spec: Vec<String> = words.iter().map(|w| quoted(w)).collect();
-                    check::planned_xt(chain, &spec.join(" "), fam, &names)
+                    check::planned_xt(chain, &spec.join(" "), fam, names)
                 })
                 .collect()
         }
@@ -82,6 +102,16 @@ fn insert(
 }
 
 fn edit_of(model: &Model, key: &TableKey, c: &Change) -> Edit {
+    edit_among(key, c, &chain_names(model, key))
+}
+
+/// Every change of a table as the model's edits, its chains read once.
+fn table_edits<'a>(model: &'a Model, t: &'a TablePlan) -> impl Iterator<Item = Edit> + 'a {
+    let names = chain_names(model, &t.key);
+    t.changes.iter().map(move |c| edit_among(&t.key, c, &names))
+}
+
+fn edit_among(key: &TableKey, c: &Change, names: &[String]) -> Edit {
     match c {
         Change::Remove { chain, index, .. } => Edit {
             table: model_table(key),
@@ -93,7 +123,7 @@ fn edit_of(model: &Model, key: &TableKey, c: &Change) -> Edit {
             before,
             opening,
             site,
-        } => insert(model, key, chain, *before, opening, *site),
+        } => insert_among(key, chain, *before, opening, *site, names),
     }
 }
 
@@ -353,7 +383,7 @@ pub(super) fn settle(
         let edits: Vec<Edit> = plan
             .tables
             .iter()
-            .flat_map(|t| t.changes.iter().map(|c| edit_of(model, &t.key, c)))
+            .flat_map(|t| table_edits(model, t))
             .collect();
         model.edited_by(edits)
     };
@@ -413,7 +443,7 @@ pub(super) fn settle(
     let edits: Vec<Edit> = plan
         .tables
         .iter()
-        .flat_map(|t| t.changes.iter().map(|c| edit_of(model, &t.key, c)))
+        .flat_map(|t| table_edits(model, t))
         .collect();
     let planned: Vec<&Opening> = plan
         .tables
