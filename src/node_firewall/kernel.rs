@@ -75,6 +75,21 @@ pub struct Kernel {
     sock: Option<NfSocket>,
     /// The runtime's bridges as last asked or told, given to the found firewall's engine.
     bridges: Vec<String>,
+    /// Where the ruleset stood the moment a converge that wrote returned: nf_tables'
+    /// generation then, and the legacy tables' fingerprint, read from then on a thread of its
+    /// own while the verdicts read the tables back. What the generation asked next gives; any
+    /// other write drops it (the next asking reads the kernel then).
+    written: Option<Written>,
+}
+
+/// [`Kernel::written`]. Read before the read-back, it can only be older than what the verdicts
+/// saw, never newer: a change by someone else in between makes the next reconcile read
+/// everything, where a generation read after the verdicts would vouch for a change nobody
+/// checked.
+struct Written {
+    /// `None` when the kernel did not say.
+    nft: Option<u32>,
+    legacy: super::LegacyAhead,
 }
 
 impl Kernel {
@@ -89,6 +104,7 @@ impl Kernel {
             fw: None,
             sock: None,
             bridges: Vec::new(),
+            written: None,
         }
     }
 
@@ -129,26 +145,36 @@ impl Kernel {
     fn pins(&self) -> firewall::bpf::Pins {
         firewall::bpf::Pins::under(&self.root)
     }
+
+    /// A write other than a converge's begins: a fingerprint read before it no longer stands.
+    fn writes(&mut self) {
+        self.written = None;
+    }
 }
 
 impl NodeFirewall for Kernel {
     fn guard_table(&mut self, spec: &GuardSpec) -> Result<firewall::GuardReport, Error> {
+        self.writes();
         Ok(firewall::guard::ensure(self.socket()?, spec)?)
     }
 
     fn guard_bpf(&mut self, spec: &GuardSpec) -> Result<firewall::bpf::BpfReport, Error> {
+        self.writes();
         Ok(firewall::bpf::ensure(&self.pins(), spec)?)
     }
 
     fn remove_guard_bpf(&mut self) -> Result<bool, Error> {
+        self.writes();
         Ok(firewall::bpf::remove(&self.pins())?)
     }
 
     fn remove_guard_table(&mut self) -> Result<bool, Error> {
+        self.writes();
         Ok(firewall::guard::remove(self.socket()?)?)
     }
 
     fn converge(&mut self, openings: &[Opening], scope: Scope) -> Result<Converged, Error> {
+        self.writes();
         let fw = self.found()?;
         let done = fw.converge(openings, scope)?;
         // What the check of every write costs inside an act: `bench/run` reads this line
@@ -159,6 +185,13 @@ impl NodeFirewall for Kernel {
             fw.last_check().as_micros(),
             openings.len()
         );
+        if !done.added.is_empty() || !done.removed.is_empty() {
+            let nft = fw.generation().ok().flatten();
+            self.written = Some(Written {
+                nft,
+                legacy: super::LegacyAhead::start(),
+            });
+        }
         Ok(done)
     }
 
@@ -167,10 +200,12 @@ impl NodeFirewall for Kernel {
     }
 
     fn ensure_filter(&mut self, spec: &FilterSpec) -> Result<bool, Error> {
+        self.writes();
         Ok(firewall::filter::ensure(self.socket()?, spec)?)
     }
 
     fn remove_filter(&mut self) -> Result<bool, Error> {
+        self.writes();
         Ok(self.found()?.remove_filter()?)
     }
 
@@ -184,6 +219,7 @@ impl NodeFirewall for Kernel {
         spec: &FilterSpec,
         saved: &[Retired],
     ) -> Result<(Vec<Retired>, bool), Error> {
+        self.writes();
         Ok(self.found()?.flip(spec, saved)?)
     }
 
@@ -192,6 +228,7 @@ impl NodeFirewall for Kernel {
         saved: &[Retired],
         start: &mut dyn FnMut() -> Result<(), Error>,
     ) -> Result<(), Error> {
+        self.writes();
         let fw = self.found()?;
         let before = fw.listing()?;
         start()?;
@@ -219,7 +256,11 @@ impl NodeFirewallRead for Kernel {
     }
 
     fn generation_with(&mut self, ahead: super::LegacyAhead) -> Option<Generation> {
-        let nft = self.found().ok()?.generation().ok().flatten();
+        // Where this Kernel's last write left the ruleset, when its converge wrote last.
+        let (nft, ahead) = match self.written.take() {
+            Some(w) => (w.nft, w.legacy),
+            None => (self.found().ok()?.generation().ok().flatten(), ahead),
+        };
         // Legacy tables send no generation: their fingerprint, read from the kernel by
         // getsockopt (no child process), vouches for them instead (none when there are none;
         // tables that cannot be read leave the whole unknown).
