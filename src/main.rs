@@ -28,6 +28,36 @@ fn main() -> ExitCode {
     without_collection_at_exit(run())
 }
 
+/// mimalloc's switch for transparent huge pages, read from the environment as the process
+/// starts (before `main`, when it reserves its first arena).
+const ALLOW_THP: &str = "MIMALLOC_ALLOW_THP";
+
+/// The resident host runs without transparent huge pages; every other command keeps them.
+///
+/// With huge pages each heap grows 2 MiB at a time: an act is 15–35 % faster (a tenth of a
+/// reconcile of 10,000 openings was the kernel filling 4 KiB pages), but `mesh-host run`, which
+/// lives for months, held 13.7 MiB anonymous where it holds 2.7 MiB without. mimalloc decides
+/// before `main` runs, from its environment, so the resident host starts itself again, the same
+/// process (pid, arguments, descriptors), with `MIMALLOC_ALLOW_THP=0`; an environment that
+/// already says either way is left as it is. Should the `exec` fail, the host runs on with them.
+fn resident_without_huge_pages(cli: &mesh_host::commands::cli::Cli) {
+    use std::os::unix::process::CommandExt;
+    if !cli.is_resident() || std::env::var_os(ALLOW_THP).is_some() {
+        return;
+    }
+    let mut args = std::env::args_os();
+    let arg0 = args.next().unwrap_or_else(|| "mesh-host".into());
+    let failed = std::process::Command::new("/proc/self/exe")
+        .arg0(arg0)
+        .args(args)
+        .env(ALLOW_THP, "0")
+        .exec();
+    tracing::warn!(
+        "the resident host keeps transparent huge pages \
+         (starting itself again without them failed: {failed})"
+    );
+}
+
 fn run() -> ExitCode {
     // The journal's form under systemd, plain lines elsewhere, colour only for a terminal.
     mesh_host::logging::init();
@@ -35,6 +65,7 @@ fn run() -> ExitCode {
     mesh_host::progress::install();
     // A refused command line is a JSON document too under `--json`.
     let cli = mesh_host::commands::cli::parse_or_refuse();
+    resident_without_huge_pages(&cli);
     let reads_only = cli.reads_only();
     mesh_host::commands::cli::closed_stdout_ends_quietly(reads_only);
     let json = cli.json();

@@ -1,7 +1,7 @@
 //! One resident host per store: a second `mesh-host run` on the same root is refused at once,
 //! names the first's pid and exits 6, changing nothing (the first's pid file stays, and it goes on
 //! answering SIGHUP); the pid file is removed by its holder when it stops, and a host started
-//! after that claims the store.
+//! after that claims the store. The host runs without transparent huge pages.
 
 use crate::util::Node;
 use serde_json::json;
@@ -24,6 +24,7 @@ fn run_host(node: &Node, log: &PathBuf) -> Child {
         .args(["run", "--legacy-period", "0"])
         .env("RUST_LOG", "info")
         .env_remove("MESH_HOST_FAILPOINT")
+        .env_remove("MIMALLOC_ALLOW_THP")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(std::fs::File::create(log).unwrap())
@@ -72,6 +73,23 @@ fn a_second_resident_host_on_a_store_is_refused_naming_the_first_and_the_first_g
     assert_eq!(
         std::fs::read_to_string(&pid_file).unwrap().trim(),
         pid.to_string()
+    );
+    // It started itself again without transparent huge pages (src/main.rs): the same process,
+    // its allocator told so by its environment, and the kernel holding them off for it.
+    let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap();
+    assert!(
+        environ
+            .split(|b| *b == 0)
+            .any(|v| v == b"MIMALLOC_ALLOW_THP=0"),
+        "{}",
+        String::from_utf8_lossy(&environ)
+    );
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    assert!(
+        status
+            .lines()
+            .any(|l| l.split_whitespace().eq(["THP_enabled:", "0"])),
+        "{status}"
     );
 
     let second_log = node.root().with_extension("second.log");

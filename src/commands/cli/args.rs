@@ -420,6 +420,11 @@ impl Cli {
             )
     }
 
+    /// `mesh-host run`: the resident host, which lives as long as the machine.
+    pub fn is_resident(&self) -> bool {
+        matches!(self.command, Command::Run { .. })
+    }
+
     pub fn reads_only(&self) -> bool {
         match &self.command {
             Command::Version { .. }
