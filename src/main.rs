@@ -47,11 +47,16 @@ fn resident_without_huge_pages(cli: &mesh_host::commands::cli::Cli) {
     }
     let mut args = std::env::args_os();
     let arg0 = args.next().unwrap_or_else(|| "mesh-host".into());
-    let failed = std::process::Command::new("/proc/self/exe")
-        .arg0(arg0)
-        .args(args)
-        .env(ALLOW_THP, "0")
-        .exec();
+    // By the binary's own path, not `/proc/self/exe`: the kernel names the process after the
+    // file it executes, and an apply tells the resident host only a process named mesh-host.
+    let failed = match std::env::current_exe() {
+        Ok(exe) => std::process::Command::new(exe)
+            .arg0(arg0)
+            .args(args)
+            .env(ALLOW_THP, "0")
+            .exec(),
+        Err(e) => e,
+    };
     tracing::warn!(
         "the resident host keeps transparent huge pages \
          (starting itself again without them failed: {failed})"

@@ -84,6 +84,13 @@ fn a_second_resident_host_on_a_store_is_refused_naming_the_first_and_the_first_g
         "{}",
         String::from_utf8_lossy(&environ)
     );
+    // Named as before: a local apply tells only a process named mesh-host.
+    assert_eq!(
+        std::fs::read_to_string(format!("/proc/{pid}/comm"))
+            .unwrap()
+            .trim(),
+        "mesh-host"
+    );
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
     assert!(
         status
