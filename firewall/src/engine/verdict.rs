@@ -135,21 +135,25 @@ impl Firewall<'_> {
                         return Ok(ahead.verdicts);
                     }
                 }
-                return Ok(verdicts_of(&last.model, openings, &ifaces, &last.targets));
+                return Ok(verdicts_split(
+                    &last.model,
+                    openings,
+                    &ifaces,
+                    &last.targets,
+                ));
             }
         }
         let (snap, found, model) = self.fresh_model()?;
         let ifaces = self.interfaces();
-        let mut out = BTreeMap::new();
-        for o in openings {
-            let targets = match o.path {
-                crate::opening::Path::Forwarded => {
-                    published::targets(&snap.ruleset, &found.legacy_saves, o.proto, o.port)
-                }
-                crate::opening::Path::Incoming => Vec::new(),
-            };
-            out.insert(o.id.clone(), model.verdict(o, &ifaces, &targets));
-        }
+        let targets: BTreeMap<String, Vec<published::Target>> = openings
+            .iter()
+            .filter(|o| o.path == crate::opening::Path::Forwarded)
+            .map(|o| {
+                let t = published::targets(&snap.ruleset, &found.legacy_saves, o.proto, o.port);
+                (o.id.clone(), t)
+            })
+            .collect();
+        let out = verdicts_split(&model, openings, &ifaces, &targets);
         self.found = Some(found);
         self.detected = self.nf.as_ref().map(|_| snap.ruleset.generation);
         Ok(out)
@@ -173,6 +177,31 @@ fn verdicts_of(
         })
         .collect()
 }
+
+/// [`verdicts_of`], the openings in two halves, one on a second thread, from [`SPLIT_FROM`]
+/// openings: where nothing else runs beside them (the verdicts read while the kernel commits
+/// already have a thread of their own, and the commit the other).
+fn verdicts_split(
+    model: &Model,
+    openings: &[Opening],
+    ifaces: &[crate::eval::Iface],
+    targets: &BTreeMap<String, Vec<published::Target>>,
+) -> BTreeMap<String, Verdict> {
+    if openings.len() < SPLIT_FROM {
+        return verdicts_of(model, openings, ifaces, targets);
+    }
+    let (first, second) = openings.split_at(openings.len() / 2);
+    let (mut out, rest) = crate::pair::both(
+        || verdicts_of(model, second, ifaces, targets),
+        || verdicts_of(model, first, ifaces, targets),
+    );
+    out.extend(rest);
+    out
+}
+
+/// How many openings make their verdicts worth reading in two halves (a verdict is a few
+/// microseconds, a thread a few hundred).
+pub(super) const SPLIT_FROM: usize = 256;
 
 /// How many openings make their verdicts worth reading on a second thread while the kernel
 /// commits: a verdict is a few microseconds, a thread a few hundred (with the allocator's heap
