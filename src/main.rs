@@ -34,9 +34,10 @@ const ALLOW_THP: &str = "MIMALLOC_ALLOW_THP";
 
 /// The resident host runs without transparent huge pages; every other command keeps them.
 ///
-/// With huge pages each heap grows 2 MiB at a time: an act is 15–35 % faster (a tenth of a
-/// reconcile of 10,000 openings was the kernel filling 4 KiB pages), but `mesh-host run`, which
-/// lives for months, held 13.7 MiB anonymous where it holds 2.7 MiB without. mimalloc decides
+/// With huge pages each heap grows 2 MiB at a time: an act's typical time is 10–35 % lower (a
+/// tenth of a reconcile of 10,000 openings was the kernel filling 4 KiB pages; docs/
+/// dependencies.md has the tail a virtual machine adds), but `mesh-host run`, which lives for
+/// months, held 13.7 MiB anonymous where it holds 2.7 MiB without. mimalloc decides
 /// before `main` runs, from its environment, so the resident host starts itself again, the same
 /// process (pid, arguments, descriptors), with `MIMALLOC_ALLOW_THP=0`; an environment that
 /// already says either way is left as it is. Should the `exec` fail, the host runs on with them.
