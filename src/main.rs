@@ -42,26 +42,38 @@ const ALLOW_THP: &str = "MIMALLOC_ALLOW_THP";
 /// process (pid, arguments, descriptors), with `MIMALLOC_ALLOW_THP=0`; an environment that
 /// already says either way is left as it is. Should the `exec` fail, the host runs on with them.
 fn resident_without_huge_pages(cli: &mesh_host::commands::cli::Cli) {
-    use std::os::unix::process::CommandExt;
     if !cli.is_resident() || std::env::var_os(ALLOW_THP).is_some() {
         return;
     }
-    let mut args = std::env::args_os();
-    let arg0 = args.next().unwrap_or_else(|| "mesh-host".into());
-    // By the binary's own path, not `/proc/self/exe`: the kernel names the process after the
-    // file it executes, and an apply tells the resident host only a process named mesh-host.
-    let failed = match std::env::current_exe() {
-        Ok(exe) => std::process::Command::new(exe)
-            .arg0(arg0)
-            .args(args)
-            .env(ALLOW_THP, "0")
-            .exec(),
-        Err(e) => e,
-    };
+    let Err(failed) = exec_self_with(ALLOW_THP, "0");
     tracing::warn!(
         "the resident host keeps transparent huge pages \
          (starting itself again without them failed: {failed})"
     );
+}
+
+/// Replaces this process with the binary's own file, the same arguments and the environment
+/// with `key=value` added (`execve`: no child, so not through the run crate). By the binary's
+/// path, not `/proc/self/exe`: the kernel names the process after the file it executes, and an
+/// apply tells the resident host only a process named mesh-host. Returns only on failure.
+fn exec_self_with(key: &str, value: &str) -> std::io::Result<std::convert::Infallible> {
+    use std::ffi::CString;
+    use std::os::unix::ffi::OsStrExt;
+    let c = |b: &[u8]| CString::new(b).map_err(std::io::Error::other);
+    let exe = std::env::current_exe()?;
+    let args = std::env::args_os()
+        .map(|a| c(a.as_bytes()))
+        .collect::<std::io::Result<Vec<_>>>()?;
+    let mut env = std::env::vars_os()
+        .filter(|(k, _)| k.as_bytes() != key.as_bytes())
+        .map(|(k, v)| c(&[k.as_bytes(), b"=", v.as_bytes()].concat()))
+        .collect::<std::io::Result<Vec<_>>>()?;
+    env.push(c(format!("{key}={value}").as_bytes())?);
+    Ok(nix::unistd::execve(
+        &c(exe.as_os_str().as_bytes())?,
+        &args,
+        &env,
+    )?)
 }
 
 fn run() -> ExitCode {
