@@ -521,45 +521,40 @@ fn next_id(cmd: i32, start: u32, what: &str) -> Result<Option<u32>> {
     }
 }
 
-fn fd_by_id(cmd: i32, id: u32, what: &str) -> Result<Option<OwnedFd>> {
-    let mut a = GetId {
-        start_id: id,
-        ..Default::default()
-    };
-    match bpf(cmd, &mut a) {
-        Ok(fd) => Ok(Some(fd_of(fd))),
-        // Gone between the listing and the opening.
-        Err(Errno(libc::ENOENT)) => Ok(None),
-        Err(e) => Err(fail("open by id", &format!("{what} {id}"), e)),
-    }
-}
-
-/// How long a link the kernel is still attaching is waited for (see [`link_by_id`]).
+/// How long an object the kernel is still making is waited for (see [`fd_by_id`]).
 pub const LINK_SETTLE: std::time::Duration = std::time::Duration::from_secs(1);
 
-/// Opens a link by its kernel id (`BPF_LINK_GET_FD_BY_ID`); `None` when it is gone.
+/// Opens an object by its kernel id; `None` when it is gone (between the listing and the
+/// opening).
 ///
 /// A link has its id from the moment its maker primes it, but the kernel answers `EAGAIN` for
 /// it until the attach has settled it (or failed, and freed the id): any process's attach in
 /// any namespace, a guard probe refused at a held priority among them, shows up so in the
-/// walk. Such a link is asked again until it settles or goes, for up to [`LINK_SETTLE`]; one
-/// still unsettled then is named in the error, never guessed at.
-pub fn link_by_id(id: u32) -> Result<Option<OwnedFd>> {
+/// walk. Such an object is asked again until it settles or goes, for up to [`LINK_SETTLE`]; one
+/// still unsettled then is named in the error, never guessed at. (Programs and maps get their
+/// ids only once made, and never answer so.)
+fn fd_by_id(cmd: i32, id: u32, what: &str) -> Result<Option<OwnedFd>> {
     let deadline = std::time::Instant::now() + LINK_SETTLE;
     loop {
         let mut a = GetId {
             start_id: id,
             ..Default::default()
         };
-        match bpf(BPF_LINK_GET_FD_BY_ID, &mut a) {
+        match bpf(cmd, &mut a) {
             Ok(fd) => return Ok(Some(fd_of(fd))),
             Err(Errno(libc::ENOENT)) => return Ok(None),
             Err(Errno(libc::EAGAIN)) if std::time::Instant::now() < deadline => {
                 std::thread::sleep(std::time::Duration::from_micros(200));
             }
-            Err(e) => return Err(fail("open by id", &format!("link {id}"), e)),
+            Err(e) => return Err(fail("open by id", &format!("{what} {id}"), e)),
         }
     }
+}
+
+/// Opens a link by its kernel id (`BPF_LINK_GET_FD_BY_ID`); `None` when it is gone; one still
+/// being attached is waited for ([`fd_by_id`]).
+pub fn link_by_id(id: u32) -> Result<Option<OwnedFd>> {
+    fd_by_id(BPF_LINK_GET_FD_BY_ID, id, "link")
 }
 
 /// Opens a program by its kernel id (`BPF_PROG_GET_FD_BY_ID`); `None` when it is gone.
