@@ -10,8 +10,7 @@ use std::path::Path;
 
 /// The store's two files as read: the snapshot's bytes and the journal's, each `None` when its
 /// file is absent. What a store holds is a function of these bytes alone ([`parse`]), so two
-/// reads of equal bytes hold the same state.
-#[derive(PartialEq, Eq)]
+/// reads of equal bytes hold the same state ([`Files::still_in`] compares them with the files).
 pub(super) struct Files {
     pub(super) snapshot: Option<Vec<u8>>,
     pub(super) journal: Option<Vec<u8>>,
